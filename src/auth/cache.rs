@@ -1,0 +1,137 @@
+//! Verified credentials, so an authenticated request costs a keyed hash and a map lookup, not argon2.
+//!
+//! The key is a keyed BLAKE2b digest of (the user's current PHC hash, user name, password) under a
+//! random per-process key: the cache never holds a password, a leaked key set is useless without the
+//! process key, and a changed password hash changes every key of that user, so old entries can no
+//! longer match. The map is sharded so concurrent lookups rarely meet on one lock, and bounded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use blake2::{Blake2b256, Digest};
+
+pub type CacheKey = [u8; 32];
+
+const SHARDS: usize = 16;
+
+struct Entry {
+    user: Arc<str>,
+    expires: Instant,
+}
+
+pub struct AuthCache {
+    secret: [u8; 32],
+    shards: Vec<Mutex<HashMap<CacheKey, Entry>>>,
+    per_shard: usize,
+    ttl: Duration,
+}
+
+/// A digest of a user's PHC hash text; part of every cache key for that user.
+pub fn fingerprint(phc: &str) -> [u8; 32] {
+    Blake2b256::digest(phc.as_bytes()).into()
+}
+
+impl AuthCache {
+    pub fn new(capacity: usize, ttl: Duration) -> Self {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).expect("the OS random source is available");
+        AuthCache {
+            secret,
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            per_shard: capacity.div_ceil(SHARDS).max(1),
+            ttl,
+        }
+    }
+
+    pub fn key(&self, fingerprint: &[u8; 32], user: &str, password: &[u8]) -> CacheKey {
+        let mut h = Blake2b256::new();
+        h.update(self.secret);
+        h.update(fingerprint);
+        // Length prefixes keep ("ab","c") and ("a","bc") apart.
+        h.update((user.len() as u64).to_le_bytes());
+        h.update(user.as_bytes());
+        h.update((password.len() as u64).to_le_bytes());
+        h.update(password);
+        h.finalize().into()
+    }
+
+    fn shard(&self, key: &CacheKey) -> &Mutex<HashMap<CacheKey, Entry>> {
+        &self.shards[key[0] as usize % SHARDS]
+    }
+
+    /// True when this exact credential was verified for `user` and has not expired.
+    pub fn hit(&self, key: &CacheKey, user: &str) -> bool {
+        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
+        shard.get(key).is_some_and(|e| &*e.user == user && e.expires > Instant::now())
+    }
+
+    pub fn insert(&self, key: CacheKey, user: Arc<str>) {
+        let now = Instant::now();
+        let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
+        if shard.len() >= self.per_shard {
+            shard.retain(|_, e| e.expires > now);
+        }
+        if shard.len() >= self.per_shard {
+            // Still full of live entries: drop the one closest to expiry.
+            if let Some(oldest) = shard.iter().min_by_key(|(_, e)| e.expires).map(|(k, _)| *k) {
+                shard.remove(&oldest);
+            }
+        }
+        shard.insert(key, Entry { user, expires: now + self.ttl });
+    }
+
+    /// Keep only entries of users for whom `keep` says yes (on reload: users removed or re-hashed).
+    pub fn retain_users(&self, keep: impl Fn(&str) -> bool) {
+        for shard in &self.shards {
+            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, e| keep(&e.user));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_hash_changes_the_key() {
+        let c = AuthCache::new(100, Duration::from_secs(60));
+        let k1 = c.key(&fingerprint("h1"), "alice", b"pw");
+        let k2 = c.key(&fingerprint("h2"), "alice", b"pw");
+        assert_ne!(k1, k2);
+        c.insert(k1, "alice".into());
+        assert!(c.hit(&k1, "alice"));
+        assert!(!c.hit(&k2, "alice"));
+        assert!(!c.hit(&k1, "bob"), "an entry belongs to one user");
+    }
+
+    #[test]
+    fn fields_cannot_slide_into_each_other() {
+        let c = AuthCache::new(10, Duration::from_secs(60));
+        let f = fingerprint("h");
+        assert_ne!(c.key(&f, "ab", b"c"), c.key(&f, "a", b"bc"));
+    }
+
+    #[test]
+    fn stays_within_capacity_and_expires() {
+        let c = AuthCache::new(32, Duration::from_secs(60));
+        for i in 0..1000u32 {
+            c.insert(c.key(&[0; 32], "u", &i.to_le_bytes()), "u".into());
+        }
+        assert!(c.len() <= 32, "{}", c.len());
+        let short = AuthCache::new(8, Duration::from_millis(0));
+        let k = short.key(&[0; 32], "u", b"p");
+        short.insert(k, "u".into());
+        assert!(!short.hit(&k, "u"));
+        c.retain_users(|u| u != "u");
+        assert!(c.is_empty());
+    }
+}

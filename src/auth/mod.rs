@@ -1,0 +1,53 @@
+//! Who is asking. Credentials are parsed ([`credentials`]), looked up in the cache of verified
+//! credentials ([`cache`]), and only on a miss, after the login limiter agreed, verified with
+//! argon2 ([`verifier`]). PTY WebSockets may instead present a ticket the gateway relayed ([`tickets`]).
+
+pub mod cache;
+pub mod credentials;
+pub mod tickets;
+pub mod verifier;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::config::Secret;
+use crate::gateway::Gateway;
+use crate::http::error::HttpError;
+use crate::state::{State, UserState};
+
+/// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
+/// argon2 runs only for a credential not seen before, and only within the login budget.
+pub async fn password(gw: &Gateway, state: &State, peer: IpAddr, user: &str, password: &Secret) -> Result<Arc<UserState>, HttpError> {
+    let known = state.users.get(user).filter(|u| u.hash.is_some());
+    // An unknown name may be a password typed in the wrong field: it is never logged.
+    let log_user = if state.users.contains_key(user) { user } else { "<unknown>" };
+    let fp = known.map_or([0; 32], |u| u.fingerprint);
+    let key = gw.cache.key(&fp, user, password.expose().as_bytes());
+    if let Some(u) = known
+        && gw.cache.hit(&key, user)
+    {
+        return Ok(u.clone());
+    }
+    if let Err(denied) = gw.limiters.login_attempt(peer, user) {
+        gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
+        return Err(HttpError::LoginLimited {
+            retry_after: denied.retry_after,
+            reason: denied.reason,
+        });
+    }
+    let ok = gw.verifier.verify(key, known.and_then(|u| u.hash.as_ref()), password).await;
+    match known {
+        Some(u) if ok => {
+            gw.cache.insert(key, u.name.clone());
+            gw.limiters.login_succeeded(peer, &u.name);
+            Ok(u.clone())
+        }
+        _ => {
+            gw.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
+            Err(HttpError::BadCredentials)
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! The command line (clap derive). Each subcommand's work lives in `commands/`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "opencode-gateway", version, about = "A secure remote-access gateway for OpenCode servers")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the gateway (on first start: make dev certificates and a first user).
+    Serve {
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Write a commented config, a dev CA and certificate, and a first user; print how to attach.
+    Init {
+        /// Folder for gateway.toml and certs/.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+        /// The project's name (default: the project folder's name).
+        #[arg(long)]
+        project: Option<String>,
+        /// The project's folder (default: the current folder).
+        #[arg(long)]
+        project_dir: Option<PathBuf>,
+    },
+    /// Validate a config file and print what it would serve.
+    Check {
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Read a password (stdin, or a prompt on a terminal) and print its argon2id PHC hash.
+    HashPassword,
+    /// Add, change, remove or list users in the config file (comments are kept).
+    User {
+        #[command(subcommand)]
+        action: UserAction,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
+    /// Certificates.
+    Cert {
+        #[command(subcommand)]
+        action: CertAction,
+    },
+    /// Ask the running gateway (admin listener) what it serves.
+    Status {
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Ask the running gateway to reload its config (same as SIGHUP).
+    Reload {
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum UserAction {
+    /// Add a user; the password is read from stdin (or prompted for on a terminal).
+    Add {
+        name: String,
+        /// Projects to grant, comma-separated, or "*" for all.
+        #[arg(long, default_value = "*", value_delimiter = ',')]
+        projects: Vec<String>,
+        /// viewer | approver | operator | admin
+        #[arg(long, default_value = "operator")]
+        role: String,
+    },
+    /// Set a user's password (read from stdin, or prompted for on a terminal).
+    Passwd { name: String },
+    /// Remove a user.
+    Remove { name: String },
+    /// List users, their projects and roles.
+    List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum CertAction {
+    /// Make a development CA and a server certificate with rcgen.
+    Dev {
+        #[arg(long, default_value = "certs-dev")]
+        out: PathBuf,
+        /// Read base_domain and project names from this config, when it exists.
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+}

@@ -1,0 +1,64 @@
+//! `check`: validate a config file and print what it would serve.
+
+use std::path::Path;
+
+use crate::config::{Grants, Settings, UpstreamKind};
+
+pub fn check(path: &Path) -> anyhow::Result<()> {
+    let settings = crate::config::load(path)?;
+    if !settings.tls.dev_ca || (settings.tls.cert.exists() && settings.tls.key.exists()) {
+        crate::listen::tls::server_config(&settings.tls)?;
+    }
+    print!("{}", summary(&settings));
+    Ok(())
+}
+
+pub fn summary(s: &Settings) -> String {
+    let mut out = format!("{}: OK\n\nlisteners:\n  https  {}  ({})\n", s.path.display(), s.server.listen, s.server.public_url);
+    if let Some(a) = &s.admin {
+        out += &format!("  admin  {}  (loopback: /healthz /metrics /status /reload)\n", a.listen);
+    }
+    if let Some(ssh) = &s.ssh {
+        out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
+        if let Some(line) = crate::ssh::keys::host_key_summary(&ssh.host_key) {
+            out += &line;
+        }
+    }
+    out += "\nprojects:\n";
+    for p in &s.projects {
+        let upstream = match &p.upstream {
+            UpstreamKind::External { authority } => format!("upstream http://{authority}{}", if p.upstream_password.is_some() { " (password held by the gateway)" } else { " (no password)" }),
+            UpstreamKind::Spawned => "spawned `opencode serve`".to_string(),
+        };
+        out += &format!("  {}  {upstream}\n", p.name);
+        if let Some(d) = &p.directory {
+            out += &format!("      directory {}\n", d.display());
+        }
+        out += &format!("      routes: {}/p/{}/", s.server.public_url, p.name);
+        if let Some(d) = &s.server.base_domain {
+            out += &format!("  https://{}.{d}:{}/", p.name, s.server.listen.port());
+        }
+        if let Some(l) = p.listen {
+            out += &format!("  port {l}");
+        }
+        if s.projects.len() == 1 {
+            out += &format!("  {}/", s.server.public_url);
+        }
+        out += "\n";
+    }
+    out += "\nusers:\n";
+    for u in &s.users {
+        let grants = match &u.grants {
+            Grants::All(role) => format!("all projects as {}", role.as_str()),
+            Grants::Each(map) if map.is_empty() => "no projects".to_string(),
+            Grants::Each(map) => map.iter().map(|(p, r)| format!("{p} as {}", r.as_str())).collect::<Vec<_>>().join(", "),
+        };
+        let how = match (u.password_hash.is_some(), u.ssh_keys.len()) {
+            (true, 0) => "password".to_string(),
+            (false, n) => format!("{n} ssh key(s)"),
+            (true, n) => format!("password, {n} ssh key(s)"),
+        };
+        out += &format!("  {}  {grants}; {how}\n", u.name);
+    }
+    out
+}

@@ -1,0 +1,112 @@
+//! In-place edits of the config file's `[[user]]` tables with toml_edit, so the operator's comments
+//! and layout survive `user add|passwd|remove` and the first-start user.
+
+use std::path::Path;
+
+use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum EditError {
+    #[error("the config file is not valid TOML: {0}")]
+    Parse(String),
+    #[error("a user named {0:?} already exists (change their password with `user passwd {0}`)")]
+    Exists(String),
+    #[error("there is no user named {0:?} (`user list` shows them)")]
+    Missing(String),
+    #[error("`user` in the config file is not an array of [[user]] tables")]
+    Shape,
+}
+
+fn users(doc: &mut DocumentMut) -> Result<&mut ArrayOfTables, EditError> {
+    if !doc.contains_key("user") {
+        doc.insert("user", Item::ArrayOfTables(ArrayOfTables::new()));
+    }
+    doc["user"].as_array_of_tables_mut().ok_or(EditError::Shape)
+}
+
+fn find<'a>(arr: &'a mut ArrayOfTables, name: &str) -> Option<&'a mut Table> {
+    arr.iter_mut().find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
+}
+
+pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &str) -> Result<String, EditError> {
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+    let arr = users(&mut doc)?;
+    if find(arr, name).is_some() {
+        return Err(EditError::Exists(name.to_string()));
+    }
+    let mut t = Table::new();
+    t.insert("name", value(name));
+    t.insert("password_hash", value(hash));
+    let mut list = Array::new();
+    for p in projects {
+        list.push(p.as_str());
+    }
+    t.insert("projects", value(list));
+    t.insert("role", value(role));
+    arr.push(t);
+    Ok(doc.to_string())
+}
+
+pub fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditError> {
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+    let arr = users(&mut doc)?;
+    let t = find(arr, name).ok_or_else(|| EditError::Missing(name.to_string()))?;
+    t.insert("password_hash", value(hash));
+    Ok(doc.to_string())
+}
+
+pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
+    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+    let arr = users(&mut doc)?;
+    let idx = arr
+        .iter()
+        .position(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
+        .ok_or_else(|| EditError::Missing(name.to_string()))?;
+    arr.remove(idx);
+    Ok(doc.to_string())
+}
+
+/// Replace a file's content atomically (write a sibling, then rename), keeping its permissions.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, text)?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        std::fs::set_permissions(&tmp, meta.permissions())?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "# top comment\n[server]\nlisten = \"127.0.0.1:0\" # inline\n\n# users below\n[[user]]\nname = \"alice\" # the owner\npassword_hash = \"old\"\nprojects = [\"*\"]\nrole = \"admin\"\n";
+
+    #[test]
+    fn add_keeps_comments_and_appends_a_table() {
+        let out = add_user(CONFIG, "bob", "$argon2id$x", &["web".into()], "viewer").unwrap();
+        assert!(out.contains("# top comment") && out.contains("# inline") && out.contains("# the owner"));
+        assert!(out.contains("name = \"bob\""));
+        assert!(out.contains("projects = [\"web\"]"));
+        assert!(matches!(add_user(&out, "bob", "h", &[], "viewer"), Err(EditError::Exists(_))));
+    }
+
+    #[test]
+    fn passwd_replaces_only_the_hash() {
+        let out = set_password(CONFIG, "alice", "new").unwrap();
+        assert!(out.contains("password_hash = \"new\""));
+        assert!(!out.contains("\"old\""));
+        assert!(out.contains("# the owner"));
+        assert!(matches!(set_password(CONFIG, "carol", "x"), Err(EditError::Missing(_))));
+    }
+
+    #[test]
+    fn remove_drops_the_user() {
+        let out = remove_user(CONFIG, "alice").unwrap();
+        assert!(!out.contains("alice"));
+        assert!(out.contains("# top comment"));
+        assert!(matches!(remove_user(&out, "alice"), Err(EditError::Missing(_))));
+    }
+}

@@ -1,0 +1,85 @@
+//! Configuration: the TOML file ([`file`]), its validation ([`validate`]) into [`Settings`], secrets
+//! ([`secret`]) and in-place edits that keep comments ([`edit`]).
+
+pub mod edit;
+pub mod file;
+mod secret;
+pub mod settings;
+pub mod validate;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+pub use secret::Secret;
+pub use settings::*;
+
+/// The default config path, relative to the working directory (the repository root in dev).
+pub const DEFAULT_PATH: &str = "config/gateway.toml";
+
+#[derive(Debug)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+    pub fix: String,
+}
+
+#[derive(Debug)]
+pub enum ConfigError {
+    Read { file: PathBuf, error: std::io::Error },
+    Parse { file: PathBuf, message: String },
+    Invalid { file: PathBuf, problems: Vec<Problem> },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { file, error } => write!(
+                f,
+                "{}: cannot read the config file: {error}. Fix: create it with `opencode-gateway init`, or pass -c <file>",
+                file.display()
+            ),
+            ConfigError::Parse { file, message } => {
+                write!(f, "{}: {}", file.display(), message.trim_end())?;
+                if message.contains("unknown field") {
+                    write!(f, "\nFix: remove the key or correct its spelling (config/gateway.example.toml lists every key)")?;
+                } else if message.contains("missing field") {
+                    write!(f, "\nFix: add the key (config/gateway.example.toml shows it with its default)")?;
+                }
+                Ok(())
+            }
+            ConfigError::Invalid { file, problems } => {
+                let n = problems.len();
+                write!(f, "{}: {n} problem{}", file.display(), if n == 1 { "" } else { "s" })?;
+                for p in problems {
+                    write!(f, "\n  {}: {}. Fix: {}", p.key, p.message, p.fix)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Read, parse and validate a config file.
+pub fn load(path: &Path) -> Result<Settings, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        file: path.to_path_buf(),
+        error,
+    })?;
+    parse(&text, path)
+}
+
+/// Parse and validate config text as if read from `path` (relative paths resolve against its folder).
+pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
+    let raw: file::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        file: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.to_path_buf())
+    };
+    validate::validate(raw, &abs)
+}

@@ -1,0 +1,236 @@
+//! Validated configuration. Everything here has been checked: addresses parsed, paths resolved
+//! against the config file's folder, hashes parsed, secrets loaded. Code after the config boundary
+//! reads these types and never unwraps configuration.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use argon2::PasswordHash;
+
+use super::Secret;
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file these settings came from (paths in it are relative to its folder).
+    pub path: PathBuf,
+    pub server: Server,
+    pub tls: Tls,
+    pub ssh: Option<Ssh>,
+    pub admin: Option<Admin>,
+    pub limits: Limits,
+    pub projects: Vec<Project>,
+    pub users: Vec<User>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    pub base_domain: Option<String>,
+    pub public_url: String,
+    pub state_dir: PathBuf,
+    /// Browser origins allowed besides the gateway's own (for WebSocket upgrades and writes).
+    pub allowed_origins: Vec<String>,
+    pub trusted_proxies: Vec<Cidr>,
+    /// The `opencode` executable for spawned projects; `None` means search PATH and node_modules.
+    pub opencode_bin: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub dev_ca: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Ssh {
+    pub listen: SocketAddr,
+    pub host_key: PathBuf,
+    pub password_auth: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Admin {
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub requests_per_second: u32,
+    pub burst: u32,
+    pub auth_failures_per_minute: u32,
+    pub auth_failure_burst: u32,
+    pub user_failures_per_minute: u32,
+    pub user_failure_burst: u32,
+    pub max_connections_per_ip: u32,
+    pub max_streams_per_user: u32,
+    pub max_ssh_channels_per_connection: u32,
+    pub tls_handshake_timeout: Duration,
+    pub request_head_timeout: Duration,
+    pub keepalive_timeout: Duration,
+    pub body_idle_timeout: Duration,
+    pub upstream_connect_timeout: Duration,
+    pub upstream_response_timeout: Duration,
+    pub drain_timeout: Duration,
+    pub auth_cache_ttl: Duration,
+    pub auth_cache_entries: usize,
+    pub ssh_idle_timeout: Duration,
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_uri_bytes: usize,
+    pub max_body_bytes: u64,
+    pub spawn_ready_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Project {
+    pub name: String,
+    pub upstream: UpstreamKind,
+    pub upstream_username: String,
+    pub upstream_password: Option<Secret>,
+    /// Canonical absolute path: the one directory clients of this project may select.
+    pub directory: Option<PathBuf>,
+    pub start: StartMode,
+    /// Extra environment for a spawned server (values may be provider keys: never printed).
+    pub env: BTreeMap<String, Secret>,
+    pub run_as: Option<String>,
+    /// A listener of its own (for browsers on LANs without wildcard DNS).
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamKind {
+    /// An OpenCode server the operator runs: `http://<loopback>:<port>`.
+    External { authority: String },
+    /// The gateway runs `opencode serve` itself.
+    Spawned,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMode {
+    Eager,
+    OnDemand,
+}
+
+#[derive(Debug, Clone)]
+pub struct User {
+    pub name: String,
+    /// The argon2id hash, parsed at load, and its PHC text (whose digest keys the auth cache).
+    pub password_hash: Option<(PasswordHash, String)>,
+    pub ssh_keys: Vec<String>,
+    pub grants: Grants,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grants {
+    /// `projects = ["*"]`: every project, with one role.
+    All(Role),
+    /// Named projects, each with its role.
+    Each(BTreeMap<String, Role>),
+}
+
+impl Grants {
+    /// The user's role in `project`, or `None` when the project is not granted.
+    pub fn role_in(&self, project: &str) -> Option<Role> {
+        match self {
+            Grants::All(role) => Some(*role),
+            Grants::Each(map) => map.get(project).copied(),
+        }
+    }
+}
+
+/// Roles in increasing power; each can do everything the ones before it can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    Viewer,
+    Approver,
+    Operator,
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "approver" => Some(Role::Approver),
+            "operator" => Some(Role::Operator),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Approver => "approver",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// An address range such as `10.0.0.0/8` (for `trusted_proxies`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Option<Cidr> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
+            None => {
+                let a = s.parse::<IpAddr>().ok()?;
+                (a, if a.is_ipv4() { 32 } else { 128 })
+            }
+        };
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        (prefix <= max).then_some(Cidr { addr, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match (self.addr, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix)).unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidr_matches_its_range_only() {
+        let net = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(net.contains("10.1.200.3".parse().unwrap()));
+        assert!(!net.contains("10.2.0.1".parse().unwrap()));
+        assert!(!net.contains("::1".parse().unwrap()));
+        let all = Cidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("192.168.1.1".parse().unwrap()));
+        let one = Cidr::parse("::1").unwrap();
+        assert!(one.contains("::1".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_none());
+        assert!(Cidr::parse("nonsense").is_none());
+    }
+
+    #[test]
+    fn grants_name_a_role_per_project() {
+        let all = Grants::All(Role::Viewer);
+        assert_eq!(all.role_in("x"), Some(Role::Viewer));
+        let each = Grants::Each([("web".to_string(), Role::Operator)].into());
+        assert_eq!(each.role_in("web"), Some(Role::Operator));
+        assert_eq!(each.role_in("api"), None);
+        assert!(Role::Admin > Role::Operator && Role::Approver > Role::Viewer);
+    }
+}

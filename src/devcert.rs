@@ -1,0 +1,156 @@
+//! Development certificates with rcgen: a local CA (`ca.crt`, `ca.key`) and a server certificate
+//! signed by it, written next to the configured `tls.cert`. Private keys are created 0600.
+//!
+//! The CA is rebuilt from its key and fixed parameters when only the server certificate is missing,
+//! so adding names never invalidates a CA a client already trusts.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use time::{Duration, OffsetDateTime};
+
+const CA_NAME: &str = "opencode-gateway development CA";
+
+#[derive(Debug, Clone)]
+pub struct DevCertPaths {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl DevCertPaths {
+    /// The CA lives beside the server certificate.
+    pub fn beside(cert: &Path, key: &Path) -> Self {
+        let dir = cert.parent().unwrap_or(Path::new("."));
+        DevCertPaths {
+            ca_cert: dir.join("ca.crt"),
+            ca_key: dir.join("ca.key"),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+        }
+    }
+}
+
+/// This machine's host name (for certificate names and printed URLs).
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The names a dev server certificate covers: loopback in every spelling, this host, and the
+/// base domain with a wildcard and each project's host spelled out (some clients refuse wildcards
+/// directly under a single-label domain such as `localhost`).
+pub fn server_names(base_domain: Option<&str>, projects: &[String]) -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    let host = host_name();
+    if !host.is_empty() && host != "localhost" {
+        names.push(host);
+    }
+    if let Some(d) = base_domain {
+        names.push(d.to_string());
+        names.push(format!("*.{d}"));
+        for p in projects {
+            names.push(format!("{p}.{d}"));
+        }
+    }
+    names.dedup();
+    names
+}
+
+fn ca_params() -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, CA_NAME);
+    dn.push(DnType::OrganizationName, "opencode-gateway");
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params
+}
+
+/// Make whatever of the CA and server certificate is missing. Returns true when anything was written.
+pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
+    if paths.cert.exists() && paths.key.exists() {
+        return Ok(false);
+    }
+    if let Some(dir) = paths.cert.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let now = OffsetDateTime::now_utc();
+    let ca_key = if paths.ca_key.exists() && paths.ca_cert.exists() {
+        KeyPair::from_pem(&std::fs::read_to_string(&paths.ca_key)?)?
+    } else {
+        let key = KeyPair::generate()?;
+        let mut params = ca_params();
+        params.not_before = now - Duration::days(1);
+        params.not_after = now + Duration::days(3650);
+        let cert = params.self_signed(&key)?;
+        write_private(&paths.ca_key, &key.serialize_pem())?;
+        std::fs::write(&paths.ca_cert, cert.pem())?;
+        key
+    };
+    let issuer = Issuer::new(ca_params(), ca_key);
+
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(names.to_vec())?;
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, "opencode-gateway dev server");
+    params.not_before = now - Duration::days(1);
+    params.not_after = now + Duration::days(397);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let cert = params.signed_by(&key, &issuer)?;
+    write_private(&paths.key, &key.serialize_pem())?;
+    // The server presents the chain: leaf first, then the CA.
+    let ca_pem = std::fs::read_to_string(&paths.ca_cert)?;
+    std::fs::write(&paths.cert, format!("{}{}", cert.pem(), ca_pem))?;
+    Ok(true)
+}
+
+/// Create a file readable by its owner only (0600) from the first byte.
+pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(contents.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn makes_a_ca_and_a_server_cert_with_private_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
+        let names = server_names(Some("gw.localhost"), &["demo".into()]);
+        assert!(names.contains(&"*.gw.localhost".to_string()) && names.contains(&"demo.gw.localhost".to_string()));
+        assert!(ensure(&paths, &names).unwrap());
+        for key in [&paths.key, &paths.ca_key] {
+            let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", key.display());
+        }
+        let ca_before = std::fs::read(&paths.ca_cert).unwrap();
+        assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");
+        std::fs::remove_file(&paths.cert).unwrap();
+        assert!(ensure(&paths, &names).unwrap());
+        assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca_before, "the CA is kept");
+    }
+}

@@ -1,0 +1,174 @@
+//! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
+//! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::cache::AuthCache;
+use crate::auth::tickets::Tickets;
+use crate::auth::verifier::Verifier;
+use crate::config::{Limits, Settings};
+use crate::ratelimit::{Limiters, Slots};
+use crate::state::State;
+use crate::supervise::Supervisor;
+use crate::upstream::UpstreamClient;
+
+#[derive(Default)]
+pub struct Metrics {
+    pub requests: AtomicU64,
+    pub responses_2xx: AtomicU64,
+    pub responses_3xx: AtomicU64,
+    pub responses_4xx: AtomicU64,
+    pub responses_5xx: AtomicU64,
+    pub auth_failures: AtomicU64,
+    pub login_limited: AtomicU64,
+    pub connections: AtomicU64,
+    pub connections_refused: AtomicU64,
+    pub tls_handshake_failures: AtomicU64,
+    pub reloads: AtomicU64,
+    pub reload_failures: AtomicU64,
+}
+
+impl Metrics {
+    pub fn count_status(&self, status: u16) {
+        let c = match status {
+            200..=299 | 101 => &self.responses_2xx,
+            300..=399 => &self.responses_3xx,
+            400..=499 => &self.responses_4xx,
+            _ => &self.responses_5xx,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+pub struct Gateway {
+    state: ArcSwap<State>,
+    /// Fixed at start: limits size the limiters and timers (a change needs a restart).
+    pub limits: Limits,
+    pub cache: AuthCache,
+    pub verifier: Verifier,
+    pub limiters: Limiters,
+    pub connections: Arc<Slots<IpAddr>>,
+    pub streams: Arc<Slots<Arc<str>>>,
+    pub tickets: Tickets,
+    pub upstream: UpstreamClient,
+    pub supervisor: Supervisor,
+    pub metrics: Metrics,
+    pub http: auto::Builder<TokioExecutor>,
+    /// Stop accepting and let connections finish.
+    pub shutdown: CancellationToken,
+    /// The drain deadline passed: cut what is left (streams, WebSockets).
+    pub abort: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+impl Gateway {
+    pub fn new(settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<Arc<Gateway>> {
+        let limits = settings.limits.clone();
+        let shutdown = CancellationToken::new();
+        let upstream = crate::upstream::client(limits.upstream_connect_timeout);
+        let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
+        let state = State::build(settings, tls, &supervisor)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(Arc::new(Gateway {
+            state: ArcSwap::from_pointee(state),
+            cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
+            verifier: Verifier::new(cores),
+            limiters: Limiters::new(&limits),
+            connections: Arc::default(),
+            streams: Arc::default(),
+            tickets: Tickets::default(),
+            upstream,
+            supervisor,
+            metrics: Metrics::default(),
+            http: http_builder(&limits),
+            limits,
+            shutdown,
+            abort: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        }))
+    }
+
+    /// The current state: one atomic load and reference count, no lock.
+    pub fn state(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// Build the new state completely, then swap it in. On any error the old state keeps serving.
+    pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+        let old = self.state();
+        if settings.server.listen != old.settings.server.listen
+            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
+            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
+        {
+            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
+        }
+        if format!("{:?}", settings.limits) != format!("{:?}", self.limits) {
+            tracing::warn!("[limits] changed: they apply after a restart");
+        }
+        let tls = crate::listen::tls::server_config(&settings.tls)?;
+        let state = State::build(settings, tls, &self.supervisor)?;
+        // Verified credentials of users who were removed or got a new hash can never match again;
+        // drop them now rather than waiting for eviction.
+        self.cache.retain_users(|name| {
+            matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
+        });
+        self.state.store(Arc::new(state));
+        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Prometheus text format.
+    pub fn render_metrics(&self) -> String {
+        let m = &self.metrics;
+        let c = self.verifier.counters();
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        let mut line = |name: &str, kind: &str, value: u64| {
+            out.push_str(&format!("# TYPE opencode_gateway_{name} {kind}\nopencode_gateway_{name} {value}\n"));
+        };
+        line("requests_total", "counter", g(&m.requests));
+        line("responses_2xx_total", "counter", g(&m.responses_2xx));
+        line("responses_3xx_total", "counter", g(&m.responses_3xx));
+        line("responses_4xx_total", "counter", g(&m.responses_4xx));
+        line("responses_5xx_total", "counter", g(&m.responses_5xx));
+        line("auth_failures_total", "counter", g(&m.auth_failures));
+        line("login_limited_total", "counter", g(&m.login_limited));
+        line("argon2_verifications_total", "counter", c.runs.load(Ordering::SeqCst));
+        line("argon2_running", "gauge", c.running.load(Ordering::SeqCst) as u64);
+        line("argon2_peak_running", "gauge", c.peak_running.load(Ordering::SeqCst) as u64);
+        line("auth_cache_entries", "gauge", self.cache.len() as u64);
+        line("connections_total", "counter", g(&m.connections));
+        line("connections_open", "gauge", self.connections.total());
+        line("connections_refused_total", "counter", g(&m.connections_refused));
+        line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
+        line("streams_open", "gauge", self.streams.total());
+        line("reloads_total", "counter", g(&m.reloads));
+        line("reload_failures_total", "counter", g(&m.reload_failures));
+        out
+    }
+}
+
+/// One HTTP server configuration for every connection, whatever its transport.
+fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.request_head_timeout)
+        .max_buf_size(limits.max_head_bytes.max(8192))
+        .max_headers(limits.max_headers)
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.max_head_bytes as u32)
+        .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
+        .max_concurrent_streams(256);
+    b
+}

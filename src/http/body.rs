@@ -1,0 +1,166 @@
+//! The response body type: a small buffer the gateway made (errors, health), or the upstream's
+//! body streamed frame by frame, never collected. It carries the request's access record, written
+//! when the body ends or is dropped, so a stream's line has its real byte count and duration.
+
+use std::any::Any;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::Method;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+/// One access-log line, filled in as the request goes through the pipeline.
+pub struct AccessRecord {
+    pub peer: IpAddr,
+    pub transport: &'static str,
+    pub user: Option<Arc<str>>,
+    pub project: Option<Arc<str>>,
+    pub method: Method,
+    /// Path and query, with credential-like query values redacted.
+    pub target: String,
+    pub status: u16,
+    pub reason: Option<&'static str>,
+    pub started: Instant,
+}
+
+impl AccessRecord {
+    fn emit(&self, bytes: u64, outcome: &str) {
+        tracing::info!(
+            target: "access",
+            peer = %self.peer,
+            transport = self.transport,
+            user = self.user.as_deref().unwrap_or("-"),
+            project = self.project.as_deref().unwrap_or("-"),
+            method = %self.method,
+            path = %self.target,
+            status = self.status,
+            bytes,
+            duration_ms = self.started.elapsed().as_millis() as u64,
+            reason = self.reason.unwrap_or("-"),
+            outcome,
+        );
+    }
+}
+
+/// Writes the access line when the body is done, and holds whatever must live as long as the
+/// response (a per-user stream slot, say).
+struct Meter {
+    record: AccessRecord,
+    bytes: u64,
+    outcome: &'static str,
+    _hold: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Drop for Meter {
+    fn drop(&mut self) {
+        self.record.emit(self.bytes, self.outcome);
+    }
+}
+
+enum Kind {
+    Full(Option<Bytes>),
+    Stream(Incoming),
+}
+
+pub struct ProxyBody {
+    kind: Kind,
+    meter: Option<Box<Meter>>,
+}
+
+impl ProxyBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        let b: Bytes = bytes.into();
+        ProxyBody {
+            kind: Kind::Full((!b.is_empty()).then_some(b)),
+            meter: None,
+        }
+    }
+
+    pub fn empty() -> Self {
+        ProxyBody {
+            kind: Kind::Full(None),
+            meter: None,
+        }
+    }
+
+    pub fn stream(body: Incoming) -> Self {
+        ProxyBody {
+            kind: Kind::Stream(body),
+            meter: None,
+        }
+    }
+
+    /// Attach the access record (and anything to keep alive until the body ends).
+    pub fn metered(mut self, record: AccessRecord, hold: Option<Box<dyn Any + Send + Sync>>) -> Self {
+        let done = self.is_end_stream();
+        self.meter = Some(Box::new(Meter {
+            record,
+            bytes: 0,
+            outcome: "complete",
+            _hold: hold,
+        }));
+        if done {
+            self.meter = None;
+        }
+        self
+    }
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = match &mut this.kind {
+            Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Stream(body) => Pin::new(body).poll_frame(cx),
+        };
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(m)) = (frame.data_ref(), this.meter.as_mut()) {
+                    m.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(m) = this.meter.as_mut() {
+                    m.outcome = "upstream_error";
+                }
+                this.meter = None;
+            }
+            Poll::Ready(None) => this.meter = None,
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Full(data) => data.is_none(),
+            Kind::Stream(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
+            Kind::Full(None) => SizeHint::with_exact(0),
+            Kind::Stream(body) => body.size_hint(),
+        }
+    }
+}
+
+impl Drop for ProxyBody {
+    fn drop(&mut self) {
+        // Dropped before its end: the client went away (or the gateway is shutting down).
+        if let Some(m) = self.meter.as_mut()
+            && !matches!(&self.kind, Kind::Full(None))
+        {
+            m.outcome = "client_gone";
+        }
+    }
+}

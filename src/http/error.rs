@@ -1,0 +1,181 @@
+//! Every way a request can fail, its status (one map, tested), and the JSON a person can act on.
+//! Messages never contain a secret: they are built from names, not from credentials.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use super::body::ProxyBody;
+
+pub const REALM: &str = "Basic realm=\"opencode-gateway\", charset=\"UTF-8\"";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("authentication required: log in with your gateway user name and password")]
+    Unauthenticated,
+    #[error("wrong user name or password")]
+    BadCredentials,
+    #[error("{0}")]
+    MalformedCredentials(String),
+    #[error("too many login attempts ({reason} limit); try again in {} s", retry_secs(*retry_after))]
+    LoginLimited { retry_after: Duration, reason: &'static str },
+    #[error("too many requests; try again in {} s", retry_secs(*retry_after))]
+    RateLimited { retry_after: Duration },
+    #[error("too many open streams for this user (at most {max}); close one and retry")]
+    TooManyStreams { max: u32 },
+    #[error("no project named {0:?} on this gateway")]
+    UnknownProject(String),
+    #[error("this gateway serves several projects: use /p/<project>/ or <project>.<base domain>")]
+    NoProject,
+    #[error("user {user} has no access to project {project}")]
+    NotGranted { user: String, project: String },
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("project {project}: its OpenCode server is not reachable ({reason})")]
+    UpstreamUnavailable { project: String, reason: String },
+    #[error("project {project}: its OpenCode server did not answer within {} s", secs.as_secs())]
+    UpstreamTimeout { project: String, secs: Duration },
+    #[error("project {project}: its OpenCode server is not ready ({reason})")]
+    UpstreamStarting { project: String, reason: String },
+    #[error("project {project}: its OpenCode server refused the gateway's credential; check the project's upstream_password_env or upstream_password_file")]
+    UpstreamRejectedCredential { project: String },
+    #[error("the request body is larger than {max} bytes")]
+    PayloadTooLarge { max: u64 },
+    #[error("the request URI is longer than {max} bytes")]
+    UriTooLong { max: usize },
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the gateway is shutting down")]
+    ShuttingDown,
+}
+
+fn retry_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+impl From<&HttpError> for StatusCode {
+    fn from(e: &HttpError) -> StatusCode {
+        use HttpError::*;
+        match e {
+            Unauthenticated | BadCredentials | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
+            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
+            NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
+            UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
+            UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            UpstreamStarting { .. } | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            BadRequest(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+impl HttpError {
+    /// A stable, short name for logs and the JSON `error` field.
+    pub fn code(&self) -> &'static str {
+        use HttpError::*;
+        match self {
+            Unauthenticated => "unauthenticated",
+            BadCredentials => "bad_credentials",
+            MalformedCredentials(_) => "malformed_credentials",
+            LoginLimited { .. } => "login_limited",
+            RateLimited { .. } => "rate_limited",
+            TooManyStreams { .. } => "too_many_streams",
+            UnknownProject(_) => "unknown_project",
+            NoProject => "no_project",
+            NotGranted { .. } => "not_granted",
+            Forbidden(_) => "forbidden",
+            UpstreamUnavailable { .. } => "upstream_unavailable",
+            UpstreamTimeout { .. } => "upstream_timeout",
+            UpstreamStarting { .. } => "upstream_starting",
+            UpstreamRejectedCredential { .. } => "upstream_rejected_credential",
+            PayloadTooLarge { .. } => "payload_too_large",
+            UriTooLong { .. } => "uri_too_long",
+            BadRequest(_) => "bad_request",
+            ShuttingDown => "shutting_down",
+        }
+    }
+
+    fn project(&self) -> Option<&str> {
+        use HttpError::*;
+        match self {
+            UpstreamUnavailable { project, .. }
+            | UpstreamTimeout { project, .. }
+            | UpstreamStarting { project, .. }
+            | UpstreamRejectedCredential { project }
+            | NotGranted { project, .. } => Some(project),
+            UnknownProject(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        match self {
+            HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
+            HttpError::TooManyStreams { .. } => Some(Duration::from_secs(1)),
+            _ => None,
+        }
+    }
+
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let status = StatusCode::from(&self);
+        let mut body = serde_json::json!({ "error": self.code(), "message": self.to_string() });
+        if let Some(p) = self.project() {
+            body["project"] = p.into();
+        }
+        let mut resp = Response::new(ProxyBody::full(Bytes::from(body.to_string())));
+        *resp.status_mut() = status;
+        let h = resp.headers_mut();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if status == StatusCode::UNAUTHORIZED {
+            h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
+        }
+        if let Some(after) = self.retry_after() {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after).max(1)));
+        }
+        resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_has_its_status() {
+        let cases: Vec<(HttpError, u16)> = vec![
+            (HttpError::Unauthenticated, 401),
+            (HttpError::BadCredentials, 401),
+            (HttpError::LoginLimited { retry_after: Duration::from_millis(1500), reason: "address" }, 429),
+            (HttpError::RateLimited { retry_after: Duration::from_secs(1) }, 429),
+            (HttpError::TooManyStreams { max: 1 }, 429),
+            (HttpError::UnknownProject("x".into()), 404),
+            (HttpError::NoProject, 404),
+            (HttpError::NotGranted { user: "a".into(), project: "b".into() }, 403),
+            (HttpError::Forbidden("no".into()), 403),
+            (HttpError::UpstreamUnavailable { project: "web".into(), reason: "connection refused".into() }, 502),
+            (HttpError::UpstreamRejectedCredential { project: "web".into() }, 502),
+            (HttpError::UpstreamTimeout { project: "web".into(), secs: Duration::from_secs(5) }, 504),
+            (HttpError::UpstreamStarting { project: "web".into(), reason: "starting".into() }, 503),
+            (HttpError::PayloadTooLarge { max: 1 }, 413),
+            (HttpError::UriTooLong { max: 1 }, 414),
+            (HttpError::BadRequest("x".into()), 400),
+        ];
+        for (e, status) in cases {
+            assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn responses_carry_the_headers_clients_need() {
+        let r = HttpError::Unauthenticated.into_response();
+        assert_eq!(r.headers()[header::WWW_AUTHENTICATE], REALM);
+        let r = HttpError::LoginLimited { retry_after: Duration::from_millis(1500), reason: "address" }.into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        let e = HttpError::UpstreamUnavailable { project: "web".into(), reason: "connection refused".into() };
+        assert!(e.to_string().contains("web") && e.to_string().contains("connection refused"));
+    }
+}

@@ -1,0 +1,148 @@
+//! opencode-gateway: a secure remote-access gateway for OpenCode servers.
+//!
+//! # Layout
+//! - `config/`: the TOML file (`file`), its validation into `Settings` (`validate`), secrets, and
+//!   comment-keeping edits (`edit`).
+//! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
+//! - `http/`: the HTTP core that serves any byte stream (`mod`), the request pipeline
+//!   (`pipeline`), errors and their statuses (`error`), the streaming response body (`body`).
+//! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
+//!   PTY tickets. `authz`: roles × routes. `origin`: browser origin checks.
+//! - `route` (host/path → project), `rewrite` (headers and query, pure), `pin` (directory
+//!   pinning), `upstream` (pooled client), `supervise` (spawned `opencode serve` per project).
+//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
+//!   `ratelimit`, `devcert`, `telemetry`, `commands/` (the CLI's work).
+//!
+//! # Request flow
+//! TCP accept → per-address slot → TLS handshake (timeout) or SSH channel → hyper (HTTP/1.1, h2,
+//! upgrades) → identify (cache, then login limiter, then argon2) → route → authorize (role ×
+//! route) → origin check → rate limit → pin directory → rewrite → upstream (pooled) → stream the
+//! response back unbuffered, or splice a WebSocket → one access-log line when the body ends.
+
+pub mod admin;
+pub mod auth;
+pub mod authz;
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod devcert;
+pub mod endpoint;
+pub mod gateway;
+pub mod http;
+pub mod listen;
+pub mod origin;
+pub mod query;
+pub mod ratelimit;
+pub mod reload;
+pub mod rewrite;
+pub mod route;
+pub mod ssh;
+pub mod state;
+pub mod supervise;
+pub mod telemetry;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+use crate::gateway::Gateway;
+
+/// A started gateway: its bound addresses (ports may have been 0) and its runtime.
+pub struct Running {
+    pub https: SocketAddr,
+    pub admin: Option<SocketAddr>,
+    pub ssh: Option<SocketAddr>,
+    pub project_ports: Vec<(String, SocketAddr)>,
+    pub gateway: Arc<Gateway>,
+}
+
+/// Bind every listener and start serving. Fails before serving anything if a listener or the TLS
+/// configuration cannot be set up.
+pub async fn start(settings: Settings) -> anyhow::Result<Running> {
+    let tls = listen::tls::server_config(&settings.tls)?;
+    let config_path = settings.path.clone();
+    let https = bind(settings.server.listen, "server.listen").await?;
+    let admin = match &settings.admin {
+        Some(a) => Some(bind(a.listen, "admin.listen").await?),
+        None => None,
+    };
+    let ssh = match &settings.ssh {
+        Some(s) => Some((bind(s.listen, "ssh.listen").await?, s.clone())),
+        None => None,
+    };
+    let mut project_listeners = Vec::new();
+    for p in &settings.projects {
+        if let Some(addr) = p.listen {
+            project_listeners.push((p.name.clone(), bind(addr, "project.listen").await?));
+        }
+    }
+    let gw = Gateway::new(settings, tls)?;
+    let running = Running {
+        https: https.local_addr()?,
+        admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,
+        ssh: ssh.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
+        project_ports: project_listeners
+            .iter()
+            .map(|(n, l)| Ok((n.clone(), l.local_addr()?)))
+            .collect::<std::io::Result<_>>()?,
+        gateway: gw.clone(),
+    };
+    tokio::spawn(listen::serve_tls(gw.clone(), https, None));
+    for (name, l) in project_listeners {
+        tokio::spawn(listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
+    }
+    if let Some(l) = admin {
+        tokio::spawn(admin::serve(gw.clone(), l, config_path));
+    }
+    if let Some((_l, _ssh_settings)) = ssh {
+        anyhow::bail!("SSH_NOT_YET");
+    }
+    // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity.
+    let janitor = gw.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => janitor.limiters.purge(),
+                _ = janitor.shutdown.cancelled() => break,
+            }
+        }
+    });
+    Ok(running)
+}
+
+async fn bind(addr: SocketAddr, key: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("{key}: cannot listen on {addr} (is another process using it?)"))
+}
+
+impl Running {
+    /// Stop accepting, let requests and streams finish until the drain deadline, cut the rest,
+    /// and stop spawned servers.
+    pub async fn stop(self) {
+        let gw = self.gateway;
+        gw.shutdown.cancel();
+        gw.tasks.close();
+        let drained = tokio::time::timeout(gw.limits.drain_timeout, gw.tasks.wait()).await.is_ok();
+        if !drained {
+            tracing::info!(deadline_s = gw.limits.drain_timeout.as_secs(), "drain deadline reached: closing the remaining connections");
+            gw.abort.cancel();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
+        }
+        gw.supervisor.stop_all().await;
+    }
+}
+
+/// Run until `shutdown` is cancelled, then drain.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let running = start(settings).await?;
+    shutdown.cancelled().await;
+    running.stop().await;
+    Ok(())
+}

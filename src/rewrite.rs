@@ -1,0 +1,226 @@
+//! What changes between the client's request and the upstream's, and back. Pure functions on
+//! header maps and query strings, edited in place (no copy of the header map per request).
+//!
+//! Towards the upstream: hop-by-hop headers go, the client's credentials go (the Authorization
+//! header and `?auth_token=`), forwarding headers are set fresh, the upstream's own credential is
+//! injected, and `Host`/`Origin` name the upstream so OpenCode's same-origin checks (PTY connect
+//! tokens) see a consistent, local request. The gateway has already checked the client's Origin.
+
+use std::borrow::Cow;
+use std::net::IpAddr;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+
+/// Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus the proxy ones.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Forwarding headers a client could forge; only the gateway sets them.
+const FORWARDING: [HeaderName; 5] = [
+    HeaderName::from_static("forwarded"),
+    HeaderName::from_static("x-forwarded-for"),
+    HeaderName::from_static("x-forwarded-proto"),
+    HeaderName::from_static("x-forwarded-host"),
+    HeaderName::from_static("x-real-ip"),
+];
+
+/// Query parameters that carry a credential for the gateway; never forwarded, never logged.
+pub fn is_credential_param(name: &str) -> bool {
+    name == "auth_token"
+}
+
+pub struct Forward<'a> {
+    /// The client address as the gateway determined it (after trusted proxies).
+    pub client_ip: IpAddr,
+    /// `https` for TLS, `http` for SSH channels.
+    pub proto: &'static str,
+    /// The host the client asked for.
+    pub original_host: Option<&'a str>,
+    pub upstream_authority: &'a str,
+    /// `Basic …` for the upstream, when it has a password.
+    pub upstream_auth: Option<&'a HeaderValue>,
+    /// For an upgrade: the protocol to ask the upstream for (`websocket`).
+    pub upgrade: Option<HeaderValue>,
+}
+
+/// Remove hop-by-hop headers, including any the Connection header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
+    strip_hop_by_hop(headers);
+    headers.remove(header::AUTHORIZATION);
+    for name in &FORWARDING {
+        headers.remove(name);
+    }
+    if let Ok(v) = HeaderValue::from_str(&f.client_ip.to_string()) {
+        headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+    }
+    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(f.proto));
+    if let Some(host) = f.original_host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+    }
+    if let Ok(host) = HeaderValue::from_str(f.upstream_authority) {
+        headers.insert(header::HOST, host);
+    }
+    if headers.contains_key(header::ORIGIN)
+        && let Ok(origin) = HeaderValue::from_str(&format!("http://{}", f.upstream_authority))
+    {
+        headers.insert(header::ORIGIN, origin);
+    }
+    if let Some(auth) = f.upstream_auth {
+        headers.insert(header::AUTHORIZATION, auth.clone());
+    }
+    if let Some(proto) = &f.upgrade {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, proto.clone());
+    }
+}
+
+/// Response headers back to the client. For a 101, the Upgrade pair is kept.
+pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
+    let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
+    strip_hop_by_hop(headers);
+    headers.remove(header::WWW_AUTHENTICATE);
+    if let Some(proto) = proto {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, proto);
+    }
+}
+
+/// The query to send upstream: the client's, without gateway credentials.
+pub fn upstream_query(query: Option<&str>) -> Option<Cow<'_, str>> {
+    let q = query?;
+    if !crate::query::pairs(q).any(|(n, _)| is_credential_param(&n)) {
+        return Some(Cow::Borrowed(q));
+    }
+    crate::query::without(q, is_credential_param).map(Cow::Owned)
+}
+
+/// A query fit for logs: credential-like parameter values replaced.
+pub fn loggable_query(query: &str) -> Cow<'_, str> {
+    const SECRET: [&str; 5] = ["auth_token", "ticket", "token", "password", "key"];
+    if !crate::query::pairs(query).any(|(n, _)| SECRET.contains(&n.as_ref())) {
+        return Cow::Borrowed(query);
+    }
+    let parts: Vec<String> = crate::query::pairs(query)
+        .map(|(n, pair)| {
+            if SECRET.contains(&n.as_ref()) {
+                format!("{n}=<redacted>")
+            } else {
+                pair.to_string()
+            }
+        })
+        .collect();
+    Cow::Owned(parts.join("&"))
+}
+
+/// Is this request asking to switch protocols (WebSocket)?
+pub fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+    let wants = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !wants {
+        return None;
+    }
+    headers.get(header::UPGRADE).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forward<'a>(auth: Option<&'a HeaderValue>) -> Forward<'a> {
+        Forward {
+            client_ip: "192.0.2.7".parse().unwrap(),
+            proto: "https",
+            original_host: Some("web.gw.localhost:8443"),
+            upstream_authority: "127.0.0.1:4096",
+            upstream_auth: auth,
+            upgrade: None,
+        }
+    }
+
+    #[test]
+    fn client_credentials_and_forged_forwarding_never_pass() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
+        h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
+        h.insert("forwarded", HeaderValue::from_static("for=1.2.3.4"));
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("drop me"));
+        h.insert(header::ORIGIN, HeaderValue::from_static("https://web.gw.localhost:8443"));
+        h.insert("x-opencode-directory", HeaderValue::from_static("/x"));
+        let up = HeaderValue::from_static("Basic b3BlbmNvZGU6dXBzdHJlYW0=");
+        request_headers(&mut h, &forward(Some(&up)));
+        assert_eq!(h.get(header::AUTHORIZATION), Some(&up));
+        assert_eq!(h.get("x-forwarded-for").unwrap(), "192.0.2.7");
+        assert_eq!(h.get("x-forwarded-proto").unwrap(), "https");
+        assert_eq!(h.get("x-forwarded-host").unwrap(), "web.gw.localhost:8443");
+        assert_eq!(h.get(header::HOST).unwrap(), "127.0.0.1:4096");
+        assert_eq!(h.get(header::ORIGIN).unwrap(), "http://127.0.0.1:4096");
+        assert!(h.get("forwarded").is_none() && h.get("x-secret").is_none() && h.get(header::CONNECTION).is_none());
+        assert!(h.get("x-opencode-directory").is_some(), "end-to-end headers pass");
+    }
+
+    #[test]
+    fn without_an_upstream_password_no_authorization_is_sent() {
+        let mut h = HeaderMap::new();
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
+        request_headers(&mut h, &forward(None));
+        assert!(h.get(header::AUTHORIZATION).is_none());
+    }
+
+    #[test]
+    fn upgrades_keep_their_protocol() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        let proto = upgrade_protocol(&h).unwrap();
+        let mut f = forward(None);
+        f.upgrade = Some(proto);
+        request_headers(&mut h, &f);
+        assert_eq!(h.get(header::UPGRADE).unwrap(), "websocket");
+        assert_eq!(h.get(header::CONNECTION).unwrap(), "upgrade");
+        let mut resp = HeaderMap::new();
+        resp.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        resp.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        resp.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=x"));
+        response_headers(&mut resp, true);
+        assert_eq!(resp.get(header::UPGRADE).unwrap(), "websocket");
+        assert!(resp.get(header::WWW_AUTHENTICATE).is_none());
+    }
+
+    #[test]
+    fn auth_token_is_removed_however_it_is_spelled() {
+        assert_eq!(upstream_query(Some("a=1&auth_token=x")).as_deref(), Some("a=1"));
+        assert_eq!(upstream_query(Some("auth%5Ftoken=x&b=2")).as_deref(), Some("b=2"));
+        assert_eq!(upstream_query(Some("auth_token=x")), None);
+        assert_eq!(upstream_query(Some("directory=%2Ftmp")).as_deref(), Some("directory=%2Ftmp"));
+        assert_eq!(loggable_query("a=1&ticket=abc&auth_token=zzz"), "a=1&ticket=<redacted>&auth_token=<redacted>");
+    }
+}

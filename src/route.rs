@@ -1,0 +1,134 @@
+//! Which project a request is for, from (in this order) the front door it came through (a project's
+//! own port or an SSH forward), its host (`<project>.<base_domain>`), its path (`/p/<project>/…`,
+//! prefix stripped), or the only project there is. Pure: no I/O, no state.
+
+/// Where a request goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// A configured project, and the path to send upstream (prefix stripped).
+    Project { name: &'a str, path: &'a str },
+    /// It names a project that does not exist.
+    Unknown(&'a str),
+    /// It names no project, and there is more than one.
+    None,
+}
+
+pub struct RouteInput<'a> {
+    /// The project a listener or SSH channel is bound to.
+    pub bound: Option<&'a str>,
+    /// The Host header or `:authority`, possibly with a port.
+    pub host: Option<&'a str>,
+    pub path: &'a str,
+}
+
+pub fn route<'a>(
+    input: &RouteInput<'a>,
+    base_domain: Option<&str>,
+    is_project: impl Fn(&str) -> bool,
+    only_project: Option<&'a str>,
+) -> Route<'a> {
+    let path = if input.path.is_empty() { "/" } else { input.path };
+    if let Some(bound) = input.bound {
+        return Route::Project { name: bound, path };
+    }
+    if let (Some(host), Some(domain)) = (input.host, base_domain)
+        && let Some(label) = host_label(host, domain)
+    {
+        return if is_project(label) {
+            Route::Project { name: label, path }
+        } else {
+            Route::Unknown(label)
+        };
+    }
+    if let Some(rest) = path.strip_prefix("/p/") {
+        let (name, tail) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        return if is_project(name) {
+            Route::Project { name, path: tail }
+        } else {
+            Route::Unknown(name)
+        };
+    }
+    match only_project {
+        Some(name) => Route::Project { name, path },
+        None => Route::None,
+    }
+}
+
+/// `web` from `web.gw.localhost:8443` when the base domain is `gw.localhost`. Host names compare
+/// case-insensitively; a name with more labels than one below the base domain is not a project.
+fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
+    let host = strip_port(host);
+    if host.len() <= domain.len() + 1 {
+        return None;
+    }
+    let (label, rest) = host.split_at(host.len() - domain.len() - 1);
+    if !rest.starts_with('.') || !rest[1..].eq_ignore_ascii_case(domain) || label.contains('.') {
+        return None;
+    }
+    // Project names are lower-case; a host label is compared as the browser sends it, lower-cased.
+    if label.bytes().any(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    Some(label)
+}
+
+/// The host without its port (`[::1]:8443` → `[::1]`).
+pub fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    match host.rsplit_once(':') {
+        Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r<'a>(bound: Option<&'a str>, host: Option<&'a str>, path: &'a str, only: Option<&'a str>) -> Route<'a> {
+        route(
+            &RouteInput { bound, host, path },
+            Some("gw.localhost"),
+            |n| n == "web" || n == "api",
+            only,
+        )
+    }
+
+    #[test]
+    fn path_prefix_is_stripped() {
+        assert_eq!(r(None, None, "/p/web/session", None), Route::Project { name: "web", path: "/session" });
+        assert_eq!(r(None, None, "/p/web", None), Route::Project { name: "web", path: "/" });
+        assert_eq!(r(None, None, "/p/web/", None), Route::Project { name: "web", path: "/" });
+        assert_eq!(r(None, None, "/p/nope/x", None), Route::Unknown("nope"));
+        assert_eq!(r(None, None, "/session", None), Route::None);
+    }
+
+    #[test]
+    fn host_routes_the_web_ui() {
+        assert_eq!(r(None, Some("web.gw.localhost:8443"), "/assets/a.js", None), Route::Project { name: "web", path: "/assets/a.js" });
+        assert_eq!(r(None, Some("api.GW.localhost"), "/", None), Route::Project { name: "api", path: "/" });
+        assert_eq!(r(None, Some("x.web.gw.localhost"), "/", None), Route::None);
+        assert_eq!(r(None, Some("nope.gw.localhost"), "/", None), Route::Unknown("nope"));
+        assert_eq!(r(None, Some("gw.localhost"), "/p/api/x", None), Route::Project { name: "api", path: "/x" });
+        assert_eq!(r(None, Some("evilgw.localhost"), "/", None), Route::None);
+    }
+
+    #[test]
+    fn a_bound_front_door_wins_and_a_single_project_takes_the_rest() {
+        assert_eq!(r(Some("api"), Some("web.gw.localhost"), "/p/web/x", None), Route::Project { name: "api", path: "/p/web/x" });
+        assert_eq!(r(None, Some("127.0.0.1:8443"), "/global/event", Some("web")), Route::Project { name: "web", path: "/global/event" });
+    }
+
+    #[test]
+    fn ports_are_stripped_from_hosts() {
+        assert_eq!(strip_port("a.b:80"), "a.b");
+        assert_eq!(strip_port("[::1]:8443"), "[::1]");
+        assert_eq!(strip_port("[::1]"), "[::1]");
+        assert_eq!(strip_port("a.b"), "a.b");
+    }
+}

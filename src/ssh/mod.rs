@@ -1,0 +1,3 @@
+//! The SSH front door.
+
+pub mod keys;

@@ -1,0 +1,135 @@
+//! The client side: one pooled keep-alive HTTP/1.1 client for every OpenCode server, and the request
+//! body that streams the client's upload to it, bounded in size.
+
+use std::error::Error as StdError;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+
+/// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; the pool lets go first
+/// so a request never lands on a socket the server is closing.
+const POOL_IDLE: Duration = Duration::from_secs(4);
+
+pub fn client(connect_timeout: Duration) -> UpstreamClient {
+    let mut http = HttpConnector::new();
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    http.enforce_http(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .pool_max_idle_per_host(256)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(http)
+}
+
+/// A request body on its way upstream.
+pub enum UpstreamBody {
+    Empty,
+    Full(Option<Bytes>),
+    Client { body: Incoming, remaining: u64 },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("the request body is larger than the gateway allows")]
+pub struct BodyTooLarge;
+
+impl UpstreamBody {
+    /// The client's body, cut off with an error once it passes `max` bytes.
+    pub fn client(body: Incoming, max: u64) -> Self {
+        UpstreamBody::Client { body, remaining: max }
+    }
+}
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            UpstreamBody::Empty => Poll::Ready(None),
+            UpstreamBody::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
+            UpstreamBody::Client { body, remaining } => match Pin::new(body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        let n = data.len() as u64;
+                        if n > *remaining {
+                            return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
+                        }
+                        *remaining -= n;
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                other => other.map(|_| None),
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            UpstreamBody::Empty => true,
+            UpstreamBody::Full(d) => d.is_none(),
+            UpstreamBody::Client { body, .. } => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            UpstreamBody::Empty => SizeHint::with_exact(0),
+            UpstreamBody::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |b| b.len() as u64)),
+            UpstreamBody::Client { body, .. } => body.size_hint(),
+        }
+    }
+}
+
+/// A short, secret-free reason for a failed upstream request, for the 502 message and the log.
+pub fn describe(err: &(dyn StdError + 'static)) -> String {
+    let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
+    let mut last = err.to_string();
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+                std::io::ErrorKind::TimedOut => "connection timed out".into(),
+                std::io::ErrorKind::ConnectionReset => "connection reset".into(),
+                _ => io.to_string(),
+            };
+        }
+        if e.downcast_ref::<BodyTooLarge>().is_some() {
+            return BodyTooLarge.to_string();
+        }
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && h.is_incomplete_message()
+        {
+            return "the connection closed before a response".into();
+        }
+        last = e.to_string();
+        cur = e.source();
+    }
+    if last.contains("timed out") || last.contains("timeout") {
+        return "connection timed out".into();
+    }
+    last
+}
+
+/// Was the request refused because the client's body was too large?
+pub fn is_body_too_large(err: &(dyn StdError + 'static)) -> bool {
+    let mut cur = Some(err);
+    while let Some(e) = cur {
+        if e.downcast_ref::<BodyTooLarge>().is_some() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
