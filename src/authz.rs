@@ -201,9 +201,33 @@ pub const ROUTES: &[(&str, &str, Class)] = &[
 
 /// First path segments that belong to OpenCode's API: an unknown route under them is refused.
 const API_ROOTS: &[&str] = &[
-    "agent", "api", "auth", "command", "config", "doc", "event", "experimental", "file", "find", "formatter", "global",
-    "instance", "log", "lsp", "mcp", "path", "permission", "project", "provider", "pty", "question", "session", "skill",
-    "sync", "tui", "vcs",
+    "agent",
+    "api",
+    "auth",
+    "command",
+    "config",
+    "doc",
+    "event",
+    "experimental",
+    "file",
+    "find",
+    "formatter",
+    "global",
+    "instance",
+    "log",
+    "lsp",
+    "mcp",
+    "path",
+    "permission",
+    "project",
+    "provider",
+    "pty",
+    "question",
+    "session",
+    "skill",
+    "sync",
+    "tui",
+    "vcs",
 ];
 
 fn matches(pattern: &str, path: &str) -> bool {
@@ -223,7 +247,11 @@ fn matches(pattern: &str, path: &str) -> bool {
 /// The class of a request, or `None` for an API route the gateway does not know.
 pub fn classify(method: &Method, path: &str) -> Option<Class> {
     // HEAD reads what GET reads; OPTIONS (CORS preflight) reads nothing.
-    let m = if method == Method::HEAD { "GET" } else { method.as_str() };
+    let m = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
     if method == Method::OPTIONS {
         return Some(Read);
     }
@@ -247,7 +275,9 @@ pub fn check(role: Role, method: &Method, path: &str) -> Result<(), HttpError> {
             class.least_role().as_str(),
             role.as_str()
         ))),
-        None => Err(HttpError::Forbidden(format!("{method} {path} is not a route the gateway allows"))),
+        None => Err(HttpError::Forbidden(format!(
+            "{method} {path} is not a route the gateway allows"
+        ))),
     }
 }
 
@@ -286,7 +316,10 @@ mod tests {
         assert_eq!(classify(&Method::GET, "/session/ses_1/new-thing"), None);
         assert_eq!(classify(&Method::GET, "/"), Some(Read));
         assert_eq!(classify(&Method::GET, "/assets/index-abc.js"), Some(Read));
-        assert_eq!(classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"), Some(Read));
+        assert_eq!(
+            classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"),
+            Some(Read)
+        );
         assert_eq!(classify(&Method::POST, "/assets/x"), None);
     }
 }

@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser, Debug)]
-#[command(name = "opencode-gateway", version, about = "A secure remote-access gateway for OpenCode servers")]
+#[command(
+    name = "opencode-gateway",
+    version,
+    about = "A secure remote-access gateway for OpenCode servers"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

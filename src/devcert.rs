@@ -9,8 +9,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -76,7 +76,11 @@ fn ca_params() -> CertificateParams {
     dn.push(DnType::OrganizationName, "opencode-gateway");
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     params
 }
 
@@ -106,7 +110,9 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(names.to_vec())?;
     params.distinguished_name = DistinguishedName::new();
-    params.distinguished_name.push(DnType::CommonName, "opencode-gateway dev server");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "opencode-gateway dev server");
     params.not_before = now - Duration::days(1);
     params.not_after = now + Duration::days(397);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -139,18 +145,31 @@ mod tests {
     #[test]
     fn makes_a_ca_and_a_server_cert_with_private_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
+        let paths = DevCertPaths::beside(
+            &dir.path().join("server.crt"),
+            &dir.path().join("server.key"),
+        );
         let names = server_names(Some("gw.localhost"), &["demo".into()]);
-        assert!(names.contains(&"*.gw.localhost".to_string()) && names.contains(&"demo.gw.localhost".to_string()));
+        assert!(
+            names.contains(&"*.gw.localhost".to_string())
+                && names.contains(&"demo.gw.localhost".to_string())
+        );
         assert!(ensure(&paths, &names).unwrap());
         for key in [&paths.key, &paths.ca_key] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
         }
         let ca_before = std::fs::read(&paths.ca_cert).unwrap();
-        assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");
+        assert!(
+            !ensure(&paths, &names).unwrap(),
+            "nothing to do the second time"
+        );
         std::fs::remove_file(&paths.cert).unwrap();
         assert!(ensure(&paths, &names).unwrap());
-        assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca_before, "the CA is kept");
+        assert_eq!(
+            std::fs::read(&paths.ca_cert).unwrap(),
+            ca_before,
+            "the CA is kept"
+        );
     }
 }

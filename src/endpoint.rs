@@ -4,7 +4,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
 
+use std::sync::Arc;
+
 use crate::config::Secret;
+use crate::redact::Redactor;
 
 #[derive(Debug)]
 pub struct Endpoint {
@@ -12,16 +15,29 @@ pub struct Endpoint {
     pub authority: String,
     /// `Basic base64(user:password)`, marked sensitive so hyper never logs it.
     pub auth: Option<HeaderValue>,
+    /// Finds the credential if the upstream ever sends it back.
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl Endpoint {
     pub fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
-        let auth = password.map(|p| {
-            let mut v = HeaderValue::from_str(&format!("Basic {}", STANDARD.encode(format!("{username}:{}", p.expose()))))
+        let token = password.map(|p| STANDARD.encode(format!("{username}:{}", p.expose())));
+        let auth = token.as_ref().map(|t| {
+            let mut v = HeaderValue::from_str(&format!("Basic {t}"))
                 .expect("base64 is a valid header value");
             v.set_sensitive(true);
             v
         });
-        Endpoint { authority, auth }
+        let redactor = match (password, &token) {
+            (Some(p), Some(t)) => {
+                Redactor::new(&[p.expose().as_bytes(), t.as_bytes()]).map(Arc::new)
+            }
+            _ => None,
+        };
+        Endpoint {
+            authority,
+            auth,
+            redactor,
+        }
     }
 }

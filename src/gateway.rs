@@ -105,10 +105,14 @@ impl Gateway {
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let old = self.state();
         if settings.server.listen != old.settings.server.listen
-            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
-            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
+            || settings.admin.as_ref().map(|a| a.listen)
+                != old.settings.admin.as_ref().map(|a| a.listen)
+            || settings.ssh.as_ref().map(|s| s.listen)
+                != old.settings.ssh.as_ref().map(|s| s.listen)
         {
-            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
+            tracing::warn!(
+                "listen addresses changed: they apply after a restart; everything else applies now"
+            );
         }
         if format!("{:?}", settings.limits) != format!("{:?}", self.limits) {
             tracing::warn!("[limits] changed: they apply after a restart");
@@ -132,7 +136,9 @@ impl Gateway {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = String::new();
         let mut line = |name: &str, kind: &str, value: u64| {
-            out.push_str(&format!("# TYPE opencode_gateway_{name} {kind}\nopencode_gateway_{name} {value}\n"));
+            out.push_str(&format!(
+                "# TYPE opencode_gateway_{name} {kind}\nopencode_gateway_{name} {value}\n"
+            ));
         };
         line("requests_total", "counter", g(&m.requests));
         line("responses_2xx_total", "counter", g(&m.responses_2xx));
@@ -141,14 +147,34 @@ impl Gateway {
         line("responses_5xx_total", "counter", g(&m.responses_5xx));
         line("auth_failures_total", "counter", g(&m.auth_failures));
         line("login_limited_total", "counter", g(&m.login_limited));
-        line("argon2_verifications_total", "counter", c.runs.load(Ordering::SeqCst));
-        line("argon2_running", "gauge", c.running.load(Ordering::SeqCst) as u64);
-        line("argon2_peak_running", "gauge", c.peak_running.load(Ordering::SeqCst) as u64);
+        line(
+            "argon2_verifications_total",
+            "counter",
+            c.runs.load(Ordering::SeqCst),
+        );
+        line(
+            "argon2_running",
+            "gauge",
+            c.running.load(Ordering::SeqCst) as u64,
+        );
+        line(
+            "argon2_peak_running",
+            "gauge",
+            c.peak_running.load(Ordering::SeqCst) as u64,
+        );
         line("auth_cache_entries", "gauge", self.cache.len() as u64);
         line("connections_total", "counter", g(&m.connections));
         line("connections_open", "gauge", self.connections.total());
-        line("connections_refused_total", "counter", g(&m.connections_refused));
-        line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
+        line(
+            "connections_refused_total",
+            "counter",
+            g(&m.connections_refused),
+        );
+        line(
+            "tls_handshake_failures_total",
+            "counter",
+            g(&m.tls_handshake_failures),
+        );
         line("streams_open", "gauge", self.streams.total());
         line("reloads_total", "counter", g(&m.reloads));
         line("reload_failures_total", "counter", g(&m.reload_failures));

@@ -33,6 +33,7 @@ pub mod listen;
 pub mod origin;
 pub mod query;
 pub mod ratelimit;
+pub mod redact;
 pub mod reload;
 pub mod rewrite;
 pub mod route;
@@ -129,9 +130,14 @@ impl Running {
         let gw = self.gateway;
         gw.shutdown.cancel();
         gw.tasks.close();
-        let drained = tokio::time::timeout(gw.limits.drain_timeout, gw.tasks.wait()).await.is_ok();
+        let drained = tokio::time::timeout(gw.limits.drain_timeout, gw.tasks.wait())
+            .await
+            .is_ok();
         if !drained {
-            tracing::info!(deadline_s = gw.limits.drain_timeout.as_secs(), "drain deadline reached: closing the remaining connections");
+            tracing::info!(
+                deadline_s = gw.limits.drain_timeout.as_secs(),
+                "drain deadline reached: closing the remaining connections"
+            );
             gw.abort.cancel();
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
         }

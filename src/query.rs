@@ -15,18 +15,16 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> Cow<'_, str> {
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push(h << 4 | l);
-                        i += 3;
-                    }
-                    _ => {
-                        out.push(b'%');
-                        i += 1;
-                    }
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h << 4 | l);
+                    i += 3;
                 }
-            }
+                _ => {
+                    out.push(b'%');
+                    i += 1;
+                }
+            },
             b'+' if plus_is_space => {
                 out.push(b' ');
                 i += 1;
@@ -97,7 +95,10 @@ mod tests {
     #[test]
     fn filters_by_decoded_name() {
         let q = "a=1&auth%5ftoken=x&b=2&auth_token=y";
-        assert_eq!(without(q, |n| n == "auth_token").as_deref(), Some("a=1&b=2"));
+        assert_eq!(
+            without(q, |n| n == "auth_token").as_deref(),
+            Some("a=1&b=2")
+        );
         assert_eq!(without("auth_token=x", |n| n == "auth_token"), None);
         assert_eq!(get(q, "auth_token").as_deref(), Some("x"));
         assert_eq!(get("x=%2Fetc", "x").as_deref(), Some("/etc"));

@@ -63,9 +63,12 @@ impl Limiters<DefaultClock> {
 
 impl<C: Clock + Clone> Limiters<C> {
     pub fn with_clock(limits: &Limits, clock: C) -> Self {
-        let login_ip = Quota::per_minute(nz(limits.auth_failures_per_minute)).allow_burst(nz(limits.auth_failure_burst));
-        let login_user = Quota::per_minute(nz(limits.user_failures_per_minute)).allow_burst(nz(limits.user_failure_burst));
-        let requests = Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
+        let login_ip = Quota::per_minute(nz(limits.auth_failures_per_minute))
+            .allow_burst(nz(limits.auth_failure_burst));
+        let login_user = Quota::per_minute(nz(limits.user_failures_per_minute))
+            .allow_burst(nz(limits.user_failure_burst));
+        let requests =
+            Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
         Limiters {
             login_by_address: RateLimiter::dashmap_with_clock(login_ip, clock.clone()),
             login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()),
@@ -85,10 +88,14 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Spend one login attempt (one argon2 run) for this address and user name, or refuse it.
     pub fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
         let ip = address_key(ip);
-        self.login_by_address.check_key(&ip).map_err(|n| self.denied(n, "address"))?;
+        self.login_by_address
+            .check_key(&ip)
+            .map_err(|n| self.denied(n, "address"))?;
         if !self.is_known_good(ip, user) {
             let user: Arc<str> = user.into();
-            self.login_by_user.check_key(&user).map_err(|n| self.denied(n, "user"))?;
+            self.login_by_user
+                .check_key(&user)
+                .map_err(|n| self.denied(n, "user"))?;
         }
         Ok(())
     }
@@ -102,17 +109,24 @@ impl<C: Clock + Clone> Limiters<C> {
                 known.clear();
             }
         }
-        known.insert((address_key(ip), user.clone()), Instant::now() + KNOWN_GOOD_FOR);
+        known.insert(
+            (address_key(ip), user.clone()),
+            Instant::now() + KNOWN_GOOD_FOR,
+        );
     }
 
     fn is_known_good(&self, ip: IpAddr, user: &str) -> bool {
         let known = self.known_good.lock().unwrap_or_else(|e| e.into_inner());
-        known.get(&(ip, Arc::from(user))).is_some_and(|until| *until > Instant::now())
+        known
+            .get(&(ip, Arc::from(user)))
+            .is_some_and(|until| *until > Instant::now())
     }
 
     /// One request by an authenticated user.
     pub fn request(&self, user: &Arc<str>) -> Result<(), Denied> {
-        self.requests_by_user.check_key(user).map_err(|n| self.denied(n, "rate"))
+        self.requests_by_user
+            .check_key(user)
+            .map_err(|n| self.denied(n, "rate"))
     }
 
     /// Forget keys whose budget is full again, so the maps only hold recent activity.
@@ -124,7 +138,10 @@ impl<C: Clock + Clone> Limiters<C> {
         self.login_by_user.shrink_to_fit();
         self.requests_by_user.shrink_to_fit();
         let now = Instant::now();
-        self.known_good.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, until| *until > now);
+        self.known_good
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, until| *until > now);
     }
 }
 
@@ -162,11 +179,21 @@ impl<K: Hash + Eq + Clone> Slots<K> {
     }
 
     pub fn count(&self, key: &K) -> u32 {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner()).get(key).copied().unwrap_or(0)
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn total(&self) -> u64 {
-        self.counts.lock().unwrap_or_else(|e| e.into_inner()).values().map(|&n| u64::from(n)).sum()
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|&n| u64::from(n))
+            .sum()
     }
 }
 
@@ -216,7 +243,9 @@ mod tests {
         }
         let denied = l.login_attempt(a, "x").unwrap_err();
         assert_eq!(denied.reason, "address");
-        assert!(denied.retry_after > Duration::ZERO && denied.retry_after <= Duration::from_secs(10));
+        assert!(
+            denied.retry_after > Duration::ZERO && denied.retry_after <= Duration::from_secs(10)
+        );
         // Another address is not affected.
         l.login_attempt("127.0.0.3".parse().unwrap(), "x").unwrap();
         clock.advance(Duration::from_secs(10));
@@ -232,12 +261,19 @@ mod tests {
         l.login_succeeded(home, &"alice".into());
         // The user budget (5) already paid for the login from home.
         for i in 0..4u8 {
-            l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice").unwrap();
+            l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice")
+                .unwrap();
         }
-        let denied = l.login_attempt("10.0.1.1".parse().unwrap(), "alice").unwrap_err();
+        let denied = l
+            .login_attempt("10.0.1.1".parse().unwrap(), "alice")
+            .unwrap_err();
         assert_eq!(denied.reason, "user");
-        assert!(denied.retry_after <= Duration::from_secs(1), "a bounded wait, not a lock");
-        l.login_attempt(home, "alice").expect("the owner's address is exempt from the user budget");
+        assert!(
+            denied.retry_after <= Duration::from_secs(1),
+            "a bounded wait, not a lock"
+        );
+        l.login_attempt(home, "alice")
+            .expect("the owner's address is exempt from the user budget");
     }
 
     #[test]
@@ -245,7 +281,10 @@ mod tests {
         let a = address_key("2001:db8::1".parse().unwrap());
         let b = address_key("2001:db8::ffff:1".parse().unwrap());
         assert_eq!(a, b);
-        assert_eq!(address_key("::ffff:10.0.0.1".parse().unwrap()), "10.0.0.1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            address_key("::ffff:10.0.0.1".parse().unwrap()),
+            "10.0.0.1".parse::<IpAddr>().unwrap()
+        );
     }
 
     #[test]

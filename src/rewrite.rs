@@ -77,7 +77,10 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     if let Ok(v) = HeaderValue::from_str(&f.client_ip.to_string()) {
         headers.insert(HeaderName::from_static("x-forwarded-for"), v);
     }
-    headers.insert(HeaderName::from_static("x-forwarded-proto"), HeaderValue::from_static(f.proto));
+    headers.insert(
+        HeaderName::from_static("x-forwarded-proto"),
+        HeaderValue::from_static(f.proto),
+    );
     if let Some(host) = f.original_host.and_then(|h| HeaderValue::from_str(h).ok()) {
         headers.insert(HeaderName::from_static("x-forwarded-host"), host);
     }
@@ -100,7 +103,9 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
 
 /// Response headers back to the client. For a 101, the Upgrade pair is kept.
 pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
-    let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
+    let proto = upgrade
+        .then(|| headers.get(header::UPGRADE).cloned())
+        .flatten();
     strip_hop_by_hop(headers);
     headers.remove(header::WWW_AUTHENTICATE);
     if let Some(proto) = proto {
@@ -168,12 +173,21 @@ mod tests {
     #[test]
     fn client_credentials_and_forged_forwarding_never_pass() {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic YWxpY2U6cHc="),
+        );
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
         h.insert("forwarded", HeaderValue::from_static("for=1.2.3.4"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret"),
+        );
         h.insert("x-secret", HeaderValue::from_static("drop me"));
-        h.insert(header::ORIGIN, HeaderValue::from_static("https://web.gw.localhost:8443"));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://web.gw.localhost:8443"),
+        );
         h.insert("x-opencode-directory", HeaderValue::from_static("/x"));
         let up = HeaderValue::from_static("Basic b3BlbmNvZGU6dXBzdHJlYW0=");
         request_headers(&mut h, &forward(Some(&up)));
@@ -183,14 +197,24 @@ mod tests {
         assert_eq!(h.get("x-forwarded-host").unwrap(), "web.gw.localhost:8443");
         assert_eq!(h.get(header::HOST).unwrap(), "127.0.0.1:4096");
         assert_eq!(h.get(header::ORIGIN).unwrap(), "http://127.0.0.1:4096");
-        assert!(h.get("forwarded").is_none() && h.get("x-secret").is_none() && h.get(header::CONNECTION).is_none());
-        assert!(h.get("x-opencode-directory").is_some(), "end-to-end headers pass");
+        assert!(
+            h.get("forwarded").is_none()
+                && h.get("x-secret").is_none()
+                && h.get(header::CONNECTION).is_none()
+        );
+        assert!(
+            h.get("x-opencode-directory").is_some(),
+            "end-to-end headers pass"
+        );
     }
 
     #[test]
     fn without_an_upstream_password_no_authorization_is_sent() {
         let mut h = HeaderMap::new();
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Basic YWxpY2U6cHc="),
+        );
         request_headers(&mut h, &forward(None));
         assert!(h.get(header::AUTHORIZATION).is_none());
     }
@@ -209,7 +233,10 @@ mod tests {
         let mut resp = HeaderMap::new();
         resp.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         resp.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        resp.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=x"));
+        resp.insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=x"),
+        );
         response_headers(&mut resp, true);
         assert_eq!(resp.get(header::UPGRADE).unwrap(), "websocket");
         assert!(resp.get(header::WWW_AUTHENTICATE).is_none());
@@ -217,10 +244,22 @@ mod tests {
 
     #[test]
     fn auth_token_is_removed_however_it_is_spelled() {
-        assert_eq!(upstream_query(Some("a=1&auth_token=x")).as_deref(), Some("a=1"));
-        assert_eq!(upstream_query(Some("auth%5Ftoken=x&b=2")).as_deref(), Some("b=2"));
+        assert_eq!(
+            upstream_query(Some("a=1&auth_token=x")).as_deref(),
+            Some("a=1")
+        );
+        assert_eq!(
+            upstream_query(Some("auth%5Ftoken=x&b=2")).as_deref(),
+            Some("b=2")
+        );
         assert_eq!(upstream_query(Some("auth_token=x")), None);
-        assert_eq!(upstream_query(Some("directory=%2Ftmp")).as_deref(), Some("directory=%2Ftmp"));
-        assert_eq!(loggable_query("a=1&ticket=abc&auth_token=zzz"), "a=1&ticket=<redacted>&auth_token=<redacted>");
+        assert_eq!(
+            upstream_query(Some("directory=%2Ftmp")).as_deref(),
+            Some("directory=%2Ftmp")
+        );
+        assert_eq!(
+            loggable_query("a=1&ticket=abc&auth_token=zzz"),
+            "a=1&ticket=<redacted>&auth_token=<redacted>"
+        );
     }
 }

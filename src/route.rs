@@ -27,7 +27,11 @@ pub fn route<'a>(
     is_project: impl Fn(&str) -> bool,
     only_project: Option<&'a str>,
 ) -> Route<'a> {
-    let path = if input.path.is_empty() { "/" } else { input.path };
+    let path = if input.path.is_empty() {
+        "/"
+    } else {
+        input.path
+    };
     if let Some(bound) = input.bound {
         return Route::Project { name: bound, path };
     }
@@ -90,7 +94,12 @@ pub fn strip_port(host: &str) -> &str {
 mod tests {
     use super::*;
 
-    fn r<'a>(bound: Option<&'a str>, host: Option<&'a str>, path: &'a str, only: Option<&'a str>) -> Route<'a> {
+    fn r<'a>(
+        bound: Option<&'a str>,
+        host: Option<&'a str>,
+        path: &'a str,
+        only: Option<&'a str>,
+    ) -> Route<'a> {
         route(
             &RouteInput { bound, host, path },
             Some("gw.localhost"),
@@ -101,27 +110,78 @@ mod tests {
 
     #[test]
     fn path_prefix_is_stripped() {
-        assert_eq!(r(None, None, "/p/web/session", None), Route::Project { name: "web", path: "/session" });
-        assert_eq!(r(None, None, "/p/web", None), Route::Project { name: "web", path: "/" });
-        assert_eq!(r(None, None, "/p/web/", None), Route::Project { name: "web", path: "/" });
+        assert_eq!(
+            r(None, None, "/p/web/session", None),
+            Route::Project {
+                name: "web",
+                path: "/session"
+            }
+        );
+        assert_eq!(
+            r(None, None, "/p/web", None),
+            Route::Project {
+                name: "web",
+                path: "/"
+            }
+        );
+        assert_eq!(
+            r(None, None, "/p/web/", None),
+            Route::Project {
+                name: "web",
+                path: "/"
+            }
+        );
         assert_eq!(r(None, None, "/p/nope/x", None), Route::Unknown("nope"));
         assert_eq!(r(None, None, "/session", None), Route::None);
     }
 
     #[test]
     fn host_routes_the_web_ui() {
-        assert_eq!(r(None, Some("web.gw.localhost:8443"), "/assets/a.js", None), Route::Project { name: "web", path: "/assets/a.js" });
-        assert_eq!(r(None, Some("api.GW.localhost"), "/", None), Route::Project { name: "api", path: "/" });
+        assert_eq!(
+            r(None, Some("web.gw.localhost:8443"), "/assets/a.js", None),
+            Route::Project {
+                name: "web",
+                path: "/assets/a.js"
+            }
+        );
+        assert_eq!(
+            r(None, Some("api.GW.localhost"), "/", None),
+            Route::Project {
+                name: "api",
+                path: "/"
+            }
+        );
         assert_eq!(r(None, Some("x.web.gw.localhost"), "/", None), Route::None);
-        assert_eq!(r(None, Some("nope.gw.localhost"), "/", None), Route::Unknown("nope"));
-        assert_eq!(r(None, Some("gw.localhost"), "/p/api/x", None), Route::Project { name: "api", path: "/x" });
+        assert_eq!(
+            r(None, Some("nope.gw.localhost"), "/", None),
+            Route::Unknown("nope")
+        );
+        assert_eq!(
+            r(None, Some("gw.localhost"), "/p/api/x", None),
+            Route::Project {
+                name: "api",
+                path: "/x"
+            }
+        );
         assert_eq!(r(None, Some("evilgw.localhost"), "/", None), Route::None);
     }
 
     #[test]
     fn a_bound_front_door_wins_and_a_single_project_takes_the_rest() {
-        assert_eq!(r(Some("api"), Some("web.gw.localhost"), "/p/web/x", None), Route::Project { name: "api", path: "/p/web/x" });
-        assert_eq!(r(None, Some("127.0.0.1:8443"), "/global/event", Some("web")), Route::Project { name: "web", path: "/global/event" });
+        assert_eq!(
+            r(Some("api"), Some("web.gw.localhost"), "/p/web/x", None),
+            Route::Project {
+                name: "api",
+                path: "/p/web/x"
+            }
+        );
+        assert_eq!(
+            r(None, Some("127.0.0.1:8443"), "/global/event", Some("web")),
+            Route::Project {
+                name: "web",
+                path: "/global/event"
+            }
+        );
     }
 
     #[test]

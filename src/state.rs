@@ -48,16 +48,24 @@ impl ProjectState {
     pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, HttpError> {
         match &self.upstream {
             Upstream::Fixed(e) => Ok(e.clone()),
-            Upstream::Supervised(s) => s.endpoint(wait).await.map_err(|reason| HttpError::UpstreamStarting {
-                project: self.name.to_string(),
-                reason,
-            }),
+            Upstream::Supervised(s) => {
+                s.endpoint(wait)
+                    .await
+                    .map_err(|reason| HttpError::UpstreamStarting {
+                        project: self.name.to_string(),
+                        reason,
+                    })
+            }
         }
     }
 }
 
 impl State {
-    pub fn build(settings: Settings, tls: Arc<rustls::ServerConfig>, supervisor: &Supervisor) -> anyhow::Result<State> {
+    pub fn build(
+        settings: Settings,
+        tls: Arc<rustls::ServerConfig>,
+        supervisor: &Supervisor,
+    ) -> anyhow::Result<State> {
         // Everything that can fail comes before the supervisor is touched.
         let mut users = HashMap::new();
         for u in &settings.users {
@@ -73,7 +81,11 @@ impl State {
                 Arc::new(UserState {
                     name: u.name.as_str().into(),
                     hash: u.password_hash.as_ref().map(|(h, _)| h.clone()),
-                    fingerprint: u.password_hash.as_ref().map(|(_, text)| fingerprint(text)).unwrap_or([0; 32]),
+                    fingerprint: u
+                        .password_hash
+                        .as_ref()
+                        .map(|(_, text)| fingerprint(text))
+                        .unwrap_or([0; 32]),
                     grants: u.grants.clone(),
                     ssh_keys: keys,
                 }),
@@ -94,11 +106,11 @@ impl State {
                     &p.upstream_username,
                     p.upstream_password.as_ref(),
                 ))),
-                UpstreamKind::Spawned => Upstream::Supervised(
-                    spawned
-                        .remove(&p.name)
-                        .ok_or_else(|| anyhow::anyhow!("project {} has no server to supervise", p.name))?,
-                ),
+                UpstreamKind::Spawned => {
+                    Upstream::Supervised(spawned.remove(&p.name).ok_or_else(|| {
+                        anyhow::anyhow!("project {} has no server to supervise", p.name)
+                    })?)
+                }
             };
             projects.insert(
                 p.name.clone(),
@@ -109,7 +121,8 @@ impl State {
                 }),
             );
         }
-        let only_project = (settings.projects.len() == 1).then(|| settings.projects[0].name.clone());
+        let only_project =
+            (settings.projects.len() == 1).then(|| settings.projects[0].name.clone());
         Ok(State {
             settings: Arc::new(settings),
             projects,

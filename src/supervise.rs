@@ -30,7 +30,18 @@ const HEALTH_FAILURES_BEFORE_RESTART: u32 = 3;
 const STDERR_TAIL: usize = 30;
 /// Environment variables a spawned server inherits from the gateway; everything else is dropped.
 const INHERITED_ENV: [&str; 12] = [
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TERM", "TZ", "TMPDIR", "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_FILE",
 ];
 
 #[derive(Clone, Debug)]
@@ -62,7 +73,11 @@ pub struct SpawnSpec {
 impl SpawnSpec {
     pub fn new(settings: &Settings, project: &Project) -> Option<SpawnSpec> {
         let directory = project.directory.clone()?;
-        let config_dir = settings.path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let config_dir = settings
+            .path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
         Some(SpawnSpec {
             project: project.name.clone(),
             directory,
@@ -71,8 +86,15 @@ impl SpawnSpec {
             cors: crate::origin::project_origins(settings, project),
             start: project.start,
             opencode_bin: settings.server.opencode_bin.clone(),
-            search_dirs: vec![config_dir.join("../node_modules/.bin"), config_dir.join("node_modules/.bin")],
-            state_dir: settings.server.state_dir.join("projects").join(&project.name),
+            search_dirs: vec![
+                config_dir.join("../node_modules/.bin"),
+                config_dir.join("node_modules/.bin"),
+            ],
+            state_dir: settings
+                .server
+                .state_dir
+                .join("projects")
+                .join(&project.name),
             ready_timeout: settings.limits.spawn_ready_timeout,
         })
     }
@@ -164,7 +186,11 @@ impl Supervisor {
     }
 
     fn start(&self, spec: SpawnSpec) -> Arc<Supervised> {
-        let initial = if spec.start == StartMode::OnDemand { Status::Waiting } else { Status::Starting };
+        let initial = if spec.start == StartMode::OnDemand {
+            Status::Waiting
+        } else {
+            Status::Starting
+        };
         let s = Arc::new(Supervised {
             demanded: AtomicBool::new(spec.start == StartMode::Eager),
             spec,
@@ -179,7 +205,12 @@ impl Supervisor {
 
     /// Stop every server and wait until their processes are gone.
     pub async fn stop_all(&self) {
-        for s in self.servers.lock().unwrap_or_else(|e| e.into_inner()).values() {
+        for s in self
+            .servers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
             s.stop.cancel();
         }
         self.tasks.close();
@@ -202,7 +233,8 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
         let why = match launch(&s.spec, &client).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
-                s.status.send_replace(Status::Ready(server.endpoint.clone()));
+                s.status
+                    .send_replace(Status::Ready(server.endpoint.clone()));
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);
                 stop_process(&mut server.child).await;
@@ -276,7 +308,11 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
     let password = random_password();
     let dirs = prepare_dirs(spec)?;
     let mut cmd = Command::new(&bin);
-    cmd.arg("serve").arg("--hostname").arg("127.0.0.1").arg("--port").arg(port.to_string());
+    cmd.arg("serve")
+        .arg("--hostname")
+        .arg("127.0.0.1")
+        .arg("--port")
+        .arg(port.to_string());
     for origin in &spec.cors {
         cmd.arg("--cors").arg(origin);
     }
@@ -303,13 +339,22 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
     if let Some(user) = &spec.run_as {
         let (uid, gid, home) = lookup_user(user)?;
         for dir in dirs.values() {
-            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+                .map_err(|e| e.to_string())?;
             // SAFETY: chown on a NUL-terminated path we own; the result is checked.
             if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
-                return Err(format!("cannot give {} to {user}: {}", dir.display(), std::io::Error::last_os_error()));
+                return Err(format!(
+                    "cannot give {} to {user}: {}",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                ));
             }
         }
-        cmd.uid(uid).gid(gid).env("HOME", home).env("USER", user).env("LOGNAME", user);
+        cmd.uid(uid)
+            .gid(gid)
+            .env("HOME", home)
+            .env("USER", user)
+            .env("LOGNAME", user);
     }
     // SAFETY: prctl is async-signal-safe; it asks the kernel to end the server if the gateway dies,
     // so a crashed gateway leaves no orphan holding the project's port and password.
@@ -319,7 +364,9 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -350,7 +397,11 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
             }
         }
     });
-    let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
+    let endpoint = Arc::new(Endpoint::new(
+        format!("127.0.0.1:{port}"),
+        "opencode",
+        Some(&password),
+    ));
     let mut server = Running {
         child,
         port,
@@ -358,7 +409,9 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
         stderr: tail,
     };
     let ready = async {
-        ready_rx.await.map_err(|_| "it exited before it was listening".to_string())?;
+        ready_rx
+            .await
+            .map_err(|_| "it exited before it was listening".to_string())?;
         // The line comes before the server answers everything; poll health briefly.
         let mut last = String::new();
         for _ in 0..50 {
@@ -381,7 +434,11 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
             // Give the stderr reader a moment to collect the last lines.
             tokio::time::sleep(Duration::from_millis(50)).await;
             let tail = server.stderr_tail();
-            Err(if tail.is_empty() { why } else { format!("{why}; stderr: {tail}") })
+            Err(if tail.is_empty() {
+                why
+            } else {
+                format!("{why}; stderr: {tail}")
+            })
         }
     }
 }
@@ -392,7 +449,8 @@ pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), 
         .body(UpstreamBody::Empty)
         .map_err(|e| e.to_string())?;
     if let Some(auth) = &endpoint.auth {
-        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
+        req.headers_mut()
+            .insert(http::header::AUTHORIZATION, auth.clone());
     }
     match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
         Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
@@ -408,7 +466,10 @@ async fn stop_process(child: &mut Child) {
     let pgid = pid as libc::pid_t;
     // SAFETY: signalling a process group we created (process_group(0) made pgid == pid).
     unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+    if tokio::time::timeout(STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
         // SAFETY: as above.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = child.wait().await;
@@ -421,9 +482,17 @@ async fn stop_process(child: &mut Child) {
 fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
     if let Some(bin) = &spec.opencode_bin {
         if bin.is_absolute() || bin.components().count() > 1 {
-            return if bin.is_file() { Ok(bin.clone()) } else { Err(format!("server.opencode_bin {} does not exist", bin.display())) };
+            return if bin.is_file() {
+                Ok(bin.clone())
+            } else {
+                Err(format!(
+                    "server.opencode_bin {} does not exist",
+                    bin.display()
+                ))
+            };
         }
-        return which(bin.as_os_str()).ok_or_else(|| format!("server.opencode_bin {} is not on PATH", bin.display()));
+        return which(bin.as_os_str())
+            .ok_or_else(|| format!("server.opencode_bin {} is not on PATH", bin.display()));
     }
     for dir in &spec.search_dirs {
         let candidate = dir.join("opencode");
@@ -437,8 +506,11 @@ fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
 }
 
 fn which(name: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
+    std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p)
+            .map(|d| d.join(name))
+            .find(|c| c.is_file())
+    })
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -449,14 +521,22 @@ fn free_port() -> std::io::Result<u16> {
 fn random_password() -> Secret {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
-    Secret::new(base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, bytes))
+    Secret::new(base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        bytes,
+    ))
 }
 
 /// The server's private XDG directories (0700) under the gateway's state directory.
 fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, String> {
     use std::os::unix::fs::DirBuilderExt;
     let mut dirs = BTreeMap::new();
-    for (var, sub) in [("XDG_DATA_HOME", "data"), ("XDG_CONFIG_HOME", "config"), ("XDG_CACHE_HOME", "cache"), ("XDG_STATE_HOME", "state")] {
+    for (var, sub) in [
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+    ] {
         let dir = spec.state_dir.join(sub);
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -471,7 +551,9 @@ fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, Str
 fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(format!("run_as = {name:?} needs the gateway to run as root"));
+        return Err(format!(
+            "run_as = {name:?} needs the gateway to run as root"
+        ));
     }
     let c = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
     // SAFETY: getpwnam returns a pointer to static storage or NULL; we copy what we need at once.
@@ -481,7 +563,9 @@ fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     }
     // SAFETY: pw is non-null and points to a valid passwd record.
     let (uid, gid, home) = unsafe {
-        let home = std::ffi::CStr::from_ptr((*pw).pw_dir).to_string_lossy().into_owned();
+        let home = std::ffi::CStr::from_ptr((*pw).pw_dir)
+            .to_string_lossy()
+            .into_owned();
         ((*pw).pw_uid, (*pw).pw_gid, PathBuf::from(home))
     };
     Ok((uid, gid, home))

@@ -63,7 +63,9 @@ impl AuthCache {
     /// True when this exact credential was verified for `user` and has not expired.
     pub fn hit(&self, key: &CacheKey, user: &str) -> bool {
         let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        shard.get(key).is_some_and(|e| &*e.user == user && e.expires > Instant::now())
+        shard
+            .get(key)
+            .is_some_and(|e| &*e.user == user && e.expires > Instant::now())
     }
 
     pub fn insert(&self, key: CacheKey, user: Arc<str>) {
@@ -78,18 +80,30 @@ impl AuthCache {
                 shard.remove(&oldest);
             }
         }
-        shard.insert(key, Entry { user, expires: now + self.ttl });
+        shard.insert(
+            key,
+            Entry {
+                user,
+                expires: now + self.ttl,
+            },
+        );
     }
 
     /// Keep only entries of users for whom `keep` says yes (on reload: users removed or re-hashed).
     pub fn retain_users(&self, keep: impl Fn(&str) -> bool) {
         for shard in &self.shards {
-            shard.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, e| keep(&e.user));
+            shard
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|_, e| keep(&e.user));
         }
     }
 
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len()).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
+            .sum()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -18,10 +18,20 @@ use crate::state::{State, UserState};
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
 /// argon2 runs only for a credential not seen before, and only within the login budget.
-pub async fn password(gw: &Gateway, state: &State, peer: IpAddr, user: &str, password: &Secret) -> Result<Arc<UserState>, HttpError> {
+pub async fn password(
+    gw: &Gateway,
+    state: &State,
+    peer: IpAddr,
+    user: &str,
+    password: &Secret,
+) -> Result<Arc<UserState>, HttpError> {
     let known = state.users.get(user).filter(|u| u.hash.is_some());
     // An unknown name may be a password typed in the wrong field: it is never logged.
-    let log_user = if state.users.contains_key(user) { user } else { "<unknown>" };
+    let log_user = if state.users.contains_key(user) {
+        user
+    } else {
+        "<unknown>"
+    };
     let fp = known.map_or([0; 32], |u| u.fingerprint);
     let key = gw.cache.key(&fp, user, password.expose().as_bytes());
     if let Some(u) = known
@@ -37,7 +47,10 @@ pub async fn password(gw: &Gateway, state: &State, peer: IpAddr, user: &str, pas
             reason: denied.reason,
         });
     }
-    let ok = gw.verifier.verify(key, known.and_then(|u| u.hash.as_ref()), password).await;
+    let ok = gw
+        .verifier
+        .verify(key, known.and_then(|u| u.hash.as_ref()), password)
+        .await;
     match known {
         Some(u) if ok => {
             gw.cache.insert(key, u.name.clone());

@@ -73,14 +73,20 @@ mod tests {
     fn a_ticket_is_used_once() {
         let t = Tickets::default();
         t.insert("abc", "alice".into(), "web".into());
-        assert_eq!(t.take("abc").map(|(u, p)| (u.to_string(), p.to_string())), Some(("alice".into(), "web".into())));
+        assert_eq!(
+            t.take("abc").map(|(u, p)| (u.to_string(), p.to_string())),
+            Some(("alice".into(), "web".into()))
+        );
         assert!(t.take("abc").is_none());
         assert!(t.take("other").is_none());
     }
 
     #[test]
     fn reads_the_ticket_and_knows_the_route() {
-        assert_eq!(ticket_from_body(br#"{"ticket":"a-b","expires_in":60}"#).as_deref(), Some("a-b"));
+        assert_eq!(
+            ticket_from_body(br#"{"ticket":"a-b","expires_in":60}"#).as_deref(),
+            Some("a-b")
+        );
         assert_eq!(ticket_from_body(b"nope"), None);
         assert!(is_connect_token_path("/pty/pty_1/connect-token"));
         assert!(is_connect_token_path("/api/pty/pty_1/connect-token"));

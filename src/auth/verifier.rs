@@ -54,7 +54,12 @@ impl Verifier {
 
     /// Verify `password` against `hash` (the dummy when the user is unknown, which always fails).
     /// `key` identifies the credential: concurrent calls with the same key share one argon2 run.
-    pub async fn verify(&self, key: CacheKey, hash: Option<&PasswordHash>, password: &Secret) -> bool {
+    pub async fn verify(
+        &self,
+        key: CacheKey,
+        hash: Option<&PasswordHash>,
+        password: &Secret,
+    ) -> bool {
         let known = hash.is_some();
         let cell = {
             let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -77,7 +82,9 @@ impl Verifier {
                         let now = counters.running.fetch_add(1, Ordering::SeqCst) + 1;
                         counters.peak_running.fetch_max(now, Ordering::SeqCst);
                         counters.runs.fetch_add(1, Ordering::SeqCst);
-                        let ok = Argon2::default().verify_password(password.expose().as_bytes(), &hash).is_ok();
+                        let ok = Argon2::default()
+                            .verify_password(password.expose().as_bytes(), &hash)
+                            .is_ok();
                         counters.running.fetch_sub(1, Ordering::SeqCst);
                         ok
                     })
@@ -104,10 +111,20 @@ mod tests {
     async fn right_and_wrong_passwords() {
         let v = Verifier::new(2);
         let hash = PasswordHash::new(&hash_password("correct horse")).unwrap();
-        assert!(v.verify([1; 32], Some(&hash), &Secret::new("correct horse")).await);
+        assert!(
+            v.verify([1; 32], Some(&hash), &Secret::new("correct horse"))
+                .await
+        );
         assert!(!v.verify([2; 32], Some(&hash), &Secret::new("wrong")).await);
-        assert!(!v.verify([3; 32], None, &Secret::new("correct horse")).await, "unknown users never pass");
-        assert_eq!(v.counters().runs.load(Ordering::SeqCst), 3, "the unknown user cost a run too");
+        assert!(
+            !v.verify([3; 32], None, &Secret::new("correct horse")).await,
+            "unknown users never pass"
+        );
+        assert_eq!(
+            v.counters().runs.load(Ordering::SeqCst),
+            3,
+            "the unknown user cost a run too"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -119,7 +136,9 @@ mod tests {
             .map(|_| {
                 let v = v.clone();
                 let hash = hash.clone();
-                tokio::spawn(async move { v.verify([9; 32], Some(&hash), &Secret::new("pw")).await })
+                tokio::spawn(
+                    async move { v.verify([9; 32], Some(&hash), &Secret::new("pw")).await },
+                )
             })
             .collect();
         for t in tasks {

@@ -14,12 +14,24 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
 }
 
 pub fn summary(s: &Settings) -> String {
-    let mut out = format!("{}: OK\n\nlisteners:\n  https  {}  ({})\n", s.path.display(), s.server.listen, s.server.public_url);
+    let mut out = format!(
+        "{}: OK\n\nlisteners:\n  https  {}  ({})\n",
+        s.path.display(),
+        s.server.listen,
+        s.server.public_url
+    );
     if let Some(a) = &s.admin {
-        out += &format!("  admin  {}  (loopback: /healthz /metrics /status /reload)\n", a.listen);
+        out += &format!(
+            "  admin  {}  (loopback: /healthz /metrics /status /reload)\n",
+            a.listen
+        );
     }
     if let Some(ssh) = &s.ssh {
-        out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
+        out += &format!(
+            "  ssh    {}  (host key {})\n",
+            ssh.listen,
+            ssh.host_key.display()
+        );
         if let Some(line) = crate::ssh::keys::host_key_summary(&ssh.host_key) {
             out += &line;
         }
@@ -27,7 +39,14 @@ pub fn summary(s: &Settings) -> String {
     out += "\nprojects:\n";
     for p in &s.projects {
         let upstream = match &p.upstream {
-            UpstreamKind::External { authority } => format!("upstream http://{authority}{}", if p.upstream_password.is_some() { " (password held by the gateway)" } else { " (no password)" }),
+            UpstreamKind::External { authority } => format!(
+                "upstream http://{authority}{}",
+                if p.upstream_password.is_some() {
+                    " (password held by the gateway)"
+                } else {
+                    " (no password)"
+                }
+            ),
             UpstreamKind::Spawned => "spawned `opencode serve`".to_string(),
         };
         out += &format!("  {}  {upstream}\n", p.name);
@@ -51,7 +70,11 @@ pub fn summary(s: &Settings) -> String {
         let grants = match &u.grants {
             Grants::All(role) => format!("all projects as {}", role.as_str()),
             Grants::Each(map) if map.is_empty() => "no projects".to_string(),
-            Grants::Each(map) => map.iter().map(|(p, r)| format!("{p} as {}", r.as_str())).collect::<Vec<_>>().join(", "),
+            Grants::Each(map) => map
+                .iter()
+                .map(|(p, r)| format!("{p} as {}", r.as_str()))
+                .collect::<Vec<_>>()
+                .join(", "),
         };
         let how = match (u.password_hash.is_some(), u.ssh_keys.len()) {
             (true, 0) => "password".to_string(),

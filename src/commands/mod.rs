@@ -15,10 +15,16 @@ use crate::cli::{CertAction, Cli, Command};
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => {
-            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
             runtime.block_on(serve::serve(&config))
         }
-        Command::Init { dir, project, project_dir } => init::init(&dir, project, project_dir),
+        Command::Init {
+            dir,
+            project,
+            project_dir,
+        } => init::init(&dir, project, project_dir),
         Command::Check { config } => check::check(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;
@@ -26,7 +32,9 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::User { action, config } => user::user(&config, action),
-        Command::Cert { action: CertAction::Dev { out, config } } => cert_dev(&out, &config),
+        Command::Cert {
+            action: CertAction::Dev { out, config },
+        } => cert_dev(&out, &config),
         Command::Status { config } => admin_client::status(&config),
         Command::Reload { config } => admin_client::reload(&config),
     }
@@ -34,16 +42,28 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
 
 fn cert_dev(out: &Path, config: &Path) -> anyhow::Result<()> {
     let (domain, projects) = match crate::config::load(config) {
-        Ok(s) => (s.server.base_domain.clone(), s.projects.iter().map(|p| p.name.clone()).collect()),
+        Ok(s) => (
+            s.server.base_domain.clone(),
+            s.projects.iter().map(|p| p.name.clone()).collect(),
+        ),
         Err(_) => (Some("gw.localhost".to_string()), Vec::new()),
     };
-    let paths = crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"));
+    let paths =
+        crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"));
     let names = crate::devcert::server_names(domain.as_deref(), &projects);
     if crate::devcert::ensure(&paths, &names)? {
-        println!("wrote {} and {} (CA: {})", paths.cert.display(), paths.key.display(), paths.ca_cert.display());
+        println!(
+            "wrote {} and {} (CA: {})",
+            paths.cert.display(),
+            paths.key.display(),
+            paths.ca_cert.display()
+        );
         println!("names: {}", names.join(", "));
     } else {
-        println!("{} already exists; remove it to make a new one", paths.cert.display());
+        println!(
+            "{} already exists; remove it to make a new one",
+            paths.cert.display()
+        );
     }
     Ok(())
 }

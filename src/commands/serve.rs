@@ -80,8 +80,12 @@ fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, Str
         url = format!("{}:{port}", url.trim_end_matches(":0"));
     }
     let ca = if settings.tls.dev_ca {
-        let ca = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
-        let shown = std::env::current_dir().ok().and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf())).unwrap_or(ca);
+        let ca =
+            crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
+        let shown = std::env::current_dir()
+            .ok()
+            .and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf()))
+            .unwrap_or(ca);
         format!("NODE_EXTRA_CA_CERTS={} ", shown.display())
     } else {
         String::new()
@@ -96,10 +100,19 @@ fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, Str
     out += &format!("\nopencode-gateway is serving {url}\n");
     for p in &settings.projects {
         out += &format!("\nproject {}:\n", p.name);
-        out += &format!("  {ca}opencode attach {url}/p/{} -u {user} -p '{pw}'\n", p.name);
-        out += &format!("  {ca}opencode run --attach {url}/p/{} -u {user} -p '{pw}' \"hello\"\n", p.name);
+        out += &format!(
+            "  {ca}opencode attach {url}/p/{} -u {user} -p '{pw}'\n",
+            p.name
+        );
+        out += &format!(
+            "  {ca}opencode run --attach {url}/p/{} -u {user} -p '{pw}' \"hello\"\n",
+            p.name
+        );
         if let Some(d) = &settings.server.base_domain {
-            out += &format!("  web UI: https://{}.{d}:{port}/   (trust the CA in your browser)\n", p.name);
+            out += &format!(
+                "  web UI: https://{}.{d}:{port}/   (trust the CA in your browser)\n",
+                p.name
+            );
         }
     }
     // ok: the password printed here is the one just generated for the operator, shown this once.

@@ -8,7 +8,8 @@ use crate::cli::UserAction;
 use crate::config::edit;
 
 pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let updated = match action {
         UserAction::List => {
             let settings = crate::config::load(path)?;
@@ -18,7 +19,11 @@ pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        UserAction::Add { name, projects, role } => {
+        UserAction::Add {
+            name,
+            projects,
+            role,
+        } => {
             if crate::config::Role::parse(&role).is_none() {
                 anyhow::bail!("{role:?} is not a role: use viewer, approver, operator or admin");
             }
@@ -39,6 +44,9 @@ pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
     // Refuse to write a file the gateway would then refuse to load.
     crate::config::parse(&updated, path)?;
     edit::write_atomically(path, &updated)?;
-    println!("updated {} (a running gateway applies it on reload: `opencode-gateway reload` or SIGHUP)", path.display());
+    println!(
+        "updated {} (a running gateway applies it on reload: `opencode-gateway reload` or SIGHUP)",
+        path.display()
+    );
     Ok(())
 }

@@ -25,11 +25,20 @@ fn users(doc: &mut DocumentMut) -> Result<&mut ArrayOfTables, EditError> {
 }
 
 fn find<'a>(arr: &'a mut ArrayOfTables, name: &str) -> Option<&'a mut Table> {
-    arr.iter_mut().find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
+    arr.iter_mut()
+        .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
 }
 
-pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &str) -> Result<String, EditError> {
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+pub fn add_user(
+    text: &str,
+    name: &str,
+    hash: &str,
+    projects: &[String],
+    role: &str,
+) -> Result<String, EditError> {
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
     let arr = users(&mut doc)?;
     if find(arr, name).is_some() {
         return Err(EditError::Exists(name.to_string()));
@@ -48,7 +57,9 @@ pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &
 }
 
 pub fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditError> {
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
     let arr = users(&mut doc)?;
     let t = find(arr, name).ok_or_else(|| EditError::Missing(name.to_string()))?;
     t.insert("password_hash", value(hash));
@@ -56,7 +67,9 @@ pub fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditEr
 }
 
 pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
     let arr = users(&mut doc)?;
     let idx = arr
         .iter()
@@ -68,8 +81,14 @@ pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
 
 /// Replace a file's content atomically (write a sibling, then rename), keeping its permissions.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     std::fs::write(&tmp, text)?;
     if let Ok(meta) = std::fs::metadata(path) {
@@ -87,10 +106,17 @@ mod tests {
     #[test]
     fn add_keeps_comments_and_appends_a_table() {
         let out = add_user(CONFIG, "bob", "$argon2id$x", &["web".into()], "viewer").unwrap();
-        assert!(out.contains("# top comment") && out.contains("# inline") && out.contains("# the owner"));
+        assert!(
+            out.contains("# top comment")
+                && out.contains("# inline")
+                && out.contains("# the owner")
+        );
         assert!(out.contains("name = \"bob\""));
         assert!(out.contains("projects = [\"web\"]"));
-        assert!(matches!(add_user(&out, "bob", "h", &[], "viewer"), Err(EditError::Exists(_))));
+        assert!(matches!(
+            add_user(&out, "bob", "h", &[], "viewer"),
+            Err(EditError::Exists(_))
+        ));
     }
 
     #[test]
@@ -99,7 +125,10 @@ mod tests {
         assert!(out.contains("password_hash = \"new\""));
         assert!(!out.contains("\"old\""));
         assert!(out.contains("# the owner"));
-        assert!(matches!(set_password(CONFIG, "carol", "x"), Err(EditError::Missing(_))));
+        assert!(matches!(
+            set_password(CONFIG, "carol", "x"),
+            Err(EditError::Missing(_))
+        ));
     }
 
     #[test]
@@ -107,6 +136,9 @@ mod tests {
         let out = remove_user(CONFIG, "alice").unwrap();
         assert!(!out.contains("alice"));
         assert!(out.contains("# top comment"));
-        assert!(matches!(remove_user(&out, "alice"), Err(EditError::Missing(_))));
+        assert!(matches!(
+            remove_user(&out, "alice"),
+            Err(EditError::Missing(_))
+        ));
     }
 }

@@ -25,9 +25,18 @@ pub struct Problem {
 
 #[derive(Debug)]
 pub enum ConfigError {
-    Read { file: PathBuf, error: std::io::Error },
-    Parse { file: PathBuf, message: String },
-    Invalid { file: PathBuf, problems: Vec<Problem> },
+    Read {
+        file: PathBuf,
+        error: std::io::Error,
+    },
+    Parse {
+        file: PathBuf,
+        message: String,
+    },
+    Invalid {
+        file: PathBuf,
+        problems: Vec<Problem>,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -41,15 +50,26 @@ impl fmt::Display for ConfigError {
             ConfigError::Parse { file, message } => {
                 write!(f, "{}: {}", file.display(), message.trim_end())?;
                 if message.contains("unknown field") {
-                    write!(f, "\nFix: remove the key or correct its spelling (config/gateway.example.toml lists every key)")?;
+                    write!(
+                        f,
+                        "\nFix: remove the key or correct its spelling (config/gateway.example.toml lists every key)"
+                    )?;
                 } else if message.contains("missing field") {
-                    write!(f, "\nFix: add the key (config/gateway.example.toml shows it with its default)")?;
+                    write!(
+                        f,
+                        "\nFix: add the key (config/gateway.example.toml shows it with its default)"
+                    )?;
                 }
                 Ok(())
             }
             ConfigError::Invalid { file, problems } => {
                 let n = problems.len();
-                write!(f, "{}: {n} problem{}", file.display(), if n == 1 { "" } else { "s" })?;
+                write!(
+                    f,
+                    "{}: {n} problem{}",
+                    file.display(),
+                    if n == 1 { "" } else { "s" }
+                )?;
                 for p in problems {
                     write!(f, "\n  {}: {}. Fix: {}", p.key, p.message, p.fix)?;
                 }
@@ -79,7 +99,9 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {
-        std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.to_path_buf())
+        std::env::current_dir()
+            .map(|d| d.join(path))
+            .unwrap_or_else(|_| path.to_path_buf())
     };
     validate::validate(raw, &abs)
 }

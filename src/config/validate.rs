@@ -19,7 +19,12 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    fn problem(&mut self, key: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) {
+    fn problem(
+        &mut self,
+        key: impl Into<String>,
+        message: impl Into<String>,
+        fix: impl Into<String>,
+    ) {
         self.problems.push(Problem {
             key: key.into(),
             message: message.into(),
@@ -84,7 +89,9 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 pub fn valid_project_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
-        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !name.starts_with('-')
         && !name.ends_with('-')
 }
@@ -92,7 +99,9 @@ pub fn valid_project_name(name: &str) -> bool {
 pub fn valid_user_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
 }
 
 pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
@@ -103,9 +112,16 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     };
 
     let listen = c.socket_addr("server.listen", &raw.server.listen);
-    let base_domain = raw.server.base_domain.as_deref().map(|d| d.trim_matches('.').to_ascii_lowercase());
+    let base_domain = raw
+        .server
+        .base_domain
+        .as_deref()
+        .map(|d| d.trim_matches('.').to_ascii_lowercase());
     if let Some(d) = &base_domain
-        && (d.is_empty() || !d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
+        && (d.is_empty()
+            || !d
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
     {
         c.problem(
             "server.base_domain",
@@ -115,7 +131,9 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     }
     let public_url = match (&raw.server.public_url, listen) {
         (Some(u), _) => u.trim_end_matches('/').to_string(),
-        (None, Some(a)) if a.ip().is_unspecified() => format!("https://{}:{}", crate::devcert::host_name(), a.port()),
+        (None, Some(a)) if a.ip().is_unspecified() => {
+            format!("https://{}:{}", crate::devcert::host_name(), a.port())
+        }
         (None, Some(a)) => format!("https://{a}"),
         (None, None) => String::new(),
     };
@@ -155,7 +173,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         }
     }
     let opencode_bin = raw.server.opencode_bin.as_deref().map(|b| {
-        if b.contains('/') { c.path(b) } else { PathBuf::from(b) }
+        if b.contains('/') {
+            c.path(b)
+        } else {
+            PathBuf::from(b)
+        }
     });
 
     let tls = Tls {
@@ -202,7 +224,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     for (i, p) in raw.project.iter().enumerate() {
         let key = format!("project[{i}]");
         if !names.insert(p.name.clone()) {
-            c.problem(format!("{key}.name"), format!("{:?} is used twice", p.name), "give each project its own name");
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is used twice", p.name),
+                "give each project its own name",
+            );
         }
         if let Some(project) = project(&mut c, &key, p) {
             projects.push(project);
@@ -215,7 +241,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     for (i, u) in raw.user.iter().enumerate() {
         let key = format!("user[{i}]");
         if !user_names.insert(u.name.clone()) {
-            c.problem(format!("{key}.name"), format!("{:?} is used twice", u.name), "give each user their own name");
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is used twice", u.name),
+                "give each user their own name",
+            );
         }
         if let Some(user) = user(&mut c, &key, u, &project_names) {
             users.push(user);
@@ -261,26 +291,48 @@ fn default_state_dir() -> PathBuf {
 fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
     let positive = |c: &mut Checker<'_>, key: &str, v: u32| {
         if v == 0 {
-            c.problem(format!("limits.{key}"), "0 would refuse everything", format!("remove limits.{key} to use the default, or give a positive number"));
+            c.problem(
+                format!("limits.{key}"),
+                "0 would refuse everything",
+                format!("remove limits.{key} to use the default, or give a positive number"),
+            );
         }
         v
     };
     Limits {
         requests_per_second: positive(c, "requests_per_second", l.requests_per_second),
         burst: positive(c, "burst", l.burst),
-        auth_failures_per_minute: positive(c, "auth_failures_per_minute", l.auth_failures_per_minute),
+        auth_failures_per_minute: positive(
+            c,
+            "auth_failures_per_minute",
+            l.auth_failures_per_minute,
+        ),
         auth_failure_burst: positive(c, "auth_failure_burst", l.auth_failure_burst),
-        user_failures_per_minute: positive(c, "user_failures_per_minute", l.user_failures_per_minute),
+        user_failures_per_minute: positive(
+            c,
+            "user_failures_per_minute",
+            l.user_failures_per_minute,
+        ),
         user_failure_burst: positive(c, "user_failure_burst", l.user_failure_burst),
         max_connections_per_ip: positive(c, "max_connections_per_ip", l.max_connections_per_ip),
         max_streams_per_user: positive(c, "max_streams_per_user", l.max_streams_per_user),
-        max_ssh_channels_per_connection: positive(c, "max_ssh_channels_per_connection", l.max_ssh_channels_per_connection),
+        max_ssh_channels_per_connection: positive(
+            c,
+            "max_ssh_channels_per_connection",
+            l.max_ssh_channels_per_connection,
+        ),
         tls_handshake_timeout: c.duration("limits.tls_handshake_timeout", &l.tls_handshake_timeout),
         request_head_timeout: c.duration("limits.request_head_timeout", &l.request_head_timeout),
         keepalive_timeout: c.duration("limits.keepalive_timeout", &l.keepalive_timeout),
         body_idle_timeout: c.duration("limits.body_idle_timeout", &l.body_idle_timeout),
-        upstream_connect_timeout: c.duration("limits.upstream_connect_timeout", &l.upstream_connect_timeout),
-        upstream_response_timeout: c.duration("limits.upstream_response_timeout", &l.upstream_response_timeout),
+        upstream_connect_timeout: c.duration(
+            "limits.upstream_connect_timeout",
+            &l.upstream_connect_timeout,
+        ),
+        upstream_response_timeout: c.duration(
+            "limits.upstream_response_timeout",
+            &l.upstream_response_timeout,
+        ),
         drain_timeout: c.duration("limits.drain_timeout", &l.drain_timeout),
         auth_cache_ttl: c.duration("limits.auth_cache_ttl", &l.auth_cache_ttl),
         auth_cache_entries: positive(c, "auth_cache_entries", l.auth_cache_entries) as usize,
@@ -304,7 +356,11 @@ fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
     }
     let upstream = match (&p.upstream, p.spawn) {
         (Some(_), true) => {
-            c.problem(format!("{key}.upstream"), "a project cannot both spawn its server and name an upstream", "remove upstream, or set spawn = false");
+            c.problem(
+                format!("{key}.upstream"),
+                "a project cannot both spawn its server and name an upstream",
+                "remove upstream, or set spawn = false",
+            );
             return None;
         }
         (None, false) => {
@@ -345,7 +401,11 @@ fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
         }
         None => {
             if p.spawn {
-                c.problem(format!("{key}.directory"), "a spawned server needs the folder to run in", "add directory = \"/path/to/the/project\"");
+                c.problem(
+                    format!("{key}.directory"),
+                    "a spawned server needs the folder to run in",
+                    "add directory = \"/path/to/the/project\"",
+                );
             }
             None
         }
@@ -354,14 +414,27 @@ fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
         None | Some("eager") => StartMode::Eager,
         Some("on-demand") => StartMode::OnDemand,
         Some(other) => {
-            c.problem(format!("{key}.start"), format!("{other:?} is not a start mode"), "write start = \"eager\" or start = \"on-demand\"");
+            c.problem(
+                format!("{key}.start"),
+                format!("{other:?} is not a start mode"),
+                "write start = \"eager\" or start = \"on-demand\"",
+            );
             StartMode::Eager
         }
     };
     if !p.spawn {
-        for (set, k) in [(!p.env.is_empty(), "env"), (p.env_file.is_some(), "env_file"), (p.run_as.is_some(), "run_as"), (p.start.is_some(), "start")] {
+        for (set, k) in [
+            (!p.env.is_empty(), "env"),
+            (p.env_file.is_some(), "env_file"),
+            (p.run_as.is_some(), "run_as"),
+            (p.start.is_some(), "start"),
+        ] {
             if set {
-                c.problem(format!("{key}.{k}"), format!("{k} applies only to a server the gateway spawns"), format!("remove {k}, or set spawn = true"));
+                c.problem(
+                    format!("{key}.{k}"),
+                    format!("{k} applies only to a server the gateway spawns"),
+                    format!("remove {k}, or set spawn = true"),
+                );
             }
         }
     }
@@ -389,17 +462,27 @@ fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
                     }
                 }
             }
-            Err(e) => c.problem(format!("{key}.env_file"), format!("cannot read {}: {e}", path.display()), "create the file or remove env_file"),
+            Err(e) => c.problem(
+                format!("{key}.env_file"),
+                format!("cannot read {}: {e}", path.display()),
+                "create the file or remove env_file",
+            ),
         }
     }
     for (k, v) in &p.env {
         env.insert(k.clone(), Secret::new(v.clone()));
     }
-    let listen = p.listen.as_deref().and_then(|l| c.socket_addr(&format!("{key}.listen"), l));
+    let listen = p
+        .listen
+        .as_deref()
+        .and_then(|l| c.socket_addr(&format!("{key}.listen"), l));
     Some(Project {
         name: p.name.clone(),
         upstream,
-        upstream_username: p.upstream_username.clone().unwrap_or_else(|| "opencode".into()),
+        upstream_username: p
+            .upstream_username
+            .clone()
+            .unwrap_or_else(|| "opencode".into()),
         upstream_password: password,
         directory,
         start,
@@ -418,11 +501,17 @@ fn loopback_authority(c: &mut Checker<'_>, key: &str, url: &str) -> Option<Strin
     };
     let authority = rest.trim_end_matches('/');
     if authority.contains('/') || authority.contains('@') || authority.is_empty() {
-        c.problem(key, format!("{url:?} must be a scheme, a host and a port only"), fix);
+        c.problem(
+            key,
+            format!("{url:?} must be a scheme, a host and a port only"),
+            fix,
+        );
         return None;
     }
     let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_start_matches('[').trim_end_matches(']'),
+        Some((h, port)) if port.parse::<u16>().is_ok() => {
+            h.trim_start_matches('[').trim_end_matches(']')
+        }
         _ => {
             c.problem(key, format!("{url:?} has no port"), fix);
             return None;
@@ -439,7 +528,11 @@ fn loopback_authority(c: &mut Checker<'_>, key: &str, url: &str) -> Option<Strin
 fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Secret> {
     match (&p.upstream_password_env, &p.upstream_password_file) {
         (Some(_), Some(_)) => {
-            c.problem(format!("{key}.upstream_password_env"), "both upstream_password_env and upstream_password_file are set", "keep one of them");
+            c.problem(
+                format!("{key}.upstream_password_env"),
+                "both upstream_password_env and upstream_password_file are set",
+                "keep one of them",
+            );
             None
         }
         (Some(var), None) => match std::env::var(var) {
@@ -456,13 +549,23 @@ fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<S
         (None, Some(file)) => {
             let path = c.path(file);
             match std::fs::read_to_string(&path) {
-                Ok(v) if !v.trim().is_empty() => Some(Secret::new(v.trim_end_matches(['\r', '\n']))),
+                Ok(v) if !v.trim().is_empty() => {
+                    Some(Secret::new(v.trim_end_matches(['\r', '\n'])))
+                }
                 Ok(_) => {
-                    c.problem(format!("{key}.upstream_password_file"), format!("{} is empty", path.display()), "write the OpenCode server's password into it");
+                    c.problem(
+                        format!("{key}.upstream_password_file"),
+                        format!("{} is empty", path.display()),
+                        "write the OpenCode server's password into it",
+                    );
                     None
                 }
                 Err(e) => {
-                    c.problem(format!("{key}.upstream_password_file"), format!("cannot read {}: {e}", path.display()), "create it (mode 0600) with the OpenCode server's password");
+                    c.problem(
+                        format!("{key}.upstream_password_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                        "create it (mode 0600) with the OpenCode server's password",
+                    );
                     None
                 }
             }
@@ -474,17 +577,29 @@ fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<S
 fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -> Option<User> {
     let key = format!("{key} ({})", u.name);
     if !valid_user_name(&u.name) {
-        c.problem(format!("{key}.name"), format!("{:?} is not a valid user name", u.name), "use letters, digits and . _ - @ (at most 64)");
+        c.problem(
+            format!("{key}.name"),
+            format!("{:?} is not a valid user name", u.name),
+            "use letters, digits and . _ - @ (at most 64)",
+        );
     }
     let password_hash = match &u.password_hash {
         Some(h) => match PasswordHash::new(h) {
             Ok(parsed) if parsed.algorithm.as_str() == "argon2id" => Some((parsed, h.clone())),
             Ok(_) => {
-                c.problem(format!("{key}.password_hash"), "the hash is not argon2id", "make one with: opencode-gateway hash-password");
+                c.problem(
+                    format!("{key}.password_hash"),
+                    "the hash is not argon2id",
+                    "make one with: opencode-gateway hash-password",
+                );
                 None
             }
             Err(_) => {
-                c.problem(format!("{key}.password_hash"), "the hash is not a PHC string ($argon2id$v=19$…)", "make one with: opencode-gateway hash-password");
+                c.problem(
+                    format!("{key}.password_hash"),
+                    "the hash is not a PHC string ($argon2id$v=19$…)",
+                    "make one with: opencode-gateway hash-password",
+                );
                 None
             }
         },
@@ -502,7 +617,11 @@ fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -
         Some(r) => match Role::parse(r) {
             Some(role) => Some(role),
             None => {
-                c.problem(format!("{key}.role"), format!("{r:?} is not a role"), "write role = \"viewer\", \"approver\", \"operator\" or \"admin\"");
+                c.problem(
+                    format!("{key}.role"),
+                    format!("{r:?} is not a role"),
+                    "write role = \"viewer\", \"approver\", \"operator\" or \"admin\"",
+                );
                 None
             }
         },
@@ -523,7 +642,11 @@ fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -
         }
         RawGrants::Map(map) => {
             if u.role.is_some() {
-                c.problem(format!("{key}.role"), "role is given per project in projects = { … }", "remove role, or write projects = [\"…\"] with one role");
+                c.problem(
+                    format!("{key}.role"),
+                    "role is given per project in projects = { … }",
+                    "remove role, or write projects = [\"…\"] with one role",
+                );
             }
             let mut out = BTreeMap::new();
             for (p, r) in map {
@@ -532,7 +655,11 @@ fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -
                     Some(role) => {
                         out.insert(p.clone(), role);
                     }
-                    None => c.problem(format!("{key}.projects.{p}"), format!("{r:?} is not a role"), "write \"viewer\", \"approver\", \"operator\" or \"admin\""),
+                    None => c.problem(
+                        format!("{key}.projects.{p}"),
+                        format!("{r:?} is not a role"),
+                        "write \"viewer\", \"approver\", \"operator\" or \"admin\"",
+                    ),
                 }
             }
             if out.contains_key("*") {
@@ -553,7 +680,11 @@ fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -
 
 fn check_project_ref(c: &mut Checker<'_>, key: &str, p: &str, projects: &HashSet<&str>) {
     if p != "*" && !projects.contains(p) {
-        c.problem(format!("{key}.projects"), format!("there is no project named {p:?}"), "grant a project defined in a [[project]] table, or \"*\" for all");
+        c.problem(
+            format!("{key}.projects"),
+            format!("there is no project named {p:?}"),
+            "grant a project defined in a [[project]] table, or \"*\" for all",
+        );
     }
 }
 

@@ -13,6 +13,8 @@ use bytes::Bytes;
 use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::redact::Redactor;
+
 /// One access-log line, filled in as the request goes through the pipeline.
 pub struct AccessRecord {
     pub peer: IpAddr,
@@ -63,7 +65,7 @@ impl Drop for Meter {
 
 enum Kind {
     Full(Option<Bytes>),
-    Stream(Incoming),
+    Stream(Incoming, Option<Arc<Redactor>>),
 }
 
 pub struct ProxyBody {
@@ -87,15 +89,20 @@ impl ProxyBody {
         }
     }
 
-    pub fn stream(body: Incoming) -> Self {
+    /// The upstream's body, frame by frame, with its credential overwritten if it ever appears.
+    pub fn stream(body: Incoming, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
-            kind: Kind::Stream(body),
+            kind: Kind::Stream(body, redactor),
             meter: None,
         }
     }
 
     /// Attach the access record (and anything to keep alive until the body ends).
-    pub fn metered(mut self, record: AccessRecord, hold: Option<Box<dyn Any + Send + Sync>>) -> Self {
+    pub fn metered(
+        mut self,
+        record: AccessRecord,
+        hold: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Self {
         let done = self.is_end_stream();
         self.meter = Some(Box::new(Meter {
             record,
@@ -114,11 +121,21 @@ impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         let polled = match &mut this.kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
-            Kind::Stream(body) => Pin::new(body).poll_frame(cx),
+            Kind::Stream(body, redactor) => match Pin::new(body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match (redactor, frame.into_data()) {
+                    (Some(r), Ok(data)) => Poll::Ready(Some(Ok(Frame::data(r.frame(data))))),
+                    (None, Ok(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    (_, Err(frame)) => Poll::Ready(Some(Ok(frame))),
+                },
+                other => other,
+            },
         };
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -141,7 +158,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Full(data) => data.is_none(),
-            Kind::Stream(body) => body.is_end_stream(),
+            Kind::Stream(body, _) => body.is_end_stream(),
         }
     }
 
@@ -149,7 +166,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Kind::Full(None) => SizeHint::with_exact(0),
-            Kind::Stream(body) => body.size_hint(),
+            Kind::Stream(body, _) => body.size_hint(),
         }
     }
 }
@@ -157,8 +174,9 @@ impl Body for ProxyBody {
 impl Drop for ProxyBody {
     fn drop(&mut self) {
         // Dropped before its end: the client went away (or the gateway is shutting down).
+        let ended = self.is_end_stream();
         if let Some(m) = self.meter.as_mut()
-            && !matches!(&self.kind, Kind::Full(None))
+            && !ended
         {
             m.outcome = "client_gone";
         }

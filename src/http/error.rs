@@ -19,7 +19,10 @@ pub enum HttpError {
     #[error("{0}")]
     MalformedCredentials(String),
     #[error("too many login attempts ({reason} limit); try again in {} s", retry_secs(*retry_after))]
-    LoginLimited { retry_after: Duration, reason: &'static str },
+    LoginLimited {
+        retry_after: Duration,
+        reason: &'static str,
+    },
     #[error("too many requests; try again in {} s", retry_secs(*retry_after))]
     RateLimited { retry_after: Duration },
     #[error("too many open streams for this user (at most {max}); close one and retry")]
@@ -38,7 +41,9 @@ pub enum HttpError {
     UpstreamTimeout { project: String, secs: Duration },
     #[error("project {project}: its OpenCode server is not ready ({reason})")]
     UpstreamStarting { project: String, reason: String },
-    #[error("project {project}: its OpenCode server refused the gateway's credential; check the project's upstream_password_env or upstream_password_file")]
+    #[error(
+        "project {project}: its OpenCode server refused the gateway's credential; check the project's upstream_password_env or upstream_password_file"
+    )]
     UpstreamRejectedCredential { project: String },
     #[error("the request body is larger than {max} bytes")]
     PayloadTooLarge { max: u64 },
@@ -59,10 +64,14 @@ impl From<&HttpError> for StatusCode {
         use HttpError::*;
         match e {
             Unauthenticated | BadCredentials | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
-            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
-            UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
+            UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => {
+                StatusCode::BAD_GATEWAY
+            }
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStarting { .. } | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -113,7 +122,8 @@ impl HttpError {
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
+            HttpError::LoginLimited { retry_after, .. }
+            | HttpError::RateLimited { retry_after } => Some(*retry_after),
             HttpError::TooManyStreams { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
@@ -128,13 +138,19 @@ impl HttpError {
         let mut resp = Response::new(ProxyBody::full(Bytes::from(body.to_string())));
         *resp.status_mut() = status;
         let h = resp.headers_mut();
-        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
         }
         if let Some(after) = self.retry_after() {
-            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after).max(1)));
+            h.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_secs(after).max(1)),
+            );
         }
         resp
     }
@@ -149,17 +165,57 @@ mod tests {
         let cases: Vec<(HttpError, u16)> = vec![
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
-            (HttpError::LoginLimited { retry_after: Duration::from_millis(1500), reason: "address" }, 429),
-            (HttpError::RateLimited { retry_after: Duration::from_secs(1) }, 429),
+            (
+                HttpError::LoginLimited {
+                    retry_after: Duration::from_millis(1500),
+                    reason: "address",
+                },
+                429,
+            ),
+            (
+                HttpError::RateLimited {
+                    retry_after: Duration::from_secs(1),
+                },
+                429,
+            ),
             (HttpError::TooManyStreams { max: 1 }, 429),
             (HttpError::UnknownProject("x".into()), 404),
             (HttpError::NoProject, 404),
-            (HttpError::NotGranted { user: "a".into(), project: "b".into() }, 403),
+            (
+                HttpError::NotGranted {
+                    user: "a".into(),
+                    project: "b".into(),
+                },
+                403,
+            ),
             (HttpError::Forbidden("no".into()), 403),
-            (HttpError::UpstreamUnavailable { project: "web".into(), reason: "connection refused".into() }, 502),
-            (HttpError::UpstreamRejectedCredential { project: "web".into() }, 502),
-            (HttpError::UpstreamTimeout { project: "web".into(), secs: Duration::from_secs(5) }, 504),
-            (HttpError::UpstreamStarting { project: "web".into(), reason: "starting".into() }, 503),
+            (
+                HttpError::UpstreamUnavailable {
+                    project: "web".into(),
+                    reason: "connection refused".into(),
+                },
+                502,
+            ),
+            (
+                HttpError::UpstreamRejectedCredential {
+                    project: "web".into(),
+                },
+                502,
+            ),
+            (
+                HttpError::UpstreamTimeout {
+                    project: "web".into(),
+                    secs: Duration::from_secs(5),
+                },
+                504,
+            ),
+            (
+                HttpError::UpstreamStarting {
+                    project: "web".into(),
+                    reason: "starting".into(),
+                },
+                503,
+            ),
             (HttpError::PayloadTooLarge { max: 1 }, 413),
             (HttpError::UriTooLong { max: 1 }, 414),
             (HttpError::BadRequest("x".into()), 400),
@@ -173,9 +229,16 @@ mod tests {
     fn responses_carry_the_headers_clients_need() {
         let r = HttpError::Unauthenticated.into_response();
         assert_eq!(r.headers()[header::WWW_AUTHENTICATE], REALM);
-        let r = HttpError::LoginLimited { retry_after: Duration::from_millis(1500), reason: "address" }.into_response();
+        let r = HttpError::LoginLimited {
+            retry_after: Duration::from_millis(1500),
+            reason: "address",
+        }
+        .into_response();
         assert_eq!(r.headers()[header::RETRY_AFTER], "2");
-        let e = HttpError::UpstreamUnavailable { project: "web".into(), reason: "connection refused".into() };
+        let e = HttpError::UpstreamUnavailable {
+            project: "web".into(),
+            reason: "connection refused".into(),
+        };
         assert!(e.to_string().contains("web") && e.to_string().contains("connection refused"));
     }
 }

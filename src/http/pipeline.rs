@@ -28,7 +28,11 @@ use crate::upstream::UpstreamBody;
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
 
-pub async fn handle(gw: Arc<Gateway>, conn: Arc<ConnInfo>, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+pub async fn handle(
+    gw: Arc<Gateway>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
     gw.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let state = gw.state();
     let mut record = AccessRecord {
@@ -78,10 +82,11 @@ fn log_target(uri: &Uri) -> String {
 
 /// The host the client addressed: `:authority` (h2) or the Host header (HTTP/1.1).
 fn request_host(req: &Request<Incoming>) -> Option<&str> {
-    req.uri()
-        .authority()
-        .map(|a| a.as_str())
-        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
+    req.uri().authority().map(|a| a.as_str()).or_else(|| {
+        req.headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+    })
 }
 
 /// Server-sent event streams: long-lived, exempt from the response timeout, counted per user.
@@ -102,7 +107,9 @@ async fn handle_inner(
     let limits = &gw.limits;
     let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > limits.max_uri_bytes {
-        return Err(HttpError::UriTooLong { max: limits.max_uri_bytes });
+        return Err(HttpError::UriTooLong {
+            max: limits.max_uri_bytes,
+        });
     }
     let upgrade = rewrite::upgrade_protocol(req.headers());
 
@@ -133,14 +140,19 @@ async fn handle_inner(
     if let Some(p) = &ticket_project
         && **p != *project.name
     {
-        return Err(HttpError::Forbidden("the terminal ticket was issued for another project".into()));
+        return Err(HttpError::Forbidden(
+            "the terminal ticket was issued for another project".into(),
+        ));
     }
 
     // Authorize.
-    let role = user.grants.role_in(&project.name).ok_or_else(|| HttpError::NotGranted {
-        user: user.name.to_string(),
-        project: project.name.to_string(),
-    })?;
+    let role = user
+        .grants
+        .role_in(&project.name)
+        .ok_or_else(|| HttpError::NotGranted {
+            user: user.name.to_string(),
+            project: project.name.to_string(),
+        })?;
     crate::authz::check(role, req.method(), upstream_path)?;
 
     // A browser page from elsewhere may not write or open terminals with the user's credentials.
@@ -149,7 +161,12 @@ async fn handle_inner(
         && let Some(origin) = req.headers().get(header::ORIGIN)
     {
         let origin = origin.to_str().unwrap_or("null");
-        if !crate::origin::allowed(origin, conn.scheme(), host.as_deref(), &state.settings.server.allowed_origins) {
+        if !crate::origin::allowed(
+            origin,
+            conn.scheme(),
+            host.as_deref(),
+            &state.settings.server.allowed_origins,
+        ) {
             tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "foreign_origin", origin, "request from a foreign origin refused");
             return Err(HttpError::Forbidden(format!(
                 "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
@@ -160,21 +177,30 @@ async fn handle_inner(
     // Rate limit, then a stream slot for long-lived responses.
     gw.limiters
         .request(&user.name)
-        .map_err(|d| HttpError::RateLimited { retry_after: d.retry_after })?;
+        .map_err(|d| HttpError::RateLimited {
+            retry_after: d.retry_after,
+        })?;
     let long_lived = upgrade.is_some() || is_event_stream(req.method(), upstream_path);
     let stream_slot = if long_lived {
         Some(
             gw.streams
                 .try_acquire(user.name.clone(), limits.max_streams_per_user)
-                .ok_or(HttpError::TooManyStreams { max: limits.max_streams_per_user })?,
+                .ok_or(HttpError::TooManyStreams {
+                    max: limits.max_streams_per_user,
+                })?,
         )
     } else {
         None
     };
-    if let Some(len) = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         && len > limits.max_body_bytes
     {
-        return Err(HttpError::PayloadTooLarge { max: limits.max_body_bytes });
+        return Err(HttpError::PayloadTooLarge {
+            max: limits.max_body_bytes,
+        });
     }
 
     let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
@@ -182,8 +208,10 @@ async fn handle_inner(
     // Rewrite.
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
     let query = rewrite::upstream_query(req.uri().query()).map(|q| q.into_owned());
-    let connect_token = *req.method() == Method::POST && tickets::is_connect_token_path(upstream_path);
-    let mut path_and_query = String::with_capacity(upstream_path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
+    let connect_token =
+        *req.method() == Method::POST && tickets::is_connect_token_path(upstream_path);
+    let mut path_and_query =
+        String::with_capacity(upstream_path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
     path_and_query.push_str(upstream_path);
     if let Some(q) = &query {
         path_and_query.push('?');
@@ -230,7 +258,9 @@ async fn handle_inner(
     };
     let mut response = result.map_err(|e| {
         if crate::upstream::is_body_too_large(&e) {
-            HttpError::PayloadTooLarge { max: limits.max_body_bytes }
+            HttpError::PayloadTooLarge {
+                max: limits.max_body_bytes,
+            }
         } else {
             HttpError::UpstreamUnavailable {
                 project: project.name.to_string(),
@@ -246,7 +276,9 @@ async fn handle_inner(
         });
     }
 
-    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
+    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) =
+        (client_upgrade, response.status())
+    {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
         let abort = gw.abort.clone();
         let slot = stream_slot;
@@ -265,11 +297,19 @@ async fn handle_inner(
         });
         let (mut parts, _) = response.into_parts();
         rewrite::response_headers(&mut parts.headers, true);
+        if let Some(r) = &endpoint.redactor {
+            r.headers(&mut parts.headers);
+        }
         return Ok(Response::from_parts(parts, ProxyBody::empty()));
     }
 
     let (mut parts, body) = response.into_parts();
     rewrite::response_headers(&mut parts.headers, false);
+    if let Some(r) = &endpoint.redactor
+        && r.headers(&mut parts.headers)
+    {
+        tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
+    }
     if connect_token && parts.status.is_success() {
         // A few bytes of JSON: read them to learn the ticket, then pass them on unchanged.
         let bytes: Bytes = Limited::new(body, 16 * 1024)
@@ -281,15 +321,25 @@ async fn handle_inner(
             })?
             .to_bytes();
         if let Some(ticket) = tickets::ticket_from_body(&bytes) {
-            gw.tickets.insert(&ticket, user.name.clone(), project.name.clone());
+            gw.tickets
+                .insert(&ticket, user.name.clone(), project.name.clone());
         }
-        parts.headers.insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        let bytes = match &endpoint.redactor {
+            Some(r) => r.frame(bytes),
+            None => bytes,
+        };
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
     }
     if let Some(slot) = stream_slot {
         *hold = Some(Box::new(slot));
     }
-    Ok(Response::from_parts(parts, ProxyBody::stream(body)))
+    Ok(Response::from_parts(
+        parts,
+        ProxyBody::stream(body, endpoint.redactor.clone()),
+    ))
 }
 
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
@@ -323,7 +373,10 @@ async fn identify(
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             if upgrade
-                && let Some(ticket) = req.uri().query().and_then(|q| crate::query::get(q, "ticket"))
+                && let Some(ticket) = req
+                    .uri()
+                    .query()
+                    .and_then(|q| crate::query::get(q, "ticket"))
                 && let Some((user, project)) = gw.tickets.take(&ticket)
                 && let Some(u) = state.users.get(&*user)
             {

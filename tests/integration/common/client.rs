@@ -1,0 +1,165 @@
+//! A real TLS client for the tests: rustls trusting only the gateway's dev CA, hyper HTTP/1.1 or
+//! h2 on top, any host name resolved to the gateway's loopback address.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+pub fn basic(user: &str, password: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+#[derive(Clone)]
+pub struct Https {
+    pub addr: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    /// The host name to send (SNI and Host); the connection always goes to `addr`.
+    pub host: String,
+}
+
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Https {
+    pub fn new(addr: SocketAddr, ca: &Path) -> Https {
+        Self::with_alpn(addr, ca, vec![b"http/1.1".to_vec()])
+    }
+
+    pub fn with_alpn(addr: SocketAddr, ca: &Path, alpn: Vec<Vec<u8>>) -> Https {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        config.alpn_protocols = alpn;
+        Https {
+            addr,
+            config: Arc::new(config),
+            host: addr.ip().to_string(),
+        }
+    }
+
+    /// The same client, naming another host (e.g. `demo.gw.localhost`).
+    pub fn host(&self, host: &str) -> Https {
+        Https {
+            host: host.to_string(),
+            ..self.clone()
+        }
+    }
+
+    pub fn authority(&self) -> String {
+        format!("{}:{}", self.host, self.addr.port())
+    }
+
+    pub async fn tls(&self) -> TlsStream<TcpStream> {
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let name = ServerName::try_from(self.host.clone()).unwrap();
+        TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+            .unwrap()
+    }
+
+    /// A kept-alive HTTP/1.1 connection.
+    pub async fn http1(&self) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(self.tls().await))
+            .await
+            .unwrap();
+        tokio::spawn(conn.with_upgrades());
+        send
+    }
+
+    pub fn request(&self, method: &str, path: &str, auth: Option<&str>) -> http::request::Builder {
+        let mut b = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", self.authority());
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        b
+    }
+
+    /// Send one request on a new connection and wait for its head (the body streams).
+    pub async fn send(&self, req: Request<Full<Bytes>>) -> Response<Incoming> {
+        let mut s = self.http1().await;
+        tokio::time::timeout(Duration::from_secs(60), s.send_request(req))
+            .await
+            .expect("a response within 60 s")
+            .unwrap()
+    }
+
+    /// Send and read the whole body.
+    pub async fn call(&self, req: Request<Full<Bytes>>) -> Reply {
+        read(self.send(req).await).await
+    }
+
+    pub async fn get(&self, path: &str, auth: Option<&str>) -> Reply {
+        self.call(
+            self.request("GET", path, auth)
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+    }
+}
+
+pub async fn read(resp: Response<Incoming>) -> Reply {
+    let (parts, body) = resp.into_parts();
+    let bytes = tokio::time::timeout(Duration::from_secs(60), body.collect())
+        .await
+        .expect("the body within 60 s")
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
+/// Read a streaming body until `pred` holds for the text so far, or `within` passes.
+pub async fn read_until(
+    body: &mut Incoming,
+    within: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while !pred(&text) {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    text.push_str(&String::from_utf8_lossy(d));
+                }
+            }
+            _ => break,
+        }
+    }
+    text
+}

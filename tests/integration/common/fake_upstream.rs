@@ -1,0 +1,225 @@
+//! An in-process stand-in for an OpenCode server, for fast tests of the proxy's own behaviour: it
+//! demands its own Basic password like OpenCode, records every request it gets (to prove what the
+//! gateway forwards), echoes what it got (to try to leak it back), streams SSE, never answers
+//! `/slow`, issues PTY tickets and echoes WebSocket frames. Never the only proof: the real
+//! OpenCode tests cover the same paths.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, StreamBody, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub target: String,
+    pub headers: HeaderMap,
+}
+
+pub struct FakeUpstream {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub events: broadcast::Sender<String>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn full(s: impl Into<Bytes>) -> Body {
+    Full::new(s.into()).boxed()
+}
+
+impl FakeUpstream {
+    pub async fn start(password: &'static str) -> FakeUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (events, _) = broadcast::channel(64);
+        let (seen2, events2) = (seen.clone(), events.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (seen, events) = (seen2.clone(), events2.clone());
+                tokio::spawn(async move {
+                    let svc =
+                        service_fn(move |req| handle(req, password, seen.clone(), events.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .with_upgrades()
+                        .await;
+                });
+            }
+        });
+        FakeUpstream {
+            addr,
+            seen,
+            events,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Wait (bounded) until `n` SSE subscribers are connected.
+    pub async fn wait_subscribers(&self, n: usize) {
+        for _ in 0..400 {
+            if self.events.receiver_count() >= n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("no SSE subscriber reached the fake upstream");
+    }
+}
+
+impl Drop for FakeUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(
+    mut req: Request<Incoming>,
+    password: &'static str,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    events: broadcast::Sender<String>,
+) -> Result<Response<Body>, Infallible> {
+    let target = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    seen.lock().unwrap().push(Seen {
+        method: req.method().to_string(),
+        target: target.clone(),
+        headers: req.headers().clone(),
+    });
+    let expected = super::client::basic("opencode", password);
+    if req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        != Some(expected.as_str())
+    {
+        let mut r = Response::new(full(""));
+        *r.status_mut() = StatusCode::UNAUTHORIZED;
+        r.headers_mut().insert(
+            "www-authenticate",
+            "Basic realm=\"Secure Area\"".parse().unwrap(),
+        );
+        return Ok(r);
+    }
+    let path = req.uri().path().to_string();
+    let resp = match (req.method().as_str(), path.as_str()) {
+        ("GET", "/global/health") => Response::new(full(r#"{"healthy":true,"version":"1.18.33"}"#)),
+        ("GET", "/echo") => {
+            let headers: Vec<String> = req
+                .headers()
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", v.to_str().unwrap_or("?")))
+                .collect();
+            let mut r = Response::new(full(format!("{target}\n{}", headers.join("\n"))));
+            // An upstream that echoes credentials in a header too.
+            if let Some(a) = req.headers().get("authorization") {
+                r.headers_mut().insert("x-echo-authorization", a.clone());
+            }
+            r
+        }
+        ("GET", "/slow") => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Response::new(full(""))
+        }
+        ("POST", p) if !p.ends_with("/connect-token") => {
+            let n = req
+                .into_body()
+                .collect()
+                .await
+                .map(|c| c.to_bytes().len())
+                .unwrap_or(0);
+            Response::new(full(n.to_string()))
+        }
+        ("GET", p) if p.ends_with("/event") => {
+            let rx = events.subscribe();
+            let first = futures_util::stream::once(async {
+                Ok::<_, Infallible>(Frame::data(Bytes::from(
+                    "data: {\"type\":\"server.connected\"}\n\n",
+                )))
+            });
+            let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+                match rx.recv().await {
+                    Ok(ev) => Some((Ok(Frame::data(Bytes::from(format!("data: {ev}\n\n")))), rx)),
+                    Err(_) => None,
+                }
+            });
+            let mut r = Response::new(BodyExt::boxed(StreamBody::new(first.chain(rest))));
+            r.headers_mut()
+                .insert("content-type", "text/event-stream".parse().unwrap());
+            r
+        }
+        ("POST", p) if p.ends_with("/connect-token") => {
+            let n = seen.lock().unwrap().len();
+            let mut r = Response::new(full(format!(
+                r#"{{"ticket":"ticket-{n}","expires_in":60}}"#
+            )));
+            r.headers_mut()
+                .insert("content-type", "application/json".parse().unwrap());
+            r
+        }
+        ("GET", p) if p.ends_with("/connect") && req.headers().contains_key("upgrade") => {
+            let key = req.headers().get("sec-websocket-key").cloned().unwrap();
+            let accept =
+                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let on_upgrade = hyper::upgrade::on(&mut req);
+            tokio::spawn(async move {
+                let Ok(upgraded) = on_upgrade.await else {
+                    return;
+                };
+                let mut ws = tokio_tungstenite::WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    tokio_tungstenite::tungstenite::protocol::Role::Server,
+                    None,
+                )
+                .await;
+                while let Some(Ok(msg)) = ws.next().await {
+                    if msg.is_text()
+                        && ws
+                            .send(format!("echo:{}", msg.into_text().unwrap()).into())
+                            .await
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+            });
+            let mut r = Response::new(full(""));
+            *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            r.headers_mut()
+                .insert("upgrade", "websocket".parse().unwrap());
+            r.headers_mut()
+                .insert("connection", "Upgrade".parse().unwrap());
+            r.headers_mut()
+                .insert("sec-websocket-accept", accept.parse().unwrap());
+            r
+        }
+        _ => Response::new(full("ok")),
+    };
+    Ok(resp)
+}

@@ -1,0 +1,241 @@
+//! The gateway under test: the real binary, started on a config written to a temporary folder,
+//! listening on ephemeral ports it reports in its "gateway ready" log line. Its stderr is kept
+//! so tests can assert on (and against) what it logs.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_opencode-gateway");
+
+/// A user in a test config: name, password, projects (TOML value) and role.
+pub struct TestUser<'a> {
+    pub name: &'a str,
+    pub password: &'a str,
+    pub projects: &'a str,
+    pub role: &'a str,
+}
+
+/// Hashes cost ~25 ms each; tests reuse them per password.
+pub fn hash(password: &str) -> String {
+    static CACHE: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap();
+    if let Some((_, h)) = cache.iter().find(|(p, _)| p == password) {
+        return h.clone();
+    }
+    let h = opencode_gateway::auth::verifier::hash_password(password);
+    cache.push((password.to_string(), h.clone()));
+    h
+}
+
+pub fn users_toml(users: &[TestUser<'_>]) -> String {
+    users
+        .iter()
+        .map(|u| {
+            format!(
+                "[[user]]\nname = \"{}\"\npassword_hash = \"{}\"\nprojects = {}\nrole = \"{}\"\n\n",
+                u.name,
+                hash(u.password),
+                u.projects,
+                u.role
+            )
+        })
+        .collect()
+}
+
+/// `[server]`, `[tls]` (dev CA in the folder) and `[admin]` on ephemeral ports, plus `extra`.
+pub fn base_config(extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nbase_domain = \"gw.localhost\"\nstate_dir = \"state\"\n\n[tls]\ncert = \"certs/server.crt\"\nkey = \"certs/server.key\"\ndev_ca = true\n\n[admin]\nlisten = \"127.0.0.1:0\"\n\n{extra}"
+    )
+}
+
+pub struct Gateway {
+    child: Option<Child>,
+    pub https: SocketAddr,
+    pub admin: SocketAddr,
+    pub ssh: Option<SocketAddr>,
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub stdout: Arc<Mutex<String>>,
+    log: Arc<Mutex<String>>,
+}
+
+fn pump(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
+    super::pump_lines(stream, sink)
+}
+
+impl Gateway {
+    /// Start the gateway on `config` (written to gateway.toml in a new temporary folder).
+    pub fn start(config: &str) -> Gateway {
+        Self::start_with(config, &[], |_| {})
+    }
+
+    /// Like [`Gateway::start`], with environment variables and a chance to add files first.
+    pub fn start_with(config: &str, env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).unwrap();
+        prepare(dir.path());
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("-c")
+            .arg(&path)
+            .current_dir(dir.path());
+        cmd.env("RUST_LOG", "info,opencode=debug");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let stdout = Arc::new(Mutex::new(String::new()));
+        pump(child.stderr.take().unwrap(), log.clone());
+        pump(child.stdout.take().unwrap(), stdout.clone());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ready = loop {
+            if let Some(line) = log
+                .lock()
+                .unwrap()
+                .lines()
+                .find(|l| l.contains("gateway ready"))
+            {
+                break line.to_string();
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "the gateway exited ({status}) before it was ready:\n{}",
+                    log.lock().unwrap()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the gateway was not ready in 30 s:\n{}",
+                log.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let field = |name: &str| -> Option<SocketAddr> {
+            ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+        };
+        Gateway {
+            https: field("https").expect("https address in the ready line"),
+            admin: field("admin").expect("admin address in the ready line"),
+            ssh: field("ssh"),
+            child: Some(child),
+            config: path,
+            dir,
+            stdout,
+            log,
+        }
+    }
+
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("certs/ca.crt")
+    }
+
+    pub fn logs(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait (bounded) until the log contains `needle`.
+    pub async fn wait_log(&self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if self.logs().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    /// A plain HTTP request to the admin listener.
+    pub fn admin(&self, method: &str, path: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(self.admin).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(
+            s,
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (
+            code,
+            text.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default(),
+        )
+    }
+
+    pub fn metric(&self, name: &str) -> u64 {
+        let (_, body) = self.admin("GET", "/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("opencode_gateway_{name} ")))
+            .unwrap_or_else(|| panic!("metric {name} missing:\n{body}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let pid = self.child.as_ref().unwrap().id() as i32;
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(pid, sig) };
+    }
+
+    /// Wait (bounded) for the process to exit; its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        let child = self.child.as_mut().unwrap();
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Rewrite the config file (for reload tests).
+    pub fn write_config(&self, config: &str) {
+        std::fs::write(&self.config, config).unwrap();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if let Ok(None) = child.try_wait() {
+                // SIGTERM first so spawned OpenCode servers are stopped too.
+                // SAFETY: signalling our own child process.
+                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Shared test fixtures: the gateway binary, a TLS client, an in-process fake upstream, and the
+//! real OpenCode server with a fake model.
+
+#![allow(dead_code)]
+
+pub mod client;
+pub mod fake_upstream;
+pub mod gateway;
+pub mod opencode;
+
+use std::io::{BufRead, BufReader, Read};
+use std::sync::{Arc, Mutex};
+
+/// Copy a child's output into a shared string, line by line, on a thread.
+pub fn pump_lines(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        let mut r = BufReader::new(stream);
+        let mut line = String::new();
+        while r.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            sink.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+}
+
+/// Write a 0600 file (passwords for `upstream_password_file`).
+pub fn write_secret(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}

@@ -1,0 +1,277 @@
+//! The real OpenCode server (npm `opencode-ai`, pinned, installed by scripts/test.sh into
+//! node_modules/) and a small OpenAI-compatible fake model it talks to, so the whole agent loop runs
+//! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+pub const ANSWER: &str = "FAKE-ANSWER-42";
+pub const AFTER_TOOL: &str = "TOOL-FINISHED-7";
+
+pub fn opencode_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin/opencode");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/test.sh, which installs opencode-ai@1.18.33",
+        bin.display()
+    );
+    bin
+}
+
+pub struct FakeModel {
+    pub addr: SocketAddr,
+    pub requests: Arc<AtomicUsize>,
+    pub bodies: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeModel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {
+    let v = serde_json::json!({
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+    });
+    format!("data: {v}\n\n")
+}
+
+/// The stream the fake model answers a request with.
+fn answer(body: &serde_json::Value, bash_command: &str) -> String {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let last = messages.last().cloned().unwrap_or_default();
+    let last_text = last.to_string();
+    let mut out = String::new();
+    if has_tools && last["role"] == "user" && last_text.contains("RUNBASH") {
+        let args = serde_json::json!({"command": bash_command, "description": "write a marker"})
+            .to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else {
+        let text = if last["role"] == "tool" {
+            AFTER_TOOL
+        } else {
+            ANSWER
+        };
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "content": text}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("stop"));
+    }
+    out += "data: [DONE]\n\n";
+    out
+}
+
+impl FakeModel {
+    /// `bash_command` is what the model asks the bash tool to run when a prompt says RUNBASH.
+    pub async fn start(bash_command: &str) -> FakeModel {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let requests = Arc::new(AtomicUsize::new(0));
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let (r2, b2) = (requests.clone(), bodies.clone());
+        let cmd = bash_command.to_string();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (requests, bodies, cmd) = (r2.clone(), b2.clone(), cmd.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let (requests, bodies, cmd) =
+                            (requests.clone(), bodies.clone(), cmd.clone());
+                        async move {
+                            let bytes = req
+                                .into_body()
+                                .collect()
+                                .await
+                                .map(|c| c.to_bytes())
+                                .unwrap_or_default();
+                            let body: serde_json::Value =
+                                serde_json::from_slice(&bytes).unwrap_or_default();
+                            requests.fetch_add(1, Ordering::SeqCst);
+                            bodies
+                                .lock()
+                                .unwrap()
+                                .push(String::from_utf8_lossy(&bytes).into_owned());
+                            // A model takes a moment; clients subscribe to events meanwhile.
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            let mut r = Response::new(Full::new(Bytes::from(answer(&body, &cmd))));
+                            r.headers_mut()
+                                .insert("content-type", "text/event-stream".parse().unwrap());
+                            Ok::<_, Infallible>(r)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tcp), svc)
+                        .await;
+                });
+            }
+        });
+        FakeModel {
+            addr,
+            requests,
+            bodies,
+            task,
+        }
+    }
+
+    /// OpenCode config using this model for everything, with bash and edit asking permission.
+    pub fn config_json(&self) -> String {
+        serde_json::json!({
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": false,
+            "share": "disabled",
+            "provider": {"fake": {
+                "npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                "options": {"baseURL": format!("http://{}/v1", self.addr), "apiKey": "x"},
+                "models": {"fake-model": {"name": "Fake", "tool_call": true, "limit": {"context": 100000, "output": 4096}}}
+            }},
+            "model": "fake/fake-model",
+            "small_model": "fake/fake-model",
+            "permission": {"bash": "ask", "edit": "ask"}
+        })
+        .to_string()
+    }
+}
+
+/// A real `opencode serve` on an ephemeral port with its own password and private folders.
+pub struct OpenCode {
+    child: Child,
+    pub port: u16,
+    pub password: String,
+    pub project: PathBuf,
+    pub log: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl OpenCode {
+    pub fn start(model: &FakeModel) -> OpenCode {
+        let dir = tempfile::tempdir().unwrap();
+        let project = dir.path().join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        let project = project.canonicalize().unwrap();
+        let mut password_bytes = [0u8; 18];
+        getrandom::fill(&mut password_bytes).unwrap();
+        let password = base64::Engine::encode(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+            password_bytes,
+        );
+        for attempt in 0..3 {
+            let port = free_port();
+            let mut cmd = Command::new(opencode_bin());
+            cmd.args([
+                "serve",
+                "--hostname",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .current_dir(&project)
+            .env("OPENCODE_SERVER_PASSWORD", &password)
+            .env("OPENCODE_CONFIG_CONTENT", model.config_json())
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("HOME", dir.path())
+            .env("XDG_DATA_HOME", dir.path().join("data"))
+            .env("XDG_CONFIG_HOME", dir.path().join("config"))
+            .env("XDG_CACHE_HOME", dir.path().join("cache"))
+            .env("XDG_STATE_HOME", dir.path().join("state"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+            let mut child = cmd.spawn().unwrap();
+            let log = Arc::new(Mutex::new(String::new()));
+            super::pump_lines(child.stdout.take().unwrap(), log.clone());
+            super::pump_lines(child.stderr.take().unwrap(), log.clone());
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let needle = format!("listening on http://127.0.0.1:{port}");
+            loop {
+                if log.lock().unwrap().contains(&needle) {
+                    return OpenCode {
+                        child,
+                        port,
+                        password,
+                        project,
+                        log,
+                        _dir: dir,
+                    };
+                }
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "opencode serve was not ready in 60 s:\n{}",
+                    log.lock().unwrap()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!(
+                "opencode serve exited on attempt {attempt} (port {port} taken?):\n{}",
+                log.lock().unwrap()
+            );
+        }
+        panic!("opencode serve did not start");
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A file holding the server's password, for the gateway's `upstream_password_file`.
+    pub fn password_file(&self, dir: &std::path::Path) -> PathBuf {
+        let p = dir.join("upstream.pw");
+        std::fs::write(&p, &self.password).unwrap();
+        p
+    }
+}
+
+impl Drop for OpenCode {
+    fn drop(&mut self) {
+        let pgid = self.child.id() as i32;
+        // SAFETY: signalling the process group of our own child.
+        unsafe { libc::kill(-pgid, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
+//! clients. Tests marked `#[ignore = "needs OpenCode…"]` drive the real OpenCode server and its
+//! clients; `scripts/test.sh` installs OpenCode and runs them too.
+
+mod common;
+mod proxy;
+mod streaming;

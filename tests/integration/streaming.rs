@@ -1,0 +1,202 @@
+//! Long-lived traffic through the gateway against the fake upstream: server-sent events arrive as
+//! they are written, WebSockets are spliced both ways, and the PTY ticket flow authenticates.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::Full;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::common::client::{Https, basic, read, read_until};
+use crate::proxy::two_projects;
+
+fn alice() -> String {
+    basic("alice", "alice-password-1")
+}
+
+#[tokio::test]
+async fn an_sse_event_reaches_the_client_while_the_upstream_stream_stays_open() {
+    let (gw, web, _api, c) = two_projects("").await;
+    let resp = c
+        .send(
+            c.request("GET", "/p/web/global/event", Some(&alice()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let first = read_until(&mut body, Duration::from_secs(10), |t| {
+        t.contains("server.connected")
+    })
+    .await;
+    assert!(first.contains("server.connected"), "{first}");
+    web.wait_subscribers(1).await;
+    for i in 0..3 {
+        web.events
+            .send(format!("{{\"type\":\"tick\",\"n\":{i}}}"))
+            .unwrap();
+        let got = read_until(&mut body, Duration::from_secs(5), |t| {
+            t.contains(&format!("\"n\":{i}"))
+        })
+        .await;
+        assert!(
+            got.contains(&format!("\"n\":{i}")),
+            "event {i} did not arrive while the stream is open: {got:?}"
+        );
+    }
+    assert_eq!(gw.metric("streams_open"), 1);
+    drop(body);
+    // The stream's access line is written when it ends, with the bytes it carried.
+    assert!(
+        gw.wait_log("path=/p/web/global/event", Duration::from_secs(5))
+            .await
+    );
+}
+
+async fn websocket(
+    c: &Https,
+    path: &str,
+    auth: Option<&str>,
+    origin: Option<&str>,
+) -> Result<
+    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    u16,
+> {
+    let mut req = format!("wss://{}{path}", c.authority())
+        .into_client_request()
+        .unwrap();
+    if let Some(a) = auth {
+        req.headers_mut()
+            .insert("authorization", a.parse().unwrap());
+    }
+    if let Some(o) = origin {
+        req.headers_mut().insert("origin", o.parse().unwrap());
+    }
+    match tokio_tungstenite::client_async(req, c.tls().await).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
+        Err(e) => panic!("websocket failed: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_is_spliced_both_ways() {
+    let (gw, _web, _api, c) = two_projects("").await;
+    let own = format!("https://{}", c.authority());
+    let mut ws = websocket(
+        &c,
+        "/p/web/pty/pty_1/connect?cursor=0",
+        Some(&alice()),
+        Some(&own),
+    )
+    .await
+    .unwrap();
+    for i in 0..5 {
+        ws.send(Message::text(format!("marker-{i}"))).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            got.into_text().unwrap().as_str(),
+            format!("echo:marker-{i}")
+        );
+    }
+    assert_eq!(
+        gw.metric("streams_open"),
+        1,
+        "a terminal holds a stream slot"
+    );
+    ws.close(None).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_websocket_from_a_foreign_origin_is_refused() {
+    let (_gw, web, _api, c) = two_projects("").await;
+    let err = websocket(
+        &c,
+        "/p/web/pty/pty_1/connect",
+        Some(&alice()),
+        Some("https://evil.example"),
+    )
+    .await
+    .err();
+    assert_eq!(err, Some(403));
+    assert!(
+        web.seen().is_empty(),
+        "the upgrade never reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
+    let (_gw, web, _api, c) = two_projects("").await;
+    let own = format!("https://{}", c.authority());
+    // Without credentials or a ticket: refused.
+    assert_eq!(
+        websocket(&c, "/p/web/pty/pty_1/connect", None, Some(&own))
+            .await
+            .err(),
+        Some(401)
+    );
+    let req = c
+        .request("POST", "/p/web/pty/pty_1/connect-token", Some(&alice()))
+        .header("x-opencode-ticket", "1")
+        .header("origin", &own)
+        .body(Full::default())
+        .unwrap();
+    let r = read(c.send(req).await).await;
+    assert_eq!(r.status, 200);
+    let ticket = serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A ticket is for its project only.
+    assert_eq!(
+        websocket(
+            &c,
+            &format!("/p/api/pty/pty_1/connect?ticket={ticket}"),
+            None,
+            Some(&own)
+        )
+        .await
+        .err(),
+        Some(403)
+    );
+    let req2 = c
+        .request("POST", "/p/web/pty/pty_1/connect-token", Some(&alice()))
+        .header("origin", &own)
+        .body(Full::default())
+        .unwrap();
+    let ticket2 = serde_json::from_str::<serde_json::Value>(&read(c.send(req2).await).await.body)
+        .unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let path = format!("/p/web/pty/pty_1/connect?ticket={ticket2}");
+    let mut ws = websocket(&c, &path, None, Some(&own))
+        .await
+        .expect("the ticket authenticates the WebSocket");
+    ws.send(Message::text("hi")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.into_text().unwrap().as_str(), "echo:hi");
+    assert_eq!(
+        websocket(&c, &path, None, Some(&own)).await.err(),
+        Some(401),
+        "a ticket is used once"
+    );
+    let upgraded = web
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.contains("ticket="))
+        .count();
+    assert_eq!(upgraded, 1);
+}
