@@ -221,21 +221,22 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Ok(None) = child.try_wait() {
-                // SIGTERM first so spawned OpenCode servers are stopped too.
-                // SAFETY: signalling our own child process.
-                unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-                let deadline = Instant::now() + Duration::from_secs(15);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(None) = child.try_wait() {
+            // SIGTERM first so spawned OpenCode servers are stopped too.
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
                 }
-                let _ = child.kill();
-                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(20));
             }
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 }
