@@ -66,16 +66,8 @@ impl State {
         tls: Arc<rustls::ServerConfig>,
         supervisor: &Supervisor,
     ) -> anyhow::Result<State> {
-        // Everything that can fail comes before the supervisor is touched.
         let mut users = HashMap::new();
         for u in &settings.users {
-            let mut keys = Vec::new();
-            for (i, line) in u.ssh_keys.iter().enumerate() {
-                keys.push(
-                    crate::ssh::keys::parse_authorized_key(line)
-                        .map_err(|e| anyhow::anyhow!("user {} ssh_keys[{i}]: {e}", u.name))?,
-                );
-            }
             users.insert(
                 u.name.clone(),
                 Arc::new(UserState {
@@ -87,7 +79,7 @@ impl State {
                         .map(|(_, text)| fingerprint(text))
                         .unwrap_or([0; 32]),
                     grants: u.grants.clone(),
-                    ssh_keys: keys,
+                    ssh_keys: u.ssh_keys.clone(),
                 }),
             );
         }

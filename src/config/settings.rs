@@ -119,7 +119,7 @@ pub struct User {
     pub name: String,
     /// The argon2id hash, parsed at load, and its PHC text (whose digest keys the auth cache).
     pub password_hash: Option<(PasswordHash, String)>,
-    pub ssh_keys: Vec<String>,
+    pub ssh_keys: Vec<russh::keys::PublicKey>,
     pub grants: Grants,
 }
 

@@ -35,9 +35,9 @@ impl Checker<'_> {
     fn path(&self, value: &str) -> PathBuf {
         let p = Path::new(value);
         if p.is_absolute() {
-            p.to_path_buf()
+            lexical_clean(p)
         } else {
-            self.base.join(p)
+            lexical_clean(&self.base.join(p))
         }
     }
 
@@ -68,6 +68,24 @@ impl Checker<'_> {
             }
         }
     }
+}
+
+/// `a/b/../c` → `a/c`, without touching the file system (paths may not exist yet).
+pub fn lexical_clean(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// `"500ms"`, `"10s"`, `"5m"`, `"1h"`.
@@ -670,10 +688,21 @@ fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -
             }
         }
     };
+    let mut ssh_keys = Vec::new();
+    for (i, line) in u.ssh_keys.iter().enumerate() {
+        match crate::ssh::keys::parse_authorized_key(line) {
+            Ok(k) => ssh_keys.push(k),
+            Err(e) => c.problem(
+                format!("{key}.ssh_keys[{i}]"),
+                e,
+                "paste the line from the user's ~/.ssh/id_ed25519.pub (type, base64 key, comment)",
+            ),
+        }
+    }
     Some(User {
         name: u.name.clone(),
         password_hash,
-        ssh_keys: u.ssh_keys.clone(),
+        ssh_keys,
         grants,
     })
 }

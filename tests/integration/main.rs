@@ -3,5 +3,8 @@
 //! clients; `scripts/test.sh` installs OpenCode and runs them too.
 
 mod common;
+mod config_cli;
+mod lifecycle;
 mod proxy;
+mod real_opencode;
 mod streaming;

@@ -143,6 +143,10 @@ async fn handle(
             }
             r
         }
+        ("GET", "/delay") => {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Response::new(full("done"))
+        }
         ("GET", "/slow") => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Response::new(full(""))

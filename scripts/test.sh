@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests drive (Debian packages, the
+# pinned OpenCode from npm), then checks formatting and lints, and runs every test, including
+# the ones marked #[ignore] that need the real OpenCode server and its clients.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
+# test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test).
+need=()
+command -v rg >/dev/null || need+=(ripgrep)
+command -v tmux >/dev/null || need+=(tmux)
+command -v ssh >/dev/null || need+=(openssh-client)
+command -v chromium >/dev/null || need+=(chromium)
+if [ "${#need[@]}" -gt 0 ]; then
+  step "installing ${need[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# npm: OpenCode at the version package-lock.json pins, into ./node_modules (git-ignored).
+want=$(node -p 'require("./package.json").dependencies["opencode-ai"]')
+have=$(node -p 'try { require("./node_modules/opencode-ai/package.json").version } catch { "" }')
+if [ "$have" != "$want" ] || [ ! -x node_modules/.bin/opencode ]; then
+  step "installing opencode-ai@$want"
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+node_modules/.bin/opencode --version
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+step "cargo test (all, including the real-OpenCode tests)"
+cargo test --all-targets --locked -- --include-ignored

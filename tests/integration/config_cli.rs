@@ -1,0 +1,365 @@
+//! The config boundary and the command line: every fixture under tests/fixtures is checked (valid
+//! ones load, invalid ones name their key and fix), and the CLI's commands do what they say.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::common::gateway::BIN;
+
+fn fixtures(kind: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(kind);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty());
+    files
+}
+
+fn cli(args: &[&str], stdin: Option<&str>, cwd: &Path) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("OCGW_FIXTURE_UNSET_VAR")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn every_valid_fixture_loads_and_check_accepts_it() {
+    for file in fixtures("valid") {
+        let settings = opencode_gateway::config::load(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(!settings.projects.is_empty());
+        let out = cli(
+            &["check", "-c", file.to_str().unwrap()],
+            None,
+            Path::new("/"),
+        );
+        assert!(out.status.success(), "{}: {}", file.display(), text(&out));
+        assert!(text(&out).contains("OK"));
+    }
+}
+
+#[test]
+fn every_invalid_fixture_is_refused_naming_its_key_and_fix() {
+    for file in fixtures("invalid") {
+        let source = std::fs::read_to_string(&file).unwrap();
+        let expected: Vec<&str> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "{} has no '# expect:' line",
+            file.display()
+        );
+        let err = opencode_gateway::config::load(&file)
+            .expect_err(&file.display().to_string())
+            .to_string();
+        let out = cli(
+            &["check", "-c", file.to_str().unwrap()],
+            None,
+            Path::new("/"),
+        );
+        assert_eq!(out.status.code(), Some(1), "{}", file.display());
+        let shown = text(&out);
+        for e in &expected {
+            assert!(
+                err.contains(e),
+                "{}: expected {e:?} in:\n{err}",
+                file.display()
+            );
+            assert!(
+                shown.contains(e),
+                "{}: check did not say {e:?}:\n{shown}",
+                file.display()
+            );
+        }
+        assert!(
+            shown.contains(file.to_str().unwrap()),
+            "the message names the file:\n{shown}"
+        );
+        assert!(
+            shown.contains("Fix:"),
+            "{}: no fix in:\n{shown}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn serve_refuses_to_start_on_a_bad_config() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/invalid/upstream-not-loopback.toml");
+    let out = cli(
+        &["serve", "-c", file.to_str().unwrap()],
+        None,
+        Path::new("/"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("not a loopback address"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn check_prints_listeners_projects_routes_and_users() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/full.toml");
+    let out = text(&cli(
+        &["check", "-c", file.to_str().unwrap()],
+        None,
+        Path::new("/"),
+    ));
+    for needle in [
+        "https  0.0.0.0:8443",
+        "admin  127.0.0.1:9090",
+        "ssh    127.0.0.1:2222",
+        "web  upstream http://127.0.0.1:4096 (password held by the gateway)",
+        "api  spawned `opencode serve`",
+        "https://devbox.example.test:8443/p/web/",
+        "https://web.gw.example.test:8443/",
+        "port 127.0.0.1:8444",
+        "alice  api as viewer, web as operator; password, 1 ssh key(s)",
+        "phone  web as approver; 1 ssh key(s)",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("fixture-upstream-password") && !out.contains("sk-test"),
+        "no secret is printed"
+    );
+}
+
+#[test]
+fn hash_password_reads_stdin_and_prints_a_verifiable_argon2id_hash() {
+    let out = cli(
+        &["hash-password"],
+        Some("correct horse battery\n"),
+        Path::new("/"),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let phc = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(phc.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{phc}");
+    let hash = argon2::PasswordHash::new(&phc).unwrap();
+    use argon2::PasswordVerifier;
+    assert!(
+        argon2::Argon2::default()
+            .verify_password(b"correct horse battery", &hash)
+            .is_ok()
+    );
+    assert!(
+        argon2::Argon2::default()
+            .verify_password(b"correct horse batter", &hash)
+            .is_err()
+    );
+    let short = cli(&["hash-password"], Some("short\n"), Path::new("/"));
+    assert_eq!(short.status.code(), Some(1));
+    assert!(text(&short).contains("shorter than 8"));
+}
+
+const COMMENTED: &str = r#"# A config with comments that must survive edits.
+[server]
+listen = "127.0.0.1:8443" # the HTTPS port
+
+[tls]
+cert = "certs/server.crt"
+key = "certs/server.key"
+dev_ca = true
+
+[[project]]
+name = "web"
+upstream = "http://127.0.0.1:4096"
+
+# The owner.
+[[user]]
+name = "alice"
+password_hash = "$argon2id$v=19$m=19456,t=2,p=1$hnXrCVeTu4NoWLdElfHJEw$N1rNl6VO+ZfhOWV+i+Mcc2VUFrcEx2wvp4FoZuXrJ3w"
+projects = ["*"]
+role = "admin"
+"#;
+
+#[test]
+fn user_commands_edit_the_file_in_place_and_keep_its_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gateway.toml");
+    std::fs::write(&cfg, COMMENTED).unwrap();
+    let c = cfg.to_str().unwrap();
+    let out = cli(
+        &[
+            "user",
+            "add",
+            "bob",
+            "--projects",
+            "web",
+            "--role",
+            "viewer",
+            "-c",
+            c,
+        ],
+        Some("bob-password-1\n"),
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let after_add = std::fs::read_to_string(&cfg).unwrap();
+    for kept in [
+        "# A config with comments",
+        "# the HTTPS port",
+        "# The owner.",
+    ] {
+        assert!(after_add.contains(kept), "lost {kept:?}:\n{after_add}");
+    }
+    assert!(
+        !after_add.contains("bob-password-1"),
+        "only the hash is written"
+    );
+    let settings = opencode_gateway::config::load(&cfg).unwrap();
+    let bob = settings.users.iter().find(|u| u.name == "bob").unwrap();
+    assert_eq!(
+        bob.grants.role_in("web"),
+        Some(opencode_gateway::config::Role::Viewer)
+    );
+    let list = text(&cli(&["user", "list", "-c", c], None, dir.path()));
+    assert!(
+        list.contains("bob  web as viewer; password")
+            && list.contains("alice  all projects as admin"),
+        "{list}"
+    );
+    let dup = cli(
+        &["user", "add", "bob", "-c", c],
+        Some("another-password\n"),
+        dir.path(),
+    );
+    assert_eq!(dup.status.code(), Some(1));
+    assert!(text(&dup).contains("already exists"));
+
+    let out = cli(
+        &["user", "passwd", "bob", "-c", c],
+        Some("bob-password-2\n"),
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let after_passwd = std::fs::read_to_string(&cfg).unwrap();
+    assert_ne!(after_add, after_passwd);
+    assert!(after_passwd.contains("# The owner."));
+
+    let out = cli(&["user", "remove", "bob", "-c", c], None, dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let after_remove = std::fs::read_to_string(&cfg).unwrap();
+    assert!(!after_remove.contains("bob") && after_remove.contains("# The owner."));
+    let missing = cli(&["user", "remove", "bob", "-c", c], None, dir.path());
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(text(&missing).contains("no user named \"bob\""));
+}
+
+#[test]
+fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("My Project");
+    std::fs::create_dir(&project).unwrap();
+    let out = cli(
+        &[
+            "init",
+            "--dir",
+            "gw",
+            "--project-dir",
+            project.to_str().unwrap(),
+        ],
+        None,
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = text(&out);
+    let password = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("user \"dev\", password: "))
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        shown.contains(&format!(
+            "opencode attach https://127.0.0.1:8443/p/my-project -u dev -p '{password}'"
+        )),
+        "{shown}"
+    );
+    let cfg = dir.path().join("gw/gateway.toml");
+    let check = cli(&["check", "-c", cfg.to_str().unwrap()], None, dir.path());
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(text(&check).contains("my-project  spawned"));
+    assert!(!std::fs::read_to_string(&cfg).unwrap().contains(&password));
+    let mode = std::fs::metadata(dir.path().join("gw/certs/server.key"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let again = cli(
+        &[
+            "init",
+            "--dir",
+            "gw",
+            "--project-dir",
+            project.to_str().unwrap(),
+        ],
+        None,
+        dir.path(),
+    );
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "init never overwrites a config"
+    );
+}
+
+#[test]
+fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = cli(
+        &["cert", "dev", "--out", "c", "-c", "/nonexistent.toml"],
+        None,
+        dir.path(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("*.gw.localhost"));
+    for f in ["ca.crt", "ca.key", "server.crt", "server.key"] {
+        assert!(dir.path().join("c").join(f).exists(), "{f}");
+    }
+    // The certificate chain verifies for the names clients use.
+    let ca = dir.path().join("c/ca.crt");
+    let settings = opencode_gateway::config::Tls {
+        cert: dir.path().join("c/server.crt"),
+        key: dir.path().join("c/server.key"),
+        dev_ca: false,
+    };
+    assert!(opencode_gateway::listen::tls::server_config(&settings).is_ok());
+    assert!(
+        std::fs::read_to_string(ca)
+            .unwrap()
+            .contains("BEGIN CERTIFICATE")
+    );
+}

@@ -1,0 +1,206 @@
+//! Starting and stopping: the committed dev config on a first start, and a drain on SIGTERM.
+
+use std::time::Duration;
+
+use http_body_util::Full;
+
+use crate::common::client::{Https, basic, read, read_until};
+use crate::proxy::two_projects;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
+    let (mut gw, web, _api, c) = two_projects("[limits]\ndrain_timeout = \"3s\"\n").await;
+    let alice = basic("alice", "alice-password-1");
+    // An open event stream and a request that takes 1.5 s are both in flight.
+    let stream = c
+        .send(
+            c.request("GET", "/p/web/event", Some(&alice))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    let mut stream = stream.into_body();
+    read_until(&mut stream, Duration::from_secs(5), |t| {
+        t.contains("server.connected")
+    })
+    .await;
+    web.wait_subscribers(1).await;
+    let slow = {
+        let c = c.clone();
+        let alice = alice.clone();
+        tokio::spawn(async move { c.get("/p/web/delay", Some(&alice)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    gw.signal(libc::SIGTERM);
+    // The stream keeps flowing during the drain.
+    web.events
+        .send("{\"type\":\"during-drain\"}".into())
+        .unwrap();
+    let during = read_until(&mut stream, Duration::from_secs(2), |t| {
+        t.contains("during-drain")
+    })
+    .await;
+    assert!(during.contains("during-drain"), "{during}");
+    let slow = slow.await.unwrap();
+    assert_eq!(
+        (slow.status.as_u16(), slow.body.as_str()),
+        (200, "done"),
+        "the request in flight finished"
+    );
+    let code = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(15)));
+    assert_eq!(code, Some(0), "{}", gw.logs());
+    assert!(
+        started.elapsed() >= Duration::from_millis(1000),
+        "it waited for the drain"
+    );
+    let logs = gw.logs();
+    assert!(
+        logs.contains("SIGTERM: draining")
+            && logs.contains("drain deadline reached")
+            && logs.contains("stopped"),
+        "{logs}"
+    );
+    // Nothing listens any more.
+    assert!(tokio::net::TcpStream::connect(gw.https).await.is_err());
+}
+
+fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
+    assert!(
+        text.contains("listen = \"127.0.0.1:8443\"")
+            && text.contains("listen = \"127.0.0.1:9090\"")
+    );
+    // Same file, but on ephemeral ports (tests never take fixed ones).
+    let text = text
+        .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:9090\"", "listen = \"127.0.0.1:0\"")
+        .lines()
+        .filter(|l| !l.starts_with("public_url"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    std::fs::create_dir_all(root.join("config")).unwrap();
+    let path = root.join("config/gateway.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let config = copy_dev_config(root.path());
+    let repo_bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin");
+    let path = format!("{}:{}", repo_bin.display(), std::env::var("PATH").unwrap());
+    // The repository's layout (config/ and certs-dev/ side by side), not the harness's one folder.
+    let mut cmd = std::process::Command::new(crate::common::gateway::BIN);
+    cmd.args(["serve", "-c"])
+        .arg(&config)
+        .current_dir(root.path())
+        .env("PATH", &path);
+    let run = |mut cmd: std::process::Command| {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
+        crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
+        (child, log, out)
+    };
+    let (mut child, log, out) = run(cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().contains("gateway ready") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let stdout = out.lock().unwrap().clone();
+    let password = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Created gateway user \"dev\" with password: "))
+        .unwrap_or_else(|| panic!("no password printed:\n{stdout}"))
+        .trim()
+        .to_string();
+    let https: std::net::SocketAddr = log
+        .lock()
+        .unwrap()
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("https="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(stdout.contains(&format!("NODE_EXTRA_CA_CERTS=certs-dev/ca.crt opencode attach https://127.0.0.1:{}/p/demo -u dev -p '{password}'", https.port())), "{stdout}");
+    assert!(stdout.contains("opencode run --attach"), "{stdout}");
+    for key in ["certs-dev/ca.key", "certs-dev/server.key"] {
+        let mode = std::fs::metadata(root.path().join(key))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{key}");
+    }
+    let written = std::fs::read_to_string(&config).unwrap();
+    assert!(
+        written.contains("name = \"dev\"") && written.contains("$argon2id$"),
+        "{written}"
+    );
+    assert!(!written.contains(&password), "only the hash is written");
+    assert!(
+        written.contains("# On first start the gateway makes"),
+        "comments are kept"
+    );
+    assert!(
+        !log.lock().unwrap().contains(&password),
+        "the password is not logged"
+    );
+    // The spawned project answers through the gateway with the printed credentials.
+    let c = Https::new(https, &root.path().join("certs-dev/ca.crt"));
+    let r = c
+        .get("/p/demo/global/health", Some(&basic("dev", &password)))
+        .await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, log.lock().unwrap());
+    let r = read(
+        c.send(
+            c.request("GET", "/global/health", Some(&basic("dev", &password)))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(r.status, 200, "the only project is also served at /");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    // A second start creates no user and prints no password.
+    let mut cmd = std::process::Command::new(crate::common::gateway::BIN);
+    cmd.args(["serve", "-c"])
+        .arg(&config)
+        .current_dir(root.path())
+        .env("PATH", &path);
+    let (mut child, log, out) = run(cmd);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().contains("gateway ready") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!out.lock().unwrap().contains("Created gateway user"));
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}

@@ -1,0 +1,551 @@
+//! The gateway in front of the real OpenCode server, driven by OpenCode's real clients
+//! (`opencode run --attach`, `opencode attach` in tmux) and by a client that speaks its API
+//! (SSE, permission replies, PTY WebSockets, the web UI's files).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::common::client::{Https, basic};
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::opencode::{AFTER_TOOL, ANSWER, FakeModel, OpenCode, opencode_bin};
+use crate::common::write_secret;
+
+pub struct Setup {
+    pub model: FakeModel,
+    pub oc: OpenCode,
+    pub gw: Gateway,
+    pub client: Https,
+}
+
+pub const ALICE_PW: &str = "alice-password-1";
+
+pub fn alice() -> String {
+    basic("alice", ALICE_PW)
+}
+
+/// A real OpenCode server behind the gateway as project "demo"; alice is its operator.
+pub async fn setup(bash_command: &str) -> Setup {
+    let model = FakeModel::start(bash_command).await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let config = base_config(&format!(
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n\n{}",
+        oc.url(),
+        users_toml(&[
+            TestUser {
+                name: "alice",
+                password: ALICE_PW,
+                projects: "[\"*\"]",
+                role: "operator"
+            },
+            TestUser {
+                name: "vera",
+                password: "vera-password-1",
+                projects: "[\"demo\"]",
+                role: "viewer"
+            },
+            TestUser {
+                name: "aaron",
+                password: "aaron-password-1",
+                projects: "[\"demo\"]",
+                role: "approver"
+            },
+        ])
+    ));
+    let pw = oc.password.clone();
+    let gw = Gateway::start_with(&config, &[], move |d| {
+        write_secret(&d.join("upstream.pw"), &pw)
+    });
+    let client = Https::new(gw.https, &gw.ca());
+    Setup {
+        model,
+        oc,
+        gw,
+        client,
+    }
+}
+
+/// Collects an SSE stream's text in the background.
+pub struct EventLog {
+    text: Arc<Mutex<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventLog {
+    pub async fn open(c: &Https, path: &str, auth: &str) -> EventLog {
+        let resp = c
+            .send(
+                c.request("GET", path, Some(auth))
+                    .body(Full::default())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(resp.status(), 200, "event stream {path}");
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = text.clone();
+        let task = tokio::spawn(async move {
+            let mut body = resp.into_body();
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(d) = frame.data_ref() {
+                    sink.lock().unwrap().push_str(&String::from_utf8_lossy(d));
+                }
+            }
+        });
+        EventLog { text, task }
+    }
+
+    /// The `data:` payloads of one event type seen so far.
+    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.text
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .map(|v| {
+                if v.get("payload").is_some() {
+                    v["payload"].clone()
+                } else {
+                    v
+                }
+            })
+            .filter(|v| v["type"] == kind)
+            .collect()
+    }
+
+    pub async fn wait_for(&self, kind: &str, within: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(v) = self.events(kind).into_iter().next() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {kind} event within {within:?}; got:\n{}",
+                self.text.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub async fn json(
+    c: &Https,
+    method: &str,
+    path: &str,
+    auth: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    let own = format!("https://{}", c.authority());
+    let req = c
+        .request(method, path, Some(auth))
+        .header("content-type", "application/json")
+        .header("origin", own)
+        .body(Full::from(body.to_string()))
+        .unwrap();
+    let r = c.call(req).await;
+    (
+        r.status.as_u16(),
+        serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body)),
+    )
+}
+
+async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
+    let child = tokio::process::Command::new(opencode_bin())
+        .args(args)
+        .env("NODE_EXTRA_CA_CERTS", ca)
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("opencode finished within 120 s")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
+    let s = setup("echo unused").await;
+    let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
+    let work = tempfile::tempdir().unwrap();
+    let out = run_cli(
+        &[
+            "run",
+            "--attach",
+            &url,
+            "-u",
+            "alice",
+            "-p",
+            ALICE_PW,
+            "hello through the gateway",
+        ],
+        &s.gw.ca(),
+        work.path(),
+    )
+    .await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "run failed: {stdout}\n{stderr}\ngateway:\n{}",
+        s.gw.logs()
+    );
+    // `run` prints "> build · fake-model" (to stderr) when the assistant message's SSE event
+    // reaches it through the gateway.
+    assert!(
+        stderr.contains("fake-model"),
+        "no event reached the client: {stdout}\n{stderr}"
+    );
+    assert!(s.model.requests.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    // The answer is in the session, read back through the gateway.
+    let (status, sessions) = json(&s.client, "GET", "/p/demo/session", &alice(), "").await;
+    assert_eq!(status, 200);
+    let id = sessions[0]["id"].as_str().unwrap();
+    let (_, messages) = json(
+        &s.client,
+        "GET",
+        &format!("/p/demo/session/{id}/message"),
+        &alice(),
+        "",
+    )
+    .await;
+    assert!(messages.to_string().contains(ANSWER), "{messages}");
+    assert!(
+        s.gw.logs().contains("method=POST path=/p/demo/session/"),
+        "the prompt went through the gateway"
+    );
+    // Without the dev CA, the client refuses the gateway's certificate.
+    let out = tokio::process::Command::new(opencode_bin())
+        .args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
+        .env("NODE_EXTRA_CA_CERTS", "/dev/null")
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_permission_loop_completes_through_the_gateway() {
+    let s = setup("echo TOOLRAN > marker.txt").await;
+    let dir = s.oc.project.display().to_string();
+    let events = EventLog::open(
+        &s.client,
+        &format!("/p/demo/event?directory={}", urlencode(&dir)),
+        &alice(),
+    )
+    .await;
+    events
+        .wait_for("server.connected", Duration::from_secs(20))
+        .await;
+    let (status, session) = json(&s.client, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let (status, _) = json(
+        &s.client,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"please RUNBASH"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 204);
+    let asked = events
+        .wait_for("permission.asked", Duration::from_secs(60))
+        .await;
+    let perm = asked["properties"]["id"].as_str().unwrap().to_string();
+    assert_eq!(asked["properties"]["permission"], "bash");
+    assert!(
+        !s.oc.project.join("marker.txt").exists(),
+        "the tool waits for permission"
+    );
+    // A viewer can see the request but cannot answer it; an approver can.
+    let (status, _) = json(
+        &s.client,
+        "POST",
+        &format!("/p/demo/permission/{perm}/reply"),
+        &basic("vera", "vera-password-1"),
+        r#"{"reply":"once"}"#,
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, body) = json(
+        &s.client,
+        "POST",
+        &format!("/p/demo/permission/{perm}/reply"),
+        &basic("aaron", "aaron-password-1"),
+        r#"{"reply":"once"}"#,
+    )
+    .await;
+    assert_eq!(
+        (status, body.clone()),
+        (200, serde_json::Value::Bool(true)),
+        "{body}"
+    );
+    events
+        .wait_for("permission.replied", Duration::from_secs(20))
+        .await;
+    events
+        .wait_for("session.idle", Duration::from_secs(60))
+        .await;
+    let marker = std::fs::read_to_string(s.oc.project.join("marker.txt")).expect("the tool ran");
+    assert_eq!(marker.trim(), "TOOLRAN");
+    let (_, messages) = json(
+        &s.client,
+        "GET",
+        &format!("/p/demo/session/{id}/message"),
+        &alice(),
+        "",
+    )
+    .await;
+    assert!(
+        messages.to_string().contains(AFTER_TOOL),
+        "the model saw the tool's result"
+    );
+    // The approver cannot prompt.
+    let (status, _) = json(
+        &s.client,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &basic("aaron", "aaron-password-1"),
+        r#"{"parts":[{"type":"text","text":"x"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn pty_socket(
+    c: &Https,
+    path: &str,
+    auth: Option<&str>,
+) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut req = format!("wss://{}{path}", c.authority())
+        .into_client_request()
+        .unwrap();
+    if let Some(a) = auth {
+        req.headers_mut()
+            .insert("authorization", a.parse().unwrap());
+    }
+    req.headers_mut().insert(
+        "origin",
+        format!("https://{}", c.authority()).parse().unwrap(),
+    );
+    tokio_tungstenite::client_async(req, c.tls().await)
+        .await
+        .expect("websocket through the gateway")
+        .0
+}
+
+async fn read_terminal_until(
+    ws: &mut tokio_tungstenite::WebSocketStream<
+        tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    >,
+    needle: &str,
+) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => seen.push_str(t.as_str()),
+            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Ok(Some(Ok(_))) => {}
+            _ => break,
+        }
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_pty_websocket_through_the_gateway_runs_what_is_typed() {
+    let s = setup("echo unused").await;
+    let (status, pty) = json(&s.client, "POST", "/p/demo/pty", &alice(), "{}").await;
+    assert_eq!(status, 200, "{pty}");
+    let id = pty["id"].as_str().unwrap().to_string();
+    let mut ws = pty_socket(
+        &s.client,
+        &format!("/p/demo/pty/{id}/connect?cursor=0"),
+        Some(&alice()),
+    )
+    .await;
+    // The shell computes the marker, so seeing it proves the command ran (not just an echo).
+    ws.send(Message::text("echo MARK$((6*7))X\r"))
+        .await
+        .unwrap();
+    let out = read_terminal_until(&mut ws, "MARK42X").await;
+    assert!(out.contains("MARK42X"), "terminal said: {out:?}");
+    drop(ws);
+
+    // The browser's way: a connect token (Origin and Host must look consistent upstream), then a
+    // WebSocket authenticated by the ticket alone.
+    let own = format!("https://{}", s.client.authority());
+    let req = s
+        .client
+        .request(
+            "POST",
+            &format!("/p/demo/pty/{id}/connect-token"),
+            Some(&alice()),
+        )
+        .header("x-opencode-ticket", "1")
+        .header("origin", &own)
+        .body(Full::default())
+        .unwrap();
+    let r = s.client.call(req).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ticket = serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["ticket"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut ws = pty_socket(
+        &s.client,
+        &format!("/p/demo/pty/{id}/connect?cursor=0&ticket={ticket}"),
+        None,
+    )
+    .await;
+    ws.send(Message::text("echo TICKET$((7*6))Y\r"))
+        .await
+        .unwrap();
+    let out = read_terminal_until(&mut ws, "TICKET42Y").await;
+    assert!(out.contains("TICKET42Y"), "terminal said: {out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_web_ui_and_its_assets_load_on_the_project_host() {
+    let s = setup("echo unused").await;
+    let ui = s.client.host("demo.gw.localhost");
+    let index = ui.get("/", Some(&alice())).await;
+    assert_eq!(index.status, 200);
+    assert!(
+        index.body.contains("<html"),
+        "{}",
+        &index.body[..200.min(index.body.len())]
+    );
+    let asset = index
+        .body
+        .split('"')
+        .find(|p| p.starts_with("/assets/") && p.ends_with(".js"))
+        .unwrap_or_else(|| panic!("no script asset in index.html:\n{}", index.body))
+        .to_string();
+    let js = ui.get(&asset, Some(&alice())).await;
+    assert_eq!(js.status, 200);
+    assert!(
+        js.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("javascript")
+    );
+    assert!(js.body.len() > 1000);
+    // An SPA route passes through to index.html, and without credentials the browser is asked to log in.
+    let spa = ui.get("/L3RtcA/session/ses_x", Some(&alice())).await;
+    assert_eq!(spa.status, 200);
+    let anon = ui.get("/", None).await;
+    assert_eq!(anon.status, 401);
+    assert!(anon.headers.contains_key("www-authenticate"));
+}
+
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn wait_screen(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = self.run(&["capture-pane", "-t", "tui", "-p"]);
+            if screen.contains(needle) || Instant::now() > deadline {
+                return screen;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        self.run(&["kill-server"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn opencode_attach_in_tmux_shows_the_answer_through_the_gateway() {
+    let s = setup("echo unused").await;
+    let tmux = Tmux {
+        socket: format!("ocgw-test-{}", std::process::id()),
+    };
+    let cmd = format!(
+        "NODE_EXTRA_CA_CERTS={} OPENCODE_DISABLE_MODELS_FETCH=1 {} attach https://127.0.0.1:{}/p/demo -u alice -p {ALICE_PW}",
+        s.gw.ca().display(),
+        opencode_bin().display(),
+        s.gw.https.port()
+    );
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "tui",
+        "-x",
+        "160",
+        "-y",
+        "45",
+        &cmd,
+    ]);
+    let screen = tmux
+        .wait_screen("Ask anything", Duration::from_secs(60))
+        .await;
+    assert!(
+        screen.contains("Ask anything"),
+        "the TUI did not start:\n{screen}\n{}",
+        s.gw.logs()
+    );
+    tmux.run(&["send-keys", "-t", "tui", "hello from the tui", "Enter"]);
+    let screen = tmux.wait_screen(ANSWER, Duration::from_secs(60)).await;
+    assert!(screen.contains(ANSWER), "no answer on screen:\n{screen}");
+    assert!(
+        s.gw.metric("streams_open") >= 1,
+        "the TUI's event stream is open through the gateway"
+    );
+}
