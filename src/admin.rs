@@ -44,30 +44,18 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, config_path: PathBuf
 fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        content_type.parse().expect("static header"),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, content_type.parse().expect("static header"));
     r
 }
 
-fn route(gw: &Gateway, config: &std::path::Path, req: Request<Incoming>) -> Response<Full<Bytes>> {
+fn route(gw: &Arc<Gateway>, config: &std::path::Path, req: Request<Incoming>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        (&Method::GET, "/metrics") => reply(
-            StatusCode::OK,
-            "text/plain; version=0.0.4",
-            gw.render_metrics(),
-        ),
-        (&Method::GET, "/status") => {
-            reply(StatusCode::OK, "application/json", status(gw).to_string())
-        }
+        (&Method::GET, "/metrics") => reply(StatusCode::OK, "text/plain; version=0.0.4", gw.render_metrics()),
+        (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", status(gw).to_string()),
         (&Method::POST, "/reload") => match crate::reload::reload(gw, config) {
-            Ok(()) => reply(
-                StatusCode::OK,
-                "application/json",
-                r#"{"reloaded":true}"#.into(),
-            ),
+            Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),
             Err(why) => reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "application/json",

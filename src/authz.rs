@@ -247,11 +247,7 @@ fn matches(pattern: &str, path: &str) -> bool {
 /// The class of a request, or `None` for an API route the gateway does not know.
 pub fn classify(method: &Method, path: &str) -> Option<Class> {
     // HEAD reads what GET reads; OPTIONS (CORS preflight) reads nothing.
-    let m = if method == Method::HEAD {
-        "GET"
-    } else {
-        method.as_str()
-    };
+    let m = if method == Method::HEAD { "GET" } else { method.as_str() };
     if method == Method::OPTIONS {
         return Some(Read);
     }
@@ -316,10 +312,7 @@ mod tests {
         assert_eq!(classify(&Method::GET, "/session/ses_1/new-thing"), None);
         assert_eq!(classify(&Method::GET, "/"), Some(Read));
         assert_eq!(classify(&Method::GET, "/assets/index-abc.js"), Some(Read));
-        assert_eq!(
-            classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"),
-            Some(Read)
-        );
+        assert_eq!(classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"), Some(Read));
         assert_eq!(classify(&Method::POST, "/assets/x"), None);
     }
 }

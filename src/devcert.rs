@@ -9,8 +9,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -145,31 +145,18 @@ mod tests {
     #[test]
     fn makes_a_ca_and_a_server_cert_with_private_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let paths = DevCertPaths::beside(
-            &dir.path().join("server.crt"),
-            &dir.path().join("server.key"),
-        );
+        let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
         let names = server_names(Some("gw.localhost"), &["demo".into()]);
-        assert!(
-            names.contains(&"*.gw.localhost".to_string())
-                && names.contains(&"demo.gw.localhost".to_string())
-        );
+        assert!(names.contains(&"*.gw.localhost".to_string()) && names.contains(&"demo.gw.localhost".to_string()));
         assert!(ensure(&paths, &names).unwrap());
         for key in [&paths.key, &paths.ca_key] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
         }
         let ca_before = std::fs::read(&paths.ca_cert).unwrap();
-        assert!(
-            !ensure(&paths, &names).unwrap(),
-            "nothing to do the second time"
-        );
+        assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");
         std::fs::remove_file(&paths.cert).unwrap();
         assert!(ensure(&paths, &names).unwrap());
-        assert_eq!(
-            std::fs::read(&paths.ca_cert).unwrap(),
-            ca_before,
-            "the CA is kept"
-        );
+        assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca_before, "the CA is kept");
     }
 }

@@ -23,15 +23,12 @@ impl Endpoint {
     pub fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
         let token = password.map(|p| STANDARD.encode(format!("{username}:{}", p.expose())));
         let auth = token.as_ref().map(|t| {
-            let mut v = HeaderValue::from_str(&format!("Basic {t}"))
-                .expect("base64 is a valid header value");
+            let mut v = HeaderValue::from_str(&format!("Basic {t}")).expect("base64 is a valid header value");
             v.set_sensitive(true);
             v
         });
         let redactor = match (password, &token) {
-            (Some(p), Some(t)) => {
-                Redactor::new(&[p.expose().as_bytes(), t.as_bytes()]).map(Arc::new)
-            }
+            (Some(p), Some(t)) => Redactor::new(&[p.expose().as_bytes(), t.as_bytes()]).map(Arc::new),
             _ => None,
         };
         Endpoint {

@@ -105,14 +105,10 @@ impl Gateway {
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let old = self.state();
         if settings.server.listen != old.settings.server.listen
-            || settings.admin.as_ref().map(|a| a.listen)
-                != old.settings.admin.as_ref().map(|a| a.listen)
-            || settings.ssh.as_ref().map(|s| s.listen)
-                != old.settings.ssh.as_ref().map(|s| s.listen)
+            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
+            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
         {
-            tracing::warn!(
-                "listen addresses changed: they apply after a restart; everything else applies now"
-            );
+            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
         }
         if format!("{:?}", settings.limits) != format!("{:?}", self.limits) {
             tracing::warn!("[limits] changed: they apply after a restart");
@@ -127,6 +123,27 @@ impl Gateway {
         self.state.store(Arc::new(state));
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Warn about external upstreams that answer without a password: on a shared machine any
+    /// local user could then use them directly, around the gateway.
+    pub fn probe_external_upstreams(self: &Arc<Self>) {
+        let state = self.state();
+        for p in state.projects.values() {
+            let crate::state::Upstream::Fixed(endpoint) = &p.upstream else {
+                continue;
+            };
+            let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
+            tokio::spawn(async move {
+                let open =
+                    crate::supervise::health(&client, &crate::endpoint::Endpoint::new(authority.clone(), "", None))
+                        .await;
+                if open.is_ok() {
+                    tracing::warn!(target: "security", project = %name, upstream = %authority, reason = "upstream_without_password",
+                        "the project's OpenCode server answers without a password: any local user can use it directly; start it with OPENCODE_SERVER_PASSWORD and set upstream_password_env");
+                }
+            });
+        }
     }
 
     /// Prometheus text format.
@@ -147,16 +164,8 @@ impl Gateway {
         line("responses_5xx_total", "counter", g(&m.responses_5xx));
         line("auth_failures_total", "counter", g(&m.auth_failures));
         line("login_limited_total", "counter", g(&m.login_limited));
-        line(
-            "argon2_verifications_total",
-            "counter",
-            c.runs.load(Ordering::SeqCst),
-        );
-        line(
-            "argon2_running",
-            "gauge",
-            c.running.load(Ordering::SeqCst) as u64,
-        );
+        line("argon2_verifications_total", "counter", c.runs.load(Ordering::SeqCst));
+        line("argon2_running", "gauge", c.running.load(Ordering::SeqCst) as u64);
         line(
             "argon2_peak_running",
             "gauge",
@@ -165,16 +174,8 @@ impl Gateway {
         line("auth_cache_entries", "gauge", self.cache.len() as u64);
         line("connections_total", "counter", g(&m.connections));
         line("connections_open", "gauge", self.connections.total());
-        line(
-            "connections_refused_total",
-            "counter",
-            g(&m.connections_refused),
-        );
-        line(
-            "tls_handshake_failures_total",
-            "counter",
-            g(&m.tls_handshake_failures),
-        );
+        line("connections_refused_total", "counter", g(&m.connections_refused));
+        line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
         line("streams_open", "gauge", self.streams.total());
         line("reloads_total", "counter", g(&m.reloads));
         line("reload_failures_total", "counter", g(&m.reload_failures));

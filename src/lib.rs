@@ -31,12 +31,14 @@ pub mod gateway;
 pub mod http;
 pub mod listen;
 pub mod origin;
+pub mod pin;
 pub mod query;
 pub mod ratelimit;
 pub mod redact;
 pub mod reload;
 pub mod rewrite;
 pub mod route;
+pub mod scope;
 pub mod ssh;
 pub mod state;
 pub mod supervise;
@@ -103,6 +105,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     if let Some((_l, _ssh_settings)) = ssh {
         anyhow::bail!("SSH_NOT_YET");
     }
+    gw.probe_external_upstreams();
     // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity.
     let janitor = gw.clone();
     tokio::spawn(async move {

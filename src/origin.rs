@@ -30,19 +30,13 @@ pub fn allowed(origin: &str, scheme: &str, host: Option<&str>, extra: &[String])
     {
         return true;
     }
-    extra
-        .iter()
-        .any(|o| normalize(o).is_some_and(|o| o == origin))
+    extra.iter().any(|o| normalize(o).is_some_and(|o| o == origin))
 }
 
 /// The origins browsers use for a project through this gateway (for the spawned server's `--cors`).
 pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
     let port = settings.server.listen.port();
-    let port_part = if port == 443 {
-        String::new()
-    } else {
-        format!(":{port}")
-    };
+    let port_part = if port == 443 { String::new() } else { format!(":{port}") };
     let mut out = vec![settings.server.public_url.clone()];
     if let Some(d) = &settings.server.base_domain {
         out.push(format!("https://{}.{d}{port_part}", project.name));
@@ -70,35 +64,20 @@ mod tests {
     fn own_origin_is_allowed_and_others_are_not() {
         let host = Some("web.gw.localhost:8443");
         assert!(allowed("https://web.gw.localhost:8443", "https", host, &[]));
-        assert!(allowed(
-            "HTTPS://Web.GW.localhost:8443/",
-            "https",
-            host,
-            &[]
-        ));
+        assert!(allowed("HTTPS://Web.GW.localhost:8443/", "https", host, &[]));
         assert!(!allowed("https://evil.example", "https", host, &[]));
         assert!(
             !allowed("http://web.gw.localhost:8443", "https", host, &[]),
             "scheme matters"
         );
         assert!(!allowed("null", "https", host, &[]));
-        assert!(!allowed(
-            "https://web.gw.localhost:8443",
-            "https",
-            None,
-            &[]
-        ));
+        assert!(!allowed("https://web.gw.localhost:8443", "https", None, &[]));
         assert!(allowed(
             "https://phone.example",
             "https",
             host,
             &["https://phone.example:443".into()]
         ));
-        assert!(allowed(
-            "https://gw.example",
-            "https",
-            Some("gw.example:443"),
-            &[]
-        ));
+        assert!(allowed("https://gw.example", "https", Some("gw.example:443"), &[]));
     }
 }

@@ -95,10 +95,7 @@ mod tests {
     #[test]
     fn filters_by_decoded_name() {
         let q = "a=1&auth%5ftoken=x&b=2&auth_token=y";
-        assert_eq!(
-            without(q, |n| n == "auth_token").as_deref(),
-            Some("a=1&b=2")
-        );
+        assert_eq!(without(q, |n| n == "auth_token").as_deref(), Some("a=1&b=2"));
         assert_eq!(without("auth_token=x", |n| n == "auth_token"), None);
         assert_eq!(get(q, "auth_token").as_deref(), Some("x"));
         assert_eq!(get("x=%2Fetc", "x").as_deref(), Some("/etc"));

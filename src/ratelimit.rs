@@ -63,12 +63,11 @@ impl Limiters<DefaultClock> {
 
 impl<C: Clock + Clone> Limiters<C> {
     pub fn with_clock(limits: &Limits, clock: C) -> Self {
-        let login_ip = Quota::per_minute(nz(limits.auth_failures_per_minute))
-            .allow_burst(nz(limits.auth_failure_burst));
-        let login_user = Quota::per_minute(nz(limits.user_failures_per_minute))
-            .allow_burst(nz(limits.user_failure_burst));
-        let requests =
-            Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
+        let login_ip =
+            Quota::per_minute(nz(limits.auth_failures_per_minute)).allow_burst(nz(limits.auth_failure_burst));
+        let login_user =
+            Quota::per_minute(nz(limits.user_failures_per_minute)).allow_burst(nz(limits.user_failure_burst));
+        let requests = Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
         Limiters {
             login_by_address: RateLimiter::dashmap_with_clock(login_ip, clock.clone()),
             login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()),
@@ -109,10 +108,7 @@ impl<C: Clock + Clone> Limiters<C> {
                 known.clear();
             }
         }
-        known.insert(
-            (address_key(ip), user.clone()),
-            Instant::now() + KNOWN_GOOD_FOR,
-        );
+        known.insert((address_key(ip), user.clone()), Instant::now() + KNOWN_GOOD_FOR);
     }
 
     fn is_known_good(&self, ip: IpAddr, user: &str) -> bool {
@@ -243,9 +239,7 @@ mod tests {
         }
         let denied = l.login_attempt(a, "x").unwrap_err();
         assert_eq!(denied.reason, "address");
-        assert!(
-            denied.retry_after > Duration::ZERO && denied.retry_after <= Duration::from_secs(10)
-        );
+        assert!(denied.retry_after > Duration::ZERO && denied.retry_after <= Duration::from_secs(10));
         // Another address is not affected.
         l.login_attempt("127.0.0.3".parse().unwrap(), "x").unwrap();
         clock.advance(Duration::from_secs(10));
@@ -261,12 +255,9 @@ mod tests {
         l.login_succeeded(home, &"alice".into());
         // The user budget (5) already paid for the login from home.
         for i in 0..4u8 {
-            l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice")
-                .unwrap();
+            l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice").unwrap();
         }
-        let denied = l
-            .login_attempt("10.0.1.1".parse().unwrap(), "alice")
-            .unwrap_err();
+        let denied = l.login_attempt("10.0.1.1".parse().unwrap(), "alice").unwrap_err();
         assert_eq!(denied.reason, "user");
         assert!(
             denied.retry_after <= Duration::from_secs(1),

@@ -103,9 +103,7 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
 
 /// Response headers back to the client. For a 101, the Upgrade pair is kept.
 pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
-    let proto = upgrade
-        .then(|| headers.get(header::UPGRADE).cloned())
-        .flatten();
+    let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
     strip_hop_by_hop(headers);
     headers.remove(header::WWW_AUTHENTICATE);
     if let Some(proto) = proto {
@@ -114,13 +112,15 @@ pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
     }
 }
 
-/// The query to send upstream: the client's, without gateway credentials.
-pub fn upstream_query(query: Option<&str>) -> Option<Cow<'_, str>> {
+/// The query to send upstream: the client's, without gateway credentials and, for a pinned
+/// project, without directory and workspace selectors.
+pub fn upstream_query(query: Option<&str>, pinned: bool) -> Option<Cow<'_, str>> {
     let q = query?;
-    if !crate::query::pairs(q).any(|(n, _)| is_credential_param(&n)) {
+    let drop = |n: &str| is_credential_param(n) || (pinned && crate::pin::is_selector_param(n));
+    if !crate::query::pairs(q).any(|(n, _)| drop(&n)) {
         return Some(Cow::Borrowed(q));
     }
-    crate::query::without(q, is_credential_param).map(Cow::Owned)
+    crate::query::without(q, drop).map(Cow::Owned)
 }
 
 /// A query fit for logs: credential-like parameter values replaced.
@@ -173,16 +173,10 @@ mod tests {
     #[test]
     fn client_credentials_and_forged_forwarding_never_pass() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Basic YWxpY2U6cHc="),
-        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
         h.insert("x-forwarded-for", HeaderValue::from_static("1.2.3.4"));
         h.insert("forwarded", HeaderValue::from_static("for=1.2.3.4"));
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-secret"),
-        );
+        h.insert(header::CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
         h.insert("x-secret", HeaderValue::from_static("drop me"));
         h.insert(
             header::ORIGIN,
@@ -197,24 +191,14 @@ mod tests {
         assert_eq!(h.get("x-forwarded-host").unwrap(), "web.gw.localhost:8443");
         assert_eq!(h.get(header::HOST).unwrap(), "127.0.0.1:4096");
         assert_eq!(h.get(header::ORIGIN).unwrap(), "http://127.0.0.1:4096");
-        assert!(
-            h.get("forwarded").is_none()
-                && h.get("x-secret").is_none()
-                && h.get(header::CONNECTION).is_none()
-        );
-        assert!(
-            h.get("x-opencode-directory").is_some(),
-            "end-to-end headers pass"
-        );
+        assert!(h.get("forwarded").is_none() && h.get("x-secret").is_none() && h.get(header::CONNECTION).is_none());
+        assert!(h.get("x-opencode-directory").is_some(), "end-to-end headers pass");
     }
 
     #[test]
     fn without_an_upstream_password_no_authorization_is_sent() {
         let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Basic YWxpY2U6cHc="),
-        );
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic YWxpY2U6cHc="));
         request_headers(&mut h, &forward(None));
         assert!(h.get(header::AUTHORIZATION).is_none());
     }
@@ -233,10 +217,7 @@ mod tests {
         let mut resp = HeaderMap::new();
         resp.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         resp.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        resp.insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=x"),
-        );
+        resp.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=x"));
         response_headers(&mut resp, true);
         assert_eq!(resp.get(header::UPGRADE).unwrap(), "websocket");
         assert!(resp.get(header::WWW_AUTHENTICATE).is_none());
@@ -244,19 +225,21 @@ mod tests {
 
     #[test]
     fn auth_token_is_removed_however_it_is_spelled() {
+        assert_eq!(upstream_query(Some("a=1&auth_token=x"), false).as_deref(), Some("a=1"));
         assert_eq!(
-            upstream_query(Some("a=1&auth_token=x")).as_deref(),
-            Some("a=1")
-        );
-        assert_eq!(
-            upstream_query(Some("auth%5Ftoken=x&b=2")).as_deref(),
+            upstream_query(Some("auth%5Ftoken=x&b=2"), false).as_deref(),
             Some("b=2")
         );
-        assert_eq!(upstream_query(Some("auth_token=x")), None);
+        assert_eq!(upstream_query(Some("auth_token=x"), false), None);
         assert_eq!(
-            upstream_query(Some("directory=%2Ftmp")).as_deref(),
+            upstream_query(Some("directory=%2Ftmp"), false).as_deref(),
             Some("directory=%2Ftmp")
         );
+        let pinned = upstream_query(
+            Some("directory=%2Fetc&%64irectory=x&location%5Bdirectory%5D=y&workspace=w&cursor=3"),
+            true,
+        );
+        assert_eq!(pinned.as_deref(), Some("cursor=3"));
         assert_eq!(
             loggable_query("a=1&ticket=abc&auth_token=zzz"),
             "a=1&ticket=<redacted>&auth_token=<redacted>"

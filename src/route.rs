@@ -27,11 +27,7 @@ pub fn route<'a>(
     is_project: impl Fn(&str) -> bool,
     only_project: Option<&'a str>,
 ) -> Route<'a> {
-    let path = if input.path.is_empty() {
-        "/"
-    } else {
-        input.path
-    };
+    let path = if input.path.is_empty() { "/" } else { input.path };
     if let Some(bound) = input.bound {
         return Route::Project { name: bound, path };
     }
@@ -94,12 +90,7 @@ pub fn strip_port(host: &str) -> &str {
 mod tests {
     use super::*;
 
-    fn r<'a>(
-        bound: Option<&'a str>,
-        host: Option<&'a str>,
-        path: &'a str,
-        only: Option<&'a str>,
-    ) -> Route<'a> {
+    fn r<'a>(bound: Option<&'a str>, host: Option<&'a str>, path: &'a str, only: Option<&'a str>) -> Route<'a> {
         route(
             &RouteInput { bound, host, path },
             Some("gw.localhost"),
@@ -117,19 +108,10 @@ mod tests {
                 path: "/session"
             }
         );
-        assert_eq!(
-            r(None, None, "/p/web", None),
-            Route::Project {
-                name: "web",
-                path: "/"
-            }
-        );
+        assert_eq!(r(None, None, "/p/web", None), Route::Project { name: "web", path: "/" });
         assert_eq!(
             r(None, None, "/p/web/", None),
-            Route::Project {
-                name: "web",
-                path: "/"
-            }
+            Route::Project { name: "web", path: "/" }
         );
         assert_eq!(r(None, None, "/p/nope/x", None), Route::Unknown("nope"));
         assert_eq!(r(None, None, "/session", None), Route::None);
@@ -146,16 +128,10 @@ mod tests {
         );
         assert_eq!(
             r(None, Some("api.GW.localhost"), "/", None),
-            Route::Project {
-                name: "api",
-                path: "/"
-            }
+            Route::Project { name: "api", path: "/" }
         );
         assert_eq!(r(None, Some("x.web.gw.localhost"), "/", None), Route::None);
-        assert_eq!(
-            r(None, Some("nope.gw.localhost"), "/", None),
-            Route::Unknown("nope")
-        );
+        assert_eq!(r(None, Some("nope.gw.localhost"), "/", None), Route::Unknown("nope"));
         assert_eq!(
             r(None, Some("gw.localhost"), "/p/api/x", None),
             Route::Project {

@@ -27,6 +27,12 @@ pub struct ProjectState {
     pub name: Arc<str>,
     pub config: Project,
     pub upstream: Upstream,
+    /// `x-opencode-directory` naming the project's directory, when it has one (pinning).
+    pub dir_header: Option<http::HeaderValue>,
+    /// Pinned on a server that may also serve other directories: sessions, listings and the
+    /// global event stream must be scoped to the project.
+    pub shared_upstream: bool,
+    pub sessions: crate::scope::SessionDirs,
 }
 
 pub enum Upstream {
@@ -48,24 +54,16 @@ impl ProjectState {
     pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, HttpError> {
         match &self.upstream {
             Upstream::Fixed(e) => Ok(e.clone()),
-            Upstream::Supervised(s) => {
-                s.endpoint(wait)
-                    .await
-                    .map_err(|reason| HttpError::UpstreamStarting {
-                        project: self.name.to_string(),
-                        reason,
-                    })
-            }
+            Upstream::Supervised(s) => s.endpoint(wait).await.map_err(|reason| HttpError::UpstreamStarting {
+                project: self.name.to_string(),
+                reason,
+            }),
         }
     }
 }
 
 impl State {
-    pub fn build(
-        settings: Settings,
-        tls: Arc<rustls::ServerConfig>,
-        supervisor: &Supervisor,
-    ) -> anyhow::Result<State> {
+    pub fn build(settings: Settings, tls: Arc<rustls::ServerConfig>, supervisor: &Supervisor) -> anyhow::Result<State> {
         let mut users = HashMap::new();
         for u in &settings.users {
             users.insert(
@@ -98,23 +96,25 @@ impl State {
                     &p.upstream_username,
                     p.upstream_password.as_ref(),
                 ))),
-                UpstreamKind::Spawned => {
-                    Upstream::Supervised(spawned.remove(&p.name).ok_or_else(|| {
-                        anyhow::anyhow!("project {} has no server to supervise", p.name)
-                    })?)
-                }
+                UpstreamKind::Spawned => Upstream::Supervised(
+                    spawned
+                        .remove(&p.name)
+                        .ok_or_else(|| anyhow::anyhow!("project {} has no server to supervise", p.name))?,
+                ),
             };
             projects.insert(
                 p.name.clone(),
                 Arc::new(ProjectState {
                     name: p.name.as_str().into(),
+                    dir_header: p.directory.as_deref().map(crate::pin::directory_header),
+                    shared_upstream: p.directory.is_some() && matches!(p.upstream, UpstreamKind::External { .. }),
+                    sessions: Default::default(),
                     config: p.clone(),
                     upstream,
                 }),
             );
         }
-        let only_project =
-            (settings.projects.len() == 1).then(|| settings.projects[0].name.clone());
+        let only_project = (settings.projects.len() == 1).then(|| settings.projects[0].name.clone());
         Ok(State {
             settings: Arc::new(settings),
             projects,

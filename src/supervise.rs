@@ -73,11 +73,7 @@ pub struct SpawnSpec {
 impl SpawnSpec {
     pub fn new(settings: &Settings, project: &Project) -> Option<SpawnSpec> {
         let directory = project.directory.clone()?;
-        let config_dir = settings
-            .path
-            .parent()
-            .unwrap_or(Path::new("."))
-            .to_path_buf();
+        let config_dir = settings.path.parent().unwrap_or(Path::new(".")).to_path_buf();
         Some(SpawnSpec {
             project: project.name.clone(),
             directory,
@@ -90,11 +86,7 @@ impl SpawnSpec {
                 config_dir.join("../node_modules/.bin"),
                 config_dir.join("node_modules/.bin"),
             ],
-            state_dir: settings
-                .server
-                .state_dir
-                .join("projects")
-                .join(&project.name),
+            state_dir: settings.server.state_dir.join("projects").join(&project.name),
             ready_timeout: settings.limits.spawn_ready_timeout,
         })
     }
@@ -205,12 +197,7 @@ impl Supervisor {
 
     /// Stop every server and wait until their processes are gone.
     pub async fn stop_all(&self) {
-        for s in self
-            .servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-        {
+        for s in self.servers.lock().unwrap_or_else(|e| e.into_inner()).values() {
             s.stop.cancel();
         }
         self.tasks.close();
@@ -233,8 +220,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
         let why = match launch(&s.spec, &client).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
-                s.status
-                    .send_replace(Status::Ready(server.endpoint.clone()));
+                s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);
                 stop_process(&mut server.child).await;
@@ -339,8 +325,7 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
     if let Some(user) = &spec.run_as {
         let (uid, gid, home) = lookup_user(user)?;
         for dir in dirs.values() {
-            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-                .map_err(|e| e.to_string())?;
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
             // SAFETY: chown on a NUL-terminated path we own; the result is checked.
             if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
                 return Err(format!(
@@ -364,9 +349,7 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
             Ok(())
         });
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -397,11 +380,7 @@ async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, St
             }
         }
     });
-    let endpoint = Arc::new(Endpoint::new(
-        format!("127.0.0.1:{port}"),
-        "opencode",
-        Some(&password),
-    ));
+    let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
     let mut server = Running {
         child,
         port,
@@ -449,8 +428,7 @@ pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), 
         .body(UpstreamBody::Empty)
         .map_err(|e| e.to_string())?;
     if let Some(auth) = &endpoint.auth {
-        req.headers_mut()
-            .insert(http::header::AUTHORIZATION, auth.clone());
+        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
     }
     match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
         Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
@@ -466,10 +444,7 @@ async fn stop_process(child: &mut Child) {
     let pgid = pid as libc::pid_t;
     // SAFETY: signalling a process group we created (process_group(0) made pgid == pid).
     unsafe { libc::kill(-pgid, libc::SIGTERM) };
-    if tokio::time::timeout(STOP_GRACE, child.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
         // SAFETY: as above.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         let _ = child.wait().await;
@@ -485,14 +460,10 @@ fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
             return if bin.is_file() {
                 Ok(bin.clone())
             } else {
-                Err(format!(
-                    "server.opencode_bin {} does not exist",
-                    bin.display()
-                ))
+                Err(format!("server.opencode_bin {} does not exist", bin.display()))
             };
         }
-        return which(bin.as_os_str())
-            .ok_or_else(|| format!("server.opencode_bin {} is not on PATH", bin.display()));
+        return which(bin.as_os_str()).ok_or_else(|| format!("server.opencode_bin {} is not on PATH", bin.display()));
     }
     for dir in &spec.search_dirs {
         let candidate = dir.join("opencode");
@@ -506,11 +477,7 @@ fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
 }
 
 fn which(name: &std::ffi::OsStr) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(name))
-            .find(|c| c.is_file())
-    })
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -551,9 +518,7 @@ fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, Str
 fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Err(format!(
-            "run_as = {name:?} needs the gateway to run as root"
-        ));
+        return Err(format!("run_as = {name:?} needs the gateway to run as root"));
     }
     let c = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
     // SAFETY: getpwnam returns a pointer to static storage or NULL; we copy what we need at once.
@@ -563,9 +528,7 @@ fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     }
     // SAFETY: pw is non-null and points to a valid passwd record.
     let (uid, gid, home) = unsafe {
-        let home = std::ffi::CStr::from_ptr((*pw).pw_dir)
-            .to_string_lossy()
-            .into_owned();
+        let home = std::ffi::CStr::from_ptr((*pw).pw_dir).to_string_lossy().into_owned();
         ((*pw).pw_uid, (*pw).pw_gid, PathBuf::from(home))
     };
     Ok((uid, gid, home))

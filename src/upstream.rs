@@ -46,10 +46,7 @@ pub struct BodyTooLarge;
 impl UpstreamBody {
     /// The client's body, cut off with an error once it passes `max` bytes.
     pub fn client(body: Incoming, max: u64) -> Self {
-        UpstreamBody::Client {
-            body,
-            remaining: max,
-        }
+        UpstreamBody::Client { body, remaining: max }
     }
 }
 
@@ -57,10 +54,7 @@ impl Body for UpstreamBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match self.get_mut() {
             UpstreamBody::Empty => Poll::Ready(None),
             UpstreamBody::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),

@@ -102,14 +102,8 @@ mod tests {
 
     #[test]
     fn refuses_what_is_not_basic_or_bearer() {
-        assert_eq!(
-            parse_authorization("Digest x"),
-            Err(CredentialError::UnsupportedScheme)
-        );
-        assert_eq!(
-            parse_authorization("Basic !!!"),
-            Err(CredentialError::Malformed)
-        );
+        assert_eq!(parse_authorization("Digest x"), Err(CredentialError::UnsupportedScheme));
+        assert_eq!(parse_authorization("Basic !!!"), Err(CredentialError::Malformed));
         assert_eq!(
             parse_authorization(&format!("Basic {}", STANDARD.encode("nocolon"))),
             Err(CredentialError::Malformed)
@@ -118,18 +112,9 @@ mod tests {
             parse_authorization(&format!("Basic {}", STANDARD.encode(":pw"))),
             Err(CredentialError::Malformed)
         );
-        assert_eq!(
-            parse_authorization("Basic"),
-            Err(CredentialError::Malformed)
-        );
-        assert_eq!(
-            parse_authorization("Bearer "),
-            Err(CredentialError::Malformed)
-        );
-        assert!(matches!(
-            parse_authorization("Bearer abc"),
-            Ok(Credentials::Bearer(_))
-        ));
+        assert_eq!(parse_authorization("Basic"), Err(CredentialError::Malformed));
+        assert_eq!(parse_authorization("Bearer "), Err(CredentialError::Malformed));
+        assert!(matches!(parse_authorization("Bearer abc"), Ok(Credentials::Bearer(_))));
     }
 
     #[test]

@@ -54,12 +54,7 @@ impl Verifier {
 
     /// Verify `password` against `hash` (the dummy when the user is unknown, which always fails).
     /// `key` identifies the credential: concurrent calls with the same key share one argon2 run.
-    pub async fn verify(
-        &self,
-        key: CacheKey,
-        hash: Option<&PasswordHash>,
-        password: &Secret,
-    ) -> bool {
+    pub async fn verify(&self, key: CacheKey, hash: Option<&PasswordHash>, password: &Secret) -> bool {
         let known = hash.is_some();
         let cell = {
             let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,10 +106,7 @@ mod tests {
     async fn right_and_wrong_passwords() {
         let v = Verifier::new(2);
         let hash = PasswordHash::new(&hash_password("correct horse")).unwrap();
-        assert!(
-            v.verify([1; 32], Some(&hash), &Secret::new("correct horse"))
-                .await
-        );
+        assert!(v.verify([1; 32], Some(&hash), &Secret::new("correct horse")).await);
         assert!(!v.verify([2; 32], Some(&hash), &Secret::new("wrong")).await);
         assert!(
             !v.verify([3; 32], None, &Secret::new("correct horse")).await,
@@ -136,9 +128,7 @@ mod tests {
             .map(|_| {
                 let v = v.clone();
                 let hash = hash.clone();
-                tokio::spawn(
-                    async move { v.verify([9; 32], Some(&hash), &Secret::new("pw")).await },
-                )
+                tokio::spawn(async move { v.verify([9; 32], Some(&hash), &Secret::new("pw")).await })
             })
             .collect();
         for t in tasks {

@@ -15,13 +15,12 @@ fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, Stri
             config.display()
         );
     };
-    let mut s =
-        TcpStream::connect_timeout(&admin.listen, Duration::from_secs(3)).with_context(|| {
-            format!(
-                "the gateway's admin listener {} does not answer: is the gateway running?",
-                admin.listen
-            )
-        })?;
+    let mut s = TcpStream::connect_timeout(&admin.listen, Duration::from_secs(3)).with_context(|| {
+        format!(
+            "the gateway's admin listener {} does not answer: is the gateway running?",
+            admin.listen
+        )
+    })?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     write!(
         s,
@@ -30,11 +29,7 @@ fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, Stri
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
+    let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
     let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())

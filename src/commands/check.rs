@@ -21,17 +21,10 @@ pub fn summary(s: &Settings) -> String {
         s.server.public_url
     );
     if let Some(a) = &s.admin {
-        out += &format!(
-            "  admin  {}  (loopback: /healthz /metrics /status /reload)\n",
-            a.listen
-        );
+        out += &format!("  admin  {}  (loopback: /healthz /metrics /status /reload)\n", a.listen);
     }
     if let Some(ssh) = &s.ssh {
-        out += &format!(
-            "  ssh    {}  (host key {})\n",
-            ssh.listen,
-            ssh.host_key.display()
-        );
+        out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         if let Some(line) = crate::ssh::keys::host_key_summary(&ssh.host_key) {
             out += &line;
         }

@@ -28,21 +28,14 @@ directory = "{directory}"
 spawn = true                       # the gateway runs `opencode serve` here itself
 "#;
 
-pub fn init(
-    dir: &Path,
-    project: Option<String>,
-    project_dir: Option<PathBuf>,
-) -> anyhow::Result<()> {
+pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let project_dir = match project_dir {
         Some(d) => d,
         None => std::env::current_dir()?,
     };
-    let project_dir = project_dir.canonicalize().with_context(|| {
-        format!(
-            "the project folder {} does not exist",
-            project_dir.display()
-        )
-    })?;
+    let project_dir = project_dir
+        .canonicalize()
+        .with_context(|| format!("the project folder {} does not exist", project_dir.display()))?;
     let name = match project {
         Some(n) => n,
         None => sanitize(
@@ -53,9 +46,7 @@ pub fn init(
         ),
     };
     if !crate::config::validate::valid_project_name(&name) {
-        bail!(
-            "{name:?} is not a valid project name: pass --project with lower-case letters, digits and '-'"
-        );
+        bail!("{name:?} is not a valid project name: pass --project with lower-case letters, digits and '-'");
     }
     std::fs::create_dir_all(dir)?;
     let config = dir.join("gateway.toml");
@@ -76,20 +67,12 @@ pub fn init(
     std::fs::write(&config, text)?;
     let settings = crate::config::load(&config)?;
     let paths = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
-    let names = crate::devcert::server_names(
-        settings.server.base_domain.as_deref(),
-        std::slice::from_ref(&name),
-    );
+    let names = crate::devcert::server_names(settings.server.base_domain.as_deref(), std::slice::from_ref(&name));
     crate::devcert::ensure(&paths, &names)?;
     let password = super::password::random_password();
     let hash = crate::auth::verifier::hash_password(&password);
-    let updated = crate::config::edit::add_user(
-        &std::fs::read_to_string(&config)?,
-        "dev",
-        &hash,
-        &["*".into()],
-        "admin",
-    )?;
+    let updated =
+        crate::config::edit::add_user(&std::fs::read_to_string(&config)?, "dev", &hash, &["*".into()], "admin")?;
     crate::config::edit::write_atomically(&config, &updated)?;
     let ca = paths.ca_cert.display();
     // ok: the generated password is shown to the operator this once; only its hash is stored.
@@ -114,9 +97,5 @@ fn sanitize(s: &str) -> String {
         })
         .collect();
     out = out.trim_matches('-').chars().take(63).collect();
-    if out.is_empty() {
-        "project".into()
-    } else {
-        out
-    }
+    if out.is_empty() { "project".into() } else { out }
 }

@@ -15,9 +15,7 @@ use crate::cli::{CertAction, Cli, Command};
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config } => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()?;
+            let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
             runtime.block_on(serve::serve(&config))
         }
         Command::Init {
@@ -48,8 +46,7 @@ fn cert_dev(out: &Path, config: &Path) -> anyhow::Result<()> {
         ),
         Err(_) => (Some("gw.localhost".to_string()), Vec::new()),
     };
-    let paths =
-        crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"));
+    let paths = crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"));
     let names = crate::devcert::server_names(domain.as_deref(), &projects);
     if crate::devcert::ensure(&paths, &names)? {
         println!(
@@ -60,10 +57,7 @@ fn cert_dev(out: &Path, config: &Path) -> anyhow::Result<()> {
         );
         println!("names: {}", names.join(", "));
     } else {
-        println!(
-            "{} already exists; remove it to make a new one",
-            paths.cert.display()
-        );
+        println!("{} already exists; remove it to make a new one", paths.cert.display());
     }
     Ok(())
 }

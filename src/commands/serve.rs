@@ -80,8 +80,7 @@ fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, Str
         url = format!("{}:{port}", url.trim_end_matches(":0"));
     }
     let ca = if settings.tls.dev_ca {
-        let ca =
-            crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
+        let ca = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
         let shown = std::env::current_dir()
             .ok()
             .and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf()))
@@ -100,10 +99,7 @@ fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, Str
     out += &format!("\nopencode-gateway is serving {url}\n");
     for p in &settings.projects {
         out += &format!("\nproject {}:\n", p.name);
-        out += &format!(
-            "  {ca}opencode attach {url}/p/{} -u {user} -p '{pw}'\n",
-            p.name
-        );
+        out += &format!("  {ca}opencode attach {url}/p/{} -u {user} -p '{pw}'\n", p.name);
         out += &format!(
             "  {ca}opencode run --attach {url}/p/{} -u {user} -p '{pw}' \"hello\"\n",
             p.name

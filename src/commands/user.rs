@@ -8,8 +8,7 @@ use crate::cli::UserAction;
 use crate::config::edit;
 
 pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let updated = match action {
         UserAction::List => {
             let settings = crate::config::load(path)?;
@@ -19,11 +18,7 @@ pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        UserAction::Add {
-            name,
-            projects,
-            role,
-        } => {
+        UserAction::Add { name, projects, role } => {
             if crate::config::Role::parse(&role).is_none() {
                 anyhow::bail!("{role:?} is not a role: use viewer, approver, operator or admin");
             }

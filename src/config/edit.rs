@@ -29,13 +29,7 @@ fn find<'a>(arr: &'a mut ArrayOfTables, name: &str) -> Option<&'a mut Table> {
         .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
 }
 
-pub fn add_user(
-    text: &str,
-    name: &str,
-    hash: &str,
-    projects: &[String],
-    role: &str,
-) -> Result<String, EditError> {
+pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &str) -> Result<String, EditError> {
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
@@ -106,11 +100,7 @@ mod tests {
     #[test]
     fn add_keeps_comments_and_appends_a_table() {
         let out = add_user(CONFIG, "bob", "$argon2id$x", &["web".into()], "viewer").unwrap();
-        assert!(
-            out.contains("# top comment")
-                && out.contains("# inline")
-                && out.contains("# the owner")
-        );
+        assert!(out.contains("# top comment") && out.contains("# inline") && out.contains("# the owner"));
         assert!(out.contains("name = \"bob\""));
         assert!(out.contains("projects = [\"web\"]"));
         assert!(matches!(
@@ -125,10 +115,7 @@ mod tests {
         assert!(out.contains("password_hash = \"new\""));
         assert!(!out.contains("\"old\""));
         assert!(out.contains("# the owner"));
-        assert!(matches!(
-            set_password(CONFIG, "carol", "x"),
-            Err(EditError::Missing(_))
-        ));
+        assert!(matches!(set_password(CONFIG, "carol", "x"), Err(EditError::Missing(_))));
     }
 
     #[test]
@@ -136,9 +123,6 @@ mod tests {
         let out = remove_user(CONFIG, "alice").unwrap();
         assert!(!out.contains("alice"));
         assert!(out.contains("# top comment"));
-        assert!(matches!(
-            remove_user(&out, "alice"),
-            Err(EditError::Missing(_))
-        ));
+        assert!(matches!(remove_user(&out, "alice"), Err(EditError::Missing(_))));
     }
 }

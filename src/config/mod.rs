@@ -25,18 +25,9 @@ pub struct Problem {
 
 #[derive(Debug)]
 pub enum ConfigError {
-    Read {
-        file: PathBuf,
-        error: std::io::Error,
-    },
-    Parse {
-        file: PathBuf,
-        message: String,
-    },
-    Invalid {
-        file: PathBuf,
-        problems: Vec<Problem>,
-    },
+    Read { file: PathBuf, error: std::io::Error },
+    Parse { file: PathBuf, message: String },
+    Invalid { file: PathBuf, problems: Vec<Problem> },
 }
 
 impl fmt::Display for ConfigError {
@@ -64,12 +55,7 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::Invalid { file, problems } => {
                 let n = problems.len();
-                write!(
-                    f,
-                    "{}: {n} problem{}",
-                    file.display(),
-                    if n == 1 { "" } else { "s" }
-                )?;
+                write!(f, "{}: {n} problem{}", file.display(), if n == 1 { "" } else { "s" })?;
                 for p in problems {
                     write!(f, "\n  {}: {}. Fix: {}", p.key, p.message, p.fix)?;
                 }

@@ -19,12 +19,7 @@ struct Checker<'a> {
 }
 
 impl Checker<'_> {
-    fn problem(
-        &mut self,
-        key: impl Into<String>,
-        message: impl Into<String>,
-        fix: impl Into<String>,
-    ) {
+    fn problem(&mut self, key: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) {
         self.problems.push(Problem {
             key: key.into(),
             message: message.into(),
@@ -115,11 +110,7 @@ pub fn valid_project_name(name: &str) -> bool {
 }
 
 pub fn valid_user_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
 }
 
 pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
@@ -136,10 +127,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         .as_deref()
         .map(|d| d.trim_matches('.').to_ascii_lowercase());
     if let Some(d) = &base_domain
-        && (d.is_empty()
-            || !d
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
+        && (d.is_empty() || !d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
     {
         c.problem(
             "server.base_domain",
@@ -190,13 +178,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             ),
         }
     }
-    let opencode_bin = raw.server.opencode_bin.as_deref().map(|b| {
-        if b.contains('/') {
-            c.path(b)
-        } else {
-            PathBuf::from(b)
-        }
-    });
+    let opencode_bin = raw
+        .server
+        .opencode_bin
+        .as_deref()
+        .map(|b| if b.contains('/') { c.path(b) } else { PathBuf::from(b) });
 
     let tls = Tls {
         cert: c.path(&raw.tls.cert),
@@ -320,17 +306,9 @@ fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
     Limits {
         requests_per_second: positive(c, "requests_per_second", l.requests_per_second),
         burst: positive(c, "burst", l.burst),
-        auth_failures_per_minute: positive(
-            c,
-            "auth_failures_per_minute",
-            l.auth_failures_per_minute,
-        ),
+        auth_failures_per_minute: positive(c, "auth_failures_per_minute", l.auth_failures_per_minute),
         auth_failure_burst: positive(c, "auth_failure_burst", l.auth_failure_burst),
-        user_failures_per_minute: positive(
-            c,
-            "user_failures_per_minute",
-            l.user_failures_per_minute,
-        ),
+        user_failures_per_minute: positive(c, "user_failures_per_minute", l.user_failures_per_minute),
         user_failure_burst: positive(c, "user_failure_burst", l.user_failure_burst),
         max_connections_per_ip: positive(c, "max_connections_per_ip", l.max_connections_per_ip),
         max_streams_per_user: positive(c, "max_streams_per_user", l.max_streams_per_user),
@@ -343,14 +321,8 @@ fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
         request_head_timeout: c.duration("limits.request_head_timeout", &l.request_head_timeout),
         keepalive_timeout: c.duration("limits.keepalive_timeout", &l.keepalive_timeout),
         body_idle_timeout: c.duration("limits.body_idle_timeout", &l.body_idle_timeout),
-        upstream_connect_timeout: c.duration(
-            "limits.upstream_connect_timeout",
-            &l.upstream_connect_timeout,
-        ),
-        upstream_response_timeout: c.duration(
-            "limits.upstream_response_timeout",
-            &l.upstream_response_timeout,
-        ),
+        upstream_connect_timeout: c.duration("limits.upstream_connect_timeout", &l.upstream_connect_timeout),
+        upstream_response_timeout: c.duration("limits.upstream_response_timeout", &l.upstream_response_timeout),
         drain_timeout: c.duration("limits.drain_timeout", &l.drain_timeout),
         auth_cache_ttl: c.duration("limits.auth_cache_ttl", &l.auth_cache_ttl),
         auth_cache_entries: positive(c, "auth_cache_entries", l.auth_cache_entries) as usize,
@@ -497,10 +469,7 @@ fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
     Some(Project {
         name: p.name.clone(),
         upstream,
-        upstream_username: p
-            .upstream_username
-            .clone()
-            .unwrap_or_else(|| "opencode".into()),
+        upstream_username: p.upstream_username.clone().unwrap_or_else(|| "opencode".into()),
         upstream_password: password,
         directory,
         start,
@@ -519,17 +488,11 @@ fn loopback_authority(c: &mut Checker<'_>, key: &str, url: &str) -> Option<Strin
     };
     let authority = rest.trim_end_matches('/');
     if authority.contains('/') || authority.contains('@') || authority.is_empty() {
-        c.problem(
-            key,
-            format!("{url:?} must be a scheme, a host and a port only"),
-            fix,
-        );
+        c.problem(key, format!("{url:?} must be a scheme, a host and a port only"), fix);
         return None;
     }
     let host = match authority.rsplit_once(':') {
-        Some((h, port)) if port.parse::<u16>().is_ok() => {
-            h.trim_start_matches('[').trim_end_matches(']')
-        }
+        Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_start_matches('[').trim_end_matches(']'),
         _ => {
             c.problem(key, format!("{url:?} has no port"), fix);
             return None;
@@ -567,9 +530,7 @@ fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<S
         (None, Some(file)) => {
             let path = c.path(file);
             match std::fs::read_to_string(&path) {
-                Ok(v) if !v.trim().is_empty() => {
-                    Some(Secret::new(v.trim_end_matches(['\r', '\n'])))
-                }
+                Ok(v) if !v.trim().is_empty() => Some(Secret::new(v.trim_end_matches(['\r', '\n']))),
                 Ok(_) => {
                     c.problem(
                         format!("{key}.upstream_password_file"),

@@ -14,6 +14,7 @@ use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::redact::Redactor;
+use crate::scope::EventFilter;
 
 /// One access-log line, filled in as the request goes through the pipeline.
 pub struct AccessRecord {
@@ -66,6 +67,7 @@ impl Drop for Meter {
 enum Kind {
     Full(Option<Bytes>),
     Stream(Incoming, Option<Arc<Redactor>>),
+    Events(Incoming, Box<EventFilter>, Option<Arc<Redactor>>),
 }
 
 pub struct ProxyBody {
@@ -78,6 +80,14 @@ impl ProxyBody {
         let b: Bytes = bytes.into();
         ProxyBody {
             kind: Kind::Full((!b.is_empty()).then_some(b)),
+            meter: None,
+        }
+    }
+
+    /// An event stream filtered to one directory (see [`EventFilter`]).
+    pub fn events(body: Incoming, filter: EventFilter, redactor: Option<Arc<Redactor>>) -> Self {
+        ProxyBody {
+            kind: Kind::Events(body, Box::new(filter), redactor),
             meter: None,
         }
     }
@@ -98,11 +108,7 @@ impl ProxyBody {
     }
 
     /// Attach the access record (and anything to keep alive until the body ends).
-    pub fn metered(
-        mut self,
-        record: AccessRecord,
-        hold: Option<Box<dyn Any + Send + Sync>>,
-    ) -> Self {
+    pub fn metered(mut self, record: AccessRecord, hold: Option<Box<dyn Any + Send + Sync>>) -> Self {
         let done = self.is_end_stream();
         self.meter = Some(Box::new(Meter {
             record,
@@ -121,10 +127,7 @@ impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         let polled = match &mut this.kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
@@ -135,6 +138,26 @@ impl Body for ProxyBody {
                     (_, Err(frame)) => Poll::Ready(Some(Ok(frame))),
                 },
                 other => other,
+            },
+            Kind::Events(body, filter, redactor) => loop {
+                match Pin::new(&mut *body).poll_frame(cx) {
+                    Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                        Ok(data) => {
+                            let kept = filter.push(&data);
+                            // A frame that held only other directories' events: wait for the next.
+                            if kept.is_empty() {
+                                continue;
+                            }
+                            let kept = match redactor {
+                                Some(r) => r.frame(kept),
+                                None => kept,
+                            };
+                            break Poll::Ready(Some(Ok(Frame::data(kept))));
+                        }
+                        Err(frame) => break Poll::Ready(Some(Ok(frame))),
+                    },
+                    other => break other,
+                }
             },
         };
         match &polled {
@@ -158,7 +181,7 @@ impl Body for ProxyBody {
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Full(data) => data.is_none(),
-            Kind::Stream(body, _) => body.is_end_stream(),
+            Kind::Stream(body, _) | Kind::Events(body, ..) => body.is_end_stream(),
         }
     }
 
@@ -167,6 +190,7 @@ impl Body for ProxyBody {
             Kind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Kind::Full(None) => SizeHint::with_exact(0),
             Kind::Stream(body, _) => body.size_hint(),
+            Kind::Events(..) => SizeHint::default(),
         }
     }
 }

@@ -64,14 +64,10 @@ impl From<&HttpError> for StatusCode {
         use HttpError::*;
         match e {
             Unauthenticated | BadCredentials | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
-            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
-            UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStarting { .. } | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -122,8 +118,7 @@ impl HttpError {
 
     fn retry_after(&self) -> Option<Duration> {
         match self {
-            HttpError::LoginLimited { retry_after, .. }
-            | HttpError::RateLimited { retry_after } => Some(*retry_after),
+            HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
             HttpError::TooManyStreams { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
@@ -138,19 +133,13 @@ impl HttpError {
         let mut resp = Response::new(ProxyBody::full(Bytes::from(body.to_string())));
         *resp.status_mut() = status;
         let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
         if status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
         }
         if let Some(after) = self.retry_after() {
-            h.insert(
-                header::RETRY_AFTER,
-                HeaderValue::from(retry_secs(after).max(1)),
-            );
+            h.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after).max(1)));
         }
         resp
     }
@@ -196,12 +185,7 @@ mod tests {
                 },
                 502,
             ),
-            (
-                HttpError::UpstreamRejectedCredential {
-                    project: "web".into(),
-                },
-                502,
-            ),
+            (HttpError::UpstreamRejectedCredential { project: "web".into() }, 502),
             (
                 HttpError::UpstreamTimeout {
                     project: "web".into(),

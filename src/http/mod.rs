@@ -4,6 +4,7 @@
 
 pub mod body;
 pub mod error;
+pub mod forward;
 pub mod pipeline;
 
 use std::net::SocketAddr;
@@ -60,9 +61,7 @@ where
 {
     let svc_gw = gw.clone();
     let service = service_fn(move |req| pipeline::handle(svc_gw.clone(), conn.clone(), req));
-    let connection = gw
-        .http
-        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    let connection = gw.http.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
     tokio::select! {
         res = connection.as_mut() => {

@@ -1,32 +1,29 @@
 //! One request through the gateway. [`handle`] keeps the books (access record, metrics, error
 //! response); [`handle_inner`] runs the stages with `?`:
-//! identify → route → authorize → check origin → rate limit → endpoint → rewrite → upstream →
-//! stream (or splice an upgrade) back.
+//! identify → route → authorize → origin → rate limit → scope → [`super::forward`].
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
-use http_body_util::{BodyExt, Limited};
+use http::{Method, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use super::body::{AccessRecord, ProxyBody};
 use super::error::HttpError;
+use super::forward::{self, Forwarding};
 use super::{ConnInfo, Front};
 use crate::auth::credentials::{self, Credentials};
-use crate::auth::tickets;
 use crate::gateway::Gateway;
-use crate::rewrite::{self, Forward};
+use crate::rewrite;
 use crate::route::{self, Route, RouteInput};
 use crate::state::{ProjectState, State, UserState};
-use crate::upstream::UpstreamBody;
 
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
+
+pub type Hold = Option<Box<dyn std::any::Any + Send + Sync>>;
 
 pub async fn handle(
     gw: Arc<Gateway>,
@@ -82,11 +79,10 @@ fn log_target(uri: &Uri) -> String {
 
 /// The host the client addressed: `:authority` (h2) or the Host header (HTTP/1.1).
 fn request_host(req: &Request<Incoming>) -> Option<&str> {
-    req.uri().authority().map(|a| a.as_str()).or_else(|| {
-        req.headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-    })
+    req.uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
 /// Server-sent event streams: long-lived, exempt from the response timeout, counted per user.
@@ -94,13 +90,11 @@ fn is_event_stream(method: &Method, path: &str) -> bool {
     method == Method::GET && (path == "/event" || path.ends_with("/event"))
 }
 
-type Hold = Option<Box<dyn std::any::Any + Send + Sync>>;
-
 async fn handle_inner(
     gw: &Arc<Gateway>,
     state: &State,
     conn: &ConnInfo,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     record: &mut AccessRecord,
     hold: &mut Hold,
 ) -> Result<Response<ProxyBody>, HttpError> {
@@ -113,29 +107,12 @@ async fn handle_inner(
     }
     let upgrade = rewrite::upgrade_protocol(req.headers());
 
-    // Identify.
     let (user, ticket_project) = identify(gw, state, conn, &req, upgrade.is_some()).await?;
     record.user = Some(user.name.clone());
 
-    // Route.
     let host = request_host(&req).map(str::to_string);
     let path = req.uri().path().to_string();
-    let input = RouteInput {
-        bound: conn.bound_project(),
-        host: host.as_deref(),
-        path: &path,
-    };
-    let route = route::route(
-        &input,
-        state.settings.server.base_domain.as_deref(),
-        |n| state.projects.contains_key(n),
-        state.only_project.as_deref(),
-    );
-    let (project, upstream_path): (Arc<ProjectState>, &str) = match route {
-        Route::Project { name, path } => (state.projects[name].clone(), path),
-        Route::Unknown(name) => return Err(HttpError::UnknownProject(name.to_string())),
-        Route::None => return Err(HttpError::NoProject),
-    };
+    let (project, upstream_path) = route_request(state, conn, host.as_deref(), &path)?;
     record.project = Some(project.name.clone());
     if let Some(p) = &ticket_project
         && **p != *project.name
@@ -145,7 +122,6 @@ async fn handle_inner(
         ));
     }
 
-    // Authorize.
     let role = user
         .grants
         .role_in(&project.name)
@@ -154,32 +130,11 @@ async fn handle_inner(
             project: project.name.to_string(),
         })?;
     crate::authz::check(role, req.method(), upstream_path)?;
+    check_origin(state, conn, &req, host.as_deref(), upgrade.is_some(), &user, &project)?;
 
-    // A browser page from elsewhere may not write or open terminals with the user's credentials.
-    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    if (unsafe_method || upgrade.is_some())
-        && let Some(origin) = req.headers().get(header::ORIGIN)
-    {
-        let origin = origin.to_str().unwrap_or("null");
-        if !crate::origin::allowed(
-            origin,
-            conn.scheme(),
-            host.as_deref(),
-            &state.settings.server.allowed_origins,
-        ) {
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "foreign_origin", origin, "request from a foreign origin refused");
-            return Err(HttpError::Forbidden(format!(
-                "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
-            )));
-        }
-    }
-
-    // Rate limit, then a stream slot for long-lived responses.
-    gw.limiters
-        .request(&user.name)
-        .map_err(|d| HttpError::RateLimited {
-            retry_after: d.retry_after,
-        })?;
+    gw.limiters.request(&user.name).map_err(|d| HttpError::RateLimited {
+        retry_after: d.retry_after,
+    })?;
     let long_lived = upgrade.is_some() || is_event_stream(req.method(), upstream_path);
     let stream_slot = if long_lived {
         Some(
@@ -202,144 +157,88 @@ async fn handle_inner(
             max: limits.max_body_bytes,
         });
     }
+    if project.config.directory.is_some() && crate::pin::is_workspace_switch(req.method(), upstream_path) {
+        return Err(HttpError::Forbidden(format!(
+            "{} {upstream_path} would leave project {}'s directory; workspaces are not available through the gateway",
+            req.method(),
+            project.name
+        )));
+    }
 
     let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
-
-    // Rewrite.
-    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-    let query = rewrite::upstream_query(req.uri().query()).map(|q| q.into_owned());
-    let connect_token =
-        *req.method() == Method::POST && tickets::is_connect_token_path(upstream_path);
-    let mut path_and_query =
-        String::with_capacity(upstream_path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
-    path_and_query.push_str(upstream_path);
-    if let Some(q) = &query {
-        path_and_query.push('?');
-        path_and_query.push_str(q);
+    if project.shared_upstream
+        && let Some(id) = crate::scope::session_id(upstream_path)
+    {
+        forward::check_session_scope(gw, &project, &endpoint, id).await?;
     }
-    let (mut parts, body) = req.into_parts();
-    parts.uri = Uri::builder()
-        .scheme("http")
-        .authority(endpoint.authority.as_str())
-        .path_and_query(path_and_query)
-        .build()
-        .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))?;
-    parts.version = Version::HTTP_11;
-    rewrite::request_headers(
-        &mut parts.headers,
-        &Forward {
-            client_ip: conn.peer.ip(),
-            proto: conn.scheme(),
-            original_host: host.as_deref(),
-            upstream_authority: &endpoint.authority,
-            upstream_auth: endpoint.auth.as_ref(),
-            upgrade: upgrade.clone(),
-        },
+    let upstream_path = upstream_path.to_string();
+    forward::forward(Forwarding {
+        gw,
+        conn,
+        project: &project,
+        endpoint: &endpoint,
+        user: &user,
+        req,
+        upstream_path: &upstream_path,
+        host: host.as_deref(),
+        upgrade,
+        long_lived,
+        stream_slot,
+        hold,
+    })
+    .await
+}
+
+fn route_request<'a>(
+    state: &'a State,
+    conn: &'a ConnInfo,
+    host: Option<&'a str>,
+    path: &'a str,
+) -> Result<(Arc<ProjectState>, &'a str), HttpError> {
+    let input = RouteInput {
+        bound: conn.bound_project(),
+        host,
+        path,
+    };
+    let route = route::route(
+        &input,
+        state.settings.server.base_domain.as_deref(),
+        |n| state.projects.contains_key(n),
+        state.only_project.as_deref(),
     );
-    let body = if upgrade.is_some() {
-        UpstreamBody::Empty
-    } else {
-        UpstreamBody::client(body, limits.max_body_bytes)
+    match route {
+        Route::Project { name, path } => Ok((state.projects[name].clone(), path)),
+        Route::Unknown(name) => Err(HttpError::UnknownProject(name.to_string())),
+        Route::None => Err(HttpError::NoProject),
+    }
+}
+
+/// A browser page from elsewhere may not write or open terminals with the user's credentials
+/// (browsers attach cached Basic credentials to any request to the gateway's origin).
+fn check_origin(
+    state: &State,
+    conn: &ConnInfo,
+    req: &Request<Incoming>,
+    host: Option<&str>,
+    upgrade: bool,
+    user: &UserState,
+    project: &ProjectState,
+) -> Result<(), HttpError> {
+    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let Some(origin) = req.headers().get(header::ORIGIN) else {
+        return Ok(());
     };
-    let upstream_req = Request::from_parts(parts, body);
-
-    // Upstream. Streams may legitimately say nothing for a long time (the per-session event
-    // stream sends no headers until its first event), so only ordinary requests are timed.
-    let sent = gw.upstream.request(upstream_req);
-    let result = if long_lived {
-        sent.await
-    } else {
-        tokio::time::timeout(limits.upstream_response_timeout, sent)
-            .await
-            .map_err(|_| HttpError::UpstreamTimeout {
-                project: project.name.to_string(),
-                secs: limits.upstream_response_timeout,
-            })?
-    };
-    let mut response = result.map_err(|e| {
-        if crate::upstream::is_body_too_large(&e) {
-            HttpError::PayloadTooLarge {
-                max: limits.max_body_bytes,
-            }
-        } else {
-            HttpError::UpstreamUnavailable {
-                project: project.name.to_string(),
-                reason: crate::upstream::describe(&e),
-            }
-        }
-    })?;
-
-    if response.status() == StatusCode::UNAUTHORIZED {
-        tracing::error!(project = %project.name, reason = "upstream_rejected_credential", "the OpenCode server refused the gateway's credential");
-        return Err(HttpError::UpstreamRejectedCredential {
-            project: project.name.to_string(),
-        });
+    if !unsafe_method && !upgrade {
+        return Ok(());
     }
-
-    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) =
-        (client_upgrade, response.status())
-    {
-        let upstream_upgrade = hyper::upgrade::on(&mut response);
-        let abort = gw.abort.clone();
-        let slot = stream_slot;
-        gw.tasks.spawn(async move {
-            let _slot = slot;
-            let (client, upstream) = tokio::join!(client_upgrade, upstream_upgrade);
-            let (Ok(client), Ok(upstream)) = (client, upstream) else {
-                return;
-            };
-            let mut client = TokioIo::new(client);
-            let mut upstream = TokioIo::new(upstream);
-            tokio::select! {
-                _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-                _ = abort.cancelled() => {}
-            }
-        });
-        let (mut parts, _) = response.into_parts();
-        rewrite::response_headers(&mut parts.headers, true);
-        if let Some(r) = &endpoint.redactor {
-            r.headers(&mut parts.headers);
-        }
-        return Ok(Response::from_parts(parts, ProxyBody::empty()));
+    let origin = origin.to_str().unwrap_or("null");
+    if crate::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
+        return Ok(());
     }
-
-    let (mut parts, body) = response.into_parts();
-    rewrite::response_headers(&mut parts.headers, false);
-    if let Some(r) = &endpoint.redactor
-        && r.headers(&mut parts.headers)
-    {
-        tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
-    }
-    if connect_token && parts.status.is_success() {
-        // A few bytes of JSON: read them to learn the ticket, then pass them on unchanged.
-        let bytes: Bytes = Limited::new(body, 16 * 1024)
-            .collect()
-            .await
-            .map_err(|_| HttpError::UpstreamUnavailable {
-                project: project.name.to_string(),
-                reason: "the terminal ticket response was cut or too large".into(),
-            })?
-            .to_bytes();
-        if let Some(ticket) = tickets::ticket_from_body(&bytes) {
-            gw.tickets
-                .insert(&ticket, user.name.clone(), project.name.clone());
-        }
-        let bytes = match &endpoint.redactor {
-            Some(r) => r.frame(bytes),
-            None => bytes,
-        };
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
-    }
-    if let Some(slot) = stream_slot {
-        *hold = Some(Box::new(slot));
-    }
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::stream(body, endpoint.redactor.clone()),
-    ))
+    tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "foreign_origin", origin, "request from a foreign origin refused");
+    Err(HttpError::Forbidden(format!(
+        "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
+    )))
 }
 
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
@@ -373,10 +272,7 @@ async fn identify(
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             if upgrade
-                && let Some(ticket) = req
-                    .uri()
-                    .query()
-                    .and_then(|q| crate::query::get(q, "ticket"))
+                && let Some(ticket) = req.uri().query().and_then(|q| crate::query::get(q, "ticket"))
                 && let Some((user, project)) = gw.tickets.take(&ticket)
                 && let Some(u) = state.users.get(&*user)
             {

@@ -16,12 +16,8 @@ use crate::http::{ConnInfo, Front};
 use crate::ratelimit::SlotGuard;
 
 /// Accept until shutdown, backing off on errors instead of spinning or giving up.
-pub async fn accept_loop<F>(
-    gw: Arc<Gateway>,
-    listener: TcpListener,
-    what: &'static str,
-    mut on_conn: F,
-) where
+pub async fn accept_loop<F>(gw: Arc<Gateway>, listener: TcpListener, what: &'static str, mut on_conn: F)
+where
     F: FnMut(TcpStream, SocketAddr, SlotGuard<std::net::IpAddr>),
 {
     let mut backoff = Duration::from_millis(5);
@@ -43,13 +39,8 @@ pub async fn accept_loop<F>(
             }
         };
         let ip = crate::ratelimit::address_key(peer.ip());
-        let Some(slot) = gw
-            .connections
-            .try_acquire(ip, gw.limits.max_connections_per_ip)
-        else {
-            gw.metrics
-                .connections_refused
-                .fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = gw.connections.try_acquire(ip, gw.limits.max_connections_per_ip) else {
+            gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "security", listener = what, peer = %peer.ip(), reason = "connection_limit", "connection refused: too many from this address");
             continue;
         };
@@ -69,26 +60,19 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
         tasks.spawn(async move {
             let _slot = slot;
             let acceptor = TlsAcceptor::from(gw.state().tls.clone());
-            let stream =
-                match tokio::time::timeout(gw.limits.tls_handshake_timeout, acceptor.accept(tcp))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        gw.metrics
-                            .tls_handshake_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        gw.metrics
-                            .tls_handshake_failures
-                            .fetch_add(1, Ordering::Relaxed);
-                        tracing::debug!(peer = %peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
+            let stream = match tokio::time::timeout(gw.limits.tls_handshake_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    gw.metrics.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    gw.metrics.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(peer = %peer, "TLS handshake timed out");
+                    return;
+                }
+            };
             let conn = Arc::new(ConnInfo {
                 peer,
                 front: Front::Tls { bound },

@@ -17,21 +17,12 @@ pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<ServerConfig>> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.cert)
         .with_context(|| format!("tls.cert: cannot read {}", tls.cert.display()))?
         .collect::<Result<_, _>>()
-        .with_context(|| {
-            format!(
-                "tls.cert: {} is not a PEM certificate chain",
-                tls.cert.display()
-            )
-        })?;
+        .with_context(|| format!("tls.cert: {} is not a PEM certificate chain", tls.cert.display()))?;
     if certs.is_empty() {
         anyhow::bail!("tls.cert: {} holds no certificate", tls.cert.display());
     }
-    let key = PrivateKeyDer::from_pem_file(&tls.key).with_context(|| {
-        format!(
-            "tls.key: cannot read a PEM private key from {}",
-            tls.key.display()
-        )
-    })?;
+    let key = PrivateKeyDer::from_pem_file(&tls.key)
+        .with_context(|| format!("tls.key: cannot read a PEM private key from {}", tls.key.display()))?;
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()

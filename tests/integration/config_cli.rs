@@ -8,9 +8,7 @@ use std::process::{Command, Output, Stdio};
 use crate::common::gateway::BIN;
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(kind);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(kind);
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -50,14 +48,9 @@ fn text(o: &Output) -> String {
 #[test]
 fn every_valid_fixture_loads_and_check_accepts_it() {
     for file in fixtures("valid") {
-        let settings = opencode_gateway::config::load(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let settings = opencode_gateway::config::load(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         assert!(!settings.projects.is_empty());
-        let out = cli(
-            &["check", "-c", file.to_str().unwrap()],
-            None,
-            Path::new("/"),
-        );
+        let out = cli(&["check", "-c", file.to_str().unwrap()], None, Path::new("/"));
         assert!(out.status.success(), "{}: {}", file.display(), text(&out));
         assert!(text(&out).contains("OK"));
     }
@@ -67,31 +60,16 @@ fn every_valid_fixture_loads_and_check_accepts_it() {
 fn every_invalid_fixture_is_refused_naming_its_key_and_fix() {
     for file in fixtures("invalid") {
         let source = std::fs::read_to_string(&file).unwrap();
-        let expected: Vec<&str> = source
-            .lines()
-            .filter_map(|l| l.strip_prefix("# expect: "))
-            .collect();
-        assert!(
-            !expected.is_empty(),
-            "{} has no '# expect:' line",
-            file.display()
-        );
+        let expected: Vec<&str> = source.lines().filter_map(|l| l.strip_prefix("# expect: ")).collect();
+        assert!(!expected.is_empty(), "{} has no '# expect:' line", file.display());
         let err = opencode_gateway::config::load(&file)
             .expect_err(&file.display().to_string())
             .to_string();
-        let out = cli(
-            &["check", "-c", file.to_str().unwrap()],
-            None,
-            Path::new("/"),
-        );
+        let out = cli(&["check", "-c", file.to_str().unwrap()], None, Path::new("/"));
         assert_eq!(out.status.code(), Some(1), "{}", file.display());
         let shown = text(&out);
         for e in &expected {
-            assert!(
-                err.contains(e),
-                "{}: expected {e:?} in:\n{err}",
-                file.display()
-            );
+            assert!(err.contains(e), "{}: expected {e:?} in:\n{err}", file.display());
             assert!(
                 shown.contains(e),
                 "{}: check did not say {e:?}:\n{shown}",
@@ -102,39 +80,22 @@ fn every_invalid_fixture_is_refused_naming_its_key_and_fix() {
             shown.contains(file.to_str().unwrap()),
             "the message names the file:\n{shown}"
         );
-        assert!(
-            shown.contains("Fix:"),
-            "{}: no fix in:\n{shown}",
-            file.display()
-        );
+        assert!(shown.contains("Fix:"), "{}: no fix in:\n{shown}", file.display());
     }
 }
 
 #[test]
 fn serve_refuses_to_start_on_a_bad_config() {
-    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/invalid/upstream-not-loopback.toml");
-    let out = cli(
-        &["serve", "-c", file.to_str().unwrap()],
-        None,
-        Path::new("/"),
-    );
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/invalid/upstream-not-loopback.toml");
+    let out = cli(&["serve", "-c", file.to_str().unwrap()], None, Path::new("/"));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out).contains("not a loopback address"),
-        "{}",
-        text(&out)
-    );
+    assert!(text(&out).contains("not a loopback address"), "{}", text(&out));
 }
 
 #[test]
 fn check_prints_listeners_projects_routes_and_users() {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/valid/full.toml");
-    let out = text(&cli(
-        &["check", "-c", file.to_str().unwrap()],
-        None,
-        Path::new("/"),
-    ));
+    let out = text(&cli(&["check", "-c", file.to_str().unwrap()], None, Path::new("/")));
     for needle in [
         "https  0.0.0.0:8443",
         "admin  127.0.0.1:9090",
@@ -157,11 +118,7 @@ fn check_prints_listeners_projects_routes_and_users() {
 
 #[test]
 fn hash_password_reads_stdin_and_prints_a_verifiable_argon2id_hash() {
-    let out = cli(
-        &["hash-password"],
-        Some("correct horse battery\n"),
-        Path::new("/"),
-    );
+    let out = cli(&["hash-password"], Some("correct horse battery\n"), Path::new("/"));
     assert!(out.status.success(), "{}", text(&out));
     let phc = String::from_utf8(out.stdout).unwrap().trim().to_string();
     assert!(phc.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"), "{phc}");
@@ -210,50 +167,25 @@ fn user_commands_edit_the_file_in_place_and_keep_its_comments() {
     std::fs::write(&cfg, COMMENTED).unwrap();
     let c = cfg.to_str().unwrap();
     let out = cli(
-        &[
-            "user",
-            "add",
-            "bob",
-            "--projects",
-            "web",
-            "--role",
-            "viewer",
-            "-c",
-            c,
-        ],
+        &["user", "add", "bob", "--projects", "web", "--role", "viewer", "-c", c],
         Some("bob-password-1\n"),
         dir.path(),
     );
     assert!(out.status.success(), "{}", text(&out));
     let after_add = std::fs::read_to_string(&cfg).unwrap();
-    for kept in [
-        "# A config with comments",
-        "# the HTTPS port",
-        "# The owner.",
-    ] {
+    for kept in ["# A config with comments", "# the HTTPS port", "# The owner."] {
         assert!(after_add.contains(kept), "lost {kept:?}:\n{after_add}");
     }
-    assert!(
-        !after_add.contains("bob-password-1"),
-        "only the hash is written"
-    );
+    assert!(!after_add.contains("bob-password-1"), "only the hash is written");
     let settings = opencode_gateway::config::load(&cfg).unwrap();
     let bob = settings.users.iter().find(|u| u.name == "bob").unwrap();
-    assert_eq!(
-        bob.grants.role_in("web"),
-        Some(opencode_gateway::config::Role::Viewer)
-    );
+    assert_eq!(bob.grants.role_in("web"), Some(opencode_gateway::config::Role::Viewer));
     let list = text(&cli(&["user", "list", "-c", c], None, dir.path()));
     assert!(
-        list.contains("bob  web as viewer; password")
-            && list.contains("alice  all projects as admin"),
+        list.contains("bob  web as viewer; password") && list.contains("alice  all projects as admin"),
         "{list}"
     );
-    let dup = cli(
-        &["user", "add", "bob", "-c", c],
-        Some("another-password\n"),
-        dir.path(),
-    );
+    let dup = cli(&["user", "add", "bob", "-c", c], Some("another-password\n"), dir.path());
     assert_eq!(dup.status.code(), Some(1));
     assert!(text(&dup).contains("already exists"));
 
@@ -283,13 +215,7 @@ fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
     let project = dir.path().join("My Project");
     std::fs::create_dir(&project).unwrap();
     let out = cli(
-        &[
-            "init",
-            "--dir",
-            "gw",
-            "--project-dir",
-            project.to_str().unwrap(),
-        ],
+        &["init", "--dir", "gw", "--project-dir", project.to_str().unwrap()],
         None,
         dir.path(),
     );
@@ -319,21 +245,11 @@ fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
         & 0o777;
     assert_eq!(mode, 0o600);
     let again = cli(
-        &[
-            "init",
-            "--dir",
-            "gw",
-            "--project-dir",
-            project.to_str().unwrap(),
-        ],
+        &["init", "--dir", "gw", "--project-dir", project.to_str().unwrap()],
         None,
         dir.path(),
     );
-    assert_eq!(
-        again.status.code(),
-        Some(1),
-        "init never overwrites a config"
-    );
+    assert_eq!(again.status.code(), Some(1), "init never overwrites a config");
 }
 
 #[test]
@@ -357,9 +273,5 @@ fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
         dev_ca: false,
     };
     assert!(opencode_gateway::listen::tls::server_config(&settings).is_ok());
-    assert!(
-        std::fs::read_to_string(ca)
-            .unwrap()
-            .contains("BEGIN CERTIFICATE")
-    );
+    assert!(std::fs::read_to_string(ca).unwrap().contains("BEGIN CERTIFICATE"));
 }

@@ -20,10 +20,7 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
         )
         .await;
     let mut stream = stream.into_body();
-    read_until(&mut stream, Duration::from_secs(5), |t| {
-        t.contains("server.connected")
-    })
-    .await;
+    read_until(&mut stream, Duration::from_secs(5), |t| t.contains("server.connected")).await;
     web.wait_subscribers(1).await;
     let slow = {
         let c = c.clone();
@@ -34,13 +31,8 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
     let started = std::time::Instant::now();
     gw.signal(libc::SIGTERM);
     // The stream keeps flowing during the drain.
-    web.events
-        .send("{\"type\":\"during-drain\"}".into())
-        .unwrap();
-    let during = read_until(&mut stream, Duration::from_secs(2), |t| {
-        t.contains("during-drain")
-    })
-    .await;
+    web.events.send("{\"type\":\"during-drain\"}".into()).unwrap();
+    let during = read_until(&mut stream, Duration::from_secs(2), |t| t.contains("during-drain")).await;
     assert!(during.contains("during-drain"), "{during}");
     let slow = slow.await.unwrap();
     assert_eq!(
@@ -56,9 +48,7 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
     );
     let logs = gw.logs();
     assert!(
-        logs.contains("SIGTERM: draining")
-            && logs.contains("drain deadline reached")
-            && logs.contains("stopped"),
+        logs.contains("SIGTERM: draining") && logs.contains("drain deadline reached") && logs.contains("stopped"),
         "{logs}"
     );
     // Nothing listens any more.
@@ -68,10 +58,7 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
 fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
-    assert!(
-        text.contains("listen = \"127.0.0.1:8443\"")
-            && text.contains("listen = \"127.0.0.1:9090\"")
-    );
+    assert!(text.contains("listen = \"127.0.0.1:8443\"") && text.contains("listen = \"127.0.0.1:9090\""));
     // Same file, but on ephemeral ports (tests never take fixed ones).
     let text = text
         .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
@@ -115,11 +102,7 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     let (mut child, log, out) = run(cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !log.lock().unwrap().contains("gateway ready") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            log.lock().unwrap()
-        );
+        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));
@@ -138,14 +121,16 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         .unwrap()
         .parse()
         .unwrap();
-    assert!(stdout.contains(&format!("NODE_EXTRA_CA_CERTS=certs-dev/ca.crt opencode attach https://127.0.0.1:{}/p/demo -u dev -p '{password}'", https.port())), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "NODE_EXTRA_CA_CERTS=certs-dev/ca.crt opencode attach https://127.0.0.1:{}/p/demo -u dev -p '{password}'",
+            https.port()
+        )),
+        "{stdout}"
+    );
     assert!(stdout.contains("opencode run --attach"), "{stdout}");
     for key in ["certs-dev/ca.key", "certs-dev/server.key"] {
-        let mode = std::fs::metadata(root.path().join(key))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777;
+        let mode = std::fs::metadata(root.path().join(key)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{key}");
     }
     let written = std::fs::read_to_string(&config).unwrap();
@@ -158,15 +143,10 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         written.contains("# On first start the gateway makes"),
         "comments are kept"
     );
-    assert!(
-        !log.lock().unwrap().contains(&password),
-        "the password is not logged"
-    );
+    assert!(!log.lock().unwrap().contains(&password), "the password is not logged");
     // The spawned project answers through the gateway with the printed credentials.
     let c = Https::new(https, &root.path().join("certs-dev/ca.crt"));
-    let r = c
-        .get("/p/demo/global/health", Some(&basic("dev", &password)))
-        .await;
+    let r = c.get("/p/demo/global/health", Some(&basic("dev", &password))).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, log.lock().unwrap());
     let r = read(
         c.send(
@@ -190,11 +170,7 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     let (mut child, log, out) = run(cmd);
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !log.lock().unwrap().contains("gateway ready") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            log.lock().unwrap()
-        );
+        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(200));

@@ -5,6 +5,7 @@
 mod common;
 mod config_cli;
 mod lifecycle;
+mod pinning;
 mod proxy;
 mod real_opencode;
 mod streaming;

@@ -35,9 +35,7 @@ pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, 
             },
         ])
     ));
-    let gw = Gateway::start_with(&config, &[], |dir| {
-        write_secret(&dir.join("upstream.pw"), UPSTREAM_PW)
-    });
+    let gw = Gateway::start_with(&config, &[], |dir| write_secret(&dir.join("upstream.pw"), UPSTREAM_PW));
     let client = Https::new(gw.https, &gw.ca());
     (gw, web, api, client)
 }
@@ -65,23 +63,14 @@ async fn requests_without_credentials_get_401_with_the_gateway_realm() {
 async fn a_wrong_password_gets_401_and_the_right_one_gets_through() {
     let (_gw, web, _api, c) = two_projects("").await;
     let r = c
-        .get(
-            "/p/web/global/health",
-            Some(&basic("alice", "wrong-password")),
-        )
+        .get("/p/web/global/health", Some(&basic("alice", "wrong-password")))
         .await;
     assert_eq!(r.status, 401);
     assert!(r.body.contains("wrong user name or password"));
     let r = c
-        .get(
-            "/p/web/global/health",
-            Some(&basic("nobody", "alice-password-1")),
-        )
+        .get("/p/web/global/health", Some(&basic("nobody", "alice-password-1")))
         .await;
-    assert_eq!(
-        r.status, 401,
-        "an unknown user is refused like a wrong password"
-    );
+    assert_eq!(r.status, 401, "an unknown user is refused like a wrong password");
     let r = c.get("/p/web/global/health", Some(&alice())).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body, r#"{"healthy":true,"version":"1.18.33"}"#);
@@ -93,31 +82,17 @@ async fn an_unknown_project_is_404_and_an_ungranted_one_403() {
     let (_gw, _web, api, c) = two_projects("").await;
     let r = c.get("/p/nope/global/health", Some(&alice())).await;
     assert_eq!(r.status, 404);
-    assert!(
-        r.body.contains("no project named \\\"nope\\\""),
-        "{}",
-        r.body
-    );
+    assert!(r.body.contains("no project named \\\"nope\\\""), "{}", r.body);
     let r = c
-        .get(
-            "/p/api/global/health",
-            Some(&basic("bob", "bob-password-22")),
-        )
+        .get("/p/api/global/health", Some(&basic("bob", "bob-password-22")))
         .await;
     assert_eq!(r.status, 403);
-    assert!(
-        r.body.contains("bob has no access to project api"),
-        "{}",
-        r.body
-    );
+    assert!(r.body.contains("bob has no access to project api"), "{}", r.body);
     assert!(api.seen().is_empty());
     let r = c.get("/global/health", Some(&alice())).await;
     assert_eq!(r.status, 404, "with two projects a bare path names none");
     // The project's host routes too, and an unknown host label is a 404.
-    let r = c
-        .host("api.gw.localhost")
-        .get("/global/health", Some(&alice()))
-        .await;
+    let r = c.host("api.gw.localhost").get("/global/health", Some(&alice())).await;
     assert_eq!(r.status, 200);
     let r = c.host("nope.gw.localhost").get("/", Some(&alice())).await;
     assert_eq!(r.status, 404);
@@ -143,24 +118,14 @@ async fn a_dead_upstream_is_a_502_naming_the_project_and_why() {
     assert_eq!(r.status, 502);
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["project"], "gone");
+    assert!(v["message"].as_str().unwrap().contains("project gone"), "{}", r.body);
     assert!(
-        v["message"].as_str().unwrap().contains("project gone"),
-        "{}",
-        r.body
-    );
-    assert!(
-        v["message"]
-            .as_str()
-            .unwrap()
-            .contains("connection refused"),
+        v["message"].as_str().unwrap().contains("connection refused"),
         "{}",
         r.body
     );
     assert!(!r.body.contains(UPSTREAM_PW));
-    assert!(
-        gw.wait_log("upstream_unavailable", Duration::from_secs(5))
-            .await
-    );
+    assert!(gw.wait_log("upstream_unavailable", Duration::from_secs(5)).await);
 }
 
 #[tokio::test]
@@ -180,10 +145,7 @@ async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
 #[tokio::test]
 async fn client_credentials_never_reach_the_upstream_and_its_password_never_comes_back() {
     let (gw, web, _api, c) = two_projects("").await;
-    let token = base64::Engine::encode(
-        &base64::engine::general_purpose::STANDARD,
-        "alice:alice-password-1",
-    );
+    let token = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "alice:alice-password-1");
     let req = c
         .request(
             "GET",
@@ -200,10 +162,7 @@ async fn client_credentials_never_reach_the_upstream_and_its_password_never_come
     assert_eq!(r.status, 200);
     let seen = web.seen();
     let got = &seen.last().unwrap();
-    assert_eq!(
-        got.target, "/echo?x=1",
-        "auth_token is removed however it is spelled"
-    );
+    assert_eq!(got.target, "/echo?x=1", "auth_token is removed however it is spelled");
     let upstream_auth = basic("opencode", UPSTREAM_PW);
     assert_eq!(
         got.headers["authorization"].to_str().unwrap(),
@@ -212,13 +171,8 @@ async fn client_credentials_never_reach_the_upstream_and_its_password_never_come
     );
     assert_eq!(got.headers["x-forwarded-for"], "127.0.0.1");
     assert_eq!(got.headers["x-forwarded-proto"], "https");
-    assert_eq!(
-        got.headers["x-forwarded-host"].to_str().unwrap(),
-        c.authority()
-    );
-    assert!(
-        got.headers.get("proxy-authorization").is_none() && got.headers.get("x-private").is_none()
-    );
+    assert_eq!(got.headers["x-forwarded-host"].to_str().unwrap(), c.authority());
+    assert!(got.headers.get("proxy-authorization").is_none() && got.headers.get("x-private").is_none());
     // The echoing upstream tried to hand its credential back: it must not arrive.
     let everything = format!("{:?}{}", r.headers, r.body);
     let encoded_pw = upstream_auth.trim_start_matches("Basic ");
@@ -250,10 +204,7 @@ async fn one_verified_password_runs_argon2_once_for_100_requests() {
     }
     // And over new connections too: the cache is per credential, not per connection.
     for _ in 0..5 {
-        assert_eq!(
-            c.get("/p/web/global/health", Some(&alice())).await.status,
-            200
-        );
+        assert_eq!(c.get("/p/web/global/health", Some(&alice())).await.status, 200);
     }
     assert_eq!(gw.metric("argon2_verifications_total") - before, 1);
 }
@@ -264,12 +215,10 @@ async fn h2_clients_are_served() {
     let c = Https::with_alpn(gw.https, &gw.ca(), vec![b"h2".to_vec()]);
     let tls = c.tls().await;
     assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
-    let (mut send, conn) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tls),
-    )
-    .await
-    .unwrap();
+    let (mut send, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tls))
+            .await
+            .unwrap();
     tokio::spawn(conn);
     let req = http::Request::get(format!("https://{}/p/web/global/health", c.authority()))
         .header("authorization", alice())
@@ -296,20 +245,13 @@ async fn writes_from_a_foreign_origin_are_refused() {
     let r = c.call(post(&own)).await;
     assert_eq!(r.status, 200);
     let seen = web.seen();
-    assert_eq!(
-        seen.len(),
-        1,
-        "only the same-origin write reached the upstream"
-    );
+    assert_eq!(seen.len(), 1, "only the same-origin write reached the upstream");
     assert_eq!(
         seen[0].headers["origin"].to_str().unwrap(),
         web.url(),
         "Origin names the upstream, like Host"
     );
-    assert_eq!(
-        seen[0].headers["host"].to_str().unwrap(),
-        web.addr.to_string()
-    );
+    assert_eq!(seen[0].headers["host"].to_str().unwrap(), web.addr.to_string());
 }
 
 #[tokio::test]

@@ -32,10 +32,20 @@ pub fn alice() -> String {
 
 /// A real OpenCode server behind the gateway as project "demo"; alice is its operator.
 pub async fn setup(bash_command: &str) -> Setup {
+    setup_pinned(bash_command, false).await
+}
+
+/// Like [`setup`]; with `pinned`, the project's `directory` is the server's project folder.
+pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
     let model = FakeModel::start(bash_command).await;
     let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let directory = if pinned {
+        format!("directory = \"{}\"\n", oc.project.display())
+    } else {
+        String::new()
+    };
     let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n\n{}",
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n{directory}\n{}",
         oc.url(),
         users_toml(&[
             TestUser {
@@ -59,16 +69,9 @@ pub async fn setup(bash_command: &str) -> Setup {
         ])
     ));
     let pw = oc.password.clone();
-    let gw = Gateway::start_with(&config, &[], move |d| {
-        write_secret(&d.join("upstream.pw"), &pw)
-    });
+    let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
     let client = Https::new(gw.https, &gw.ca());
-    Setup {
-        model,
-        oc,
-        gw,
-        client,
-    }
+    Setup { model, oc, gw, client }
 }
 
 /// Collects an SSE stream's text in the background.
@@ -80,11 +83,7 @@ pub struct EventLog {
 impl EventLog {
     pub async fn open(c: &Https, path: &str, auth: &str) -> EventLog {
         let resp = c
-            .send(
-                c.request("GET", path, Some(auth))
-                    .body(Full::default())
-                    .unwrap(),
-            )
+            .send(c.request("GET", path, Some(auth)).body(Full::default()).unwrap())
             .await;
         assert_eq!(resp.status(), 200, "event stream {path}");
         let text = Arc::new(Mutex::new(String::new()));
@@ -141,13 +140,7 @@ impl Drop for EventLog {
     }
 }
 
-pub async fn json(
-    c: &Https,
-    method: &str,
-    path: &str,
-    auth: &str,
-    body: &str,
-) -> (u16, serde_json::Value) {
+pub async fn json(c: &Https, method: &str, path: &str, auth: &str, body: &str) -> (u16, serde_json::Value) {
     let own = format!("https://{}", c.authority());
     let req = c
         .request(method, path, Some(auth))
@@ -219,14 +212,7 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     let (status, sessions) = json(&s.client, "GET", "/p/demo/session", &alice(), "").await;
     assert_eq!(status, 200);
     let id = sessions[0]["id"].as_str().unwrap();
-    let (_, messages) = json(
-        &s.client,
-        "GET",
-        &format!("/p/demo/session/{id}/message"),
-        &alice(),
-        "",
-    )
-    .await;
+    let (_, messages) = json(&s.client, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
     assert!(
         s.gw.logs().contains("method=POST path=/p/demo/session/"),
@@ -255,9 +241,7 @@ async fn the_permission_loop_completes_through_the_gateway() {
         &alice(),
     )
     .await;
-    events
-        .wait_for("server.connected", Duration::from_secs(20))
-        .await;
+    events.wait_for("server.connected", Duration::from_secs(20)).await;
     let (status, session) = json(&s.client, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
     let id = session["id"].as_str().unwrap().to_string();
@@ -270,9 +254,7 @@ async fn the_permission_loop_completes_through_the_gateway() {
     )
     .await;
     assert_eq!(status, 204);
-    let asked = events
-        .wait_for("permission.asked", Duration::from_secs(60))
-        .await;
+    let asked = events.wait_for("permission.asked", Duration::from_secs(60)).await;
     let perm = asked["properties"]["id"].as_str().unwrap().to_string();
     assert_eq!(asked["properties"]["permission"], "bash");
     assert!(
@@ -297,27 +279,12 @@ async fn the_permission_loop_completes_through_the_gateway() {
         r#"{"reply":"once"}"#,
     )
     .await;
-    assert_eq!(
-        (status, body.clone()),
-        (200, serde_json::Value::Bool(true)),
-        "{body}"
-    );
-    events
-        .wait_for("permission.replied", Duration::from_secs(20))
-        .await;
-    events
-        .wait_for("session.idle", Duration::from_secs(60))
-        .await;
+    assert_eq!((status, body.clone()), (200, serde_json::Value::Bool(true)), "{body}");
+    events.wait_for("permission.replied", Duration::from_secs(20)).await;
+    events.wait_for("session.idle", Duration::from_secs(60)).await;
     let marker = std::fs::read_to_string(s.oc.project.join("marker.txt")).expect("the tool ran");
     assert_eq!(marker.trim(), "TOOLRAN");
-    let (_, messages) = json(
-        &s.client,
-        "GET",
-        &format!("/p/demo/session/{id}/message"),
-        &alice(),
-        "",
-    )
-    .await;
+    let (_, messages) = json(&s.client, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
     assert!(
         messages.to_string().contains(AFTER_TOOL),
         "the model saw the tool's result"
@@ -351,17 +318,12 @@ async fn pty_socket(
     path: &str,
     auth: Option<&str>,
 ) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let mut req = format!("wss://{}{path}", c.authority())
-        .into_client_request()
-        .unwrap();
+    let mut req = format!("wss://{}{path}", c.authority()).into_client_request().unwrap();
     if let Some(a) = auth {
-        req.headers_mut()
-            .insert("authorization", a.parse().unwrap());
+        req.headers_mut().insert("authorization", a.parse().unwrap());
     }
-    req.headers_mut().insert(
-        "origin",
-        format!("https://{}", c.authority()).parse().unwrap(),
-    );
+    req.headers_mut()
+        .insert("origin", format!("https://{}", c.authority()).parse().unwrap());
     tokio_tungstenite::client_async(req, c.tls().await)
         .await
         .expect("websocket through the gateway")
@@ -369,9 +331,7 @@ async fn pty_socket(
 }
 
 async fn read_terminal_until(
-    ws: &mut tokio_tungstenite::WebSocketStream<
-        tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-    >,
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
     needle: &str,
 ) -> String {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -394,16 +354,9 @@ async fn a_pty_websocket_through_the_gateway_runs_what_is_typed() {
     let (status, pty) = json(&s.client, "POST", "/p/demo/pty", &alice(), "{}").await;
     assert_eq!(status, 200, "{pty}");
     let id = pty["id"].as_str().unwrap().to_string();
-    let mut ws = pty_socket(
-        &s.client,
-        &format!("/p/demo/pty/{id}/connect?cursor=0"),
-        Some(&alice()),
-    )
-    .await;
+    let mut ws = pty_socket(&s.client, &format!("/p/demo/pty/{id}/connect?cursor=0"), Some(&alice())).await;
     // The shell computes the marker, so seeing it proves the command ran (not just an echo).
-    ws.send(Message::text("echo MARK$((6*7))X\r"))
-        .await
-        .unwrap();
+    ws.send(Message::text("echo MARK$((6*7))X\r")).await.unwrap();
     let out = read_terminal_until(&mut ws, "MARK42X").await;
     assert!(out.contains("MARK42X"), "terminal said: {out:?}");
     drop(ws);
@@ -413,11 +366,7 @@ async fn a_pty_websocket_through_the_gateway_runs_what_is_typed() {
     let own = format!("https://{}", s.client.authority());
     let req = s
         .client
-        .request(
-            "POST",
-            &format!("/p/demo/pty/{id}/connect-token"),
-            Some(&alice()),
-        )
+        .request("POST", &format!("/p/demo/pty/{id}/connect-token"), Some(&alice()))
         .header("x-opencode-ticket", "1")
         .header("origin", &own)
         .body(Full::default())
@@ -434,9 +383,7 @@ async fn a_pty_websocket_through_the_gateway_runs_what_is_typed() {
         None,
     )
     .await;
-    ws.send(Message::text("echo TICKET$((7*6))Y\r"))
-        .await
-        .unwrap();
+    ws.send(Message::text("echo TICKET$((7*6))Y\r")).await.unwrap();
     let out = read_terminal_until(&mut ws, "TICKET42Y").await;
     assert!(out.contains("TICKET42Y"), "terminal said: {out:?}");
 }
@@ -461,12 +408,7 @@ async fn the_web_ui_and_its_assets_load_on_the_project_host() {
         .to_string();
     let js = ui.get(&asset, Some(&alice())).await;
     assert_eq!(js.status, 200);
-    assert!(
-        js.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .contains("javascript")
-    );
+    assert!(js.headers["content-type"].to_str().unwrap().contains("javascript"));
     assert!(js.body.len() > 1000);
     // An SPA route passes through to index.html, and without credentials the browser is asked to log in.
     let spa = ui.get("/L3RtcA/session/ses_x", Some(&alice())).await;
@@ -522,20 +464,8 @@ async fn opencode_attach_in_tmux_shows_the_answer_through_the_gateway() {
         opencode_bin().display(),
         s.gw.https.port()
     );
-    tmux.run(&[
-        "new-session",
-        "-d",
-        "-s",
-        "tui",
-        "-x",
-        "160",
-        "-y",
-        "45",
-        &cmd,
-    ]);
-    let screen = tmux
-        .wait_screen("Ask anything", Duration::from_secs(60))
-        .await;
+    tmux.run(&["new-session", "-d", "-s", "tui", "-x", "160", "-y", "45", &cmd]);
+    let screen = tmux.wait_screen("Ask anything", Duration::from_secs(60)).await;
     assert!(
         screen.contains("Ask anything"),
         "the TUI did not start:\n{screen}\n{}",

@@ -28,20 +28,12 @@ async fn an_sse_event_reaches_the_client_while_the_upstream_stream_stays_open() 
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     let mut body = resp.into_body();
-    let first = read_until(&mut body, Duration::from_secs(10), |t| {
-        t.contains("server.connected")
-    })
-    .await;
+    let first = read_until(&mut body, Duration::from_secs(10), |t| t.contains("server.connected")).await;
     assert!(first.contains("server.connected"), "{first}");
     web.wait_subscribers(1).await;
     for i in 0..3 {
-        web.events
-            .send(format!("{{\"type\":\"tick\",\"n\":{i}}}"))
-            .unwrap();
-        let got = read_until(&mut body, Duration::from_secs(5), |t| {
-            t.contains(&format!("\"n\":{i}"))
-        })
-        .await;
+        web.events.send(format!("{{\"type\":\"tick\",\"n\":{i}}}")).unwrap();
+        let got = read_until(&mut body, Duration::from_secs(5), |t| t.contains(&format!("\"n\":{i}"))).await;
         assert!(
             got.contains(&format!("\"n\":{i}")),
             "event {i} did not arrive while the stream is open: {got:?}"
@@ -50,10 +42,7 @@ async fn an_sse_event_reaches_the_client_while_the_upstream_stream_stays_open() 
     assert_eq!(gw.metric("streams_open"), 1);
     drop(body);
     // The stream's access line is written when it ends, with the bytes it carried.
-    assert!(
-        gw.wait_log("path=/p/web/global/event", Duration::from_secs(5))
-            .await
-    );
+    assert!(gw.wait_log("path=/p/web/global/event", Duration::from_secs(5)).await);
 }
 
 async fn websocket(
@@ -61,16 +50,10 @@ async fn websocket(
     path: &str,
     auth: Option<&str>,
     origin: Option<&str>,
-) -> Result<
-    tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
-    u16,
-> {
-    let mut req = format!("wss://{}{path}", c.authority())
-        .into_client_request()
-        .unwrap();
+) -> Result<tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, u16> {
+    let mut req = format!("wss://{}{path}", c.authority()).into_client_request().unwrap();
     if let Some(a) = auth {
-        req.headers_mut()
-            .insert("authorization", a.parse().unwrap());
+        req.headers_mut().insert("authorization", a.parse().unwrap());
     }
     if let Some(o) = origin {
         req.headers_mut().insert("origin", o.parse().unwrap());
@@ -86,14 +69,9 @@ async fn websocket(
 async fn a_websocket_is_spliced_both_ways() {
     let (gw, _web, _api, c) = two_projects("").await;
     let own = format!("https://{}", c.authority());
-    let mut ws = websocket(
-        &c,
-        "/p/web/pty/pty_1/connect?cursor=0",
-        Some(&alice()),
-        Some(&own),
-    )
-    .await
-    .unwrap();
+    let mut ws = websocket(&c, "/p/web/pty/pty_1/connect?cursor=0", Some(&alice()), Some(&own))
+        .await
+        .unwrap();
     for i in 0..5 {
         ws.send(Message::text(format!("marker-{i}"))).await.unwrap();
         let got = tokio::time::timeout(Duration::from_secs(5), ws.next())
@@ -101,16 +79,9 @@ async fn a_websocket_is_spliced_both_ways() {
             .unwrap()
             .unwrap()
             .unwrap();
-        assert_eq!(
-            got.into_text().unwrap().as_str(),
-            format!("echo:marker-{i}")
-        );
+        assert_eq!(got.into_text().unwrap().as_str(), format!("echo:marker-{i}"));
     }
-    assert_eq!(
-        gw.metric("streams_open"),
-        1,
-        "a terminal holds a stream slot"
-    );
+    assert_eq!(gw.metric("streams_open"), 1, "a terminal holds a stream slot");
     ws.close(None).await.unwrap();
 }
 
@@ -126,10 +97,7 @@ async fn a_websocket_from_a_foreign_origin_is_refused() {
     .await
     .err();
     assert_eq!(err, Some(403));
-    assert!(
-        web.seen().is_empty(),
-        "the upgrade never reached the upstream"
-    );
+    assert!(web.seen().is_empty(), "the upgrade never reached the upstream");
 }
 
 #[tokio::test]
@@ -138,9 +106,7 @@ async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
     let own = format!("https://{}", c.authority());
     // Without credentials or a ticket: refused.
     assert_eq!(
-        websocket(&c, "/p/web/pty/pty_1/connect", None, Some(&own))
-            .await
-            .err(),
+        websocket(&c, "/p/web/pty/pty_1/connect", None, Some(&own)).await.err(),
         Some(401)
     );
     let req = c
@@ -172,8 +138,7 @@ async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
         .header("origin", &own)
         .body(Full::default())
         .unwrap();
-    let ticket2 = serde_json::from_str::<serde_json::Value>(&read(c.send(req2).await).await.body)
-        .unwrap()["ticket"]
+    let ticket2 = serde_json::from_str::<serde_json::Value>(&read(c.send(req2).await).await.body).unwrap()["ticket"]
         .as_str()
         .unwrap()
         .to_string();
@@ -193,10 +158,6 @@ async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
         Some(401),
         "a ticket is used once"
     );
-    let upgraded = web
-        .seen()
-        .into_iter()
-        .filter(|s| s.target.contains("ticket="))
-        .count();
+    let upgraded = web.seen().into_iter().filter(|s| s.target.contains("ticket=")).count();
     assert_eq!(upgraded, 1);
 }

@@ -49,13 +49,12 @@ impl Https {
         for cert in CertificateDer::pem_file_iter(ca).unwrap() {
             roots.add(cert.unwrap()).unwrap();
         }
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let mut config =
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
         config.alpn_protocols = alpn;
         Https {
             addr,
@@ -120,12 +119,8 @@ impl Https {
     }
 
     pub async fn get(&self, path: &str, auth: Option<&str>) -> Reply {
-        self.call(
-            self.request("GET", path, auth)
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
+        self.call(self.request("GET", path, auth).body(Full::default()).unwrap())
+            .await
     }
 }
 
@@ -144,11 +139,7 @@ pub async fn read(resp: Response<Incoming>) -> Reply {
 }
 
 /// Read a streaming body until `pred` holds for the text so far, or `within` passes.
-pub async fn read_until(
-    body: &mut Incoming,
-    within: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> String {
+pub async fn read_until(body: &mut Incoming, within: Duration, pred: impl Fn(&str) -> bool) -> String {
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + within;
     while !pred(&text) {

@@ -53,8 +53,7 @@ impl FakeUpstream {
                 };
                 let (seen, events) = (seen2.clone(), events2.clone());
                 tokio::spawn(async move {
-                    let svc =
-                        service_fn(move |req| handle(req, password, seen.clone(), events.clone()));
+                    let svc = service_fn(move |req| handle(req, password, seen.clone(), events.clone()));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tcp), svc)
                         .with_upgrades()
@@ -102,29 +101,18 @@ async fn handle(
     seen: Arc<Mutex<Vec<Seen>>>,
     events: broadcast::Sender<String>,
 ) -> Result<Response<Body>, Infallible> {
-    let target = req
-        .uri()
-        .path_and_query()
-        .map(|p| p.to_string())
-        .unwrap_or_default();
+    let target = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     seen.lock().unwrap().push(Seen {
         method: req.method().to_string(),
         target: target.clone(),
         headers: req.headers().clone(),
     });
     let expected = super::client::basic("opencode", password);
-    if req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        != Some(expected.as_str())
-    {
+    if req.headers().get("authorization").and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
         let mut r = Response::new(full(""));
         *r.status_mut() = StatusCode::UNAUTHORIZED;
-        r.headers_mut().insert(
-            "www-authenticate",
-            "Basic realm=\"Secure Area\"".parse().unwrap(),
-        );
+        r.headers_mut()
+            .insert("www-authenticate", "Basic realm=\"Secure Area\"".parse().unwrap());
         return Ok(r);
     }
     let path = req.uri().path().to_string();
@@ -152,20 +140,13 @@ async fn handle(
             Response::new(full(""))
         }
         ("POST", p) if !p.ends_with("/connect-token") => {
-            let n = req
-                .into_body()
-                .collect()
-                .await
-                .map(|c| c.to_bytes().len())
-                .unwrap_or(0);
+            let n = req.into_body().collect().await.map(|c| c.to_bytes().len()).unwrap_or(0);
             Response::new(full(n.to_string()))
         }
         ("GET", p) if p.ends_with("/event") => {
             let rx = events.subscribe();
             let first = futures_util::stream::once(async {
-                Ok::<_, Infallible>(Frame::data(Bytes::from(
-                    "data: {\"type\":\"server.connected\"}\n\n",
-                )))
+                Ok::<_, Infallible>(Frame::data(Bytes::from("data: {\"type\":\"server.connected\"}\n\n")))
             });
             let rest = futures_util::stream::unfold(rx, |mut rx| async move {
                 match rx.recv().await {
@@ -180,17 +161,14 @@ async fn handle(
         }
         ("POST", p) if p.ends_with("/connect-token") => {
             let n = seen.lock().unwrap().len();
-            let mut r = Response::new(full(format!(
-                r#"{{"ticket":"ticket-{n}","expires_in":60}}"#
-            )));
+            let mut r = Response::new(full(format!(r#"{{"ticket":"ticket-{n}","expires_in":60}}"#)));
             r.headers_mut()
                 .insert("content-type", "application/json".parse().unwrap());
             r
         }
         ("GET", p) if p.ends_with("/connect") && req.headers().contains_key("upgrade") => {
             let key = req.headers().get("sec-websocket-key").cloned().unwrap();
-            let accept =
-                tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+            let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
             let on_upgrade = hyper::upgrade::on(&mut req);
             tokio::spawn(async move {
                 let Ok(upgraded) = on_upgrade.await else {
@@ -215,12 +193,9 @@ async fn handle(
             });
             let mut r = Response::new(full(""));
             *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-            r.headers_mut()
-                .insert("upgrade", "websocket".parse().unwrap());
-            r.headers_mut()
-                .insert("connection", "Upgrade".parse().unwrap());
-            r.headers_mut()
-                .insert("sec-websocket-accept", accept.parse().unwrap());
+            r.headers_mut().insert("upgrade", "websocket".parse().unwrap());
+            r.headers_mut().insert("connection", "Upgrade".parse().unwrap());
+            r.headers_mut().insert("sec-websocket-accept", accept.parse().unwrap());
             r
         }
         _ => Response::new(full("ok")),

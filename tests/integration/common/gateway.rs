@@ -81,10 +81,7 @@ impl Gateway {
         std::fs::write(&path, config).unwrap();
         prepare(dir.path());
         let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg("-c")
-            .arg(&path)
-            .current_dir(dir.path());
+        cmd.arg("serve").arg("-c").arg(&path).current_dir(dir.path());
         cmd.env("RUST_LOG", "info,opencode=debug");
         for (k, v) in env {
             cmd.env(k, v);
@@ -101,12 +98,7 @@ impl Gateway {
         pump(child.stdout.take().unwrap(), stdout.clone());
         let deadline = Instant::now() + Duration::from_secs(30);
         let ready = loop {
-            if let Some(line) = log
-                .lock()
-                .unwrap()
-                .lines()
-                .find(|l| l.contains("gateway ready"))
-            {
+            if let Some(line) = log.lock().unwrap().lines().find(|l| l.contains("gateway ready")) {
                 break line.to_string();
             }
             if let Ok(Some(status)) = child.try_wait() {

@@ -61,23 +61,15 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
     let last_text = last.to_string();
     let mut out = String::new();
     if has_tools && last["role"] == "user" && last_text.contains("RUNBASH") {
-        let args = serde_json::json!({"command": bash_command, "description": "write a marker"})
-            .to_string();
+        let args = serde_json::json!({"command": bash_command, "description": "write a marker"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
             None,
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
     } else {
-        let text = if last["role"] == "tool" {
-            AFTER_TOOL
-        } else {
-            ANSWER
-        };
-        out += &chunk(
-            serde_json::json!({"role": "assistant", "content": text}),
-            None,
-        );
+        let text = if last["role"] == "tool" { AFTER_TOOL } else { ANSWER };
+        out += &chunk(serde_json::json!({"role": "assistant", "content": text}), None);
         out += &chunk(serde_json::json!({}), Some("stop"));
     }
     out += "data: [DONE]\n\n";
@@ -101,8 +93,7 @@ impl FakeModel {
                 let (requests, bodies, cmd) = (r2.clone(), b2.clone(), cmd.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
-                        let (requests, bodies, cmd) =
-                            (requests.clone(), bodies.clone(), cmd.clone());
+                        let (requests, bodies, cmd) = (requests.clone(), bodies.clone(), cmd.clone());
                         async move {
                             let bytes = req
                                 .into_body()
@@ -110,8 +101,7 @@ impl FakeModel {
                                 .await
                                 .map(|c| c.to_bytes())
                                 .unwrap_or_default();
-                            let body: serde_json::Value =
-                                serde_json::from_slice(&bytes).unwrap_or_default();
+                            let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
                             requests.fetch_add(1, Ordering::SeqCst);
                             bodies
                                 .lock()
@@ -184,33 +174,24 @@ impl OpenCode {
         let project = project.canonicalize().unwrap();
         let mut password_bytes = [0u8; 18];
         getrandom::fill(&mut password_bytes).unwrap();
-        let password = base64::Engine::encode(
-            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-            password_bytes,
-        );
+        let password = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, password_bytes);
         for attempt in 0..3 {
             let port = free_port();
             let mut cmd = Command::new(opencode_bin());
-            cmd.args([
-                "serve",
-                "--hostname",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-            ])
-            .current_dir(&project)
-            .env("OPENCODE_SERVER_PASSWORD", &password)
-            .env("OPENCODE_CONFIG_CONTENT", model.config_json())
-            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-            .env("HOME", dir.path())
-            .env("XDG_DATA_HOME", dir.path().join("data"))
-            .env("XDG_CONFIG_HOME", dir.path().join("config"))
-            .env("XDG_CACHE_HOME", dir.path().join("cache"))
-            .env("XDG_STATE_HOME", dir.path().join("state"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            cmd.args(["serve", "--hostname", "127.0.0.1", "--port", &port.to_string()])
+                .current_dir(&project)
+                .env("OPENCODE_SERVER_PASSWORD", &password)
+                .env("OPENCODE_CONFIG_CONTENT", model.config_json())
+                .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+                .env("HOME", dir.path())
+                .env("XDG_DATA_HOME", dir.path().join("data"))
+                .env("XDG_CONFIG_HOME", dir.path().join("config"))
+                .env("XDG_CACHE_HOME", dir.path().join("cache"))
+                .env("XDG_STATE_HOME", dir.path().join("state"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
             let mut child = cmd.spawn().unwrap();
             let log = Arc::new(Mutex::new(String::new()));
             super::pump_lines(child.stdout.take().unwrap(), log.clone());

@@ -1,0 +1,229 @@
+//! Directory pinning. OpenCode lets every request choose the directory it acts in (query
+//! `directory`, `workspace`, `location[directory]`, `location[workspace]`, headers
+//! `x-opencode-directory`, `x-opencode-workspace`, and fields of a few bodies). For a project with
+//! a `directory`, the gateway removes every selector a client sends and names the project's
+//! directory itself (one header, which OpenCode's v1 and v2 routes both read), and checks the
+//! body fields that choose a directory, refusing any outside the project. Pure functions; the
+//! pipeline applies them.
+//!
+//! This is defence in depth: the boundary between projects is one OpenCode process per project
+//! with its own data folders (spawned projects), since an operator can reach any path through a
+//! terminal or a prompt anyway.
+
+use std::path::{Component, Path, PathBuf};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
+
+pub const DIRECTORY_HEADER: HeaderName = HeaderName::from_static("x-opencode-directory");
+const WORKSPACE_HEADER: HeaderName = HeaderName::from_static("x-opencode-workspace");
+
+/// Is this (decoded) query parameter name a directory or workspace selector?
+pub fn is_selector_param(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("directory") || n.contains("workspace") || n.starts_with("location")
+}
+
+/// The header value naming `dir`, percent-encoded as OpenCode's clients send it.
+pub fn directory_header(dir: &Path) -> HeaderValue {
+    let mut out = String::new();
+    for b in dir.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"/._-~".contains(b) {
+            out.push(*b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    HeaderValue::from_str(&out).expect("percent-encoded ASCII is a valid header value")
+}
+
+/// Replace the client's directory and workspace headers with the project's directory.
+pub fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
+    headers.remove(&DIRECTORY_HEADER);
+    headers.remove(&WORKSPACE_HEADER);
+    headers.insert(DIRECTORY_HEADER, dir.clone());
+}
+
+/// Is `candidate` (as a client wrote it) inside `root` (canonical)? Relative paths are taken
+/// from `root`; `..` is resolved; so are symlinks, for the part of the path that exists; a
+/// percent-encoded spelling must be inside too.
+pub fn inside(root: &Path, candidate: &str) -> bool {
+    let decoded = crate::query::percent_decode(candidate, false);
+    [candidate, decoded.as_ref()]
+        .iter()
+        .all(|c| resolve(root, c).is_some_and(|p| p.starts_with(root)))
+}
+
+fn resolve(root: &Path, candidate: &str) -> Option<PathBuf> {
+    if candidate.is_empty() || candidate.contains('\0') {
+        return None;
+    }
+    let p = Path::new(candidate);
+    let p = if p.is_absolute() { p.to_path_buf() } else { root.join(p) };
+    let clean = crate::config::validate::lexical_clean(&p);
+    if clean.components().any(|c| c == Component::ParentDir) {
+        return None;
+    }
+    // Resolve symlinks in the longest prefix that exists; the rest cannot be a link yet.
+    let mut existing = clean.clone();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(existing.file_name()?.to_os_string());
+        if !existing.pop() {
+            return None;
+        }
+    }
+    let mut real = existing.canonicalize().ok()?;
+    for part in rest.iter().rev() {
+        real.push(part);
+    }
+    Some(real)
+}
+
+/// What a route's JSON body may say about directories.
+pub struct BodyRule {
+    /// Dotted paths of fields that, when present, must name a directory inside the project.
+    pub inside: &'static [&'static str],
+    /// Fields that may not be present at all (workspace selection).
+    pub forbidden: &'static [&'static str],
+}
+
+/// The body rule for a route, if its body can choose a directory.
+pub fn body_rule(method: &Method, path: &str) -> Option<BodyRule> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rule = |inside, forbidden| Some(BodyRule { inside, forbidden });
+    match (method.as_str(), segs.as_slice()) {
+        ("POST", ["pty"]) | ("POST", ["api", "pty"]) => rule(&["cwd"], &[]),
+        ("POST", ["api", "session"]) => rule(&["location.directory"], &["location.workspaceID", "location.workspace"]),
+        ("POST", ["session"]) => rule(&["directory"], &["workspaceID"]),
+        ("POST", ["experimental", "control-plane", "move-session"]) => rule(&["destination.directory"], &[]),
+        ("POST" | "DELETE", ["experimental", "project", _, "copy"]) => rule(&["directory"], &[]),
+        ("DELETE", ["experimental", "worktree"]) | ("POST", ["experimental", "worktree", "reset"]) => {
+            rule(&["directory"], &[])
+        }
+        ("POST", ["sync", "replay"]) => rule(&["directory"], &[]),
+        ("POST", ["mcp"]) => rule(&["config.cwd"], &[]),
+        _ => None,
+    }
+}
+
+/// Routes that create or switch workspaces and worktrees: not available in a pinned project.
+pub fn is_workspace_switch(method: &Method, path: &str) -> bool {
+    if method == Method::GET {
+        return false;
+    }
+    let p = path.trim_end_matches('/');
+    p == "/experimental/worktree" && method == Method::POST
+        || p.starts_with("/experimental/workspace")
+        || (p.starts_with("/sync/") && p != "/sync/replay")
+}
+
+fn field<'v>(v: &'v serde_json::Value, dotted: &str) -> Option<&'v serde_json::Value> {
+    dotted.split('.').try_fold(v, |v, k| v.get(k))
+}
+
+/// Check a JSON body against a rule: `Err` says which field points where.
+pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<(), String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| "the request body is not JSON".to_string())?;
+    for f in rule.forbidden {
+        if field(&v, f).is_some_and(|x| !x.is_null()) {
+            return Err(format!("{f} cannot be chosen through the gateway"));
+        }
+    }
+    for f in rule.inside {
+        match field(&v, f) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) if inside(root, s) => {}
+            Some(other) => {
+                return Err(format!(
+                    "{f} = {other} is outside the project's directory {}",
+                    root.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("proj");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let root = root.canonicalize().unwrap();
+        (t, root)
+    }
+
+    #[test]
+    fn paths_inside_and_outside() {
+        let (t, root) = root();
+        let r = root.to_str().unwrap();
+        assert!(inside(&root, r));
+        assert!(inside(&root, &format!("{r}/sub")));
+        assert!(inside(&root, &format!("{r}/new/not/yet")));
+        assert!(inside(&root, "sub"), "relative to the project");
+        assert!(!inside(&root, "/etc"));
+        assert!(!inside(&root, &format!("{r}/../../etc")));
+        assert!(!inside(&root, "../x"));
+        assert!(
+            !inside(&root, &format!("{r}/%2E%2E/%2E%2E/etc")),
+            "a percent-encoded escape"
+        );
+        assert!(!inside(&root, &format!("{r}x")), "a sibling with the same prefix");
+        assert!(!inside(&root, ""));
+        std::os::unix::fs::symlink("/etc", root.join("link")).unwrap();
+        assert!(!inside(&root, &format!("{r}/link")), "a symlink out");
+        assert!(!inside(&root, &format!("{r}/link/passwd")));
+        drop(t);
+    }
+
+    #[test]
+    fn selectors_are_recognised_by_decoded_name() {
+        for n in [
+            "directory",
+            "workspace",
+            "location[directory]",
+            "location[workspace]",
+            "location",
+            "Directory",
+        ] {
+            assert!(is_selector_param(n), "{n}");
+        }
+        assert!(!is_selector_param("path") && !is_selector_param("cursor"));
+    }
+
+    #[test]
+    fn bodies_that_choose_a_directory_are_checked() {
+        let (_t, root) = root();
+        let rule = body_rule(&Method::POST, "/pty").unwrap();
+        assert!(check_body(br#"{"cwd":"/etc"}"#, &rule, &root).is_err());
+        assert!(
+            check_body(
+                format!(r#"{{"cwd":"{}/sub"}}"#, root.display()).as_bytes(),
+                &rule,
+                &root
+            )
+            .is_ok()
+        );
+        assert!(check_body(b"{}", &rule, &root).is_ok());
+        assert!(check_body(b"", &rule, &root).is_ok());
+        assert!(check_body(br#"{"cwd":5}"#, &rule, &root).is_err());
+        let rule = body_rule(&Method::POST, "/api/session").unwrap();
+        assert!(check_body(br#"{"location":{"directory":"/etc"}}"#, &rule, &root).is_err());
+        assert!(check_body(br#"{"location":{"workspaceID":"w1"}}"#, &rule, &root).is_err());
+        assert!(body_rule(&Method::POST, "/session/ses_1/message").is_none());
+        assert!(is_workspace_switch(&Method::POST, "/experimental/workspace"));
+        assert!(is_workspace_switch(&Method::POST, "/sync/start"));
+        assert!(!is_workspace_switch(&Method::GET, "/experimental/workspace"));
+    }
+
+    #[test]
+    fn the_header_is_percent_encoded() {
+        assert_eq!(directory_header(Path::new("/tmp/My Project")), "/tmp/My%20Project");
+    }
+}

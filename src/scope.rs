@@ -1,0 +1,163 @@
+//! Keeping a pinned project inside its directory on an OpenCode server it may share with other
+//! directories (an external upstream: one process serves every directory it is asked for).
+//! Session IDs are global, so a session is usable only if its directory is the project's; and
+//! the listings and the event stream that span directories are filtered to the project.
+//! A spawned project's server has private data folders, so none of this is needed there.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use bytes::{Bytes, BytesMut};
+
+const MAX_CACHED_SESSIONS: usize = 10_000;
+
+/// The session ID in `/session/{id}/…` or `/api/session/{id}/…`, if the route is about one session.
+pub fn session_id(path: &str) -> Option<&str> {
+    let rest = path
+        .strip_prefix("/api/session/")
+        .or_else(|| path.strip_prefix("/session/"))?;
+    let id = rest.split('/').next()?;
+    // Collection routes under /session/ that are not session IDs.
+    (id.starts_with("ses") && !id.is_empty()).then_some(id)
+}
+
+/// Session ID → its directory, learned from the upstream.
+#[derive(Default)]
+pub struct SessionDirs {
+    map: Mutex<HashMap<String, PathBuf>>,
+}
+
+impl SessionDirs {
+    pub fn get(&self, id: &str) -> Option<PathBuf> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+    }
+
+    pub fn insert(&self, id: &str, dir: PathBuf) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_CACHED_SESSIONS {
+            map.clear();
+        }
+        map.insert(id.to_string(), dir);
+    }
+}
+
+fn dir_inside(dir: &str, root: &Path) -> bool {
+    Path::new(dir).starts_with(root)
+}
+
+/// `GET /project`: keep projects whose worktree holds the pinned directory or lies inside it.
+pub fn filter_projects(body: &[u8], root: &Path) -> Option<Vec<u8>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let kept: Vec<_> = v
+        .as_array()?
+        .iter()
+        .filter(|p| {
+            p["worktree"]
+                .as_str()
+                .is_some_and(|w| root.starts_with(w) || dir_inside(w, root))
+        })
+        .cloned()
+        .collect();
+    serde_json::to_vec(&kept).ok()
+}
+
+/// `GET /experimental/session`: keep sessions in the pinned directory.
+pub fn filter_sessions(body: &[u8], root: &Path) -> Option<Vec<u8>> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let kept: Vec<_> = v
+        .as_array()?
+        .iter()
+        .filter(|s| s["directory"].as_str().is_some_and(|d| dir_inside(d, root)))
+        .cloned()
+        .collect();
+    serde_json::to_vec(&kept).ok()
+}
+
+/// Filters `GET /global/event`, whose events carry the directory they come from, to the pinned
+/// directory. Events are complete at a blank line; a partial one waits for the rest of itself
+/// (never for a buffer to fill).
+pub struct EventFilter {
+    root: PathBuf,
+    pending: BytesMut,
+}
+
+impl EventFilter {
+    pub fn new(root: PathBuf) -> Self {
+        EventFilter {
+            root,
+            pending: BytesMut::new(),
+        }
+    }
+
+    fn keep(&self, event: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(event);
+        for line in text.lines() {
+            if let Some(data) = line.strip_prefix("data:")
+                && let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim_start())
+                && let Some(dir) = v.get("directory").and_then(|d| d.as_str())
+            {
+                return dir_inside(dir, &self.root);
+            }
+        }
+        true
+    }
+
+    /// The complete, allowed events in `chunk` (plus what was pending before it).
+    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
+        self.pending.extend_from_slice(chunk);
+        let mut out = BytesMut::new();
+        while let Some(end) = find_event_end(&self.pending) {
+            let event = self.pending.split_to(end);
+            if self.keep(&event) {
+                out.extend_from_slice(&event);
+            }
+        }
+        out.freeze()
+    }
+}
+
+fn find_event_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_routes_name_their_session() {
+        assert_eq!(session_id("/session/ses_abc/message"), Some("ses_abc"));
+        assert_eq!(session_id("/api/session/ses_abc"), Some("ses_abc"));
+        assert_eq!(session_id("/session/status"), None);
+        assert_eq!(session_id("/api/session/active"), None);
+        assert_eq!(session_id("/session"), None);
+    }
+
+    #[test]
+    fn listings_keep_the_project_only() {
+        let root = Path::new("/home/a/web");
+        let projects = br#"[{"id":"global","worktree":"/"},{"id":"p1","worktree":"/home/a/web"},{"id":"p2","worktree":"/home/b/secret"}]"#;
+        let out = String::from_utf8(filter_projects(projects, root).unwrap()).unwrap();
+        assert!(out.contains("p1") && out.contains("global") && !out.contains("secret"));
+        let sessions = br#"[{"id":"s1","directory":"/home/a/web"},{"id":"s2","directory":"/home/b/secret"}]"#;
+        let out = String::from_utf8(filter_sessions(sessions, root).unwrap()).unwrap();
+        assert!(out.contains("s1") && !out.contains("s2"));
+    }
+
+    #[test]
+    fn events_of_other_directories_are_dropped_and_split_events_wait_for_their_end() {
+        let mut f = EventFilter::new(PathBuf::from("/home/a/web"));
+        let mine = b"data: {\"directory\":\"/home/a/web\",\"payload\":{\"type\":\"x\"}}\n\n";
+        let other = b"data: {\"directory\":\"/home/b\",\"payload\":{\"type\":\"y\"}}\n\n";
+        let plain = b"data: {\"payload\":{\"type\":\"server.connected\"}}\n\n";
+        let mut all = Vec::new();
+        all.extend_from_slice(other);
+        all.extend_from_slice(mine);
+        all.extend_from_slice(plain);
+        let out = f.push(&all);
+        assert_eq!(&out[..], [&mine[..], &plain[..]].concat().as_slice());
+        assert!(f.push(&mine[..10]).is_empty());
+        assert_eq!(&f.push(&mine[10..])[..], &mine[..]);
+    }
+}

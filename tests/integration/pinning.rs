@@ -1,0 +1,230 @@
+//! The attack: a client of project "demo" tries every way OpenCode offers to act in another
+//! directory. Each vector is first shown to work against the raw OpenCode server (so the test can
+//! fail), then through the gateway it either lands in the project or gets 403, and /etc/passwd is
+//! never read.
+
+use std::time::Duration;
+
+use http_body_util::Full;
+
+use crate::common::client::{Https, basic};
+use crate::real_opencode::{EventLog, alice, json, setup_pinned};
+
+const PASSWD: &str = "root:x:0:0";
+
+/// A request straight to the upstream (no gateway), with its own password.
+pub async fn direct_call(
+    port: u16,
+    password: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", format!("127.0.0.1:{port}"))
+        .header("authorization", basic("opencode", password))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = send
+        .send_request(b.body(Full::<bytes::Bytes>::from(body.to_string())).unwrap())
+        .await
+        .unwrap();
+    crate::common::client::read(resp).await.body
+}
+
+async fn direct(port: u16, password: &str, path: &str, headers: &[(&str, &str)]) -> String {
+    direct_call(port, password, "GET", path, headers, "").await
+}
+
+async fn through(c: &Https, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+    let mut b = c.request("GET", path, Some(&alice()));
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let r = c.call(b.body(Full::default()).unwrap()).await;
+    (r.status.as_u16(), r.body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn no_directory_selector_reaches_outside_the_project() {
+    let s = setup_pinned("echo unused", true).await;
+    let project = s.oc.project.display().to_string();
+    let escape = format!("{project}/../../../../../../etc");
+    let vectors: Vec<(String, Vec<(&str, String)>)> = vec![
+        ("/file/content?path=/etc/passwd&directory=/etc".into(), vec![]),
+        ("/file/content?path=passwd&directory=/etc".into(), vec![]),
+        (format!("/file/content?path=passwd&directory={escape}"), vec![]),
+        ("/file/content?path=passwd&%64irectory=%2Fetc".into(), vec![]),
+        (
+            "/file/content?path=passwd".into(),
+            vec![("x-opencode-directory", "/etc".into())],
+        ),
+        (
+            "/file/content?path=passwd".into(),
+            vec![("x-opencode-directory", "%2Fetc".into())],
+        ),
+        (
+            "/file/content?path=passwd".into(),
+            vec![("X-OpenCode-Directory", escape.clone())],
+        ),
+        ("/api/fs/read/passwd?location%5Bdirectory%5D=%2Fetc".into(), vec![]),
+        (
+            "/api/fs/read/passwd".into(),
+            vec![("x-opencode-directory", "/etc".into())],
+        ),
+    ];
+    for (path, headers) in &vectors {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let raw = direct(s.oc.port, &s.oc.password, path, &h).await;
+        assert!(
+            raw.contains(PASSWD),
+            "the vector {path} {h:?} should work against raw OpenCode:\n{raw}"
+        );
+        let (status, body) = through(&s.client, &format!("/p/demo{path}"), &h).await;
+        assert!(
+            !body.contains(PASSWD),
+            "{path} {h:?} read /etc/passwd through the gateway ({status}): {body}"
+        );
+        assert_ne!(status, 502, "{path}: the gateway should not fail here: {body}");
+    }
+    // Workspace selectors are dropped too.
+    let (_, body) = through(
+        &s.client,
+        "/p/demo/file/content?path=passwd&workspace=/etc&directory=/etc",
+        &[("x-opencode-workspace", "/etc")],
+    )
+    .await;
+    assert!(!body.contains(PASSWD), "{body}");
+    // Selectors land in the project: the server says which directory it acted in.
+    for (path, headers) in [
+        ("/path?directory=/etc", vec![]),
+        ("/path", vec![("x-opencode-directory", "/etc")]),
+        ("/api/location?location%5Bdirectory%5D=%2Fetc", vec![]),
+    ] {
+        let (status, body) = through(&s.client, &format!("/p/demo{path}"), &headers).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            v["directory"].as_str(),
+            Some(project.as_str()),
+            "{path} landed in {body}"
+        );
+    }
+    // Listing the filesystem from another root is pinned too.
+    let (_, listing) = through(&s.client, "/p/demo/file?path=.&directory=/etc", &[]).await;
+    assert!(!listing.contains("/etc/"), "{listing}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn bodies_that_choose_a_directory_outside_the_project_get_403() {
+    let s = setup_pinned("echo unused", true).await;
+    let project = s.oc.project.display().to_string();
+    std::os::unix::fs::symlink("/etc", s.oc.project.join("etc-link")).unwrap();
+    for (path, body) in [
+        ("/p/demo/pty", r#"{"cwd":"/etc"}"#.to_string()),
+        ("/p/demo/pty", format!(r#"{{"cwd":"{project}/../../etc"}}"#)),
+        ("/p/demo/pty", format!(r#"{{"cwd":"{project}/etc-link"}}"#)),
+        ("/p/demo/pty", format!(r#"{{"cwd":"{project}/%2E%2E/%2E%2E/etc"}}"#)),
+        (
+            "/p/demo/api/session",
+            r#"{"location":{"directory":"/etc"}}"#.to_string(),
+        ),
+    ] {
+        let (status, resp) = json(&s.client, "POST", path, &alice(), &body).await;
+        assert_eq!(status, 403, "{path} {body}: {resp}");
+        assert!(resp.to_string().contains("outside the project"), "{resp}");
+    }
+    // Inside the project is fine.
+    let (status, pty) = json(
+        &s.client,
+        "POST",
+        "/p/demo/pty",
+        &alice(),
+        &format!(r#"{{"cwd":"{project}"}}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{pty}");
+    assert_eq!(pty["cwd"].as_str(), Some(project.as_str()));
+    // Workspace switching is not offered for a pinned project (the admin role would be needed anyway).
+    let (status, _) = json(&s.client, "POST", "/p/demo/experimental/workspace", &alice(), "{}").await;
+    assert_eq!(status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shared_server() {
+    let s = setup_pinned("echo unused", true).await;
+    let other = tempfile::tempdir().unwrap();
+    let other_dir = other.path().canonicalize().unwrap().display().to_string();
+    let events = EventLog::open(&s.client, "/p/demo/global/event", &alice()).await;
+    events.wait_for("server.connected", Duration::from_secs(20)).await;
+    // Someone with direct access creates a session in another directory of the same server.
+    let raw = direct_call(
+        s.oc.port,
+        &s.oc.password,
+        "POST",
+        &format!("/session?directory={other_dir}"),
+        &[],
+        "{}",
+    )
+    .await;
+    let foreign: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let foreign_id = foreign["id"].as_str().unwrap();
+    assert_eq!(foreign["directory"].as_str(), Some(other_dir.as_str()));
+    // A session of the project itself.
+    let (status, mine) = json(&s.client, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200);
+    let mine_id = mine["id"].as_str().unwrap();
+    // The other directory's session cannot be read or driven through the gateway.
+    for path in [
+        format!("/p/demo/session/{foreign_id}"),
+        format!("/p/demo/session/{foreign_id}/message"),
+        format!("/p/demo/api/session/{foreign_id}"),
+    ] {
+        let (status, body) = json(&s.client, "GET", &path, &alice(), "").await;
+        assert_eq!(status, 403, "{path}: {body}");
+    }
+    let (status, _) = json(
+        &s.client,
+        "GET",
+        &format!("/p/demo/session/{mine_id}/message"),
+        &alice(),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200);
+    // Listings that span directories show the project's only.
+    let (_, sessions) = json(&s.client, "GET", "/p/demo/experimental/session", &alice(), "").await;
+    let listed = sessions.to_string();
+    assert!(listed.contains(mine_id) && !listed.contains(foreign_id), "{listed}");
+    let (status, projects) = json(&s.client, "GET", "/p/demo/project", &alice(), "").await;
+    assert_eq!(status, 200);
+    assert!(!projects.to_string().contains(&other_dir), "{projects}");
+    // The global event stream carried the project's session.created, not the other one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !events
+        .events("session.created")
+        .iter()
+        .any(|e| e.to_string().contains(mine_id))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the project's own event never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all: Vec<String> = events.events("session.created").iter().map(|e| e.to_string()).collect();
+    assert!(all.iter().all(|e| !e.contains(foreign_id)), "{all:?}");
+}
