@@ -177,6 +177,9 @@ pub const ROUTES: &[(&str, &str, Class)] = &[
     (GET, "/api/question/request", Read),
     (GET, "/api/reference", Read),
     (GET, "/api/skill", Read),
+    // Which integrations exist and whether they are connected (the TUI asks at start); their
+    // credentials and connections stay admin-only below.
+    (GET, "/api/integration", Read),
     // Client-side log lines: harmless, and every client sends them.
     (POST, "/log", Read),
     // Changing the server.

@@ -97,6 +97,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     };
     tokio::spawn(listen::serve_tls(gw.clone(), https, None));
     for (name, l) in project_listeners {
+        tracing::info!(project = %name, listen = %l.local_addr()?, "project listener ready");
         tokio::spawn(listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
     }
     if let Some(l) = admin {

@@ -95,6 +95,8 @@ impl SpawnSpec {
 pub struct Supervised {
     pub spec: SpawnSpec,
     status: watch::Sender<Status>,
+    /// Why the last attempt failed, kept while the next one starts, so a waiting request can say why.
+    last_failure: Mutex<Option<Arc<str>>>,
     demanded: AtomicBool,
     demand: Notify,
     stop: CancellationToken,
@@ -122,9 +124,10 @@ impl Supervised {
             tokio::select! {
                 changed = rx.changed() => if changed.is_err() { return Err("the project's server was stopped".into()) },
                 _ = &mut deadline => {
-                    return Err(match &*rx.borrow() {
-                        Status::Failed(why) => why.to_string(),
-                        _ => format!("still starting after {} s", wait.as_secs()),
+                    let last = self.last_failure.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    return Err(match last {
+                        Some(why) => why.to_string(),
+                        None => format!("still starting after {} s", wait.as_secs()),
                     });
                 }
             }
@@ -187,6 +190,7 @@ impl Supervisor {
             demanded: AtomicBool::new(spec.start == StartMode::Eager),
             spec,
             status: watch::Sender::new(initial),
+            last_failure: Mutex::new(None),
             demand: Notify::new(),
             stop: self.shutdown.child_token(),
         });
@@ -220,6 +224,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
         let why = match launch(&s.spec, &client).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
+                *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);
@@ -235,7 +240,9 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
             backoff = Duration::from_secs(1);
         }
         tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
-        s.status.send_replace(Status::Failed(why.into()));
+        let why: Arc<str> = why.into();
+        *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+        s.status.send_replace(Status::Failed(why));
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = s.stop.cancelled() => break,

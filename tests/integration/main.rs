@@ -8,4 +8,7 @@ mod lifecycle;
 mod pinning;
 mod proxy;
 mod real_opencode;
+mod reload;
+mod roles;
 mod streaming;
+mod supervise;

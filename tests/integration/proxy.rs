@@ -270,3 +270,38 @@ async fn an_oversized_body_is_refused_with_413() {
     assert_eq!((r.status.as_u16(), r.body.as_str()), (200, "500"));
     assert_eq!(web.seen().len(), 1);
 }
+
+#[tokio::test]
+async fn a_project_can_have_a_port_of_its_own() {
+    let web = FakeUpstream::start(UPSTREAM_PW).await;
+    let config = base_config(&format!(
+        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
+        web.url(),
+        web.url(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator"
+        }])
+    ));
+    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), UPSTREAM_PW));
+    let line = gw
+        .logs()
+        .lines()
+        .find(|l| l.contains("project listener ready"))
+        .unwrap()
+        .to_string();
+    let addr: std::net::SocketAddr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let c = Https::new(addr, &gw.ca());
+    // Everything on that port is the project's, at the root, as the web UI needs.
+    let r = c.get("/echo", Some(&alice())).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.starts_with("/echo\n"), "{}", r.body);
+    assert_eq!(c.get("/global/health", None).await.status, 401);
+}

@@ -1,0 +1,246 @@
+//! Projects whose `opencode serve` the gateway runs itself: private, ready when healthy, started
+//! on demand, restarted when they die, stopped with the gateway, and honest about failures.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::client::{Https, basic};
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::opencode::{FakeModel, opencode_bin};
+use crate::real_opencode::json;
+
+const SECRET_ENV: &str = "GATEWAY_ONLY_SECRET";
+const SECRET_VALUE: &str = "never-in-a-project-env-93";
+
+fn admin_user() -> String {
+    users_toml(&[TestUser {
+        name: "alice",
+        password: "alice-password-1",
+        projects: "[\"*\"]",
+        role: "admin",
+    }])
+}
+
+fn alice() -> String {
+    basic("alice", "alice-password-1")
+}
+
+/// A spawned-project table with the fake model configured.
+pub fn spawned(name: &str, dir: &Path, model: &FakeModel, extra: &str) -> String {
+    let config = model.config_json().replace('\\', "\\\\").replace('"', "\\\"");
+    format!(
+        "[[project]]\nname = \"{name}\"\ndirectory = \"{}\"\nspawn = true\n{extra}\nenv = {{ OPENCODE_CONFIG_CONTENT = \"{config}\", OPENCODE_DISABLE_MODELS_FETCH = \"1\" }}\n\n",
+        dir.display()
+    )
+}
+
+pub fn server_config(projects: &str) -> String {
+    base_config(&format!("{projects}{}", admin_user())).replace(
+        "state_dir = \"state\"\n",
+        &format!(
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            opencode_bin().display()
+        ),
+    )
+}
+
+/// Processes whose command line contains `needle`.
+pub fn pids_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// The port a spawned project's server listens on, from the admin status.
+pub fn project_port(gw: &Gateway, project: &str) -> Option<u16> {
+    let (_, body) = gw.admin("GET", "/status");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let p = v["projects"].as_array()?.iter().find(|p| p["name"] == project)?.clone();
+    p["status"].as_str()?.strip_prefix("ready at 127.0.0.1:")?.parse().ok()
+}
+
+pub fn project_status(gw: &Gateway, project: &str) -> String {
+    let (_, body) = gw.admin("GET", "/status");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == project)
+        .unwrap()["status"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+pub fn server_pid(port: u16) -> u32 {
+    let pids = pids_with(&format!("serve --hostname 127.0.0.1 --port {port}"));
+    assert_eq!(pids.len(), 1, "one server on port {port}: {pids:?}");
+    pids[0]
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn spawned_servers_are_private_and_see_only_their_own_sessions() {
+    let model = FakeModel::start("true").await;
+    let dirs = tempfile::tempdir().unwrap();
+    let (a, b) = (dirs.path().join("a"), dirs.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let config = server_config(&format!(
+        "{}{}",
+        spawned("a", &a, &model, ""),
+        spawned("b", &b, &model, "")
+    ));
+    let gw = Gateway::start_with(&config, &[(SECRET_ENV, SECRET_VALUE)], |_| {});
+    let c = Https::new(gw.https, &gw.ca());
+    // Requests wait for the servers to be ready.
+    assert_eq!(
+        c.get("/p/a/global/health", Some(&alice())).await.status,
+        200,
+        "{}",
+        gw.logs()
+    );
+    assert_eq!(c.get("/p/b/global/health", Some(&alice())).await.status, 200);
+    let port_a = project_port(&gw, "a").expect("a is ready");
+    assert_ne!(port_a, 4096, "an explicit port, never OpenCode's default");
+    let pid = server_pid(port_a);
+    let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
+    let state = gw.dir.path().join("state/projects/a");
+    assert!(
+        environ.contains(&format!("XDG_DATA_HOME={}", state.join("data").display())),
+        "{environ}"
+    );
+    assert!(environ.contains(&format!("XDG_CONFIG_HOME={}", state.join("config").display())));
+    assert!(
+        !environ.contains(SECRET_ENV),
+        "the gateway's own environment does not leak into a project"
+    );
+    let password = environ
+        .lines()
+        .find_map(|l| l.strip_prefix("OPENCODE_SERVER_PASSWORD="))
+        .unwrap()
+        .to_string();
+    assert!(password.len() >= 32);
+    let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap()).replace('\0', " ");
+    assert!(cmdline.contains("--cors https://a.gw.localhost:"), "{cmdline}");
+    // The server wants its password: nobody reaches it around the gateway without it.
+    let raw = crate::pinning::direct_call(port_a, "wrong", "GET", "/global/health", &[], "").await;
+    assert!(!raw.contains("healthy"), "{raw}");
+    // Sessions of a are invisible to b: separate processes, separate data.
+    let (status, session) = json(&c, "POST", "/p/a/session", &alice(), "{}").await;
+    assert_eq!(status, 200);
+    let id = session["id"].as_str().unwrap();
+    let (_, listing) = json(&c, "GET", "/p/b/experimental/session", &alice(), "").await;
+    assert!(!listing.to_string().contains(id), "{listing}");
+    let (status, _) = json(&c, "GET", &format!("/p/b/session/{id}"), &alice(), "").await;
+    assert_eq!(status, 404);
+    assert!(
+        !gw.logs().contains(&password),
+        "the spawned server's password is never logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn an_on_demand_project_starts_on_its_first_request() {
+    let model = FakeModel::start("true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = server_config(&spawned("lazy", dir.path(), &model, "start = \"on-demand\""));
+    let gw = Gateway::start(&config);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    let c = Https::new(gw.https, &gw.ca());
+    assert_eq!(c.get("/p/lazy/global/health", Some(&alice())).await.status, 200);
+    assert!(project_status(&gw, "lazy").starts_with("ready at"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_dead_server_is_restarted_and_none_outlives_the_gateway() {
+    let model = FakeModel::start("true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = server_config(&spawned("demo", dir.path(), &model, ""));
+    let mut gw = Gateway::start(&config);
+    let c = Https::new(gw.https, &gw.ca());
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
+    let first = server_pid(project_port(&gw, "demo").unwrap());
+    // SAFETY: killing the test's own grandchild.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    assert!(
+        gw.wait_log("project server failed; restarting", Duration::from_secs(20))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    // The next request waits for the restarted server.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        if let Some(port) = project_port(&gw, "demo") {
+            let pids = pids_with(&format!("--port {port}"));
+            if pids.len() == 1 && pids[0] != first {
+                break pids[0];
+            }
+        }
+        assert!(Instant::now() < deadline, "no restart:\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
+    gw.signal(libc::SIGTERM);
+    assert_eq!(
+        tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))),
+        Some(0)
+    );
+    assert!(!alive(second), "the spawned server was stopped with the gateway");
+    assert!(pids_with(&dir.path().display().to_string()).is_empty());
+}
+
+#[tokio::test]
+async fn a_server_that_cannot_start_gives_503_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("broken-opencode");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'boom: this opencode cannot start' >&2\nexit 3\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = base_config(&format!(
+        "[limits]\nspawn_ready_timeout = \"3s\"\n\n[[project]]\nname = \"demo\"\ndirectory = \"{}\"\nspawn = true\n\n{}",
+        dir.path().display(),
+        admin_user()
+    ))
+    .replace("state_dir = \"state\"\n", &format!("state_dir = \"state\"\nopencode_bin = \"{}\"\n", fake.display()));
+    let gw = Gateway::start(&config);
+    let c = Https::new(gw.https, &gw.ca());
+    let r = c.get("/p/demo/global/health", Some(&alice())).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.body.contains("project demo") && r.body.contains("boom: this opencode cannot start"),
+        "{}",
+        r.body
+    );
+    assert!(
+        gw.wait_log("boom: this opencode cannot start", Duration::from_secs(5))
+            .await,
+        "the stderr tail is logged"
+    );
+}
