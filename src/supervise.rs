@@ -24,6 +24,8 @@ use crate::config::{Project, Secret, Settings, StartMode};
 use crate::endpoint::Endpoint;
 use crate::upstream::{UpstreamBody, UpstreamClient};
 
+/// The User-Agent of the gateway's own health checks, so upstream logs can tell them apart.
+pub const HEALTH_AGENT: &str = "opencode-gateway-health";
 const STOP_GRACE: Duration = Duration::from_secs(5);
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 const HEALTH_FAILURES_BEFORE_RESTART: u32 = 3;
@@ -437,6 +439,8 @@ pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), 
     if let Some(auth) = &endpoint.auth {
         req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
     }
+    req.headers_mut()
+        .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
     match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
         Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
         Ok(Ok(resp)) => Err(format!("status {}", resp.status())),

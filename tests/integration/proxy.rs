@@ -305,3 +305,29 @@ async fn a_project_can_have_a_port_of_its_own() {
     assert!(r.body.starts_with("/echo\n"), "{}", r.body);
     assert_eq!(c.get("/global/health", None).await.status, 401);
 }
+
+#[tokio::test]
+async fn an_upstream_without_a_password_is_reported() {
+    let open = FakeUpstream::start("").await;
+    let config = base_config(&format!(
+        "[[project]]\nname = \"open\"\nupstream = \"{}\"\n\n{}",
+        open.url(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator"
+        }])
+    ));
+    let gw = Gateway::start(&config);
+    assert!(
+        gw.wait_log("answers without a password", Duration::from_secs(10)).await,
+        "{}",
+        gw.logs()
+    );
+    assert!(gw.logs().contains("reason=\"upstream_without_password\""));
+    // It still serves (the operator may accept the risk), with no credential injected.
+    let c = Https::new(gw.https, &gw.ca());
+    assert_eq!(c.get("/global/health", Some(&alice())).await.status, 200);
+    assert!(open.seen()[0].headers.get("authorization").is_none());
+}

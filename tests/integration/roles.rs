@@ -131,6 +131,10 @@ async fn a_user_has_a_role_per_project() {
     assert_eq!(r.status, 403);
     assert!(r.body.contains("needs the operator role; you are viewer"), "{}", r.body);
     assert_eq!(c.get("/p/api/session", Some(&carol)).await.status, 200);
-    let sessions = api.seen().into_iter().filter(|s| s.target.starts_with("/session")).count();
+    let sessions = api
+        .seen()
+        .into_iter()
+        .filter(|s| s.target.starts_with("/session"))
+        .count();
     assert_eq!(sessions, 1, "only the allowed read reached api");
 }
