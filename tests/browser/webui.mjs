@@ -1,0 +1,84 @@
+// Drives OpenCode's web UI in headless Chromium through the gateway, as a person would:
+// log in (the browser's Basic auth), open the project, send a prompt, answer "Permission
+// required", see the run finish, open a terminal and see a command's output.
+// Run by tests/integration/browser.rs, which starts the gateway and OpenCode; exits non-zero
+// with the failed step's name. Env: GW_URL, GW_USER, GW_PASS, PROJECT_DIR, CERT, SHOT_DIR.
+import { createRequire } from 'node:module';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+
+const require = createRequire(import.meta.url);
+const { chromium } = require('playwright-core');
+const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+const [url, user, pass, dir, certPath, shots] = ['GW_URL', 'GW_USER', 'GW_PASS', 'PROJECT_DIR', 'CERT', 'SHOT_DIR'].map(env);
+
+// Trust exactly the gateway's key (the dev CA is not in Chromium's store).
+const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
+const spki = crypto.createHash('sha256')
+  .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
+  .digest('base64');
+
+let step = 'launch';
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`],
+});
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png` });
+const context = await browser.newContext({ httpCredentials: { username: user, password: pass }, viewport: { width: 1280, height: 900 } });
+const page = await context.newPage();
+let terminalText = '';
+page.on('websocket', (ws) => {
+  console.log(`websocket ${ws.url().replace(/ticket=[^&]+/, 'ticket=<redacted>')}`);
+  ws.on('framereceived', (f) => { terminalText += typeof f.payload === 'string' ? f.payload : f.payload.toString('utf8'); });
+});
+try {
+  step = 'open the project';
+  await page.goto(`${url}/${Buffer.from(dir).toString('base64url')}/session`);
+  const prompt = page.locator('[data-component=prompt-input]');
+  await prompt.waitFor({ timeout: 30000 });
+  await shot('1-project');
+
+  step = 'send a prompt';
+  // The UI loads its providers and agents first; sending waits until the model is chosen.
+  await page.getByRole('button', { name: 'Fake' }).waitFor({ timeout: 60000 });
+  await prompt.click();
+  await page.keyboard.type('please RUNBASH for the browser test');
+  const send = page.getByRole('button', { name: 'Send' });
+  for (let i = 0; i < 300 && !(await send.isEnabled()); i++) await page.waitForTimeout(100);
+  await send.click();
+
+  step = 'see "Permission required"';
+  await page.getByText('Permission required').waitFor({ timeout: 60000 });
+  await shot('2-permission');
+
+  step = 'allow it';
+  await page.getByRole('button', { name: 'Allow once' }).click();
+
+  step = 'see the run finish';
+  await page.getByText(process.env.EXPECT_ANSWER || 'TOOL-FINISHED-7').first().waitFor({ timeout: 60000 });
+  await page.getByText('Permission required').waitFor({ state: 'detached', timeout: 30000 });
+  await shot('3-finished');
+
+  step = 'open a terminal';
+  await page.keyboard.press('Control+Backquote');
+  const input = page.locator('[data-component=terminal] textarea');
+  await input.waitFor({ timeout: 30000 });
+  await page.waitForTimeout(1000);
+  await input.focus();
+  await page.keyboard.type('echo BROWSER$((6*7))OK');
+  await page.keyboard.press('Enter');
+
+  step = "see the command's output";
+  const deadline = Date.now() + 20000;
+  while (!terminalText.includes('BROWSER42OK') && Date.now() < deadline) await page.waitForTimeout(200);
+  await shot('4-terminal');
+  if (!terminalText.includes('BROWSER42OK')) throw new Error(`terminal output never showed BROWSER42OK: ${JSON.stringify(terminalText.slice(-500))}`);
+  console.log('ok: every step passed');
+} catch (e) {
+  console.error(`FAILED at step "${step}": ${e.message}`);
+  await shot('failed').catch(() => {});
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
