@@ -1,0 +1,324 @@
+//! The one boundary between the file as written and [`Settings`]: every check happens here, and
+//! every problem is reported with its key and a fix, all at once, so one edit fixes the file.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::file::RawConfig;
+use super::settings::*;
+use super::{ConfigError, Problem};
+
+mod limits;
+mod project;
+mod user;
+
+use limits::limits;
+use project::project;
+use user::user;
+
+/// Collects problems while converting, so the operator sees all of them in one run.
+pub(super) struct Checker<'a> {
+    base: &'a Path,
+    problems: Vec<Problem>,
+}
+
+impl Checker<'_> {
+    pub(super) fn problem(&mut self, key: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) {
+        self.problems.push(Problem {
+            key: key.into(),
+            message: message.into(),
+            fix: fix.into(),
+        });
+    }
+
+    pub(super) fn path(&self, value: &str) -> PathBuf {
+        let p = Path::new(value);
+        if p.is_absolute() {
+            lexical_clean(p)
+        } else {
+            lexical_clean(&self.base.join(p))
+        }
+    }
+
+    pub(super) fn socket_addr(&mut self, key: &str, value: &str) -> Option<SocketAddr> {
+        match value.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.problem(
+                    key,
+                    format!("{value:?} is not an address with a port"),
+                    format!("write {key} = \"127.0.0.1:8443\" (an IP address and a port; 0 picks a free port)"),
+                );
+                None
+            }
+        }
+    }
+
+    pub(super) fn duration(&mut self, key: &str, value: &str) -> Duration {
+        match parse_duration(value) {
+            Some(d) => d,
+            None => {
+                self.problem(
+                    key,
+                    format!("{value:?} is not a duration"),
+                    format!("write {key} = \"30s\" (a number with ms, s, m or h)"),
+                );
+                Duration::from_secs(1)
+            }
+        }
+    }
+}
+
+/// `a/b/../c` → `a/c`, without touching the file system (paths may not exist yet).
+pub fn lexical_clean(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+/// `"500ms"`, `"10s"`, `"5m"`, `"1h"`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit())?;
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    match unit.trim() {
+        "ms" => Some(Duration::from_millis(n)),
+        "s" => Some(Duration::from_secs(n)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
+        _ => None,
+    }
+}
+
+/// A project name is one DNS label, because it also names a host (`<project>.<base_domain>`).
+pub fn valid_project_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+pub fn valid_user_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
+}
+
+pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
+    let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let mut c = Checker {
+        base: &base,
+        problems: Vec::new(),
+    };
+
+    let listen = c.socket_addr("server.listen", &raw.server.listen);
+    let base_domain = raw
+        .server
+        .base_domain
+        .as_deref()
+        .map(|d| d.trim_matches('.').to_ascii_lowercase());
+    if let Some(d) = &base_domain
+        && (d.is_empty() || !d.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
+    {
+        c.problem(
+            "server.base_domain",
+            format!("{d:?} is not a domain name"),
+            "write base_domain = \"gw.localhost\" (projects are served at <project>.<base_domain>)",
+        );
+    }
+    let public_url = match (&raw.server.public_url, listen) {
+        (Some(u), _) => u.trim_end_matches('/').to_string(),
+        (None, Some(a)) if a.ip().is_unspecified() => {
+            format!("https://{}:{}", crate::devcert::host_name(), a.port())
+        }
+        (None, Some(a)) => format!("https://{a}"),
+        (None, None) => String::new(),
+    };
+    if !public_url.is_empty() && !public_url.starts_with("https://") {
+        c.problem(
+            "server.public_url",
+            format!("{public_url:?} is not an https:// URL"),
+            "write public_url = \"https://<host>:<port>\", the address clients use",
+        );
+    }
+    let state_dir = match &raw.server.state_dir {
+        Some(d) => c.path(d),
+        None => default_state_dir(),
+    };
+    let mut allowed_origins = Vec::new();
+    for (i, o) in raw.server.allowed_origins.iter().enumerate() {
+        let o = o.trim_end_matches('/');
+        if o.starts_with("https://") || o.starts_with("http://") {
+            allowed_origins.push(o.to_ascii_lowercase());
+        } else {
+            c.problem(
+                format!("server.allowed_origins[{i}]"),
+                format!("{o:?} is not an origin"),
+                "write an origin such as \"https://phone.example:8443\" (scheme, host, optional port)",
+            );
+        }
+    }
+    let mut trusted_proxies = Vec::new();
+    for (i, p) in raw.server.trusted_proxies.iter().enumerate() {
+        match Cidr::parse(p) {
+            Some(cidr) => trusted_proxies.push(cidr),
+            None => c.problem(
+                format!("server.trusted_proxies[{i}]"),
+                format!("{p:?} is not an address range"),
+                "write a CIDR such as \"10.0.0.0/8\" or a single address",
+            ),
+        }
+    }
+    let opencode_bin = raw
+        .server
+        .opencode_bin
+        .as_deref()
+        .map(|b| if b.contains('/') { c.path(b) } else { PathBuf::from(b) });
+
+    let tls = Tls {
+        cert: c.path(&raw.tls.cert),
+        key: c.path(&raw.tls.key),
+        dev_ca: raw.tls.dev_ca,
+    };
+    if !tls.dev_ca {
+        for (key, p) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
+            if !p.is_file() {
+                c.problem(
+                    key,
+                    format!("{} does not exist", p.display()),
+                    "point it at your PEM file, or set tls.dev_ca = true to have a dev certificate made",
+                );
+            }
+        }
+    }
+
+    let ssh = raw.ssh.as_ref().and_then(|s| {
+        let listen = c.socket_addr("ssh.listen", &s.listen)?;
+        Some(Ssh {
+            listen,
+            host_key: c.path(&s.host_key),
+            password_auth: s.password_auth,
+        })
+    });
+    let admin = raw.admin.as_ref().and_then(|a| {
+        let listen = c.socket_addr("admin.listen", &a.listen)?;
+        if !listen.ip().is_loopback() {
+            c.problem(
+                "admin.listen",
+                format!("{listen} is not a loopback address"),
+                "the admin endpoints are for this machine only: write listen = \"127.0.0.1:9090\"",
+            );
+        }
+        Some(Admin { listen })
+    });
+
+    let limits = limits(&mut c, &raw.limits);
+
+    let mut projects = Vec::new();
+    let mut names = HashSet::new();
+    for (i, p) in raw.project.iter().enumerate() {
+        let key = format!("project[{i}]");
+        if !names.insert(p.name.clone()) {
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is used twice", p.name),
+                "give each project its own name",
+            );
+        }
+        if let Some(project) = project(&mut c, &key, p) {
+            projects.push(project);
+        }
+    }
+    let project_names: HashSet<&str> = raw.project.iter().map(|p| p.name.as_str()).collect();
+
+    let mut users = Vec::new();
+    let mut user_names = HashSet::new();
+    for (i, u) in raw.user.iter().enumerate() {
+        let key = format!("user[{i}]");
+        if !user_names.insert(u.name.clone()) {
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is used twice", u.name),
+                "give each user their own name",
+            );
+        }
+        if let Some(user) = user(&mut c, &key, u, &project_names) {
+            users.push(user);
+        }
+    }
+
+    if !c.problems.is_empty() {
+        return Err(ConfigError::Invalid {
+            file: path.to_path_buf(),
+            problems: c.problems,
+        });
+    }
+    Ok(Settings {
+        path: path.to_path_buf(),
+        server: Server {
+            listen: listen.expect("checked above"),
+            base_domain,
+            public_url,
+            state_dir,
+            allowed_origins,
+            trusted_proxies,
+            opencode_bin,
+        },
+        tls,
+        ssh,
+        admin,
+        limits,
+        projects,
+        users,
+    })
+}
+
+fn default_state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("opencode-gateway");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".local/state/opencode-gateway"),
+        None => PathBuf::from(".gateway-state"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_unit() {
+        assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("5m"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("s"), None);
+        assert_eq!(parse_duration("1d"), None);
+    }
+
+    #[test]
+    fn project_names_are_dns_labels() {
+        assert!(valid_project_name("web-2"));
+        assert!(!valid_project_name("Web"));
+        assert!(!valid_project_name("a.b"));
+        assert!(!valid_project_name("-x"));
+        assert!(!valid_project_name(""));
+    }
+}

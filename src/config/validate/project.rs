@@ -1,0 +1,227 @@
+//! `[[project]]` tables: upstream or spawn, passwords, directory, environment, listener.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use super::{Checker, valid_project_name};
+use crate::config::Secret;
+use crate::config::file::RawProject;
+use crate::config::settings::*;
+
+pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
+    let key = format!("{key} ({})", p.name);
+    if !valid_project_name(&p.name) {
+        c.problem(
+            format!("{key}.name"),
+            format!("{:?} is not a valid project name", p.name),
+            "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
+        );
+    }
+    let upstream = match (&p.upstream, p.spawn) {
+        (Some(_), true) => {
+            c.problem(
+                format!("{key}.upstream"),
+                "a project cannot both spawn its server and name an upstream",
+                "remove upstream, or set spawn = false",
+            );
+            return None;
+        }
+        (None, false) => {
+            c.problem(
+                format!("{key}.upstream"),
+                "the project has no OpenCode server",
+                "add upstream = \"http://127.0.0.1:4096\" (a server you run), or spawn = true with a directory",
+            );
+            return None;
+        }
+        (None, true) => UpstreamKind::Spawned,
+        (Some(u), false) => UpstreamKind::External {
+            authority: loopback_authority(c, &format!("{key}.upstream"), u)?,
+        },
+    };
+    let password = upstream_password(c, &key, p);
+    if upstream == UpstreamKind::Spawned && password.is_some() {
+        c.problem(
+            format!("{key}.upstream_password_env"),
+            "a spawned server gets a random password from the gateway",
+            "remove upstream_password_env and upstream_password_file from this project",
+        );
+    }
+    let directory = match &p.directory {
+        Some(d) => {
+            let path = c.path(d);
+            match path.canonicalize() {
+                Ok(canon) if canon.is_dir() => Some(canon),
+                _ => {
+                    c.problem(
+                        format!("{key}.directory"),
+                        format!("{} is not an existing directory", path.display()),
+                        "create it, or point directory at the project's folder",
+                    );
+                    None
+                }
+            }
+        }
+        None => {
+            if p.spawn {
+                c.problem(
+                    format!("{key}.directory"),
+                    "a spawned server needs the folder to run in",
+                    "add directory = \"/path/to/the/project\"",
+                );
+            }
+            None
+        }
+    };
+    let start = match p.start.as_deref() {
+        None | Some("eager") => StartMode::Eager,
+        Some("on-demand") => StartMode::OnDemand,
+        Some(other) => {
+            c.problem(
+                format!("{key}.start"),
+                format!("{other:?} is not a start mode"),
+                "write start = \"eager\" or start = \"on-demand\"",
+            );
+            StartMode::Eager
+        }
+    };
+    if !p.spawn {
+        for (set, k) in [
+            (!p.env.is_empty(), "env"),
+            (p.env_file.is_some(), "env_file"),
+            (p.run_as.is_some(), "run_as"),
+            (p.start.is_some(), "start"),
+        ] {
+            if set {
+                c.problem(
+                    format!("{key}.{k}"),
+                    format!("{k} applies only to a server the gateway spawns"),
+                    format!("remove {k}, or set spawn = true"),
+                );
+            }
+        }
+    }
+    let mut env: BTreeMap<String, Secret> = BTreeMap::new();
+    if let Some(f) = &p.env_file {
+        let path = c.path(f);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                for (n, line) in text.lines().enumerate() {
+                    let line = line.trim();
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    let line = line.strip_prefix("export ").unwrap_or(line);
+                    match line.split_once('=') {
+                        Some((k, v)) => {
+                            let v = v.trim().trim_matches('"').trim_matches('\'');
+                            env.insert(k.trim().to_string(), Secret::new(v));
+                        }
+                        None => c.problem(
+                            format!("{key}.env_file"),
+                            format!("{} line {} is not NAME=value", path.display(), n + 1),
+                            "write one NAME=value per line",
+                        ),
+                    }
+                }
+            }
+            Err(e) => c.problem(
+                format!("{key}.env_file"),
+                format!("cannot read {}: {e}", path.display()),
+                "create the file or remove env_file",
+            ),
+        }
+    }
+    for (k, v) in &p.env {
+        env.insert(k.clone(), Secret::new(v.clone()));
+    }
+    let listen = p
+        .listen
+        .as_deref()
+        .and_then(|l| c.socket_addr(&format!("{key}.listen"), l));
+    Some(Project {
+        name: p.name.clone(),
+        upstream,
+        upstream_username: p.upstream_username.clone().unwrap_or_else(|| "opencode".into()),
+        upstream_password: password,
+        directory,
+        start,
+        env,
+        run_as: p.run_as.clone(),
+        listen,
+    })
+}
+
+/// An external upstream must be on this machine: the gateway sends it a password in clear HTTP.
+fn loopback_authority(c: &mut Checker<'_>, key: &str, url: &str) -> Option<String> {
+    let fix = "write upstream = \"http://127.0.0.1:<port>\" (OpenCode listens on loopback; reach other machines over SSH or TLS yourself)";
+    let Some(rest) = url.strip_prefix("http://") else {
+        c.problem(key, format!("{url:?} is not an http:// URL"), fix);
+        return None;
+    };
+    let authority = rest.trim_end_matches('/');
+    if authority.contains('/') || authority.contains('@') || authority.is_empty() {
+        c.problem(key, format!("{url:?} must be a scheme, a host and a port only"), fix);
+        return None;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((h, port)) if port.parse::<u16>().is_ok() => h.trim_start_matches('[').trim_end_matches(']'),
+        _ => {
+            c.problem(key, format!("{url:?} has no port"), fix);
+            return None;
+        }
+    };
+    let loopback = host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback {
+        c.problem(key, format!("{host} is not a loopback address"), fix);
+        return None;
+    }
+    Some(authority.to_string())
+}
+
+fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Secret> {
+    match (&p.upstream_password_env, &p.upstream_password_file) {
+        (Some(_), Some(_)) => {
+            c.problem(
+                format!("{key}.upstream_password_env"),
+                "both upstream_password_env and upstream_password_file are set",
+                "keep one of them",
+            );
+            None
+        }
+        (Some(var), None) => match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Some(Secret::new(v)),
+            _ => {
+                c.problem(
+                    format!("{key}.upstream_password_env"),
+                    format!("the environment variable {var} is not set"),
+                    format!("export {var}=<the OpenCode server's password> before starting the gateway, or use upstream_password_file"),
+                );
+                None
+            }
+        },
+        (None, Some(file)) => {
+            let path = c.path(file);
+            match std::fs::read_to_string(&path) {
+                Ok(v) if !v.trim().is_empty() => Some(Secret::new(v.trim_end_matches(['\r', '\n']))),
+                Ok(_) => {
+                    c.problem(
+                        format!("{key}.upstream_password_file"),
+                        format!("{} is empty", path.display()),
+                        "write the OpenCode server's password into it",
+                    );
+                    None
+                }
+                Err(e) => {
+                    c.problem(
+                        format!("{key}.upstream_password_file"),
+                        format!("cannot read {}: {e}", path.display()),
+                        "create it (mode 0600) with the OpenCode server's password",
+                    );
+                    None
+                }
+            }
+        }
+        (None, None) => None,
+    }
+}

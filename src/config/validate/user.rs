@@ -1,0 +1,134 @@
+//! `[[user]]` tables: name, argon2id hash, SSH keys, projects and roles.
+
+use std::collections::{BTreeMap, HashSet};
+
+use argon2::PasswordHash;
+
+use super::{Checker, valid_user_name};
+use crate::config::file::{RawGrants, RawUser};
+use crate::config::settings::*;
+
+pub(super) fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -> Option<User> {
+    let key = format!("{key} ({})", u.name);
+    if !valid_user_name(&u.name) {
+        c.problem(
+            format!("{key}.name"),
+            format!("{:?} is not a valid user name", u.name),
+            "use letters, digits and . _ - @ (at most 64)",
+        );
+    }
+    let password_hash = match &u.password_hash {
+        Some(h) => match PasswordHash::new(h) {
+            Ok(parsed) if parsed.algorithm.as_str() == "argon2id" => Some((parsed, h.clone())),
+            Ok(_) => {
+                c.problem(
+                    format!("{key}.password_hash"),
+                    "the hash is not argon2id",
+                    "make one with: opencode-gateway hash-password",
+                );
+                None
+            }
+            Err(_) => {
+                c.problem(
+                    format!("{key}.password_hash"),
+                    "the hash is not a PHC string ($argon2id$v=19$…)",
+                    "make one with: opencode-gateway hash-password",
+                );
+                None
+            }
+        },
+        None => None,
+    };
+    if u.password_hash.is_none() && u.ssh_keys.is_empty() {
+        c.problem(
+            format!("{key}.password_hash"),
+            "the user has neither a password nor an SSH key and could never log in",
+            "set a password with: opencode-gateway user passwd <name>",
+        );
+    }
+    let role = match u.role.as_deref() {
+        None => None,
+        Some(r) => match Role::parse(r) {
+            Some(role) => Some(role),
+            None => {
+                c.problem(
+                    format!("{key}.role"),
+                    format!("{r:?} is not a role"),
+                    "write role = \"viewer\", \"approver\", \"operator\" or \"admin\"",
+                );
+                None
+            }
+        },
+    };
+    let grants = match &u.projects {
+        RawGrants::List(list) => {
+            let role = role.unwrap_or(Role::Viewer);
+            if list.iter().any(|p| p == "*") {
+                Grants::All(role)
+            } else {
+                let mut map = BTreeMap::new();
+                for p in list {
+                    check_project_ref(c, &key, p, projects);
+                    map.insert(p.clone(), role);
+                }
+                Grants::Each(map)
+            }
+        }
+        RawGrants::Map(map) => {
+            if u.role.is_some() {
+                c.problem(
+                    format!("{key}.role"),
+                    "role is given per project in projects = { … }",
+                    "remove role, or write projects = [\"…\"] with one role",
+                );
+            }
+            let mut out = BTreeMap::new();
+            for (p, r) in map {
+                check_project_ref(c, &key, p, projects);
+                match Role::parse(r) {
+                    Some(role) => {
+                        out.insert(p.clone(), role);
+                    }
+                    None => c.problem(
+                        format!("{key}.projects.{p}"),
+                        format!("{r:?} is not a role"),
+                        "write \"viewer\", \"approver\", \"operator\" or \"admin\"",
+                    ),
+                }
+            }
+            if out.contains_key("*") {
+                let role = out["*"];
+                Grants::All(role)
+            } else {
+                Grants::Each(out)
+            }
+        }
+    };
+    let mut ssh_keys = Vec::new();
+    for (i, line) in u.ssh_keys.iter().enumerate() {
+        match crate::ssh::keys::parse_authorized_key(line) {
+            Ok(k) => ssh_keys.push(k),
+            Err(e) => c.problem(
+                format!("{key}.ssh_keys[{i}]"),
+                e,
+                "paste the line from the user's ~/.ssh/id_ed25519.pub (type, base64 key, comment)",
+            ),
+        }
+    }
+    Some(User {
+        name: u.name.clone(),
+        password_hash,
+        ssh_keys,
+        grants,
+    })
+}
+
+fn check_project_ref(c: &mut Checker<'_>, key: &str, p: &str, projects: &HashSet<&str>) {
+    if p != "*" && !projects.contains(p) {
+        c.problem(
+            format!("{key}.projects"),
+            format!("there is no project named {p:?}"),
+            "grant a project defined in a [[project]] table, or \"*\" for all",
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! Starting one `opencode serve`: find the executable, pick a port, make its private folders,
+//! build its minimal environment, read its "listening on" line, check its health; and stopping
+//! its whole process group.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+use super::{HEALTH_AGENT, INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
+use crate::config::Secret;
+use crate::endpoint::Endpoint;
+use crate::upstream::{UpstreamBody, UpstreamClient};
+
+pub(super) struct Running {
+    pub(super) child: Child,
+    pub(super) port: u16,
+    pub(super) endpoint: Arc<Endpoint>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Running {
+    pub(super) fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
+        tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+/// Start one `opencode serve` and wait until it is ready, or say why it is not.
+pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, String> {
+    let bin = find_opencode(spec)?;
+    let port = free_port().map_err(|e| format!("no free port: {e}"))?;
+    let password = random_password();
+    let dirs = prepare_dirs(spec)?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("serve")
+        .arg("--hostname")
+        .arg("127.0.0.1")
+        .arg("--port")
+        .arg(port.to_string());
+    for origin in &spec.cors {
+        cmd.arg("--cors").arg(origin);
+    }
+    cmd.current_dir(&spec.directory)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    for name in INHERITED_ENV {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
+    }
+    for (name, dir) in &dirs {
+        cmd.env(name, dir);
+    }
+    for (k, v) in &spec.env {
+        cmd.env(k, v.expose());
+    }
+    cmd.env("OPENCODE_SERVER_USERNAME", "opencode");
+    cmd.env("OPENCODE_SERVER_PASSWORD", password.expose());
+    if let Some(user) = &spec.run_as {
+        let (uid, gid, home) = lookup_user(user)?;
+        for dir in dirs.values() {
+            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+            // SAFETY: chown on a NUL-terminated path we own; the result is checked.
+            if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
+                return Err(format!(
+                    "cannot give {} to {user}: {}",
+                    dir.display(),
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        cmd.uid(uid)
+            .gid(gid)
+            .env("HOME", home)
+            .env("USER", user)
+            .env("LOGNAME", user);
+    }
+    // SAFETY: prctl is async-signal-safe; it asks the kernel to end the server if the gateway dies,
+    // so a crashed gateway leaves no orphan holding the project's port and password.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let tail_w = tail.clone();
+    let project = spec.project.clone();
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(target: "opencode", project = %project, "{line}");
+            let mut t = tail_w.lock().unwrap_or_else(|e| e.into_inner());
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    });
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let expect = format!("listening on http://127.0.0.1:{port}");
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stdout).lines();
+        let mut ready_tx = Some(ready_tx);
+        // Keep reading after the ready line so the pipe never fills and blocks the server.
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains(&expect)
+                && let Some(tx) = ready_tx.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
+    let mut server = Running {
+        child,
+        port,
+        endpoint,
+        stderr: tail,
+    };
+    let ready = async {
+        ready_rx
+            .await
+            .map_err(|_| "it exited before it was listening".to_string())?;
+        // The line comes before the server answers everything; poll health briefly.
+        let mut last = String::new();
+        for _ in 0..50 {
+            match health(client, &server.endpoint).await {
+                Ok(()) => return Ok(()),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(format!("health check failed: {last}"))
+    };
+    let outcome = tokio::select! {
+        r = tokio::time::timeout(spec.ready_timeout, ready) => r.unwrap_or_else(|_| Err(format!("not ready within {} s", spec.ready_timeout.as_secs()))),
+        status = server.child.wait() => Err(format!("it exited ({})", status.map(|s| s.to_string()).unwrap_or_default())),
+    };
+    match outcome {
+        Ok(()) => Ok(server),
+        Err(why) => {
+            stop_process(&mut server.child).await;
+            // Give the stderr reader a moment to collect the last lines.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let tail = server.stderr_tail();
+            Err(if tail.is_empty() {
+                why
+            } else {
+                format!("{why}; stderr: {tail}")
+            })
+        }
+    }
+}
+
+/// An authenticated `GET /global/health` answered 200.
+pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), String> {
+    let mut req = Request::get(format!("http://{}/global/health", endpoint.authority))
+        .body(UpstreamBody::Empty)
+        .map_err(|e| e.to_string())?;
+    if let Some(auth) = &endpoint.auth {
+        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
+    }
+    req.headers_mut()
+        .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
+    match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+        Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
+        Ok(Ok(resp)) => Err(format!("status {}", resp.status())),
+        Ok(Err(e)) => Err(crate::upstream::describe(&e)),
+        Err(_) => Err("no answer within 5 s".into()),
+    }
+}
+
+/// SIGTERM to the server's process group (its shells and tools too), SIGKILL after a grace period.
+pub(super) async fn stop_process(child: &mut Child) {
+    let Some(pid) = child.id() else { return };
+    let pgid = pid as libc::pid_t;
+    // SAFETY: signalling a process group we created (process_group(0) made pgid == pid).
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_err() {
+        // SAFETY: as above.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        let _ = child.wait().await;
+    }
+    // Anything of the group that outlived the leader goes too.
+    // SAFETY: as above; ESRCH (no such group) is fine.
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+}
+
+fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
+    if let Some(bin) = &spec.opencode_bin {
+        if bin.is_absolute() || bin.components().count() > 1 {
+            return if bin.is_file() {
+                Ok(bin.clone())
+            } else {
+                Err(format!("server.opencode_bin {} does not exist", bin.display()))
+            };
+        }
+        return which(bin.as_os_str()).ok_or_else(|| format!("server.opencode_bin {} is not on PATH", bin.display()));
+    }
+    for dir in &spec.search_dirs {
+        let candidate = dir.join("opencode");
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    which("opencode".as_ref()).ok_or_else(|| {
+        "opencode is not installed: run `npm install opencode-ai@1.18.33` in the repository (scripts/test.sh does), or set server.opencode_bin".into()
+    })
+}
+
+fn which(name: &std::ffi::OsStr) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|c| c.is_file()))
+}
+
+fn free_port() -> std::io::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn random_password() -> Secret {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    Secret::new(base64::Engine::encode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        bytes,
+    ))
+}
+
+/// The server's private XDG directories (0700) under the gateway's state directory.
+fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let mut dirs = BTreeMap::new();
+    for (var, sub) in [
+        ("XDG_DATA_HOME", "data"),
+        ("XDG_CONFIG_HOME", "config"),
+        ("XDG_CACHE_HOME", "cache"),
+        ("XDG_STATE_HOME", "state"),
+    ] {
+        let dir = spec.state_dir.join(sub);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        dirs.insert(var, dir);
+    }
+    Ok(dirs)
+}
+
+fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(format!("run_as = {name:?} needs the gateway to run as root"));
+    }
+    let c = std::ffi::CString::new(name).map_err(|_| format!("bad user name {name:?}"))?;
+    // SAFETY: getpwnam returns a pointer to static storage or NULL; we copy what we need at once.
+    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
+    if pw.is_null() {
+        return Err(format!("run_as: there is no OS user {name:?}"));
+    }
+    // SAFETY: pw is non-null and points to a valid passwd record.
+    let (uid, gid, home) = unsafe {
+        let home = std::ffi::CStr::from_ptr((*pw).pw_dir).to_string_lossy().into_owned();
+        ((*pw).pw_uid, (*pw).pw_gid, PathBuf::from(home))
+    };
+    Ok((uid, gid, home))
+}
