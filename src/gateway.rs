@@ -34,6 +34,8 @@ pub struct Metrics {
     pub tls_handshake_failures: AtomicU64,
     pub reloads: AtomicU64,
     pub reload_failures: AtomicU64,
+    /// Open SSH connections (a gauge).
+    pub ssh_sessions: AtomicU64,
 }
 
 impl Metrics {
@@ -177,6 +179,7 @@ impl Gateway {
         line("connections_refused_total", "counter", g(&m.connections_refused));
         line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
         line("streams_open", "gauge", self.streams.total());
+        line("ssh_sessions_open", "gauge", g(&m.ssh_sessions));
         line("reloads_total", "counter", g(&m.reloads));
         line("reload_failures_total", "counter", g(&m.reload_failures));
         out

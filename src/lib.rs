@@ -103,8 +103,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     if let Some(l) = admin {
         tokio::spawn(admin::serve(gw.clone(), l, config_path));
     }
-    if let Some((_l, _ssh_settings)) = ssh {
-        anyhow::bail!("SSH_NOT_YET");
+    if let Some((l, ssh_settings)) = ssh {
+        let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
+        tokio::spawn(server.serve(l));
     }
     gw.probe_external_upstreams();
     // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity.

@@ -33,6 +33,17 @@ pub fn allowed(origin: &str, scheme: &str, host: Option<&str>, extra: &[String])
     extra.iter().any(|o| normalize(o).is_some_and(|o| o == origin))
 }
 
+/// Is `host` (a Host header) a name for this machine? Over an SSH tunnel the client reaches the
+/// gateway through its own local port, so only loopback names are real; anything else is a
+/// web page that rebound its own domain to that port (DNS rebinding) and rides the tunnel.
+pub fn is_local_host(host: &str) -> bool {
+    let h = crate::route::strip_port(host)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    h == "localhost" || h.ends_with(".localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The origins browsers use for a project through this gateway (for the spawned server's `--cors`).
 pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
     let port = settings.server.listen.port();
@@ -59,6 +70,22 @@ pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_names_are_local() {
+        for h in [
+            "127.0.0.1:4096",
+            "localhost:4096",
+            "[::1]:4096",
+            "web.localhost",
+            "127.1.2.3",
+        ] {
+            assert!(is_local_host(h), "{h}");
+        }
+        for h in ["evil.example:4096", "192.168.1.2:4096", "localhost.evil.example", ""] {
+            assert!(!is_local_host(h), "{h}");
+        }
+    }
 
     #[test]
     fn own_origin_is_allowed_and_others_are_not() {

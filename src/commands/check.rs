@@ -25,9 +25,7 @@ pub fn summary(s: &Settings) -> String {
     }
     if let Some(ssh) = &s.ssh {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
-        if let Some(line) = crate::ssh::keys::host_key_summary(&ssh.host_key) {
-            out += &line;
-        }
+        out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);
     }
     out += "\nprojects:\n";
     for p in &s.projects {

@@ -22,6 +22,10 @@ dev_ca = true                      # made with a local CA (certs/ca.crt) when mi
 [admin]                            # loopback only: /healthz, /metrics, /status, /reload
 listen = "127.0.0.1:9090"
 
+[ssh]                              # ssh -N -L 4096:<project>:80 -p 2222 dev@<host>
+listen = "127.0.0.1:2222"
+host_key = "certs/ssh_host_ed25519_key"
+
 [[project]]
 name = "{name}"
 directory = "{directory}"
@@ -69,6 +73,9 @@ pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -
     let paths = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
     let names = crate::devcert::server_names(settings.server.base_domain.as_deref(), std::slice::from_ref(&name));
     crate::devcert::ensure(&paths, &names)?;
+    let ssh = settings.ssh.as_ref().expect("the template has [ssh]");
+    crate::ssh::host_key::load_or_create(&ssh.host_key)?;
+    let host_key = crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);
     let password = super::password::random_password();
     let hash = crate::auth::verifier::hash_password(&password);
     let updated =
@@ -77,7 +84,7 @@ pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -
     let ca = paths.ca_cert.display();
     // ok: the generated password is shown to the operator this once; only its hash is stored.
     println!(
-        "wrote {cfg}, {cert} and {ca}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach https://127.0.0.1:8443/p/{name} -u dev -p '{password}'\nweb UI:  https://{name}.gw.localhost:8443/",
+        "wrote {cfg}, {cert} and {ca}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach https://127.0.0.1:8443/p/{name} -u dev -p '{password}'\nweb UI:  https://{name}.gw.localhost:8443/\nssh:     ssh -N -L 4096:{name}:80 -p 2222 dev@127.0.0.1   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
         cfg = config.display(),
         cert = paths.cert.display(),
     );

@@ -28,7 +28,7 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
         users = settings.users.len(),
         "gateway ready"
     );
-    print_attach(&settings, running.https.port(), first_user.as_ref());
+    print_attach(&settings, running.https.port(), running.ssh, first_user.as_ref());
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -70,7 +70,12 @@ fn create_first_user(config: &Path) -> anyhow::Result<(String, String)> {
     Ok((name, password))
 }
 
-fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, String)>) {
+fn print_attach(
+    settings: &Settings,
+    port: u16,
+    ssh: Option<std::net::SocketAddr>,
+    first_user: Option<&(String, String)>,
+) {
     let (user, pw) = match first_user {
         Some((u, p)) => (u.as_str(), p.as_str()),
         None => ("<user>", "<password>"),
@@ -110,6 +115,20 @@ fn print_attach(settings: &Settings, port: u16, first_user: Option<&(String, Str
                 p.name
             );
         }
+        if let Some(ssh) = ssh {
+            out += &format!(
+                "  ssh -N -L 4096:{}:80 -p {} {user}@{}   then   opencode attach http://127.0.0.1:4096\n",
+                p.name,
+                ssh.port(),
+                ssh.ip()
+            );
+        }
+    }
+    if let (Some(cfg), Some(addr)) = (&settings.ssh, ssh) {
+        out += &format!(
+            "\nSSH host key:\n{}",
+            crate::ssh::host_key::describe(&cfg.host_key, addr)
+        );
     }
     // ok: the password printed here is the one just generated for the operator, shown this once.
     print!("{out}");

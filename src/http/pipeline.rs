@@ -111,6 +111,12 @@ async fn handle_inner(
     record.user = Some(user.name.clone());
 
     let host = request_host(&req).map(str::to_string);
+    if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::origin::is_local_host) {
+        tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
+        return Err(HttpError::Forbidden(
+            "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
+        ));
+    }
     let path = req.uri().path().to_string();
     let (project, upstream_path) = route_request(state, conn, host.as_deref(), &path)?;
     record.project = Some(project.name.clone());
@@ -136,7 +142,8 @@ async fn handle_inner(
         retry_after: d.retry_after,
     })?;
     let long_lived = upgrade.is_some() || is_event_stream(req.method(), upstream_path);
-    let stream_slot = if long_lived {
+    // An SSH channel already holds the user's stream slot for everything it carries.
+    let stream_slot = if long_lived && !matches!(conn.front, Front::Ssh { .. }) {
         Some(
             gw.streams
                 .try_acquire(user.name.clone(), limits.max_streams_per_user)

@@ -7,16 +7,6 @@ pub fn parse_authorized_key(line: &str) -> Result<PublicKey, String> {
     PublicKey::from_openssh(line.trim()).map_err(|e| format!("not an OpenSSH public key line ({e})"))
 }
 
-/// The host key's fingerprint, for `check` and `init` (nothing when the key is not made yet).
-pub fn host_key_summary(path: &std::path::Path) -> Option<String> {
-    let key = russh::keys::load_secret_key(path, None).ok()?;
-    let public = key.public_key();
-    Some(format!(
-        "         fingerprint {}\n",
-        public.fingerprint(russh::keys::HashAlg::Sha256)
-    ))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -100,6 +100,7 @@ fn check_prints_listeners_projects_routes_and_users() {
         "https  0.0.0.0:8443",
         "admin  127.0.0.1:9090",
         "ssh    127.0.0.1:2222",
+        "(the host key is made on first start)",
         "web  upstream http://127.0.0.1:4096 (password held by the gateway)",
         "api  spawned `opencode serve`",
         "https://devbox.example.test:8443/p/web/",
@@ -233,10 +234,25 @@ fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
         )),
         "{shown}"
     );
+    assert!(
+        shown.contains("known_hosts: [127.0.0.1]:2222 ssh-ed25519 AAAA"),
+        "{shown}"
+    );
+    assert!(shown.contains("fingerprint SHA256:"), "{shown}");
     let cfg = dir.path().join("gw/gateway.toml");
     let check = cli(&["check", "-c", cfg.to_str().unwrap()], None, dir.path());
     assert!(check.status.success(), "{}", text(&check));
     assert!(text(&check).contains("my-project  spawned"));
+    assert!(
+        text(&check).contains("known_hosts: [127.0.0.1]:2222 ssh-ed25519"),
+        "check prints the host key too"
+    );
+    let mode = std::fs::metadata(dir.path().join("gw/certs/ssh_host_ed25519_key"))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
     assert!(!std::fs::read_to_string(&cfg).unwrap().contains(&password));
     let mode = std::fs::metadata(dir.path().join("gw/certs/server.key"))
         .unwrap()

@@ -58,11 +58,14 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
 fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
-    assert!(text.contains("listen = \"127.0.0.1:8443\"") && text.contains("listen = \"127.0.0.1:9090\""));
+    for fixed in ["127.0.0.1:8443", "127.0.0.1:9090", "127.0.0.1:2222"] {
+        assert!(text.contains(&format!("listen = \"{fixed}\"")), "{fixed}");
+    }
     // Same file, but on ephemeral ports (tests never take fixed ones).
     let text = text
         .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
         .replace("listen = \"127.0.0.1:9090\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:2222\"", "listen = \"127.0.0.1:0\"")
         .lines()
         .filter(|l| !l.starts_with("public_url"))
         .collect::<Vec<_>>()
@@ -129,7 +132,15 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         "{stdout}"
     );
     assert!(stdout.contains("opencode run --attach"), "{stdout}");
-    for key in ["certs-dev/ca.key", "certs-dev/server.key"] {
+    assert!(
+        stdout.contains("ssh -N -L 4096:demo:80 -p ") && stdout.contains("known_hosts: [127.0.0.1]:"),
+        "{stdout}"
+    );
+    for key in [
+        "certs-dev/ca.key",
+        "certs-dev/server.key",
+        "certs-dev/ssh_host_ed25519_key",
+    ] {
         let mode = std::fs::metadata(root.path().join(key)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{key}");
     }

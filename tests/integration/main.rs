@@ -11,5 +11,6 @@ mod proxy;
 mod real_opencode;
 mod reload;
 mod roles;
+mod ssh;
 mod streaming;
 mod supervise;

@@ -170,6 +170,8 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
     let events = EventLog::open(&s.client, "/p/demo/global/event", &alice()).await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
+    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     // Someone with direct access creates a session in another directory of the same server.
     let raw = direct_call(
         s.oc.port,

@@ -181,6 +181,8 @@ async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones()
         .await
         .into_body();
     read_until(&mut stream, Duration::from_secs(10), |t| t.contains("server.connected")).await;
+    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
+    tokio::time::sleep(Duration::from_millis(500)).await;
 
     gw.write_config(&server_config(&format!("{}{}", proj("a"), proj("c"))));
     reloaded(&gw, "sighup").await;

@@ -154,3 +154,38 @@ pub async fn read_until(body: &mut Incoming, within: Duration, pred: impl Fn(&st
     }
     text
 }
+
+/// A plain HTTP/1.1 request to `addr` (an SSH tunnel's local end), one connection.
+pub async fn plain(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    read(plain_send(addr, method, path, headers, body).await).await
+}
+
+/// Like [`plain`], returning as soon as the head arrives (the body streams).
+pub async fn plain_send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Response<Incoming> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.unwrap();
+    tokio::spawn(conn.with_upgrades());
+    let mut b = Request::builder().method(method).uri(path);
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        b = b.header("host", addr.to_string());
+    }
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    if !body.is_empty() {
+        b = b.header("content-type", "application/json");
+    }
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        send.send_request(b.body(Full::<Bytes>::from(body.to_string())).unwrap()),
+    )
+    .await
+    .expect("a response within 60 s")
+    .unwrap()
+}

@@ -7,6 +7,7 @@ pub mod client;
 pub mod fake_upstream;
 pub mod gateway;
 pub mod opencode;
+pub mod ssh;
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,376 @@
+//! The SSH front door with the real OpenSSH client: forwards to granted projects are served by the
+//! same pipeline (identity, roles, credential injection), everything else is refused with a
+//! reason, and closing the connection frees what it held.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common::client::{plain, plain_send, read_until};
+use crate::common::fake_upstream::FakeUpstream;
+use crate::common::gateway::{Gateway, base_config, hash};
+use crate::common::ssh::{Key, Tunnel, keygen, known_hosts, run, ssh};
+use crate::common::write_secret;
+
+const PW: &str = "ssh-upstream-pw";
+
+pub struct SshSetup {
+    pub gw: Gateway,
+    pub dir: tempfile::TempDir,
+    pub alice: Key,
+    pub vera: Key,
+    pub stranger: Key,
+    pub kh: std::path::PathBuf,
+}
+
+/// `[ssh]` plus projects from `projects_toml`; alice (operator of all, key + password), vera
+/// (viewer of web), bob (operator of web only, same key as vera's stranger is unknown).
+pub fn setup_ssh(projects_toml: &str) -> SshSetup {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = keygen(dir.path(), "alice_key");
+    let vera = keygen(dir.path(), "vera_key");
+    let stranger = keygen(dir.path(), "stranger_key");
+    let users = format!(
+        "[[user]]\nname = \"alice\"\npassword_hash = \"{}\"\nssh_keys = [\"{}\"]\nprojects = [\"*\"]\nrole = \"operator\"\n\n[[user]]\nname = \"vera\"\nssh_keys = [\"{}\"]\nprojects = [\"web\"]\nrole = \"viewer\"\n",
+        hash("alice-password-1"),
+        alice.public_line,
+        vera.public_line
+    );
+    let config = base_config(&format!(
+        "[ssh]\nlisten = \"127.0.0.1:0\"\nhost_key = \"certs/ssh_host_ed25519_key\"\n\n{projects_toml}{users}"
+    ));
+    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let kh = known_hosts(&gw, dir.path());
+    SshSetup {
+        gw,
+        dir,
+        alice,
+        vera,
+        stranger,
+        kh,
+    }
+}
+
+fn projects(web: &FakeUpstream, api: &FakeUpstream) -> String {
+    format!(
+        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n",
+        web.url(),
+        api.url()
+    )
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tunnel_is_served_as_its_ssh_user_with_the_upstream_credential() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    let t = Tunnel::open(&s.gw, &s.kh, &s.alice.private, "alice", "web");
+    // No password asked; one sent anyway is neither needed nor forwarded.
+    let r = plain(
+        t.local,
+        "GET",
+        "/echo",
+        &[("authorization", "Basic Ym9ndXM6Ym9ndXM=")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let seen = web.seen();
+    let got = seen.last().unwrap();
+    assert_eq!(
+        got.headers["authorization"].to_str().unwrap(),
+        crate::common::client::basic("opencode", PW)
+    );
+    assert_eq!(got.headers["x-forwarded-proto"], "http");
+    assert!(
+        s.gw.wait_log(
+            "transport=\"ssh\" user=\"alice\" project=\"web\"",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        s.gw.logs()
+    );
+    // A page that rebinds its own name to the tunnel's port is refused.
+    let r = plain(t.local, "GET", "/echo", &[("host", "evil.example:4096")], "").await;
+    assert_eq!(r.status, 403);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewers_tunnel_can_read_but_not_prompt() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    let t = Tunnel::open(&s.gw, &s.kh, &s.vera.private, "vera", "web");
+    assert_eq!(plain(t.local, "GET", "/session", &[], "").await.status, 200);
+    let r = plain(t.local, "POST", "/session", &[], "{}").await;
+    assert_eq!(r.status, 403);
+    assert!(r.body.contains("needs the operator role"), "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    // A command (a session channel: shell, exec and sftp all need one).
+    let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "alice", &[], &["id"])));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("only forwards to projects"), "{}", stderr(&out));
+    let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "alice", &["-s"], &["sftp"])));
+    assert!(!out.status.success());
+    // A remote forward.
+    let out = tokio::task::block_in_place(|| {
+        run(ssh(
+            &s.gw,
+            &s.kh,
+            &s.alice.private,
+            "alice",
+            &["-N", "-o", "ExitOnForwardFailure=yes", "-R", "0:127.0.0.1:22"],
+            &[],
+        ))
+    });
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("remote port forwarding failed"),
+        "{}",
+        stderr(&out)
+    );
+    // Forwards to an ungranted project and to an address rather than a project.
+    for (user, key, target, why) in [
+        ("vera", &s.vera.private, "api", "vera has no access to project api"),
+        ("alice", &s.alice.private, "127.0.0.1", "127.0.0.1 is not a project"),
+    ] {
+        let mut t = Tunnel::open(&s.gw, &s.kh, key, user, target);
+        let mut sock = tokio::net::TcpStream::connect(t.local).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _ = sock.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+        let mut buf = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), sock.read_to_end(&mut buf)).await;
+        assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "the forward carried nothing");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !t.stderr.lock().unwrap().contains(why) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            t.stderr.lock().unwrap().contains(why),
+            "ssh did not show why: {}",
+            t.stderr.lock().unwrap()
+        );
+        t.close();
+    }
+    // A key that is nobody's, and a user that does not exist.
+    let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.stranger.private, "alice", &["-N"], &[])));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "mallory", &["-N"], &[])));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    let logs = s.gw.logs();
+    for reason in [
+        "session_refused",
+        "remote_forward_refused",
+        "target_not_granted",
+        "unknown_target",
+        "key_not_authorized",
+        "unknown_user",
+    ] {
+        assert!(
+            logs.contains(&format!("reason=\"{reason}\"")),
+            "the log does not say {reason}:\n{logs}"
+        );
+    }
+    assert!(
+        web.seen().is_empty() && api.seen().is_empty(),
+        "nothing reached an upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    let askpass = s.dir.path().join("askpass.sh");
+    std::fs::write(&askpass, "#!/bin/sh\necho alice-password-1\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let with_password = |ask: &Path| {
+        let mut cmd = std::process::Command::new("ssh");
+        cmd.args([
+            "-F",
+            "/dev/null",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "PubkeyAuthentication=no",
+            "-o",
+            "PreferredAuthentications=password",
+            "-o",
+            "NumberOfPasswordPrompts=1",
+        ])
+        .arg("-o")
+        .arg(format!("UserKnownHostsFile={}", s.kh.display()))
+        .args(["-p", &s.gw.ssh.unwrap().port().to_string(), "alice@127.0.0.1", "id"])
+        .env("SSH_ASKPASS", ask)
+        .env("SSH_ASKPASS_REQUIRE", "force")
+        .env("DISPLAY", ":0")
+        .stdin(std::process::Stdio::null());
+        cmd
+    };
+    let before = s.gw.metric("argon2_verifications_total");
+    let out = tokio::task::block_in_place(|| run(with_password(&askpass)));
+    // Logged in (then the command is refused: there is no shell).
+    assert!(stderr(&out).contains("only forwards to projects"), "{}", stderr(&out));
+    assert!(s.gw.logs().contains("method=\"password\""), "{}", s.gw.logs());
+    assert!(s.gw.metric("argon2_verifications_total") > before);
+    let wrong = s.dir.path().join("wrong.sh");
+    std::fs::write(&wrong, "#!/bin/sh\necho not-the-password\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = tokio::task::block_in_place(|| run(with_password(&wrong)));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    assert!(s.gw.metric("auth_failures_total") >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_forwards_over_one_and_many_connections_work_and_closing_frees_them() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    let tunnels: Vec<Tunnel> = (0..4)
+        .map(|_| Tunnel::open(&s.gw, &s.kh, &s.alice.private, "alice", "web"))
+        .collect();
+    let mut tasks = Vec::new();
+    for t in &tunnels {
+        for i in 0..10 {
+            let local = t.local;
+            tasks.push(tokio::spawn(async move {
+                plain(local, "GET", &format!("/global/health?n={i}"), &[], "")
+                    .await
+                    .status
+                    .as_u16()
+            }));
+        }
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), 200);
+    }
+    assert_eq!(s.gw.metric("ssh_sessions_open"), 4);
+    // An event stream through a tunnel, then the tunnel goes away.
+    let mut t = Tunnel::open(&s.gw, &s.kh, &s.alice.private, "alice", "web");
+    let resp = plain_send(t.local, "GET", "/event", &[], "").await;
+    let mut body = resp.into_body();
+    read_until(&mut body, Duration::from_secs(5), |x| x.contains("server.connected")).await;
+    web.wait_subscribers(1).await;
+    assert_eq!(s.gw.metric("streams_open"), 1);
+    t.close();
+    drop(tunnels);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (sessions, streams, subs) = (
+            s.gw.metric("ssh_sessions_open"),
+            s.gw.metric("streams_open"),
+            web.events.receiver_count(),
+        );
+        if sessions == 0 && streams == 0 && subs == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left open: {sessions} sessions, {streams} streams, {subs} upstream streams"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
+    use crate::common::opencode::{ANSWER, FakeModel, OpenCode, opencode_bin};
+    use futures_util::{SinkExt, StreamExt};
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let pw = oc.password.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let alice = keygen(dir.path(), "alice_key");
+    let config = base_config(&format!(
+        "[ssh]\nlisten = \"127.0.0.1:0\"\nhost_key = \"certs/ssh_host_ed25519_key\"\n\n[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n[[user]]\nname = \"alice\"\nssh_keys = [\"{}\"]\nprojects = [\"*\"]\nrole = \"operator\"\n",
+        oc.url(),
+        alice.public_line
+    ));
+    let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("pw"), &pw));
+    let kh = known_hosts(&gw, dir.path());
+    let t = Tunnel::open(&gw, &kh, &alice.private, "alice", "demo");
+    let url = format!("http://{}", t.local);
+
+    // opencode run, with no gateway password: the SSH login is the identity.
+    let work = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(opencode_bin())
+        .args(["run", "--attach", &url, "hello over ssh"])
+        .current_dir(work.path())
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}\n{}", gw.logs());
+    assert!(
+        err.contains("fake-model"),
+        "events reached the client through the tunnel: {err}"
+    );
+    let sessions = plain(t.local, "GET", "/session", &[], "").await;
+    let id = serde_json::from_str::<serde_json::Value>(&sessions.body).unwrap()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let messages = plain(t.local, "GET", &format!("/session/{id}/message"), &[], "").await;
+    assert!(messages.body.contains(ANSWER), "{}", messages.body);
+
+    // An SSE stream through the tunnel carries a new session's event.
+    let resp = plain_send(t.local, "GET", "/global/event", &[], "").await;
+    let mut events = resp.into_body();
+    read_until(&mut events, Duration::from_secs(10), |x| x.contains("server.connected")).await;
+    // OpenCode subscribes the stream to its bus just after saying "connected": a session made in
+    // that instant is not announced, so make sessions until one is (bounded).
+    let mut announced = false;
+    for _ in 0..5 {
+        let created = plain(t.local, "POST", "/session", &[], "{}").await;
+        let new_id = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        if read_until(&mut events, Duration::from_secs(3), |x| x.contains(&new_id))
+            .await
+            .contains(&new_id)
+        {
+            announced = true;
+            break;
+        }
+    }
+    assert!(announced, "no session.created came through the tunnel's event stream");
+
+    // A terminal through the tunnel.
+    let pty = plain(t.local, "POST", "/pty", &[], "{}").await;
+    let pty_id = serde_json::from_str::<serde_json::Value>(&pty.body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tcp = tokio::net::TcpStream::connect(t.local).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{}/pty/{pty_id}/connect?cursor=0", t.local), tcp)
+        .await
+        .unwrap();
+    ws.send(tokio_tungstenite::tungstenite::Message::text("echo SSH$((6*7))PTY\r"))
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !seen.contains("SSH42PTY") {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(m))) => seen.push_str(&String::from_utf8_lossy(&m.into_data())),
+            _ => break,
+        }
+    }
+    assert!(seen.contains("SSH42PTY"), "{seen:?}");
+}
