@@ -23,6 +23,7 @@ pub mod admin;
 pub mod auth;
 pub mod authz;
 pub mod cli;
+pub mod client_addr;
 pub mod commands;
 pub mod config;
 pub mod devcert;

@@ -2,6 +2,7 @@
 //! body that streams the client's upload to it, bounded in size.
 
 use std::error::Error as StdError;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -11,6 +12,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::Sleep;
 
 pub type BoxError = Box<dyn StdError + Send + Sync>;
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
@@ -36,17 +38,35 @@ pub fn client(connect_timeout: Duration) -> UpstreamClient {
 pub enum UpstreamBody {
     Empty,
     Full(Option<Bytes>),
-    Client { body: Incoming, remaining: u64 },
+    Client(Box<ClientBody>),
+}
+
+/// The client's upload: bounded in size, and cut when it stops arriving (a slow-body attack
+/// would otherwise hold an upstream connection forever).
+pub struct ClientBody {
+    body: Incoming,
+    remaining: u64,
+    idle_after: Duration,
+    idle: Pin<Box<Sleep>>,
 }
 
 #[derive(Debug, thiserror::Error)]
 #[error("the request body is larger than the gateway allows")]
 pub struct BodyTooLarge;
 
+#[derive(Debug, thiserror::Error)]
+#[error("the request body stopped arriving")]
+pub struct BodyIdle;
+
 impl UpstreamBody {
-    /// The client's body, cut off with an error once it passes `max` bytes.
-    pub fn client(body: Incoming, max: u64) -> Self {
-        UpstreamBody::Client { body, remaining: max }
+    /// The client's body, cut off with an error once it passes `max` bytes or goes quiet for `idle`.
+    pub fn client(body: Incoming, max: u64, idle: Duration) -> Self {
+        UpstreamBody::Client(Box::new(ClientBody {
+            body,
+            remaining: max,
+            idle_after: idle,
+            idle: Box::pin(tokio::time::sleep(idle)),
+        }))
     }
 }
 
@@ -58,19 +78,25 @@ impl Body for UpstreamBody {
         match self.get_mut() {
             UpstreamBody::Empty => Poll::Ready(None),
             UpstreamBody::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
-            UpstreamBody::Client { body, remaining } => match Pin::new(body).poll_frame(cx) {
+            UpstreamBody::Client(c) => match Pin::new(&mut c.body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
                         let n = data.len() as u64;
-                        if n > *remaining {
+                        if n > c.remaining {
                             return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
                         }
-                        *remaining -= n;
+                        c.remaining -= n;
                     }
+                    let next = tokio::time::Instant::now() + c.idle_after;
+                    c.idle.as_mut().reset(next);
                     Poll::Ready(Some(Ok(frame)))
                 }
                 Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
-                other => other.map(|_| None),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => match c.idle.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyIdle)))),
+                    Poll::Pending => Poll::Pending,
+                },
             },
         }
     }
@@ -79,7 +105,7 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Empty => true,
             UpstreamBody::Full(d) => d.is_none(),
-            UpstreamBody::Client { body, .. } => body.is_end_stream(),
+            UpstreamBody::Client(c) => c.body.is_end_stream(),
         }
     }
 
@@ -87,7 +113,7 @@ impl Body for UpstreamBody {
         match self {
             UpstreamBody::Empty => SizeHint::with_exact(0),
             UpstreamBody::Full(d) => SizeHint::with_exact(d.as_ref().map_or(0, |b| b.len() as u64)),
-            UpstreamBody::Client { body, .. } => body.size_hint(),
+            UpstreamBody::Client(c) => c.body.size_hint(),
         }
     }
 }
@@ -108,6 +134,9 @@ pub fn describe(err: &(dyn StdError + 'static)) -> String {
         if e.downcast_ref::<BodyTooLarge>().is_some() {
             return BodyTooLarge.to_string();
         }
+        if e.downcast_ref::<BodyIdle>().is_some() {
+            return BodyIdle.to_string();
+        }
         if let Some(h) = e.downcast_ref::<hyper::Error>()
             && h.is_incomplete_message()
         {
@@ -122,14 +151,23 @@ pub fn describe(err: &(dyn StdError + 'static)) -> String {
     last
 }
 
-/// Was the request refused because the client's body was too large?
-pub fn is_body_too_large(err: &(dyn StdError + 'static)) -> bool {
+/// Did the request fail because of the client's body (too large, or stopped arriving)?
+pub fn client_body_fault(err: &(dyn StdError + 'static)) -> Option<ClientBodyFault> {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if e.downcast_ref::<BodyTooLarge>().is_some() {
-            return true;
+            return Some(ClientBodyFault::TooLarge);
+        }
+        if e.downcast_ref::<BodyIdle>().is_some() {
+            return Some(ClientBodyFault::Idle);
         }
         cur = e.source();
     }
-    false
+    None
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientBodyFault {
+    TooLarge,
+    Idle,
 }

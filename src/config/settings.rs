@@ -69,7 +69,6 @@ pub struct Limits {
     pub max_ssh_channels_per_connection: u32,
     pub tls_handshake_timeout: Duration,
     pub request_head_timeout: Duration,
-    pub keepalive_timeout: Duration,
     pub body_idle_timeout: Duration,
     pub upstream_connect_timeout: Duration,
     pub upstream_response_timeout: Duration,

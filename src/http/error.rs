@@ -47,6 +47,8 @@ pub enum HttpError {
     UpstreamRejectedCredential { project: String },
     #[error("the request body is larger than {max} bytes")]
     PayloadTooLarge { max: u64 },
+    #[error("the request body stopped arriving for {} s", secs.as_secs())]
+    BodyTimeout { secs: Duration },
     #[error("the request URI is longer than {max} bytes")]
     UriTooLong { max: usize },
     #[error("{0}")]
@@ -71,6 +73,7 @@ impl From<&HttpError> for StatusCode {
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             UpstreamStarting { .. } | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             BadRequest(_) => StatusCode::BAD_REQUEST,
         }
@@ -97,6 +100,7 @@ impl HttpError {
             UpstreamStarting { .. } => "upstream_starting",
             UpstreamRejectedCredential { .. } => "upstream_rejected_credential",
             PayloadTooLarge { .. } => "payload_too_large",
+            BodyTimeout { .. } => "body_timeout",
             UriTooLong { .. } => "uri_too_long",
             BadRequest(_) => "bad_request",
             ShuttingDown => "shutting_down",
@@ -202,6 +206,12 @@ mod tests {
             ),
             (HttpError::PayloadTooLarge { max: 1 }, 413),
             (HttpError::UriTooLong { max: 1 }, 414),
+            (
+                HttpError::BodyTimeout {
+                    secs: Duration::from_secs(1),
+                },
+                408,
+            ),
             (HttpError::BadRequest("x".into()), 400),
         ];
         for (e, status) in cases {

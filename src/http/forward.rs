@@ -2,6 +2,7 @@
 //! directory pinning, checked bodies), send it on the pooled client, and bring the response back
 //! (streamed, filtered for a shared upstream, or an upgrade spliced both ways).
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use crate::gateway::Gateway;
 use crate::ratelimit::SlotGuard;
 use crate::rewrite::{self, Forward};
 use crate::state::{ProjectState, UserState};
-use crate::upstream::UpstreamBody;
+use crate::upstream::{ClientBodyFault, UpstreamBody};
 
 /// Bodies the gateway reads whole (directory checks, tickets, listings) are small JSON.
 const SMALL_BODY: usize = 1024 * 1024;
@@ -30,6 +31,8 @@ const LISTING_BODY: usize = 16 * 1024 * 1024;
 pub struct Forwarding<'a> {
     pub gw: &'a Arc<Gateway>,
     pub conn: &'a ConnInfo,
+    /// The client's address (after trusted proxies).
+    pub client: IpAddr,
     pub project: &'a Arc<ProjectState>,
     pub endpoint: &'a Arc<Endpoint>,
     pub user: &'a UserState,
@@ -53,6 +56,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     let Forwarding {
         gw,
         conn,
+        client,
         project,
         endpoint,
         user,
@@ -86,7 +90,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     rewrite::request_headers(
         &mut parts.headers,
         &Forward {
-            client_ip: conn.peer.ip(),
+            client_ip: client,
             proto: conn.scheme(),
             original_host: host,
             upstream_authority: &endpoint.authority,
@@ -106,12 +110,12 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
             crate::pin::check_body(&bytes, &rule, root).map_err(|why| {
-                tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
+                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
             })?;
             UpstreamBody::Full(Some(bytes))
         }
-        _ => UpstreamBody::client(body, limits.max_body_bytes),
+        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout),
     };
     let upstream_req = Request::from_parts(parts, body);
 
@@ -128,14 +132,14 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 secs: limits.upstream_response_timeout,
             })?
     };
-    let mut response = result.map_err(|e| {
-        if crate::upstream::is_body_too_large(&e) {
-            HttpError::PayloadTooLarge {
-                max: limits.max_body_bytes,
-            }
-        } else {
-            unavailable(project, crate::upstream::describe(&e))
-        }
+    let mut response = result.map_err(|e| match crate::upstream::client_body_fault(&e) {
+        Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
+            max: limits.max_body_bytes,
+        },
+        Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
+            secs: limits.body_idle_timeout,
+        },
+        None => unavailable(project, crate::upstream::describe(&e)),
     })?;
 
     if response.status() == StatusCode::UNAUTHORIZED {

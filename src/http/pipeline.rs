@@ -3,6 +3,7 @@
 //! identify → route → authorize → origin → rate limit → scope → [`super::forward`].
 
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -32,8 +33,9 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     gw.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let state = gw.state();
+    let client = crate::client_addr::client_ip(conn.peer.ip(), req.headers(), &state.settings.server.trusted_proxies);
     let mut record = AccessRecord {
-        peer: conn.peer.ip(),
+        peer: client,
         transport: conn.transport(),
         user: None,
         project: None,
@@ -44,12 +46,12 @@ pub async fn handle(
         started: Instant::now(),
     };
     let mut hold = None;
-    let response = match handle_inner(&gw, &state, &conn, req, &mut record, &mut hold).await {
+    let response = match handle_inner(&gw, &state, &conn, client, req, &mut record, &mut hold).await {
         Ok(r) => r,
         Err(e) => {
             record.reason = Some(e.code());
             if StatusCode::from(&e).is_server_error() {
-                tracing::warn!(peer = %conn.peer.ip(), project = record.project.as_deref().unwrap_or("-"), reason = e.code(), "{e}");
+                tracing::warn!(peer = %client, project = record.project.as_deref().unwrap_or("-"), reason = e.code(), "{e}");
             }
             e.into_response()
         }
@@ -94,6 +96,7 @@ async fn handle_inner(
     gw: &Arc<Gateway>,
     state: &State,
     conn: &ConnInfo,
+    client: IpAddr,
     req: Request<Incoming>,
     record: &mut AccessRecord,
     hold: &mut Hold,
@@ -107,7 +110,7 @@ async fn handle_inner(
     }
     let upgrade = rewrite::upgrade_protocol(req.headers());
 
-    let (user, ticket_project) = identify(gw, state, conn, &req, upgrade.is_some()).await?;
+    let (user, ticket_project) = identify(gw, state, conn, client, &req, upgrade.is_some()).await?;
     record.user = Some(user.name.clone());
 
     let host = request_host(&req).map(str::to_string);
@@ -182,6 +185,7 @@ async fn handle_inner(
     forward::forward(Forwarding {
         gw,
         conn,
+        client,
         project: &project,
         endpoint: &endpoint,
         user: &user,
@@ -255,6 +259,7 @@ async fn identify(
     gw: &Gateway,
     state: &State,
     conn: &ConnInfo,
+    client: IpAddr,
     req: &Request<Incoming>,
     upgrade: bool,
 ) -> Result<(Arc<UserState>, Option<Arc<str>>), HttpError> {
@@ -273,7 +278,7 @@ async fn identify(
     };
     match creds {
         Some(Credentials::Basic { user, password }) => {
-            let u = crate::auth::password(gw, state, conn.peer.ip(), &user, &password).await?;
+            let u = crate::auth::password(gw, state, client, &user, &password).await?;
             Ok((u, None))
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),

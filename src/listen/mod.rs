@@ -39,7 +39,20 @@ where
             }
         };
         let ip = crate::ratelimit::address_key(peer.ip());
-        let Some(slot) = gw.connections.try_acquire(ip, gw.limits.max_connections_per_ip) else {
+        // A trusted proxy carries many clients on its connections: it gets no per-address cap.
+        let trusted = gw
+            .state()
+            .settings
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|c| c.contains(peer.ip()));
+        let max = if trusted {
+            u32::MAX
+        } else {
+            gw.limits.max_connections_per_ip
+        };
+        let Some(slot) = gw.connections.try_acquire(ip, max) else {
             gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(target: "security", listener = what, peer = %peer.ip(), reason = "connection_limit", "connection refused: too many from this address");
             continue;

@@ -2,6 +2,7 @@
 //! clients. Tests marked `#[ignore = "needs OpenCode…"]` drive the real OpenCode server and its
 //! clients; `scripts/test.sh` installs OpenCode and runs them too.
 
+mod abuse;
 mod browser;
 mod common;
 mod config_cli;

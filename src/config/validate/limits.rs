@@ -31,7 +31,6 @@ pub(super) fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
         ),
         tls_handshake_timeout: c.duration("limits.tls_handshake_timeout", &l.tls_handshake_timeout),
         request_head_timeout: c.duration("limits.request_head_timeout", &l.request_head_timeout),
-        keepalive_timeout: c.duration("limits.keepalive_timeout", &l.keepalive_timeout),
         body_idle_timeout: c.duration("limits.body_idle_timeout", &l.body_idle_timeout),
         upstream_connect_timeout: c.duration("limits.upstream_connect_timeout", &l.upstream_connect_timeout),
         upstream_response_timeout: c.duration("limits.upstream_response_timeout", &l.upstream_response_timeout),

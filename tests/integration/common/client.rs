@@ -31,6 +31,8 @@ pub struct Https {
     config: Arc<rustls::ClientConfig>,
     /// The host name to send (SNI and Host); the connection always goes to `addr`.
     pub host: String,
+    /// The local address to connect from (127.0.0.2, 127.0.0.3 … stand for distinct clients).
+    pub source: Option<std::net::IpAddr>,
 }
 
 pub struct Reply {
@@ -60,6 +62,7 @@ impl Https {
             addr,
             config: Arc::new(config),
             host: addr.ip().to_string(),
+            source: None,
         }
     }
 
@@ -75,8 +78,34 @@ impl Https {
         format!("{}:{}", self.host, self.addr.port())
     }
 
+    /// The same client, connecting from another local address.
+    pub fn from(&self, source: &str) -> Https {
+        Https {
+            source: Some(source.parse().unwrap()),
+            ..self.clone()
+        }
+    }
+
+    pub async fn tcp(&self) -> std::io::Result<TcpStream> {
+        match self.source {
+            None => TcpStream::connect(self.addr).await,
+            Some(ip) => {
+                let socket = tokio::net::TcpSocket::new_v4()?;
+                socket.bind(std::net::SocketAddr::new(ip, 0))?;
+                socket.connect(self.addr).await
+            }
+        }
+    }
+
+    /// A TLS connection, or the error if the gateway refused or dropped it.
+    pub async fn try_tls(&self) -> std::io::Result<TlsStream<TcpStream>> {
+        let tcp = self.tcp().await?;
+        let name = ServerName::try_from(self.host.clone()).unwrap();
+        TlsConnector::from(self.config.clone()).connect(name, tcp).await
+    }
+
     pub async fn tls(&self) -> TlsStream<TcpStream> {
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let tcp = self.tcp().await.unwrap();
         let name = ServerName::try_from(self.host.clone()).unwrap();
         TlsConnector::from(self.config.clone())
             .connect(name, tcp)

@@ -1,0 +1,461 @@
+//! Abuse: password guessing, floods of novel credentials, slow clients, oversized requests,
+//! connection and stream hogging. Loopback only, with 127.0.0.x standing for distinct clients;
+//! every loop is bounded.
+
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::client::{Https, basic, read, read_until};
+use crate::common::fake_upstream::FakeUpstream;
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::write_secret;
+
+const PW: &str = "abuse-upstream-pw";
+
+async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
+    let web = FakeUpstream::start(PW).await;
+    let config = base_config(&format!(
+        "{limits}\n[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
+        web.url(),
+        users_toml(&[
+            TestUser {
+                name: "alice",
+                password: "alice-password-1",
+                projects: "[\"*\"]",
+                role: "operator"
+            },
+            TestUser {
+                name: "bob",
+                password: "bob-password-22",
+                projects: "[\"*\"]",
+                role: "operator"
+            },
+        ])
+    ));
+    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let c = Https::new(gw.https, &gw.ca());
+    (gw, web, c)
+}
+
+fn alice() -> String {
+    basic("alice", "alice-password-1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_wrong_passwords_from_one_address_stop_at_the_limit_before_argon2() {
+    let (gw, _web, c) = gateway("").await;
+    let before = gw.metric("argon2_verifications_total");
+    let attacker = c.from("127.0.0.2");
+    let owner = c.from("127.0.0.3");
+    let flood = tokio::spawn(async move {
+        let mut conn = attacker.http1().await;
+        let (mut unauthorized, mut limited, mut retry_after_ok) = (0, 0, true);
+        for i in 0..1000 {
+            let req = attacker
+                .request("GET", "/global/health", Some(&basic("alice", &format!("guess-{i}"))))
+                .body(Full::default())
+                .unwrap();
+            let r = read(conn.send_request(req).await.unwrap()).await;
+            match r.status.as_u16() {
+                401 => unauthorized += 1,
+                429 => {
+                    limited += 1;
+                    retry_after_ok &= r
+                        .headers
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+                        .is_some_and(|s| (1..=60).contains(&s));
+                }
+                other => panic!("unexpected {other}"),
+            }
+        }
+        (unauthorized, limited, retry_after_ok)
+    });
+    // Meanwhile the owner, from elsewhere, logs in at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    assert_eq!(owner.get("/global/health", Some(&alice())).await.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the owner waited {:?}",
+        started.elapsed()
+    );
+    let (unauthorized, limited, retry_after_ok) = flood.await.unwrap();
+    // Burst 10, refilled at 5 a minute: a minute-long test could see a few more.
+    assert!((10..=15).contains(&unauthorized), "{unauthorized} guesses were checked");
+    assert_eq!(unauthorized + limited, 1000);
+    assert!(retry_after_ok, "every 429 says when to retry");
+    let runs = gw.metric("argon2_verifications_total") - before;
+    assert_eq!(
+        runs,
+        unauthorized + 1,
+        "argon2 ran only for the guesses within the limit, and the owner"
+    );
+    assert!(
+        gw.logs().contains("reason=\"address\""),
+        "the refusals are logged with why"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_novel_credentials_never_run_more_argon2_than_cores_and_users_keep_working() {
+    let (gw, _web, c) = gateway("").await;
+    // Alice is authenticated (her credential is cached) before the flood starts.
+    let steady = c.from("127.0.0.4");
+    assert_eq!(steady.get("/global/health", Some(&alice())).await.status, 200);
+    let mut flood = Vec::new();
+    for a in 1..=100u32 {
+        let client = c.from(&format!("127.0.1.{a}"));
+        flood.push(tokio::spawn(async move {
+            let mut conn = client.http1().await;
+            let mut statuses = [0u32; 2];
+            for i in 0..100u32 {
+                let cred = basic(&format!("user{a}x{i}"), &format!("pw-{a}-{i}"));
+                let req = client
+                    .request("GET", "/global/health", Some(&cred))
+                    .body(Full::default())
+                    .unwrap();
+                let status = read(conn.send_request(req).await.unwrap()).await.status.as_u16();
+                assert!(status == 401 || status == 429, "{status}");
+                statuses[usize::from(status == 429)] += 1;
+            }
+            statuses
+        }));
+    }
+    let mut worst = Duration::ZERO;
+    let mut ok = 0;
+    while !flood.iter().all(|t| t.is_finished()) {
+        let started = Instant::now();
+        let r = steady.get("/global/health", Some(&alice())).await;
+        assert_eq!(r.status, 200, "an authenticated request failed during the flood");
+        worst = worst.max(started.elapsed());
+        ok += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut checked = 0;
+    for t in flood {
+        checked += t.await.unwrap()[0];
+    }
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert!(
+        gw.metric("argon2_peak_running") <= cores,
+        "more argon2 at once than cores"
+    );
+    assert!(checked <= 100 * 12, "{checked} novel credentials reached argon2");
+    assert!(ok >= 5, "the authenticated client kept going ({ok} requests)");
+    assert!(
+        worst < Duration::from_secs(5),
+        "an authenticated request took {worst:?}"
+    );
+    eprintln!("flood: {checked} of 10000 checked by argon2; {ok} authenticated requests, slowest {worst:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_request_heads_are_cut_at_the_head_timeout_while_others_are_served() {
+    let (gw, _web, c) = gateway("[limits]\nrequest_head_timeout = \"2s\"\ntls_handshake_timeout = \"2s\"\n").await;
+    let mut slow = Vec::new();
+    for i in 0..500u32 {
+        let client = c.from(&format!("127.0.2.{}", 1 + i % 5));
+        slow.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tls = client.tls().await;
+            let head = b"GET /global/health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+            for b in head.iter().cycle().take(60) {
+                if tls.write_all(&[*b]).await.is_err() || tls.flush().await.is_err() {
+                    return started.elapsed();
+                }
+                let mut buf = [0u8; 64];
+                if let Ok(r) = tokio::time::timeout(Duration::from_secs(1), tls.read(&mut buf)).await {
+                    // Closed (or an error answer and then closed).
+                    if matches!(r, Ok(0) | Err(_)) {
+                        return started.elapsed();
+                    }
+                }
+            }
+            Duration::from_secs(3600)
+        }));
+    }
+    // A client that connects and never says hello is cut at the handshake timeout.
+    let silent = {
+        let client = c.from("127.0.0.7");
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tcp = client.tcp().await.unwrap();
+            let mut buf = [0u8; 8];
+            let _ = tokio::time::timeout(Duration::from_secs(30), tcp.read(&mut buf)).await;
+            started.elapsed()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let started = Instant::now();
+    assert_eq!(
+        c.from("127.0.0.5").get("/global/health", Some(&alice())).await.status,
+        200
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a normal request waited {:?}",
+        started.elapsed()
+    );
+    let mut longest = Duration::ZERO;
+    for t in slow {
+        longest = longest.max(t.await.unwrap());
+    }
+    assert!(longest < Duration::from_secs(15), "a slow head was held {longest:?}");
+    let silent = silent.await.unwrap();
+    assert!(
+        silent < Duration::from_secs(10) && silent >= Duration::from_millis(1500),
+        "{silent:?}"
+    );
+    // Everything was cleaned up (the admin connection asking is the one left).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.metric("connections_open") > 1 {
+        assert!(Instant::now() < deadline, "connections left open");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn oversized_heads_many_headers_long_uris_and_bodies_get_their_status() {
+    let (gw, web, c) = gateway("[limits]\nmax_body_bytes = 100000\nbody_idle_timeout = \"1s\"\n").await;
+    let big = "x".repeat(70 * 1024);
+    let req = c
+        .request("GET", "/global/health", Some(&alice()))
+        .header("x-big", big.as_str())
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(c.call(req).await.status, 431);
+    let mut b = c.request("GET", "/global/health", Some(&alice()));
+    for i in 0..150 {
+        b = b.header(format!("x-h{i}"), "v");
+    }
+    assert_eq!(c.call(b.body(Full::default()).unwrap()).await.status, 431);
+    let long = format!("/global/health?q={}", "y".repeat(9000));
+    assert_eq!(c.get(&long, Some(&alice())).await.status, 414);
+    let req = c
+        .request("POST", "/session/ses_1/message", Some(&alice()))
+        .body(Full::from(vec![b'z'; 200_000]))
+        .unwrap();
+    assert_eq!(c.call(req).await.status, 413);
+    // A chunked body (no Content-Length) that grows past the limit is cut too.
+    let mut tls = c.tls().await;
+    let chunk = "a".repeat(50_000);
+    let head = format!(
+        "POST /session/ses_1/message HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        c.authority(),
+        alice()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    for _ in 0..3 {
+        let _ = tls
+            .write_all(format!("{:x}\r\n{chunk}\r\n", chunk.len()).as_bytes())
+            .await;
+    }
+    let _ = tls.write_all(b"0\r\n\r\n").await;
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    drop(tls);
+    // A body that stops arriving is cut at body_idle_timeout.
+    let mut tls = c.tls().await;
+    let head = format!(
+        "POST /session/ses_1/message HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nContent-Length: 1000\r\n\r\nonly a little",
+        c.authority(),
+        alice()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let n = tokio::time::timeout(Duration::from_secs(15), tls.read(&mut answer))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    drop(tls);
+    // Every refused request's connection is gone (the admin connection asking is the one left).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while gw.metric("connections_open") > 1 {
+        assert!(Instant::now() < deadline, "connections left open after refusals");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        web.seen().iter().all(|s| s.method == "POST"),
+        "no oversized GET reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn the_per_user_stream_cap_refuses_the_next_stream_while_the_others_flow() {
+    let (_gw, web, c) = gateway("[limits]\nmax_streams_per_user = 2\n").await;
+    let open = || async {
+        c.send(
+            c.request("GET", "/global/event", Some(&alice()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await
+    };
+    let mut a = open().await.into_body();
+    let mut b = open().await.into_body();
+    read_until(&mut a, Duration::from_secs(5), |t| t.contains("server.connected")).await;
+    read_until(&mut b, Duration::from_secs(5), |t| t.contains("server.connected")).await;
+    let third = read(open().await).await;
+    assert_eq!(third.status, 429);
+    assert!(third.body.contains("too many open streams"), "{}", third.body);
+    assert!(third.headers.contains_key("retry-after"));
+    web.wait_subscribers(2).await;
+    web.events.send("{\"type\":\"still-flowing\"}".into()).unwrap();
+    for s in [&mut a, &mut b] {
+        assert!(
+            read_until(s, Duration::from_secs(5), |t| t.contains("still-flowing"))
+                .await
+                .contains("still-flowing")
+        );
+    }
+    // Another user has slots of their own; and a closed stream frees its slot.
+    let bob = c
+        .send(
+            c.request("GET", "/global/event", Some(&basic("bob", "bob-password-22")))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(bob.status(), 200);
+    drop(a);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let r = open().await;
+        if r.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed stream's slot never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn requests_per_user_are_rate_limited() {
+    let (_gw, _web, c) = gateway("[limits]\nrequests_per_second = 2\nburst = 5\n").await;
+    let mut conn = c.http1().await;
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let req = c
+            .request("GET", "/global/health", Some(&alice()))
+            .body(Full::default())
+            .unwrap();
+        let r = read(conn.send_request(req).await.unwrap()).await;
+        if r.status == 429 {
+            assert!(r.headers.contains_key("retry-after"));
+        }
+        statuses.push(r.status.as_u16());
+    }
+    let ok = statuses.iter().filter(|s| **s == 200).count();
+    assert!((5..=8).contains(&ok), "{statuses:?}");
+    assert!(statuses.contains(&429));
+    assert_eq!(
+        c.get("/global/health", Some(&basic("bob", "bob-password-22")))
+            .await
+            .status,
+        200,
+        "bob has his own budget"
+    );
+}
+
+#[tokio::test]
+async fn connections_per_address_are_capped() {
+    let (gw, _web, c) = gateway("[limits]\nmax_connections_per_ip = 3\n").await;
+    let hog = c.from("127.0.0.6");
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(hog.try_tls().await.expect("within the cap"));
+    }
+    assert!(
+        hog.try_tls().await.is_err(),
+        "the fourth connection from one address is dropped"
+    );
+    assert!(
+        c.from("127.0.0.9").try_tls().await.is_ok(),
+        "another address is not affected"
+    );
+    held.pop();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while hog.try_tls().await.is_err() {
+        assert!(Instant::now() < deadline, "a closed connection's slot never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(gw.metric("connections_refused_total") >= 1);
+}
+
+#[tokio::test]
+async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
+    // A gateway behind a proxy at 127.0.0.8.
+    let web2 = FakeUpstream::start(PW).await;
+    let config = base_config(&format!(
+        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
+        web2.url(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator"
+        }])
+    ))
+    .replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.8\"]\n",
+    );
+    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let c = Https::new(gw.https, &gw.ca());
+    let via = |from: &str, xff: &str| {
+        let client = c.from(from);
+        let xff = xff.to_string();
+        async move {
+            let req = client
+                .request("GET", "/echo", Some(&alice()))
+                .header("x-forwarded-for", xff)
+                .body(Full::default())
+                .unwrap();
+            client.call(req).await.status.as_u16()
+        }
+    };
+    assert_eq!(via("127.0.0.8", "203.0.113.7").await, 200);
+    assert_eq!(via("127.0.0.9", "203.0.113.7").await, 200);
+    let seen = web2.seen();
+    assert_eq!(
+        seen[0].headers["x-forwarded-for"], "203.0.113.7",
+        "believed from the trusted proxy"
+    );
+    assert_eq!(
+        seen[1].headers["x-forwarded-for"], "127.0.0.9",
+        "ignored from anyone else"
+    );
+    assert!(gw.logs().contains("peer=203.0.113.7"));
+    // The login limiter counts the real client behind the proxy, not the proxy.
+    for i in 0..12 {
+        let client = c.from("127.0.0.8");
+        let req = client
+            .request("GET", "/echo", Some(&basic("alice", &format!("wrong{i}"))))
+            .header("x-forwarded-for", "203.0.113.66")
+            .body(Full::default())
+            .unwrap();
+        client.call(req).await;
+    }
+    assert_eq!(
+        via("127.0.0.8", "203.0.113.7").await,
+        200,
+        "another client behind the same proxy is not locked out"
+    );
+}
