@@ -1,0 +1,169 @@
+//! Property tests for the parsers and rewriters every request goes through: no input makes them
+//! panic, and the invariants the gateway's security rests on hold for generated inputs.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use base64::Engine;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use opencode_gateway::auth::credentials::{self, Credentials};
+use opencode_gateway::config::validate::lexical_clean;
+use opencode_gateway::pin;
+use opencode_gateway::redact::Redactor;
+use opencode_gateway::rewrite::{self, Forward};
+use opencode_gateway::route::{self, Route, RouteInput};
+use opencode_gateway::scope::EventFilter;
+use proptest::prelude::*;
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn authorization_parsing_never_panics(value in ".{0,300}") {
+        let _ = credentials::parse_authorization(&value);
+        let _ = credentials::parse_basic_token(&value);
+        let _ = credentials::from_query(Some(&value));
+    }
+
+    #[test]
+    fn basic_credentials_round_trip(user in "[A-Za-z0-9._@-]{1,40}", password in "\\PC{0,60}") {
+        let parsed = credentials::parse_authorization(&format!("Basic {}", b64(&format!("{user}:{password}"))));
+        match parsed {
+            Ok(Credentials::Basic { user: u, password: p }) => {
+                prop_assert_eq!(u, user);
+                prop_assert!(p.ct_eq(password.as_bytes()));
+            }
+            other => prop_assert!(false, "{other:?}"),
+        }
+    }
+
+    #[test]
+    fn routing_never_panics_and_names_only_known_projects(host in "[a-zA-Z0-9.:\\[\\]-]{0,40}", path in "/[a-zA-Z0-9/._%-]{0,60}") {
+        let known = |n: &str| n == "web" || n == "api";
+        let input = RouteInput { bound: None, host: Some(&host), path: &path };
+        match route::route(&input, Some("gw.localhost"), known, None) {
+            Route::Project { name, path: rest } => {
+                prop_assert!(known(name));
+                prop_assert!(rest.starts_with('/'));
+                prop_assert!(path.ends_with(rest) || rest == "/");
+            }
+            Route::Unknown(name) => prop_assert!(!known(name)),
+            Route::None => {}
+        }
+    }
+
+    #[test]
+    fn a_path_prefix_strips_exactly_itself(tail in "(/[a-z0-9_.-]{1,10}){0,5}") {
+        let path = format!("/p/web{tail}");
+        let input = RouteInput { bound: None, host: None, path: &path };
+        let r = route::route(&input, None, |n| n == "web", None);
+        let expected = if tail.is_empty() { "/".to_string() } else { tail.clone() };
+        prop_assert_eq!(r, Route::Project { name: "web", path: &expected });
+    }
+
+    #[test]
+    fn a_directory_the_pin_accepts_is_inside_the_project(segs in prop::collection::vec(prop_oneof!["[a-z]{1,6}", Just("..".to_string()), Just(".".to_string()), Just("%2E%2E".to_string()), Just("".to_string())], 0..8), absolute in any::<bool>()) {
+        let root = Path::new("/tmp/ocgw-prop-root/project");
+        let rel = segs.join("/");
+        let candidate = if absolute { format!("{}/{rel}", root.display()) } else { rel };
+        if pin::inside(root, &candidate) {
+            let decoded = candidate.replace("%2E", ".");
+            let resolved = lexical_clean(&root.join(&decoded));
+            prop_assert!(resolved.starts_with(root), "{candidate} → {}", resolved.display());
+        }
+    }
+
+    #[test]
+    fn directory_selectors_and_credentials_never_leave_in_the_query(pairs in prop::collection::vec(("(directory|workspace|location%5Bdirectory%5D|%64irectory|auth_token|auth%5Ftoken|cursor|path|q)", "[a-zA-Z0-9%/._-]{0,12}"), 0..8)) {
+        let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let query = query.join("&");
+        if let Some(out) = rewrite::upstream_query(Some(&query), true) {
+            for (name, _) in opencode_gateway::query::pairs(&out) {
+                prop_assert!(!pin::is_selector_param(&name) && !rewrite::is_credential_param(&name), "{name} left in {out}");
+            }
+        }
+        if let Some(out) = rewrite::upstream_query(Some(&query), false) {
+            for (name, _) in opencode_gateway::query::pairs(&out) {
+                prop_assert!(!rewrite::is_credential_param(&name));
+            }
+        }
+    }
+
+    #[test]
+    fn rewritten_headers_carry_only_the_upstream_credential(headers in prop::collection::vec(("[a-z-]{1,20}", "[ -~]{0,30}"), 0..20), client_auth in "[ -~]{0,40}") {
+        let mut map = HeaderMap::new();
+        for (k, v) in &headers {
+            if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) {
+                map.append(k, v);
+            }
+        }
+        if let Ok(v) = HeaderValue::from_str(&client_auth) {
+            map.insert(http::header::AUTHORIZATION, v);
+        }
+        let upstream = HeaderValue::from_static("Basic b3BlbmNvZGU6c2VjcmV0");
+        let ip: IpAddr = "198.51.100.4".parse().unwrap();
+        rewrite::request_headers(&mut map, &Forward {
+            client_ip: ip, proto: "https", original_host: Some("gw:8443"),
+            upstream_authority: "127.0.0.1:4096", upstream_auth: Some(&upstream), upgrade: None,
+        });
+        let auths: Vec<_> = map.get_all(http::header::AUTHORIZATION).iter().collect();
+        prop_assert_eq!(auths, vec![&upstream]);
+        prop_assert_eq!(map.get_all("x-forwarded-for").iter().count(), 1);
+        prop_assert_eq!(&map["x-forwarded-for"], "198.51.100.4");
+        for hop in ["connection", "keep-alive", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "forwarded", "x-real-ip"] {
+            prop_assert!(!map.contains_key(hop), "{hop} survived");
+        }
+    }
+
+    #[test]
+    fn the_upstream_credential_never_survives_a_response_frame(prefix in prop::collection::vec(any::<u8>(), 0..200), suffix in prop::collection::vec(any::<u8>(), 0..200), repeats in 1usize..4) {
+        let secret = b"s3cr3t-upstream-Pa55";
+        let token = b64("opencode:s3cr3t-upstream-Pa55");
+        let r = Redactor::new(&[secret, token.as_bytes()]).unwrap();
+        let mut frame = prefix.clone();
+        for _ in 0..repeats {
+            frame.extend_from_slice(secret);
+            frame.extend_from_slice(token.as_bytes());
+        }
+        frame.extend_from_slice(&suffix);
+        let out = r.frame(bytes::Bytes::from(frame.clone()));
+        prop_assert_eq!(out.len(), frame.len(), "the length is kept");
+        prop_assert!(!out.windows(secret.len()).any(|w| w == secret));
+        prop_assert!(!out.windows(token.len()).any(|w| w == token.as_bytes()));
+    }
+
+    #[test]
+    fn event_filtering_does_not_depend_on_how_the_stream_is_cut(cuts in prop::collection::vec(1usize..40, 0..10)) {
+        let events = [
+            r#"data: {"directory":"/home/a/web","payload":{"type":"x"}}"#,
+            r#"data: {"directory":"/home/b","payload":{"type":"y"}}"#,
+            r#"data: {"payload":{"type":"server.heartbeat"}}"#,
+            r#"data: {"directory":"/home/a/web/sub","payload":{"type":"z"}}"#,
+        ];
+        let stream: String = events.iter().map(|e| format!("{e}\n\n")).collect();
+        let mut whole = EventFilter::new("/home/a/web".into());
+        let expected = whole.push(stream.as_bytes());
+        let mut pieces = EventFilter::new("/home/a/web".into());
+        let mut out = Vec::new();
+        let mut at = 0;
+        for c in cuts {
+            let end = (at + c).min(stream.len());
+            out.extend_from_slice(&pieces.push(&stream.as_bytes()[at..end]));
+            at = end;
+        }
+        out.extend_from_slice(&pieces.push(&stream.as_bytes()[at..]));
+        prop_assert_eq!(&out[..], &expected[..]);
+        prop_assert!(!String::from_utf8_lossy(&out).contains("/home/b"));
+    }
+
+    #[test]
+    fn query_decoding_never_panics(s in "\\PC{0,100}") {
+        let _ = opencode_gateway::query::percent_decode(&s, true);
+        let _ = opencode_gateway::query::without(&s, |n| n == "x");
+        let _ = opencode_gateway::rewrite::loggable_query(&s);
+    }
+}
