@@ -25,9 +25,11 @@ fi
 # npm: OpenCode at the version package-lock.json pins, into ./node_modules (git-ignored).
 want=$(node -p 'require("./package.json").dependencies["opencode-ai"]')
 have=$(node -p 'try { require("./node_modules/opencode-ai/package.json").version } catch { "" }')
-if [ "$have" != "$want" ] || [ ! -x node_modules/.bin/opencode ]; then
+if [ "$have" != "$want" ] || [ ! -x node_modules/.bin/opencode ] || [ ! -d node_modules/playwright-core ]; then
   step "installing opencode-ai@$want"
-  npm ci --no-audit --no-fund --loglevel=error
+  # `npm install` with the committed lock, not `npm ci`: the registry here lacks the other
+  # platforms' optional binaries, which `npm ci` insists on finding in the lock.
+  npm install --no-audit --no-fund --loglevel=error
 fi
 node_modules/.bin/opencode --version
 
