@@ -4,6 +4,7 @@
 # the ones marked #[ignore] that need the real OpenCode server and its clients.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -41,3 +42,14 @@ cargo clippy --all-targets --locked -- -D warnings
 
 step "cargo test (all, including the real-OpenCode tests)"
 cargo test --all-targets --locked -- --include-ignored
+
+# Coverage-guided fuzzing of the parsers, briefly (building the instrumented targets takes about
+# three minutes here). Skipped, and said so, if the suite already took long enough that it would
+# push the whole run past its 15-minute budget.
+elapsed=$(( $(date +%s) - started ))
+if [ "$elapsed" -lt 540 ]; then
+  step "fuzzing (10 s per target)"
+  scripts/fuzz.sh 10
+else
+  step "fuzzing skipped: the suite took ${elapsed}s already (scripts/fuzz.sh runs it alone)"
+fi
