@@ -79,7 +79,7 @@ async fn a_thousand_wrong_passwords_from_one_address_stop_at_the_limit_before_ar
     let started = Instant::now();
     assert_eq!(owner.get("/global/health", Some(&alice())).await.status, 200);
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(5),
         "the owner waited {:?}",
         started.elapsed()
     );
@@ -208,7 +208,7 @@ async fn slow_request_heads_are_cut_at_the_head_timeout_while_others_are_served(
         200
     );
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(5),
         "a normal request waited {:?}",
         started.elapsed()
     );
