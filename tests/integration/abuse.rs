@@ -52,7 +52,7 @@ async fn a_thousand_wrong_passwords_from_one_address_stop_at_the_limit_before_ar
     let flood_started = Instant::now();
     let flood = tokio::spawn(async move {
         let mut conn = attacker.http1().await;
-        let (mut unauthorized, mut limited, mut retry_after_ok) = (0, 0, true);
+        let (mut unauthorized, mut limited, mut retry_after_ok) = (0u64, 0u64, true);
         for i in 0..1000 {
             let req = attacker
                 .request("GET", "/global/health", Some(&basic("alice", &format!("guess-{i}"))))
@@ -153,7 +153,7 @@ async fn ten_thousand_novel_credentials_never_run_more_argon2_than_cores_and_use
     // Each address: a burst of 10, then one more every 12 s while the flood lasted.
     let per_address = 10 + flood_started.elapsed().as_secs() / 12 + 1;
     assert!(
-        checked <= 100 * per_address,
+        u64::from(checked) <= 100 * per_address,
         "{checked} novel credentials reached argon2 in {:?}",
         flood_started.elapsed()
     );
