@@ -45,12 +45,9 @@ pub fn describe(path: &Path, listen: SocketAddr) -> String {
             } else {
                 format!("[{host}]:{}", listen.port())
             };
-            let mut key_text = public.to_openssh().unwrap_or_default();
-            if let Some((typ_and_key, _comment)) = key_text.rsplit_once(' ')
-                && typ_and_key.contains(' ')
-            {
-                key_text = typ_and_key.to_string();
-            }
+            // The key type and the key; the comment is left out of known_hosts.
+            let full = public.to_openssh().unwrap_or_default();
+            let key_text = full.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
             format!(
                 "         fingerprint {}\n         known_hosts: {entry} {key_text}\n",
                 public.fingerprint(HashAlg::Sha256)
@@ -78,6 +75,11 @@ mod tests {
             text.contains("SHA256:") && text.contains("[127.0.0.1]:2222 ssh-ed25519 AAAA"),
             "{text}"
         );
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("known_hosts: "))
+            .unwrap();
+        assert_eq!(line.split_whitespace().count(), 3, "host, type, key: {line}");
         assert!(
             std::fs::read_to_string(path.with_extension("pub"))
                 .unwrap()
