@@ -26,7 +26,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Check { config } => check::check(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;
-            println!("{}", crate::auth::verifier::hash_password(&pw));
+            println!("{}", crate::auth::verifier::hash_password(&pw)); // ok: prints the argon2id hash, not the password
             Ok(())
         }
         Command::User { action, config } => user::user(&config, action),
