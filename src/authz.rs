@@ -3,6 +3,9 @@
 //! GETs outside the API are the web UI's static files and SPA routes (OpenCode answers any unknown
 //! path with `index.html`), which every role may load.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 use http::Method;
 
 use crate::config::Role;
@@ -42,7 +45,7 @@ const DELETE: &str = "DELETE";
 const ANY: &str = "*";
 
 /// (method, path pattern, class). `*` is one path segment, `**` one or more. First match wins.
-pub const ROUTES: &[(&str, &str, Class)] = &[
+pub const ROUTES: &[Route] = &[
     // Terminals are shells whatever the method: even reading one lets you type into it.
     (GET, "/pty/*/connect", Operate),
     (GET, "/api/pty/*/connect", Operate),
@@ -202,36 +205,28 @@ pub const ROUTES: &[(&str, &str, Class)] = &[
     (ANY, "/sync/**", Configure),
 ];
 
-/// First path segments that belong to OpenCode's API: an unknown route under them is refused.
-const API_ROOTS: &[&str] = &[
-    "agent",
-    "api",
-    "auth",
-    "command",
-    "config",
-    "doc",
-    "event",
-    "experimental",
-    "file",
-    "find",
-    "formatter",
-    "global",
-    "instance",
-    "log",
-    "lsp",
-    "mcp",
-    "path",
-    "permission",
-    "project",
-    "provider",
-    "pty",
-    "question",
-    "session",
-    "skill",
-    "sync",
-    "tui",
-    "vcs",
-];
+/// `ROUTES` grouped by the first path segment (every pattern starts with a literal one), built
+/// once, so a request is matched against the few routes of its own root, not all of them. The
+/// roots are also what makes a path an API route: an unknown route under one is refused.
+type Route = (&'static str, &'static str, Class);
+
+fn index() -> &'static HashMap<&'static str, Vec<Route>> {
+    static INDEX: OnceLock<HashMap<&'static str, Vec<Route>>> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let mut map: HashMap<&'static str, Vec<_>> = HashMap::new();
+        for &(m, pattern, class) in ROUTES {
+            map.entry(first_segment(pattern)).or_default().push((m, pattern, class));
+        }
+        map
+    })
+}
+
+fn first_segment(path: &str) -> &str {
+    path.trim_start_matches('/').split('/').next().unwrap_or("")
+}
+
+/// The OpenAPI document itself is not one of its own routes; it stays an (unknown, refused) API root.
+const DOC_ROOT: &str = "doc";
 
 fn matches(pattern: &str, path: &str) -> bool {
     let mut segs = path.trim_end_matches('/').split('/').skip(1);
@@ -254,16 +249,16 @@ pub fn classify(method: &Method, path: &str) -> Option<Class> {
     if method == Method::OPTIONS {
         return Some(Read);
     }
-    for (rm, pattern, class) in ROUTES {
-        if (*rm == ANY || *rm == m) && matches(pattern, path) {
-            return Some(*class);
-        }
+    let first = first_segment(path);
+    match index().get(first) {
+        Some(routes) => routes
+            .iter()
+            .find(|(rm, pattern, _)| (*rm == ANY || *rm == m) && matches(pattern, path))
+            .map(|(_, _, class)| *class),
+        // Outside the API: the web UI's files and SPA routes, which OpenCode answers with index.html.
+        None if m == "GET" && first != DOC_ROOT => Some(Read),
+        None => None,
     }
-    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
-    if m == "GET" && !API_ROOTS.contains(&first) {
-        return Some(Read);
-    }
-    None
 }
 
 pub fn check(role: Role, method: &Method, path: &str) -> Result<(), HttpError> {
@@ -317,5 +312,10 @@ mod tests {
         assert_eq!(classify(&Method::GET, "/assets/index-abc.js"), Some(Read));
         assert_eq!(classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"), Some(Read));
         assert_eq!(classify(&Method::POST, "/assets/x"), None);
+        assert_eq!(
+            classify(&Method::GET, "/doc"),
+            None,
+            "the API document is not served through the gateway"
+        );
     }
 }

@@ -3,6 +3,7 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
+use http::uri::Authority;
 
 use std::sync::Arc;
 
@@ -13,6 +14,11 @@ use crate::redact::Redactor;
 pub struct Endpoint {
     /// `127.0.0.1:4096`.
     pub authority: String,
+    /// The same, parsed once for building request URIs.
+    pub uri_authority: Authority,
+    /// `Host` and `Origin` values naming the upstream itself, made once rather than per request.
+    pub host_header: HeaderValue,
+    pub origin_header: HeaderValue,
     /// `Basic base64(user:password)`, marked sensitive so hyper never logs it.
     pub auth: Option<HeaderValue>,
     /// Finds the credential if the upstream ever sends it back.
@@ -32,6 +38,9 @@ impl Endpoint {
             _ => None,
         };
         Endpoint {
+            uri_authority: Authority::try_from(authority.as_str()).expect("validated as host:port"),
+            host_header: HeaderValue::from_str(&authority).expect("validated as host:port"),
+            origin_header: HeaderValue::from_str(&format!("http://{authority}")).expect("validated as host:port"),
             authority,
             auth,
             redactor,

@@ -112,7 +112,7 @@ impl Gateway {
         {
             tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
         }
-        if format!("{:?}", settings.limits) != format!("{:?}", self.limits) {
+        if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
         let tls = crate::listen::tls::server_config(&settings.tls)?;

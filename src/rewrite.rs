@@ -44,7 +44,9 @@ pub struct Forward<'a> {
     pub proto: &'static str,
     /// The host the client asked for.
     pub original_host: Option<&'a str>,
-    pub upstream_authority: &'a str,
+    /// `Host` and `Origin` naming the upstream.
+    pub upstream_host: &'a HeaderValue,
+    pub upstream_origin: &'a HeaderValue,
     /// `Basic …` for the upstream, when it has a password.
     pub upstream_auth: Option<&'a HeaderValue>,
     /// For an upgrade: the protocol to ask the upstream for (`websocket`).
@@ -84,13 +86,9 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     if let Some(host) = f.original_host.and_then(|h| HeaderValue::from_str(h).ok()) {
         headers.insert(HeaderName::from_static("x-forwarded-host"), host);
     }
-    if let Ok(host) = HeaderValue::from_str(f.upstream_authority) {
-        headers.insert(header::HOST, host);
-    }
-    if headers.contains_key(header::ORIGIN)
-        && let Ok(origin) = HeaderValue::from_str(&format!("http://{}", f.upstream_authority))
-    {
-        headers.insert(header::ORIGIN, origin);
+    headers.insert(header::HOST, f.upstream_host.clone());
+    if headers.contains_key(header::ORIGIN) {
+        headers.insert(header::ORIGIN, f.upstream_origin.clone());
     }
     if let Some(auth) = f.upstream_auth {
         headers.insert(header::AUTHORIZATION, auth.clone());
@@ -159,12 +157,16 @@ pub fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
 mod tests {
     use super::*;
 
+    static HOST: HeaderValue = HeaderValue::from_static("127.0.0.1:4096");
+    static ORIGIN: HeaderValue = HeaderValue::from_static("http://127.0.0.1:4096");
+
     fn forward<'a>(auth: Option<&'a HeaderValue>) -> Forward<'a> {
         Forward {
             client_ip: "192.0.2.7".parse().unwrap(),
             proto: "https",
             original_host: Some("web.gw.localhost:8443"),
-            upstream_authority: "127.0.0.1:4096",
+            upstream_host: &HOST,
+            upstream_origin: &ORIGIN,
             upstream_auth: auth,
             upgrade: None,
         }

@@ -108,7 +108,9 @@ proptest! {
         let ip: IpAddr = "198.51.100.4".parse().unwrap();
         rewrite::request_headers(&mut map, &Forward {
             client_ip: ip, proto: "https", original_host: Some("gw:8443"),
-            upstream_authority: "127.0.0.1:4096", upstream_auth: Some(&upstream), upgrade: None,
+            upstream_host: &HeaderValue::from_static("127.0.0.1:4096"),
+            upstream_origin: &HeaderValue::from_static("http://127.0.0.1:4096"),
+            upstream_auth: Some(&upstream), upgrade: None,
         });
         let auths: Vec<_> = map.get_all(http::header::AUTHORIZATION).iter().collect();
         prop_assert_eq!(auths, vec![&upstream]);

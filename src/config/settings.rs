@@ -56,7 +56,7 @@ pub struct Admin {
     pub listen: SocketAddr,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     pub requests_per_second: u32,
     pub burst: u32,

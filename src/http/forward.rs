@@ -81,8 +81,8 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     }
     let (mut parts, body) = req.into_parts();
     parts.uri = Uri::builder()
-        .scheme("http")
-        .authority(endpoint.authority.as_str())
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(endpoint.uri_authority.clone())
         .path_and_query(path_and_query)
         .build()
         .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))?;
@@ -93,7 +93,8 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             client_ip: client,
             proto: conn.scheme(),
             original_host: host,
-            upstream_authority: &endpoint.authority,
+            upstream_host: &endpoint.host_header,
+            upstream_origin: &endpoint.origin_header,
             upstream_auth: endpoint.auth.as_ref(),
             upgrade: upgrade.clone(),
         },

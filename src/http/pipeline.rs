@@ -40,7 +40,12 @@ pub async fn handle(
         user: None,
         project: None,
         method: req.method().clone(),
-        target: log_target(req.uri()),
+        // Only built when access lines are written (RUST_LOG can turn them off).
+        target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
+            log_target(req.uri())
+        } else {
+            String::new()
+        },
         status: 0,
         reason: None,
         started: Instant::now(),

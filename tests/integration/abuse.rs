@@ -9,23 +9,17 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::client::{Https, basic, read, read_until};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::write_secret;
+use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
 const PW: &str = "abuse-upstream-pw";
 
 async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
     let web = FakeUpstream::start(PW).await;
     let config = base_config(&format!(
-        "{limits}\n[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
-        web.url(),
+        "{limits}\n{}{}",
+        external_project("web", &web.url()),
         users_toml(&[
-            TestUser {
-                name: "alice",
-                password: "alice-password-1",
-                projects: "[\"*\"]",
-                role: "operator"
-            },
+            ALICE,
             TestUser {
                 name: "bob",
                 password: "bob-password-22",
@@ -34,7 +28,7 @@ async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
             },
         ])
     ));
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config, PW);
     let c = Https::new(gw.https, &gw.ca());
     (gw, web, c)
 }
@@ -421,20 +415,15 @@ async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     // A gateway behind a proxy at 127.0.0.8.
     let web2 = FakeUpstream::start(PW).await;
     let config = base_config(&format!(
-        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
-        web2.url(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: "alice-password-1",
-            projects: "[\"*\"]",
-            role: "operator"
-        }])
+        "{}{}",
+        external_project("web", &web2.url()),
+        users_toml(&[ALICE])
     ))
     .replace(
         "state_dir = \"state\"\n",
         "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.8\"]\n",
     );
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config, PW);
     let c = Https::new(gw.https, &gw.ca());
     let via = |from: &str, xff: &str| {
         let client = c.from(from);

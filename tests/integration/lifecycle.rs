@@ -55,6 +55,37 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
     assert!(tokio::net::TcpStream::connect(gw.https).await.is_err());
 }
 
+type Shared = std::sync::Arc<std::sync::Mutex<String>>;
+
+/// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
+/// "gateway ready" (bounded), plus a moment for the attach commands printed after it.
+fn serve_until_ready(
+    config: &std::path::Path,
+    root: &std::path::Path,
+    path: &str,
+) -> (std::process::Child, Shared, Shared) {
+    let log = Shared::default();
+    let out = Shared::default();
+    let mut child = std::process::Command::new(crate::common::gateway::BIN)
+        .args(["serve", "-c"])
+        .arg(config)
+        .current_dir(root)
+        .env("PATH", path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
+    crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log.lock().unwrap().contains("gateway ready") {
+        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    (child, log, out)
+}
+
 fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
@@ -85,29 +116,7 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     let repo_bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin");
     let path = format!("{}:{}", repo_bin.display(), std::env::var("PATH").unwrap());
     // The repository's layout (config/ and certs-dev/ side by side), not the harness's one folder.
-    let mut cmd = std::process::Command::new(crate::common::gateway::BIN);
-    cmd.args(["serve", "-c"])
-        .arg(&config)
-        .current_dir(root.path())
-        .env("PATH", &path);
-    let run = |mut cmd: std::process::Command| {
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let mut child = cmd
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-        crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
-        (child, log, out)
-    };
-    let (mut child, log, out) = run(cmd);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("gateway ready") {
-        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut child, log, out) = serve_until_ready(&config, root.path(), &path);
     std::thread::sleep(Duration::from_millis(200));
     let stdout = out.lock().unwrap().clone();
     let password = stdout
@@ -173,18 +182,7 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
     // A second start creates no user and prints no password.
-    let mut cmd = std::process::Command::new(crate::common::gateway::BIN);
-    cmd.args(["serve", "-c"])
-        .arg(&config)
-        .current_dir(root.path())
-        .env("PATH", &path);
-    let (mut child, log, out) = run(cmd);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("gateway ready") {
-        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
+    let (mut child, _log, out) = serve_until_ready(&config, root.path(), &path);
     assert!(!out.lock().unwrap().contains("Created gateway user"));
     assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
     // SAFETY: signalling our own child.

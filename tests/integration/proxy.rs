@@ -7,8 +7,7 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, basic};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::write_secret;
+use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
 const UPSTREAM_PW: &str = "upstream-secret-Zq81";
 
@@ -17,16 +16,11 @@ pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, 
     let web = FakeUpstream::start(UPSTREAM_PW).await;
     let api = FakeUpstream::start(UPSTREAM_PW).await;
     let config = base_config(&format!(
-        "{extra}\n[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n\n{}",
-        web.url(),
-        api.url(),
+        "{extra}\n{}{}{}",
+        external_project("web", &web.url()),
+        external_project("api", &api.url()),
         users_toml(&[
-            TestUser {
-                name: "alice",
-                password: "alice-password-1",
-                projects: "[\"*\"]",
-                role: "operator"
-            },
+            ALICE,
             TestUser {
                 name: "bob",
                 password: "bob-password-22",
@@ -35,7 +29,7 @@ pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, 
             },
         ])
     ));
-    let gw = Gateway::start_with(&config, &[], |dir| write_secret(&dir.join("upstream.pw"), UPSTREAM_PW));
+    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
     let client = Https::new(gw.https, &gw.ca());
     (gw, web, api, client)
 }
@@ -105,14 +99,9 @@ async fn a_dead_upstream_is_a_502_naming_the_project_and_why() {
     drop(dead);
     let config = base_config(&format!(
         "[[project]]\nname = \"gone\"\nupstream = \"http://127.0.0.1:{port}\"\nupstream_password_file = \"pw\"\n\n{}",
-        users_toml(&[TestUser {
-            name: "alice",
-            password: "alice-password-1",
-            projects: "[\"*\"]",
-            role: "operator"
-        }])
+        users_toml(&[ALICE])
     ));
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), UPSTREAM_PW));
+    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
     let c = Https::new(gw.https, &gw.ca());
     let r = c.get("/p/gone/session", Some(&alice())).await;
     assert_eq!(r.status, 502);
@@ -275,17 +264,12 @@ async fn an_oversized_body_is_refused_with_413() {
 async fn a_project_can_have_a_port_of_its_own() {
     let web = FakeUpstream::start(UPSTREAM_PW).await;
     let config = base_config(&format!(
-        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
+        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n\n{}{}",
         web.url(),
-        web.url(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: "alice-password-1",
-            projects: "[\"*\"]",
-            role: "operator"
-        }])
+        external_project("api", &web.url()),
+        users_toml(&[ALICE])
     ));
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), UPSTREAM_PW));
+    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
     let line = gw
         .logs()
         .lines()
@@ -312,12 +296,7 @@ async fn an_upstream_without_a_password_is_reported() {
     let config = base_config(&format!(
         "[[project]]\nname = \"open\"\nupstream = \"{}\"\n\n{}",
         open.url(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: "alice-password-1",
-            projects: "[\"*\"]",
-            role: "operator"
-        }])
+        users_toml(&[ALICE])
     ));
     let gw = Gateway::start(&config);
     assert!(

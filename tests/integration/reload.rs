@@ -8,31 +8,17 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read_until};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::write_secret;
+use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
 const PW: &str = "reload-upstream-pw";
 
 fn config(web: &FakeUpstream, api: Option<&FakeUpstream>, users: &[TestUser<'_>]) -> String {
-    let mut projects = format!(
-        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n",
-        web.url()
-    );
+    let mut projects = external_project("web", &web.url());
     if let Some(api) = api {
-        projects += &format!(
-            "[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n",
-            api.url()
-        );
+        projects += &external_project("api", &api.url());
     }
     base_config(&format!("{projects}{}", users_toml(users)))
 }
-
-const ALICE: TestUser = TestUser {
-    name: "alice",
-    password: "alice-password-1",
-    projects: "[\"*\"]",
-    role: "operator",
-};
 
 async fn reloaded(gw: &Gateway, how: &str) {
     let before = gw.logs().matches("configuration reloaded").count();
@@ -51,7 +37,7 @@ async fn reloaded(gw: &Gateway, how: &str) {
 async fn new_users_and_projects_apply_to_the_next_request_and_open_streams_stay_open() {
     let web = FakeUpstream::start(PW).await;
     let api = FakeUpstream::start(PW).await;
-    let gw = Gateway::start_with(&config(&web, None, &[ALICE]), &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config(&web, None, &[ALICE]), PW);
     let c = Https::new(gw.https, &gw.ca());
     let alice = basic("alice", "alice-password-1");
     let carol = basic("carol", "carol-password-1");
@@ -101,7 +87,7 @@ async fn new_users_and_projects_apply_to_the_next_request_and_open_streams_stay_
 #[tokio::test]
 async fn a_new_password_replaces_the_old_one_at_once() {
     let web = FakeUpstream::start(PW).await;
-    let gw = Gateway::start_with(&config(&web, None, &[ALICE]), &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config(&web, None, &[ALICE]), PW);
     let c = Https::new(gw.https, &gw.ca());
     let old = basic("alice", "alice-password-1");
     assert_eq!(c.get("/p/web/global/health", Some(&old)).await.status, 200);
@@ -127,7 +113,7 @@ async fn a_new_password_replaces_the_old_one_at_once() {
 #[tokio::test]
 async fn a_config_that_does_not_validate_changes_nothing() {
     let web = FakeUpstream::start(PW).await;
-    let gw = Gateway::start_with(&config(&web, None, &[ALICE]), &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config(&web, None, &[ALICE]), PW);
     let c = Https::new(gw.https, &gw.ca());
     let alice = basic("alice", "alice-password-1");
     let good = std::fs::read_to_string(&gw.config).unwrap();

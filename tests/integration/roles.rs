@@ -8,8 +8,7 @@ use opencode_gateway::config::Role;
 
 use crate::common::client::{Https, basic};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::write_secret;
+use crate::common::gateway::{Gateway, TestUser, base_config, external_project, users_toml};
 
 const ROLES: [Role; 4] = [Role::Viewer, Role::Approver, Role::Operator, Role::Admin];
 
@@ -111,9 +110,9 @@ async fn a_user_has_a_role_per_project() {
     let web = FakeUpstream::start("pw-web-project").await;
     let api = FakeUpstream::start("pw-web-project").await;
     let config = base_config(&format!(
-        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{}",
-        web.url(),
-        api.url(),
+        "{}{}{}",
+        external_project("web", &web.url()),
+        external_project("api", &api.url()),
         users_toml(&[TestUser {
             name: "carol",
             password: "carol-password",
@@ -122,7 +121,7 @@ async fn a_user_has_a_role_per_project() {
         }])
         .replace("role = \"viewer\"\n", "")
     ));
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), "pw-web-project"));
+    let gw = Gateway::start_behind(&config, "pw-web-project");
     let c = Https::new(gw.https, &gw.ca());
     let carol = basic("carol", "carol-password");
     let post = |p: &str| c.request("POST", p, Some(&carol)).body(Full::from("{}")).unwrap();

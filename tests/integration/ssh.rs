@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::client::{plain, plain_send, read_until};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{Gateway, base_config, hash};
+use crate::common::gateway::{Gateway, base_config, external_project, hash};
 use crate::common::ssh::{Key, Tunnel, keygen, known_hosts, run, ssh};
 use crate::common::write_secret;
 
@@ -38,7 +38,7 @@ pub fn setup_ssh(projects_toml: &str) -> SshSetup {
     let config = base_config(&format!(
         "[ssh]\nlisten = \"127.0.0.1:0\"\nhost_key = \"certs/ssh_host_ed25519_key\"\n\n{projects_toml}{users}"
     ));
-    let gw = Gateway::start_with(&config, &[], |d| write_secret(&d.join("pw"), PW));
+    let gw = Gateway::start_behind(&config, PW);
     let kh = known_hosts(&gw, dir.path());
     SshSetup {
         gw,
@@ -51,11 +51,7 @@ pub fn setup_ssh(projects_toml: &str) -> SshSetup {
 }
 
 fn projects(web: &FakeUpstream, api: &FakeUpstream) -> String {
-    format!(
-        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n[[project]]\nname = \"api\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n",
-        web.url(),
-        api.url()
-    )
+    external_project("web", &web.url()) + &external_project("api", &api.url())
 }
 
 fn stderr(out: &std::process::Output) -> String {

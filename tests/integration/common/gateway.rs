@@ -232,3 +232,25 @@ impl Drop for Gateway {
         }
     }
 }
+
+/// The operator most tests log in as.
+pub const ALICE: TestUser<'static> = TestUser {
+    name: "alice",
+    password: "alice-password-1",
+    projects: "[\"*\"]",
+    role: "operator",
+};
+
+/// A `[[project]]` for an OpenCode server at `url` whose password is in the file `pw` beside the
+/// config (which [`Gateway::start_behind`] writes).
+pub fn external_project(name: &str, url: &str) -> String {
+    format!("[[project]]\nname = \"{name}\"\nupstream = \"{url}\"\nupstream_password_file = \"pw\"\n\n")
+}
+
+impl Gateway {
+    /// Start on `config`, with `upstream_password` in the file `pw` (0600) beside it.
+    pub fn start_behind(config: &str, upstream_password: &str) -> Gateway {
+        let pw = upstream_password.to_string();
+        Self::start_with(config, &[], move |d| super::write_secret(&d.join("pw"), &pw))
+    }
+}
