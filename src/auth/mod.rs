@@ -1,6 +1,7 @@
 //! Who is asking. Credentials are parsed ([`credentials`]), looked up in the cache of verified
-//! credentials ([`cache`]), and only on a miss, after the login limiter agreed, verified with
-//! argon2 ([`verifier`]). PTY WebSockets may instead present a ticket the gateway relayed ([`tickets`]).
+//! credentials ([`cache`]), and only on a miss verified with argon2 ([`verifier`]): a request that
+//! would start a run asks the login limiter first; one that joins a run for the same credential
+//! already going is not charged again. PTY WebSockets may instead present a ticket the gateway relayed ([`tickets`]).
 
 pub mod cache;
 pub mod credentials;
@@ -39,18 +40,25 @@ pub async fn password(
     {
         return Ok(u.clone());
     }
-    if let Err(denied) = gw.limiters.login_attempt(peer, user) {
-        gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
-        return Err(HttpError::LoginLimited {
-            retry_after: denied.retry_after,
-            reason: denied.reason,
-        });
-    }
-    let ok = gw
+    // The login limiter is asked only when this request would start an argon2 run; a request
+    // that joins a run already going for the same credential was paid for by the one that started it.
+    let verdict = gw
         .verifier
-        .verify(key, known.and_then(|u| u.hash.as_ref()), password)
+        .verify(key, known.and_then(|u| u.hash.as_ref()), password, || {
+            gw.limiters.login_attempt(peer, user)
+        })
         .await;
+    let ok = match verdict {
+        Ok(ok) => ok,
+        Err(denied) => {
+            gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
+            return Err(HttpError::LoginLimited {
+                retry_after: denied.retry_after,
+                reason: denied.reason,
+            });
+        }
+    };
     match known {
         Some(u) if ok => {
             gw.cache.insert(key, u.name.clone());

@@ -53,12 +53,27 @@ impl Verifier {
     }
 
     /// Verify `password` against `hash` (the dummy when the user is unknown, which always fails).
-    /// `key` identifies the credential: concurrent calls with the same key share one argon2 run.
-    pub async fn verify(&self, key: CacheKey, hash: Option<&PasswordHash>, password: &Secret) -> bool {
+    /// `key` identifies the credential: concurrent calls with the same key share one argon2 run,
+    /// and only a call that starts a run asks `admit` (the login limiter) first. So a client that
+    /// opens many connections at once with one new credential is charged one attempt, not one per
+    /// connection, and joining a run can never start an uncharged one.
+    pub async fn verify<E>(
+        &self,
+        key: CacheKey,
+        hash: Option<&PasswordHash>,
+        password: &Secret,
+        admit: impl FnOnce() -> Result<(), E>,
+    ) -> Result<bool, E> {
         let known = hash.is_some();
         let cell = {
             let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(key).or_default().clone()
+            match map.get(&key) {
+                Some(running) => running.clone(),
+                None => {
+                    admit()?;
+                    map.entry(key).or_default().clone()
+                }
+            }
         };
         let hash = hash.unwrap_or(&self.dummy).clone();
         let ok = *cell
@@ -94,7 +109,7 @@ impl Verifier {
                 map.remove(&key);
             }
         }
-        ok && known
+        Ok(ok && known)
     }
 }
 
@@ -102,14 +117,38 @@ impl Verifier {
 mod tests {
     use super::*;
 
+    fn admit() -> Result<(), ()> {
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn refused_admission_starts_no_run() {
+        let v = Verifier::new(1);
+        let hash = PasswordHash::new(&hash_password("pw")).unwrap();
+        assert_eq!(
+            v.verify([4; 32], Some(&hash), &Secret::new("pw"), || Err("limited"))
+                .await,
+            Err("limited")
+        );
+        assert_eq!(v.counters().runs.load(Ordering::SeqCst), 0);
+    }
+
     #[tokio::test]
     async fn right_and_wrong_passwords() {
         let v = Verifier::new(2);
         let hash = PasswordHash::new(&hash_password("correct horse")).unwrap();
-        assert!(v.verify([1; 32], Some(&hash), &Secret::new("correct horse")).await);
-        assert!(!v.verify([2; 32], Some(&hash), &Secret::new("wrong")).await);
-        assert!(
-            !v.verify([3; 32], None, &Secret::new("correct horse")).await,
+        assert_eq!(
+            v.verify([1; 32], Some(&hash), &Secret::new("correct horse"), admit)
+                .await,
+            Ok(true)
+        );
+        assert_eq!(
+            v.verify([2; 32], Some(&hash), &Secret::new("wrong"), admit).await,
+            Ok(false)
+        );
+        assert_eq!(
+            v.verify([3; 32], None, &Secret::new("correct horse"), admit).await,
+            Ok(false),
             "unknown users never pass"
         );
         assert_eq!(
@@ -124,18 +163,31 @@ mod tests {
         let v = Arc::new(Verifier::new(1));
         let hash = PasswordHash::new(&hash_password("pw")).unwrap();
         let before = v.counters().runs.load(Ordering::SeqCst);
+        let admitted = Arc::new(AtomicUsize::new(0));
         let tasks: Vec<_> = (0..8)
             .map(|_| {
                 let v = v.clone();
                 let hash = hash.clone();
-                tokio::spawn(async move { v.verify([9; 32], Some(&hash), &Secret::new("pw")).await })
+                let admitted = admitted.clone();
+                tokio::spawn(async move {
+                    v.verify([9; 32], Some(&hash), &Secret::new("pw"), || {
+                        admitted.fetch_add(1, Ordering::SeqCst);
+                        Ok::<(), ()>(())
+                    })
+                    .await
+                })
             })
             .collect();
         for t in tasks {
-            assert!(t.await.unwrap());
+            assert_eq!(t.await.unwrap(), Ok(true));
         }
         let runs = v.counters().runs.load(Ordering::SeqCst) - before;
         assert!(runs < 8, "8 identical checks ran argon2 {runs} times");
+        assert_eq!(
+            admitted.load(Ordering::SeqCst) as u64,
+            runs,
+            "only checks that started a run were charged"
+        );
         assert_eq!(v.counters().peak_running.load(Ordering::SeqCst), 1);
     }
 }

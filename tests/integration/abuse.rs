@@ -357,6 +357,37 @@ async fn the_per_user_stream_cap_refuses_the_next_stream_while_the_others_flow()
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_connections_opened_at_once_with_one_new_credential_are_charged_one_login() {
+    // A browser or wrk opens several connections at once with the same password. Only the
+    // request that starts the argon2 run counts against the login limit (10 per address); the
+    // others wait for its verdict instead of being refused.
+    let (gw, _web, c) = gateway("").await;
+    let client = c.from("127.0.0.12");
+    let mut conns = Vec::new();
+    for _ in 0..32 {
+        conns.push(client.http1().await);
+    }
+    let before = gw.metric("argon2_verifications_total");
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .map(|mut conn| {
+            let req = client
+                .request("GET", "/global/health", Some(&alice()))
+                .body(Full::default())
+                .unwrap();
+            tokio::spawn(async move { read(conn.send_request(req).await.unwrap()).await.status.as_u16() })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    let runs = gw.metric("argon2_verifications_total") - before;
+    assert!(runs <= 2, "32 requests with one credential ran argon2 {runs} times");
+}
+
 #[tokio::test]
 async fn requests_per_user_are_rate_limited() {
     let (_gw, _web, c) = gateway("[limits]\nrequests_per_second = 2\nburst = 5\n").await;
