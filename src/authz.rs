@@ -208,17 +208,76 @@ pub const ROUTES: &[Route] = &[
 /// `ROUTES` grouped by the first path segment (every pattern starts with a literal one), built
 /// once, so a request is matched against the few routes of its own root, not all of them. The
 /// roots are also what makes a path an API route: an unknown route under one is refused.
+/// Patterns are split into segments once here, and a request's path once per request, so matching
+/// a route is a comparison of slices (splitting the path again for every candidate route was a
+/// measurable share of a request's cost).
 type Route = (&'static str, &'static str, Class);
 
-fn index() -> &'static HashMap<&'static str, Vec<Route>> {
-    static INDEX: OnceLock<HashMap<&'static str, Vec<Route>>> = OnceLock::new();
+struct CompiledRoute {
+    method: &'static str,
+    segments: Vec<&'static str>,
+    class: Class,
+}
+
+fn index() -> &'static HashMap<&'static str, Vec<CompiledRoute>> {
+    static INDEX: OnceLock<HashMap<&'static str, Vec<CompiledRoute>>> = OnceLock::new();
     INDEX.get_or_init(|| {
         let mut map: HashMap<&'static str, Vec<_>> = HashMap::new();
-        for &(m, pattern, class) in ROUTES {
-            map.entry(first_segment(pattern)).or_default().push((m, pattern, class));
+        for &(method, pattern, class) in ROUTES {
+            map.entry(first_segment(pattern)).or_default().push(CompiledRoute {
+                method,
+                segments: pattern.split('/').skip(1).collect(),
+                class,
+            });
         }
         map
     })
+}
+
+/// The segments of a request path after the leading `/` (a trailing `/` ignored). Paths longer
+/// than any route are marked as such rather than collected.
+struct PathSegments<'a> {
+    segments: [&'a str; PathSegments::MAX],
+    len: usize,
+    longer: bool,
+}
+
+impl<'a> PathSegments<'a> {
+    const MAX: usize = 12;
+
+    fn new(path: &'a str) -> Self {
+        let mut out = PathSegments {
+            segments: [""; Self::MAX],
+            len: 0,
+            longer: false,
+        };
+        for s in path.trim_end_matches('/').split('/').skip(1) {
+            if out.len == Self::MAX {
+                out.longer = true;
+                break;
+            }
+            out.segments[out.len] = s;
+            out.len += 1;
+        }
+        out
+    }
+
+    /// Does a pattern's segments (`*` one segment, a final `**` one or more) match this path?
+    fn matched_by(&self, pattern: &[&str]) -> bool {
+        for (i, p) in pattern.iter().enumerate() {
+            if *p == "**" {
+                return i < self.len && !self.segments[i].is_empty();
+            }
+            if i >= self.len {
+                return false;
+            }
+            let s = self.segments[i];
+            if s.is_empty() || (*p != "*" && *p != s) {
+                return false;
+            }
+        }
+        pattern.len() == self.len && !self.longer
+    }
 }
 
 fn first_segment(path: &str) -> &str {
@@ -228,18 +287,10 @@ fn first_segment(path: &str) -> &str {
 /// The OpenAPI document itself is not one of its own routes; it stays an (unknown, refused) API root.
 const DOC_ROOT: &str = "doc";
 
+#[cfg(test)]
 fn matches(pattern: &str, path: &str) -> bool {
-    let mut segs = path.trim_end_matches('/').split('/').skip(1);
-    for p in pattern.split('/').skip(1) {
-        if p == "**" {
-            return segs.next().is_some_and(|s| !s.is_empty());
-        }
-        match segs.next() {
-            Some(s) if !s.is_empty() && (p == "*" || p == s) => {}
-            _ => return false,
-        }
-    }
-    segs.next().is_none()
+    let pattern: Vec<&str> = pattern.split('/').skip(1).collect();
+    PathSegments::new(path).matched_by(&pattern)
 }
 
 /// The class of a request, or `None` for an API route the gateway does not know.
@@ -251,10 +302,13 @@ pub fn classify(method: &Method, path: &str) -> Option<Class> {
     }
     let first = first_segment(path);
     match index().get(first) {
-        Some(routes) => routes
-            .iter()
-            .find(|(rm, pattern, _)| (*rm == ANY || *rm == m) && matches(pattern, path))
-            .map(|(_, _, class)| *class),
+        Some(routes) => {
+            let segments = PathSegments::new(path);
+            routes
+                .iter()
+                .find(|r| (r.method == ANY || r.method == m) && segments.matched_by(&r.segments))
+                .map(|r| r.class)
+        }
         // Outside the API: the web UI's files and SPA routes, which OpenCode answers with index.html.
         None if m == "GET" && first != DOC_ROOT => Some(Read),
         None => None,

@@ -3,19 +3,17 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
-use http::uri::Authority;
 
 use std::sync::Arc;
 
 use crate::config::Secret;
 use crate::redact::Redactor;
+use crate::upstream_pool::Pool;
 
 #[derive(Debug)]
 pub struct Endpoint {
     /// `127.0.0.1:4096`.
     pub authority: String,
-    /// The same, parsed once for building request URIs.
-    pub uri_authority: Authority,
     /// `Host` and `Origin` values naming the upstream itself, made once rather than per request.
     pub host_header: HeaderValue,
     pub origin_header: HeaderValue,
@@ -23,6 +21,8 @@ pub struct Endpoint {
     pub auth: Option<HeaderValue>,
     /// Finds the credential if the upstream ever sends it back.
     pub redactor: Option<Arc<Redactor>>,
+    /// Keep-alive connections to this server, for proxied requests.
+    pub pool: Arc<Pool>,
 }
 
 impl Endpoint {
@@ -38,9 +38,9 @@ impl Endpoint {
             _ => None,
         };
         Endpoint {
-            uri_authority: Authority::try_from(authority.as_str()).expect("validated as host:port"),
             host_header: HeaderValue::from_str(&authority).expect("validated as host:port"),
             origin_header: HeaderValue::from_str(&format!("http://{authority}")).expect("validated as host:port"),
+            pool: Pool::new(authority.clone()),
             authority,
             auth,
             redactor,

@@ -193,8 +193,12 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .header_read_timeout(limits.request_head_timeout)
         .max_buf_size(limits.max_head_bytes.max(8192))
-        .max_headers(limits.max_headers)
         .keep_alive(true);
+    // hyper parses into an inline array of 100 headers unless told otherwise; any explicit limit,
+    // even 100, makes it build that array element by element on every request.
+    if limits.max_headers != 100 {
+        b.http1().max_headers(limits.max_headers);
+    }
     b.http2()
         .timer(TokioTimer::new())
         .max_header_list_size(limits.max_head_bytes as u32)

@@ -45,6 +45,7 @@ pub mod state;
 pub mod supervise;
 pub mod telemetry;
 pub mod upstream;
+pub mod upstream_pool;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

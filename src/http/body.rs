@@ -15,6 +15,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::redact::Redactor;
 use crate::scope::EventFilter;
+use crate::upstream_pool::Lease;
 
 /// One access-log line, filled in as the request goes through the pipeline.
 pub struct AccessRecord {
@@ -73,6 +74,8 @@ enum Kind {
 pub struct ProxyBody {
     kind: Kind,
     meter: Option<Box<Meter>>,
+    /// The upstream connection the body is read from, given back to its pool at the body's end.
+    lease: Option<Lease>,
 }
 
 impl ProxyBody {
@@ -81,6 +84,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Full((!b.is_empty()).then_some(b)),
             meter: None,
+            lease: None,
         }
     }
 
@@ -89,6 +93,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Events(body, Box::new(filter), redactor),
             meter: None,
+            lease: None,
         }
     }
 
@@ -96,6 +101,7 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Full(None),
             meter: None,
+            lease: None,
         }
     }
 
@@ -104,11 +110,26 @@ impl ProxyBody {
         ProxyBody {
             kind: Kind::Stream(body, redactor),
             meter: None,
+            lease: None,
         }
     }
 
-    /// Attach the access record (and anything to keep alive until the body ends).
+    /// The upstream connection this body comes from: back to the pool once the body is read.
+    pub fn leased(mut self, lease: Lease) -> Self {
+        if self.is_end_stream() {
+            lease.release();
+        } else {
+            self.lease = Some(lease);
+        }
+        self
+    }
+
+    /// Attach the access record (and anything to keep alive until the body ends). With access
+    /// lines turned off and nothing to hold, there is nothing to attach and nothing is allocated.
     pub fn metered(mut self, record: AccessRecord, hold: Option<Box<dyn Any + Send + Sync>>) -> Self {
+        if hold.is_none() && !tracing::enabled!(target: "access", tracing::Level::INFO) {
+            return self;
+        }
         let done = self.is_end_stream();
         self.meter = Some(Box::new(Meter {
             record,
@@ -172,7 +193,12 @@ impl Body for ProxyBody {
                 }
                 this.meter = None;
             }
-            Poll::Ready(None) => this.meter = None,
+            Poll::Ready(None) => {
+                this.meter = None;
+                if let Some(lease) = this.lease.take() {
+                    lease.release();
+                }
+            }
             Poll::Pending => {}
         }
         polled
@@ -203,6 +229,11 @@ impl Drop for ProxyBody {
             && !ended
         {
             m.outcome = "client_gone";
+        }
+        // Read to its end but never polled past it (hyper stops at a known length): the
+        // connection is clean. Otherwise it goes with the lease, and hyper closes it.
+        if ended && let Some(lease) = self.lease.take() {
+            lease.release();
         }
     }
 }

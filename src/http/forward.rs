@@ -80,9 +80,8 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         path_and_query.push_str(q);
     }
     let (mut parts, body) = req.into_parts();
+    // Origin form: the connection already goes to the upstream, and Host names it.
     parts.uri = Uri::builder()
-        .scheme(http::uri::Scheme::HTTP)
-        .authority(endpoint.uri_authority.clone())
         .path_and_query(path_and_query)
         .build()
         .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))?;
@@ -122,7 +121,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
 
     // Streams may legitimately say nothing for a long time (the per-session event stream sends
     // no headers until its first event), so only ordinary requests are timed.
-    let sent = gw.upstream.request(upstream_req);
+    let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
     let result = if long_lived {
         sent.await
     } else {
@@ -133,14 +132,14 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 secs: limits.upstream_response_timeout,
             })?
     };
-    let mut response = result.map_err(|e| match crate::upstream::client_body_fault(&e) {
+    let (mut response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
         Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
             max: limits.max_body_bytes,
         },
         Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
             secs: limits.body_idle_timeout,
         },
-        None => unavailable(project, crate::upstream::describe(&e)),
+        None => unavailable(project, crate::upstream::describe(&*e)),
     })?;
 
     if response.status() == StatusCode::UNAUTHORIZED {
@@ -186,6 +185,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             .await
             .map_err(|_| unavailable(project, "the response was cut or too large to scope"))?
             .to_bytes();
+        lease.release();
         if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
             gw.tickets.insert(&t, user.name.clone(), project.name.clone());
         }
@@ -213,12 +213,12 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         let filter = crate::scope::EventFilter::new(root.to_path_buf());
         return Ok(Response::from_parts(
             parts,
-            ProxyBody::events(body, filter, endpoint.redactor.clone()),
+            ProxyBody::events(body, filter, endpoint.redactor.clone()).leased(lease),
         ));
     }
     Ok(Response::from_parts(
         parts,
-        ProxyBody::stream(body, endpoint.redactor.clone()),
+        ProxyBody::stream(body, endpoint.redactor.clone()).leased(lease),
     ))
 }
 

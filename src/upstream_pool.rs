@@ -1,0 +1,246 @@
+//! Keep-alive HTTP/1.1 connections to one OpenCode server, for the request hot path.
+//!
+//! Each [`Endpoint`](crate::endpoint::Endpoint) owns one pool, so a checkout is a lock on a short
+//! vector: no pool key to hash, no per-request task to watch a connection come back, nothing shared
+//! between upstreams. A connection is lent with its response ([`Lease`]) and comes back when the
+//! response body has been read to its end; a response dropped early takes its connection with it,
+//! and hyper closes it. (hyper-util's general-purpose pool did all of this too, at about a tenth of
+//! the gateway's instructions per request: see docs/performance.md.)
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::upstream::{BoxError, UpstreamBody};
+
+/// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; the pool lets go
+/// first, so a request never lands on a socket the server is closing.
+const IDLE_FOR: Duration = Duration::from_secs(4);
+/// Idle connections kept per upstream; more are closed when they come back.
+const MAX_IDLE: usize = 256;
+
+struct Idle {
+    sender: SendRequest<UpstreamBody>,
+    since: Instant,
+}
+
+pub struct Pool {
+    authority: String,
+    /// Most recently returned last: checkouts take the warmest connection.
+    idle: Mutex<Vec<Idle>>,
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("authority", &self.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection lent with a response; [`Lease::release`] gives it back once the response is read.
+pub struct Lease {
+    pool: Arc<Pool>,
+    sender: SendRequest<UpstreamBody>,
+}
+
+impl Lease {
+    pub fn release(self) {
+        let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        // Oldest first: drop what has idled too long, then make room.
+        let now = Instant::now();
+        let stale = idle.iter().take_while(|c| now - c.since >= IDLE_FOR).count();
+        idle.drain(..stale);
+        if idle.len() >= MAX_IDLE {
+            idle.remove(0);
+        }
+        idle.push(Idle {
+            sender: self.sender,
+            since: now,
+        });
+    }
+}
+
+impl Pool {
+    pub fn new(authority: String) -> Arc<Self> {
+        Arc::new(Pool {
+            authority,
+            idle: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn checkout(&self) -> Option<SendRequest<UpstreamBody>> {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        while let Some(c) = idle.pop() {
+            if !c.sender.is_closed() && now - c.since < IDLE_FOR {
+                return Some(c.sender);
+            }
+        }
+        None
+    }
+
+    async fn connect(&self, timeout: Duration) -> Result<SendRequest<UpstreamBody>, BoxError> {
+        let tcp = tokio::time::timeout(timeout, TcpStream::connect(&self.authority))
+            .await
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))??;
+        tcp.set_nodelay(true)?;
+        let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(tcp)).await?;
+        // The connection is driven by its own task; upgrades (terminal WebSockets) hand the
+        // socket over when the response is a 101.
+        tokio::spawn(async move {
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Send `req` on an idle connection, or a new one. A request that a pooled connection could
+    /// not take (the server had just closed it) is sent again on another, as it never left.
+    pub async fn send(
+        self: &Arc<Self>,
+        mut req: Request<UpstreamBody>,
+        connect_timeout: Duration,
+    ) -> Result<(Response<Incoming>, Lease), BoxError> {
+        loop {
+            let (mut sender, pooled) = match self.checkout() {
+                Some(s) => (s, true),
+                None => (self.connect(connect_timeout).await?, false),
+            };
+            // A pooled connection came back as its last body ended; its task may not have
+            // marked it ready yet.
+            if let Err(e) = sender.ready().await {
+                if pooled {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            match sender.try_send_request(req).await {
+                Ok(response) => {
+                    return Ok((
+                        response,
+                        Lease {
+                            pool: self.clone(),
+                            sender,
+                        },
+                    ));
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if pooled => req = unsent,
+                    _ => return Err(e.into_error().into()),
+                },
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn idle_count(&self) -> usize {
+        self.idle.lock().unwrap().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A minimal HTTP/1.1 server that answers every request on a connection with "ok" and counts
+    /// the connections it accepted.
+    async fn server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    let mut seen = Vec::new();
+                    loop {
+                        let Ok(n) = tcp.read(&mut buf).await else { return };
+                        if n == 0 {
+                            return;
+                        }
+                        seen.extend_from_slice(&buf[..n]);
+                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                            seen.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if tcp.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn get(authority: &str) -> Request<UpstreamBody> {
+        Request::get("/global/health")
+            .header("host", authority)
+            .body(UpstreamBody::Empty)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_once_its_body_was_read() {
+        let (addr, accepted) = server().await;
+        let pool = Pool::new(addr.clone());
+        for _ in 0..5 {
+            let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+            lease.release();
+        }
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(pool.idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_get_their_own_connections() {
+        let (addr, accepted) = server().await;
+        let pool = Pool::new(addr.clone());
+        let (a, lease_a) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        let (b, lease_b) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+        for (resp, lease) in [(a, lease_a), (b, lease_b)] {
+            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+            lease.release();
+        }
+        assert_eq!(pool.idle_count(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_lease_is_not_reused_and_a_closed_server_is_an_error() {
+        let (addr, accepted) = server().await;
+        let pool = Pool::new(addr.clone());
+        let (_resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        drop(lease);
+        let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+        lease.release();
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gone = closed.local_addr().unwrap().to_string();
+        drop(closed);
+        let err = Pool::new(gone.clone())
+            .send(get(&gone), Duration::from_secs(1))
+            .await
+            .err()
+            .expect("nothing listens there");
+        assert_eq!(crate::upstream::describe(&*err), "connection refused");
+    }
+}
