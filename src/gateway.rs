@@ -69,6 +69,8 @@ pub struct Gateway {
     /// The drain deadline passed: cut what is left (streams, WebSockets).
     pub abort: CancellationToken,
     pub tasks: TaskTracker,
+    /// The per-core runtimes HTTPS connections are served on.
+    pub workers: crate::workers::Workers,
 }
 
 impl Gateway {
@@ -95,6 +97,7 @@ impl Gateway {
             shutdown,
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            workers: crate::workers::Workers::start()?,
         }))
     }
 

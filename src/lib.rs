@@ -46,6 +46,7 @@ pub mod supervise;
 pub mod telemetry;
 pub mod upstream;
 pub mod upstream_pool;
+pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -32,8 +32,10 @@ struct Idle {
 
 pub struct Pool {
     authority: String,
+    /// One idle list per worker runtime (and one, first, for everything else): a connection's
+    /// task runs on the runtime that opened it, so it is lent only to requests on that runtime.
     /// Most recently returned last: checkouts take the warmest connection.
-    idle: Mutex<Vec<Idle>>,
+    idle: Vec<Mutex<Vec<Idle>>>,
 }
 
 impl fmt::Debug for Pool {
@@ -48,11 +50,12 @@ impl fmt::Debug for Pool {
 pub struct Lease {
     pool: Arc<Pool>,
     sender: SendRequest<UpstreamBody>,
+    worker: usize,
 }
 
 impl Lease {
     pub fn release(self) {
-        let mut idle = self.pool.idle.lock().unwrap_or_else(|e| e.into_inner());
+        let mut idle = self.pool.idle[self.worker].lock().unwrap_or_else(|e| e.into_inner());
         // Oldest first: drop what has idled too long, then make room.
         let now = Instant::now();
         let stale = idle.iter().take_while(|c| now - c.since >= IDLE_FOR).count();
@@ -71,12 +74,16 @@ impl Pool {
     pub fn new(authority: String) -> Arc<Self> {
         Arc::new(Pool {
             authority,
-            idle: Mutex::new(Vec::new()),
+            idle: (0..=crate::workers::count()).map(|_| Mutex::new(Vec::new())).collect(),
         })
     }
 
-    fn checkout(&self) -> Option<SendRequest<UpstreamBody>> {
-        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+    fn list(&self) -> usize {
+        crate::workers::current() % self.idle.len()
+    }
+
+    fn checkout(&self, list: usize) -> Option<SendRequest<UpstreamBody>> {
+        let mut idle = self.idle[list].lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         while let Some(c) = idle.pop() {
             if !c.sender.is_closed() && now - c.since < IDLE_FOR {
@@ -109,8 +116,9 @@ impl Pool {
         mut req: Request<UpstreamBody>,
         connect_timeout: Duration,
     ) -> Result<(Response<Incoming>, Lease), BoxError> {
+        let worker = self.list();
         loop {
-            let (mut sender, pooled) = match self.checkout() {
+            let (mut sender, pooled) = match self.checkout(worker) {
                 Some(s) => (s, true),
                 None => (self.connect(connect_timeout).await?, false),
             };
@@ -129,6 +137,7 @@ impl Pool {
                         Lease {
                             pool: self.clone(),
                             sender,
+                            worker,
                         },
                     ));
                 }
@@ -142,7 +151,7 @@ impl Pool {
 
     #[cfg(test)]
     fn idle_count(&self) -> usize {
-        self.idle.lock().unwrap().len()
+        self.idle.iter().map(|l| l.lock().unwrap().len()).sum()
     }
 }
 

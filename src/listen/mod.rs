@@ -70,8 +70,21 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
     accept_loop(gw, listener, "https", move |tcp, peer, slot| {
         let gw = gw2.clone();
         let bound = bound.clone();
-        tasks.spawn(async move {
+        // Served on a worker runtime (see workers.rs): the socket moves to that runtime's reactor.
+        let tcp = match tcp.into_std() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::debug!(peer = %peer, error = %e, "accepted socket could not be handed to a worker");
+                return;
+            }
+        };
+        let worker_gw = gw.clone();
+        gw.workers.spawn(tasks.track_future(async move {
+            let gw = worker_gw;
             let _slot = slot;
+            let Ok(tcp) = TcpStream::from_std(tcp) else {
+                return;
+            };
             let acceptor = TlsAcceptor::from(gw.state().tls.clone());
             let stream = match tokio::time::timeout(gw.limits.tls_handshake_timeout, acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
@@ -91,7 +104,7 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                 front: Front::Tls { bound },
             });
             crate::http::serve_connection(gw, conn, stream).await;
-        });
+        }));
     })
     .await;
 }

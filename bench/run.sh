@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The benchmark, one command: installs nginx, Caddy and wrk from Debian if missing, builds the
+# gateway and the bench tools in release mode, and runs bench/bench.py (results in
+# bench/out/results.md). Not part of the test suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+need=()
+for p in nginx caddy wrk; do command -v "$p" >/dev/null || need+=("$p"); done
+command -v openssl >/dev/null || need+=(openssl)
+if [ "${#need[@]}" -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# Debian starts the packaged services; the benchmark runs its own instances.
+systemctl stop nginx caddy 2>/dev/null || true
+cargo build --release --locked
+(cd bench/tools && cargo build --release --locked)
+exec python3 bench/bench.py
