@@ -9,14 +9,17 @@
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
 //!   PTY tickets. `authz`: roles × routes. `origin`: browser origin checks.
 //! - `route` (host/path → project), `rewrite` (headers and query, pure), `pin` (directory
-//!   pinning), `upstream` (pooled client), `supervise` (spawned `opencode serve` per project).
+//!   pinning), `upstream_pool` (each endpoint's keep-alive connections, lent per response),
+//!   `upstream` (request bodies, errors, the general client for health checks), `supervise`
+//!   (spawned `opencode serve` per project), `workers` (one runtime per core for HTTPS connections).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
 //!   `ratelimit`, `devcert`, `telemetry`, `commands/` (the CLI's work).
 //!
 //! # Request flow
-//! TCP accept → per-address slot → TLS handshake (timeout) or SSH channel → hyper (HTTP/1.1, h2,
-//! upgrades) → identify (cache, then login limiter, then argon2) → route → authorize (role ×
-//! route) → origin check → rate limit → pin directory → rewrite → upstream (pooled) → stream the
+//! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
+//! hyper (HTTP/1.1, h2, upgrades) → identify (cache; else join an argon2 run for the same
+//! credential, or start one once the login limiter agrees) → route → authorize (role × route) →
+//! origin check → rate limit → pin directory → rewrite → upstream (the endpoint's pool) → stream the
 //! response back unbuffered, or splice a WebSocket → one access-log line when the body ends.
 
 pub mod admin;
