@@ -304,7 +304,10 @@ async fn an_upstream_without_a_password_is_reported() {
         "{}",
         gw.logs()
     );
-    assert!(gw.logs().contains("reason=\"upstream_without_password\""));
+    assert!(
+        gw.wait_log("reason=\"upstream_without_password\"", Duration::from_secs(5))
+            .await
+    );
     // It still serves (the operator may accept the risk), with no credential injected.
     let c = Https::new(gw.https, &gw.ca());
     assert_eq!(c.get("/global/health", Some(&alice())).await.status, 200);

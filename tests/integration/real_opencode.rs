@@ -215,7 +215,8 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     let (_, messages) = json(&s.client, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
     assert!(
-        s.gw.logs().contains("method=POST path=/p/demo/session/"),
+        s.gw.wait_log("method=POST path=/p/demo/session/", Duration::from_secs(5))
+            .await,
         "the prompt went through the gateway"
     );
     // Without the dev CA, the client refuses the gateway's certificate.

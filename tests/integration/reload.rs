@@ -121,7 +121,8 @@ async fn a_config_that_does_not_validate_changes_nothing() {
     gw.signal(libc::SIGHUP);
     assert!(gw.wait_log("reload refused", Duration::from_secs(10)).await);
     assert!(
-        gw.logs().contains("192.0.2.1 is not a loopback address"),
+        gw.wait_log("192.0.2.1 is not a loopback address", Duration::from_secs(5))
+            .await,
         "the log says why:\n{}",
         gw.logs()
     );

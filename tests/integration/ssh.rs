@@ -219,7 +219,12 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     let out = tokio::task::block_in_place(|| run(with_password(&askpass)));
     // Logged in (then the command is refused: there is no shell).
     assert!(stderr(&out).contains("only forwards to projects"), "{}", stderr(&out));
-    assert!(s.gw.logs().contains("method=\"password\""), "{}", s.gw.logs());
+    // The log reaches the test through a pipe a thread drains: wait for it, bounded.
+    assert!(
+        s.gw.wait_log("method=\"password\"", Duration::from_secs(5)).await,
+        "{}",
+        s.gw.logs()
+    );
     assert!(s.gw.metric("argon2_verifications_total") > before);
     let wrong = s.dir.path().join("wrong.sh");
     std::fs::write(&wrong, "#!/bin/sh\necho not-the-password\n").unwrap();
