@@ -95,7 +95,7 @@ class Proxy:
     def start(self):
         t0 = time.time()
         self.proc = self._start()
-        self.ready_s = wait_port(self.port, self.proc) if self.port else 0
+        wait_port(self.port, self.proc)
         self.ready_s = time.time() - t0
         time.sleep(0.3)
         return self

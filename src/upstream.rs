@@ -17,9 +17,9 @@ use tokio::time::Sleep;
 pub type BoxError = Box<dyn StdError + Send + Sync>;
 pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
-/// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; the pool lets go first
-/// so a request never lands on a socket the server is closing.
-const POOL_IDLE: Duration = Duration::from_secs(4);
+/// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; pools let go first
+/// so a request never lands on a socket the server is closing. Shared with `upstream_pool`.
+pub const POOL_IDLE: Duration = Duration::from_secs(4);
 
 pub fn client(connect_timeout: Duration) -> UpstreamClient {
     let mut http = HttpConnector::new();

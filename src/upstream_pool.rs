@@ -17,11 +17,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::upstream::{BoxError, UpstreamBody};
+use crate::upstream::{BoxError, POOL_IDLE as IDLE_FOR, UpstreamBody};
 
-/// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; the pool lets go
-/// first, so a request never lands on a socket the server is closing.
-const IDLE_FOR: Duration = Duration::from_secs(4);
 /// Idle connections kept per upstream; more are closed when they come back.
 const MAX_IDLE: usize = 256;
 
@@ -204,14 +201,19 @@ mod tests {
             .unwrap()
     }
 
+    /// Read the answer to its end and give the connection back.
+    async fn finish(resp: Response<Incoming>, lease: Lease) {
+        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
+        lease.release();
+    }
+
     #[tokio::test]
     async fn a_connection_is_reused_once_its_body_was_read() {
         let (addr, accepted) = server().await;
         let pool = Pool::new(addr.clone());
         for _ in 0..5 {
             let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
-            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
-            lease.release();
+            finish(resp, lease).await;
         }
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert_eq!(pool.idle_count(), 1);
@@ -224,10 +226,8 @@ mod tests {
         let (a, lease_a) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
         let (b, lease_b) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
-        for (resp, lease) in [(a, lease_a), (b, lease_b)] {
-            assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
-            lease.release();
-        }
+        finish(a, lease_a).await;
+        finish(b, lease_b).await;
         assert_eq!(pool.idle_count(), 2);
     }
 
@@ -238,8 +238,7 @@ mod tests {
         let (_resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
         drop(lease);
         let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
-        assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
-        lease.release();
+        finish(resp, lease).await;
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
 
         let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

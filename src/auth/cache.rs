@@ -166,6 +166,8 @@ mod tests {
             c.insert(c.key(&[0; 32], "u", &i.to_le_bytes()), "u".into());
         }
         assert!(c.len() <= 32, "{}", c.len());
+        // Full of keys: the newest is still found (evictions take the oldest).
+        assert!(c.hit(&c.key(&[0; 32], "u", &999u32.to_le_bytes()), "u"));
         let short = AuthCache::new(8, Duration::from_millis(0));
         let k = short.key(&[0; 32], "u", b"p");
         short.insert(k, "u".into());

@@ -46,6 +46,8 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
         started.elapsed() >= Duration::from_millis(1000),
         "it waited for the drain"
     );
+    // The process has exited; its last lines may still be in the pipe the test drains.
+    assert!(gw.wait_log("stopped", Duration::from_secs(5)).await, "{}", gw.logs());
     let logs = gw.logs();
     assert!(
         logs.contains("SIGTERM: draining") && logs.contains("drain deadline reached") && logs.contains("stopped"),

@@ -163,6 +163,12 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
     let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "mallory", &["-N"], &[])));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    // The last refusal's line, then all of them (the log reaches the test through a pipe).
+    assert!(
+        s.gw.wait_log("reason=\"unknown_user\"", Duration::from_secs(5)).await,
+        "{}",
+        s.gw.logs()
+    );
     let logs = s.gw.logs();
     for reason in [
         "session_refused",

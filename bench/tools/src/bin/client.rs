@@ -25,11 +25,26 @@ fn parse(url: &str) -> Target {
         Some(r) => (true, r),
         None => (false, url.strip_prefix("http://").expect("http:// or https://")),
     };
-    let (authority, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
-    let host = authority.rsplit_once(':').map(|(h, _)| h).unwrap_or(authority).to_string();
+    let (authority, path) = rest
+        .split_once('/')
+        .map(|(a, p)| (a, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
+    let host = authority
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(authority)
+        .to_string();
     // Every name used in the benchmark resolves to loopback.
-    let port = authority.rsplit_once(':').map(|(_, p)| p).unwrap_or(if tls { "443" } else { "80" });
-    Target { tls, host, addr: format!("127.0.0.1:{port}"), path }
+    let port = authority
+        .rsplit_once(':')
+        .map(|(_, p)| p)
+        .unwrap_or(if tls { "443" } else { "80" });
+    Target {
+        tls,
+        host,
+        addr: format!("127.0.0.1:{port}"),
+        path,
+    }
 }
 
 fn tls_config(ca: &str, resume: bool) -> Arc<rustls::ClientConfig> {
@@ -125,7 +140,11 @@ async fn hold(url: &str, n: usize, auth: &str, ca: &str) {
             break;
         }
     }
-    println!("ready {} failed {}", ready.load(Ordering::SeqCst), failed.load(Ordering::SeqCst));
+    println!(
+        "ready {} failed {}",
+        ready.load(Ordering::SeqCst),
+        failed.load(Ordering::SeqCst)
+    );
     tokio::task::spawn_blocking(|| {
         let stdin = std::io::stdin();
         for _ in stdin.lock().lines() {}
@@ -149,14 +168,24 @@ async fn latency(url: &str, n: usize, auth: &str, ca: &str) {
         pending.push_str(&String::from_utf8_lossy(&buf[..k]));
         while let Some(i) = pending.find("\n\n") {
             let event: String = pending.drain(..i + 2).collect();
-            if let Some(ts) = event.split("\"t\":").nth(1).and_then(|r| r.trim_end_matches(['}', '\n']).parse::<u128>().ok()) {
+            if let Some(ts) = event
+                .split("\"t\":")
+                .nth(1)
+                .and_then(|r| r.trim_end_matches(['}', '\n']).parse::<u128>().ok())
+            {
                 samples.push((arrived.saturating_sub(ts)) as f64 / 1000.0);
             }
         }
     }
     samples.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let p = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
-    println!("events {} p50_us {:.0} p99_us {:.0} max_us {:.0}", samples.len(), p(0.5), p(0.99), p(1.0));
+    println!(
+        "events {} p50_us {:.0} p99_us {:.0} max_us {:.0}",
+        samples.len(),
+        p(0.5),
+        p(0.99),
+        p(1.0)
+    );
 }
 
 async fn handshakes(url: &str, n: usize, mode: &str, auth: &str, ca: &str) {

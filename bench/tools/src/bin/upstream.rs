@@ -27,18 +27,31 @@ async fn handle(req: Request<Incoming>) -> Result<Response<BoxBody<Bytes, Infall
             .and_then(|v| v.parse().ok())
             .unwrap_or(10_000u64);
         let first = futures_util::stream::once(async {
-            Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"data: {\"type\":\"server.connected\"}\n\n")))
+            Ok::<_, Infallible>(Frame::data(Bytes::from_static(
+                b"data: {\"type\":\"server.connected\"}\n\n",
+            )))
         });
-        let ticks = futures_util::stream::unfold(tokio::time::interval(Duration::from_millis(interval)), |mut tick| async move {
-            tick.tick().await;
-            Some((Ok(Frame::data(Bytes::from(format!("data: {{\"t\":{}}}\n\n", now_ns())))), tick))
-        });
-        let mut r = Response::new(BodyExt::boxed(StreamBody::new(futures_util::StreamExt::chain(first, futures_util::StreamExt::skip(ticks, 1)))));
-        r.headers_mut().insert("content-type", "text/event-stream".parse().unwrap());
+        let ticks = futures_util::stream::unfold(
+            tokio::time::interval(Duration::from_millis(interval)),
+            |mut tick| async move {
+                tick.tick().await;
+                Some((
+                    Ok(Frame::data(Bytes::from(format!("data: {{\"t\":{}}}\n\n", now_ns())))),
+                    tick,
+                ))
+            },
+        );
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(futures_util::StreamExt::chain(
+            first,
+            futures_util::StreamExt::skip(ticks, 1),
+        ))));
+        r.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
         return Ok(r);
     }
     let mut r = Response::new(Full::new(Bytes::from_static(HEALTH)).boxed());
-    r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
     Ok(r)
 }
 
@@ -46,12 +59,19 @@ async fn handle(req: Request<Incoming>) -> Result<Response<BoxBody<Bytes, Infall
 async fn main() {
     let port: u16 = std::env::args().nth(1).and_then(|p| p.parse().ok()).unwrap_or(4096);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
-    println!("upstream listening on 127.0.0.1:{}", listener.local_addr().unwrap().port());
+    println!(
+        "upstream listening on 127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
         tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(tcp), service_fn(handle)).await;
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service_fn(handle))
+                .await;
         });
     }
 }
