@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 
 use crate::gateway::Gateway;
 use crate::state::Upstream;
-use crate::supervise::Status;
+use crate::upstream::supervise::Status;
 
 pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, config_path: PathBuf) {
     let tasks = gw.tasks.clone();

@@ -17,8 +17,8 @@ use crate::auth::verifier::Verifier;
 use crate::config::{Limits, Settings};
 use crate::ratelimit::{Limiters, Slots};
 use crate::state::State;
-use crate::supervise::Supervisor;
 use crate::upstream::UpstreamClient;
+use crate::upstream::supervise::Supervisor;
 
 #[derive(Default)]
 pub struct Metrics {
@@ -140,9 +140,11 @@ impl Gateway {
             };
             let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
             tokio::spawn(async move {
-                let open =
-                    crate::supervise::health(&client, &crate::endpoint::Endpoint::new(authority.clone(), "", None))
-                        .await;
+                let open = crate::upstream::supervise::health(
+                    &client,
+                    &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),
+                )
+                .await;
                 if open.is_ok() {
                     tracing::warn!(target: "security", project = %name, upstream = %authority, reason = "upstream_without_password",
                         "the project's OpenCode server answers without a password: any local user can use it directly; start it with OPENCODE_SERVER_PASSWORD and set upstream_password_env");

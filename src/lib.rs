@@ -24,31 +24,22 @@
 
 pub mod admin;
 pub mod auth;
-pub mod authz;
 pub mod cli;
 pub mod client_addr;
 pub mod commands;
 pub mod config;
 pub mod devcert;
-pub mod endpoint;
 pub mod gateway;
 pub mod http;
 pub mod listen;
-pub mod origin;
-pub mod pin;
-pub mod query;
+pub mod policy;
 pub mod ratelimit;
-pub mod redact;
 pub mod reload;
 pub mod rewrite;
-pub mod route;
-pub mod scope;
 pub mod ssh;
 pub mod state;
-pub mod supervise;
 pub mod telemetry;
 pub mod upstream;
-pub mod upstream_pool;
 pub mod workers;
 
 use std::net::SocketAddr;

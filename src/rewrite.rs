@@ -154,20 +154,20 @@ pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
 /// project, without directory and workspace selectors.
 pub fn upstream_query(query: Option<&str>, pinned: bool) -> Option<Cow<'_, str>> {
     let q = query?;
-    let drop = |n: &str| is_credential_param(n) || (pinned && crate::pin::is_selector_param(n));
-    if !crate::query::pairs(q).any(|(n, _)| drop(&n)) {
+    let drop = |n: &str| is_credential_param(n) || (pinned && crate::policy::pin::is_selector_param(n));
+    if !crate::policy::query::pairs(q).any(|(n, _)| drop(&n)) {
         return Some(Cow::Borrowed(q));
     }
-    crate::query::without(q, drop).map(Cow::Owned)
+    crate::policy::query::without(q, drop).map(Cow::Owned)
 }
 
 /// A query fit for logs: credential-like parameter values replaced.
 pub fn loggable_query(query: &str) -> Cow<'_, str> {
     const SECRET: [&str; 5] = ["auth_token", "ticket", "token", "password", "key"];
-    if !crate::query::pairs(query).any(|(n, _)| SECRET.contains(&n.as_ref())) {
+    if !crate::policy::query::pairs(query).any(|(n, _)| SECRET.contains(&n.as_ref())) {
         return Cow::Borrowed(query);
     }
-    let parts: Vec<String> = crate::query::pairs(query)
+    let parts: Vec<String> = crate::policy::query::pairs(query)
         .map(|(n, pair)| {
             if SECRET.contains(&n.as_ref()) {
                 format!("{n}=<redacted>")

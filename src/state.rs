@@ -11,9 +11,9 @@ use argon2::PasswordHash;
 
 use crate::auth::cache::fingerprint;
 use crate::config::{Grants, Project, Settings, UpstreamKind};
-use crate::endpoint::Endpoint;
 use crate::http::error::HttpError;
-use crate::supervise::{SpawnSpec, Supervised, Supervisor};
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
 /// Users and projects by name. Every request looks both up, and their keys come only from the
 /// config file (a request can look a name up but never add one), so a plain FNV-1a hash is safe
@@ -56,7 +56,7 @@ pub struct ProjectState {
     /// Pinned on a server that may also serve other directories: sessions, listings and the
     /// global event stream must be scoped to the project.
     pub shared_upstream: bool,
-    pub sessions: crate::scope::SessionDirs,
+    pub sessions: crate::policy::scope::SessionDirs,
 }
 
 pub enum Upstream {
@@ -130,7 +130,7 @@ impl State {
                 p.name.clone(),
                 Arc::new(ProjectState {
                     name: p.name.as_str().into(),
-                    dir_header: p.directory.as_deref().map(crate::pin::directory_header),
+                    dir_header: p.directory.as_deref().map(crate::policy::pin::directory_header),
                     shared_upstream: p.directory.is_some() && matches!(p.upstream, UpstreamKind::External { .. }),
                     sessions: Default::default(),
                     config: p.clone(),

@@ -8,11 +8,11 @@ use base64::Engine;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opencode_gateway::auth::credentials::{self, Credentials};
 use opencode_gateway::config::validate::lexical_clean;
-use opencode_gateway::pin;
-use opencode_gateway::redact::Redactor;
+use opencode_gateway::policy::pin;
+use opencode_gateway::policy::route::{self, Route, RouteInput};
+use opencode_gateway::policy::scope::EventFilter;
 use opencode_gateway::rewrite::{self, Forward};
-use opencode_gateway::route::{self, Route, RouteInput};
-use opencode_gateway::scope::EventFilter;
+use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
 
 fn b64(s: &str) -> String {
@@ -82,12 +82,12 @@ proptest! {
         let query: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let query = query.join("&");
         if let Some(out) = rewrite::upstream_query(Some(&query), true) {
-            for (name, _) in opencode_gateway::query::pairs(&out) {
+            for (name, _) in opencode_gateway::policy::query::pairs(&out) {
                 prop_assert!(!pin::is_selector_param(&name) && !rewrite::is_credential_param(&name), "{name} left in {out}");
             }
         }
         if let Some(out) = rewrite::upstream_query(Some(&query), false) {
-            for (name, _) in opencode_gateway::query::pairs(&out) {
+            for (name, _) in opencode_gateway::policy::query::pairs(&out) {
                 prop_assert!(!rewrite::is_credential_param(&name));
             }
         }
@@ -164,8 +164,8 @@ proptest! {
 
     #[test]
     fn query_decoding_never_panics(s in "\\PC{0,100}") {
-        let _ = opencode_gateway::query::percent_decode(&s, true);
-        let _ = opencode_gateway::query::without(&s, |n| n == "x");
+        let _ = opencode_gateway::policy::query::percent_decode(&s, true);
+        let _ = opencode_gateway::policy::query::without(&s, |n| n == "x");
         let _ = opencode_gateway::rewrite::loggable_query(&s);
     }
 }

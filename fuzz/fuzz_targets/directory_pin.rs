@@ -2,7 +2,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use opencode_gateway::config::validate::lexical_clean;
-use opencode_gateway::pin;
+use opencode_gateway::policy::pin;
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {

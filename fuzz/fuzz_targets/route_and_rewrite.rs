@@ -2,8 +2,9 @@
 //! no credential or directory selector survives the rewritten query.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use opencode_gateway::route::{self, Route, RouteInput};
-use opencode_gateway::{pin, query, rewrite};
+use opencode_gateway::policy::route::{self, Route, RouteInput};
+use opencode_gateway::policy::{pin, query};
+use opencode_gateway::rewrite;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

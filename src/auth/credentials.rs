@@ -75,7 +75,7 @@ pub fn parse_basic_token(token: &str) -> Option<Credentials> {
 
 /// OpenCode's `auth_token` query parameter, if the query has one.
 pub fn from_query(query: Option<&str>) -> Option<Credentials> {
-    let token = crate::query::get(query?, "auth_token")?;
+    let token = crate::policy::query::get(query?, "auth_token")?;
     parse_basic_token(&token)
 }
 

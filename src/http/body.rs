@@ -13,9 +13,9 @@ use bytes::Bytes;
 use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use crate::redact::Redactor;
-use crate::scope::EventFilter;
-use crate::upstream_pool::Lease;
+use crate::policy::scope::EventFilter;
+use crate::upstream::pool::Lease;
+use crate::upstream::redact::Redactor;
 
 /// One access-log line, filled in as the request goes through the pipeline.
 pub struct AccessRecord {

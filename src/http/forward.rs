@@ -17,11 +17,11 @@ use super::body::ProxyBody;
 use super::error::HttpError;
 use super::pipeline::Hold;
 use crate::auth::tickets;
-use crate::endpoint::Endpoint;
 use crate::gateway::Gateway;
 use crate::ratelimit::SlotGuard;
 use crate::rewrite::{self, Forward};
 use crate::state::{ProjectState, UserState};
+use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
 /// Bodies the gateway reads whole (directory checks, tickets, listings) are small JSON.
@@ -99,9 +99,9 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         },
     );
     if let Some(dir) = &project.dir_header {
-        crate::pin::pin_headers(&mut parts.headers, dir);
+        crate::policy::pin::pin_headers(&mut parts.headers, dir);
     }
-    let body = match (pinned, crate::pin::body_rule(&method, upstream_path)) {
+    let body = match (pinned, crate::policy::pin::body_rule(&method, upstream_path)) {
         _ if upgrade.is_some() => UpstreamBody::Empty,
         (Some(root), Some(rule)) => {
             let bytes = Limited::new(body, SMALL_BODY)
@@ -109,7 +109,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 .await
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
-            crate::pin::check_body(&bytes, &rule, root).map_err(|why| {
+            crate::policy::pin::check_body(&bytes, &rule, root).map_err(|why| {
                 tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
             })?;
@@ -173,9 +173,9 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     let ticket = method == Method::POST && tickets::is_connect_token_path(upstream_path);
     let listing = match (project.shared_upstream, &method, upstream_path) {
         (true, &Method::GET, "/project") => {
-            Some(crate::scope::filter_projects as fn(&[u8], &std::path::Path) -> Option<Vec<u8>>)
+            Some(crate::policy::scope::filter_projects as fn(&[u8], &std::path::Path) -> Option<Vec<u8>>)
         }
-        (true, &Method::GET, "/experimental/session") => Some(crate::scope::filter_sessions as _),
+        (true, &Method::GET, "/experimental/session") => Some(crate::policy::scope::filter_sessions as _),
         _ => None,
     };
     if success && (ticket || listing.is_some()) {
@@ -210,7 +210,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         && let Some(root) = pinned
     {
         parts.headers.remove(header::CONTENT_LENGTH);
-        let filter = crate::scope::EventFilter::new(root.to_path_buf());
+        let filter = crate::policy::scope::EventFilter::new(root.to_path_buf());
         return Ok(Response::from_parts(
             parts,
             ProxyBody::events(body, filter, endpoint.redactor.clone()).leased(lease),

@@ -17,8 +17,8 @@ use super::forward::{self, Forwarding};
 use super::{ConnInfo, Front};
 use crate::auth::credentials::{self, Credentials};
 use crate::gateway::Gateway;
+use crate::policy::route::{self, Route, RouteInput};
 use crate::rewrite;
-use crate::route::{self, Route, RouteInput};
 use crate::state::{ProjectState, State, UserState};
 
 /// Longest request target kept in the access log.
@@ -119,7 +119,7 @@ async fn handle_inner(
     record.user = Some(user.name.clone());
 
     let host = request_host(&req).map(str::to_string);
-    if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::origin::is_local_host) {
+    if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host) {
         tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
         return Err(HttpError::Forbidden(
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
@@ -143,7 +143,7 @@ async fn handle_inner(
             user: user.name.to_string(),
             project: project.name.to_string(),
         })?;
-    crate::authz::check(role, req.method(), upstream_path)?;
+    crate::policy::authz::check(role, req.method(), upstream_path)?;
     check_origin(state, conn, &req, host.as_deref(), upgrade.is_some(), &user, &project)?;
 
     gw.limiters.request(&user.name).map_err(|d| HttpError::RateLimited {
@@ -172,7 +172,7 @@ async fn handle_inner(
             max: limits.max_body_bytes,
         });
     }
-    if project.config.directory.is_some() && crate::pin::is_workspace_switch(req.method(), upstream_path) {
+    if project.config.directory.is_some() && crate::policy::pin::is_workspace_switch(req.method(), upstream_path) {
         return Err(HttpError::Forbidden(format!(
             "{} {upstream_path} would leave project {}'s directory; workspaces are not available through the gateway",
             req.method(),
@@ -182,7 +182,7 @@ async fn handle_inner(
 
     let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
     if project.shared_upstream
-        && let Some(id) = crate::scope::session_id(upstream_path)
+        && let Some(id) = crate::policy::scope::session_id(upstream_path)
     {
         forward::check_session_scope(gw, &project, &endpoint, id).await?;
     }
@@ -248,7 +248,7 @@ fn check_origin(
         return Ok(());
     }
     let origin = origin.to_str().unwrap_or("null");
-    if crate::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
+    if crate::policy::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
         return Ok(());
     }
     tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "foreign_origin", origin, "request from a foreign origin refused");
@@ -289,7 +289,7 @@ async fn identify(
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             if upgrade
-                && let Some(ticket) = req.uri().query().and_then(|q| crate::query::get(q, "ticket"))
+                && let Some(ticket) = req.uri().query().and_then(|q| crate::policy::query::get(q, "ticket"))
                 && let Some((user, project)) = gw.tickets.take(&ticket)
                 && let Some(u) = state.users.get(&*user)
             {

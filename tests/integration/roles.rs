@@ -3,8 +3,8 @@
 
 use http::Method;
 use http_body_util::Full;
-use opencode_gateway::authz;
 use opencode_gateway::config::Role;
+use opencode_gateway::policy::authz;
 
 use crate::common::client::{Https, basic};
 use crate::common::fake_upstream::FakeUpstream;

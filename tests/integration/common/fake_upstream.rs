@@ -83,7 +83,7 @@ impl FakeUpstream {
             .filter(|s| {
                 s.headers
                     .get("user-agent")
-                    .is_none_or(|a| a != opencode_gateway::supervise::HEALTH_AGENT)
+                    .is_none_or(|a| a != opencode_gateway::upstream::supervise::HEALTH_AGENT)
             })
             .cloned()
             .collect()

@@ -7,8 +7,8 @@ use http::HeaderValue;
 use std::sync::Arc;
 
 use crate::config::Secret;
-use crate::redact::Redactor;
-use crate::upstream_pool::Pool;
+use crate::upstream::pool::Pool;
+use crate::upstream::redact::Redactor;
 
 #[derive(Debug)]
 pub struct Endpoint {

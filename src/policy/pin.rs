@@ -47,7 +47,7 @@ pub fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
 /// from `root`; `..` is resolved; so are symlinks, for the part of the path that exists; a
 /// percent-encoded spelling must be inside too.
 pub fn inside(root: &Path, candidate: &str) -> bool {
-    let decoded = crate::query::percent_decode(candidate, false);
+    let decoded = crate::policy::query::percent_decode(candidate, false);
     [candidate, decoded.as_ref()]
         .iter()
         .all(|c| resolve(root, c).is_some_and(|p| p.starts_with(root)))

@@ -20,8 +20,8 @@ use crate::config::{Project, Secret, Settings, StartMode};
 
 mod launch;
 
-use crate::endpoint::Endpoint;
 use crate::upstream::UpstreamClient;
+use crate::upstream::endpoint::Endpoint;
 pub use launch::health;
 use launch::{Running, launch, stop_process};
 
@@ -82,7 +82,7 @@ impl SpawnSpec {
             directory,
             env: project.env.clone(),
             run_as: project.run_as.clone(),
-            cors: crate::origin::project_origins(settings, project),
+            cors: crate::policy::origin::project_origins(settings, project),
             start: project.start,
             opencode_bin: settings.server.opencode_bin.clone(),
             search_dirs: vec![

@@ -1,6 +1,6 @@
 //! Keep-alive HTTP/1.1 connections to one OpenCode server, for the request hot path.
 //!
-//! Each [`Endpoint`](crate::endpoint::Endpoint) owns one pool, so a checkout is a lock on a short
+//! Each [`Endpoint`](crate::upstream::endpoint::Endpoint) owns one pool, so a checkout is a lock on a short
 //! vector: no pool key to hash, no per-request task to watch a connection come back, nothing shared
 //! between upstreams. A connection is lent with its response ([`Lease`]) and comes back when the
 //! response body has been read to its end; a response dropped early takes its connection with it,

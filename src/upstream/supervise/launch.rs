@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 
 use super::{HEALTH_AGENT, INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
 use crate::config::Secret;
-use crate::endpoint::Endpoint;
+use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{UpstreamBody, UpstreamClient};
 
 pub(super) struct Running {

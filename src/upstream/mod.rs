@@ -1,5 +1,11 @@
-//! The client side: one pooled keep-alive HTTP/1.1 client for every OpenCode server, and the request
-//! body that streams the client's upload to it, bounded in size.
+//! The OpenCode side: each server's endpoint (`endpoint`) and keep-alive pool (`pool`), redaction of
+//! its credential (`redact`), supervision of spawned servers (`supervise`); here, the general client
+//! (health checks, lookups) and the request body that streams the client's upload, bounded in size.
+
+pub mod endpoint;
+pub mod pool;
+pub mod redact;
+pub mod supervise;
 
 use std::error::Error as StdError;
 use std::future::Future;

@@ -37,7 +37,7 @@ pub fn allowed(origin: &str, scheme: &str, host: Option<&str>, extra: &[String])
 /// gateway through its own local port, so only loopback names are real; anything else is a
 /// web page that rebound its own domain to that port (DNS rebinding) and rides the tunnel.
 pub fn is_local_host(host: &str) -> bool {
-    let h = crate::route::strip_port(host)
+    let h = crate::policy::route::strip_port(host)
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_ascii_lowercase();
@@ -57,7 +57,7 @@ pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
             .server
             .public_url
             .strip_prefix("https://")
-            .map(crate::route::strip_port)
+            .map(crate::policy::route::strip_port)
             .unwrap_or("localhost");
         out.push(format!("https://{host}:{}", l.port()));
     }

@@ -1,0 +1,16 @@
+//! Pure policy: functions of the canonical request, no I/O. Every decision the gateway makes
+//! about a request is made here, once, on the form OpenCode's router will execute.
+//!
+//! - `canonical`: the one reading of a request path (decoded, case-folded where OpenCode ignores
+//!   case, `;` parameters and repeated slashes dropped), and the spelling that is forwarded.
+//! - `route`: which project (front door, host, `/p/<name>/`, the only project).
+//! - `authz`: OpenCode's route table × roles, and what each route needs (the route plan).
+//! - `origin`: browser origin checks. `pin`: directory pinning. `scope`: shared-upstream scoping.
+//! - `query`: query strings read the way OpenCode reads them.
+
+pub mod authz;
+pub mod origin;
+pub mod pin;
+pub mod query;
+pub mod route;
+pub mod scope;
