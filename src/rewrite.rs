@@ -5,6 +5,7 @@
 //! header and `?auth_token=`), forwarding headers are set fresh, the upstream's own credential is
 //! injected, and `Host`/`Origin` name the upstream so OpenCode's same-origin checks (PTY connect
 //! tokens) see a consistent, local request. The gateway has already checked the client's Origin.
+//! The upstream is asked for unencoded bodies, so redaction sees every byte.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -106,6 +107,9 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     if let Some(auth) = f.upstream_auth {
         headers.insert(header::AUTHORIZATION, auth.clone());
     }
+    // OpenCode gzips large answers when asked; the gateway must see plain bytes to redact the
+    // upstream's credential (and compressing on loopback only costs CPU).
+    headers.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     if let Some(proto) = &f.upgrade {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, proto.clone());

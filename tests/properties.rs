@@ -5,15 +5,83 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use base64::Engine;
+use http::Method;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opencode_gateway::auth::credentials::{self, Credentials};
 use opencode_gateway::config::validate::lexical_clean;
+use opencode_gateway::policy::authz;
+use opencode_gateway::policy::canonical::CanonicalPath;
 use opencode_gateway::policy::pin;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
+use opencode_gateway::policy::routes::ROUTES;
 use opencode_gateway::policy::scope::EventFilter;
 use opencode_gateway::rewrite::{self, Forward};
 use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
+
+/// A concrete path for a pattern, with parameter values no route name can be mistaken for.
+fn concrete(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .skip(1)
+        .map(|s| match s {
+            "*" => "/Id_9x".to_string(),
+            "**" => "/src/Main.rs".to_string(),
+            lit => format!("/{lit}"),
+        })
+        .collect()
+}
+
+/// Another spelling of `canonical`, chosen by `coins`: route names in random case, characters
+/// percent-encoded, `;` parameters, repeated slashes and a trailing slash (but not inside a file
+/// path, where OpenCode keeps slashes as they are).
+fn respell(canonical: &str, pattern: &str, coins: &[u8]) -> String {
+    let pattern: Vec<&str> = pattern.split('/').skip(1).collect();
+    let mut coin = coins.iter().copied().cycle();
+    let mut out = String::new();
+    let segs: Vec<&str> = canonical.split('/').skip(1).collect();
+    let file_from = pattern.iter().position(|p| *p == "**").unwrap_or(usize::MAX);
+    for (i, seg) in segs.iter().enumerate() {
+        let in_file = i >= file_from;
+        let literal = pattern.get(i).is_some_and(|p| !p.starts_with('*'));
+        out.push('/');
+        if !in_file && coin.next().unwrap() % 4 == 0 {
+            out.push('/');
+        }
+        for ch in seg.chars() {
+            let c = coin.next().unwrap();
+            let ch = if literal && c % 2 == 0 {
+                ch.to_ascii_uppercase()
+            } else {
+                ch
+            };
+            if c % 5 == 0 {
+                out.push_str(&format!("%{:02X}", ch as u32));
+            } else {
+                out.push(ch);
+            }
+        }
+        if coin.next().unwrap() % 5 == 0 {
+            out.push_str(";p=1");
+        }
+    }
+    if file_from == usize::MAX && coin.next().unwrap() % 3 == 0 {
+        out.push('/');
+    }
+    out
+}
+
+/// The gateway's verdict on a path: route, class, session, forwarded spelling.
+fn verdict(method: &Method, raw: &str) -> (Option<String>, Option<authz::Class>, Option<String>, String) {
+    let parsed = CanonicalPath::parse(raw).expect("a spelling the gateway reads");
+    let r = authz::resolve(method, parsed.segments());
+    (
+        r.route.map(|r| r.pattern.to_string()),
+        r.class,
+        r.session.map(str::to_string),
+        r.upstream_path,
+    )
+}
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
@@ -42,14 +110,14 @@ proptest! {
     }
 
     #[test]
-    fn routing_never_panics_and_names_only_known_projects(host in "[a-zA-Z0-9.:\\[\\]-]{0,40}", path in "/[a-zA-Z0-9/._%-]{0,60}") {
+    fn routing_never_panics_and_names_only_known_projects(host in "[a-zA-Z0-9.:\\[\\]-]{0,40}", path in "/[a-zA-Z0-9/._%;-]{0,60}") {
         let known = |n: &str| n == "web" || n == "api";
-        let input = RouteInput { bound: None, host: Some(&host), path: &path };
+        let Ok(parsed) = CanonicalPath::parse(&path) else { return Ok(()) };
+        let input = RouteInput { bound: None, host: Some(&host), segments: parsed.segments() };
         match route::route(&input, Some("gw.localhost"), known, None) {
-            Route::Project { name, path: rest } => {
+            Route::Project { name, start } => {
                 prop_assert!(known(name));
-                prop_assert!(rest.starts_with('/'));
-                prop_assert!(path.ends_with(rest) || rest == "/");
+                prop_assert!(start <= parsed.segments().len());
             }
             Route::Unknown(name) => prop_assert!(!known(name)),
             Route::None => {}
@@ -59,10 +127,53 @@ proptest! {
     #[test]
     fn a_path_prefix_strips_exactly_itself(tail in "(/[a-z0-9_.-]{1,10}){0,5}") {
         let path = format!("/p/web{tail}");
-        let input = RouteInput { bound: None, host: None, path: &path };
+        let Ok(parsed) = CanonicalPath::parse(&path) else { return Ok(()) };
+        let input = RouteInput { bound: None, host: None, segments: parsed.segments() };
         let r = route::route(&input, None, |n| n == "web", None);
-        let expected = if tail.is_empty() { "/".to_string() } else { tail.clone() };
-        prop_assert_eq!(r, Route::Project { name: "web", path: &expected });
+        prop_assert_eq!(r, Route::Project { name: "web", start: 2 });
+        let rest: Vec<&str> = parsed.tail(2).iter().map(|s| s.as_ref()).collect();
+        let expected: Vec<&str> = tail.split('/').skip(1).collect();
+        prop_assert_eq!(rest, expected);
+    }
+
+    /// Issue 10's property: every spelling of every route in the table (names in any case, any
+    /// character percent-encoded, `;` parameters, repeated and trailing slashes) gets the verdict
+    /// of the canonical spelling: the same route (so the same role, treatment, body rule and
+    /// workspace rule), the same session, and the same forwarded bytes.
+    #[test]
+    fn every_spelling_of_a_route_gets_the_canonical_verdict(
+        row in 0..ROUTES.len(),
+        coins in prop::collection::vec(any::<u8>(), 64..65),
+    ) {
+        let (method, pattern, _) = ROUTES[row];
+        let method: Method = method.parse().unwrap();
+        let canonical = concrete(pattern);
+        let spelled = respell(&canonical, pattern, &coins);
+        let want = verdict(&method, &canonical);
+        prop_assert_eq!(&want.0, &Some(pattern.to_string()), "the canonical spelling is its own route");
+        prop_assert_eq!(verdict(&method, &spelled), want, "{} {} spelled {}", method, canonical, spelled);
+    }
+
+    /// What the gateway forwards is a fixed point: read again the way OpenCode reads it, the
+    /// forwarded spelling is the same route, session and spelling. So the request OpenCode executes
+    /// is the one the gateway judged, whatever the client sent.
+    #[test]
+    fn the_forwarded_spelling_reads_as_what_was_judged(path in "(/(%[0-9A-Fa-f]{2}|[a-zA-Z_;.~-]|session|pty|api|SESSION|Pty|connect|event|read|fs){0,6}){1,6}/?", method in prop_oneof![Just(Method::GET), Just(Method::POST), Just(Method::DELETE), Just(Method::PATCH)]) {
+        let Ok(parsed) = CanonicalPath::parse(&path) else { return Ok(()) };
+        let first = authz::resolve(&method, parsed.segments());
+        let again = CanonicalPath::parse(&first.upstream_path).expect("the forwarded spelling parses");
+        let second = authz::resolve(&method, again.segments());
+        prop_assert_eq!(first.route.map(|r| r.pattern), second.route.map(|r| r.pattern));
+        prop_assert_eq!(first.class, second.class);
+        prop_assert_eq!(first.session, second.session);
+        prop_assert_eq!(&first.upstream_path, &second.upstream_path);
+    }
+
+    #[test]
+    fn canonical_parsing_never_panics(path in "\\PC{0,80}") {
+        if let Ok(p) = CanonicalPath::parse(&path) {
+            let _ = authz::resolve(&Method::GET, p.segments());
+        }
     }
 
     #[test]

@@ -42,11 +42,15 @@ impl Tickets {
         }
     }
 
-    /// The (user, project) a live ticket was issued to; the ticket is used up.
-    pub fn take(&self, ticket: &str) -> Option<(Arc<str>, Arc<str>)> {
+    /// The user a live ticket was issued to for `project`; the ticket is used up. A ticket
+    /// presented for another project is refused and left as it is.
+    pub fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(ticket).is_none_or(|t| &*t.project != project) {
+            return None;
+        }
         let t = map.remove(ticket)?;
-        (t.expires > Instant::now()).then_some((t.user, t.project))
+        (t.expires > Instant::now()).then_some(t.user)
     }
 }
 
@@ -54,15 +58,6 @@ impl Tickets {
 pub fn ticket_from_body(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     v.get("ticket")?.as_str().map(str::to_string)
-}
-
-/// `POST /pty/{id}/connect-token` or `/api/pty/{id}/connect-token`.
-pub fn is_connect_token_path(path: &str) -> bool {
-    let rest = path.strip_prefix("/api").unwrap_or(path);
-    let Some(rest) = rest.strip_prefix("/pty/") else {
-        return false;
-    };
-    matches!(rest.split_once('/'), Some((id, "connect-token")) if !id.is_empty())
 }
 
 #[cfg(test)]
@@ -73,24 +68,22 @@ mod tests {
     fn a_ticket_is_used_once() {
         let t = Tickets::default();
         t.insert("abc", "alice".into(), "web".into());
+        assert!(t.take("abc", "api").is_none(), "another project's ticket is refused");
         assert_eq!(
-            t.take("abc").map(|(u, p)| (u.to_string(), p.to_string())),
-            Some(("alice".into(), "web".into()))
+            t.take("abc", "web").as_deref(),
+            Some("alice"),
+            "and left for its own project"
         );
-        assert!(t.take("abc").is_none());
-        assert!(t.take("other").is_none());
+        assert!(t.take("abc", "web").is_none(), "used once");
+        assert!(t.take("other", "web").is_none());
     }
 
     #[test]
-    fn reads_the_ticket_and_knows_the_route() {
+    fn reads_the_ticket() {
         assert_eq!(
             ticket_from_body(br#"{"ticket":"a-b","expires_in":60}"#).as_deref(),
             Some("a-b")
         );
         assert_eq!(ticket_from_body(b"nope"), None);
-        assert!(is_connect_token_path("/pty/pty_1/connect-token"));
-        assert!(is_connect_token_path("/api/pty/pty_1/connect-token"));
-        assert!(!is_connect_token_path("/pty/pty_1/connect"));
-        assert!(!is_connect_token_path("/pty//connect-token"));
     }
 }

@@ -2,7 +2,6 @@
 //! body streamed frame by frame, never collected. It carries the request's access record, written
 //! when the body ends or is dropped, so a stream's line has its real byte count and duration.
 
-use std::any::Any;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,6 +13,7 @@ use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::policy::scope::EventFilter;
+use crate::ratelimit::SlotGuard;
 use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;
 
@@ -50,13 +50,11 @@ impl AccessRecord {
     }
 }
 
-/// Writes the access line when the body is done, and holds whatever must live as long as the
-/// response (a per-user stream slot, say).
+/// Writes the access line when the body is done.
 struct Meter {
     record: AccessRecord,
     bytes: u64,
     outcome: &'static str,
-    _hold: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl Drop for Meter {
@@ -76,6 +74,8 @@ pub struct ProxyBody {
     meter: Option<Box<Meter>>,
     /// The upstream connection the body is read from, given back to its pool at the body's end.
     lease: Option<Lease>,
+    /// The user's stream slot an event stream holds until it ends.
+    slot: Option<SlotGuard<Arc<str>>>,
 }
 
 impl ProxyBody {
@@ -85,6 +85,7 @@ impl ProxyBody {
             kind: Kind::Full((!b.is_empty()).then_some(b)),
             meter: None,
             lease: None,
+            slot: None,
         }
     }
 
@@ -94,6 +95,7 @@ impl ProxyBody {
             kind: Kind::Events(body, Box::new(filter), redactor),
             meter: None,
             lease: None,
+            slot: None,
         }
     }
 
@@ -102,6 +104,7 @@ impl ProxyBody {
             kind: Kind::Full(None),
             meter: None,
             lease: None,
+            slot: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl ProxyBody {
             kind: Kind::Stream(body, redactor),
             meter: None,
             lease: None,
+            slot: None,
         }
     }
 
@@ -124,10 +128,18 @@ impl ProxyBody {
         self
     }
 
-    /// Attach the access record (and anything to keep alive until the body ends). With access
-    /// lines turned off and nothing to hold, there is nothing to attach and nothing is allocated.
-    pub fn metered(mut self, record: AccessRecord, hold: Option<Box<dyn Any + Send + Sync>>) -> Self {
-        if hold.is_none() && !tracing::enabled!(target: "access", tracing::Level::INFO) {
+    /// Hold the user's stream slot until the body ends.
+    pub fn holding(mut self, slot: Option<SlotGuard<Arc<str>>>) -> Self {
+        if !self.is_end_stream() {
+            self.slot = slot;
+        }
+        self
+    }
+
+    /// Attach the access record, written when the body ends. With access lines turned off there
+    /// is nothing to attach and nothing is allocated.
+    pub fn metered(mut self, record: AccessRecord) -> Self {
+        if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return self;
         }
         let done = self.is_end_stream();
@@ -135,7 +147,6 @@ impl ProxyBody {
             record,
             bytes: 0,
             outcome: "complete",
-            _hold: hold,
         }));
         if done {
             self.meter = None;
@@ -195,6 +206,7 @@ impl Body for ProxyBody {
             }
             Poll::Ready(None) => {
                 this.meter = None;
+                this.slot = None;
                 if let Some(lease) = this.lease.take() {
                     lease.release();
                 }

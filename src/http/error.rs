@@ -53,6 +53,12 @@ pub enum HttpError {
     UriTooLong { max: usize },
     #[error("{0}")]
     BadRequest(String),
+    #[error("{0}: the gateway cannot tell how OpenCode would read it")]
+    BadPath(crate::policy::canonical::PathRefusal),
+    #[error("project {0} no longer exists (removed on reload); this port closes when the gateway restarts")]
+    ProjectGone(String),
+    #[error("the request body is malformed ({0})")]
+    MalformedBody(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
 }
@@ -75,7 +81,8 @@ impl From<&HttpError> for StatusCode {
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            BadRequest(_) => StatusCode::BAD_REQUEST,
+            BadRequest(_) | BadPath(_) | MalformedBody(_) => StatusCode::BAD_REQUEST,
+            ProjectGone(_) => StatusCode::NOT_FOUND,
         }
     }
 }
@@ -103,6 +110,9 @@ impl HttpError {
             BodyTimeout { .. } => "body_timeout",
             UriTooLong { .. } => "uri_too_long",
             BadRequest(_) => "bad_request",
+            BadPath(refusal) => refusal.code(),
+            ProjectGone(_) => "project_gone",
+            MalformedBody(_) => "malformed_body",
             ShuttingDown => "shutting_down",
         }
     }
@@ -115,7 +125,7 @@ impl HttpError {
             | UpstreamStarting { project, .. }
             | UpstreamRejectedCredential { project }
             | NotGranted { project, .. } => Some(project),
-            UnknownProject(p) => Some(p),
+            UnknownProject(p) | ProjectGone(p) => Some(p),
             _ => None,
         }
     }
@@ -213,6 +223,12 @@ mod tests {
                 408,
             ),
             (HttpError::BadRequest("x".into()), 400),
+            (
+                HttpError::BadPath(crate::policy::canonical::PathRefusal::DotSegment),
+                400,
+            ),
+            (HttpError::MalformedBody("bad chunk".into()), 400),
+            (HttpError::ProjectGone("web".into()), 404),
         ];
         for (e, status) in cases {
             assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");

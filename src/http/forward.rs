@@ -1,22 +1,21 @@
-//! The last stages: rewrite the request for the upstream (credentials, forwarding headers,
-//! directory pinning, checked bodies), send it on the pooled client, and bring the response back
-//! (streamed, filtered for a shared upstream, or an upgrade spliced both ways).
+//! The request phase: rewrite the request for the upstream (the canonical path, credentials,
+//! forwarding headers, directory pinning, checked bodies) and send it on the endpoint's pool.
+//! What comes back is handed to [`super::response`], which follows the route's plan.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Method, Request, Response, StatusCode, Uri, Version, header};
+use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, header, request::Parts};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 
 use super::ConnInfo;
 use super::body::ProxyBody;
 use super::error::HttpError;
-use super::pipeline::Hold;
-use crate::auth::tickets;
+use super::request::Target;
+use super::response::{self, Answer};
 use crate::gateway::Gateway;
 use crate::ratelimit::SlotGuard;
 use crate::rewrite::{self, Forward};
@@ -24,28 +23,25 @@ use crate::state::{ProjectState, UserState};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
-/// Bodies the gateway reads whole (directory checks, tickets, listings) are small JSON.
-const SMALL_BODY: usize = 1024 * 1024;
-const LISTING_BODY: usize = 16 * 1024 * 1024;
+/// Bodies the gateway reads whole (directory and session checks) are small JSON.
+pub const SMALL_BODY: usize = 1024 * 1024;
 
 pub struct Forwarding<'a> {
     pub gw: &'a Arc<Gateway>,
     pub conn: &'a ConnInfo,
     /// The client's address (after trusted proxies).
     pub client: IpAddr,
-    pub project: &'a Arc<ProjectState>,
     pub endpoint: &'a Arc<Endpoint>,
     pub user: &'a UserState,
-    pub req: Request<Incoming>,
-    pub upstream_path: &'a str,
+    pub parts: Parts,
+    pub body: Incoming,
+    pub target: &'a Target,
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
-    pub long_lived: bool,
     pub stream_slot: Option<SlotGuard<Arc<str>>>,
-    pub hold: &'a mut Hold,
 }
 
-fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
+pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
     HttpError::UpstreamUnavailable {
         project: project.name.to_string(),
         reason: reason.into(),
@@ -57,34 +53,25 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         gw,
         conn,
         client,
-        project,
         endpoint,
         user,
-        mut req,
-        upstream_path,
+        mut parts,
+        body,
+        target,
         host,
         upgrade,
-        long_lived,
         stream_slot,
-        hold,
     } = f;
     let limits = &gw.limits;
+    let project = &*target.project;
     let pinned = project.config.directory.as_deref();
-    let method = req.method().clone();
-    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
-    let query = rewrite::upstream_query(req.uri().query(), pinned.is_some()).map(|q| q.into_owned());
-    let mut path_and_query = String::with_capacity(upstream_path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
-    path_and_query.push_str(upstream_path);
-    if let Some(q) = &query {
-        path_and_query.push('?');
-        path_and_query.push_str(q);
-    }
-    let (mut parts, body) = req.into_parts();
-    // Origin form: the connection already goes to the upstream, and Host names it.
-    parts.uri = Uri::builder()
-        .path_and_query(path_and_query)
-        .build()
-        .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))?;
+    let method = parts.method.clone();
+    let client_upgrade = upgrade.as_ref().map(|_| {
+        let mut head = Request::new(());
+        *head.extensions_mut() = std::mem::take(&mut parts.extensions);
+        hyper::upgrade::on(head)
+    });
+    parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
     parts.version = Version::HTTP_11;
     rewrite::request_headers(
         &mut parts.headers,
@@ -101,7 +88,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     if let Some(dir) = &project.dir_header {
         crate::policy::pin::pin_headers(&mut parts.headers, dir);
     }
-    let body = match (pinned, crate::policy::pin::body_rule(&method, upstream_path)) {
+    let body = match (pinned, target.route.and_then(|r| r.body)) {
         _ if upgrade.is_some() => UpstreamBody::Empty,
         (Some(root), Some(rule)) => {
             let bytes = Limited::new(body, SMALL_BODY)
@@ -109,10 +96,15 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 .await
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
-            crate::policy::pin::check_body(&bytes, &rule, root).map_err(|why| {
+            let sessions = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
                 tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
             })?;
+            if project.shared_upstream {
+                for id in &sessions {
+                    check_session_scope(gw, project, endpoint, id).await?;
+                }
+            }
             UpstreamBody::Full(Some(bytes))
         }
         _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout),
@@ -122,7 +114,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     // Streams may legitimately say nothing for a long time (the per-session event stream sends
     // no headers until its first event), so only ordinary requests are timed.
     let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
-    let result = if long_lived {
+    let result = if target.treatment().long_lived() {
         sent.await
     } else {
         tokio::time::timeout(limits.upstream_response_timeout, sent)
@@ -132,13 +124,14 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 secs: limits.upstream_response_timeout,
             })?
     };
-    let (mut response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
+    let (response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
         Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
             max: limits.max_body_bytes,
         },
         Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
             secs: limits.body_idle_timeout,
         },
+        Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
         None => unavailable(project, crate::upstream::describe(&*e)),
     })?;
 
@@ -148,102 +141,34 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             project: project.name.to_string(),
         });
     }
-
-    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
-        let upstream_upgrade = hyper::upgrade::on(&mut response);
-        splice(gw, client_upgrade, upstream_upgrade, stream_slot);
-        let (mut parts, _) = response.into_parts();
-        rewrite::response_headers(&mut parts.headers, true);
-        if let Some(r) = &endpoint.redactor {
-            r.headers(&mut parts.headers);
-        }
-        return Ok(Response::from_parts(parts, ProxyBody::empty()));
-    }
-
-    let (mut parts, body) = response.into_parts();
-    rewrite::response_headers(&mut parts.headers, false);
-    if let Some(r) = &endpoint.redactor
-        && r.headers(&mut parts.headers)
-    {
-        tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
-    }
-    let success = parts.status.is_success();
-
-    // Small bodies the gateway must read: a PTY ticket to remember, listings to scope.
-    let ticket = method == Method::POST && tickets::is_connect_token_path(upstream_path);
-    let listing = match (project.shared_upstream, &method, upstream_path) {
-        (true, &Method::GET, "/project") => {
-            Some(crate::policy::scope::filter_projects as fn(&[u8], &std::path::Path) -> Option<Vec<u8>>)
-        }
-        (true, &Method::GET, "/experimental/session") => Some(crate::policy::scope::filter_sessions as _),
-        _ => None,
-    };
-    if success && (ticket || listing.is_some()) {
-        let max = if ticket { SMALL_BODY } else { LISTING_BODY };
-        let mut bytes: Bytes = Limited::new(body, max)
-            .collect()
-            .await
-            .map_err(|_| unavailable(project, "the response was cut or too large to scope"))?
-            .to_bytes();
-        lease.release();
-        if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
-            gw.tickets.insert(&t, user.name.clone(), project.name.clone());
-        }
-        if let (Some(filter), Some(root)) = (listing, pinned) {
-            bytes = filter(&bytes, root)
-                .map(Bytes::from)
-                .ok_or_else(|| unavailable(project, "the listing is not the JSON array the gateway can scope"))?;
-        }
-        if let Some(r) = &endpoint.redactor {
-            bytes = r.frame(bytes);
-        }
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
-    }
-    if let Some(slot) = stream_slot {
-        *hold = Some(Box::new(slot));
-    }
-    if project.shared_upstream
-        && upstream_path == "/global/event"
-        && let Some(root) = pinned
-    {
-        parts.headers.remove(header::CONTENT_LENGTH);
-        let filter = crate::policy::scope::EventFilter::new(root.to_path_buf());
-        return Ok(Response::from_parts(
-            parts,
-            ProxyBody::events(body, filter, endpoint.redactor.clone()).leased(lease),
-        ));
-    }
-    Ok(Response::from_parts(
-        parts,
-        ProxyBody::stream(body, endpoint.redactor.clone()).leased(lease),
-    ))
+    response::answer(Answer {
+        gw,
+        user,
+        method: &method,
+        target,
+        endpoint,
+        response,
+        lease,
+        client_upgrade,
+        stream_slot,
+    })
+    .await
 }
 
-/// Copy bytes both ways between the client's and the upstream's upgraded connections until
-/// either side closes or the drain deadline passes; the stream slot is held meanwhile.
-fn splice(
-    gw: &Gateway,
-    client: hyper::upgrade::OnUpgrade,
-    upstream: hyper::upgrade::OnUpgrade,
-    slot: Option<SlotGuard<Arc<str>>>,
-) {
-    let abort = gw.abort.clone();
-    gw.tasks.spawn(async move {
-        let _slot = slot;
-        let (client, upstream) = tokio::join!(client, upstream);
-        let (Ok(client), Ok(upstream)) = (client, upstream) else {
-            return;
-        };
-        let mut client = TokioIo::new(client);
-        let mut upstream = TokioIo::new(upstream);
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-            _ = abort.cancelled() => {}
-        }
-    });
+/// The canonical path with the client's query, less gateway credentials and (pinned) directory
+/// selectors, in origin form: the connection already goes to the upstream, and Host names it.
+fn upstream_uri(path: &str, query: Option<&str>, pinned: bool) -> Result<Uri, HttpError> {
+    let query = rewrite::upstream_query(query, pinned);
+    let mut path_and_query = String::with_capacity(path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
+    path_and_query.push_str(path);
+    if let Some(q) = &query {
+        path_and_query.push('?');
+        path_and_query.push_str(q);
+    }
+    Uri::builder()
+        .path_and_query(path_and_query)
+        .build()
+        .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))
 }
 
 /// On a shared upstream, a session is usable only if it lives in the project's directory.
@@ -283,10 +208,10 @@ pub async fn check_session_scope(
 }
 
 async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Result<Option<PathBuf>, String> {
-    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
-        return Ok(None);
-    }
-    let mut req = Request::get(format!("http://{}/session/{id}", endpoint.authority))
+    // The ID is decoded; the lookup spells it the way the forwarded request will.
+    let mut path = String::from("/session");
+    crate::policy::canonical::push_segment(&mut path, id);
+    let mut req = Request::get(format!("http://{}{path}", endpoint.authority))
         .body(UpstreamBody::Empty)
         .map_err(|e| e.to_string())?;
     if let Some(auth) = &endpoint.auth {
@@ -299,6 +224,9 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
     if resp.status() == StatusCode::NOT_FOUND || resp.status() == StatusCode::BAD_REQUEST {
         return Ok(None);
     }
+    if !resp.status().is_success() {
+        return Err(format!("the session lookup answered {}", resp.status()));
+    }
     let bytes = Limited::new(resp.into_body(), SMALL_BODY)
         .collect()
         .await
@@ -307,4 +235,9 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|_| "the session lookup is not JSON".to_string())?;
     Ok(v.get("directory").and_then(|d| d.as_str()).map(PathBuf::from))
+}
+
+/// The response body read whole, for the few routes the gateway must look into.
+pub async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
+    Some(Limited::new(body, max).collect().await.ok()?.to_bytes())
 }

@@ -6,6 +6,8 @@ pub mod body;
 pub mod error;
 pub mod forward;
 pub mod pipeline;
+pub mod request;
+pub mod response;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

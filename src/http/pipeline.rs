@@ -1,6 +1,7 @@
 //! One request through the gateway. [`handle`] keeps the books (access record, metrics, error
 //! response); [`handle_inner`] runs the stages with `?`:
-//! identify → route → authorize → origin → rate limit → scope → [`super::forward`].
+//! read (the canonical request) → identify → authorize → origin → rate limit → scope →
+//! [`super::forward`] (request phase) → [`super::response`] (response phase).
 
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -8,23 +9,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use http::{Method, Request, Response, StatusCode, Uri, header};
+use http::{Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
 use super::body::{AccessRecord, ProxyBody};
 use super::error::HttpError;
 use super::forward::{self, Forwarding};
+use super::request::{self, Reading, Target};
 use super::{ConnInfo, Front};
 use crate::auth::credentials::{self, Credentials};
 use crate::gateway::Gateway;
-use crate::policy::route::{self, Route, RouteInput};
+use crate::policy::plan::Treatment;
 use crate::rewrite;
-use crate::state::{ProjectState, State, UserState};
+use crate::state::{State, UserState};
 
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
-
-pub type Hold = Option<Box<dyn std::any::Any + Send + Sync>>;
 
 pub async fn handle(
     gw: Arc<Gateway>,
@@ -50,8 +50,7 @@ pub async fn handle(
         reason: None,
         started: Instant::now(),
     };
-    let mut hold = None;
-    let response = match handle_inner(&gw, &state, &conn, client, req, &mut record, &mut hold).await {
+    let response = match handle_inner(&gw, &state, &conn, client, req, &mut record).await {
         Ok(r) => r,
         Err(e) => {
             record.reason = Some(e.code());
@@ -64,10 +63,10 @@ pub async fn handle(
     record.status = response.status().as_u16();
     gw.metrics.count_status(record.status);
     let (parts, body) = response.into_parts();
-    Ok(Response::from_parts(parts, body.metered(record, hold)))
+    Ok(Response::from_parts(parts, body.metered(record)))
 }
 
-fn log_target(uri: &Uri) -> String {
+fn log_target(uri: &http::Uri) -> String {
     let mut t = uri.path().to_string();
     if let Some(q) = uri.query() {
         t.push('?');
@@ -84,19 +83,6 @@ fn log_target(uri: &Uri) -> String {
     t
 }
 
-/// The host the client addressed: `:authority` (h2) or the Host header (HTTP/1.1).
-fn request_host(req: &Request<Incoming>) -> Option<&str> {
-    req.uri()
-        .authority()
-        .map(|a| a.as_str())
-        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
-}
-
-/// Server-sent event streams: long-lived, exempt from the response timeout, counted per user.
-fn is_event_stream(method: &Method, path: &str) -> bool {
-    method == Method::GET && (path == "/event" || path.ends_with("/event"))
-}
-
 async fn handle_inner(
     gw: &Arc<Gateway>,
     state: &State,
@@ -104,7 +90,6 @@ async fn handle_inner(
     client: IpAddr,
     req: Request<Incoming>,
     record: &mut AccessRecord,
-    hold: &mut Hold,
 ) -> Result<Response<ProxyBody>, HttpError> {
     let limits = &gw.limits;
     let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
@@ -113,28 +98,31 @@ async fn handle_inner(
             max: limits.max_uri_bytes,
         });
     }
-    let upgrade = rewrite::upgrade_protocol(req.headers());
+    let (parts, body) = req.into_parts();
+    let Reading { host, upgrade, target } = request::read(state, conn, &parts)?;
 
-    let (user, ticket_project) = identify(gw, state, conn, client, &req, upgrade.is_some()).await?;
+    let user = identify(
+        gw,
+        state,
+        conn,
+        client,
+        &parts,
+        host.as_deref(),
+        &target,
+        upgrade.is_some(),
+    )
+    .await?;
     record.user = Some(user.name.clone());
 
-    let host = request_host(&req).map(str::to_string);
     if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host) {
         tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
         return Err(HttpError::Forbidden(
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
         ));
     }
-    let path = req.uri().path().to_string();
-    let (project, upstream_path) = route_request(state, conn, host.as_deref(), &path)?;
+    let target = target?;
+    let project = target.project.clone();
     record.project = Some(project.name.clone());
-    if let Some(p) = &ticket_project
-        && **p != *project.name
-    {
-        return Err(HttpError::Forbidden(
-            "the terminal ticket was issued for another project".into(),
-        ));
-    }
 
     let role = user
         .grants
@@ -143,13 +131,29 @@ async fn handle_inner(
             user: user.name.to_string(),
             project: project.name.to_string(),
         })?;
-    crate::policy::authz::check(role, req.method(), upstream_path)?;
-    check_origin(state, conn, &req, host.as_deref(), upgrade.is_some(), &user, &project)?;
+    crate::policy::authz::check_target(role, &parts.method, target.class, target.label())?;
+    check_origin(
+        state,
+        conn,
+        &parts,
+        host.as_deref(),
+        upgrade.is_some(),
+        &user.name,
+        &project.name,
+    )?;
+    let treatment = target.treatment();
+    if upgrade.is_some() && treatment != Treatment::TerminalConnect {
+        return Err(HttpError::BadRequest(format!(
+            "{} {} does not switch protocols; only terminal connections do",
+            parts.method,
+            target.label()
+        )));
+    }
 
     gw.limiters.request(&user.name).map_err(|d| HttpError::RateLimited {
         retry_after: d.retry_after,
     })?;
-    let long_lived = upgrade.is_some() || is_event_stream(req.method(), upstream_path);
+    let long_lived = treatment.long_lived();
     // An SSH channel already holds the user's stream slot for everything it carries.
     let stream_slot = if long_lived && !matches!(conn.front, Front::Ssh { .. }) {
         Some(
@@ -162,8 +166,8 @@ async fn handle_inner(
     } else {
         None
     };
-    if let Some(len) = req
-        .headers()
+    if let Some(len) = parts
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         && len > limits.max_body_bytes
@@ -172,130 +176,120 @@ async fn handle_inner(
             max: limits.max_body_bytes,
         });
     }
-    if project.config.directory.is_some() && crate::policy::pin::is_workspace_switch(req.method(), upstream_path) {
+    if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
-            "{} {upstream_path} would leave project {}'s directory; workspaces are not available through the gateway",
-            req.method(),
+            "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
+            parts.method,
+            target.label(),
             project.name
         )));
     }
 
     let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
     if project.shared_upstream
-        && let Some(id) = crate::policy::scope::session_id(upstream_path)
+        && let Some(id) = &target.session
     {
         forward::check_session_scope(gw, &project, &endpoint, id).await?;
     }
-    let upstream_path = upstream_path.to_string();
     forward::forward(Forwarding {
         gw,
         conn,
         client,
-        project: &project,
         endpoint: &endpoint,
         user: &user,
-        req,
-        upstream_path: &upstream_path,
+        parts,
+        body,
+        target: &target,
         host: host.as_deref(),
         upgrade,
-        long_lived,
         stream_slot,
-        hold,
     })
     .await
 }
 
-fn route_request<'a>(
-    state: &'a State,
-    conn: &'a ConnInfo,
-    host: Option<&'a str>,
-    path: &'a str,
-) -> Result<(Arc<ProjectState>, &'a str), HttpError> {
-    let input = RouteInput {
-        bound: conn.bound_project(),
-        host,
-        path,
-    };
-    let route = route::route(
-        &input,
-        state.settings.server.base_domain.as_deref(),
-        |n| state.projects.contains_key(n),
-        state.only_project.as_deref(),
-    );
-    match route {
-        Route::Project { name, path } => Ok((state.projects[name].clone(), path)),
-        Route::Unknown(name) => Err(HttpError::UnknownProject(name.to_string())),
-        Route::None => Err(HttpError::NoProject),
-    }
-}
-
 /// A browser page from elsewhere may not write or open terminals with the user's credentials
-/// (browsers attach cached Basic credentials to any request to the gateway's origin).
+/// (browsers attach cached Basic credentials to any request to the gateway's origin). Without an
+/// `Origin`, a browser's own word that the request is cross-site (`Sec-Fetch-Site`) is enough.
 fn check_origin(
     state: &State,
     conn: &ConnInfo,
-    req: &Request<Incoming>,
+    parts: &Parts,
     host: Option<&str>,
     upgrade: bool,
-    user: &UserState,
-    project: &ProjectState,
+    user: &str,
+    project: &str,
 ) -> Result<(), HttpError> {
-    let unsafe_method = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
-    let Some(origin) = req.headers().get(header::ORIGIN) else {
-        return Ok(());
-    };
+    let unsafe_method = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
     if !unsafe_method && !upgrade {
         return Ok(());
     }
+    let Some(origin) = parts.headers.get(header::ORIGIN) else {
+        if parts
+            .headers
+            .get("sec-fetch-site")
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
+        {
+            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
+            return Err(HttpError::Forbidden(
+                "a cross-site request (Sec-Fetch-Site: cross-site) may not write or open terminals".into(),
+            ));
+        }
+        return Ok(());
+    };
     let origin = origin.to_str().unwrap_or("null");
     if crate::policy::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
         return Ok(());
     }
-    tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, project = %project.name, reason = "foreign_origin", origin, "request from a foreign origin refused");
+    tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
     Err(HttpError::Forbidden(format!(
         "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
     )))
 }
 
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
-/// `auth_token`), else, for a terminal WebSocket only, a ticket this gateway relayed. Returns the
-/// ticket's project when a ticket was used, so routing can check it.
+/// `auth_token`), else, for a terminal WebSocket only, a ticket this gateway relayed to the same
+/// project. A ticket is used up only once the request passes the origin check.
+#[allow(clippy::too_many_arguments)]
 async fn identify(
     gw: &Gateway,
     state: &State,
     conn: &ConnInfo,
     client: IpAddr,
-    req: &Request<Incoming>,
+    parts: &Parts,
+    host: Option<&str>,
+    target: &Result<Target, HttpError>,
     upgrade: bool,
-) -> Result<(Arc<UserState>, Option<Arc<str>>), HttpError> {
+) -> Result<Arc<UserState>, HttpError> {
     if let Front::Ssh { user, .. } = &conn.front {
         return state
             .users
             .get(&**user)
             .cloned()
-            .map(|u| (u, None))
             .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
     }
-    let creds = match credentials::from_headers(req.headers()) {
+    let creds = match credentials::from_headers(&parts.headers) {
         Ok(Some(c)) => Some(c),
-        Ok(None) => credentials::from_query(req.uri().query()),
+        Ok(None) => credentials::from_query(parts.uri.query()),
         Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
     };
     match creds {
-        Some(Credentials::Basic { user, password }) => {
-            let u = crate::auth::password(gw, state, client, &user, &password).await?;
-            Ok((u, None))
-        }
+        Some(Credentials::Basic { user, password }) => crate::auth::password(gw, state, client, &user, &password).await,
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
-            if upgrade
-                && let Some(ticket) = req.uri().query().and_then(|q| crate::policy::query::get(q, "ticket"))
-                && let Some((user, project)) = gw.tickets.take(&ticket)
-                && let Some(u) = state.users.get(&*user)
-            {
-                return Ok((u.clone(), Some(project)));
+            let Ok(t) = target else {
+                return Err(HttpError::Unauthenticated);
+            };
+            let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
+                return Err(HttpError::Unauthenticated);
+            };
+            if !upgrade || t.treatment() != Treatment::TerminalConnect {
+                return Err(HttpError::Unauthenticated);
             }
-            Err(HttpError::Unauthenticated)
+            check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
+            match gw.tickets.take(&ticket, &t.project.name) {
+                Some(user) => state.users.get(&*user).cloned().ok_or(HttpError::Unauthenticated),
+                None => Err(HttpError::Unauthenticated),
+            }
         }
     }
 }

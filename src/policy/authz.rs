@@ -1,13 +1,22 @@
-//! Roles × OpenCode routes → allow or deny. Every route of OpenCode's API (its `GET /doc`) is in
-//! [`ROUTES`] with the least role that may use it; an API route the table does not know is denied.
-//! GETs outside the API are the web UI's static files and SPA routes (OpenCode answers any unknown
-//! path with `index.html`), which every role may load.
+//! Roles × OpenCode routes. A request's canonical path is matched once against OpenCode's route
+//! table ([`super::routes`]); the match says the route's class (the least role), how the gateway
+//! treats it ([`super::plan`]), which session it names, and the spelling forwarded upstream. Every
+//! later decision reads that match, never the path again.
+//!
+//! Route names match whatever their case (OpenCode's router ignores case); parameters keep
+//! theirs. An API route the table does not know is denied. GETs outside the API are the web UI's
+//! static files and SPA routes (OpenCode answers any unknown path with `index.html`), which every
+//! role may load; a path counts as API when its first segment, in any case, is a table root.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use http::Method;
 
+use super::canonical::{CanonicalPath, push_segment};
+use super::plan::{self, BodyRule, Treatment};
+use super::routes::ROUTES;
 use crate::config::Role;
 use crate::http::error::HttpError;
 
@@ -35,341 +44,351 @@ impl Class {
     }
 }
 
-use Class::*;
-
-const GET: &str = "GET";
-const POST: &str = "POST";
-const PUT: &str = "PUT";
-const PATCH: &str = "PATCH";
-const DELETE: &str = "DELETE";
-const ANY: &str = "*";
-
-/// (method, path pattern, class). `*` is one path segment, `**` one or more. First match wins.
-pub const ROUTES: &[Route] = &[
-    // Terminals are shells whatever the method: even reading one lets you type into it.
-    (GET, "/pty/*/connect", Operate),
-    (GET, "/api/pty/*/connect", Operate),
-    (POST, "/pty/*/connect-token", Operate),
-    (POST, "/api/pty/*/connect-token", Operate),
-    (GET, "/pty", Read),
-    (GET, "/pty/shells", Read),
-    (GET, "/pty/*", Read),
-    (POST, "/pty", Operate),
-    (PUT, "/pty/*", Operate),
-    (DELETE, "/pty/*", Operate),
-    (GET, "/api/pty", Read),
-    (GET, "/api/pty/*", Read),
-    (POST, "/api/pty", Operate),
-    (PUT, "/api/pty/*", Operate),
-    (DELETE, "/api/pty/*", Operate),
-    // Answering the agent.
-    (POST, "/permission/*/reply", Respond),
-    (POST, "/question/*/reply", Respond),
-    (POST, "/question/*/reject", Respond),
-    (POST, "/session/*/permissions/*", Respond),
-    (POST, "/session/*/abort", Respond),
-    (POST, "/api/session/*/permission/*/reply", Respond),
-    (POST, "/api/session/*/question/*/reply", Respond),
-    (POST, "/api/session/*/question/*/reject", Respond),
-    (POST, "/api/session/*/interrupt", Respond),
-    // Sessions (v1).
-    (GET, "/session", Read),
-    (GET, "/session/status", Read),
-    (GET, "/session/*", Read),
-    (GET, "/session/*/children", Read),
-    (GET, "/session/*/diff", Read),
-    (GET, "/session/*/message", Read),
-    (GET, "/session/*/message/*", Read),
-    (GET, "/session/*/todo", Read),
-    (POST, "/session", Operate),
-    (PATCH, "/session/*", Operate),
-    (DELETE, "/session/*", Operate),
-    (POST, "/session/*/command", Operate),
-    (POST, "/session/*/fork", Operate),
-    (POST, "/session/*/init", Operate),
-    (POST, "/session/*/message", Operate),
-    (POST, "/session/*/prompt_async", Operate),
-    (POST, "/session/*/revert", Operate),
-    (POST, "/session/*/unrevert", Operate),
-    (POST, "/session/*/shell", Operate),
-    (POST, "/session/*/summarize", Operate),
-    (POST, "/session/*/share", Operate),
-    (DELETE, "/session/*/share", Operate),
-    (DELETE, "/session/*/message/*", Operate),
-    (DELETE, "/session/*/message/*/part/*", Operate),
-    (PATCH, "/session/*/message/*/part/*", Operate),
-    // Sessions (v2).
-    (GET, "/api/session", Read),
-    (GET, "/api/session/active", Read),
-    (GET, "/api/session/*", Read),
-    (GET, "/api/session/*/context", Read),
-    (GET, "/api/session/*/event", Read),
-    (GET, "/api/session/*/history", Read),
-    (GET, "/api/session/*/message", Read),
-    (GET, "/api/session/*/message/*", Read),
-    (GET, "/api/session/*/permission", Read),
-    (GET, "/api/session/*/permission/*", Read),
-    (GET, "/api/session/*/question", Read),
-    (POST, "/api/session", Operate),
-    (POST, "/api/session/*/agent", Operate),
-    (POST, "/api/session/*/compact", Operate),
-    (POST, "/api/session/*/model", Operate),
-    (POST, "/api/session/*/prompt", Operate),
-    (POST, "/api/session/*/permission", Operate),
-    (POST, "/api/session/*/revert/clear", Operate),
-    (POST, "/api/session/*/revert/commit", Operate),
-    (POST, "/api/session/*/revert/stage", Operate),
-    (POST, "/api/session/*/wait", Operate),
-    (DELETE, "/api/permission/saved/*", Operate),
-    (POST, "/experimental/session/*/background", Operate),
-    (POST, "/vcs/apply", Operate),
-    (POST, "/project/git/init", Operate),
-    // Reading the project.
-    (GET, "/agent", Read),
-    (GET, "/command", Read),
-    (GET, "/config", Read),
-    (GET, "/config/providers", Read),
-    (GET, "/event", Read),
-    (GET, "/file", Read),
-    (GET, "/file/content", Read),
-    (GET, "/file/status", Read),
-    (GET, "/find", Read),
-    (GET, "/find/file", Read),
-    (GET, "/find/symbol", Read),
-    (GET, "/formatter", Read),
-    (GET, "/global/config", Read),
-    (GET, "/global/event", Read),
-    (GET, "/global/health", Read),
-    (GET, "/lsp", Read),
-    (GET, "/mcp", Read),
-    (GET, "/path", Read),
-    (GET, "/permission", Read),
-    (GET, "/project", Read),
-    (GET, "/project/current", Read),
-    (GET, "/project/*/directories", Read),
-    (GET, "/provider", Read),
-    (GET, "/provider/auth", Read),
-    (GET, "/question", Read),
-    (GET, "/skill", Read),
-    (GET, "/vcs", Read),
-    (GET, "/vcs/diff", Read),
-    (GET, "/vcs/diff/raw", Read),
-    (GET, "/vcs/status", Read),
-    (GET, "/experimental/capabilities", Read),
-    (GET, "/experimental/resource", Read),
-    (GET, "/experimental/session", Read),
-    (GET, "/experimental/tool", Read),
-    (GET, "/experimental/tool/ids", Read),
-    (GET, "/experimental/workspace", Read),
-    (GET, "/experimental/workspace/adapter", Read),
-    (GET, "/experimental/workspace/status", Read),
-    (GET, "/experimental/worktree", Read),
-    (GET, "/api/agent", Read),
-    (GET, "/api/command", Read),
-    (GET, "/api/event", Read),
-    (GET, "/api/fs/find", Read),
-    (GET, "/api/fs/list", Read),
-    (GET, "/api/fs/read/**", Read),
-    (GET, "/api/health", Read),
-    (GET, "/api/location", Read),
-    (GET, "/api/model", Read),
-    (GET, "/api/permission/request", Read),
-    (GET, "/api/permission/saved", Read),
-    (GET, "/api/provider", Read),
-    (GET, "/api/provider/*", Read),
-    (GET, "/api/question/request", Read),
-    (GET, "/api/reference", Read),
-    (GET, "/api/skill", Read),
-    // Which integrations exist and whether they are connected (the TUI asks at start); their
-    // credentials and connections stay admin-only below.
-    (GET, "/api/integration", Read),
-    // Client-side log lines: harmless, and every client sends them.
-    (POST, "/log", Read),
-    // Changing the server.
-    (PATCH, "/config", Configure),
-    (PATCH, "/global/config", Configure),
-    (POST, "/global/dispose", Configure),
-    (POST, "/global/upgrade", Configure),
-    (POST, "/instance/dispose", Configure),
-    (PUT, "/auth/*", Configure),
-    (DELETE, "/auth/*", Configure),
-    (POST, "/mcp", Configure),
-    (ANY, "/mcp/**", Configure),
-    (ANY, "/provider/*/oauth/**", Configure),
-    (PATCH, "/project/*", Configure),
-    (ANY, "/api/credential/**", Configure),
-    (ANY, "/api/integration", Configure),
-    (ANY, "/api/integration/**", Configure),
-    (ANY, "/experimental/**", Configure),
-    (ANY, "/tui/**", Configure),
-    (ANY, "/sync/**", Configure),
-];
-
-/// `ROUTES` grouped by the first path segment (every pattern starts with a literal one), built
-/// once, so a request is matched against the few routes of its own root, not all of them. The
-/// roots are also what makes a path an API route: an unknown route under one is refused.
-/// Patterns are split into segments once here, and a request's path once per request, so matching
-/// a route is a comparison of slices (splitting the path again for every candidate route was a
-/// measurable share of a request's cost).
-type Route = (&'static str, &'static str, Class);
-
-struct CompiledRoute {
-    method: &'static str,
+/// One row of the table, split into segments once, with everything the gateway decides from it.
+#[derive(Debug)]
+pub struct ApiRoute {
+    pub method: &'static str,
+    pub pattern: &'static str,
     segments: Vec<&'static str>,
-    class: Class,
+    pub class: Class,
+    pub treatment: Treatment,
+    pub body: Option<&'static BodyRule>,
+    pub workspace_switch: bool,
+    /// Which parameter (by order) is a session ID: the one right after a `session` segment.
+    session_param: Option<usize>,
 }
 
-fn index() -> &'static HashMap<&'static str, Vec<CompiledRoute>> {
-    static INDEX: OnceLock<HashMap<&'static str, Vec<CompiledRoute>>> = OnceLock::new();
+/// The table grouped by its first segment (every pattern starts with a literal one).
+fn index() -> &'static HashMap<&'static str, Vec<ApiRoute>> {
+    static INDEX: OnceLock<HashMap<&'static str, Vec<ApiRoute>>> = OnceLock::new();
     INDEX.get_or_init(|| {
-        let mut map: HashMap<&'static str, Vec<_>> = HashMap::new();
+        let mut map: HashMap<&'static str, Vec<ApiRoute>> = HashMap::new();
         for &(method, pattern, class) in ROUTES {
-            map.entry(first_segment(pattern)).or_default().push(CompiledRoute {
+            let segments: Vec<&'static str> = pattern.split('/').skip(1).collect();
+            let session_param = session_param(&segments);
+            map.entry(segments[0]).or_default().push(ApiRoute {
                 method,
-                segments: pattern.split('/').skip(1).collect(),
+                pattern,
                 class,
+                treatment: plan::treatment(method, pattern),
+                body: plan::body_rule(method, pattern),
+                workspace_switch: plan::is_workspace_switch(method, pattern),
+                session_param,
+                segments,
             });
         }
         map
     })
 }
 
-/// The segments of a request path after the leading `/` (a trailing `/` ignored). Paths longer
-/// than any route are marked as such rather than collected.
-struct PathSegments<'a> {
-    segments: [&'a str; PathSegments::MAX],
-    len: usize,
-    longer: bool,
-}
-
-impl<'a> PathSegments<'a> {
-    const MAX: usize = 12;
-
-    fn new(path: &'a str) -> Self {
-        let mut out = PathSegments {
-            segments: [""; Self::MAX],
-            len: 0,
-            longer: false,
-        };
-        for s in path.trim_end_matches('/').split('/').skip(1) {
-            if out.len == Self::MAX {
-                out.longer = true;
-                break;
+/// Which parameter (by order) follows a `session` segment: that one names a session.
+fn session_param(segments: &[&str]) -> Option<usize> {
+    let mut params = 0;
+    for (i, s) in segments.iter().enumerate() {
+        if *s == "*" {
+            if i > 0 && segments[i - 1] == "session" {
+                return Some(params);
             }
-            out.segments[out.len] = s;
-            out.len += 1;
+            params += 1;
         }
-        out
     }
-
-    /// Does a pattern's segments (`*` one segment, a final `**` one or more) match this path?
-    fn matched_by(&self, pattern: &[&str]) -> bool {
-        for (i, p) in pattern.iter().enumerate() {
-            if *p == "**" {
-                return i < self.len && !self.segments[i].is_empty();
-            }
-            if i >= self.len {
-                return false;
-            }
-            let s = self.segments[i];
-            if s.is_empty() || (*p != "*" && *p != s) {
-                return false;
-            }
-        }
-        pattern.len() == self.len && !self.longer
-    }
+    None
 }
 
-fn first_segment(path: &str) -> &str {
-    path.trim_start_matches('/').split('/').next().unwrap_or("")
-}
-
-/// The OpenAPI document itself is not one of its own routes; it stays an (unknown, refused) API root.
+/// The OpenAPI document itself is not one of its own routes; it is an API root, refused.
 const DOC_ROOT: &str = "doc";
 
-#[cfg(test)]
-fn matches(pattern: &str, path: &str) -> bool {
-    let pattern: Vec<&str> = pattern.split('/').skip(1).collect();
-    PathSegments::new(path).matched_by(&pattern)
+/// A request path matched against the table: the one reading every stage uses.
+#[derive(Debug)]
+pub struct Resolved<'p> {
+    /// The table route for this method and path, if there is one.
+    pub route: Option<&'static ApiRoute>,
+    /// The path is OpenCode's API (a table root in any case, or `/doc`), not the web UI's files.
+    pub api: bool,
+    /// The least class needed; `None` when nobody may (an API route the table does not know).
+    pub class: Option<Class>,
+    /// The session the route is about, decoded.
+    pub session: Option<&'p str>,
+    /// The spelling forwarded upstream: route names as the table writes them, parameters
+    /// re-encoded so OpenCode decodes them to what the gateway judged.
+    pub upstream_path: String,
 }
 
-/// The class of a request, or `None` for an API route the gateway does not know.
-pub fn classify(method: &Method, path: &str) -> Option<Class> {
+impl Resolved<'_> {
+    pub fn treatment(&self) -> Treatment {
+        self.route.map_or(Treatment::Plain, |r| r.treatment)
+    }
+
+    /// What the access log and errors call this request: the table pattern, or the path.
+    pub fn label(&self) -> &str {
+        self.route.map_or(&self.upstream_path, |r| r.pattern)
+    }
+}
+
+/// Where a pattern matched: the segment index of each parameter, and where a `**` tail starts.
+struct Match {
+    params: [usize; 4],
+    tail: Option<usize>,
+}
+
+fn match_pattern(pattern: &[&str], segs: &[Cow<'_, str>]) -> Option<Match> {
+    let mut m = Match {
+        params: [0; 4],
+        tail: None,
+    };
+    let mut n_params = 0;
+    let mut i = 0;
+    for p in pattern {
+        if *p == "**" {
+            // A file path: the rest, empty segments included (a leading one makes it absolute).
+            let rest = segs.get(i..)?;
+            if rest.iter().all(|s| s.is_empty()) {
+                return None;
+            }
+            m.tail = Some(i);
+            return Some(m);
+        }
+        while segs.get(i).is_some_and(|s| s.is_empty()) {
+            i += 1;
+        }
+        let s = segs.get(i)?;
+        if *p == "*" {
+            *m.params.get_mut(n_params)? = i;
+            n_params += 1;
+        } else if !p.eq_ignore_ascii_case(s) {
+            return None;
+        }
+        i += 1;
+    }
+    segs[i..].iter().all(|s| s.is_empty()).then_some(m)
+}
+
+fn render(pattern: &[&str], segs: &[Cow<'_, str>], m: &Match) -> String {
+    let mut out = String::with_capacity(64);
+    let mut params = m.params.iter();
+    for p in pattern {
+        match *p {
+            "**" => {
+                for s in &segs[m.tail.unwrap_or(segs.len())..] {
+                    push_segment(&mut out, s);
+                }
+            }
+            "*" => push_segment(&mut out, &segs[*params.next().unwrap_or(&0)]),
+            literal => {
+                out.push('/');
+                out.push_str(literal);
+            }
+        }
+    }
+    out
+}
+
+/// The web UI's files: the non-empty segments as written (case kept), re-encoded.
+fn render_static(segs: &[Cow<'_, str>]) -> String {
+    let mut out = String::with_capacity(32);
+    for s in segs.iter().filter(|s| !s.is_empty()) {
+        push_segment(&mut out, s);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+fn root_routes(first: &str) -> Option<&'static Vec<ApiRoute>> {
+    let index = index();
+    if first.bytes().any(|b| b.is_ascii_uppercase()) {
+        index.get(first.to_ascii_lowercase().as_str())
+    } else {
+        index.get(first)
+    }
+}
+
+/// Match the path (the segments an upstream sees, after any `/p/<name>` prefix).
+pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
     // HEAD reads what GET reads; OPTIONS (CORS preflight) reads nothing.
     let m = if method == Method::HEAD { "GET" } else { method.as_str() };
-    if method == Method::OPTIONS {
-        return Some(Read);
-    }
-    let first = first_segment(path);
-    match index().get(first) {
-        Some(routes) => {
-            let segments = PathSegments::new(path);
-            routes
-                .iter()
-                .find(|r| (r.method == ANY || r.method == m) && segments.matched_by(&r.segments))
-                .map(|r| r.class)
+    let first = segs.iter().find(|s| !s.is_empty()).map_or("", |s| s.as_ref());
+    let Some(routes) = root_routes(first) else {
+        let api = first.eq_ignore_ascii_case(DOC_ROOT);
+        let class = (method == Method::OPTIONS || (m == "GET" && !api)).then_some(Class::Read);
+        return Resolved {
+            route: None,
+            api,
+            class,
+            session: None,
+            upstream_path: render_static(segs),
+        };
+    };
+    let mut spelled: Option<String> = None;
+    for r in routes {
+        let Some(found) = match_pattern(&r.segments, segs) else {
+            continue;
+        };
+        if r.method != m {
+            // Keep the first spelling in case no route has this method (OPTIONS, or refused).
+            spelled.get_or_insert_with(|| render(&r.segments, segs, &found));
+            continue;
         }
-        // Outside the API: the web UI's files and SPA routes, which OpenCode answers with index.html.
-        None if m == "GET" && first != DOC_ROOT => Some(Read),
-        None => None,
+        return Resolved {
+            route: Some(r),
+            api: true,
+            class: Some(r.class),
+            session: r.session_param.map(|i| segs[found.params[i]].as_ref()),
+            upstream_path: render(&r.segments, segs, &found),
+        };
+    }
+    Resolved {
+        route: None,
+        api: true,
+        class: (method == Method::OPTIONS).then_some(Class::Read),
+        session: None,
+        upstream_path: spelled.unwrap_or_else(|| render_static(segs)),
     }
 }
 
-pub fn check(role: Role, method: &Method, path: &str) -> Result<(), HttpError> {
-    match classify(method, path) {
+/// May `role` use a route of this class? `label` names the route in the refusal.
+pub fn check_target(role: Role, method: &Method, class: Option<Class>, label: &str) -> Result<(), HttpError> {
+    match class {
         Some(class) if role >= class.least_role() => Ok(()),
         Some(class) => Err(HttpError::Forbidden(format!(
-            "{method} {path} needs the {} role; you are {}",
+            "{method} {label} needs the {} role; you are {}",
             class.least_role().as_str(),
             role.as_str()
         ))),
         None => Err(HttpError::Forbidden(format!(
-            "{method} {path} is not a route the gateway allows"
+            "{method} {label} is not a route the gateway allows"
         ))),
     }
+}
+
+/// Parse and check a raw path in one call: for tests and tools.
+pub fn check_path(role: Role, method: &Method, raw: &str) -> Result<(), HttpError> {
+    let path = CanonicalPath::parse(raw).map_err(HttpError::BadPath)?;
+    let resolved = resolve(method, path.segments());
+    check_target(role, method, resolved.class, resolved.label())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn resolved(method: Method, raw: &str) -> (Option<Class>, String, Option<String>) {
+        let path = CanonicalPath::parse(raw).unwrap();
+        let r = resolve(&method, path.segments());
+        (r.class, r.upstream_path.clone(), r.session.map(str::to_string))
+    }
+
     #[test]
     fn patterns_match_whole_segments() {
+        let segs = |raw: &'static str| CanonicalPath::parse(raw).unwrap().segments().to_vec();
+        let matches = |pattern: &str, raw: &'static str| {
+            let p: Vec<&str> = pattern.split('/').skip(1).collect();
+            match_pattern(&p, &segs(raw)).is_some()
+        };
         assert!(matches("/session/*", "/session/ses_1"));
         assert!(!matches("/session/*", "/session/ses_1/message"));
         assert!(!matches("/session/*", "/session/"));
         assert!(matches("/api/fs/read/**", "/api/fs/read/a/b"));
+        assert!(matches("/api/fs/read/**", "/api/fs/read//tmp/a"));
         assert!(!matches("/api/fs/read/**", "/api/fs/read"));
+        assert!(!matches("/api/fs/read/**", "/api/fs/read//"));
         assert!(matches("/session", "/session/"));
+        assert!(matches("/session", "//session//"));
+        assert!(matches("/global/health", "/GLOBAL/Health"));
     }
 
     #[test]
     fn roles_climb() {
         let get = Method::GET;
         let post = Method::POST;
-        assert!(check(Role::Viewer, &get, "/session/ses_1/message").is_ok());
-        assert!(check(Role::Viewer, &post, "/permission/per_1/reply").is_err());
-        assert!(check(Role::Approver, &post, "/permission/per_1/reply").is_ok());
-        assert!(check(Role::Approver, &post, "/session/ses_1/prompt_async").is_err());
-        assert!(check(Role::Operator, &post, "/session/ses_1/prompt_async").is_ok());
-        assert!(check(Role::Operator, &get, "/pty/pty_1/connect").is_ok());
-        assert!(check(Role::Approver, &get, "/pty/pty_1/connect").is_err());
-        assert!(check(Role::Operator, &Method::PATCH, "/config").is_err());
-        assert!(check(Role::Admin, &Method::PATCH, "/config").is_ok());
+        assert!(check_path(Role::Viewer, &get, "/session/ses_1/message").is_ok());
+        assert!(check_path(Role::Viewer, &post, "/permission/per_1/reply").is_err());
+        assert!(check_path(Role::Approver, &post, "/permission/per_1/reply").is_ok());
+        assert!(check_path(Role::Approver, &post, "/session/ses_1/prompt_async").is_err());
+        assert!(check_path(Role::Operator, &post, "/session/ses_1/prompt_async").is_ok());
+        assert!(check_path(Role::Operator, &get, "/pty/pty_1/connect").is_ok());
+        assert!(check_path(Role::Approver, &get, "/pty/pty_1/connect").is_err());
+        assert!(check_path(Role::Operator, &Method::PATCH, "/config").is_err());
+        assert!(check_path(Role::Admin, &Method::PATCH, "/config").is_ok());
+    }
+
+    #[test]
+    fn other_spellings_of_a_route_are_that_route() {
+        for raw in [
+            "/PTY/pty_1/connect",
+            "/%70ty/pty_1/connect",
+            "/Pty/pty_1/Connect;x",
+            "//pty//pty_1/connect/",
+        ] {
+            assert_eq!(
+                resolved(Method::GET, raw),
+                (Some(Class::Operate), "/pty/pty_1/connect".into(), None),
+                "{raw}"
+            );
+        }
+        assert_eq!(
+            resolved(Method::DELETE, "/SESSION/ses%5Fab"),
+            (Some(Class::Operate), "/session/ses_ab".into(), Some("ses_ab".into()))
+        );
+        assert_eq!(
+            resolved(Method::GET, "/session/STATUS"),
+            (Some(Class::Read), "/session/status".into(), None),
+            "a route name wins over a parameter of the same spelling"
+        );
+        assert_eq!(
+            resolved(Method::GET, "/API/fs/READ//tmp/My%20File"),
+            (Some(Class::Read), "/api/fs/read//tmp/My%20File".into(), None),
+            "a file path keeps its case and its leading slash"
+        );
     }
 
     #[test]
     fn unknown_api_routes_are_denied_and_the_web_ui_loads() {
-        assert_eq!(classify(&Method::POST, "/session/ses_1/new-thing"), None);
-        assert_eq!(classify(&Method::GET, "/session/ses_1/new-thing"), None);
-        assert_eq!(classify(&Method::GET, "/"), Some(Read));
-        assert_eq!(classify(&Method::GET, "/assets/index-abc.js"), Some(Read));
-        assert_eq!(classify(&Method::GET, "/L3RtcC9vY3dvcms/session/ses_1"), Some(Read));
-        assert_eq!(classify(&Method::POST, "/assets/x"), None);
+        assert_eq!(resolved(Method::POST, "/session/ses_1/new-thing").0, None);
+        assert_eq!(resolved(Method::GET, "/session/ses_1/new-thing").0, None);
+        assert_eq!(resolved(Method::GET, "/").0, Some(Class::Read));
         assert_eq!(
-            classify(&Method::GET, "/doc"),
-            None,
-            "the API document is not served through the gateway"
+            resolved(Method::GET, "/assets/index-abc.js"),
+            (Some(Class::Read), "/assets/index-abc.js".into(), None)
         );
+        assert_eq!(
+            resolved(Method::GET, "/L3RtcC9vY3dvcms/session/ses_1").0,
+            Some(Class::Read)
+        );
+        assert_eq!(resolved(Method::POST, "/assets/x").0, None);
+        assert_eq!(resolved(Method::GET, "/experimental/new-thing").0, None);
+        for doc in ["/doc", "/DOC", "/d%6fc"] {
+            assert_eq!(
+                resolved(Method::GET, doc).0,
+                None,
+                "{doc}: the API document is not served"
+            );
+        }
+    }
+
+    #[test]
+    fn sessions_are_named_by_the_parameter_after_session() {
+        assert_eq!(
+            resolved(Method::GET, "/session/ses_a/message").2.as_deref(),
+            Some("ses_a")
+        );
+        assert_eq!(
+            resolved(Method::GET, "/api/session/ses_b/event").2.as_deref(),
+            Some("ses_b")
+        );
+        assert_eq!(
+            resolved(Method::POST, "/session/ses_c/permissions/per_1").2.as_deref(),
+            Some("ses_c")
+        );
+        assert_eq!(
+            resolved(Method::POST, "/experimental/session/ses_d/background")
+                .2
+                .as_deref(),
+            Some("ses_d")
+        );
+        assert_eq!(resolved(Method::GET, "/session/status").2, None);
+        assert_eq!(resolved(Method::GET, "/api/session/active").2, None);
+        assert_eq!(resolved(Method::POST, "/permission/per_1/reply").2, None);
     }
 }

@@ -9,8 +9,11 @@
 //! - `query`: query strings read the way OpenCode reads them.
 
 pub mod authz;
+pub mod canonical;
 pub mod origin;
 pub mod pin;
+pub mod plan;
 pub mod query;
 pub mod route;
+pub mod routes;
 pub mod scope;

@@ -12,7 +12,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method};
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use super::plan::BodyRule;
 
 pub const DIRECTORY_HEADER: HeaderName = HeaderName::from_static("x-opencode-directory");
 const WORKSPACE_HEADER: HeaderName = HeaderName::from_static("x-opencode-workspace");
@@ -79,52 +81,15 @@ fn resolve(root: &Path, candidate: &str) -> Option<PathBuf> {
     Some(real)
 }
 
-/// What a route's JSON body may say about directories.
-pub struct BodyRule {
-    /// Dotted paths of fields that, when present, must name a directory inside the project.
-    pub inside: &'static [&'static str],
-    /// Fields that may not be present at all (workspace selection).
-    pub forbidden: &'static [&'static str],
-}
-
-/// The body rule for a route, if its body can choose a directory.
-pub fn body_rule(method: &Method, path: &str) -> Option<BodyRule> {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let rule = |inside, forbidden| Some(BodyRule { inside, forbidden });
-    match (method.as_str(), segs.as_slice()) {
-        ("POST", ["pty"]) | ("POST", ["api", "pty"]) => rule(&["cwd"], &[]),
-        ("POST", ["api", "session"]) => rule(&["location.directory"], &["location.workspaceID", "location.workspace"]),
-        ("POST", ["session"]) => rule(&["directory"], &["workspaceID"]),
-        ("POST", ["experimental", "control-plane", "move-session"]) => rule(&["destination.directory"], &[]),
-        ("POST" | "DELETE", ["experimental", "project", _, "copy"]) => rule(&["directory"], &[]),
-        ("DELETE", ["experimental", "worktree"]) | ("POST", ["experimental", "worktree", "reset"]) => {
-            rule(&["directory"], &[])
-        }
-        ("POST", ["sync", "replay"]) => rule(&["directory"], &[]),
-        ("POST", ["mcp"]) => rule(&["config.cwd"], &[]),
-        _ => None,
-    }
-}
-
-/// Routes that create or switch workspaces and worktrees: not available in a pinned project.
-pub fn is_workspace_switch(method: &Method, path: &str) -> bool {
-    if method == Method::GET {
-        return false;
-    }
-    let p = path.trim_end_matches('/');
-    p == "/experimental/worktree" && method == Method::POST
-        || p.starts_with("/experimental/workspace")
-        || (p.starts_with("/sync/") && p != "/sync/replay")
-}
-
 fn field<'v>(v: &'v serde_json::Value, dotted: &str) -> Option<&'v serde_json::Value> {
     dotted.split('.').try_fold(v, |v, k| v.get(k))
 }
 
-/// Check a JSON body against a rule: `Err` says which field points where.
-pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<(), String> {
+/// Check a JSON body against a rule: `Err` says which field points where; `Ok` has the sessions
+/// the body names (for the caller to scope on a shared upstream).
+pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<Vec<String>, String> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| "the request body is not JSON".to_string())?;
     for f in rule.forbidden {
@@ -144,7 +109,15 @@ pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<(), Strin
             }
         }
     }
-    Ok(())
+    let mut sessions = Vec::new();
+    for f in rule.sessions {
+        match field(&v, f) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) => sessions.push(s.clone()),
+            Some(other) => return Err(format!("{f} = {other} is not a session ID")),
+        }
+    }
+    Ok(sessions)
 }
 
 #[cfg(test)]
@@ -200,26 +173,28 @@ mod tests {
     #[test]
     fn bodies_that_choose_a_directory_are_checked() {
         let (_t, root) = root();
-        let rule = body_rule(&Method::POST, "/pty").unwrap();
-        assert!(check_body(br#"{"cwd":"/etc"}"#, &rule, &root).is_err());
-        assert!(
-            check_body(
-                format!(r#"{{"cwd":"{}/sub"}}"#, root.display()).as_bytes(),
-                &rule,
-                &root
-            )
-            .is_ok()
+        use crate::policy::plan::body_rule;
+        let rule = body_rule("POST", "/pty").unwrap();
+        assert!(check_body(br#"{"cwd":"/etc"}"#, rule, &root).is_err());
+        assert!(check_body(format!(r#"{{"cwd":"{}/sub"}}"#, root.display()).as_bytes(), rule, &root).is_ok());
+        assert!(check_body(b"{}", rule, &root).is_ok());
+        assert!(check_body(b"", rule, &root).is_ok());
+        assert!(check_body(br#"{"cwd":5}"#, rule, &root).is_err());
+        let rule = body_rule("POST", "/api/session").unwrap();
+        assert!(check_body(br#"{"location":{"directory":"/etc"}}"#, rule, &root).is_err());
+        assert!(check_body(br#"{"location":{"workspaceID":"w1"}}"#, rule, &root).is_err());
+        assert!(body_rule("POST", "/session/*/message").is_none());
+        let rule = body_rule("POST", "/experimental/control-plane/move-session").unwrap();
+        let named = check_body(
+            br#"{"sessionID":"ses_b","destination":{"directory":"sub"}}"#,
+            rule,
+            &root,
         );
-        assert!(check_body(b"{}", &rule, &root).is_ok());
-        assert!(check_body(b"", &rule, &root).is_ok());
-        assert!(check_body(br#"{"cwd":5}"#, &rule, &root).is_err());
-        let rule = body_rule(&Method::POST, "/api/session").unwrap();
-        assert!(check_body(br#"{"location":{"directory":"/etc"}}"#, &rule, &root).is_err());
-        assert!(check_body(br#"{"location":{"workspaceID":"w1"}}"#, &rule, &root).is_err());
-        assert!(body_rule(&Method::POST, "/session/ses_1/message").is_none());
-        assert!(is_workspace_switch(&Method::POST, "/experimental/workspace"));
-        assert!(is_workspace_switch(&Method::POST, "/sync/start"));
-        assert!(!is_workspace_switch(&Method::GET, "/experimental/workspace"));
+        assert_eq!(
+            named,
+            Ok(vec!["ses_b".to_string()]),
+            "the moved session is named for scoping"
+        );
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Which project a request is for, from (in this order) the front door it came through (a project's
-//! own port or an SSH forward), its host (`<project>.<base_domain>`), its path (`/p/<project>/…`,
-//! prefix stripped), or the only project there is. Pure: no I/O, no state.
+//! own port or an SSH forward), its host (`<project>.<base_domain>`), its canonical path
+//! (`/p/<project>/…`, prefix stripped), or the only project there is. Pure: no I/O, no state.
+
+use std::borrow::Cow;
 
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route<'a> {
-    /// A configured project, and the path to send upstream (prefix stripped).
-    Project { name: &'a str, path: &'a str },
+    /// A configured project, and the index of the first path segment the upstream sees (after a
+    /// `/p/<name>` prefix).
+    Project { name: &'a str, start: usize },
     /// It names a project that does not exist.
     Unknown(&'a str),
     /// It names no project, and there is more than one.
@@ -18,7 +21,8 @@ pub struct RouteInput<'a> {
     pub bound: Option<&'a str>,
     /// The Host header or `:authority`, possibly with a port.
     pub host: Option<&'a str>,
-    pub path: &'a str,
+    /// The canonical path's segments (decoded; see `canonical`).
+    pub segments: &'a [Cow<'a, str>],
 }
 
 pub fn route<'a>(
@@ -27,32 +31,35 @@ pub fn route<'a>(
     is_project: impl Fn(&str) -> bool,
     only_project: Option<&'a str>,
 ) -> Route<'a> {
-    let path = if input.path.is_empty() { "/" } else { input.path };
     if let Some(bound) = input.bound {
-        return Route::Project { name: bound, path };
+        return Route::Project { name: bound, start: 0 };
     }
     if let (Some(host), Some(domain)) = (input.host, base_domain)
         && let Some(label) = host_label(host, domain)
     {
         return if is_project(label) {
-            Route::Project { name: label, path }
+            Route::Project { name: label, start: 0 }
         } else {
             Route::Unknown(label)
         };
     }
-    if let Some(rest) = path.strip_prefix("/p/") {
-        let (name, tail) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
+    // `/p/<name>/…`, read on the decoded segments like everything else.
+    let mut nonempty = input.segments.iter().enumerate().filter(|(_, s)| !s.is_empty());
+    if let Some((_, first)) = nonempty.next()
+        && first == "p"
+    {
+        let (start, name) = match nonempty.next() {
+            Some((i, name)) => (i + 1, name.as_ref()),
+            None => (input.segments.len(), ""),
         };
         return if is_project(name) {
-            Route::Project { name, path: tail }
+            Route::Project { name, start }
         } else {
             Route::Unknown(name)
         };
     }
     match only_project {
-        Some(name) => Route::Project { name, path },
+        Some(name) => Route::Project { name, start: 0 },
         None => Route::None,
     }
 }
@@ -89,74 +96,77 @@ pub fn strip_port(host: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::canonical::CanonicalPath;
 
-    fn r<'a>(bound: Option<&'a str>, host: Option<&'a str>, path: &'a str, only: Option<&'a str>) -> Route<'a> {
-        route(
-            &RouteInput { bound, host, path },
+    fn r<'a>(
+        bound: Option<&'a str>,
+        host: Option<&'a str>,
+        path: &'a str,
+        only: Option<&'a str>,
+    ) -> (Route<'a>, String) {
+        let parsed = Box::leak(Box::new(CanonicalPath::parse(path).unwrap()));
+        let route = route(
+            &RouteInput {
+                bound,
+                host,
+                segments: parsed.segments(),
+            },
             Some("gw.localhost"),
             |n| n == "web" || n == "api",
             only,
-        )
+        );
+        let rest = match route {
+            Route::Project { start, .. } => parsed.tail(start).join("/"),
+            _ => String::new(),
+        };
+        (route, rest)
+    }
+
+    fn project(name: &str, start: usize) -> Route<'_> {
+        Route::Project { name, start }
     }
 
     #[test]
     fn path_prefix_is_stripped() {
         assert_eq!(
             r(None, None, "/p/web/session", None),
-            Route::Project {
-                name: "web",
-                path: "/session"
-            }
+            (project("web", 2), "session".into())
         );
-        assert_eq!(r(None, None, "/p/web", None), Route::Project { name: "web", path: "/" });
-        assert_eq!(
-            r(None, None, "/p/web/", None),
-            Route::Project { name: "web", path: "/" }
-        );
-        assert_eq!(r(None, None, "/p/nope/x", None), Route::Unknown("nope"));
-        assert_eq!(r(None, None, "/session", None), Route::None);
+        assert_eq!(r(None, None, "/p/web", None), (project("web", 2), String::new()));
+        assert_eq!(r(None, None, "/p/web/", None), (project("web", 2), String::new()));
+        assert_eq!(r(None, None, "//p//web//x", None), (project("web", 4), "/x".into()));
+        assert_eq!(r(None, None, "/%70/w%65b/x", None), (project("web", 2), "x".into()));
+        assert_eq!(r(None, None, "/p/nope/x", None).0, Route::Unknown("nope"));
+        assert_eq!(r(None, None, "/p/WEB/x", None).0, Route::Unknown("WEB"));
+        assert_eq!(r(None, None, "/p", None).0, Route::Unknown(""));
+        assert_eq!(r(None, None, "/session", None).0, Route::None);
     }
 
     #[test]
     fn host_routes_the_web_ui() {
         assert_eq!(
-            r(None, Some("web.gw.localhost:8443"), "/assets/a.js", None),
-            Route::Project {
-                name: "web",
-                path: "/assets/a.js"
-            }
+            r(None, Some("web.gw.localhost:8443"), "/assets/a.js", None).0,
+            project("web", 0)
         );
-        assert_eq!(
-            r(None, Some("api.GW.localhost"), "/", None),
-            Route::Project { name: "api", path: "/" }
-        );
-        assert_eq!(r(None, Some("x.web.gw.localhost"), "/", None), Route::None);
-        assert_eq!(r(None, Some("nope.gw.localhost"), "/", None), Route::Unknown("nope"));
+        assert_eq!(r(None, Some("api.GW.localhost"), "/", None).0, project("api", 0));
+        assert_eq!(r(None, Some("x.web.gw.localhost"), "/", None).0, Route::None);
+        assert_eq!(r(None, Some("nope.gw.localhost"), "/", None).0, Route::Unknown("nope"));
         assert_eq!(
             r(None, Some("gw.localhost"), "/p/api/x", None),
-            Route::Project {
-                name: "api",
-                path: "/x"
-            }
+            (project("api", 2), "x".into())
         );
-        assert_eq!(r(None, Some("evilgw.localhost"), "/", None), Route::None);
+        assert_eq!(r(None, Some("evilgw.localhost"), "/", None).0, Route::None);
     }
 
     #[test]
     fn a_bound_front_door_wins_and_a_single_project_takes_the_rest() {
         assert_eq!(
             r(Some("api"), Some("web.gw.localhost"), "/p/web/x", None),
-            Route::Project {
-                name: "api",
-                path: "/p/web/x"
-            }
+            (project("api", 0), "p/web/x".into())
         );
         assert_eq!(
-            r(None, Some("127.0.0.1:8443"), "/global/event", Some("web")),
-            Route::Project {
-                name: "web",
-                path: "/global/event"
-            }
+            r(None, Some("127.0.0.1:8443"), "/global/event", Some("web")).0,
+            project("web", 0)
         );
     }
 

@@ -12,16 +12,6 @@ use bytes::{Bytes, BytesMut};
 
 const MAX_CACHED_SESSIONS: usize = 10_000;
 
-/// The session ID in `/session/{id}/…` or `/api/session/{id}/…`, if the route is about one session.
-pub fn session_id(path: &str) -> Option<&str> {
-    let rest = path
-        .strip_prefix("/api/session/")
-        .or_else(|| path.strip_prefix("/session/"))?;
-    let id = rest.split('/').next()?;
-    // Collection routes under /session/ that are not session IDs.
-    (id.starts_with("ses") && !id.is_empty()).then_some(id)
-}
-
 /// Session ID → its directory, learned from the upstream.
 #[derive(Default)]
 pub struct SessionDirs {
@@ -72,6 +62,19 @@ pub fn filter_sessions(body: &[u8], root: &Path) -> Option<Vec<u8>> {
         .cloned()
         .collect();
     serde_json::to_vec(&kept).ok()
+}
+
+/// `GET /api/session` (v2): keep the page's sessions whose location is in the pinned directory.
+pub fn filter_session_page(body: &[u8], root: &Path) -> Option<Vec<u8>> {
+    let mut v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let data = v.get_mut("data")?.as_array_mut()?;
+    data.retain(|s| {
+        s["location"]["directory"]
+            .as_str()
+            .or_else(|| s["directory"].as_str())
+            .is_some_and(|d| dir_inside(d, root))
+    });
+    serde_json::to_vec(&v).ok()
 }
 
 /// Filters `GET /global/event`, whose events carry the directory they come from, to the pinned
@@ -126,15 +129,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn session_routes_name_their_session() {
-        assert_eq!(session_id("/session/ses_abc/message"), Some("ses_abc"));
-        assert_eq!(session_id("/api/session/ses_abc"), Some("ses_abc"));
-        assert_eq!(session_id("/session/status"), None);
-        assert_eq!(session_id("/api/session/active"), None);
-        assert_eq!(session_id("/session"), None);
-    }
-
-    #[test]
     fn listings_keep_the_project_only() {
         let root = Path::new("/home/a/web");
         let projects = br#"[{"id":"global","worktree":"/"},{"id":"p1","worktree":"/home/a/web"},{"id":"p2","worktree":"/home/b/secret"}]"#;
@@ -143,6 +137,12 @@ mod tests {
         let sessions = br#"[{"id":"s1","directory":"/home/a/web"},{"id":"s2","directory":"/home/b/secret"}]"#;
         let out = String::from_utf8(filter_sessions(sessions, root).unwrap()).unwrap();
         assert!(out.contains("s1") && !out.contains("s2"));
+        let page = br#"{"data":[{"id":"s1","location":{"directory":"/home/a/web/sub"}},{"id":"s2","location":{"directory":"/home/b"}}],"cursor":{"next":null}}"#;
+        let out = String::from_utf8(filter_session_page(page, root).unwrap()).unwrap();
+        assert!(
+            out.contains("s1") && !out.contains("s2") && out.contains("cursor"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -66,6 +66,12 @@ pub struct BodyTooLarge;
 #[error("the request body stopped arriving")]
 pub struct BodyIdle;
 
+/// The client's body could not be read (a malformed chunk, a connection cut mid-body): the
+/// client's fault, not the upstream's.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body could not be read: {0}")]
+pub struct BodyBroken(hyper::Error);
+
 impl UpstreamBody {
     /// The client's body, cut off with an error once it passes `max` bytes or goes quiet for `idle`.
     /// A request without a body (most GETs) costs nothing here.
@@ -104,7 +110,7 @@ impl Body for UpstreamBody {
                     }
                     Poll::Ready(Some(Ok(frame)))
                 }
-                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(e)))),
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(Box::new(BodyBroken(e))))),
                 Poll::Ready(None) => Poll::Ready(None),
                 Poll::Pending => match c
                     .idle
@@ -179,13 +185,17 @@ pub fn client_body_fault(err: &(dyn StdError + 'static)) -> Option<ClientBodyFau
         if e.downcast_ref::<BodyIdle>().is_some() {
             return Some(ClientBodyFault::Idle);
         }
+        if let Some(b) = e.downcast_ref::<BodyBroken>() {
+            return Some(ClientBodyFault::Broken(b.0.to_string()));
+        }
         cur = e.source();
     }
     None
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientBodyFault {
     TooLarge,
     Idle,
+    Broken(String),
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
 //! clients. Tests marked `#[ignore = "needs OpenCode…"]` drive the real OpenCode server and its
-//! clients; `scripts/test.sh` installs OpenCode and runs them too.
+//! clients; `scripts/test.sh` installs OpenCode and runs them too. Find them with
+//! `grep -rn 'needs OpenCode' tests/`.
 
 mod abuse;
 mod browser;
@@ -12,6 +13,7 @@ mod proxy;
 mod real_opencode;
 mod reload;
 mod roles;
+mod spellings;
 mod ssh;
 mod streaming;
 mod supervise;

@@ -66,6 +66,12 @@ pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
                 projects: "[\"demo\"]",
                 role: "approver"
             },
+            TestUser {
+                name: "adam",
+                password: "adam-password-1",
+                projects: "[\"demo\"]",
+                role: "admin"
+            },
         ])
     ));
     let pw = oc.password.clone();

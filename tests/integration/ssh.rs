@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::client::{plain, plain_send, read_until};
+use crate::common::client::{plain, plain_send, read_until, try_read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{Gateway, base_config, external_project, hash};
 use crate::common::ssh::{Key, Tunnel, keygen, known_hosts, run, ssh};
@@ -348,9 +348,9 @@ async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
             .as_str()
             .unwrap()
             .to_string();
-        if read_until(&mut events, Duration::from_secs(3), |x| x.contains(&new_id))
+        if try_read_until(&mut events, Duration::from_secs(3), |x| x.contains(&new_id))
             .await
-            .contains(&new_id)
+            .is_ok()
         {
             announced = true;
             break;

@@ -121,28 +121,25 @@ async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
         .as_str()
         .unwrap()
         .to_string();
-    // A ticket is for its project only.
+    // A ticket is for its project only, and only for the terminal it connects: presented
+    // anywhere else it authenticates nothing (and is not used up).
+    for elsewhere in [
+        format!("/p/api/pty/pty_1/connect?ticket={ticket}"),
+        format!("/p/web/session?ticket={ticket}"),
+        format!("/p/web/pty/pty_1?ticket={ticket}"),
+    ] {
+        assert_eq!(
+            websocket(&c, &elsewhere, None, Some(&own)).await.err(),
+            Some(401),
+            "{elsewhere}"
+        );
+    }
+    // Refused for a foreign origin: not used up either.
+    let path = format!("/p/web/pty/pty_1/connect?ticket={ticket}");
     assert_eq!(
-        websocket(
-            &c,
-            &format!("/p/api/pty/pty_1/connect?ticket={ticket}"),
-            None,
-            Some(&own)
-        )
-        .await
-        .err(),
+        websocket(&c, &path, None, Some("https://evil.example")).await.err(),
         Some(403)
     );
-    let req2 = c
-        .request("POST", "/p/web/pty/pty_1/connect-token", Some(&alice()))
-        .header("origin", &own)
-        .body(Full::default())
-        .unwrap();
-    let ticket2 = serde_json::from_str::<serde_json::Value>(&read(c.send(req2).await).await.body).unwrap()["ticket"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let path = format!("/p/web/pty/pty_1/connect?ticket={ticket2}");
     let mut ws = websocket(&c, &path, None, Some(&own))
         .await
         .expect("the ticket authenticates the WebSocket");

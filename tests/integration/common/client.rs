@@ -167,8 +167,21 @@ pub async fn read(resp: Response<Incoming>) -> Reply {
     }
 }
 
-/// Read a streaming body until `pred` holds for the text so far, or `within` passes.
+/// Read a streaming body until `pred` holds for the text so far; fails the test, with what did
+/// arrive, when the stream ends or `within` passes first.
 pub async fn read_until(body: &mut Incoming, within: Duration, pred: impl Fn(&str) -> bool) -> String {
+    match try_read_until(body, within, pred).await {
+        Ok(text) => text,
+        Err(text) => panic!("the expected text never came within {within:?}; the stream said: {text:?}"),
+    }
+}
+
+/// Like [`read_until`], for retry loops: `Err` with the text so far when it never came.
+pub async fn try_read_until(
+    body: &mut Incoming,
+    within: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> Result<String, String> {
     let mut text = String::new();
     let deadline = tokio::time::Instant::now() + within;
     while !pred(&text) {
@@ -178,10 +191,10 @@ pub async fn read_until(body: &mut Incoming, within: Duration, pred: impl Fn(&st
                     text.push_str(&String::from_utf8_lossy(d));
                 }
             }
-            _ => break,
+            _ => return Err(text),
         }
     }
-    text
+    Ok(text)
 }
 
 /// A plain HTTP/1.1 request to `addr` (an SSH tunnel's local end), one connection.

@@ -1,0 +1,133 @@
+//! The canonical request: the one reading of a request that every later stage decides on. Built
+//! once, before any decision, from the request head: the host it names (one, consistent), the
+//! path as OpenCode's router reads it, the project it is for, and the table route it is.
+//! Nothing after this reads the raw path again; what is forwarded is this reading's spelling.
+
+use std::sync::Arc;
+
+use http::{HeaderValue, Method, header, request::Parts};
+
+use super::ConnInfo;
+use super::error::HttpError;
+use crate::policy::authz::{self, ApiRoute, Class};
+use crate::policy::canonical::CanonicalPath;
+use crate::policy::plan::Treatment;
+use crate::policy::route::{self, Route, RouteInput};
+use crate::state::{ProjectState, State};
+
+/// Where a request goes and what it is, in OpenCode's terms.
+pub struct Target {
+    pub project: Arc<ProjectState>,
+    /// The table route, when the path is one.
+    pub route: Option<&'static ApiRoute>,
+    /// The least class needed; `None`: no role may (an API route the table does not know).
+    pub class: Option<Class>,
+    /// The session the route names (decoded).
+    pub session: Option<String>,
+    /// The path to forward (no query): the spelling OpenCode reads as `route`.
+    pub upstream_path: String,
+}
+
+impl Target {
+    pub fn treatment(&self) -> Treatment {
+        self.route.map_or(Treatment::Plain, |r| r.treatment)
+    }
+
+    /// An OpenCode API route (as opposed to the web UI's files).
+    pub fn is_api(&self) -> bool {
+        self.route.is_some()
+    }
+
+    /// The table pattern (`/session/*`) or, for the web UI's files, the path.
+    pub fn label(&self) -> &str {
+        self.route.map_or(&self.upstream_path, |r| r.pattern)
+    }
+}
+
+pub struct Reading {
+    /// The host the client addressed (`:authority` or the one Host header).
+    pub host: Option<String>,
+    /// The protocol an upgrade asks for (`websocket`).
+    pub upgrade: Option<HeaderValue>,
+    /// The target, or why there is none. Kept, not returned early: an unauthenticated client
+    /// learns nothing about which projects exist.
+    pub target: Result<Target, HttpError>,
+}
+
+/// Read the request head once. Errors here are about the request's form (two hosts, a path
+/// OpenCode could read two ways) and come before authentication.
+pub fn read(state: &State, conn: &ConnInfo, parts: &Parts) -> Result<Reading, HttpError> {
+    let host = request_host(parts)?;
+    let path = CanonicalPath::parse(parts.uri.path()).map_err(HttpError::BadPath)?;
+    let upgrade = crate::rewrite::upgrade_protocol(&parts.headers);
+    let target = target(state, conn, host, &parts.method, &path);
+    Ok(Reading {
+        host: host.map(str::to_string),
+        upgrade,
+        target,
+    })
+}
+
+fn target(
+    state: &State,
+    conn: &ConnInfo,
+    host: Option<&str>,
+    method: &Method,
+    path: &CanonicalPath<'_>,
+) -> Result<Target, HttpError> {
+    let bound = conn.bound_project();
+    let input = RouteInput {
+        bound,
+        host,
+        segments: path.segments(),
+    };
+    let (name, start) = match route::route(
+        &input,
+        state.settings.server.base_domain.as_deref(),
+        |n| state.projects.contains_key(n),
+        state.only_project.as_deref(),
+    ) {
+        Route::Project { name, start } => (name, start),
+        Route::Unknown(name) => return Err(HttpError::UnknownProject(name.to_string())),
+        Route::None => return Err(HttpError::NoProject),
+    };
+    let project = match state.projects.get(name) {
+        Some(p) => p.clone(),
+        // A project's own port (or an SSH channel) outlives the project when a reload removes it.
+        None if bound.is_some() => return Err(HttpError::ProjectGone(name.to_string())),
+        None => return Err(HttpError::UnknownProject(name.to_string())),
+    };
+    let resolved = authz::resolve(method, path.tail(start));
+    Ok(Target {
+        project,
+        route: resolved.route,
+        class: resolved.class,
+        session: resolved.session.map(str::to_string),
+        upstream_path: resolved.upstream_path,
+    })
+}
+
+/// The host the client addressed: `:authority` (h2) or the Host header (HTTP/1.1). Two Host
+/// headers, or an authority and a Host that disagree, leave it ambiguous: refused.
+fn request_host(parts: &Parts) -> Result<Option<&str>, HttpError> {
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    let header_host = hosts.next();
+    if hosts.next().is_some() {
+        return Err(HttpError::BadRequest(
+            "the request has more than one Host header".into(),
+        ));
+    }
+    let header_host = header_host
+        .map(|h| {
+            h.to_str()
+                .map_err(|_| HttpError::BadRequest("the Host header is not ASCII".into()))
+        })
+        .transpose()?;
+    match (parts.uri.authority().map(|a| a.as_str()), header_host) {
+        (Some(a), Some(h)) if !a.eq_ignore_ascii_case(h) => Err(HttpError::BadRequest(
+            "the request's authority and Host header disagree".into(),
+        )),
+        (Some(a), _) => Ok(Some(a)),
+        (None, h) => Ok(h),
+    }
+}

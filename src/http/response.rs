@@ -1,0 +1,217 @@
+//! The response phase. What the gateway does with OpenCode's answer follows the plan the route
+//! carries ([`Treatment`]), decided once on the canonical route: splice an upgrade, capture a
+//! terminal ticket, scope a listing or the global event stream on a shared upstream, or stream
+//! it as it comes. Every answer loses the upstream's credential; API answers (never the web UI's
+//! own files) may not render as an active document on a gateway origin.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+
+use super::body::ProxyBody;
+use super::error::HttpError;
+use super::forward::{SMALL_BODY, read_whole, unavailable};
+use super::request::Target;
+use crate::auth::tickets;
+use crate::gateway::Gateway;
+use crate::policy::plan::Treatment;
+use crate::policy::scope;
+use crate::ratelimit::SlotGuard;
+use crate::rewrite;
+use crate::state::UserState;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::pool::Lease;
+
+const LISTING_BODY: usize = 16 * 1024 * 1024;
+
+pub struct Answer<'a> {
+    pub gw: &'a Gateway,
+    pub user: &'a UserState,
+    pub method: &'a Method,
+    pub target: &'a Target,
+    pub endpoint: &'a Endpoint,
+    pub response: Response<Incoming>,
+    pub lease: Lease,
+    pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    pub stream_slot: Option<SlotGuard<Arc<str>>>,
+}
+
+type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
+
+pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let Answer {
+        gw,
+        user,
+        method: _,
+        target,
+        endpoint,
+        mut response,
+        lease,
+        client_upgrade,
+        stream_slot,
+    } = a;
+    let project = &*target.project;
+    let treatment = target.treatment();
+
+    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
+        let upstream_upgrade = hyper::upgrade::on(&mut response);
+        splice(gw, client_upgrade, upstream_upgrade, stream_slot);
+        let (mut parts, _) = response.into_parts();
+        rewrite::response_headers(&mut parts.headers, true);
+        if let Some(r) = &endpoint.redactor {
+            r.headers(&mut parts.headers);
+        }
+        return Ok(Response::from_parts(parts, ProxyBody::empty()));
+    }
+
+    let (mut parts, body) = response.into_parts();
+    rewrite::response_headers(&mut parts.headers, false);
+    if let Some(r) = &endpoint.redactor {
+        if r.headers(&mut parts.headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
+        }
+        // The gateway asks for identity; an encoded body could hide the credential from redaction.
+        if encoded(&parts.headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_encoded_body", "the upstream sent an encoded body the gateway cannot redact");
+            return Err(unavailable(
+                project,
+                "it sent a compressed body although the gateway asked for none",
+            ));
+        }
+    }
+    if target.is_api() {
+        inert(&mut parts.headers);
+    }
+    let pinned = project.config.directory.as_deref().filter(|_| project.shared_upstream);
+
+    // Small bodies the gateway must read: a terminal ticket to remember, listings to scope.
+    let listing: Option<Filter> = match (treatment, pinned) {
+        (Treatment::ProjectListing, Some(_)) => Some(scope::filter_projects),
+        (Treatment::SessionList, Some(_)) => Some(scope::filter_sessions),
+        (Treatment::SessionPage, Some(_)) => Some(scope::filter_session_page),
+        _ => None,
+    };
+    let ticket = treatment == Treatment::TicketIssue;
+    if parts.status.is_success() && (ticket || listing.is_some()) {
+        let max = if ticket { SMALL_BODY } else { LISTING_BODY };
+        let mut bytes: Bytes = read_whole(body, max)
+            .await
+            .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
+        lease.release();
+        if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
+            gw.tickets.insert(&t, user.name.clone(), project.name.clone());
+        }
+        if let (Some(filter), Some(root)) = (listing, pinned) {
+            bytes = filter(&bytes, root)
+                .map(Bytes::from)
+                .ok_or_else(|| unavailable(project, "the listing is not the JSON the gateway can scope"))?;
+        }
+        if let Some(r) = &endpoint.redactor {
+            bytes = r.frame(bytes);
+        }
+        parts
+            .headers
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
+    }
+    let body = match (treatment, pinned) {
+        (Treatment::GlobalEvents, Some(root)) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            let filter = scope::EventFilter::new(root.to_path_buf());
+            ProxyBody::events(body, filter, endpoint.redactor.clone())
+        }
+        _ => ProxyBody::stream(body, endpoint.redactor.clone()),
+    };
+    Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// A body in any coding but identity.
+fn encoded(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+}
+
+/// API answers carry a project's bytes (files, transcripts, diffs) next to text an attacker may
+/// control: they must never run as a page on a gateway origin, which every `/p/` project shares.
+/// A sandboxed document has a unique origin and no scripts; nosniff stops a browser guessing an
+/// active type; active types are downloaded, not shown.
+fn inert(headers: &mut HeaderMap) {
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    let active = headers.get(header::CONTENT_TYPE).is_none_or(|t| {
+        let t = t.to_str().unwrap_or("").to_ascii_lowercase();
+        ["html", "svg", "xml", "xsl", "javascript", "ecmascript", "pdf"]
+            .iter()
+            .any(|a| t.contains(a))
+    });
+    if active {
+        headers.insert(header::CONTENT_DISPOSITION, HeaderValue::from_static("attachment"));
+    }
+}
+
+/// Copy bytes both ways between the client's and the upstream's upgraded connections until
+/// either side closes or the drain deadline passes; the stream slot is held meanwhile.
+fn splice(
+    gw: &Gateway,
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    slot: Option<SlotGuard<Arc<str>>>,
+) {
+    let abort = gw.abort.clone();
+    gw.tasks.spawn(async move {
+        let _slot = slot;
+        let (client, upstream) = tokio::join!(client, upstream);
+        let (Ok(client), Ok(upstream)) = (client, upstream) else {
+            return;
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+            _ = abort.cancelled() => {}
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_answers_cannot_run_as_pages() {
+        for (ctype, attachment) in [
+            (Some("text/html; charset=utf-8"), true),
+            (Some("image/svg+xml"), true),
+            (Some("application/xhtml+xml"), true),
+            (None, true),
+            (Some("application/json"), false),
+            (Some("text/plain"), false),
+            (Some("image/png"), false),
+        ] {
+            let mut h = HeaderMap::new();
+            if let Some(t) = ctype {
+                h.insert(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            }
+            inert(&mut h);
+            assert_eq!(h[header::CONTENT_SECURITY_POLICY], "sandbox", "{ctype:?}");
+            assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+            assert_eq!(h.contains_key(header::CONTENT_DISPOSITION), attachment, "{ctype:?}");
+        }
+    }
+
+    #[test]
+    fn any_coding_but_identity_is_encoded() {
+        let mut h = HeaderMap::new();
+        assert!(!encoded(&h));
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("identity"));
+        assert!(!encoded(&h));
+        h.append(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(encoded(&h));
+    }
+}

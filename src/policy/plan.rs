@@ -1,0 +1,156 @@
+//! What the gateway does with a route beyond its role, keyed by the table's own (method, pattern)
+//! and attached to each route once when the table is built. The pipeline never matches a path
+//! string again: it reads these from the resolved route.
+
+use super::routes::{DELETE, GET, POST};
+
+/// How a route's request and response are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Treatment {
+    /// Forward and stream the response back as it comes.
+    #[default]
+    Plain,
+    /// A server-sent event stream: long-lived, no response timeout, counted per user.
+    EventStream,
+    /// The event stream of every directory the server serves: filtered on a shared upstream.
+    GlobalEvents,
+    /// `GET /project`: projects of every directory; scoped on a shared upstream.
+    ProjectListing,
+    /// A JSON array of sessions, each with its `directory`; scoped on a shared upstream.
+    SessionList,
+    /// A v2 page of sessions (`{"data":[{…,"location":{"directory"}}]}`); scoped likewise.
+    SessionPage,
+    /// `POST …/connect-token`: the ticket in the answer is remembered for the asking user.
+    TicketIssue,
+    /// `GET …/connect`: the only routes that upgrade (a terminal WebSocket), and the only ones
+    /// a relayed ticket may open.
+    TerminalConnect,
+}
+
+impl Treatment {
+    pub fn long_lived(self) -> bool {
+        matches!(
+            self,
+            Treatment::EventStream | Treatment::GlobalEvents | Treatment::TerminalConnect
+        )
+    }
+}
+
+const TREATMENTS: &[(&str, &str, Treatment)] = &[
+    (GET, "/event", Treatment::EventStream),
+    (GET, "/api/event", Treatment::EventStream),
+    (GET, "/api/session/*/event", Treatment::EventStream),
+    (GET, "/global/event", Treatment::GlobalEvents),
+    (GET, "/project", Treatment::ProjectListing),
+    (GET, "/session", Treatment::SessionList),
+    (GET, "/experimental/session", Treatment::SessionList),
+    (GET, "/api/session", Treatment::SessionPage),
+    (POST, "/pty/*/connect-token", Treatment::TicketIssue),
+    (POST, "/api/pty/*/connect-token", Treatment::TicketIssue),
+    (GET, "/pty/*/connect", Treatment::TerminalConnect),
+    (GET, "/api/pty/*/connect", Treatment::TerminalConnect),
+];
+
+/// What a route's JSON body may say about directories and sessions.
+#[derive(Debug)]
+pub struct BodyRule {
+    /// Dotted paths of fields that, when present, must name a directory inside the project.
+    pub inside: &'static [&'static str],
+    /// Fields that may not be present at all (workspace selection).
+    pub forbidden: &'static [&'static str],
+    /// Fields that name a session, which must belong to the project (shared upstreams).
+    pub sessions: &'static [&'static str],
+}
+
+const fn rule(inside: &'static [&'static str], forbidden: &'static [&'static str]) -> BodyRule {
+    BodyRule {
+        inside,
+        forbidden,
+        sessions: &[],
+    }
+}
+
+const BODY_RULES: &[(&str, &str, BodyRule)] = &[
+    (POST, "/pty", rule(&["cwd"], &[])),
+    (POST, "/api/pty", rule(&["cwd"], &[])),
+    (
+        POST,
+        "/api/session",
+        rule(&["location.directory"], &["location.workspaceID", "location.workspace"]),
+    ),
+    (POST, "/session", rule(&["directory"], &["workspaceID"])),
+    (
+        POST,
+        "/experimental/control-plane/move-session",
+        BodyRule {
+            inside: &["destination.directory"],
+            forbidden: &[],
+            sessions: &["sessionID"],
+        },
+    ),
+    (POST, "/experimental/project/*/copy", rule(&["directory"], &[])),
+    (DELETE, "/experimental/project/*/copy", rule(&["directory"], &[])),
+    (DELETE, "/experimental/worktree", rule(&["directory"], &[])),
+    (POST, "/experimental/worktree/reset", rule(&["directory"], &[])),
+    (POST, "/sync/replay", rule(&["directory"], &[])),
+    (POST, "/mcp", rule(&["config.cwd"], &[])),
+];
+
+/// Routes that create or switch workspaces and worktrees: not available in a pinned project.
+const WORKSPACE_SWITCHES: &[(&str, &str)] = &[
+    (POST, "/experimental/workspace"),
+    (DELETE, "/experimental/workspace/*"),
+    (POST, "/experimental/workspace/sync-list"),
+    (POST, "/experimental/workspace/warp"),
+    (POST, "/experimental/worktree"),
+    (POST, "/sync/history"),
+    (POST, "/sync/start"),
+    (POST, "/sync/steal"),
+];
+
+pub fn treatment(method: &str, pattern: &str) -> Treatment {
+    TREATMENTS
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == pattern)
+        .map_or(Treatment::Plain, |(_, _, t)| *t)
+}
+
+pub fn body_rule(method: &str, pattern: &str) -> Option<&'static BodyRule> {
+    BODY_RULES
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == pattern)
+        .map(|(_, _, r)| r)
+}
+
+pub fn is_workspace_switch(method: &str, pattern: &str) -> bool {
+    WORKSPACE_SWITCHES.contains(&(method, pattern))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::routes::ROUTES;
+
+    /// A treatment, rule or switch for a route the table does not have would never apply.
+    #[test]
+    fn every_special_route_is_a_route_of_the_table() {
+        let known = |m: &str, p: &str| ROUTES.iter().any(|(rm, rp, _)| *rm == m && *rp == p);
+        for (m, p, _) in TREATMENTS {
+            assert!(known(m, p), "treatment for unknown {m} {p}");
+        }
+        for (m, p, _) in BODY_RULES {
+            assert!(known(m, p), "body rule for unknown {m} {p}");
+        }
+        for (m, p) in WORKSPACE_SWITCHES {
+            assert!(known(m, p), "workspace switch for unknown {m} {p}");
+        }
+    }
+
+    #[test]
+    fn only_terminals_and_event_streams_live_long() {
+        assert!(treatment(GET, "/pty/*/connect").long_lived());
+        assert!(treatment(GET, "/global/event").long_lived());
+        assert!(!treatment(POST, "/pty/*/connect-token").long_lived());
+        assert!(!treatment(GET, "/session").long_lived());
+    }
+}
