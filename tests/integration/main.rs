@@ -12,6 +12,7 @@ mod pinning;
 mod proxy;
 mod real_opencode;
 mod reload;
+mod request_form;
 mod roles;
 mod spellings;
 mod ssh;
