@@ -3,6 +3,7 @@
 
 pub mod edit;
 pub mod file;
+pub mod protected;
 mod secret;
 pub mod settings;
 pub mod validate;
@@ -10,6 +11,7 @@ pub mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use protected::ProtectedPaths;
 pub use secret::Secret;
 pub use settings::*;
 

@@ -12,6 +12,7 @@ mod proxy;
 mod real_opencode;
 mod reload;
 mod roles;
+mod secrets;
 mod ssh;
 mod streaming;
 mod supervise;
