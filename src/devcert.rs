@@ -90,7 +90,7 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
         return Ok(false);
     }
     if let Some(dir) = paths.cert.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
     }
     let now = OffsetDateTime::now_utc();
     let ca_key = if paths.ca_key.exists() && paths.ca_cert.exists() {
@@ -126,6 +126,16 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     Ok(true)
 }
 
+/// Create a folder (and missing parents) that only its owner can enter (0700); an existing folder
+/// is left as it is.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
 /// Create a file readable by its owner only (0600) from the first byte.
 pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     let _ = std::fs::remove_file(path);
@@ -152,6 +162,12 @@ mod tests {
         for key in [&paths.key, &paths.ca_key] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
+        }
+        let nested = DevCertPaths::beside(&dir.path().join("a/b/server.crt"), &dir.path().join("a/b/server.key"));
+        assert!(ensure(&nested, &names).unwrap());
+        for d in ["a", "a/b"] {
+            let mode = std::fs::metadata(dir.path().join(d)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{d}");
         }
         let ca_before = std::fs::read(&paths.ca_cert).unwrap();
         assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");

@@ -11,6 +11,9 @@ use crate::config::{Settings, edit};
 pub async fn serve(config: &Path) -> anyhow::Result<()> {
     crate::telemetry::init();
     let mut settings = crate::config::load(config)?;
+    for w in super::check::permission_warnings(&settings) {
+        tracing::warn!("{w}");
+    }
     ensure_dev_certs(&settings)?;
     let first_user = if settings.users.is_empty() {
         let created = create_first_user(config)?;

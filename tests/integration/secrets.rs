@@ -120,3 +120,165 @@ fn check_and_serve_refuse_a_key_state_dir_or_config_inside_a_project_naming_the_
         assert!(shown.contains("move the config file out of it"), "{shown}");
     }
 }
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+fn chmod(p: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Every file under `dir`, relative.
+fn files(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(
+                files(&p)
+                    .into_iter()
+                    .map(|f| format!("{}/{f}", e.file_name().to_string_lossy())),
+            );
+        } else {
+            out.push(e.file_name().to_string_lossy().into_owned());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `init` run in `project` with HOME and the XDG folders in `root`: what it printed.
+pub fn init_in(root: &Path, project: &Path) -> String {
+    let out = run(
+        &["init"],
+        project,
+        &[
+            ("HOME", &root.join("home")),
+            ("XDG_CONFIG_HOME", &root.join("xdg-config")),
+            ("XDG_STATE_HOME", &root.join("xdg-state")),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    text(&out)
+}
+
+#[test]
+fn init_in_a_project_folder_writes_config_keys_and_state_outside_it_owner_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let project = root.join("webapp");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "# webapp\n").unwrap();
+    let shown = init_in(&root, &project);
+    assert_eq!(files(&project), ["README.md"], "init wrote nothing into the project");
+    let gw = root.join("xdg-config/opencode-gateway");
+    let state = root.join("xdg-state/opencode-gateway");
+    let cfg = gw.join("gateway.toml");
+    for needle in [
+        format!("config  {}", cfg.display()),
+        format!("keys    {}", gw.join("certs").display()),
+        format!("state   {}", state.display()),
+    ] {
+        assert!(shown.contains(&needle), "init says where: {needle:?} in\n{shown}");
+    }
+    assert_eq!(
+        files(&gw),
+        [
+            "certs/ca.crt",
+            "certs/ca.key",
+            "certs/server.crt",
+            "certs/server.key",
+            "certs/ssh_host_ed25519_key",
+            "certs/ssh_host_ed25519_key.pub",
+            "gateway.toml"
+        ]
+    );
+    assert_eq!(mode(&cfg), 0o600, "the config holds password hashes");
+    for key in ["ca.key", "server.key", "ssh_host_ed25519_key"] {
+        assert_eq!(mode(&gw.join("certs").join(key)), 0o600, "{key}");
+    }
+    for d in [&gw, &gw.join("certs"), &state] {
+        assert_eq!(mode(d), 0o700, "{}", d.display());
+    }
+    assert!(
+        std::fs::read_to_string(&cfg)
+            .unwrap()
+            .contains(&format!("directory = \"{}\"", project.display()))
+    );
+    let check = run(&["check", "-c", cfg.to_str().unwrap()], &root, &[]);
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(!text(&check).contains("warning"), "{}", text(&check));
+
+    // Edits by `user` leave the config owner-only, even one an editor made 0644.
+    chmod(&cfg, 0o644);
+    let mut add = Command::new(BIN)
+        .args(["user", "add", "bob", "-c", cfg.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    add.stdin.take().unwrap().write_all(b"bob-password-1\n").unwrap();
+    let added = add.wait_with_output().unwrap();
+    assert!(added.status.success(), "{}", text(&added));
+    assert_eq!(mode(&cfg), 0o600, "user add rewrote the config 0600");
+    let removed = run(&["user", "remove", "bob", "-c", cfg.to_str().unwrap()], &root, &[]);
+    assert!(removed.status.success(), "{}", text(&removed));
+    assert_eq!(mode(&cfg), 0o600);
+
+    // `check` warns (and still accepts) when the config or a key is readable by others.
+    chmod(&cfg, 0o640);
+    let key = gw.join("certs/server.key");
+    chmod(&key, 0o644);
+    let check = run(&["check", "-c", cfg.to_str().unwrap()], &root, &[]);
+    let said = text(&check);
+    assert!(check.status.success(), "a warning, not a refusal:\n{said}");
+    for needle in [
+        format!(
+            "warning: {} (config file) is readable by group or others (mode 640); it holds password hashes. Fix: chmod 600 {}",
+            cfg.display(),
+            cfg.display()
+        ),
+        format!(
+            "warning: {} (tls.key) is readable by group or others (mode 644); it is a secret. Fix: chmod 600 {}",
+            key.display(),
+            key.display()
+        ),
+    ] {
+        assert!(said.contains(&needle), "missing {needle:?} in\n{said}");
+    }
+    assert!(!said.contains("ca.key"), "the CA key is still 0600:\n{said}");
+
+    // A second init does not overwrite, and --dir inside the project is refused before writing.
+    let again = run(
+        &["init"],
+        &project,
+        &[
+            ("HOME", &root.join("home")),
+            ("XDG_CONFIG_HOME", &root.join("xdg-config")),
+            ("XDG_STATE_HOME", &root.join("xdg-state")),
+        ],
+    );
+    assert_eq!(again.status.code(), Some(1));
+    assert!(text(&again).contains("already exists"), "{}", text(&again));
+    let inside = run(&["init", "--dir", "gw"], &project, &[]);
+    assert_eq!(inside.status.code(), Some(1));
+    assert!(
+        text(&inside).contains(&format!(
+            "would go to {}, inside the project folder {}",
+            project.join("gw").display(),
+            project.display()
+        )) && text(&inside).contains("Fix: pass --dir <a folder outside the project>"),
+        "{}",
+        text(&inside)
+    );
+    assert_eq!(files(&project), ["README.md"]);
+}

@@ -355,13 +355,7 @@ fn secrets_outside_projects(c: &mut Checker<'_>, settings: &Settings) {
 }
 
 fn default_state_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
-        return PathBuf::from(d).join("opencode-gateway");
-    }
-    match std::env::var_os("HOME") {
-        Some(h) => PathBuf::from(h).join(".local/state/opencode-gateway"),
-        None => PathBuf::from(".gateway-state"),
-    }
+    crate::config::state_home().unwrap_or_else(|| PathBuf::from(".gateway-state"))
 }
 
 #[cfg(test)]
