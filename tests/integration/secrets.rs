@@ -282,3 +282,71 @@ fn init_in_a_project_folder_writes_config_keys_and_state_outside_it_owner_only()
     );
     assert_eq!(files(&project), ["README.md"]);
 }
+
+fn openssl(args: &[&str], cwd: &Path) -> Output {
+    Command::new("openssl")
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("openssl is installed (scripts/test.sh installs it)")
+}
+
+#[test]
+fn a_certificate_the_dev_ca_signs_for_another_domain_fails_verification_in_openssl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = run(&["cert", "dev", "--out", "c", "-c", "/nonexistent.toml"], d, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let ca = openssl(&["x509", "-in", "c/ca.crt", "-noout", "-text"], d);
+    let ca = String::from_utf8_lossy(&ca.stdout);
+    assert!(ca.contains("X509v3 Name Constraints: critical"), "{ca}");
+    assert!(
+        ca.contains("DNS:localhost") && ca.contains("IP:127.0.0.0/255.0.0.0"),
+        "{ca}"
+    );
+    // The gateway's own certificate verifies, for its names.
+    for (flag, name) in [
+        ("-verify_hostname", "localhost"),
+        ("-verify_hostname", "demo.gw.localhost"),
+        ("-verify_ip", "127.0.0.1"),
+        ("-verify_ip", "::1"),
+    ] {
+        let ok = openssl(&["verify", "-CAfile", "c/ca.crt", flag, name, "c/server.crt"], d);
+        assert!(ok.status.success(), "{name}: {}", text(&ok));
+    }
+    // Someone with ca.key signs a certificate for evil.example: refused for the constraint.
+    let made = openssl(
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "evil.key",
+            "-subj",
+            "/CN=evil.example",
+            "-addext",
+            "subjectAltName=DNS:evil.example",
+            "-CA",
+            "c/ca.crt",
+            "-CAkey",
+            "c/ca.key",
+            "-days",
+            "1",
+            "-out",
+            "evil.crt",
+        ],
+        d,
+    );
+    assert!(made.status.success(), "{}", text(&made));
+    let refused = openssl(&["verify", "-CAfile", "c/ca.crt", "evil.crt"], d);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("permitted subtree violation"),
+        "refused for the name constraint, not another reason:\n{}",
+        text(&refused)
+    );
+}
