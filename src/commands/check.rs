@@ -60,6 +60,7 @@ pub fn summary(s: &Settings) -> String {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);
     }
+    let reach = crate::reach::Reach::new(s, None);
     out += "\nprojects:\n";
     for p in &s.projects {
         let upstream = match &p.upstream {
@@ -77,15 +78,15 @@ pub fn summary(s: &Settings) -> String {
         if let Some(d) = &p.directory {
             out += &format!("      directory {}\n", d.display());
         }
-        out += &format!("      routes: {}/p/{}/", s.server.public_url, p.name);
-        if let Some(d) = &s.server.base_domain {
-            out += &format!("  https://{}.{d}:{}/", p.name, s.server.listen.port());
+        out += &format!("      routes: {}/", reach.project(&p.name));
+        if let Some(web) = reach.web_ui(&p.name) {
+            out += &format!("  {web}");
         }
         if let Some(l) = p.listen {
             out += &format!("  port {l}");
         }
         if s.projects.len() == 1 {
-            out += &format!("  {}/", s.server.public_url);
+            out += &format!("  {}/", reach.base());
         }
         out += "\n";
     }

@@ -112,12 +112,16 @@ pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<Pat
         crate::config::edit::add_user(&std::fs::read_to_string(&config)?, "dev", &hash, &["*".into()], "admin")?;
     crate::config::edit::write_atomically(&config, &updated)?;
     let ca = paths.ca_cert.display();
+    let reach = crate::reach::Reach::new(&settings, None);
+    let web = reach.web_ui(&name).unwrap_or_default();
+    let ssh_cmd = crate::reach::ssh_forward(&name, "dev", ssh.listen);
     // ok: the generated password is shown to the operator this once; only its hash is stored.
     println!(
-        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach https://127.0.0.1:8443/p/{name} -u dev -p '{password}'\nweb UI:  https://{name}.gw.localhost:8443/\nssh:     ssh -N -L 4096:{name}:80 -p 2222 dev@127.0.0.1   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
+        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\nssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
         cfg = config.display(),
         certs = paths.ca_cert.parent().unwrap_or(Path::new(".")).display(),
         state = settings.server.state_dir.display(),
+        url = reach.project(&name),
     );
     Ok(())
 }
