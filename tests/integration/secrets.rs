@@ -350,3 +350,146 @@ fn a_certificate_the_dev_ca_signs_for_another_domain_fails_verification_in_opens
         text(&refused)
     );
 }
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_after_init() {
+    use crate::common::client::{Https, basic};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let project = root.join("webapp");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("README.md"), "# webapp readme marker\n").unwrap();
+    init_in(&root, &project);
+    let gw = root.join("xdg-config/opencode-gateway");
+    let cfg = gw.join("gateway.toml");
+    // The config init wrote, on ephemeral ports, with the pinned OpenCode and a viewer.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:9090\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:2222\"", "listen = \"127.0.0.1:0\"")
+        .replace(
+            "[tls]",
+            &format!(
+                "opencode_bin = \"{}\"\n\n[tls]",
+                crate::common::opencode::opencode_bin().display()
+            ),
+        )
+        .replace(
+            "spawn = true ",
+            "env = { OPENCODE_DISABLE_MODELS_FETCH = \"1\" }\nspawn = true ",
+        );
+    std::fs::write(
+        &cfg,
+        format!(
+            "{text}\n[[user]]\nname = \"vera\"\npassword_hash = \"{}\"\nprojects = [\"webapp\"]\nrole = \"viewer\"\n",
+            hash("vera-password-1")
+        ),
+    )
+    .unwrap();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut child = Command::new(BIN)
+        .args(["serve", "-c", cfg.to_str().unwrap()])
+        .current_dir(&project)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            // SAFETY: signalling our own child so it stops the OpenCode server it spawned.
+            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+            let _ = self.0.wait();
+        }
+    }
+    let child = Kill(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let https: std::net::SocketAddr = loop {
+        if let Some(a) = log
+            .lock()
+            .unwrap()
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("https="))
+            .and_then(|a| a.parse().ok())
+        {
+            break a;
+        }
+        assert!(Instant::now() < deadline, "not ready:\n{}", log.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let c = Https::new(https, &gw.join("certs/ca.crt"));
+    let vera = basic("vera", "vera-password-1");
+    // The file API works for the viewer: the project's own file is served.
+    let readme = c
+        .get(
+            &format!("/p/webapp/file/content?path={}", urlencode("README.md")),
+            Some(&vera),
+        )
+        .await;
+    assert_eq!(readme.status, 200, "{}\n{}", readme.body, log.lock().unwrap());
+    assert!(readme.body.contains("webapp readme marker"), "{}", readme.body);
+    // Every secret, by the names the old layout used, by absolute path and by `..` from the project.
+    let secrets = [
+        cfg.clone(),
+        gw.join("certs/ca.key"),
+        gw.join("certs/server.key"),
+        gw.join("certs/ssh_host_ed25519_key"),
+    ];
+    let mut names: Vec<String> = [
+        "gateway.toml",
+        "certs/ca.key",
+        "certs/server.key",
+        "certs/ssh_host_ed25519_key",
+        "state",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for s in &secrets {
+        names.push(s.display().to_string());
+        names.push(format!("../{}", s.strip_prefix(&root).unwrap().display()));
+    }
+    let material: Vec<String> = secrets
+        .iter()
+        .map(|s| {
+            let t = std::fs::read_to_string(s).unwrap();
+            // A line of the key's base64 body, or the config's password hash.
+            t.lines()
+                .find(|l| l.len() > 40 && !l.starts_with("-----"))
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for name in &names {
+        let r = c
+            .get(&format!("/p/webapp/file/content?path={}", urlencode(name)), Some(&vera))
+            .await;
+        for (secret, m) in secrets.iter().zip(&material) {
+            assert!(
+                !r.body.contains(m.as_str()),
+                "{name}: the viewer read {} ({}):\n{}",
+                secret.display(),
+                r.status,
+                r.body
+            );
+        }
+        for marker in ["PRIVATE KEY", "$argon2id$", "OPENSSH"] {
+            assert!(!r.body.contains(marker), "{name}: {marker} in {}: {}", r.status, r.body);
+        }
+    }
+    drop(child);
+}
