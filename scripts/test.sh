@@ -9,12 +9,14 @@ started=$(date +%s)
 step() { printf '\n==> %s\n' "$*"; }
 
 # Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
-# test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test).
+# test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
+# (a standard client checks the dev CA's name constraints).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)
+command -v openssl >/dev/null || need+=(openssl)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"
   sudo=""

@@ -24,9 +24,10 @@ pub enum Command {
     },
     /// Write a commented config, a dev CA and certificate, and a first user; print how to attach.
     Init {
-        /// Folder for gateway.toml and certs/.
-        #[arg(long, default_value = ".")]
-        dir: PathBuf,
+        /// Folder for gateway.toml, certs/ and state/ (default: $XDG_CONFIG_HOME/opencode-gateway
+        /// for the config and keys, $XDG_STATE_HOME/opencode-gateway for state). Never the project.
+        #[arg(long)]
+        dir: Option<PathBuf>,
         /// The project's name (default: the project folder's name).
         #[arg(long)]
         project: Option<String>,

@@ -2,15 +2,20 @@
 //! signed by it, written next to the configured `tls.cert`. Private keys are created 0600.
 //!
 //! The CA is rebuilt from its key and fixed parameters when only the server certificate is missing,
-//! so adding names never invalidates a CA a client already trusts.
+//! so adding names never invalidates a CA a client already trusts. The CA carries critical name
+//! constraints: it can only vouch for the names the gateway's certificate has (see
+//! [`name_constraints`]), so its key, if it ever leaked, cannot impersonate any other site.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use std::net::IpAddr;
+use std::sync::Arc;
+
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CidrSubnet, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
+    GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -69,6 +74,47 @@ pub fn server_names(base_domain: Option<&str>, projects: &[String]) -> Vec<Strin
     names
 }
 
+/// What the dev CA may vouch for (X.509 name constraints, critical): the DNS names of the server
+/// certificate (a DNS constraint covers its subdomains, so `gw.localhost` covers
+/// `*.gw.localhost`) and its addresses (all of 127.0.0.0/8 for IPv4 loopback). A leaked `ca.key`
+/// then cannot mint a certificate a client accepts for any other domain.
+pub fn name_constraints(names: &[String]) -> NameConstraints {
+    let mut dns: Vec<String> = Vec::new();
+    let mut ips: Vec<CidrSubnet> = Vec::new();
+    for n in names {
+        match n.parse::<IpAddr>() {
+            Ok(IpAddr::V4(v4)) if v4.is_loopback() => ips.push(CidrSubnet::from_v4_prefix([127, 0, 0, 0], 8)),
+            Ok(ip @ IpAddr::V4(_)) => ips.push(CidrSubnet::from_addr_prefix(ip, 32)),
+            Ok(ip @ IpAddr::V6(_)) => ips.push(CidrSubnet::from_addr_prefix(ip, 128)),
+            Err(_) => dns.push(n.trim_start_matches("*.").to_ascii_lowercase()),
+        }
+    }
+    // Drop names a shorter constraint already covers (`demo.gw.localhost` under `gw.localhost`).
+    let covered = |n: &String, by: &String| n != by && n.ends_with(&format!(".{by}"));
+    let kept: Vec<String> = dns
+        .iter()
+        .filter(|n| !dns.iter().any(|b| covered(n, b)))
+        .cloned()
+        .collect();
+    let mut permitted: Vec<GeneralSubtree> = Vec::new();
+    for n in kept {
+        let t = GeneralSubtree::DnsName(n);
+        if !permitted.contains(&t) {
+            permitted.push(t);
+        }
+    }
+    for ip in ips {
+        let t = GeneralSubtree::IpAddress(ip);
+        if !permitted.contains(&t) {
+            permitted.push(t);
+        }
+    }
+    NameConstraints {
+        permitted_subtrees: permitted,
+        excluded_subtrees: Vec::new(),
+    }
+}
+
 fn ca_params() -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -90,7 +136,7 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
         return Ok(false);
     }
     if let Some(dir) = paths.cert.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_private_dir(dir)?;
     }
     let now = OffsetDateTime::now_utc();
     let ca_key = if paths.ca_key.exists() && paths.ca_cert.exists() {
@@ -98,6 +144,7 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     } else {
         let key = KeyPair::generate()?;
         let mut params = ca_params();
+        params.name_constraints = Some(name_constraints(names));
         params.not_before = now - Duration::days(1);
         params.not_after = now + Duration::days(3650);
         let cert = params.self_signed(&key)?;
@@ -123,7 +170,60 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     // The server presents the chain: leaf first, then the CA.
     let ca_pem = std::fs::read_to_string(&paths.ca_cert)?;
     std::fs::write(&paths.cert, format!("{}{}", cert.pem(), ca_pem))?;
+    // A CA kept from an earlier run is limited to the names it was made for: say so plainly
+    // when the new certificate needs a name it does not cover (a changed base_domain or host).
+    for name in names.iter().filter(|n| !n.starts_with("*.")) {
+        if let Err(e) = verify(paths, name) {
+            anyhow::bail!(
+                "{} does not verify for {name} against {}: {e}. The dev CA only vouches for the names it was made for. Fix: remove {} and {} (then trust the new CA)",
+                paths.cert.display(),
+                paths.ca_cert.display(),
+                paths.ca_cert.display(),
+                paths.ca_key.display()
+            );
+        }
+    }
     Ok(true)
+}
+
+/// Verify the server certificate chain for `name` against the dev CA as a TLS client would
+/// (webpki, which enforces name constraints).
+pub fn verify(paths: &DevCertPaths, name: &str) -> Result<(), rustls::Error> {
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let pem = |p: &Path| -> Result<Vec<CertificateDer<'static>>, rustls::Error> {
+        CertificateDer::pem_file_iter(p)
+            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| rustls::Error::General(format!("{}: {e}", p.display())))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in pem(&paths.ca_cert)? {
+        roots.add(ca)?;
+    }
+    let chain = pem(&paths.cert)?;
+    let (leaf, rest) = chain
+        .split_first()
+        .ok_or_else(|| rustls::Error::General(format!("{} holds no certificate", paths.cert.display())))?;
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::listen::tls::provider())
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
+    let server_name =
+        ServerName::try_from(name.to_string()).map_err(|e| rustls::Error::General(format!("{name}: {e}")))?;
+    verifier
+        .verify_server_cert(leaf, rest, &server_name, &[], UnixTime::now())
+        .map(|_| ())
+}
+
+/// Create a folder (and missing parents) that only its owner can enter (0700); an existing folder
+/// is left as it is.
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.as_os_str().is_empty() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
 }
 
 /// Create a file readable by its owner only (0600) from the first byte.
@@ -142,6 +242,75 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// A certificate for `name` signed with the dev CA's key, as someone holding `ca.key` would make.
+    pub(crate) fn forge(paths: &DevCertPaths, name: &str, out: &Path) {
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(&paths.ca_key).unwrap()).unwrap();
+        let issuer = Issuer::new(ca_params(), ca_key);
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.use_authority_key_identifier_extension = true;
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        std::fs::write(out, cert.pem()).unwrap();
+    }
+
+    #[test]
+    fn the_dev_ca_vouches_only_for_the_gateways_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
+        let names = server_names(Some("gw.localhost"), &["demo".into()]);
+        assert!(ensure(&paths, &names).unwrap());
+        for ok in [
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "gw.localhost",
+            "demo.gw.localhost",
+            "other.gw.localhost",
+        ] {
+            verify(&paths, ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        let host = host_name();
+        if host != "localhost" && !host.is_empty() {
+            verify(&paths, &host).unwrap();
+        }
+        // The CA's own key signs for another domain: a client refuses it for the constraint.
+        let evil = DevCertPaths {
+            cert: dir.path().join("evil.crt"),
+            ..paths.clone()
+        };
+        for (name, forged) in [
+            ("evil.example", "evil.example"),
+            ("10.0.0.1", "10.0.0.1"),
+            ("www.google.com", "www.google.com"),
+        ] {
+            forge(&paths, forged, &evil.cert);
+            let err = verify(&evil, name).expect_err(name);
+            assert!(
+                format!("{err:?}").contains("NameConstraintViolation"),
+                "{name}: refused for the name constraint, not another reason: {err:?}"
+            );
+        }
+        // Only the constraints listed, marked critical (rcgen always marks them so).
+        let c = name_constraints(&names);
+        assert!(
+            c.permitted_subtrees
+                .contains(&GeneralSubtree::DnsName("localhost".into()))
+        );
+        assert!(
+            c.permitted_subtrees
+                .contains(&GeneralSubtree::IpAddress(CidrSubnet::from_v4_prefix(
+                    [127, 0, 0, 0],
+                    8
+                )))
+        );
+        assert!(
+            !c.permitted_subtrees
+                .contains(&GeneralSubtree::DnsName("demo.gw.localhost".into())),
+            "covered by gw.localhost"
+        );
+    }
+
     #[test]
     fn makes_a_ca_and_a_server_cert_with_private_keys() {
         let dir = tempfile::tempdir().unwrap();
@@ -152,6 +321,12 @@ mod tests {
         for key in [&paths.key, &paths.ca_key] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
+        }
+        let nested = DevCertPaths::beside(&dir.path().join("a/b/server.crt"), &dir.path().join("a/b/server.key"));
+        assert!(ensure(&nested, &names).unwrap());
+        for d in ["a", "a/b"] {
+            let mode = std::fs::metadata(dir.path().join(d)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "{d}");
         }
         let ca_before = std::fs::read(&paths.ca_cert).unwrap();
         assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");

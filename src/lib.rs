@@ -13,7 +13,8 @@
 //!   `upstream` (request bodies, errors, the general client for health checks), `supervise`
 //!   (spawned `opencode serve` per project), `workers` (one runtime per core for HTTPS connections).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
-//!   `ratelimit`, `devcert`, `telemetry`, `commands/` (the CLI's work).
+//!   `ratelimit`, `devcert`, `telemetry`, `reach` (where a project is reachable: printed URLs,
+//!   origins), `commands/` (the CLI's work). `config::protected`: the gateway's own secret paths.
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
@@ -34,6 +35,7 @@ pub mod http;
 pub mod listen;
 pub mod policy;
 pub mod ratelimit;
+pub mod reach;
 pub mod reload;
 pub mod rewrite;
 pub mod ssh;

@@ -10,7 +10,40 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
         crate::listen::tls::server_config(&settings.tls)?;
     }
     print!("{}", summary(&settings));
+    for w in permission_warnings(&settings) {
+        eprintln!("warning: {w}");
+    }
     Ok(())
+}
+
+/// The config (password hashes) and private keys must be readable by their owner only; a looser
+/// mode is worth a warning, not a refusal (the operator may share the machine with no one).
+pub fn permission_warnings(s: &Settings) -> Vec<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    for e in s.protected.entries() {
+        if e.dir || e.key.starts_with("tls.cert") || e.key.ends_with("(CA certificate)") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&e.path) else {
+            continue;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            let holds = if e.key == "config file" {
+                "it holds password hashes"
+            } else {
+                "it is a secret"
+            };
+            out.push(format!(
+                "{} ({}) is readable by group or others (mode {mode:03o}); {holds}. Fix: chmod 600 {}",
+                e.path.display(),
+                e.key,
+                e.path.display()
+            ));
+        }
+    }
+    out
 }
 
 pub fn summary(s: &Settings) -> String {
@@ -27,6 +60,7 @@ pub fn summary(s: &Settings) -> String {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);
     }
+    let reach = crate::reach::Reach::new(s, None);
     out += "\nprojects:\n";
     for p in &s.projects {
         let upstream = match &p.upstream {
@@ -44,15 +78,15 @@ pub fn summary(s: &Settings) -> String {
         if let Some(d) = &p.directory {
             out += &format!("      directory {}\n", d.display());
         }
-        out += &format!("      routes: {}/p/{}/", s.server.public_url, p.name);
-        if let Some(d) = &s.server.base_domain {
-            out += &format!("  https://{}.{d}:{}/", p.name, s.server.listen.port());
+        out += &format!("      routes: {}/", reach.project(&p.name));
+        if let Some(web) = reach.web_ui(&p.name) {
+            out += &format!("  {web}");
         }
         if let Some(l) = p.listen {
             out += &format!("  port {l}");
         }
         if s.projects.len() == 1 {
-            out += &format!("  {}/", s.server.public_url);
+            out += &format!("  {}/", reach.base());
         }
         out += "\n";
     }

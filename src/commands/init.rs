@@ -1,9 +1,13 @@
 //! `init`: write a commented config for one spawned project, a dev CA and certificate, and a
-//! first user; print how to attach.
+//! first user; print how to attach. Everything it writes is a secret (password hashes, keys) and
+//! goes outside the project: `$XDG_CONFIG_HOME/opencode-gateway/` and
+//! `$XDG_STATE_HOME/opencode-gateway/`, or `--dir`, never the project folder.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
+
+use crate::config::protected::{absolute, resolve};
 
 const TEMPLATE: &str = r#"# opencode-gateway configuration, written by `opencode-gateway init`.
 # Every key is documented in config/gateway.example.toml of the opencode-gateway repository.
@@ -12,7 +16,7 @@ const TEMPLATE: &str = r#"# opencode-gateway configuration, written by `opencode
 [server]
 listen = "127.0.0.1:8443"          # HTTPS; use 0.0.0.0:8443 to reach it from other devices
 base_domain = "gw.localhost"       # <project>.gw.localhost serves that project's web UI
-state_dir = "state"                # private data of the OpenCode servers the gateway runs
+state_dir = "{state_dir}"  # private data of the OpenCode servers the gateway runs
 
 [tls]
 cert = "certs/server.crt"
@@ -32,7 +36,7 @@ directory = "{directory}"
 spawn = true                       # the gateway runs `opencode serve` here itself
 "#;
 
-pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let project_dir = match project_dir {
         Some(d) => d,
         None => std::env::current_dir()?,
@@ -52,24 +56,50 @@ pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -
     if !crate::config::validate::valid_project_name(&name) {
         bail!("{name:?} is not a valid project name: pass --project with lower-case letters, digits and '-'");
     }
-    std::fs::create_dir_all(dir)?;
+    let (dir, state_dir) = match dir {
+        Some(d) => (absolute(d), None),
+        None => {
+            let home = "set HOME (or XDG_CONFIG_HOME and XDG_STATE_HOME), or pass --dir <folder outside the project>";
+            let config = crate::config::config_home().context(home)?;
+            let state = crate::config::state_home().context(home)?;
+            (config, Some(state))
+        }
+    };
+    let state_abs = state_dir.clone().unwrap_or_else(|| dir.join("state"));
+    for (what, path) in [("the config and keys", &dir), ("the state", &state_abs)] {
+        let real = resolve(path);
+        if real.starts_with(&project_dir) || project_dir.starts_with(&real) {
+            bail!(
+                "{what} would go to {}, {} the project folder {}: the project's clients could read them. Fix: pass --dir <a folder outside the project>, e.g. --dir ~/.config/opencode-gateway",
+                path.display(),
+                if real.starts_with(&project_dir) {
+                    "inside"
+                } else {
+                    "a parent of"
+                },
+                project_dir.display()
+            );
+        }
+    }
+    crate::devcert::create_private_dir(&dir)?;
     let config = dir.join("gateway.toml");
     if config.exists() {
         bail!(
-            "{} already exists; edit it, or remove it to start over",
-            config.display()
+            "{} already exists; edit it (add a [[project]] for {}), or remove it to start over",
+            config.display(),
+            project_dir.display()
         );
     }
-    let text = TEMPLATE.replace("{name}", &name).replace(
-        "{directory}",
-        &project_dir
-            .display()
-            .to_string()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\""),
-    );
-    std::fs::write(&config, text)?;
+    let text = TEMPLATE
+        .replace("{name}", &name)
+        .replace("{directory}", &toml_string(&project_dir))
+        .replace(
+            "{state_dir}",
+            &state_dir.as_deref().map(toml_string).unwrap_or_else(|| "state".into()),
+        );
+    crate::devcert::write_private(&config, &text)?;
     let settings = crate::config::load(&config)?;
+    crate::devcert::create_private_dir(&settings.server.state_dir)?;
     let paths = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
     let names = crate::devcert::server_names(settings.server.base_domain.as_deref(), std::slice::from_ref(&name));
     crate::devcert::ensure(&paths, &names)?;
@@ -82,13 +112,23 @@ pub fn init(dir: &Path, project: Option<String>, project_dir: Option<PathBuf>) -
         crate::config::edit::add_user(&std::fs::read_to_string(&config)?, "dev", &hash, &["*".into()], "admin")?;
     crate::config::edit::write_atomically(&config, &updated)?;
     let ca = paths.ca_cert.display();
+    let reach = crate::reach::Reach::new(&settings, None);
+    let web = reach.web_ui(&name).unwrap_or_default();
+    let ssh_cmd = crate::reach::ssh_forward(&name, "dev", ssh.listen);
     // ok: the generated password is shown to the operator this once; only its hash is stored.
     println!(
-        "wrote {cfg}, {cert} and {ca}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach https://127.0.0.1:8443/p/{name} -u dev -p '{password}'\nweb UI:  https://{name}.gw.localhost:8443/\nssh:     ssh -N -L 4096:{name}:80 -p 2222 dev@127.0.0.1   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
+        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\nssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
         cfg = config.display(),
-        cert = paths.cert.display(),
+        certs = paths.ca_cert.parent().unwrap_or(Path::new(".")).display(),
+        state = settings.server.state_dir.display(),
+        url = reach.project(&name),
     );
     Ok(())
+}
+
+/// A path as the inside of a TOML basic string.
+fn toml_string(p: &Path) -> String {
+    p.display().to_string().replace('\\', "\\\\").replace('"', "\\\"")
 }
 
 /// A folder name as a project name: lower-case, other characters as '-'.

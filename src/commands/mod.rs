@@ -23,7 +23,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             dir,
             project,
             project_dir,
-        } => init::init(&dir, project, project_dir),
+        } => init::init(dir.as_deref(), project, project_dir),
         Command::Check { config } => check::check(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;

@@ -11,6 +11,9 @@ use crate::config::{Settings, edit};
 pub async fn serve(config: &Path) -> anyhow::Result<()> {
     crate::telemetry::init();
     let mut settings = crate::config::load(config)?;
+    for w in super::check::permission_warnings(&settings) {
+        tracing::warn!("{w}");
+    }
     ensure_dev_certs(&settings)?;
     let first_user = if settings.users.is_empty() {
         let created = create_first_user(config)?;
@@ -80,10 +83,8 @@ fn print_attach(
         Some((u, p)) => (u.as_str(), p.as_str()),
         None => ("<user>", "<password>"),
     };
-    let mut url = settings.server.public_url.clone();
-    if url.ends_with(":0") {
-        url = format!("{}:{port}", url.trim_end_matches(":0"));
-    }
+    let reach = crate::reach::Reach::new(settings, Some(port));
+    let url = reach.base();
     let ca = if settings.tls.dev_ca {
         let ca = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
         let shown = std::env::current_dir()
@@ -104,23 +105,16 @@ fn print_attach(
     out += &format!("\nopencode-gateway is serving {url}\n");
     for p in &settings.projects {
         out += &format!("\nproject {}:\n", p.name);
-        out += &format!("  {ca}opencode attach {url}/p/{} -u {user} -p '{pw}'\n", p.name);
-        out += &format!(
-            "  {ca}opencode run --attach {url}/p/{} -u {user} -p '{pw}' \"hello\"\n",
-            p.name
-        );
-        if let Some(d) = &settings.server.base_domain {
-            out += &format!(
-                "  web UI: https://{}.{d}:{port}/   (trust the CA in your browser)\n",
-                p.name
-            );
+        let at = reach.project(&p.name);
+        out += &format!("  {ca}opencode attach {at} -u {user} -p '{pw}'\n");
+        out += &format!("  {ca}opencode run --attach {at} -u {user} -p '{pw}' \"hello\"\n");
+        if let Some(web) = reach.web_ui(&p.name) {
+            out += &format!("  web UI: {web}   (trust the CA in your browser)\n");
         }
         if let Some(ssh) = ssh {
             out += &format!(
-                "  ssh -N -L 4096:{}:80 -p {} {user}@{}   then   opencode attach http://127.0.0.1:4096\n",
-                p.name,
-                ssh.port(),
-                ssh.ip()
+                "  {}   then   opencode attach http://127.0.0.1:4096\n",
+                crate::reach::ssh_forward(&p.name, user, ssh)
             );
         }
     }

@@ -73,7 +73,8 @@ pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
     Ok(doc.to_string())
 }
 
-/// Replace a file's content atomically (write a sibling, then rename), keeping its permissions.
+/// Replace a file's content atomically (write a sibling, then rename). The result is 0600 whatever
+/// the old file's mode: the config holds password hashes.
 pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -84,10 +85,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, text)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        std::fs::set_permissions(&tmp, meta.permissions())?;
-    }
+    crate::devcert::write_private(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
 

@@ -3,6 +3,7 @@
 
 pub mod edit;
 pub mod file;
+pub mod protected;
 mod secret;
 pub mod settings;
 pub mod validate;
@@ -10,11 +11,32 @@ pub mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use protected::ProtectedPaths;
 pub use secret::Secret;
 pub use settings::*;
 
 /// The default config path, relative to the working directory (the repository root in dev).
 pub const DEFAULT_PATH: &str = "config/gateway.toml";
+
+/// `$XDG_CONFIG_HOME/opencode-gateway` (default `~/.config/opencode-gateway`): the config and keys
+/// `init` writes.
+pub fn config_home() -> Option<PathBuf> {
+    xdg_home("XDG_CONFIG_HOME", ".config")
+}
+
+/// `$XDG_STATE_HOME/opencode-gateway` (default `~/.local/state/opencode-gateway`): the gateway's state.
+pub fn state_home() -> Option<PathBuf> {
+    xdg_home("XDG_STATE_HOME", ".local/state")
+}
+
+fn xdg_home(var: &str, under_home: &str) -> Option<PathBuf> {
+    // The XDG spec: a relative value is invalid and ignored.
+    let base = match std::env::var_os(var).map(PathBuf::from) {
+        Some(d) if d.is_absolute() => d,
+        _ => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(under_home),
+    };
+    Some(base.join("opencode-gateway"))
+}
 
 #[derive(Debug)]
 pub struct Problem {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use argon2::PasswordHash;
 
 use super::Secret;
+use super::protected::ProtectedPaths;
 
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -22,6 +23,8 @@ pub struct Settings {
     pub limits: Limits,
     pub projects: Vec<Project>,
     pub users: Vec<User>,
+    /// The gateway's own files (keys, config, state): no client may read them through a project.
+    pub protected: ProtectedPaths,
 }
 
 #[derive(Debug, Clone)]
@@ -97,6 +100,8 @@ pub struct Project {
     pub run_as: Option<String>,
     /// A listener of its own (for browsers on LANs without wildcard DNS).
     pub listen: Option<SocketAddr>,
+    /// Files holding this project's secrets (`upstream_password_file`, `env_file`), by key.
+    pub secret_files: Vec<(String, PathBuf)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

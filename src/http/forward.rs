@@ -96,12 +96,15 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 .await
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
-            let sessions = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
+            let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
                 tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
             })?;
+            for path in &names.paths {
+                super::own_files::refuse(gw, client, user, project, path)?;
+            }
             if project.shared_upstream {
-                for id in &sessions {
+                for id in &names.sessions {
                     check_session_scope(gw, project, endpoint, id).await?;
                 }
             }

@@ -5,6 +5,7 @@
 pub mod body;
 pub mod error;
 pub mod forward;
+pub mod own_files;
 pub mod pipeline;
 pub mod request;
 pub mod response;

@@ -176,6 +176,7 @@ async fn handle_inner(
             max: limits.max_body_bytes,
         });
     }
+    super::own_files::check_request(gw, client, &user, &target, &parts)?;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",

@@ -26,6 +26,8 @@ pub struct Target {
     pub session: Option<String>,
     /// The path to forward (no query): the spelling OpenCode reads as `route`.
     pub upstream_path: String,
+    /// The file a file-path route names (decoded).
+    pub file: Option<String>,
 }
 
 impl Target {
@@ -104,6 +106,7 @@ fn target(
         class: resolved.class,
         session: resolved.session.map(str::to_string),
         upstream_path: resolved.upstream_path,
+        file: resolved.file,
     })
 }
 

@@ -112,6 +112,8 @@ pub struct Resolved<'p> {
     /// The spelling forwarded upstream: route names as the table writes them, parameters
     /// re-encoded so OpenCode decodes them to what the gateway judged.
     pub upstream_path: String,
+    /// The file a file-path route (`/api/fs/read/**`) names, decoded (`/abs` or `rel/ative`).
+    pub file: Option<String>,
 }
 
 impl Resolved<'_> {
@@ -218,6 +220,7 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
             class,
             session: None,
             upstream_path: render_static(segs),
+            file: None,
         };
     };
     let mut spelled: Option<String> = None;
@@ -236,6 +239,7 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
             class: Some(r.class),
             session: r.session_param.map(|i| segs[found.params[i]].as_ref()),
             upstream_path: render(&r.segments, segs, &found),
+            file: found.tail.map(|t| segs[t..].join("/")),
         };
     }
     Resolved {
@@ -244,6 +248,7 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
         class: (method == Method::OPTIONS).then_some(Class::Read),
         session: None,
         upstream_path: spelled.unwrap_or_else(|| render_static(segs)),
+        file: None,
     }
 }
 

@@ -46,12 +46,9 @@ pub fn is_local_host(host: &str) -> bool {
 
 /// The origins browsers use for a project through this gateway (for the spawned server's `--cors`).
 pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
-    let port = settings.server.listen.port();
-    let port_part = if port == 443 { String::new() } else { format!(":{port}") };
-    let mut out = vec![settings.server.public_url.clone()];
-    if let Some(d) = &settings.server.base_domain {
-        out.push(format!("https://{}.{d}{port_part}", project.name));
-    }
+    let reach = crate::reach::Reach::new(settings, Some(settings.server.listen.port()));
+    let mut out = vec![reach.base().to_string()];
+    out.extend(reach.web_ui_origin(&project.name));
     if let Some(l) = project.listen {
         let host = settings
             .server

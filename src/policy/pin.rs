@@ -85,11 +85,21 @@ fn field<'v>(v: &'v serde_json::Value, dotted: &str) -> Option<&'v serde_json::V
     dotted.split('.').try_fold(v, |v, k| v.get(k))
 }
 
+/// What a checked body names, for the checks the caller makes with state of its own.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BodyNames {
+    /// Sessions (to scope on a shared upstream).
+    pub sessions: Vec<String>,
+    /// Directories (inside the project; the caller keeps the gateway's own files out).
+    pub paths: Vec<String>,
+}
+
 /// Check a JSON body against a rule: `Err` says which field points where; `Ok` has the sessions
-/// the body names (for the caller to scope on a shared upstream).
-pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<Vec<String>, String> {
+/// and directories the body names.
+pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<BodyNames, String> {
+    let mut names = BodyNames::default();
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Vec::new());
+        return Ok(names);
     }
     let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| "the request body is not JSON".to_string())?;
     for f in rule.forbidden {
@@ -100,7 +110,7 @@ pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<Vec<Strin
     for f in rule.inside {
         match field(&v, f) {
             None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::String(s)) if inside(root, s) => {}
+            Some(serde_json::Value::String(s)) if inside(root, s) => names.paths.push(s.clone()),
             Some(other) => {
                 return Err(format!(
                     "{f} = {other} is outside the project's directory {}",
@@ -109,15 +119,14 @@ pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<Vec<Strin
             }
         }
     }
-    let mut sessions = Vec::new();
     for f in rule.sessions {
         match field(&v, f) {
             None | Some(serde_json::Value::Null) => {}
-            Some(serde_json::Value::String(s)) => sessions.push(s.clone()),
+            Some(serde_json::Value::String(s)) => names.sessions.push(s.clone()),
             Some(other) => return Err(format!("{f} = {other} is not a session ID")),
         }
     }
-    Ok(sessions)
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -192,8 +201,11 @@ mod tests {
         );
         assert_eq!(
             named,
-            Ok(vec!["ses_b".to_string()]),
-            "the moved session is named for scoping"
+            Ok(BodyNames {
+                sessions: vec!["ses_b".to_string()],
+                paths: vec!["sub".to_string()]
+            }),
+            "the moved session and the destination are named for the caller's checks"
         );
     }
 

@@ -16,7 +16,7 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
             .with_context(|| format!("ssh.host_key: {} is not an OpenSSH private key", path.display()));
     }
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::devcert::create_private_dir(dir)?;
     }
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).expect("the OS random source is available");

@@ -104,6 +104,7 @@ fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
         .collect::<Vec<_>>()
         .join("\n");
     std::fs::create_dir_all(root.join("config")).unwrap();
+    std::fs::create_dir_all(root.join("demo")).unwrap();
     let path = root.join("config/gateway.toml");
     std::fs::write(&path, text).unwrap();
     path

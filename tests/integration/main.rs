@@ -14,6 +14,7 @@ mod real_opencode;
 mod reload;
 mod request_form;
 mod roles;
+mod secrets;
 mod spellings;
 mod ssh;
 mod streaming;

@@ -275,3 +275,47 @@ async fn a_project_file_never_runs_as_a_page_on_the_gateway_origin() {
     assert_eq!(r.status, 200);
     assert_ne!(r.headers["content-security-policy"], "sandbox");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_gateways_own_files_are_refused_even_through_a_link_in_the_project() {
+    let s = setup_pinned("echo unused", true).await;
+    let c = &s.client;
+    // A hard link in the project to the gateway's config (which holds every user's password
+    // hash): the config refusal cannot see it, and OpenCode serves it (it refuses symlinks that
+    // leave its directory, but a hard link is the file itself), so the request path must refuse.
+    std::fs::hard_link(&s.gw.config, s.oc.project.join("cfg-link")).unwrap();
+    std::os::unix::fs::symlink(&s.gw.config, s.oc.project.join("cfg-symlink")).unwrap();
+    let project = s.oc.project.to_str().unwrap();
+    let raw = direct_call(
+        s.oc.port,
+        &s.oc.password,
+        "GET",
+        "/file/content?path=cfg-link",
+        &[("x-opencode-directory", project)],
+        "",
+    )
+    .await;
+    assert!(raw.contains("password_hash"), "the raw server serves the link: {raw}");
+    for path in [
+        "/p/demo/file/content?path=cfg-link".to_string(),
+        "/p/demo/file/content?path=cfg-symlink".to_string(),
+        "/p/demo/file/content?%70ath=cfg%2Dlink".to_string(),
+        "/p/demo/api/fs/read/cfg-link".to_string(),
+        "/p/demo/API/FS/read/cfg%2Dlink".to_string(),
+        format!("/p/demo/api/fs/read/{}", s.gw.config.display()).replacen("read/", "read//", 1),
+    ] {
+        let r = c.get(&path, Some(&vera())).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.body);
+        assert!(r.body.contains("one of the gateway's own files"), "{path}: {}", r.body);
+        assert!(!r.body.contains("password_hash"), "{path}");
+    }
+    assert!(
+        s.gw.wait_log("reason=\"gateway_file\"", std::time::Duration::from_secs(5))
+            .await
+            || s.gw
+                .wait_log("reason=gateway_file", std::time::Duration::from_secs(1))
+                .await,
+        "a security event is logged"
+    );
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::file::RawConfig;
 use super::settings::*;
-use super::{ConfigError, Problem};
+use super::{ConfigError, Problem, ProtectedPaths};
 
 mod limits;
 mod project;
@@ -268,7 +268,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             problems: c.problems,
         });
     }
-    Ok(Settings {
+    let mut settings = Settings {
         path: path.to_path_buf(),
         server: Server {
             listen: listen.expect("checked above"),
@@ -285,17 +285,77 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         limits,
         projects,
         users,
-    })
+        protected: ProtectedPaths::default(),
+    };
+    settings.protected = ProtectedPaths::from_settings(&settings);
+    secrets_outside_projects(&mut c, &settings);
+    if !c.problems.is_empty() {
+        return Err(ConfigError::Invalid {
+            file: path.to_path_buf(),
+            problems: c.problems,
+        });
+    }
+    Ok(settings)
+}
+
+fn move_out(key: &str) -> String {
+    if key == "config file" {
+        "move the config file out of it and start with -c <new path>".into()
+    } else if key.starts_with("tls.dev_ca") {
+        "point tls.cert and tls.key at another folder (the dev CA is made beside the certificate)".into()
+    } else {
+        format!("point {key} at a path outside it")
+    }
+}
+
+/// A project's clients read files in its directory (OpenCode's file API, the web UI, the agent's
+/// tools), so no gateway secret may sit inside one, and no project may sit inside a folder the
+/// gateway owns. Public files (certificates) are allowed.
+fn secrets_outside_projects(c: &mut Checker<'_>, settings: &Settings) {
+    for e in settings.protected.entries() {
+        if e.key.starts_with("tls.cert") || e.key.ends_with("(CA certificate)") {
+            continue;
+        }
+        for p in &settings.projects {
+            let Some(dir) = &p.directory else { continue };
+            let inside = e.canonical.starts_with(dir) || e.path.starts_with(dir);
+            let holds = e.dir && (dir.starts_with(&e.canonical) || dir.starts_with(&e.path));
+            if inside {
+                c.problem(
+                    e.key.clone(),
+                    format!(
+                        "{} is inside the directory of project {:?} ({}), so its clients could read it through OpenCode's file API",
+                        e.path.display(),
+                        p.name,
+                        dir.display()
+                    ),
+                    format!(
+                        "keep the gateway's files outside every project: {}, e.g. under ~/.config/opencode-gateway/ (where `opencode-gateway init` puts them), or give project {:?} a directory that holds no gateway file",
+                        move_out(&e.key),
+                        p.name
+                    ),
+                );
+            } else if holds {
+                c.problem(
+                    e.key.clone(),
+                    format!(
+                        "the directory of project {:?} ({}) is inside {}, which holds the gateway's private data",
+                        p.name,
+                        dir.display(),
+                        e.path.display()
+                    ),
+                    format!(
+                        "point {} at a folder of its own (default ~/.local/state/opencode-gateway), or move the project out of it",
+                        e.key
+                    ),
+                );
+            }
+        }
+    }
 }
 
 fn default_state_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
-        return PathBuf::from(d).join("opencode-gateway");
-    }
-    match std::env::var_os("HOME") {
-        Some(h) => PathBuf::from(h).join(".local/state/opencode-gateway"),
-        None => PathBuf::from(".gateway-state"),
-    }
+    crate::config::state_home().unwrap_or_else(|| PathBuf::from(".gateway-state"))
 }
 
 #[cfg(test)]

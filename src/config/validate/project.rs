@@ -135,6 +135,13 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
     for (k, v) in &p.env {
         env.insert(k.clone(), Secret::new(v.clone()));
     }
+    let mut secret_files = Vec::new();
+    if let Some(f) = &p.upstream_password_file {
+        secret_files.push((format!("{key}.upstream_password_file"), c.path(f)));
+    }
+    if let Some(f) = &p.env_file {
+        secret_files.push((format!("{key}.env_file"), c.path(f)));
+    }
     let listen = p
         .listen
         .as_deref()
@@ -149,6 +156,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         env,
         run_as: p.run_as.clone(),
         listen,
+        secret_files,
     })
 }
 

@@ -1,0 +1,151 @@
+//! Where a project is reachable: the one place that spells the gateway's URL, a project's path
+//! and web-UI host, and the SSH forward, for `init`, `serve`, `check` and the spawned servers'
+//! allowed origins. The port clients use is the one in `public_url` (a port of 0 becomes the
+//! bound port); 443, HTTPS's default, is left out as browsers leave it out of an origin.
+
+use std::net::SocketAddr;
+
+use crate::config::Settings;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reach {
+    /// `https://host[:port]`, no trailing slash.
+    base: String,
+    port: u16,
+    base_domain: Option<String>,
+}
+
+impl Reach {
+    /// From validated settings; `bound` is the HTTPS port actually bound (when `listen` said 0).
+    pub fn new(settings: &Settings, bound: Option<u16>) -> Reach {
+        Reach::from_parts(
+            &settings.server.public_url,
+            settings.server.base_domain.as_deref(),
+            bound,
+        )
+    }
+
+    pub fn from_parts(public_url: &str, base_domain: Option<&str>, bound: Option<u16>) -> Reach {
+        let rest = public_url.strip_prefix("https://").unwrap_or(public_url);
+        let authority = rest.split('/').next().unwrap_or_default();
+        let path = rest[authority.len()..].trim_end_matches('/');
+        let (host, port) = split_host_port(authority);
+        let port = match (port, bound) {
+            (Some(0), Some(b)) => b,
+            (Some(p), _) => p,
+            (None, _) => 443,
+        };
+        Reach {
+            base: format!("https://{host}{}{path}", port_part(port)),
+            port,
+            base_domain: base_domain.map(str::to_string),
+        }
+    }
+
+    /// The gateway's URL (`https://host[:port]`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The URL `opencode attach` takes for a project: `<base>/p/<project>`.
+    pub fn project(&self, name: &str) -> String {
+        format!("{}/p/{name}", self.base)
+    }
+
+    /// The web UI's origin for a project (`https://<project>.<base_domain>[:port]`), when there is a
+    /// base domain.
+    pub fn web_ui_origin(&self, name: &str) -> Option<String> {
+        let d = self.base_domain.as_deref()?;
+        Some(format!("https://{name}.{d}{}", port_part(self.port)))
+    }
+
+    /// The web UI's URL for a project (its origin and `/`).
+    pub fn web_ui(&self, name: &str) -> Option<String> {
+        self.web_ui_origin(name).map(|o| format!("{o}/"))
+    }
+}
+
+/// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`).
+pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr) -> String {
+    let host = if ssh.ip().is_unspecified() {
+        crate::devcert::host_name()
+    } else {
+        ssh.ip().to_string()
+    };
+    let port = if ssh.port() == 22 {
+        String::new()
+    } else {
+        format!("-p {} ", ssh.port())
+    };
+    format!("ssh -N -L 4096:{name}:80 {port}{user}@{host}")
+}
+
+fn port_part(port: u16) -> String {
+    if port == 443 { String::new() } else { format!(":{port}") }
+}
+
+/// `host:port`, `[v6]:port`, `host`, `[v6]` → host as written (brackets kept) and the port.
+fn split_host_port(authority: &str) -> (&str, Option<u16>) {
+    if authority.starts_with('[') {
+        return match authority.find(']') {
+            Some(end) => {
+                let port = authority[end + 1..].strip_prefix(':').and_then(|p| p.parse().ok());
+                (&authority[..=end], port)
+            }
+            None => (authority, None),
+        };
+    }
+    match authority.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => (h, p.parse().ok()),
+        _ => (authority, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_omit_443_and_keep_other_ports_hosts_and_ipv6_brackets() {
+        let r = Reach::from_parts("https://gw.example.com:443", Some("gw.example.com"), None);
+        assert_eq!(r.base(), "https://gw.example.com");
+        assert_eq!(r.project("web"), "https://gw.example.com/p/web");
+        assert_eq!(r.web_ui("web").as_deref(), Some("https://web.gw.example.com/"));
+        let r = Reach::from_parts("https://gw.example.com", Some("gw.example.com"), None);
+        assert_eq!(r.web_ui_origin("web").as_deref(), Some("https://web.gw.example.com"));
+
+        let r = Reach::from_parts("https://127.0.0.1:8443", Some("gw.localhost"), None);
+        assert_eq!(r.project("demo"), "https://127.0.0.1:8443/p/demo");
+        assert_eq!(r.web_ui("demo").as_deref(), Some("https://demo.gw.localhost:8443/"));
+        let r = Reach::from_parts("https://127.0.0.1:8443", None, None);
+        assert_eq!(r.web_ui("demo"), None, "no base_domain, no web UI host");
+
+        let r = Reach::from_parts("https://[::1]:8443", Some("gw.localhost"), None);
+        assert_eq!(r.project("demo"), "https://[::1]:8443/p/demo");
+        assert_eq!(r.web_ui("demo").as_deref(), Some("https://demo.gw.localhost:8443/"));
+        let r = Reach::from_parts("https://[2001:db8::1]:443/", None, None);
+        assert_eq!(r.base(), "https://[2001:db8::1]");
+        let r = Reach::from_parts("https://[2001:db8::1]", None, None);
+        assert_eq!(r.project("x"), "https://[2001:db8::1]/p/x");
+
+        // listen = "127.0.0.1:0": the printed port is the one bound.
+        let r = Reach::from_parts("https://127.0.0.1:0", Some("gw.localhost"), Some(40123));
+        assert_eq!(r.project("demo"), "https://127.0.0.1:40123/p/demo");
+        assert_eq!(r.web_ui("demo").as_deref(), Some("https://demo.gw.localhost:40123/"));
+        // A gateway behind a path prefix keeps it.
+        let r = Reach::from_parts("https://example.com:8443/gw/", None, None);
+        assert_eq!(r.project("a"), "https://example.com:8443/gw/p/a");
+    }
+
+    #[test]
+    fn ssh_forwards_name_the_port_unless_22() {
+        assert_eq!(
+            ssh_forward("demo", "dev", "127.0.0.1:2222".parse().unwrap()),
+            "ssh -N -L 4096:demo:80 -p 2222 dev@127.0.0.1"
+        );
+        assert_eq!(
+            ssh_forward("demo", "dev", "[::1]:22".parse().unwrap()),
+            "ssh -N -L 4096:demo:80 dev@::1"
+        );
+    }
+}
