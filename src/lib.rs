@@ -1,25 +1,28 @@
 //! opencode-gateway: a secure remote-access gateway for OpenCode servers.
 //!
 //! # Layout
-//! - `config/`: the TOML file (`file`), its validation into `Settings` (`validate`), secrets, and
-//!   comment-keeping edits (`edit`).
+//! - `config/`: the TOML file (`file`), its validation into `Settings` (`validate`), secrets,
+//!   the gateway's own files (`protected`), and comment-keeping edits (`edit`).
 //! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
-//! - `http/`: the HTTP core that serves any byte stream (`mod`), the request pipeline
-//!   (`pipeline`), errors and their statuses (`error`), the streaming response body (`body`).
+//! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
+//!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
+//!   (`response`), the gateway's own files (`own_files`), errors and their statuses (`error`), the
+//!   streaming response body (`body`).
+//! - `policy/`: pure functions of the canonical request: the one reading of a path (`canonical`),
+//!   the project (`route`), OpenCode's route table (`routes`) and roles (`authz`), what each route
+//!   needs (`plan`), origins, directory pinning, shared-upstream scoping, query strings.
+//! - `upstream/`: the OpenCode side: endpoints, keep-alive pools, redaction, supervision of
+//!   spawned `opencode serve`, the general client for health checks.
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
-//!   PTY tickets. `authz`: roles × routes. `origin`: browser origin checks.
-//! - `route` (host/path → project), `rewrite` (headers and query, pure), `pin` (directory
-//!   pinning), `upstream_pool` (each endpoint's keep-alive connections, lent per response),
-//!   `upstream` (request bodies, errors, the general client for health checks), `supervise`
-//!   (spawned `opencode serve` per project), `workers` (one runtime per core for HTTPS connections).
+//!   PTY tickets. `rewrite` (headers and query, pure), `workers` (one runtime per core).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
-//!   `ratelimit`, `devcert`, `telemetry`, `reach` (where a project is reachable: printed URLs,
-//!   origins), `commands/` (the CLI's work). `config::protected`: the gateway's own secret paths.
+//!   `ratelimit`, `reach` (where a project is reachable), `devcert`, `telemetry`, `commands/`.
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
-//! hyper (HTTP/1.1, h2, upgrades) → identify (cache; else join an argon2 run for the same
-//! credential, or start one once the login limiter agrees) → route → authorize (role × route) →
+//! hyper (HTTP/1.1, h2, upgrades) → read the request once (canonical path, project, table route)
+//! → identify (cache; else join an argon2 run for the same credential, or start one once the
+//! login limiter agrees) → authorize (role × route) →
 //! origin check → rate limit → pin directory → rewrite → upstream (the endpoint's pool) → stream the
 //! response back unbuffered, or splice a WebSocket → one access-log line when the body ends.
 
