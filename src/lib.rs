@@ -16,7 +16,8 @@
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
 //!   PTY tickets. `rewrite` (headers and query, pure), `workers` (one runtime per core).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
-//!   `ratelimit`, `reach` (where a project is reachable), `devcert`, `telemetry`, `commands/`.
+//!   `ratelimit`, `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map),
+//!   `devcert`, `telemetry`, `commands/`.
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
@@ -44,6 +45,7 @@ pub mod rewrite;
 pub mod ssh;
 pub mod state;
 pub mod telemetry;
+pub mod ttl_map;
 pub mod upstream;
 pub mod workers;
 

@@ -7,7 +7,7 @@ use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::NoOpMiddleware;
@@ -15,6 +15,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::config::Limits;
+use crate::ttl_map::TtlMap;
 
 type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 
@@ -37,7 +38,7 @@ pub struct Limiters<C: Clock = DefaultClock> {
     requests_by_user: Keyed<Arc<str>, C>,
     /// (address, user) pairs that logged in before: a user name under attack from elsewhere does
     /// not lock its owner out of the places they already use.
-    known_good: Mutex<HashMap<(IpAddr, Arc<str>), Instant>>,
+    known_good: TtlMap<(IpAddr, Arc<str>), ()>,
 }
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -73,7 +74,7 @@ impl<C: Clock + Clone> Limiters<C> {
             login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()),
             requests_by_user: RateLimiter::dashmap_with_clock(requests, clock.clone()),
             clock,
-            known_good: Mutex::new(HashMap::new()),
+            known_good: TtlMap::new(KNOWN_GOOD_MAX, KNOWN_GOOD_FOR),
         }
     }
 
@@ -100,22 +101,11 @@ impl<C: Clock + Clone> Limiters<C> {
     }
 
     pub fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
-        let mut known = self.known_good.lock().unwrap_or_else(|e| e.into_inner());
-        if known.len() >= KNOWN_GOOD_MAX {
-            let now = Instant::now();
-            known.retain(|_, until| *until > now);
-            if known.len() >= KNOWN_GOOD_MAX {
-                known.clear();
-            }
-        }
-        known.insert((address_key(ip), user.clone()), Instant::now() + KNOWN_GOOD_FOR);
+        self.known_good.insert((address_key(ip), user.clone()), ());
     }
 
     fn is_known_good(&self, ip: IpAddr, user: &str) -> bool {
-        let known = self.known_good.lock().unwrap_or_else(|e| e.into_inner());
-        known
-            .get(&(ip, Arc::from(user)))
-            .is_some_and(|until| *until > Instant::now())
+        self.known_good.get(&(ip, Arc::from(user))).is_some()
     }
 
     /// One request by an authenticated user.
@@ -133,11 +123,7 @@ impl<C: Clock + Clone> Limiters<C> {
         self.login_by_address.shrink_to_fit();
         self.login_by_user.shrink_to_fit();
         self.requests_by_user.shrink_to_fit();
-        let now = Instant::now();
-        self.known_good
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, until| *until > now);
+        self.known_good.purge();
     }
 }
 

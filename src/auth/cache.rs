@@ -5,12 +5,13 @@
 //! process key, and a changed password hash changes every key of that user, so old entries can no
 //! longer match. The map is sharded so concurrent lookups rarely meet on one lock, and bounded.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use blake2::{Blake2b256, Digest};
+
+use crate::ttl_map::TtlMap;
 
 pub type CacheKey = [u8; 32];
 
@@ -38,18 +39,12 @@ impl Hasher for DigestHasher {
     }
 }
 
-type Shard = HashMap<CacheKey, Entry, BuildHasherDefault<DigestHasher>>;
-
-struct Entry {
-    user: Arc<str>,
-    expires: Instant,
-}
+/// A shard: verified key → the user it was verified for.
+type Shard = TtlMap<CacheKey, Arc<str>, BuildHasherDefault<DigestHasher>>;
 
 pub struct AuthCache {
     secret: [u8; 32],
-    shards: Vec<Mutex<Shard>>,
-    per_shard: usize,
-    ttl: Duration,
+    shards: Vec<Shard>,
 }
 
 /// A digest of a user's PHC hash text; part of every cache key for that user.
@@ -61,11 +56,12 @@ impl AuthCache {
     pub fn new(capacity: usize, ttl: Duration) -> Self {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).expect("the OS random source is available");
+        let per_shard = capacity.div_ceil(SHARDS).max(1);
         AuthCache {
             secret,
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            per_shard: capacity.div_ceil(SHARDS).max(1),
-            ttl,
+            shards: (0..SHARDS)
+                .map(|_| TtlMap::with_hasher(per_shard, ttl, Default::default()))
+                .collect(),
         }
     }
 
@@ -81,54 +77,28 @@ impl AuthCache {
         h.finalize().into()
     }
 
-    fn shard(&self, key: &CacheKey) -> &Mutex<Shard> {
+    fn shard(&self, key: &CacheKey) -> &Shard {
         &self.shards[key[0] as usize % SHARDS]
     }
 
     /// True when this exact credential was verified for `user` and has not expired.
     pub fn hit(&self, key: &CacheKey, user: &str) -> bool {
-        let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        shard
-            .get(key)
-            .is_some_and(|e| &*e.user == user && e.expires > Instant::now())
+        self.shard(key).get(key).is_some_and(|u| &*u == user)
     }
 
     pub fn insert(&self, key: CacheKey, user: Arc<str>) {
-        let now = Instant::now();
-        let mut shard = self.shard(&key).lock().unwrap_or_else(|e| e.into_inner());
-        if shard.len() >= self.per_shard {
-            shard.retain(|_, e| e.expires > now);
-        }
-        if shard.len() >= self.per_shard {
-            // Still full of live entries: drop the one closest to expiry.
-            if let Some(oldest) = shard.iter().min_by_key(|(_, e)| e.expires).map(|(k, _)| *k) {
-                shard.remove(&oldest);
-            }
-        }
-        shard.insert(
-            key,
-            Entry {
-                user,
-                expires: now + self.ttl,
-            },
-        );
+        self.shard(&key).insert(key, user);
     }
 
     /// Keep only entries of users for whom `keep` says yes (on reload: users removed or re-hashed).
     pub fn retain_users(&self, keep: impl Fn(&str) -> bool) {
         for shard in &self.shards {
-            shard
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|_, e| keep(&e.user));
+            shard.retain(|_, user| keep(user));
         }
     }
 
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).len())
-            .sum()
+        self.shards.iter().map(Shard::len).sum()
     }
 
     pub fn is_empty(&self) -> bool {

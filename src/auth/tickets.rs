@@ -4,53 +4,43 @@
 //! records each ticket it relays for the user and project that asked, and accepts a ticket-only
 //! WebSocket as that user for that project, once, within the ticket's life.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ttl_map::TtlMap;
 
 /// OpenCode's tickets live 60 s.
 const TICKET_LIFE: Duration = Duration::from_secs(60);
 const MAX_TICKETS: usize = 10_000;
 
-struct Ticket {
-    user: Arc<str>,
-    project: Arc<str>,
-    expires: Instant,
+/// Ticket → (user, project) it was relayed to.
+pub struct Tickets {
+    map: TtlMap<String, (Arc<str>, Arc<str>)>,
 }
 
-#[derive(Default)]
-pub struct Tickets {
-    map: Mutex<HashMap<String, Ticket>>,
+impl Default for Tickets {
+    fn default() -> Self {
+        Tickets {
+            map: TtlMap::new(MAX_TICKETS, TICKET_LIFE),
+        }
+    }
 }
 
 impl Tickets {
     pub fn insert(&self, ticket: &str, user: Arc<str>, project: Arc<str>) {
-        let now = Instant::now();
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_TICKETS {
-            map.retain(|_, t| t.expires > now);
-        }
-        if map.len() < MAX_TICKETS {
-            map.insert(
-                ticket.to_string(),
-                Ticket {
-                    user,
-                    project,
-                    expires: now + TICKET_LIFE,
-                },
-            );
-        }
+        self.map.insert(ticket.to_string(), (user, project));
     }
 
     /// The user a live ticket was issued to for `project`; the ticket is used up. A ticket
     /// presented for another project is refused and left as it is.
     pub fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.get(ticket).is_none_or(|t| &*t.project != project) {
-            return None;
-        }
-        let t = map.remove(ticket)?;
-        (t.expires > Instant::now()).then_some(t.user)
+        self.map
+            .remove_if(ticket, |(_, p)| &**p == project)
+            .map(|(user, _)| user)
+    }
+
+    pub fn purge(&self) {
+        self.map.purge();
     }
 }
 

@@ -4,31 +4,36 @@
 //! the listings and the event stream that span directories are filtered to the project.
 //! A spawned project's server has private data folders, so none of this is needed there.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-const MAX_CACHED_SESSIONS: usize = 10_000;
+use crate::ttl_map::TtlMap;
 
-/// Session ID → its directory, learned from the upstream.
-#[derive(Default)]
+const MAX_CACHED_SESSIONS: usize = 10_000;
+const SESSION_DIR_LIFE: Duration = Duration::from_secs(600);
+
+/// Session ID → its directory, learned from the upstream. Entries expire: a session can be moved.
 pub struct SessionDirs {
-    map: Mutex<HashMap<String, PathBuf>>,
+    map: TtlMap<String, PathBuf>,
+}
+
+impl Default for SessionDirs {
+    fn default() -> Self {
+        SessionDirs {
+            map: TtlMap::new(MAX_CACHED_SESSIONS, SESSION_DIR_LIFE),
+        }
+    }
 }
 
 impl SessionDirs {
     pub fn get(&self, id: &str) -> Option<PathBuf> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).get(id).cloned()
+        self.map.get(id)
     }
 
     pub fn insert(&self, id: &str, dir: PathBuf) {
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= MAX_CACHED_SESSIONS {
-            map.clear();
-        }
-        map.insert(id.to_string(), dir);
+        self.map.insert(id.to_string(), dir);
     }
 }
 
