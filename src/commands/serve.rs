@@ -24,6 +24,7 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
         https = %running.https,
         admin = %running.admin.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
         ssh = %running.ssh.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
+        max_connections = running.gateway.connection_cap,
         projects = settings.projects.len(),
         users = settings.users.len(),
         "gateway ready"

@@ -71,6 +71,8 @@ pub struct RawLimits {
     pub user_failures_per_minute: u32,
     pub user_failure_burst: u32,
     pub max_connections_per_ip: u32,
+    /// All open connections (HTTPS and SSH); absent means half the open-file limit.
+    pub max_connections: Option<u32>,
     pub max_streams_per_user: u32,
     pub max_ssh_channels_per_connection: u32,
     pub tls_handshake_timeout: String,
@@ -99,6 +101,7 @@ impl Default for RawLimits {
             user_failures_per_minute: 30,
             user_failure_burst: 30,
             max_connections_per_ip: 256,
+            max_connections: None,
             max_streams_per_user: 64,
             max_ssh_channels_per_connection: 64,
             tls_handshake_timeout: "10s".into(),

@@ -65,6 +65,8 @@ pub struct Limits {
     pub user_failures_per_minute: u32,
     pub user_failure_burst: u32,
     pub max_connections_per_ip: u32,
+    /// As configured; the gateway caps it at start by the open-file limit (`listen::connection_cap`).
+    pub max_connections: Option<u32>,
     pub max_streams_per_user: u32,
     pub max_ssh_channels_per_connection: u32,
     pub tls_handshake_timeout: Duration,

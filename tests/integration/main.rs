@@ -6,6 +6,7 @@ mod abuse;
 mod browser;
 mod common;
 mod config_cli;
+mod connections;
 mod lifecycle;
 mod pinning;
 mod proxy;

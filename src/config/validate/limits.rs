@@ -23,6 +23,7 @@ pub(super) fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
         user_failures_per_minute: positive(c, "user_failures_per_minute", l.user_failures_per_minute),
         user_failure_burst: positive(c, "user_failure_burst", l.user_failure_burst),
         max_connections_per_ip: positive(c, "max_connections_per_ip", l.max_connections_per_ip),
+        max_connections: l.max_connections.map(|n| positive(c, "max_connections", n)),
         max_streams_per_user: positive(c, "max_streams_per_user", l.max_streams_per_user),
         max_ssh_channels_per_connection: positive(
             c,
