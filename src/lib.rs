@@ -12,7 +12,8 @@
 //!   pinning), `upstream_pool` (each endpoint's keep-alive connections, lent per response),
 //!   `upstream` (request bodies, errors, the general client for health checks), `supervise`
 //!   (spawned `opencode serve` per project), `workers` (one runtime per core for HTTPS connections).
-//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
+//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
+//!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use),
 //!   `ratelimit`, `devcert`, `telemetry`, `commands/` (the CLI's work).
 //!
 //! # Request flow
@@ -29,6 +30,7 @@ pub mod cli;
 pub mod client_addr;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod devcert;
 pub mod endpoint;
 pub mod gateway;
@@ -65,6 +67,8 @@ use crate::gateway::Gateway;
 pub struct Running {
     pub https: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// The control socket `status` and `reload` use (`control.rs`).
+    pub control: std::path::PathBuf,
     pub ssh: Option<SocketAddr>,
     pub project_ports: Vec<(String, SocketAddr)>,
     pub gateway: Arc<Gateway>,
@@ -84,6 +88,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         Some(s) => Some((bind(s.listen, "ssh.listen").await?, s.clone())),
         None => None,
     };
+    let control_path = control::socket_path(&settings);
+    let control = control::bind(&control_path)?;
     let mut project_listeners = Vec::new();
     for p in &settings.projects {
         if let Some(addr) = p.listen {
@@ -94,6 +100,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let running = Running {
         https: https.local_addr()?,
         admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,
+        control: control_path,
         ssh: ssh.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         project_ports: project_listeners
             .iter()
@@ -107,8 +114,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tokio::spawn(listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
     }
     if let Some(l) = admin {
-        tokio::spawn(admin::serve(gw.clone(), l, config_path));
+        tokio::spawn(admin::serve(gw.clone(), l));
     }
+    tokio::spawn(control::serve(gw.clone(), control, config_path));
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));
@@ -153,6 +161,7 @@ impl Running {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
         }
         gw.supervisor.stop_all().await;
+        let _ = std::fs::remove_file(&self.control);
     }
 }
 

@@ -84,6 +84,33 @@ impl RefusalLog {
     }
 }
 
+/// The next connection, or `None` at shutdown. Errors (EMFILE and friends) back off, doubling
+/// to 1 s, instead of spinning or giving up.
+pub async fn accept_next(
+    gw: &Gateway,
+    listener: &TcpListener,
+    what: &'static str,
+    backoff: &mut Duration,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = gw.shutdown.cancelled() => return None,
+        };
+        match accepted {
+            Ok(a) => {
+                *backoff = Duration::from_millis(5);
+                return Some(a);
+            }
+            Err(e) => {
+                tracing::warn!(listener = what, error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
+                tokio::time::sleep(*backoff).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// Accept until shutdown, backing off on errors instead of spinning or giving up. A connection
 /// over a cap is closed at once and the loop goes on accepting, so a full table never stops it.
 pub async fn accept_loop<F>(gw: Arc<Gateway>, listener: TcpListener, what: &'static str, mut on_conn: F)
@@ -92,23 +119,7 @@ where
 {
     let mut backoff = Duration::from_millis(5);
     let mut refusals = RefusalLog::default();
-    loop {
-        let accepted = tokio::select! {
-            r = listener.accept() => r,
-            _ = gw.shutdown.cancelled() => break,
-        };
-        let (tcp, peer) = match accepted {
-            Ok(a) => {
-                backoff = Duration::from_millis(5);
-                a
-            }
-            Err(e) => {
-                tracing::warn!(listener = what, error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
-            }
-        };
+    while let Some((tcp, peer)) = accept_next(&gw, &listener, what, &mut backoff).await {
         let Ok(global) = gw.connection_slots.clone().try_acquire_owned() else {
             gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
             refusals.refused(what, peer, "global_connection_limit");

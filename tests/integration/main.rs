@@ -3,6 +3,7 @@
 //! clients; `scripts/test.sh` installs OpenCode and runs them too.
 
 mod abuse;
+mod admin;
 mod browser;
 mod common;
 mod config_cli;

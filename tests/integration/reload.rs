@@ -24,7 +24,21 @@ async fn reloaded(gw: &Gateway, how: &str) {
     let before = gw.logs().matches("configuration reloaded").count();
     match how {
         "sighup" => gw.signal(libc::SIGHUP),
-        _ => assert_eq!(gw.admin("POST", "/reload").0, 200, "{}", gw.logs()),
+        _ => {
+            // The CLI, over the control socket.
+            let out = std::process::Command::new(crate::common::gateway::BIN)
+                .arg("reload")
+                .arg("-c")
+                .arg(&gw.config)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                gw.logs()
+            );
+        }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while gw.logs().matches("configuration reloaded").count() == before {
@@ -75,7 +89,7 @@ async fn new_users_and_projects_apply_to_the_next_request_and_open_streams_stay_
 
     // Removing the project: its requests are 404 from the next one on.
     gw.write_config(&config(&web, None, &[ALICE]));
-    reloaded(&gw, "admin").await;
+    reloaded(&gw, "cli").await;
     assert_eq!(c.get("/p/api/global/health", Some(&alice)).await.status, 404);
     assert_eq!(
         c.get("/p/api/global/health", Some(&carol)).await.status,
@@ -131,11 +145,11 @@ async fn a_config_that_does_not_validate_changes_nothing() {
         200,
         "the old config keeps serving"
     );
-    let (status, body) = gw.admin("POST", "/reload");
+    let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 422);
     assert!(body.contains("not a loopback address"), "{body}");
     gw.write_config("this is [not toml");
-    let (status, body) = gw.admin("POST", "/reload");
+    let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 422, "{body}");
     assert_eq!(c.get("/p/web/global/health", Some(&alice)).await.status, 200);
     assert_eq!(gw.metric("reload_failures_total"), 3);
