@@ -78,6 +78,8 @@ pub struct Limits {
     pub auth_cache_ttl: Duration,
     pub auth_cache_entries: usize,
     pub ssh_idle_timeout: Duration,
+    /// From accept to a successful login: banner, key exchange and authentication together.
+    pub ssh_login_timeout: Duration,
     pub max_head_bytes: usize,
     pub max_headers: usize,
     pub max_uri_bytes: usize,

@@ -39,6 +39,7 @@ pub(super) fn limits(c: &mut Checker<'_>, l: &RawLimits) -> Limits {
         auth_cache_ttl: c.duration("limits.auth_cache_ttl", &l.auth_cache_ttl),
         auth_cache_entries: positive(c, "auth_cache_entries", l.auth_cache_entries) as usize,
         ssh_idle_timeout: c.duration("limits.ssh_idle_timeout", &l.ssh_idle_timeout),
+        ssh_login_timeout: c.duration("limits.ssh_login_timeout", &l.ssh_login_timeout),
         max_head_bytes: positive(c, "max_head_bytes", l.max_head_bytes) as usize,
         max_headers: positive(c, "max_headers", l.max_headers) as usize,
         max_uri_bytes: positive(c, "max_uri_bytes", l.max_uri_bytes) as usize,
