@@ -130,6 +130,16 @@ impl Gateway {
         {
             tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
         }
+        for p in &old.settings.projects {
+            let Some(port) = p.listen else { continue };
+            match settings.projects.iter().find(|n| n.name == p.name) {
+                None => tracing::warn!(project = %p.name, listen = %port,
+                    "project removed: its own port stays open until a restart and answers 404 (project no longer exists)"),
+                Some(n) if n.listen != p.listen => tracing::warn!(project = %p.name, listen = %port,
+                    "the project's listen address changed: it applies after a restart"),
+                Some(_) => {}
+            }
+        }
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }

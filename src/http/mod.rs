@@ -60,6 +60,30 @@ impl ConnInfo {
     }
 }
 
+/// Answer every request on a connection to a removed project's own port with 404 and the reason
+/// (reload does not close listeners). Such a connection lives at most twice `request_head_timeout`.
+pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |_req| {
+        let body = format!("project {project} no longer exists; its port closes on restart\n");
+        async move {
+            let mut r = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+            *r.status_mut() = http::StatusCode::NOT_FOUND;
+            r.headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+            Ok::<_, std::convert::Infallible>(r)
+        }
+    });
+    let connection = gw.http.serve_connection(TokioIo::new(io), service);
+    let limit = gw.limits.request_head_timeout.saturating_mul(2);
+    tokio::select! {
+        _ = tokio::time::timeout(limit, connection) => {}
+        _ = gw.shutdown.cancelled() => {}
+    }
+}
+
 /// How long a connection whose idle watcher closed it gracefully may take to finish closing (an h2
 /// peer that never acknowledges the GOAWAY) before it is dropped.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);

@@ -194,6 +194,12 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     return;
                 }
             };
+            // A project removed by a reload keeps its port until a restart (listeners are not
+            // re-bound): new connections there get a plain 404 saying so.
+            if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
+                crate::http::serve_gone(gw.clone(), name.into(), stream).await;
+                return;
+            }
             let conn = Arc::new(ConnInfo {
                 peer,
                 front: Front::Tls { bound },
