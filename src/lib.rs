@@ -1,7 +1,8 @@
 //! opencode-gateway: a secure remote-access gateway for OpenCode servers.
 //!
 //! # Layout
-//! - `config/`: the TOML file (`file`), its validation into `Settings` (`validate`), secrets, and
+//! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
+//!   `Settings` (`validate`), secrets, and
 //!   comment-keeping edits (`edit`).
 //! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
 //! - `http/`: the HTTP core that serves any byte stream (`mod`), the request pipeline

@@ -3,6 +3,7 @@
 
 pub mod edit;
 pub mod file;
+pub mod limits;
 mod secret;
 pub mod settings;
 pub mod validate;
