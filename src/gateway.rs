@@ -58,6 +58,9 @@ pub struct Gateway {
     pub verifier: Verifier,
     pub limiters: Limiters,
     pub connections: Arc<Slots<IpAddr>>,
+    /// Every open HTTPS and SSH connection holds one (see `listen::connection_cap`).
+    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
     pub upstream: UpstreamClient,
@@ -81,12 +84,24 @@ impl Gateway {
         let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
         let state = State::build(settings, tls, &supervisor)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let nofile = crate::listen::open_file_limit();
+        let connection_cap = crate::listen::connection_cap(limits.max_connections, nofile);
+        if limits.max_connections.is_some_and(|c| c > connection_cap) {
+            tracing::warn!(
+                configured = limits.max_connections,
+                cap = connection_cap,
+                open_file_limit = nofile,
+                "limits.max_connections is above half the open-file limit: capped"
+            );
+        }
         Ok(Arc::new(Gateway {
             state: ArcSwap::from_pointee(state),
             cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
             connections: Arc::default(),
+            connection_slots: Arc::new(tokio::sync::Semaphore::new(connection_cap as usize)),
+            connection_cap,
             streams: Arc::default(),
             tickets: Tickets::default(),
             upstream,
@@ -114,6 +129,16 @@ impl Gateway {
             || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
         {
             tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
+        }
+        for p in &old.settings.projects {
+            let Some(port) = p.listen else { continue };
+            match settings.projects.iter().find(|n| n.name == p.name) {
+                None => tracing::warn!(project = %p.name, listen = %port,
+                    "project removed: its own port stays open until a restart and answers 404 (project no longer exists)"),
+                Some(n) if n.listen != p.listen => tracing::warn!(project = %p.name, listen = %port,
+                    "the project's listen address changed: it applies after a restart"),
+                Some(_) => {}
+            }
         }
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
@@ -182,6 +207,7 @@ impl Gateway {
         line("connections_total", "counter", g(&m.connections));
         line("connections_open", "gauge", self.connections.total());
         line("connections_refused_total", "counter", g(&m.connections_refused));
+        line("connections_cap", "gauge", u64::from(self.connection_cap));
         line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
         line("streams_open", "gauge", self.streams.total());
         line("ssh_sessions_open", "gauge", g(&m.ssh_sessions));
@@ -207,7 +233,10 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     b.http2()
         .timer(TokioTimer::new())
         .max_header_list_size(limits.max_head_bytes as u32)
+        // A peer that stops answering pings is dropped; an idle one that answers is closed by the
+        // connection's idle watcher (http/mod.rs).
         .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
+        .keep_alive_timeout(std::time::Duration::from_secs(20))
         .max_concurrent_streams(256);
     b
 }

@@ -1,8 +1,9 @@
 //! opencode-gateway: a secure remote-access gateway for OpenCode servers.
 //!
 //! # Layout
-//! - `config/`: the TOML file (`file`), its validation into `Settings` (`validate`), secrets,
-//!   the gateway's own files (`protected`), and comment-keeping edits (`edit`).
+//! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
+//!   `Settings` (`validate`), secrets, the gateway's own files (`protected`), and comment-keeping
+//!   edits (`edit`).
 //! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
 //! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
 //!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
@@ -15,9 +16,10 @@
 //!   spawned `opencode serve`, the general client for health checks.
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
 //!   PTY tickets. `rewrite` (headers and query, pure), `workers` (one runtime per core).
-//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin`,
-//!   `ratelimit`, `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map),
-//!   `devcert`, `telemetry`, `commands/`.
+//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
+//!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
+//!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
+//!   `telemetry`, `commands/` (the CLI's work).
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
@@ -33,6 +35,7 @@ pub mod cli;
 pub mod client_addr;
 pub mod commands;
 pub mod config;
+pub mod control;
 pub mod devcert;
 pub mod gateway;
 pub mod http;
@@ -63,6 +66,8 @@ use crate::gateway::Gateway;
 pub struct Running {
     pub https: SocketAddr,
     pub admin: Option<SocketAddr>,
+    /// The control socket `status` and `reload` use (`control.rs`).
+    pub control: std::path::PathBuf,
     pub ssh: Option<SocketAddr>,
     pub project_ports: Vec<(String, SocketAddr)>,
     pub gateway: Arc<Gateway>,
@@ -82,6 +87,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         Some(s) => Some((bind(s.listen, "ssh.listen").await?, s.clone())),
         None => None,
     };
+    let control_path = control::socket_path(&settings);
+    let control = control::bind(&control_path)?;
     let mut project_listeners = Vec::new();
     for p in &settings.projects {
         if let Some(addr) = p.listen {
@@ -92,6 +99,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let running = Running {
         https: https.local_addr()?,
         admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,
+        control: control_path,
         ssh: ssh.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         project_ports: project_listeners
             .iter()
@@ -105,8 +113,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tokio::spawn(listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
     }
     if let Some(l) = admin {
-        tokio::spawn(admin::serve(gw.clone(), l, config_path));
+        tokio::spawn(admin::serve(gw.clone(), l));
     }
+    tokio::spawn(control::serve(gw.clone(), control, config_path));
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));
@@ -151,6 +160,7 @@ impl Running {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
         }
         gw.supervisor.stop_all().await;
+        let _ = std::fs::remove_file(&self.control);
     }
 }
 

@@ -7,14 +7,15 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use argon2::{Argon2, PasswordHash, PasswordHasher, PasswordVerifier as _};
-use tokio::sync::{OnceCell, Semaphore};
+use tokio::sync::{Semaphore, watch};
 
 use super::cache::CacheKey;
 use crate::config::Secret;
 
 pub struct Verifier {
     permits: Arc<Semaphore>,
-    inflight: Mutex<HashMap<CacheKey, Arc<OnceCell<bool>>>>,
+    /// Runs in progress by credential; each sender is held by the call that started the run.
+    inflight: Mutex<HashMap<CacheKey, watch::Receiver<Option<bool>>>>,
     dummy: PasswordHash,
     counters: Arc<Counters>,
 }
@@ -57,59 +58,95 @@ impl Verifier {
     /// and only a call that starts a run asks `admit` (the login limiter) first. So a client that
     /// opens many connections at once with one new credential is charged one attempt, not one per
     /// connection, and joining a run can never start an uncharged one.
+    ///
+    /// The in-flight entry belongs to the call that started the run and is removed by a guard,
+    /// also when that call is cancelled (its client went away mid-verification): otherwise the next
+    /// call would find the entry, skip `admit`, and start an uncharged run. Calls that had joined a
+    /// cancelled run start over, and are charged if they start the next one.
     pub async fn verify<E>(
         &self,
         key: CacheKey,
         hash: Option<&PasswordHash>,
         password: &Secret,
-        admit: impl FnOnce() -> Result<(), E>,
+        mut admit: impl FnMut() -> Result<(), E>,
     ) -> Result<bool, E> {
         let known = hash.is_some();
-        let cell = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            match map.get(&key) {
-                Some(running) => running.clone(),
-                None => {
-                    admit()?;
-                    map.entry(key).or_default().clone()
+        loop {
+            let role = {
+                let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                match map.get(&key) {
+                    Some(running) => Err(running.clone()),
+                    None => {
+                        admit()?;
+                        let (tx, rx) = watch::channel(None);
+                        map.insert(key, rx);
+                        Ok(tx)
+                    }
                 }
-            }
-        };
-        let hash = hash.unwrap_or(&self.dummy).clone();
-        let ok = *cell
-            .get_or_init(|| {
-                let password = password.clone();
-                let permits = self.permits.clone();
-                let counters = self.counters.clone();
-                async move {
-                    let Ok(permit) = permits.acquire_owned().await else {
-                        return false;
+            };
+            match role {
+                Err(mut joined) => {
+                    // `Err` here: the run's starter was cancelled before a verdict. Start over.
+                    if let Ok(verdict) = joined.wait_for(Option::is_some).await {
+                        return Ok(verdict.unwrap_or(false) && known);
+                    }
+                }
+                Ok(tx) => {
+                    let _entry = InflightEntry {
+                        verifier: self,
+                        key,
+                        rx: tx.subscribe(),
                     };
-                    // The permit moves into the blocking task: if the request that started this
-                    // verification goes away, the argon2 run still holds its slot until it ends.
-                    tokio::task::spawn_blocking(move || {
-                        let _permit = permit;
-                        let now = counters.running.fetch_add(1, Ordering::SeqCst) + 1;
-                        counters.peak_running.fetch_max(now, Ordering::SeqCst);
-                        counters.runs.fetch_add(1, Ordering::SeqCst);
-                        let ok = Argon2::default()
-                            .verify_password(password.expose().as_bytes(), &hash)
-                            .is_ok();
-                        counters.running.fetch_sub(1, Ordering::SeqCst);
-                        ok
-                    })
-                    .await
-                    .unwrap_or(false)
+                    let ok = self.run(hash.unwrap_or(&self.dummy).clone(), password.clone()).await;
+                    let _ = tx.send(Some(ok));
+                    return Ok(ok && known);
                 }
-            })
-            .await;
-        {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            if map.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                map.remove(&key);
             }
         }
-        Ok(ok && known)
+    }
+
+    /// One argon2 run on a blocking thread, at most one per core.
+    async fn run(&self, hash: PasswordHash, password: Secret) -> bool {
+        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+            return false;
+        };
+        let counters = self.counters.clone();
+        // The permit moves into the blocking task: if the request that started this verification
+        // goes away, the argon2 run still holds its slot until it ends.
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            let now = counters.running.fetch_add(1, Ordering::SeqCst) + 1;
+            counters.peak_running.fetch_max(now, Ordering::SeqCst);
+            counters.runs.fetch_add(1, Ordering::SeqCst);
+            let ok = Argon2::default()
+                .verify_password(password.expose().as_bytes(), &hash)
+                .is_ok();
+            counters.running.fetch_sub(1, Ordering::SeqCst);
+            ok
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    #[cfg(test)]
+    fn inflight_len(&self) -> usize {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// Removes a run's in-flight entry when the call that started it ends, however it ends.
+struct InflightEntry<'a> {
+    verifier: &'a Verifier,
+    key: CacheKey,
+    rx: watch::Receiver<Option<bool>>,
+}
+
+impl Drop for InflightEntry<'_> {
+    fn drop(&mut self) {
+        let mut map = self.verifier.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(&self.key).is_some_and(|rx| rx.same_channel(&self.rx)) {
+            map.remove(&self.key);
+        }
     }
 }
 
@@ -189,5 +226,38 @@ mod tests {
             "only checks that started a run were charged"
         );
         assert_eq!(v.counters().peak_running.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_verification_cancelled_mid_run_leaves_no_entry_and_the_next_is_charged() {
+        let v = Arc::new(Verifier::new(1));
+        let hash = PasswordHash::new(&hash_password("pw")).unwrap();
+        let charged = Arc::new(AtomicUsize::new(0));
+        let (v2, hash2, charged2) = (v.clone(), hash.clone(), charged.clone());
+        let first = tokio::spawn(async move {
+            v2.verify([7; 32], Some(&hash2), &Secret::new("guess"), || {
+                charged2.fetch_add(1, Ordering::SeqCst);
+                Ok::<(), ()>(())
+            })
+            .await
+        });
+        // Wait (bounded) until argon2 runs, then cancel the request, as a client that hangs up does.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while v.counters().running.load(Ordering::SeqCst) == 0 {
+            assert!(std::time::Instant::now() < deadline, "argon2 never started");
+            tokio::task::yield_now().await;
+        }
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        assert_eq!(v.inflight_len(), 0, "the cancelled run left its in-flight entry");
+        // The same credential again: a new run, and the limiter is asked (and may refuse).
+        assert_eq!(
+            v.verify([7; 32], Some(&hash), &Secret::new("guess"), || Err("limited"))
+                .await,
+            Err("limited"),
+            "the next attempt skipped the limiter"
+        );
+        assert_eq!(charged.load(Ordering::SeqCst), 1);
+        assert_eq!(v.inflight_len(), 0);
     }
 }

@@ -1,7 +1,8 @@
-//! `status` and `reload`: talk to the running gateway's loopback admin listener.
+//! `status` and `reload`: talk to the running gateway over its control socket
+//! (`<state_dir>/control/gateway.sock`, reachable only by the gateway's OS user).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -9,23 +10,18 @@ use anyhow::{Context, bail};
 
 fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let settings = crate::config::load(config)?;
-    let Some(admin) = settings.admin else {
-        bail!(
-            "{} has no [admin] listener; add one (listen = \"127.0.0.1:9090\") or send SIGHUP to the gateway",
-            config.display()
-        );
-    };
-    let mut s = TcpStream::connect_timeout(&admin.listen, Duration::from_secs(3)).with_context(|| {
+    let socket = crate::control::socket_path(&settings);
+    let mut s = UnixStream::connect(&socket).with_context(|| {
         format!(
-            "the gateway's admin listener {} does not answer: is the gateway running?",
-            admin.listen
+            "the gateway's control socket {} does not answer: is the gateway running with this config, and are you its OS user?",
+            socket.display()
         )
     })?;
-    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
-        admin.listen
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;

@@ -54,8 +54,12 @@ pub fn summary(s: &Settings) -> String {
         s.server.public_url
     );
     if let Some(a) = &s.admin {
-        out += &format!("  admin  {}  (loopback: /healthz /metrics /status /reload)\n", a.listen);
+        out += &format!("  admin  {}  (loopback: /healthz /metrics)\n", a.listen);
     }
+    out += &format!(
+        "  control {}  (unix socket, 0600: status, reload)\n",
+        crate::control::socket_path(s).display()
+    );
     if let Some(ssh) = &s.ssh {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);

@@ -23,7 +23,7 @@ cert = "certs/server.crt"
 key = "certs/server.key"
 dev_ca = true                      # made with a local CA (certs/ca.crt) when missing
 
-[admin]                            # loopback only: /healthz, /metrics, /status, /reload
+[admin]                            # loopback only: /healthz, /metrics (status and reload use the control socket in state_dir)
 listen = "127.0.0.1:9090"
 
 [ssh]                              # ssh -N -L 4096:<project>:80 -p 2222 dev@<host>

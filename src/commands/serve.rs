@@ -26,7 +26,9 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
     tracing::info!(
         https = %running.https,
         admin = %running.admin.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
+        control = %running.control.display(),
         ssh = %running.ssh.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
+        max_connections = running.gateway.connection_cap,
         projects = settings.projects.len(),
         users = settings.users.len(),
         "gateway ready"

@@ -60,64 +60,7 @@ pub struct RawAdmin {
     pub listen: String,
 }
 
-/// Every limit, with its default. Durations are strings such as `"500ms"`, `"10s"`, `"5m"`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RawLimits {
-    pub requests_per_second: u32,
-    pub burst: u32,
-    pub auth_failures_per_minute: u32,
-    pub auth_failure_burst: u32,
-    pub user_failures_per_minute: u32,
-    pub user_failure_burst: u32,
-    pub max_connections_per_ip: u32,
-    pub max_streams_per_user: u32,
-    pub max_ssh_channels_per_connection: u32,
-    pub tls_handshake_timeout: String,
-    pub request_head_timeout: String,
-    pub body_idle_timeout: String,
-    pub upstream_connect_timeout: String,
-    pub upstream_response_timeout: String,
-    pub drain_timeout: String,
-    pub auth_cache_ttl: String,
-    pub auth_cache_entries: u32,
-    pub ssh_idle_timeout: String,
-    pub max_head_bytes: u32,
-    pub max_headers: u32,
-    pub max_uri_bytes: u32,
-    pub max_body_bytes: u64,
-    pub spawn_ready_timeout: String,
-}
-
-impl Default for RawLimits {
-    fn default() -> Self {
-        Self {
-            requests_per_second: 50,
-            burst: 200,
-            auth_failures_per_minute: 5,
-            auth_failure_burst: 10,
-            user_failures_per_minute: 30,
-            user_failure_burst: 30,
-            max_connections_per_ip: 256,
-            max_streams_per_user: 64,
-            max_ssh_channels_per_connection: 64,
-            tls_handshake_timeout: "10s".into(),
-            request_head_timeout: "30s".into(),
-            body_idle_timeout: "60s".into(),
-            upstream_connect_timeout: "5s".into(),
-            upstream_response_timeout: "600s".into(),
-            drain_timeout: "10s".into(),
-            auth_cache_ttl: "1h".into(),
-            auth_cache_entries: 10_000,
-            ssh_idle_timeout: "1h".into(),
-            max_head_bytes: 64 * 1024,
-            max_headers: 100,
-            max_uri_bytes: 8 * 1024,
-            max_body_bytes: 64 * 1024 * 1024,
-            spawn_ready_timeout: "30s".into(),
-        }
-    }
-}
+pub use super::limits::RawLimits;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

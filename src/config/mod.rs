@@ -3,6 +3,7 @@
 
 pub mod edit;
 pub mod file;
+pub mod limits;
 pub mod protected;
 mod secret;
 pub mod settings;

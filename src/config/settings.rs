@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::time::Duration;
 
 use argon2::PasswordHash;
 
@@ -59,32 +58,7 @@ pub struct Admin {
     pub listen: SocketAddr,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    pub requests_per_second: u32,
-    pub burst: u32,
-    pub auth_failures_per_minute: u32,
-    pub auth_failure_burst: u32,
-    pub user_failures_per_minute: u32,
-    pub user_failure_burst: u32,
-    pub max_connections_per_ip: u32,
-    pub max_streams_per_user: u32,
-    pub max_ssh_channels_per_connection: u32,
-    pub tls_handshake_timeout: Duration,
-    pub request_head_timeout: Duration,
-    pub body_idle_timeout: Duration,
-    pub upstream_connect_timeout: Duration,
-    pub upstream_response_timeout: Duration,
-    pub drain_timeout: Duration,
-    pub auth_cache_ttl: Duration,
-    pub auth_cache_entries: usize,
-    pub ssh_idle_timeout: Duration,
-    pub max_head_bytes: usize,
-    pub max_headers: usize,
-    pub max_uri_bytes: usize,
-    pub max_body_bytes: u64,
-    pub spawn_ready_timeout: Duration,
-}
+pub use super::limits::Limits;
 
 #[derive(Debug, Clone)]
 pub struct Project {

@@ -11,7 +11,13 @@ pub mod request;
 pub mod response;
 
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Body;
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -57,23 +63,132 @@ impl ConnInfo {
     }
 }
 
-/// Serve HTTP on one connection until it closes, the gateway drains it, or the deadline cuts it.
+/// Answer every request on a connection to a removed project's own port with 404 and the reason
+/// (reload does not close listeners). Such a connection lives at most twice `request_head_timeout`.
+pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |_req| {
+        let body = format!("project {project} no longer exists; its port closes on restart\n");
+        async move {
+            let mut r = http::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+            *r.status_mut() = http::StatusCode::NOT_FOUND;
+            r.headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+            Ok::<_, std::convert::Infallible>(r)
+        }
+    });
+    let connection = gw.http.serve_connection(TokioIo::new(io), service);
+    let limit = gw.limits.request_head_timeout.saturating_mul(2);
+    tokio::select! {
+        _ = tokio::time::timeout(limit, connection) => {}
+        _ = gw.shutdown.cancelled() => {}
+    }
+}
+
+/// How long a connection whose idle watcher closed it gracefully may take to finish closing (an h2
+/// peer that never acknowledges the GOAWAY) before it is dropped.
+const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Requests in flight on one connection (a request counts until its response body ends or is
+/// dropped), and whether one started or ended since the idle watcher last looked.
+#[derive(Default)]
+struct Activity {
+    active: AtomicUsize,
+    touched: AtomicBool,
+}
+
+/// One request in flight; dropping it (body ended, or request abandoned) marks the end.
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn new(a: &Arc<Activity>) -> Busy {
+        a.active.fetch_add(1, Ordering::Relaxed);
+        a.touched.store(true, Ordering::Relaxed);
+        Busy(a.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.touched.store(true, Ordering::Relaxed);
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that holds its request's [`Busy`] mark until hyper drops it.
+    pub struct Tracked<B> {
+        #[pin]
+        inner: B,
+        busy: Busy,
+    }
+}
+
+impl<B: Body> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Serve HTTP on one connection until it closes, the gateway drains it, the deadline cuts it, or it
+/// sits idle: a connection with no request in flight for `request_head_timeout` (from the start,
+/// or between two ticks of that period after its last request) is closed. This bounds what hyper
+/// does not: the auto builder reads the protocol preface with no timer, and an h2 connection whose
+/// peer answers pings has no idle limit.
 pub async fn serve_connection<I>(gw: Arc<Gateway>, conn: Arc<ConnInfo>, io: I)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let activity = Arc::new(Activity::default());
     let svc_gw = gw.clone();
-    let service = service_fn(move |req| pipeline::handle(svc_gw.clone(), conn.clone(), req));
+    let svc_activity = activity.clone();
+    let service = service_fn(move |req| {
+        let busy = Busy::new(&svc_activity);
+        let handled = pipeline::handle(svc_gw.clone(), conn.clone(), req);
+        async move {
+            let resp = handled.await?;
+            Ok::<_, std::convert::Infallible>(resp.map(|inner| Tracked { inner, busy }))
+        }
+    });
     let connection = gw.http.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
-    tokio::select! {
-        res = connection.as_mut() => {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "connection ended with an error");
+    let idle = gw.limits.request_head_timeout;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
+    loop {
+        tokio::select! {
+            res = connection.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
             }
-            return;
+            _ = tick.tick() => {
+                let touched = activity.touched.swap(false, Ordering::Relaxed);
+                if activity.active.load(Ordering::Relaxed) == 0 && !touched {
+                    tracing::debug!(idle_s = idle.as_secs_f32(), "closing an idle connection");
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
+                    return;
+                }
+            }
+            _ = gw.shutdown.cancelled() => break,
         }
-        _ = gw.shutdown.cancelled() => {}
     }
     // Draining: finish requests in flight, accept no new ones on this connection.
     connection.as_mut().graceful_shutdown();

@@ -1,42 +1,130 @@
-//! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a per-address
-//! connection slot before doing any work, and runs the TLS handshake under a timeout.
+//! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a global and
+//! a per-address connection slot before doing any work (closing the connection at once when either
+//! is full), and runs the TLS handshake under a timeout.
 
 pub mod tls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::Gateway;
 use crate::http::{ConnInfo, Front};
 use crate::ratelimit::SlotGuard;
 
-/// Accept until shutdown, backing off on errors instead of spinning or giving up.
-pub async fn accept_loop<F>(gw: Arc<Gateway>, listener: TcpListener, what: &'static str, mut on_conn: F)
-where
-    F: FnMut(TcpStream, SocketAddr, SlotGuard<std::net::IpAddr>),
-{
-    let mut backoff = Duration::from_millis(5);
+/// Descriptors kept back from connections: listeners, the log, spawned servers' pipes, files.
+const RESERVED_FDS: u64 = 64;
+/// A refused connection is logged at most this often per listener (with the count since the last
+/// line), so a flood cannot flood the log too.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The global connection cap: the configured `max_connections`, but never more than half of the
+/// descriptors left after [`RESERVED_FDS`], because a proxied request can hold a second descriptor
+/// (its upstream connection). Past the open-file limit `accept` fails with EMFILE and the gateway
+/// would stop serving everyone; at this cap only new connections are refused.
+pub fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
+    let budget = (open_file_limit.saturating_sub(RESERVED_FDS) / 2).clamp(1, u64::from(u32::MAX)) as u32;
+    configured.map_or(budget, |c| c.min(budget))
+}
+
+/// Raise the soft open-file limit to the hard one (as servers commonly do) and return it.
+pub fn open_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        let wanted = lim.rlim_max.min(1 << 20);
+        if wanted > lim.rlim_cur {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = wanted;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// What an accepted connection holds until it ends: its address's slot and a global slot.
+pub struct ConnSlot {
+    _address: SlotGuard<std::net::IpAddr>,
+    _global: OwnedSemaphorePermit,
+}
+
+/// Logs refusals at most once per [`REFUSAL_LOG_INTERVAL`], counting the ones in between.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, listener: &'static str, peer: SocketAddr, reason: &'static str) {
+        let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < REFUSAL_LOG_INTERVAL) {
+            self.suppressed += 1;
+            return;
+        }
+        tracing::warn!(target: "security", listener, peer = %peer.ip(), reason, refused_since_last_line = self.suppressed,
+            "connection refused (logged at most once per 10 s)");
+        self.last = Some(now);
+        self.suppressed = 0;
+    }
+}
+
+/// The next connection, or `None` at shutdown. Errors (EMFILE and friends) back off, doubling
+/// to 1 s, instead of spinning or giving up.
+pub async fn accept_next(
+    gw: &Gateway,
+    listener: &TcpListener,
+    what: &'static str,
+    backoff: &mut Duration,
+) -> Option<(TcpStream, SocketAddr)> {
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = gw.shutdown.cancelled() => break,
+            _ = gw.shutdown.cancelled() => return None,
         };
-        let (tcp, peer) = match accepted {
+        match accepted {
             Ok(a) => {
-                backoff = Duration::from_millis(5);
-                a
+                *backoff = Duration::from_millis(5);
+                return Some(a);
             }
             Err(e) => {
                 tracing::warn!(listener = what, error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
+                tokio::time::sleep(*backoff).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
             }
+        }
+    }
+}
+
+/// Accept until shutdown, backing off on errors instead of spinning or giving up. A connection
+/// over a cap is closed at once and the loop goes on accepting, so a full table never stops it.
+pub async fn accept_loop<F>(gw: Arc<Gateway>, listener: TcpListener, what: &'static str, mut on_conn: F)
+where
+    F: FnMut(TcpStream, SocketAddr, ConnSlot),
+{
+    let mut backoff = Duration::from_millis(5);
+    let mut refusals = RefusalLog::default();
+    while let Some((tcp, peer)) = accept_next(&gw, &listener, what, &mut backoff).await {
+        let Ok(global) = gw.connection_slots.clone().try_acquire_owned() else {
+            gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            refusals.refused(what, peer, "global_connection_limit");
+            drop(tcp);
+            continue;
         };
         let ip = crate::ratelimit::address_key(peer.ip());
         // A trusted proxy carries many clients on its connections: it gets no per-address cap.
@@ -52,14 +140,21 @@ where
         } else {
             gw.limits.max_connections_per_ip
         };
-        let Some(slot) = gw.connections.try_acquire(ip, max) else {
+        let Some(address) = gw.connections.try_acquire(ip, max) else {
             gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(target: "security", listener = what, peer = %peer.ip(), reason = "connection_limit", "connection refused: too many from this address");
+            refusals.refused(what, peer, "connection_limit");
             continue;
         };
         gw.metrics.connections.fetch_add(1, Ordering::Relaxed);
         let _ = tcp.set_nodelay(true);
-        on_conn(tcp, peer, slot);
+        on_conn(
+            tcp,
+            peer,
+            ConnSlot {
+                _address: address,
+                _global: global,
+            },
+        );
     }
 }
 
@@ -99,6 +194,12 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     return;
                 }
             };
+            // A project removed by a reload keeps its port until a restart (listeners are not
+            // re-bound): new connections there get a plain 404 saying so.
+            if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
+                crate::http::serve_gone(gw.clone(), name.into(), stream).await;
+                return;
+            }
             let conn = Arc::new(ConnInfo {
                 peer,
                 front: Front::Tls { bound },
@@ -107,4 +208,17 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
         }));
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_stays_below_half_the_descriptors() {
+        assert_eq!(connection_cap(None, 1024), 480);
+        assert_eq!(connection_cap(Some(10_000), 1024), 480, "a configured cap is clamped");
+        assert_eq!(connection_cap(Some(100), 1024), 100);
+        assert_eq!(connection_cap(None, 10), 1, "a tiny limit still serves one");
+    }
 }

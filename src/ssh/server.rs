@@ -1,5 +1,6 @@
 //! The SSH listener: the same accept loop and per-address slots as HTTPS, russh for the protocol,
-//! a deadline for logging in, keepalives and an idle timeout after it.
+//! one deadline (`ssh_login_timeout`) from accept to login that covers the key exchange too,
+//! keepalives and an idle timeout after it.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -13,8 +14,15 @@ use super::handler::Conn;
 use crate::config::Ssh;
 use crate::gateway::Gateway;
 
-/// A client that has not logged in by then is disconnected.
-const LOGIN_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a session whose socket was shut down may take to notice before we stop waiting.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// The stream for russh and a duplicate of its descriptor to shut the connection down with.
+fn split_off_socket(tcp: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream, std::net::TcpStream)> {
+    let std = tcp.into_std().ok()?;
+    let dup = std.try_clone().ok()?;
+    Some((tokio::net::TcpStream::from_std(std).ok()?, dup))
+}
 
 pub struct SshServer {
     gw: Arc<Gateway>,
@@ -62,16 +70,24 @@ impl SshServer {
             let password_auth = self.password_auth;
             tasks.spawn(async move {
                 let _slot = slot;
+                // A second descriptor for the socket: shutting it down ends the session at any
+                // point, even in the middle of the key exchange, where russh cannot yet send a
+                // disconnect (a stalled client was otherwise kept until keepalives gave up, ~120 s).
+                let Some((tcp, socket)) = split_off_socket(tcp) else {
+                    return;
+                };
+                // One deadline from accept to a successful login: banner, key exchange, auth.
+                let deadline = tokio::time::Instant::now() + gw.limits.ssh_login_timeout;
                 let handler = Conn::new(gw.clone(), peer, password_auth);
                 let authenticated = handler.authenticated.clone();
-                let started = tokio::time::timeout(gw.limits.tls_handshake_timeout, russh::server::run_stream(config, tcp, handler)).await;
+                let started = tokio::time::timeout_at(deadline, russh::server::run_stream(config, tcp, handler)).await;
                 let Ok(Ok(session)) = started else {
                     tracing::debug!(peer = %peer, "ssh handshake failed or timed out");
                     return;
                 };
                 gw.metrics.ssh_sessions.fetch_add(1, Ordering::Relaxed);
                 let handle = session.handle();
-                let login_deadline = tokio::time::sleep(LOGIN_DEADLINE);
+                let login_deadline = tokio::time::sleep_until(deadline);
                 tokio::pin!(session, login_deadline);
                 let mut deadline_armed = true;
                 loop {
@@ -86,11 +102,15 @@ impl SshServer {
                             deadline_armed = false;
                             if !authenticated.load(Ordering::SeqCst) {
                                 tracing::warn!(target: "security", peer = %peer, reason = "login_timeout", "ssh client did not log in in time");
-                                let _ = handle.disconnect(Disconnect::ByApplication, "log in sooner".into(), "en".into()).await;
+                                let _ = tokio::time::timeout(Duration::from_millis(100), handle.disconnect(Disconnect::ByApplication, "log in sooner".into(), "en".into())).await;
+                                let _ = socket.shutdown(std::net::Shutdown::Both);
+                                let _ = tokio::time::timeout(CLOSE_GRACE, &mut session).await;
+                                break;
                             }
                         }
                         _ = gw.abort.cancelled() => {
-                            let _ = handle.disconnect(Disconnect::ByApplication, "the gateway is shutting down".into(), "en".into()).await;
+                            let _ = tokio::time::timeout(Duration::from_millis(100), handle.disconnect(Disconnect::ByApplication, "the gateway is shutting down".into(), "en".into())).await;
+                            let _ = socket.shutdown(std::net::Shutdown::Both);
                             break;
                         }
                     }

@@ -4,9 +4,11 @@
 //! `grep -rn 'needs OpenCode' tests/`.
 
 mod abuse;
+mod admin;
 mod browser;
 mod common;
 mod config_cli;
+mod connections;
 mod lifecycle;
 mod pinning;
 mod proxy;

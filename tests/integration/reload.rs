@@ -1,5 +1,5 @@
-//! Reload without dropping anyone: SIGHUP (or the admin endpoint behind `opencode-gateway
-//! reload`) applies new users, passwords and projects to the next request, keeps open streams,
+//! Reload without dropping anyone: SIGHUP (or `opencode-gateway reload`, over the control
+//! socket) applies new users, passwords and projects to the next request, keeps open streams,
 //! and a file that does not validate changes nothing.
 
 use std::time::Duration;
@@ -24,7 +24,21 @@ async fn reloaded(gw: &Gateway, how: &str) {
     let before = gw.logs().matches("configuration reloaded").count();
     match how {
         "sighup" => gw.signal(libc::SIGHUP),
-        _ => assert_eq!(gw.admin("POST", "/reload").0, 200, "{}", gw.logs()),
+        _ => {
+            // The CLI, over the control socket.
+            let out = std::process::Command::new(crate::common::gateway::BIN)
+                .arg("reload")
+                .arg("-c")
+                .arg(&gw.config)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                gw.logs()
+            );
+        }
     }
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while gw.logs().matches("configuration reloaded").count() == before {
@@ -75,7 +89,7 @@ async fn new_users_and_projects_apply_to_the_next_request_and_open_streams_stay_
 
     // Removing the project: its requests are 404 from the next one on.
     gw.write_config(&config(&web, None, &[ALICE]));
-    reloaded(&gw, "admin").await;
+    reloaded(&gw, "cli").await;
     assert_eq!(c.get("/p/api/global/health", Some(&alice)).await.status, 404);
     assert_eq!(
         c.get("/p/api/global/health", Some(&carol)).await.status,
@@ -131,11 +145,11 @@ async fn a_config_that_does_not_validate_changes_nothing() {
         200,
         "the old config keeps serving"
     );
-    let (status, body) = gw.admin("POST", "/reload");
+    let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 422);
     assert!(body.contains("not a loopback address"), "{body}");
     gw.write_config("this is [not toml");
-    let (status, body) = gw.admin("POST", "/reload");
+    let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 422, "{body}");
     assert_eq!(c.get("/p/web/global/health", Some(&alice)).await.status, 200);
     assert_eq!(gw.metric("reload_failures_total"), 3);
@@ -201,4 +215,84 @@ async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones()
     assert_eq!(status, 200);
     let got = read_until(&mut stream, Duration::from_secs(10), |t| t.contains("session.created")).await;
     assert!(got.contains("session.created"), "{got}");
+}
+
+/// A config whose project `web` has a port of its own (and `api` does not), and that port.
+fn own_port_config(web: &FakeUpstream, with_web: bool) -> String {
+    let own = format!(
+        "[[project]]\nname = \"web\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n\n",
+        web.url()
+    );
+    base_config(&format!(
+        "{}{}{}",
+        if with_web { own.as_str() } else { "" },
+        external_project("api", &web.url()),
+        users_toml(&[ALICE])
+    ))
+}
+
+fn own_port(gw: &Gateway) -> std::net::SocketAddr {
+    let logs = gw.logs();
+    let line = logs.lines().find(|l| l.contains("project listener ready")).unwrap();
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("listen="))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_removed_projects_own_port_answers_404_with_the_reason_until_restart() {
+    let web = FakeUpstream::start(PW).await;
+    let gw = Gateway::start_behind(&own_port_config(&web, true), PW);
+    let c = Https::new(own_port(&gw), &gw.ca());
+    let alice = basic(ALICE.name, ALICE.password);
+    assert_eq!(c.get("/global/health", Some(&alice)).await.status, 200);
+    gw.write_config(&own_port_config(&web, false));
+    reloaded(&gw, "sighup").await;
+    assert!(
+        gw.wait_log(
+            "project removed: its own port stays open until a restart",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        gw.logs()
+    );
+    // A new connection to the old port: a clean 404 naming the reason, not a dropped connection.
+    let r = c.get("/global/health", Some(&alice)).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(
+        r.body
+            .contains("project web no longer exists; its port closes on restart"),
+        "{}",
+        r.body
+    );
+}
+
+/// Needs the pipeline change (src/http/pipeline.rs answers 404 instead of indexing
+/// `state.projects[name]`): until it lands, a connection opened before the reload panics its
+/// request task and the client sees the connection dropped.
+#[tokio::test]
+async fn a_kept_alive_connection_to_a_removed_projects_port_gets_404_not_a_dropped_connection() {
+    let web = FakeUpstream::start(PW).await;
+    let gw = Gateway::start_behind(&own_port_config(&web, true), PW);
+    let c = Https::new(own_port(&gw), &gw.ca());
+    let alice = basic(ALICE.name, ALICE.password);
+    let mut kept = c.http1().await;
+    let req = || {
+        c.request("GET", "/global/health", Some(&alice))
+            .body(Full::default())
+            .unwrap()
+    };
+    assert_eq!(kept.send_request(req()).await.unwrap().status(), 200);
+    gw.write_config(&own_port_config(&web, false));
+    reloaded(&gw, "sighup").await;
+    let r = tokio::time::timeout(Duration::from_secs(10), kept.send_request(req()))
+        .await
+        .expect("an answer within 10 s")
+        .expect("an HTTP answer, not a dropped connection");
+    let r = crate::common::client::read(r).await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(r.body.contains("no longer exists"), "{}", r.body);
 }

@@ -381,3 +381,39 @@ async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
     }
     assert!(seen.contains("SSH42PTY"), "{seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stalls_before_logging_in_is_closed_at_the_login_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let web = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&format!(
+        "[limits]\nssh_login_timeout = \"1s\"\n\n{}",
+        external_project("web", &web.url())
+    ));
+    let addr = s.gw.ssh.unwrap();
+    // After the banner, and in the middle of the key exchange (a packet that never completes).
+    let stalls: [&[u8]; 2] = [b"SSH-2.0-stall\r\n", b"SSH-2.0-stall\r\n\x00\x00\x04\x00\x0a\x14abc"];
+    for sent in stalls {
+        let started = std::time::Instant::now();
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tcp.write_all(sent).await.unwrap();
+        let mut buf = [0u8; 4096];
+        let closed = loop {
+            match tokio::time::timeout(Duration::from_secs(8), tcp.read(&mut buf)).await {
+                Err(_) => break None,
+                Ok(Ok(0)) | Ok(Err(_)) => break Some(started.elapsed()),
+                Ok(Ok(_)) => continue, // the gateway's banner and KEXINIT
+            }
+        };
+        let took = closed.unwrap_or_else(|| panic!("a client that stalled ({sent:?}) was still connected after 8 s"));
+        assert!(
+            took >= Duration::from_millis(900),
+            "closed before the deadline: {took:?}"
+        );
+    }
+    assert!(
+        s.gw.wait_log("reason=\"login_timeout\"", Duration::from_secs(5)).await,
+        "{}",
+        s.gw.logs()
+    );
+}

@@ -63,14 +63,14 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
 
 /// The port a spawned project's server listens on, from the admin status.
 pub fn project_port(gw: &Gateway, project: &str) -> Option<u16> {
-    let (_, body) = gw.admin("GET", "/status");
+    let (_, body) = gw.control("GET", "/status");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let p = v["projects"].as_array()?.iter().find(|p| p["name"] == project)?.clone();
     p["status"].as_str()?.strip_prefix("ready at 127.0.0.1:")?.parse().ok()
 }
 
 pub fn project_status(gw: &Gateway, project: &str) -> String {
-    let (_, body) = gw.admin("GET", "/status");
+    let (_, body) = gw.control("GET", "/status");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     v["projects"]
         .as_array()

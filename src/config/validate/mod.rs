@@ -10,11 +10,9 @@ use super::file::RawConfig;
 use super::settings::*;
 use super::{ConfigError, Problem, ProtectedPaths};
 
-mod limits;
 mod project;
 mod user;
 
-use limits::limits;
 use project::project;
 use user::user;
 
@@ -227,7 +225,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         Some(Admin { listen })
     });
 
-    let limits = limits(&mut c, &raw.limits);
+    let limits = super::limits::validate(&mut c, &raw.limits);
 
     let mut projects = Vec::new();
     let mut names = HashSet::new();

@@ -152,24 +152,23 @@ impl Gateway {
         false
     }
 
-    /// A plain HTTP request to the admin listener.
+    /// A plain HTTP request to the admin listener (`Host` is its own loopback address).
     pub fn admin(&self, method: &str, path: &str) -> (u16, String) {
-        let mut s = TcpStream::connect(self.admin).unwrap();
+        let s = TcpStream::connect(self.admin).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-        (
-            code,
-            text.split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_string())
-                .unwrap_or_default(),
-        )
+        http_exchange(s, method, path, &self.admin.to_string())
+    }
+
+    /// The control socket `status` and `reload` use.
+    pub fn control_socket(&self) -> PathBuf {
+        self.dir.path().join("state/control/gateway.sock")
+    }
+
+    /// A plain HTTP request over the control socket.
+    pub fn control(&self, method: &str, path: &str) -> (u16, String) {
+        let s = std::os::unix::net::UnixStream::connect(self.control_socket()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        http_exchange(s, method, path, "localhost")
     }
 
     pub fn metric(&self, name: &str) -> u64 {
@@ -209,6 +208,24 @@ impl Gateway {
     pub fn write_config(&self, config: &str) {
         std::fs::write(&self.config, config).unwrap();
     }
+}
+
+/// One request with `Connection: close`; the status and the body.
+pub fn http_exchange(mut s: impl Read + Write, method: &str, path: &str, host: &str) -> (u16, String) {
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (
+        code,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
 }
 
 impl Drop for Gateway {

@@ -1,0 +1,162 @@
+//! The control socket: a Unix socket at `<state_dir>/control/gateway.sock` (folder 0700, socket
+//! 0600, peers checked to be the gateway's own user or root) on which `opencode-gateway status`
+//! and `reload` ask the running gateway. Only the gateway's OS user can reach it, so a web page
+//! (CSRF, DNS rebinding) or another local user can neither reload the gateway nor read its users
+//! and directories.
+
+use std::convert::Infallible;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::UnixListener;
+use tokio::sync::Semaphore;
+
+use crate::admin::reply;
+use crate::config::Settings;
+use crate::gateway::Gateway;
+use crate::state::Upstream;
+use crate::upstream::supervise::Status;
+
+const MAX_CONNECTIONS: usize = 8;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// A reload can start spawned servers; it still ends well within this.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+
+/// Where the control socket of a gateway running `settings` lives.
+pub fn socket_path(settings: &Settings) -> PathBuf {
+    settings.server.state_dir.join("control").join("gateway.sock")
+}
+
+/// Make the private folder and bind the socket in it. A socket left by a gateway that died is
+/// replaced; one a running gateway answers on is an error (two gateways, one `state_dir`).
+pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+    let dir = path.parent().context("the control socket path has no folder")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("server.state_dir: cannot create {}", dir.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let meta = std::fs::metadata(dir)?;
+    if meta.uid() != me {
+        bail!(
+            "server.state_dir: {} belongs to uid {}, not to the gateway's user ({me}); fix: chown it or choose another state_dir",
+            dir.display(),
+            meta.uid()
+        );
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    if path.exists() {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!(
+                "server.state_dir: another gateway answers on {}; fix: stop it or give this one another state_dir",
+                path.display()
+            );
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path).with_context(|| {
+        format!(
+            "server.state_dir: cannot create the control socket {} (a socket path must stay under 108 bytes)",
+            path.display()
+        )
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBuf) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let config_path: Arc<Path> = config_path.into();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = gw.shutdown.cancelled() => break,
+        };
+        let stream = match accepted {
+            Ok((s, _)) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "control socket accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let uid = stream.peer_cred().map(|c| c.uid()).ok();
+        if !uid.is_some_and(|u| u == me || u == 0) {
+            tracing::warn!(target: "security", uid = ?uid, reason = "control_foreign_user", "control socket connection from another user refused");
+            continue;
+        }
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue;
+        };
+        let (gw, config_path) = (gw.clone(), config_path.clone());
+        gw.tasks.clone().spawn(async move {
+            let _slot = slot;
+            let svc = service_fn(move |req| {
+                let (gw, config_path) = (gw.clone(), config_path.clone());
+                async move { Ok::<_, Infallible>(route(&gw, &config_path, &req)) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            let _ = tokio::time::timeout(CONNECTION_LIFETIME, conn).await;
+        });
+    }
+}
+
+fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Response<Full<Bytes>> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", status(gw).to_string()),
+        (&Method::POST, "/reload") => match crate::reload::reload(gw, config) {
+            Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),
+            Err(why) => reply(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "application/json",
+                serde_json::json!({"reloaded": false, "error": why}).to_string(),
+            ),
+        },
+        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+    }
+}
+
+fn status(gw: &Gateway) -> serde_json::Value {
+    let state = gw.state();
+    let mut projects: Vec<_> = state
+        .projects
+        .values()
+        .map(|p| {
+            let (kind, status) = match &p.upstream {
+                Upstream::Fixed(e) => ("external", format!("upstream {}", e.authority)),
+                Upstream::Supervised(s) => (
+                    "spawned",
+                    match s.status() {
+                        Status::Waiting => "waiting for the first request".into(),
+                        Status::Starting => "starting".into(),
+                        Status::Ready(e) => format!("ready at {}", e.authority),
+                        Status::Failed(why) => format!("failed: {why}"),
+                        Status::Stopped => "stopped".into(),
+                    },
+                ),
+            };
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "directory": p.config.directory})
+        })
+        .collect();
+    projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    let mut users: Vec<&str> = state.users.keys().map(String::as_str).collect();
+    users.sort();
+    serde_json::json!({
+        "listen": state.settings.server.listen.to_string(),
+        "public_url": state.settings.server.public_url,
+        "projects": projects,
+        "users": users,
+    })
+}

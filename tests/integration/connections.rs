@@ -1,0 +1,169 @@
+//! Connection hogging: connections that never send a request, idle h2 connections, and the global
+//! connection cap that keeps the gateway below its open-file limit. Loopback only, bounded waits.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::AsyncReadExt;
+
+use crate::common::client::{Https, basic, read, read_until};
+use crate::common::fake_upstream::FakeUpstream;
+use crate::common::gateway::{ALICE, Gateway, base_config, external_project, users_toml};
+
+const PW: &str = "conn-upstream-pw";
+
+async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
+    let web = FakeUpstream::start(PW).await;
+    let config = base_config(&format!(
+        "{limits}\n{}{}",
+        external_project("web", &web.url()),
+        users_toml(&[ALICE])
+    ));
+    let gw = Gateway::start_behind(&config, PW);
+    let c = Https::new(gw.https, &gw.ca());
+    (gw, web, c)
+}
+
+fn alice() -> String {
+    basic("alice", "alice-password-1")
+}
+
+/// Read until the peer closes (EOF or error); how long that took, or `None` after `within`.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(s: &mut S, within: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout_at((started + within).into(), s.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(started.elapsed()),
+            Ok(Ok(_)) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_send_a_request_are_closed_at_the_head_timeout() {
+    let (_gw, _web, c) = gateway("[limits]\nrequest_head_timeout = \"1s\"\n").await;
+    let h2 = Https::with_alpn(c.addr, &_gw.ca(), vec![b"h2".to_vec()]);
+    for (what, client) in [("http/1.1", &c), ("h2", &h2)] {
+        let mut tls = client.tls().await;
+        let took = closed_within(&mut tls, Duration::from_secs(8)).await;
+        let took = took.unwrap_or_else(|| panic!("a silent {what} connection was still open after 8 s"));
+        assert!(took >= Duration::from_millis(900), "{what} closed too early: {took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_h2_connection_is_closed_but_one_with_an_open_stream_is_kept() {
+    let (_gw, _web, c) = gateway("[limits]\nrequest_head_timeout = \"1s\"\n").await;
+    let h2 = Https::with_alpn(c.addr, &_gw.ca(), vec![b"h2".to_vec()]);
+    let request = |path: &str| {
+        h2.request("GET", &format!("https://{}{path}", h2.authority()), Some(&alice()))
+            .version(http::Version::HTTP_2)
+            .body(Full::<Bytes>::default())
+            .unwrap()
+    };
+
+    // A real h2 client answers pings: only the idle watcher can close it.
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(h2.tls().await))
+        .await
+        .unwrap();
+    let idle_conn = tokio::spawn(conn);
+    assert_eq!(
+        read(send.send_request(request("/global/health")).await.unwrap())
+            .await
+            .status,
+        200
+    );
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(8), idle_conn)
+        .await
+        .expect("an idle h2 connection was still open after 8 s")
+        .unwrap()
+        .ok();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // An event stream keeps its connection busy well past the idle period, and the connection
+    // still takes requests.
+    let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(h2.tls().await))
+        .await
+        .unwrap();
+    let busy_conn = tokio::spawn(conn);
+    let mut events = send.send_request(request("/event")).await.unwrap().into_body();
+    assert!(
+        read_until(&mut events, Duration::from_secs(5), |t| t.contains("server.connected"))
+            .await
+            .contains("server.connected")
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await; // the idle period is 1 s: three of them pass
+    assert!(!busy_conn.is_finished(), "a connection with an open stream was closed");
+    assert_eq!(
+        read(send.send_request(request("/global/health")).await.unwrap())
+            .await
+            .status,
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_connection_cap_refuses_extra_connections_and_keeps_accepting() {
+    let (gw, _web, c) = gateway("[limits]\nmax_connections = 3\n").await;
+    assert_eq!(gw.metric("connections_cap"), 3);
+    // Three addresses, each well under its own cap, fill the global table.
+    let mut held = Vec::new();
+    for i in 1..=3 {
+        held.push(c.from(&format!("127.0.3.{i}")).try_tls().await.expect("within the cap"));
+    }
+    // Past the cap, new connections are closed at once (not left waiting), again and again.
+    for i in 0..20 {
+        let started = Instant::now();
+        let refused = c.from(&format!("127.0.4.{}", 1 + i % 10)).try_tls().await;
+        assert!(refused.is_err(), "connection {i} over the global cap was served");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "a refusal took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(
+        gw.wait_log("reason=\"global_connection_limit\"", Duration::from_secs(5))
+            .await,
+        "no refusal logged:\n{}",
+        gw.logs()
+    );
+    let lines = gw.logs().matches("global_connection_limit").count();
+    assert_eq!(lines, 1, "refusals are logged once per interval, not once each");
+    // A freed slot serves the next client: the accept loop kept going.
+    held.pop();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(tls) = c.from("127.0.4.99").try_tls().await {
+            drop(tls);
+            break;
+        }
+        assert!(Instant::now() < deadline, "a freed slot never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(tls) = c.try_tls().await {
+            let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
+            tokio::spawn(conn);
+            let req = c
+                .request("GET", "/global/health", Some(&alice()))
+                .body(Full::<Bytes>::default())
+                .unwrap();
+            assert_eq!(read(send.send_request(req).await.unwrap()).await.status, 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "requests are not served after the flood");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
