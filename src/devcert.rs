@@ -14,8 +14,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CidrSubnet, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    GeneralSubtree, IsCa, Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, GeneralSubtree, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, NameConstraints,
 };
 use time::{Duration, OffsetDateTime};
 
@@ -76,19 +76,20 @@ pub fn server_names(base_domain: Option<&str>, projects: &[String]) -> Vec<Strin
 
 /// What the dev CA may vouch for (X.509 name constraints, critical): the DNS names of the server
 /// certificate (a DNS constraint covers its subdomains, so `gw.localhost` covers
-/// `*.gw.localhost`) and its addresses (all of 127.0.0.0/8 for IPv4 loopback). A leaked `ca.key`
-/// then cannot mint a certificate a client accepts for any other domain.
+/// `*.gw.localhost`). A leaked `ca.key` then cannot mint a certificate a client accepts for any
+/// other domain.
+///
+/// No IP-address constraint: OpenCode's own CLI (Bun's TLS) refuses a CA that has one ("unsupported
+/// name constraint type", seen with `opencode run --attach` and Bun's `fetch`, for loopback-only
+/// IP subtrees too), and the CLI is the client that matters most. DNS-only constraints leave IP
+/// addresses unconstrained (RFC 5280 constrains only the name types listed), stated in the threat
+/// model.
 pub fn name_constraints(names: &[String]) -> NameConstraints {
-    let mut dns: Vec<String> = Vec::new();
-    let mut ips: Vec<CidrSubnet> = Vec::new();
-    for n in names {
-        match n.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) if v4.is_loopback() => ips.push(CidrSubnet::from_v4_prefix([127, 0, 0, 0], 8)),
-            Ok(ip @ IpAddr::V4(_)) => ips.push(CidrSubnet::from_addr_prefix(ip, 32)),
-            Ok(ip @ IpAddr::V6(_)) => ips.push(CidrSubnet::from_addr_prefix(ip, 128)),
-            Err(_) => dns.push(n.trim_start_matches("*.").to_ascii_lowercase()),
-        }
-    }
+    let dns: Vec<String> = names
+        .iter()
+        .filter(|n| n.parse::<IpAddr>().is_err())
+        .map(|n| n.trim_start_matches("*.").to_ascii_lowercase())
+        .collect();
     // Drop names a shorter constraint already covers (`demo.gw.localhost` under `gw.localhost`).
     let covered = |n: &String, by: &String| n != by && n.ends_with(&format!(".{by}"));
     let kept: Vec<String> = dns
@@ -99,12 +100,6 @@ pub fn name_constraints(names: &[String]) -> NameConstraints {
     let mut permitted: Vec<GeneralSubtree> = Vec::new();
     for n in kept {
         let t = GeneralSubtree::DnsName(n);
-        if !permitted.contains(&t) {
-            permitted.push(t);
-        }
-    }
-    for ip in ips {
-        let t = GeneralSubtree::IpAddress(ip);
         if !permitted.contains(&t) {
             permitted.push(t);
         }
@@ -279,11 +274,7 @@ mod tests {
             cert: dir.path().join("evil.crt"),
             ..paths.clone()
         };
-        for (name, forged) in [
-            ("evil.example", "evil.example"),
-            ("10.0.0.1", "10.0.0.1"),
-            ("www.google.com", "www.google.com"),
-        ] {
+        for (name, forged) in [("evil.example", "evil.example"), ("www.google.com", "www.google.com")] {
             forge(&paths, forged, &evil.cert);
             let err = verify(&evil, name).expect_err(name);
             assert!(
@@ -299,10 +290,9 @@ mod tests {
         );
         assert!(
             c.permitted_subtrees
-                .contains(&GeneralSubtree::IpAddress(CidrSubnet::from_v4_prefix(
-                    [127, 0, 0, 0],
-                    8
-                )))
+                .iter()
+                .all(|t| matches!(t, GeneralSubtree::DnsName(_))),
+            "DNS names only: OpenCode's CLI refuses IP constraints"
         );
         assert!(
             !c.permitted_subtrees

@@ -14,8 +14,10 @@ const PW: &str = "admin-upstream-pw";
 
 async fn gateway(extra: &str) -> (Gateway, FakeUpstream) {
     let web = FakeUpstream::start(PW).await;
+    // A directory (the repository's demo folder) is set so /metrics has one to leave out.
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/demo");
     let config = base_config(&format!(
-        "{extra}\n{}directory = \"/tmp\"\n\n{}",
+        "{extra}\n{}directory = \"{demo}\"\n\n{}",
         external_project("web", &web.url()),
         users_toml(&[ALICE])
     ));
@@ -60,7 +62,7 @@ async fn the_admin_listener_serves_only_health_and_metrics_to_loopback_hosts() {
     let (code, metrics) = gw.admin("GET", "/metrics");
     assert_eq!(code, 200);
     assert!(metrics.contains("opencode_gateway_requests_total"));
-    assert!(!metrics.contains("alice") && !metrics.contains("/tmp"), "{metrics}");
+    assert!(!metrics.contains("alice") && !metrics.contains("/demo"), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
