@@ -140,19 +140,34 @@ fn encoded(headers: &HeaderMap) -> bool {
 /// API answers carry a project's bytes (files, transcripts, diffs) next to text an attacker may
 /// control: they must never run as a page on a gateway origin, which every `/p/` project shares.
 /// A sandboxed document has a unique origin and no scripts; nosniff stops a browser guessing an
-/// active type; active types are downloaded, not shown.
+/// active type; anything but a known inert type is downloaded, not shown.
 fn inert(headers: &mut HeaderMap) {
+    let active = headers
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|t| !is_inert_type(t.as_bytes()));
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    let active = headers.get(header::CONTENT_TYPE).is_none_or(|t| {
-        let t = t.to_str().unwrap_or("").to_ascii_lowercase();
-        ["html", "svg", "xml", "xsl", "javascript", "ecmascript", "pdf"]
-            .iter()
-            .any(|a| t.contains(a))
-    });
     if active {
         headers.insert(header::CONTENT_DISPOSITION, HeaderValue::from_static("attachment"));
     }
+}
+
+/// Types a browser never runs: what OpenCode's API answers with, and plain data. An allow-list,
+/// compared without allocating (this runs on every API answer).
+fn is_inert_type(content_type: &[u8]) -> bool {
+    const INERT: [&[u8]; 9] = [
+        b"application/json",
+        b"text/event-stream",
+        b"text/plain",
+        b"application/octet-stream",
+        b"image/png",
+        b"image/jpeg",
+        b"image/gif",
+        b"image/webp",
+        b"image/avif",
+    ];
+    let essence = content_type.split(|b| *b == b';').next().unwrap_or(b"").trim_ascii();
+    INERT.iter().any(|t| essence.eq_ignore_ascii_case(t))
 }
 
 /// Copy bytes both ways between the client's and the upstream's upgraded connections until
@@ -189,9 +204,13 @@ mod tests {
             (Some("text/html; charset=utf-8"), true),
             (Some("image/svg+xml"), true),
             (Some("application/xhtml+xml"), true),
+            (Some("text/javascript"), true),
+            (Some("application/jsonx"), true),
+            (Some("something/unknown"), true),
             (None, true),
             (Some("application/json"), false),
-            (Some("text/plain"), false),
+            (Some("Application/JSON; charset=utf-8"), false),
+            (Some("text/plain;charset=utf-8"), false),
             (Some("image/png"), false),
         ] {
             let mut h = HeaderMap::new();
