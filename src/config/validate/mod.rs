@@ -12,6 +12,7 @@ use super::{ConfigError, Problem, ProtectedPaths};
 
 mod limits;
 mod project;
+mod route_role;
 mod user;
 
 use limits::limits;
@@ -262,6 +263,8 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         }
     }
 
+    let route_roles = route_role::route_roles(&mut c, &raw.route_role);
+
     if !c.problems.is_empty() {
         return Err(ConfigError::Invalid {
             file: path.to_path_buf(),
@@ -285,6 +288,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         limits,
         projects,
         users,
+        route_roles,
         protected: ProtectedPaths::default(),
     };
     settings.protected = ProtectedPaths::from_settings(&settings);
