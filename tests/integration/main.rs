@@ -7,6 +7,7 @@ mod abuse;
 mod browser;
 mod common;
 mod config_cli;
+mod drift;
 mod lifecycle;
 mod pinning;
 mod proxy;
