@@ -147,7 +147,8 @@ fn status(gw: &Gateway) -> serde_json::Value {
                     },
                 ),
             };
-            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "directory": p.config.directory})
+            let api = crate::upstream::api::report(p.api().as_deref(), &state.settings.route_roles);
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "directory": p.config.directory, "api": api})
         })
         .collect();
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

@@ -16,7 +16,7 @@ use crate::auth::tickets::Tickets;
 use crate::auth::verifier::Verifier;
 use crate::config::{Limits, Settings};
 use crate::ratelimit::{Limiters, Slots};
-use crate::state::State;
+use crate::state::{State, Upstream};
 use crate::upstream::UpstreamClient;
 use crate::upstream::supervise::Supervisor;
 
@@ -145,6 +145,15 @@ impl Gateway {
         }
         let tls = crate::listen::tls::server_config(&settings.tls)?;
         let state = State::build(settings, tls, &self.supervisor)?;
+        // An external server at the same address keeps what it said until it is read again.
+        for (name, p) in &state.projects {
+            if let (Upstream::Fixed(new), Some(Upstream::Fixed(old))) =
+                (&p.upstream, old.projects.get(name).map(|o| &o.upstream))
+                && new.authority == old.authority
+            {
+                new.api.store(old.api.load_full());
+            }
+        }
         // Verified credentials of users who were removed or got a new hash can never match again;
         // drop them now rather than waiting for eviction.
         self.cache.retain_users(|name| {
@@ -156,7 +165,8 @@ impl Gateway {
     }
 
     /// Warn about external upstreams that answer without a password: on a shared machine any
-    /// local user could then use them directly, around the gateway.
+    /// local user could then use them directly, around the gateway. And read each one's version
+    /// and API document (with the gateway's credential) into its endpoint.
     pub fn probe_external_upstreams(self: &Arc<Self>) {
         let state = self.state();
         for p in state.projects.values() {
@@ -164,7 +174,11 @@ impl Gateway {
                 continue;
             };
             let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
+            let endpoint = endpoint.clone();
             tokio::spawn(async move {
+                if let Some(api) = crate::upstream::api::read(&client, &endpoint, &name).await {
+                    endpoint.api.store(Some(Arc::new(api)));
+                }
                 let open = crate::upstream::supervise::health(
                     &client,
                     &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),

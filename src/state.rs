@@ -12,6 +12,7 @@ use argon2::PasswordHash;
 use crate::auth::cache::fingerprint;
 use crate::config::{Grants, Project, Settings, UpstreamKind};
 use crate::http::error::HttpError;
+use crate::policy::drift::UpstreamApi;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
@@ -74,6 +75,14 @@ pub struct UserState {
 }
 
 impl ProjectState {
+    /// The upstream's version and API document, when read: one atomic load, no lock.
+    pub fn api(&self) -> arc_swap::Guard<Option<Arc<UpstreamApi>>> {
+        match &self.upstream {
+            Upstream::Fixed(e) => e.api.load(),
+            Upstream::Supervised(s) => s.api.load(),
+        }
+    }
+
     /// Where to send this project's requests now; a spawned server may need to start first.
     pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, HttpError> {
         match &self.upstream {

@@ -8,9 +8,11 @@ use base64::Engine;
 use http::Method;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opencode_gateway::auth::credentials::{self, Credentials};
+use opencode_gateway::config::Role;
 use opencode_gateway::config::validate::lexical_clean;
 use opencode_gateway::policy::authz;
 use opencode_gateway::policy::canonical::CanonicalPath;
+use opencode_gateway::policy::drift::{RouteRoles, UpstreamApi};
 use opencode_gateway::policy::pin;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
 use opencode_gateway::policy::routes::ROUTES;
@@ -75,6 +77,54 @@ fn respell(canonical: &str, pattern: &str, coins: &[u8]) -> String {
 fn verdict(method: &Method, raw: &str) -> (Option<String>, Option<authz::Class>, Option<String>, String) {
     let parsed = CanonicalPath::parse(raw).expect("a spelling the gateway reads");
     let r = authz::resolve(method, parsed.segments());
+    (
+        r.route.map(|r| r.pattern.to_string()),
+        r.class,
+        r.session.map(str::to_string),
+        r.upstream_path,
+    )
+}
+
+/// A newer OpenCode's document (new roots, new routes under table roots, a new literal beside a
+/// table parameter) and a config entry, for the drift property.
+const NEWER_DOC: &[(&str, &str)] = &[
+    ("GET", "/newroot/things"),
+    ("POST", "/newroot/things"),
+    ("DELETE", "/newroot/things/{thingID}"),
+    ("GET", "/session/{sessionID}/new-thing"),
+    ("GET", "/session/newlist"),
+    ("POST", "/tui/new-toast"),
+    ("GET", "/api/session/{sessionID}/new/{partID}/deep"),
+];
+const CONFIGURED: &[(&str, &str, Role)] = &[
+    ("GET", "/newroot/things", Role::Viewer),
+    ("POST", "/configured/*/only", Role::Approver),
+];
+
+fn newer_api() -> &'static (UpstreamApi, RouteRoles) {
+    static API: std::sync::OnceLock<(UpstreamApi, RouteRoles)> = std::sync::OnceLock::new();
+    API.get_or_init(|| {
+        let mut paths = serde_json::Map::new();
+        for (m, p) in NEWER_DOC {
+            let e = paths.entry(p.to_string()).or_insert_with(|| serde_json::json!({}));
+            e[m.to_ascii_lowercase()] = serde_json::json!({});
+        }
+        let doc = serde_json::json!({ "paths": paths });
+        (
+            UpstreamApi::from_doc(Some("1.99.0".into()), &doc).unwrap(),
+            RouteRoles::new(CONFIGURED.iter().copied()),
+        )
+    })
+}
+
+fn verdict_with(method: &Method, raw: &str) -> (Option<String>, Option<authz::Class>, Option<String>, String) {
+    let (api, configured) = newer_api();
+    let parsed = CanonicalPath::parse(raw).expect("a spelling the gateway reads");
+    let extra = authz::Extra {
+        upstream: Some(api),
+        configured,
+    };
+    let r = authz::resolve_with(method, parsed.segments(), extra);
     (
         r.route.map(|r| r.pattern.to_string()),
         r.class,
@@ -152,6 +202,29 @@ proptest! {
         let want = verdict(&method, &canonical);
         prop_assert_eq!(&want.0, &Some(pattern.to_string()), "the canonical spelling is its own route");
         prop_assert_eq!(verdict(&method, &spelled), want, "{} {} spelled {}", method, canonical, spelled);
+    }
+
+    /// Issue 16: routes a newer upstream's document adds (with their default) and `[[route_role]]`
+    /// routes are matched with the same canonical rules as the table's: every spelling gets the
+    /// canonical verdict, and no default is below operator.
+    #[test]
+    fn every_spelling_of_a_defaulted_or_configured_route_gets_the_canonical_verdict(
+        row in 0..(NEWER_DOC.len() + CONFIGURED.len()),
+        coins in prop::collection::vec(any::<u8>(), 64..65),
+    ) {
+        let (method, pattern) = match NEWER_DOC.get(row) {
+            Some((m, p)) => (*m, opencode_gateway::policy::drift::pattern_from_doc(m, p).unwrap()),
+            None => { let (m, p, _) = CONFIGURED[row - NEWER_DOC.len()]; (m, p.to_string()) }
+        };
+        let method: Method = method.parse().unwrap();
+        let canonical = concrete(&pattern);
+        let spelled = respell(&canonical, &pattern, &coins);
+        let want = verdict_with(&method, &canonical);
+        prop_assert_eq!(&want.0, &Some(pattern.clone()), "the canonical spelling is its own route");
+        if row < NEWER_DOC.len() && !(method == Method::GET && pattern == "/newroot/things") {
+            prop_assert!(want.1 >= Some(authz::Class::Operate), "{} {} defaults to {:?}", method, pattern, want.1);
+        }
+        prop_assert_eq!(verdict_with(&method, &spelled), want, "{} {} spelled {}", method, canonical, spelled);
     }
 
     /// What the gateway forwards is a fixed point: read again the way OpenCode reads it, the

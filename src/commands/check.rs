@@ -112,5 +112,25 @@ pub fn summary(s: &Settings) -> String {
         };
         out += &format!("  {}  {grants}; {how}\n", u.name);
     }
+    out += &routes_summary(s);
+    out
+}
+
+/// The route table's OpenCode version and the config's `[[route_role]]` entries. What a running
+/// upstream adds (its version, routes that got a default) is in `status`.
+pub fn routes_summary(s: &Settings) -> String {
+    let mut out = format!(
+        "\nroutes:\n  table of OpenCode {} ({} routes); an upstream of another version: routes it adds get operator (admin under admin-only roots), see `status`\n",
+        crate::policy::routes::TABLE_VERSION,
+        crate::policy::routes::ROUTES.len()
+    );
+    for r in s.route_roles.iter() {
+        out += &format!(
+            "  [[route_role]] {} {} {}\n",
+            r.method,
+            r.pattern,
+            r.class.least_role().as_str()
+        );
+    }
     out
 }

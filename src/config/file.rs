@@ -20,6 +20,17 @@ pub struct RawConfig {
     pub project: Vec<RawProject>,
     #[serde(default)]
     pub user: Vec<RawUser>,
+    #[serde(default)]
+    pub route_role: Vec<RawRouteRole>,
+}
+
+/// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRouteRole {
+    pub method: String,
+    pub path: String,
+    pub role: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -22,6 +22,8 @@ pub struct Settings {
     pub limits: Limits,
     pub projects: Vec<Project>,
     pub users: Vec<User>,
+    /// `[[route_role]]` entries, compiled into routes.
+    pub route_roles: crate::policy::drift::RouteRoles,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
 }

@@ -131,7 +131,7 @@ async fn handle_inner(
             user: user.name.to_string(),
             project: project.name.to_string(),
         })?;
-    crate::policy::authz::check_target(role, &parts.method, target.class, target.label())?;
+    crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
     check_origin(
         state,
         conn,
@@ -187,6 +187,16 @@ async fn handle_inner(
     }
 
     let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
+    // A server that was not ready when the request came has read its API document since: judge
+    // the request again with it (a route it added may need more than the table's guess).
+    let target = if !target.upstream_known && project.api().is_some() {
+        let target = target.with_upstream_api(state, &parts.method, parts.uri.path())?;
+        crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
+        super::own_files::check_request(gw, client, &user, &target, &parts)?;
+        target
+    } else {
+        target
+    };
     if project.shared_upstream
         && let Some(id) = &target.session
     {

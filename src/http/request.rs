@@ -9,7 +9,7 @@ use http::{HeaderValue, Method, header, request::Parts};
 
 use super::ConnInfo;
 use super::error::HttpError;
-use crate::policy::authz::{self, ApiRoute, Class};
+use crate::policy::authz::{self, ApiRoute, Class, Extra};
 use crate::policy::canonical::CanonicalPath;
 use crate::policy::plan::Treatment;
 use crate::policy::route::{self, Route, RouteInput};
@@ -28,6 +28,10 @@ pub struct Target {
     pub upstream_path: String,
     /// The file a file-path route names (decoded).
     pub file: Option<String>,
+    /// Where the project's part of the path starts (after `/p/<name>`).
+    path_start: usize,
+    /// The upstream's API document was known when this was resolved.
+    pub upstream_known: bool,
 }
 
 impl Target {
@@ -43,6 +47,18 @@ impl Target {
     /// The table pattern (`/session/*`) or, for the web UI's files, the path.
     pub fn label(&self) -> &str {
         self.route.map_or(&self.upstream_path, |r| r.pattern)
+    }
+
+    /// Where the route's role comes from, for a refusal (empty for table routes).
+    pub fn note(&self) -> &'static str {
+        self.route.map_or("", |r| r.note())
+    }
+
+    /// Resolve again once the upstream's API document is known (a spawned server that was not
+    /// ready when the request came): the same path, the same config, now with the document.
+    pub fn with_upstream_api(self, state: &State, method: &Method, raw_path: &str) -> Result<Target, HttpError> {
+        let path = CanonicalPath::parse(raw_path).map_err(HttpError::BadPath)?;
+        Ok(resolve(state, self.project, method, &path, self.path_start))
     }
 }
 
@@ -99,15 +115,35 @@ fn target(
         None if bound.is_some() => return Err(HttpError::ProjectGone(name.to_string())),
         None => return Err(HttpError::UnknownProject(name.to_string())),
     };
-    let resolved = authz::resolve(method, path.tail(start));
-    Ok(Target {
+    Ok(resolve(state, project, method, path, start))
+}
+
+/// The table, the project's upstream's own API document and the config's `[[route_role]]`.
+fn resolve(
+    state: &State,
+    project: Arc<ProjectState>,
+    method: &Method,
+    path: &CanonicalPath<'_>,
+    start: usize,
+) -> Target {
+    let api = project.api();
+    let extra = Extra {
+        upstream: api.as_deref(),
+        configured: &state.settings.route_roles,
+    };
+    let resolved = authz::resolve_with(method, path.tail(start), extra);
+    let upstream_known = api.is_some();
+    drop(api);
+    Target {
         project,
         route: resolved.route,
         class: resolved.class,
         session: resolved.session.map(str::to_string),
         upstream_path: resolved.upstream_path,
         file: resolved.file,
-    })
+        path_start: start,
+        upstream_known,
+    }
 }
 
 /// The host the client addressed: `:authority` (h2) or the Host header (HTTP/1.1). Two Host

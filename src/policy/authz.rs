@@ -15,13 +15,14 @@ use std::sync::OnceLock;
 use http::Method;
 
 use super::canonical::{CanonicalPath, push_segment};
+use super::drift::{RouteRoles, UpstreamApi};
 use super::plan::{self, BodyRule, Treatment};
 use super::routes::ROUTES;
 use crate::config::Role;
 use crate::http::error::HttpError;
 
 /// What a route does, in increasing power.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Class {
     /// Look: GETs of sessions, messages, files, status, event streams.
     Read,
@@ -56,26 +57,63 @@ pub struct ApiRoute {
     pub workspace_switch: bool,
     /// Which parameter (by order) is a session ID: the one right after a `session` segment.
     session_param: Option<usize>,
+    /// Where the route's role comes from.
+    pub origin: Origin,
+}
+
+/// Where a route's least role comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// The reviewed table ([`super::routes`]).
+    Table,
+    /// The upstream's API document lists it and the table does not: a safe default.
+    Defaulted,
+    /// A `[[route_role]]` entry of the config.
+    Configured,
+}
+
+impl ApiRoute {
+    /// A route known by pattern only (an upstream's document, a config entry), with the plan the
+    /// table would give the same (method, pattern).
+    pub(super) fn new(method: &'static str, pattern: &'static str, class: Class, origin: Origin) -> ApiRoute {
+        let segments: Vec<&'static str> = pattern.split('/').skip(1).collect();
+        ApiRoute {
+            method,
+            pattern,
+            class,
+            treatment: plan::treatment(method, pattern),
+            body: plan::body_rule(method, pattern),
+            workspace_switch: plan::is_workspace_switch(method, pattern),
+            session_param: session_param(&segments),
+            segments,
+            origin,
+        }
+    }
+
+    /// Why the role is what it is, for a refusal (empty for table routes).
+    pub fn note(&self) -> &'static str {
+        match self.origin {
+            Origin::Table => "",
+            Origin::Defaulted => {
+                " (a route this OpenCode server has and the gateway's table does not: it gets a safe default; an admin can grant it with [[route_role]])"
+            }
+            Origin::Configured => " (set by a [[route_role]] entry of the gateway's config)",
+        }
+    }
+
+    pub fn segments(&self) -> &[&'static str] {
+        &self.segments
+    }
 }
 
 /// The table grouped by its first segment (every pattern starts with a literal one).
-fn index() -> &'static HashMap<&'static str, Vec<ApiRoute>> {
+pub(super) fn index() -> &'static HashMap<&'static str, Vec<ApiRoute>> {
     static INDEX: OnceLock<HashMap<&'static str, Vec<ApiRoute>>> = OnceLock::new();
     INDEX.get_or_init(|| {
         let mut map: HashMap<&'static str, Vec<ApiRoute>> = HashMap::new();
         for &(method, pattern, class) in ROUTES {
-            let segments: Vec<&'static str> = pattern.split('/').skip(1).collect();
-            let session_param = session_param(&segments);
-            map.entry(segments[0]).or_default().push(ApiRoute {
-                method,
-                pattern,
-                class,
-                treatment: plan::treatment(method, pattern),
-                body: plan::body_rule(method, pattern),
-                workspace_switch: plan::is_workspace_switch(method, pattern),
-                session_param,
-                segments,
-            });
+            let route = ApiRoute::new(method, pattern, class, Origin::Table);
+            map.entry(route.segments[0]).or_default().push(route);
         }
         map
     })
@@ -128,12 +166,12 @@ impl Resolved<'_> {
 }
 
 /// Where a pattern matched: the segment index of each parameter, and where a `**` tail starts.
-struct Match {
+pub(super) struct Match {
     params: [usize; 4],
     tail: Option<usize>,
 }
 
-fn match_pattern(pattern: &[&str], segs: &[Cow<'_, str>]) -> Option<Match> {
+pub(super) fn match_pattern(pattern: &[&str], segs: &[Cow<'_, str>]) -> Option<Match> {
     let mut m = Match {
         params: [0; 4],
         tail: None,
@@ -206,12 +244,44 @@ fn root_routes(first: &str) -> Option<&'static Vec<ApiRoute>> {
     }
 }
 
-/// Match the path (the segments an upstream sees, after any `/p/<name>` prefix).
+/// Match the path (the segments an upstream sees, after any `/p/<name>` prefix) against the
+/// table only.
 pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
+    resolve_with(method, segs, Extra::NONE)
+}
+
+/// What the table alone does not say: the upstream's own API document (routes it has that the
+/// table does not, with their safe default) and the config's `[[route_role]]` entries.
+#[derive(Clone, Copy)]
+pub struct Extra<'a> {
+    pub upstream: Option<&'a UpstreamApi>,
+    pub configured: &'a RouteRoles,
+}
+
+impl Extra<'static> {
+    pub const NONE: Extra<'static> = Extra {
+        upstream: None,
+        configured: &RouteRoles::EMPTY,
+    };
+}
+
+/// Match the path against the table, then the upstream's document, then the config's own
+/// routes (first match wins, in that order); a `[[route_role]]` entry naming the matched route
+/// replaces its role. The first segment is an API root when any of the three has it.
+pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<'_>) -> Resolved<'p> {
     // HEAD reads what GET reads; OPTIONS (CORS preflight) reads nothing.
     let m = if method == Method::HEAD { "GET" } else { method.as_str() };
     let first = segs.iter().find(|s| !s.is_empty()).map_or("", |s| s.as_ref());
-    let Some(routes) = root_routes(first) else {
+    let lower = Lower::new(first);
+    let root = lower.get();
+    // Where the document adds routes to a root, its merged list replaces the table's.
+    let doc = extra.upstream.and_then(|u| u.routes(root));
+    let table = if doc.is_some() { None } else { root_routes(first) };
+    let api_root = table.is_some()
+        || doc.is_some()
+        || extra.upstream.is_some_and(|u| u.is_root(root))
+        || extra.configured.has_root(root);
+    if !api_root {
         let api = first.eq_ignore_ascii_case(DOC_ROOT);
         let class = (method == Method::OPTIONS || (m == "GET" && !api)).then_some(Class::Read);
         return Resolved {
@@ -222,9 +292,12 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
             upstream_path: render_static(segs),
             file: None,
         };
-    };
+    }
+    let table = table.into_iter().flatten();
+    let doc = doc.into_iter().flatten().copied();
+    let configured = extra.configured.under(root);
     let mut spelled: Option<String> = None;
-    for r in routes {
+    for r in table.chain(doc).chain(configured) {
         let Some(found) = match_pattern(&r.segments, segs) else {
             continue;
         };
@@ -233,6 +306,7 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
             spelled.get_or_insert_with(|| render(&r.segments, segs, &found));
             continue;
         }
+        let r = extra.configured.replacing(r);
         return Resolved {
             route: Some(r),
             api: true,
@@ -252,12 +326,36 @@ pub fn resolve<'p>(method: &Method, segs: &'p [Cow<'p, str>]) -> Resolved<'p> {
     }
 }
 
-/// May `role` use a route of this class? `label` names the route in the refusal.
-pub fn check_target(role: Role, method: &Method, class: Option<Class>, label: &str) -> Result<(), HttpError> {
+/// A root segment in lower case, allocated only when it has an upper-case letter.
+struct Lower<'a>(Cow<'a, str>);
+
+impl<'a> Lower<'a> {
+    fn new(s: &'a str) -> Self {
+        if s.bytes().any(|b| b.is_ascii_uppercase()) {
+            Lower(Cow::Owned(s.to_ascii_lowercase()))
+        } else {
+            Lower(Cow::Borrowed(s))
+        }
+    }
+
+    fn get(&self) -> &str {
+        &self.0
+    }
+}
+
+/// May `role` use a route of this class? `label` names the route in the refusal, `note` says
+/// where its role comes from when that is not the table.
+pub fn check_target(
+    role: Role,
+    method: &Method,
+    class: Option<Class>,
+    label: &str,
+    note: &str,
+) -> Result<(), HttpError> {
     match class {
         Some(class) if role >= class.least_role() => Ok(()),
         Some(class) => Err(HttpError::Forbidden(format!(
-            "{method} {label} needs the {} role; you are {}",
+            "{method} {label} needs the {} role; you are {}{note}",
             class.least_role().as_str(),
             role.as_str()
         ))),
@@ -269,9 +367,15 @@ pub fn check_target(role: Role, method: &Method, class: Option<Class>, label: &s
 
 /// Parse and check a raw path in one call: for tests and tools.
 pub fn check_path(role: Role, method: &Method, raw: &str) -> Result<(), HttpError> {
+    check_path_with(role, method, raw, Extra::NONE)
+}
+
+/// [`check_path`] with an upstream's document and config entries.
+pub fn check_path_with(role: Role, method: &Method, raw: &str, extra: Extra<'_>) -> Result<(), HttpError> {
     let path = CanonicalPath::parse(raw).map_err(HttpError::BadPath)?;
-    let resolved = resolve(method, path.segments());
-    check_target(role, method, resolved.class, resolved.label())
+    let resolved = resolve_with(method, path.segments(), extra);
+    let note = resolved.route.map_or("", |r| r.note());
+    check_target(role, method, resolved.class, resolved.label(), note)
 }
 
 #[cfg(test)]

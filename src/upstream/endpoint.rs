@@ -6,7 +6,10 @@ use http::HeaderValue;
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
+
 use crate::config::Secret;
+use crate::policy::drift::UpstreamApi;
 use crate::upstream::pool::Pool;
 use crate::upstream::redact::Redactor;
 
@@ -23,6 +26,9 @@ pub struct Endpoint {
     pub redactor: Option<Arc<Redactor>>,
     /// Keep-alive connections to this server, for proxied requests.
     pub pool: Arc<Pool>,
+    /// An external server's version and API document, once read (spawned servers keep theirs in
+    /// their `Supervised`, across restarts).
+    pub api: ArcSwapOption<UpstreamApi>,
 }
 
 impl Endpoint {
@@ -44,6 +50,7 @@ impl Endpoint {
             authority,
             auth,
             redactor,
+            api: ArcSwapOption::empty(),
         }
     }
 }

@@ -2,6 +2,7 @@
 //! its credential (`redact`), supervision of spawned servers (`supervise`); here, the general client
 //! (health checks, lookups) and the request body that streams the client's upload, bounded in size.
 
+pub mod api;
 pub mod endpoint;
 pub mod pool;
 pub mod redact;

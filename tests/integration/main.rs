@@ -9,6 +9,7 @@ mod browser;
 mod common;
 mod config_cli;
 mod connections;
+mod drift;
 mod lifecycle;
 mod pinning;
 mod proxy;

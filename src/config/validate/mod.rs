@@ -11,6 +11,7 @@ use super::settings::*;
 use super::{ConfigError, Problem, ProtectedPaths};
 
 mod project;
+mod route_role;
 mod user;
 
 use project::project;
@@ -260,6 +261,8 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         }
     }
 
+    let route_roles = route_role::route_roles(&mut c, &raw.route_role);
+
     if !c.problems.is_empty() {
         return Err(ConfigError::Invalid {
             file: path.to_path_buf(),
@@ -283,6 +286,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         limits,
         projects,
         users,
+        route_roles,
         protected: ProtectedPaths::default(),
     };
     settings.protected = ProtectedPaths::from_settings(&settings);

@@ -16,7 +16,10 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use arc_swap::ArcSwapOption;
+
 use crate::config::{Project, Secret, Settings, StartMode};
+use crate::policy::drift::UpstreamApi;
 
 mod launch;
 
@@ -103,6 +106,8 @@ pub struct Supervised {
     demanded: AtomicBool,
     demand: Notify,
     stop: CancellationToken,
+    /// The server's version and API document, read after every start before it is Ready.
+    pub api: ArcSwapOption<UpstreamApi>,
 }
 
 impl Supervised {
@@ -196,6 +201,7 @@ impl Supervisor {
             last_failure: Mutex::new(None),
             demand: Notify::new(),
             stop: self.shutdown.child_token(),
+            api: ArcSwapOption::empty(),
         });
         let client = self.client.clone();
         self.tasks.spawn(run(s.clone(), client));
@@ -228,6 +234,20 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
                 *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                // Read before Ready, so no request is judged on the table alone once it serves.
+                // Logged when it changed (a restart of the same server says nothing new).
+                match crate::upstream::api::fetch(&client, &server.endpoint).await {
+                    Ok(api) => {
+                        let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
+                        if !same {
+                            crate::upstream::api::log(&project, &api);
+                        }
+                        s.api.store(Some(Arc::new(api)));
+                    }
+                    Err(why) => {
+                        tracing::warn!(project = %project, reason = %why, "could not read the server's version and API document; the route table alone applies");
+                    }
+                }
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);

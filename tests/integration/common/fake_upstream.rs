@@ -39,9 +39,32 @@ fn full(s: impl Into<Bytes>) -> Body {
     Full::new(s.into()).boxed()
 }
 
+/// What the fake says it is: `GET /global/health`'s version and, when set, `GET /doc`. Without a
+/// document it answers `/doc` like any unknown path (not JSON), as a server without one would.
+#[derive(Clone, Debug)]
+pub struct Api {
+    pub version: String,
+    pub doc: Option<String>,
+}
+
+impl Default for Api {
+    fn default() -> Self {
+        Api {
+            version: "1.18.33".into(),
+            doc: None,
+        }
+    }
+}
+
 impl FakeUpstream {
     /// An upstream demanding Basic `opencode:<password>`; with an empty password, an open one.
     pub async fn start(password: &'static str) -> FakeUpstream {
+        Self::start_with_api(password, Api::default()).await
+    }
+
+    /// Like [`FakeUpstream::start`], reporting `api`'s version and serving its document.
+    pub async fn start_with_api(password: &'static str, api: Api) -> FakeUpstream {
+        let api = Arc::new(api);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
@@ -52,9 +75,9 @@ impl FakeUpstream {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (seen, events) = (seen2.clone(), events2.clone());
+                let (seen, events, api) = (seen2.clone(), events2.clone(), api.clone());
                 tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(req, password, seen.clone(), events.clone()));
+                    let svc = service_fn(move |req| handle(req, password, seen.clone(), events.clone(), api.clone()));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(tcp), svc)
                         .with_upgrades()
@@ -112,6 +135,7 @@ async fn handle(
     password: &'static str,
     seen: Arc<Mutex<Vec<Seen>>>,
     events: broadcast::Sender<String>,
+    api: Arc<Api>,
 ) -> Result<Response<Body>, Infallible> {
     let target = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     seen.lock().unwrap().push(Seen {
@@ -131,7 +155,8 @@ async fn handle(
     }
     let path = req.uri().path().to_string();
     let resp = match (req.method().as_str(), path.as_str()) {
-        ("GET", "/global/health") => Response::new(full(r#"{"healthy":true,"version":"1.18.33"}"#)),
+        ("GET", "/global/health") => Response::new(full(format!(r#"{{"healthy":true,"version":"{}"}}"#, api.version))),
+        ("GET", "/doc") if api.doc.is_some() => Response::new(full(api.doc.clone().unwrap_or_default())),
         ("GET", "/echo") => {
             let headers: Vec<String> = req
                 .headers()

@@ -1,0 +1,107 @@
+//! Which OpenCode an upstream is: its version (`GET /global/health`) and its API document
+//! (`GET /doc`), read with the gateway's credential whenever the upstream becomes ready (a spawned
+//! server after every start, an external one at start and on reload). What the document adds to
+//! the table is decided in [`crate::policy::drift`]; here it is fetched, logged and reported.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+
+use super::endpoint::Endpoint;
+use super::supervise::HEALTH_AGENT;
+use super::{UpstreamBody, UpstreamClient};
+use crate::policy::drift::{RouteRoles, UpstreamApi};
+use crate::policy::routes::TABLE_VERSION;
+
+/// OpenCode 1.18.33's document is about 400 KB.
+const DOC_MAX: usize = 16 << 20;
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result<Bytes, String> {
+    let mut req = Request::get(format!("http://{}{path}", endpoint.authority))
+        .body(UpstreamBody::Empty)
+        .map_err(|e| e.to_string())?;
+    if let Some(auth) = &endpoint.auth {
+        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
+    }
+    req.headers_mut()
+        .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
+    let fetch = async {
+        let resp = client.request(req).await.map_err(|e| super::describe(&e))?;
+        if resp.status() != StatusCode::OK {
+            return Err(format!("GET {path} answered {}", resp.status()));
+        }
+        Limited::new(resp.into_body(), DOC_MAX)
+            .collect()
+            .await
+            .map(|b| b.to_bytes())
+            .map_err(|e| format!("GET {path}: {e}"))
+    };
+    tokio::time::timeout(FETCH_TIMEOUT, fetch)
+        .await
+        .map_err(|_| format!("GET {path}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
+}
+
+/// Read the upstream's version and API document. An answer that is not JSON (OpenCode answers
+/// unknown paths with its web UI's `index.html`) is an error, never a route.
+pub async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<UpstreamApi, String> {
+    let health = get(client, endpoint, "/global/health").await?;
+    let version = serde_json::from_slice::<serde_json::Value>(&health)
+        .ok()
+        .and_then(|v| v.get("version")?.as_str().map(str::to_string));
+    let doc = get(client, endpoint, "/doc").await?;
+    let doc: serde_json::Value =
+        serde_json::from_slice(&doc).map_err(|e| format!("GET /doc is not an OpenAPI document: {e}"))?;
+    UpstreamApi::from_doc(version, &doc)
+}
+
+/// Fetch and log; `None` (and a warning) when the upstream's API cannot be read: the table alone
+/// then decides, as for a server of the table's version.
+pub async fn read(client: &UpstreamClient, endpoint: &Endpoint, project: &str) -> Option<UpstreamApi> {
+    match fetch(client, endpoint).await {
+        Ok(api) => {
+            log(project, &api);
+            Some(api)
+        }
+        Err(why) => {
+            tracing::warn!(project, upstream = %endpoint.authority, reason = %why,
+                "could not read the upstream's version and API document; only the gateway's route table (OpenCode {TABLE_VERSION}) applies");
+            None
+        }
+    }
+}
+
+/// Once per upstream (re)start: a version other than the table's, and the routes that got a default.
+pub fn log(project: &str, api: &UpstreamApi) {
+    if !api.drifted() {
+        tracing::info!(
+            project,
+            version = api.version(),
+            routes = api.listed,
+            "upstream OpenCode matches the gateway's route table"
+        );
+        return;
+    }
+    let defaulted = api.defaulted_lines(&RouteRoles::EMPTY).join(", ");
+    tracing::warn!(
+        project,
+        version = api.version(),
+        table_version = TABLE_VERSION,
+        defaulted = %if defaulted.is_empty() { "none".to_string() } else { defaulted },
+        "upstream OpenCode {} is not the version the gateway's route table was read from ({TABLE_VERSION}); routes the table does not know get a safe default role (operator, admin under admin-only roots), never viewer or approver; grant one otherwise with [[route_role]]",
+        api.version()
+    );
+}
+
+/// The status report's `api` entry for one project: version, table version, defaulted routes
+/// (with what `[[route_role]]` makes of them); `null` while unknown.
+pub fn report(api: Option<&UpstreamApi>, configured: &RouteRoles) -> serde_json::Value {
+    match api {
+        Some(api) => api.report(configured),
+        None => {
+            serde_json::json!({ "version": null, "table_version": TABLE_VERSION, "note": "not read yet: the route table alone applies" })
+        }
+    }
+}
