@@ -5,7 +5,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read, read_until};
-use crate::proxy::two_projects;
+use crate::common::stack::two_projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {

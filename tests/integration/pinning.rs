@@ -7,40 +7,11 @@ use std::time::Duration;
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, basic};
-use crate::real_opencode::{EventLog, alice, json, setup_pinned};
+use crate::common::client::Https;
+use crate::common::client::{EventLog, direct_call, json};
+use crate::common::stack::{alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
-
-/// A request straight to the upstream (no gateway), with its own password.
-pub async fn direct_call(
-    port: u16,
-    password: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> String {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", format!("127.0.0.1:{port}"))
-        .header("authorization", basic("opencode", password))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = send
-        .send_request(b.body(Full::<bytes::Bytes>::from(body.to_string())).unwrap())
-        .await
-        .unwrap();
-    crate::common::client::read(resp).await.body
-}
 
 async fn direct(port: u16, password: &str, path: &str, headers: &[(&str, &str)]) -> String {
     direct_call(port, password, "GET", path, headers, "").await

@@ -158,7 +158,7 @@ async fn a_config_that_does_not_validate_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones() {
-    use crate::supervise::{project_port, server_config, server_pid, spawned};
+    use crate::common::supervised::{project_port, server_config, server_pid, spawned};
     let model = crate::common::opencode::FakeModel::start("true").await;
     let dirs = tempfile::tempdir().unwrap();
     for d in ["a", "b", "c"] {
@@ -211,7 +211,7 @@ async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The stream opened on a before the reload still carries a's events.
-    let (status, _) = crate::real_opencode::json(&c, "POST", "/p/a/session", &alice, "{}").await;
+    let (status, _) = crate::common::client::json(&c, "POST", "/p/a/session", &alice, "{}").await;
     assert_eq!(status, 200);
     let got = read_until(&mut stream, Duration::from_secs(10), |t| t.contains("session.created")).await;
     assert!(got.contains("session.created"), "{got}");

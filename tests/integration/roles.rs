@@ -86,7 +86,7 @@ async fn the_table_matches_the_real_servers_openapi_document() {
     use crate::common::opencode::{FakeModel, OpenCode};
     let model = FakeModel::start("true").await;
     let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
-    let doc = crate::pinning::direct_call(oc.port, &oc.password, "GET", "/doc", &[], "").await;
+    let doc = crate::common::client::direct_call(oc.port, &oc.password, "GET", "/doc", &[], "").await;
     let doc: serde_json::Value = serde_json::from_str(&doc).unwrap();
     let mut live = Vec::new();
     for (path, ops) in doc["paths"].as_object().unwrap() {
