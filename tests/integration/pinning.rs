@@ -141,8 +141,9 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
     let events = EventLog::open(&s.client, "/p/demo/global/event", &alice()).await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
-    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // OpenCode joins the stream to its bus just after "connected": a probe session in the project
+    // (listed and announced like the project's own, so the checks below still hold) shows it has.
+    events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     // Someone with direct access creates a session in another directory of the same server.
     let raw = direct_call(
         s.oc.port,

@@ -103,10 +103,9 @@ async fn the_permission_loop_completes_through_the_gateway() {
     )
     .await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
-    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, session) = json(&s.client, "POST", "/p/demo/session", &alice(), "{}").await;
-    assert_eq!(status, 200, "{session}");
+    // OpenCode joins the stream to its bus just after "connected": the test's session is one whose
+    // session.created came through, so the stream carries what follows.
+    let session = events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     let id = session["id"].as_str().unwrap().to_string();
     let (status, _) = json(
         &s.client,

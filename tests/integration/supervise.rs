@@ -95,8 +95,14 @@ async fn an_on_demand_project_starts_on_its_first_request() {
     let dir = tempfile::tempdir().unwrap();
     let config = server_config(&spawned("lazy", dir.path(), &model, "start = \"on-demand\""));
     let gw = Gateway::start(&config);
+    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    // That it did NOT start cannot be awaited: look again after a while with no request.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    assert!(
+        pids_with(&dir.path().display().to_string()).is_empty(),
+        "no server runs yet"
+    );
     let c = Https::new(gw.https, &gw.ca());
     assert_eq!(c.get("/p/lazy/global/health", Some(&alice())).await.status, 200);
     assert!(project_status(&gw, "lazy").starts_with("ready at"));

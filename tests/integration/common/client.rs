@@ -322,6 +322,37 @@ impl EventLog {
     }
 }
 
+impl EventLog {
+    /// OpenCode joins a stream to its bus just after saying "server.connected": an event made in
+    /// that instant is never sent. Create sessions with `POST session_path` until one's
+    /// `session.created` arrives here (bounded: 5 sessions, 3 s each) and return that session;
+    /// fails with the sessions made and what the stream said.
+    pub async fn until_subscribed(&self, c: &Https, session_path: &str, auth: &str) -> serde_json::Value {
+        let mut made = Vec::new();
+        for _ in 0..5 {
+            let (status, session) = json(c, "POST", session_path, auth, "{}").await;
+            assert_eq!(status, 200, "a probe session: {session}");
+            let id = session["id"].as_str().unwrap().to_string();
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if self
+                    .events("session.created")
+                    .iter()
+                    .any(|e| e.to_string().contains(&id))
+                {
+                    return session;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            made.push(id);
+        }
+        panic!(
+            "none of the sessions {made:?} was announced on the stream; it said:\n{}",
+            self.text.lock().unwrap()
+        );
+    }
+}
+
 impl Drop for EventLog {
     fn drop(&mut self) {
         self.task.abort();
