@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Https, basic, read, read_until};
+use crate::common::client::{Https, assert_closed_in_handshake, basic, read, read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
@@ -452,9 +452,11 @@ async fn connections_per_address_are_capped() {
     for _ in 0..3 {
         held.push(hog.try_tls().await.expect("within the cap"));
     }
+    assert_closed_in_handshake(hog.try_tls().await, "the fourth connection from one address");
     assert!(
-        hog.try_tls().await.is_err(),
-        "the fourth connection from one address is dropped"
+        gw.wait_log("reason=\"connection_limit\"", Duration::from_secs(5)).await,
+        "the refusal is logged with why:\n{}",
+        gw.logs()
     );
     assert!(
         c.from("127.0.0.9").try_tls().await.is_ok(),

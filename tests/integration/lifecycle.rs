@@ -63,7 +63,11 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
         "{logs}"
     );
     // Nothing listens any more.
-    assert!(tokio::net::TcpStream::connect(gw.https).await.is_err());
+    let refused = tokio::net::TcpStream::connect(gw.https).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "{refused:?}"
+    );
 }
 
 type Shared = std::sync::Arc<std::sync::Mutex<String>>;

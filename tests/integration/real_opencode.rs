@@ -79,7 +79,11 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
             .await,
         "the prompt went through the gateway"
     );
-    // Without the dev CA, the client refuses the gateway's certificate.
+    // Without the dev CA, the client refuses the gateway's certificate: `opencode run` only says
+    // "Session not found" for any failure, so the reason is read on the gateway's side: the
+    // connection failed in the TLS handshake (counted), and no request of it was logged.
+    let failures = s.gw.metric("tls_handshake_failures_total");
+    let requests = s.gw.metric("requests_total");
     let out = tokio::process::Command::new(opencode_bin())
         .args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
         .env("NODE_EXTRA_CA_CERTS", "/dev/null")
@@ -89,6 +93,13 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
         .await
         .unwrap();
     assert!(!out.status.success());
+    assert!(
+        s.gw.metric("tls_handshake_failures_total") > failures && s.gw.metric("requests_total") == requests,
+        "not refused at the TLS handshake:\n{}{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        s.gw.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

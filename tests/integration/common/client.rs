@@ -375,3 +375,16 @@ pub async fn json(c: &Https, method: &str, path: &str, auth: &str, body: &str) -
         serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body)),
     )
 }
+
+/// The gateway closed the connection during the TLS handshake (how a connection over a cap is
+/// refused): the handshake ends early, never a certificate or protocol failure.
+pub fn assert_closed_in_handshake(result: std::io::Result<TlsStream<TcpStream>>, what: &str) {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    match result {
+        Ok(_) => panic!("{what}: the connection was served"),
+        Err(e) => assert!(
+            matches!(e.kind(), UnexpectedEof | ConnectionReset),
+            "{what}: refused for another reason: {e:?}"
+        ),
+    }
+}
