@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Https, basic, read, read_until};
+use crate::common::client::{Https, assert_closed_in_handshake, basic, read, read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
@@ -68,8 +68,17 @@ async fn a_thousand_wrong_passwords_from_one_address_stop_at_the_limit_before_ar
         }
         (unauthorized, limited, retry_after_ok)
     });
-    // Meanwhile the owner, from elsewhere, logs in at once.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile (once the flood is being limited) the owner, from elsewhere, logs in at once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while gw.metric("login_limited_total") == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the flood was never limited: {} auth failures, finished: {}",
+            gw.metric("auth_failures_total"),
+            flood.is_finished()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = Instant::now();
     assert_eq!(owner.get("/global/health", Some(&alice())).await.status, 200);
     assert!(
@@ -167,11 +176,15 @@ async fn ten_thousand_novel_credentials_never_run_more_argon2_than_cores_and_use
 async fn slow_request_heads_are_cut_at_the_head_timeout_while_others_are_served() {
     let (gw, _web, c) = gateway("[limits]\nrequest_head_timeout = \"2s\"\ntls_handshake_timeout = \"2s\"\n").await;
     let mut slow = Vec::new();
+    // How many slow clients and silent ones are connected (TLS done, or TCP for the silent one).
+    let connected = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for i in 0..500u32 {
         let client = c.from(&format!("127.0.2.{}", 1 + i % 5));
+        let connected = connected.clone();
         slow.push(tokio::spawn(async move {
             let started = Instant::now();
             let mut tls = client.tls().await;
+            connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let head = b"GET /global/health HTTP/1.1\r\nHost: x\r\nX-Slow: ";
             for b in head.iter().cycle().take(60) {
                 if tls.write_all(&[*b]).await.is_err() || tls.flush().await.is_err() {
@@ -191,15 +204,30 @@ async fn slow_request_heads_are_cut_at_the_head_timeout_while_others_are_served(
     // A client that connects and never says hello is cut at the handshake timeout.
     let silent = {
         let client = c.from("127.0.0.7");
+        let connected = connected.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let mut tcp = client.tcp().await.unwrap();
+            connected.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut buf = [0u8; 8];
             let _ = tokio::time::timeout(Duration::from_secs(30), tcp.read(&mut buf)).await;
             started.elapsed()
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The normal request goes once every slow client is connected (bounded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = connected.load(std::sync::atomic::Ordering::SeqCst);
+        if n == 501 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {n} of 501 slow clients connected; the gateway has {} open",
+            gw.metric("connections_open")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = Instant::now();
     assert_eq!(
         c.from("127.0.0.5").get("/global/health", Some(&alice())).await.status,
@@ -424,9 +452,11 @@ async fn connections_per_address_are_capped() {
     for _ in 0..3 {
         held.push(hog.try_tls().await.expect("within the cap"));
     }
+    assert_closed_in_handshake(hog.try_tls().await, "the fourth connection from one address");
     assert!(
-        hog.try_tls().await.is_err(),
-        "the fourth connection from one address is dropped"
+        gw.wait_log("reason=\"connection_limit\"", Duration::from_secs(5)).await,
+        "the refusal is logged with why:\n{}",
+        gw.logs()
     );
     assert!(
         c.from("127.0.0.9").try_tls().await.is_ok(),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::common::gateway::Gateway;
 use crate::common::opencode::FakeModel;
-use crate::supervise::{server_config, spawned};
+use crate::common::supervised::{server_config, spawned};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]

@@ -130,10 +130,10 @@ fn hash_password_reads_stdin_and_prints_a_verifiable_argon2id_hash() {
             .verify_password(b"correct horse battery", &hash)
             .is_ok()
     );
+    let wrong = argon2::Argon2::default().verify_password(b"correct horse batter", &hash);
     assert!(
-        argon2::Argon2::default()
-            .verify_password(b"correct horse batter", &hash)
-            .is_err()
+        matches!(wrong, Err(argon2::password_hash::Error::PasswordInvalid)),
+        "refused as the wrong password: {wrong:?}"
     );
     let short = cli(&["hash-password"], Some("short\n"), Path::new("/"));
     assert_eq!(short.status.code(), Some(1));
@@ -281,13 +281,47 @@ fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
     for f in ["ca.crt", "ca.key", "server.crt", "server.key"] {
         assert!(dir.path().join("c").join(f).exists(), "{f}");
     }
-    // The certificate chain verifies for the names clients use.
+    // The gateway loads the pair.
     let ca = dir.path().join("c/ca.crt");
     let settings = opencode_gateway::config::Tls {
         cert: dir.path().join("c/server.crt"),
         key: dir.path().join("c/server.key"),
         dev_ca: false,
     };
-    assert!(opencode_gateway::listen::tls::server_config(&settings).is_ok());
-    assert!(std::fs::read_to_string(ca).unwrap().contains("BEGIN CERTIFICATE"));
+    if let Err(e) = opencode_gateway::listen::tls::server_config(&settings) {
+        panic!("the gateway refuses its dev certificate: {e:#}");
+    }
+    // The certificate chain verifies, with the CA as the only root, for the names clients use,
+    // and not for another name (refused for the name, not another reason).
+    use rustls::client::danger::ServerCertVerifier;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(&ca).unwrap()).unwrap();
+    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        std::sync::Arc::new(roots),
+        std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    )
+    .build()
+    .unwrap();
+    let leaf = CertificateDer::from_pem_file(dir.path().join("c/server.crt")).unwrap();
+    let verify = |name: &str| {
+        let name = ServerName::try_from(name.to_string()).unwrap();
+        verifier.verify_server_cert(&leaf, &[], &name, &[], UnixTime::now())
+    };
+    for name in ["localhost", "demo.gw.localhost", "127.0.0.1", "::1"] {
+        if let Err(e) = verify(name) {
+            panic!("{name}: {e:?}");
+        }
+    }
+    let refused = verify("evil.example");
+    assert!(
+        matches!(
+            refused,
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::NotValidForName | rustls::CertificateError::NotValidForNameContext { .. }
+            ))
+        ),
+        "evil.example: {refused:?}"
+    );
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read, read_until};
-use crate::proxy::two_projects;
+use crate::common::stack::two_projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
@@ -27,7 +27,16 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
         let alice = alice.clone();
         tokio::spawn(async move { c.get("/p/web/delay", Some(&alice)).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The slow request is in flight once the upstream has it (bounded).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !web.seen().iter().any(|s| s.target.starts_with("/delay")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slow request never reached the upstream; it saw: {:?}",
+            web.seen().iter().map(|s| s.target.clone()).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let started = std::time::Instant::now();
     gw.signal(libc::SIGTERM);
     // The stream keeps flowing during the drain.
@@ -54,13 +63,18 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
         "{logs}"
     );
     // Nothing listens any more.
-    assert!(tokio::net::TcpStream::connect(gw.https).await.is_err());
+    let refused = tokio::net::TcpStream::connect(gw.https).await;
+    assert!(
+        matches!(&refused, Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused),
+        "{refused:?}"
+    );
 }
 
 type Shared = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
-/// "gateway ready" (bounded), plus a moment for the attach commands printed after it.
+/// "gateway ready" and has printed its attach commands, which end with the SSH host key's
+/// known_hosts line (one print, so all of it is there then), bounded.
 fn serve_until_ready(
     config: &std::path::Path,
     root: &std::path::Path,
@@ -80,11 +94,15 @@ fn serve_until_ready(
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
     crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("gateway ready") {
-        assert!(std::time::Instant::now() < deadline, "{}", log.lock().unwrap());
+    while !log.lock().unwrap().contains("gateway ready") || !out.lock().unwrap().contains("known_hosts: ") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready with its attach commands within 30 s\nlog:\n{}\nstdout:\n{}",
+            log.lock().unwrap(),
+            out.lock().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
-    std::thread::sleep(Duration::from_millis(200));
     (child, log, out)
 }
 
@@ -120,7 +138,6 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     let path = format!("{}:{}", repo_bin.display(), std::env::var("PATH").unwrap());
     // The repository's layout (config/ and certs-dev/ side by side), not the harness's one folder.
     let (mut child, log, out) = serve_until_ready(&config, root.path(), &path);
-    std::thread::sleep(Duration::from_millis(200));
     let stdout = out.lock().unwrap().clone();
     let password = stdout
         .lines()

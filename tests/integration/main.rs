@@ -1,7 +1,13 @@
 //! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
-//! clients. Tests marked `#[ignore = "needs OpenCode…"]` drive the real OpenCode server and its
-//! clients; `scripts/test.sh` installs OpenCode and runs them too. Find them with
-//! `grep -rn 'needs OpenCode' tests/`.
+//! clients. Every test that starts the real OpenCode server (or its clients) is marked exactly
+//! `#[ignore = "needs OpenCode: run scripts/test.sh"]`, and no other test is ignored, so:
+//!
+//! - list them: `cargo test --test integration -- --list --ignored`
+//!   (or `grep -rn 'needs OpenCode: run scripts/test.sh' tests/`);
+//! - run them too: `scripts/test.sh`, or `cargo test --test integration -- --include-ignored`
+//!   with OpenCode at `node_modules/.bin/opencode`.
+//!
+//! Helpers more than one file uses live in `common/`.
 
 mod abuse;
 mod admin;

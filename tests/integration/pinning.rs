@@ -7,40 +7,11 @@ use std::time::Duration;
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, basic};
-use crate::real_opencode::{EventLog, alice, json, setup_pinned};
+use crate::common::client::Https;
+use crate::common::client::{EventLog, direct_call, json};
+use crate::common::stack::{alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
-
-/// A request straight to the upstream (no gateway), with its own password.
-pub async fn direct_call(
-    port: u16,
-    password: &str,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> String {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut b = http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", format!("127.0.0.1:{port}"))
-        .header("authorization", basic("opencode", password))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let resp = send
-        .send_request(b.body(Full::<bytes::Bytes>::from(body.to_string())).unwrap())
-        .await
-        .unwrap();
-    crate::common::client::read(resp).await.body
-}
 
 async fn direct(port: u16, password: &str, path: &str, headers: &[(&str, &str)]) -> String {
     direct_call(port, password, "GET", path, headers, "").await
@@ -170,8 +141,9 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
     let events = EventLog::open(&s.client, "/p/demo/global/event", &alice()).await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
-    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // OpenCode joins the stream to its bus just after "connected": a probe session in the project
+    // (listed and announced like the project's own, so the checks below still hold) shows it has.
+    events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     // Someone with direct access creates a session in another directory of the same server.
     let raw = direct_call(
         s.oc.port,

@@ -7,32 +7,9 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, basic};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::gateway::{ALICE, Gateway, base_config, external_project, users_toml};
 
-const UPSTREAM_PW: &str = "upstream-secret-Zq81";
-
-/// Two projects on fake upstreams: alice may use both, bob only "web".
-pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, Https) {
-    let web = FakeUpstream::start(UPSTREAM_PW).await;
-    let api = FakeUpstream::start(UPSTREAM_PW).await;
-    let config = base_config(&format!(
-        "{extra}\n{}{}{}",
-        external_project("web", &web.url()),
-        external_project("api", &api.url()),
-        users_toml(&[
-            ALICE,
-            TestUser {
-                name: "bob",
-                password: "bob-password-22",
-                projects: "[\"web\"]",
-                role: "operator"
-            },
-        ])
-    ));
-    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
-    let client = Https::new(gw.https, &gw.ca());
-    (gw, web, api, client)
-}
+use crate::common::stack::{UPSTREAM_PW, two_projects};
 
 fn alice() -> String {
     basic("alice", "alice-password-1")

@@ -4,162 +4,16 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::common::client::{Https, basic};
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::opencode::{AFTER_TOOL, ANSWER, FakeModel, OpenCode, opencode_bin};
-use crate::common::write_secret;
-
-pub struct Setup {
-    pub model: FakeModel,
-    pub oc: OpenCode,
-    pub gw: Gateway,
-    pub client: Https,
-}
-
-pub const ALICE_PW: &str = "alice-password-1";
-
-pub fn alice() -> String {
-    basic("alice", ALICE_PW)
-}
-
-/// A real OpenCode server behind the gateway as project "demo"; alice is its operator.
-pub async fn setup(bash_command: &str) -> Setup {
-    setup_pinned(bash_command, false).await
-}
-
-/// Like [`setup`]; with `pinned`, the project's `directory` is the server's project folder.
-pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
-    let model = FakeModel::start(bash_command).await;
-    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
-    let directory = if pinned {
-        format!("directory = \"{}\"\n", oc.project.display())
-    } else {
-        String::new()
-    };
-    let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n{directory}\n{}",
-        oc.url(),
-        users_toml(&[
-            TestUser {
-                name: "alice",
-                password: ALICE_PW,
-                projects: "[\"*\"]",
-                role: "operator"
-            },
-            TestUser {
-                name: "vera",
-                password: "vera-password-1",
-                projects: "[\"demo\"]",
-                role: "viewer"
-            },
-            TestUser {
-                name: "aaron",
-                password: "aaron-password-1",
-                projects: "[\"demo\"]",
-                role: "approver"
-            },
-            TestUser {
-                name: "adam",
-                password: "adam-password-1",
-                projects: "[\"demo\"]",
-                role: "admin"
-            },
-        ])
-    ));
-    let pw = oc.password.clone();
-    let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
-    let client = Https::new(gw.https, &gw.ca());
-    Setup { model, oc, gw, client }
-}
-
-/// Collects an SSE stream's text in the background.
-pub struct EventLog {
-    text: Arc<Mutex<String>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl EventLog {
-    pub async fn open(c: &Https, path: &str, auth: &str) -> EventLog {
-        let resp = c
-            .send(c.request("GET", path, Some(auth)).body(Full::default()).unwrap())
-            .await;
-        assert_eq!(resp.status(), 200, "event stream {path}");
-        let text = Arc::new(Mutex::new(String::new()));
-        let sink = text.clone();
-        let task = tokio::spawn(async move {
-            let mut body = resp.into_body();
-            while let Some(Ok(frame)) = body.frame().await {
-                if let Some(d) = frame.data_ref() {
-                    sink.lock().unwrap().push_str(&String::from_utf8_lossy(d));
-                }
-            }
-        });
-        EventLog { text, task }
-    }
-
-    /// The `data:` payloads of one event type seen so far.
-    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
-        self.text
-            .lock()
-            .unwrap()
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .map(|v| {
-                if v.get("payload").is_some() {
-                    v["payload"].clone()
-                } else {
-                    v
-                }
-            })
-            .filter(|v| v["type"] == kind)
-            .collect()
-    }
-
-    pub async fn wait_for(&self, kind: &str, within: Duration) -> serde_json::Value {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(v) = self.events(kind).into_iter().next() {
-                return v;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no {kind} event within {within:?}; got:\n{}",
-                self.text.lock().unwrap()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for EventLog {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-pub async fn json(c: &Https, method: &str, path: &str, auth: &str, body: &str) -> (u16, serde_json::Value) {
-    let own = format!("https://{}", c.authority());
-    let req = c
-        .request(method, path, Some(auth))
-        .header("content-type", "application/json")
-        .header("origin", own)
-        .body(Full::from(body.to_string()))
-        .unwrap();
-    let r = c.call(req).await;
-    (
-        r.status.as_u16(),
-        serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body)),
-    )
-}
+use crate::common::client::{EventLog, Https, basic, json};
+use crate::common::opencode::{AFTER_TOOL, ANSWER, opencode_bin};
+use crate::common::stack::{ALICE_PW, alice, setup};
 
 async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
     let child = tokio::process::Command::new(opencode_bin())
@@ -225,7 +79,11 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
             .await,
         "the prompt went through the gateway"
     );
-    // Without the dev CA, the client refuses the gateway's certificate.
+    // Without the dev CA, the client refuses the gateway's certificate: `opencode run` only says
+    // "Session not found" for any failure, so the reason is read on the gateway's side: the
+    // connection failed in the TLS handshake (counted), and no request of it was logged.
+    let failures = s.gw.metric("tls_handshake_failures_total");
+    let requests = s.gw.metric("requests_total");
     let out = tokio::process::Command::new(opencode_bin())
         .args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
         .env("NODE_EXTRA_CA_CERTS", "/dev/null")
@@ -235,6 +93,13 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
         .await
         .unwrap();
     assert!(!out.status.success());
+    assert!(
+        s.gw.metric("tls_handshake_failures_total") > failures && s.gw.metric("requests_total") == requests,
+        "not refused at the TLS handshake:\n{}{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        s.gw.logs()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,10 +114,9 @@ async fn the_permission_loop_completes_through_the_gateway() {
     )
     .await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
-    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (status, session) = json(&s.client, "POST", "/p/demo/session", &alice(), "{}").await;
-    assert_eq!(status, 200, "{session}");
+    // OpenCode joins the stream to its bus just after "connected": the test's session is one whose
+    // session.created came through, so the stream carries what follows.
+    let session = events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     let id = session["id"].as_str().unwrap().to_string();
     let (status, _) = json(
         &s.client,

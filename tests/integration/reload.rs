@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, basic, read_until};
+use crate::common::client::{Https, basic, read_until, try_read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
@@ -158,7 +158,7 @@ async fn a_config_that_does_not_validate_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones() {
-    use crate::supervise::{project_port, server_config, server_pid, spawned};
+    use crate::common::supervised::{project_port, server_config, server_pid, spawned};
     let model = crate::common::opencode::FakeModel::start("true").await;
     let dirs = tempfile::tempdir().unwrap();
     for d in ["a", "b", "c"] {
@@ -182,8 +182,25 @@ async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones()
         .await
         .into_body();
     read_until(&mut stream, Duration::from_secs(10), |t| t.contains("server.connected")).await;
-    // OpenCode joins the stream to its bus just after "connected"; give it that instant.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // OpenCode joins the stream to its bus just after "connected": make probe sessions in a until
+    // one is announced on the stream (bounded), so the check after the reload can fail only for it.
+    let mut probes = Vec::new();
+    while probes.len() < 5 {
+        let (status, probe) = crate::common::client::json(&c, "POST", "/p/a/session", &alice, "{}").await;
+        assert_eq!(status, 200, "{probe}");
+        let id = probe["id"].as_str().unwrap().to_string();
+        if try_read_until(&mut stream, Duration::from_secs(3), |t| t.contains(&id))
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        probes.push(id);
+    }
+    assert!(
+        probes.len() < 5,
+        "no probe session {probes:?} was announced on a's stream"
+    );
 
     gw.write_config(&server_config(&format!("{}{}", proj("a"), proj("c"))));
     reloaded(&gw, "sighup").await;
@@ -211,7 +228,7 @@ async fn reload_keeps_unchanged_servers_stops_removed_ones_and_starts_new_ones()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     // The stream opened on a before the reload still carries a's events.
-    let (status, _) = crate::real_opencode::json(&c, "POST", "/p/a/session", &alice, "{}").await;
+    let (status, _) = crate::common::client::json(&c, "POST", "/p/a/session", &alice, "{}").await;
     assert_eq!(status, 200);
     let got = read_until(&mut stream, Duration::from_secs(10), |t| t.contains("session.created")).await;
     assert!(got.contains("session.created"), "{got}");

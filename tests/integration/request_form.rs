@@ -7,7 +7,7 @@ use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::client::{Https, basic};
-use crate::proxy::two_projects;
+use crate::common::stack::two_projects;
 
 fn alice() -> String {
     basic("alice", "alice-password-1")

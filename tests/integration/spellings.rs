@@ -6,8 +6,8 @@
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic};
-use crate::pinning::direct_call;
-use crate::real_opencode::{alice, json, setup_pinned};
+use crate::common::client::{direct_call, json};
+use crate::common::stack::{alice, setup_pinned};
 
 fn vera() -> String {
     basic("vera", "vera-password-1")

@@ -118,6 +118,11 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
     assert!(stderr(&out).contains("only forwards to projects"), "{}", stderr(&out));
     let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "alice", &["-s"], &["sftp"])));
     assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("only forwards to projects"),
+        "sftp refused for having no session channel, not another reason: {}",
+        stderr(&out)
+    );
     // A remote forward.
     let out = tokio::task::block_in_place(|| {
         run(ssh(
@@ -170,6 +175,11 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
         s.gw.logs()
     );
     let logs = s.gw.logs();
+    assert_eq!(
+        logs.matches("reason=\"session_refused\"").count(),
+        2,
+        "the command and sftp are both refused as sessions:\n{logs}"
+    );
     for reason in [
         "session_refused",
         "remote_forward_refused",

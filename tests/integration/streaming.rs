@@ -9,7 +9,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::common::client::{Https, basic, read, read_until};
-use crate::proxy::two_projects;
+use crate::common::stack::two_projects;
 
 fn alice() -> String {
     basic("alice", "alice-password-1")

@@ -4,89 +4,19 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::client::json;
 use crate::common::client::{Https, basic};
-use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::opencode::{FakeModel, opencode_bin};
-use crate::real_opencode::json;
+use crate::common::gateway::{Gateway, base_config};
+use crate::common::opencode::FakeModel;
+use crate::common::supervised::{
+    admin_user, pids_with, project_port, project_status, server_config, server_pid, spawned,
+};
 
 const SECRET_ENV: &str = "GATEWAY_ONLY_SECRET";
 const SECRET_VALUE: &str = "never-in-a-project-env-93";
 
-fn admin_user() -> String {
-    users_toml(&[TestUser {
-        name: "alice",
-        password: "alice-password-1",
-        projects: "[\"*\"]",
-        role: "admin",
-    }])
-}
-
 fn alice() -> String {
     basic("alice", "alice-password-1")
-}
-
-/// A spawned-project table with the fake model configured.
-pub fn spawned(name: &str, dir: &Path, model: &FakeModel, extra: &str) -> String {
-    let config = model.config_json().replace('\\', "\\\\").replace('"', "\\\"");
-    format!(
-        "[[project]]\nname = \"{name}\"\ndirectory = \"{}\"\nspawn = true\n{extra}\nenv = {{ OPENCODE_CONFIG_CONTENT = \"{config}\", OPENCODE_DISABLE_MODELS_FETCH = \"1\" }}\n\n",
-        dir.display()
-    )
-}
-
-pub fn server_config(projects: &str) -> String {
-    base_config(&format!("{projects}{}", admin_user())).replace(
-        "state_dir = \"state\"\n",
-        &format!(
-            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
-            opencode_bin().display()
-        ),
-    )
-}
-
-/// Processes whose command line contains `needle`.
-pub fn pids_with(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
-/// The port a spawned project's server listens on, from the admin status.
-pub fn project_port(gw: &Gateway, project: &str) -> Option<u16> {
-    let (_, body) = gw.control("GET", "/status");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let p = v["projects"].as_array()?.iter().find(|p| p["name"] == project)?.clone();
-    p["status"].as_str()?.strip_prefix("ready at 127.0.0.1:")?.parse().ok()
-}
-
-pub fn project_status(gw: &Gateway, project: &str) -> String {
-    let (_, body) = gw.control("GET", "/status");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v["projects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == project)
-        .unwrap()["status"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-pub fn server_pid(port: u16) -> u32 {
-    let pids = pids_with(&format!("serve --hostname 127.0.0.1 --port {port}"));
-    assert_eq!(pids.len(), 1, "one server on port {port}: {pids:?}");
-    pids[0]
 }
 
 fn alive(pid: u32) -> bool {
@@ -142,7 +72,7 @@ async fn spawned_servers_are_private_and_see_only_their_own_sessions() {
     let cmdline = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/cmdline")).unwrap()).replace('\0', " ");
     assert!(cmdline.contains("--cors https://a.gw.localhost:"), "{cmdline}");
     // The server wants its password: nobody reaches it around the gateway without it.
-    let raw = crate::pinning::direct_call(port_a, "wrong", "GET", "/global/health", &[], "").await;
+    let raw = crate::common::client::direct_call(port_a, "wrong", "GET", "/global/health", &[], "").await;
     assert!(!raw.contains("healthy"), "{raw}");
     // Sessions of a are invisible to b: separate processes, separate data.
     let (status, session) = json(&c, "POST", "/p/a/session", &alice(), "{}").await;
@@ -165,8 +95,14 @@ async fn an_on_demand_project_starts_on_its_first_request() {
     let dir = tempfile::tempdir().unwrap();
     let config = server_config(&spawned("lazy", dir.path(), &model, "start = \"on-demand\""));
     let gw = Gateway::start(&config);
+    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    // That it did NOT start cannot be awaited: look again after a while with no request.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    assert!(
+        pids_with(&dir.path().display().to_string()).is_empty(),
+        "no server runs yet"
+    );
     let c = Https::new(gw.https, &gw.ca());
     assert_eq!(c.get("/p/lazy/global/health", Some(&alice())).await.status, 200);
     assert!(project_status(&gw, "lazy").starts_with("ready at"));

@@ -3,8 +3,8 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
@@ -230,4 +230,161 @@ pub async fn plain_send(
     .await
     .expect("a response within 60 s")
     .unwrap()
+}
+
+/// A request straight to an upstream (no gateway), with its own password.
+pub async fn direct_call(
+    port: u16,
+    password: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", format!("127.0.0.1:{port}"))
+        .header("authorization", basic("opencode", password))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    let resp = send
+        .send_request(b.body(Full::<bytes::Bytes>::from(body.to_string())).unwrap())
+        .await
+        .unwrap();
+    crate::common::client::read(resp).await.body
+}
+
+/// Collects an SSE stream's text in the background.
+pub struct EventLog {
+    text: Arc<Mutex<String>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventLog {
+    pub async fn open(c: &Https, path: &str, auth: &str) -> EventLog {
+        let resp = c
+            .send(c.request("GET", path, Some(auth)).body(Full::default()).unwrap())
+            .await;
+        assert_eq!(resp.status(), 200, "event stream {path}");
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = text.clone();
+        let task = tokio::spawn(async move {
+            let mut body = resp.into_body();
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(d) = frame.data_ref() {
+                    sink.lock().unwrap().push_str(&String::from_utf8_lossy(d));
+                }
+            }
+        });
+        EventLog { text, task }
+    }
+
+    /// The `data:` payloads of one event type seen so far.
+    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        self.text
+            .lock()
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .map(|v| {
+                if v.get("payload").is_some() {
+                    v["payload"].clone()
+                } else {
+                    v
+                }
+            })
+            .filter(|v| v["type"] == kind)
+            .collect()
+    }
+
+    pub async fn wait_for(&self, kind: &str, within: Duration) -> serde_json::Value {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(v) = self.events(kind).into_iter().next() {
+                return v;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {kind} event within {within:?}; got:\n{}",
+                self.text.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl EventLog {
+    /// OpenCode joins a stream to its bus just after saying "server.connected": an event made in
+    /// that instant is never sent. Create sessions with `POST session_path` until one's
+    /// `session.created` arrives here (bounded: 5 sessions, 3 s each) and return that session;
+    /// fails with the sessions made and what the stream said.
+    pub async fn until_subscribed(&self, c: &Https, session_path: &str, auth: &str) -> serde_json::Value {
+        let mut made = Vec::new();
+        for _ in 0..5 {
+            let (status, session) = json(c, "POST", session_path, auth, "{}").await;
+            assert_eq!(status, 200, "a probe session: {session}");
+            let id = session["id"].as_str().unwrap().to_string();
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while Instant::now() < deadline {
+                if self
+                    .events("session.created")
+                    .iter()
+                    .any(|e| e.to_string().contains(&id))
+                {
+                    return session;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            made.push(id);
+        }
+        panic!(
+            "none of the sessions {made:?} was announced on the stream; it said:\n{}",
+            self.text.lock().unwrap()
+        );
+    }
+}
+
+impl Drop for EventLog {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A JSON request through the gateway from the gateway's own origin: the status and the parsed
+/// body (a string when it is not JSON).
+pub async fn json(c: &Https, method: &str, path: &str, auth: &str, body: &str) -> (u16, serde_json::Value) {
+    let own = format!("https://{}", c.authority());
+    let req = c
+        .request(method, path, Some(auth))
+        .header("content-type", "application/json")
+        .header("origin", own)
+        .body(Full::from(body.to_string()))
+        .unwrap();
+    let r = c.call(req).await;
+    (
+        r.status.as_u16(),
+        serde_json::from_str(&r.body).unwrap_or(serde_json::Value::String(r.body)),
+    )
+}
+
+/// The gateway closed the connection during the TLS handshake (how a connection over a cap is
+/// refused): the handshake ends early, never a certificate or protocol failure.
+pub fn assert_closed_in_handshake(result: std::io::Result<TlsStream<TcpStream>>, what: &str) {
+    use std::io::ErrorKind::{ConnectionReset, UnexpectedEof};
+    match result {
+        Ok(_) => panic!("{what}: the connection was served"),
+        Err(e) => assert!(
+            matches!(e.kind(), UnexpectedEof | ConnectionReset),
+            "{what}: refused for another reason: {e:?}"
+        ),
+    }
 }

@@ -1,5 +1,7 @@
-//! Shared test fixtures: the gateway binary, a TLS client, an in-process fake upstream, and the
-//! real OpenCode server with a fake model.
+//! Shared test fixtures: the gateway binary, a TLS client and request helpers (`client`), an
+//! in-process fake upstream, the real OpenCode server with a fake model, SSH clients, the stacks
+//! tests start (`stack`) and gateway-spawned projects (`supervised`). Helpers more than one test
+//! file uses live here, not in a test file.
 
 #![allow(dead_code)]
 
@@ -8,6 +10,8 @@ pub mod fake_upstream;
 pub mod gateway;
 pub mod opencode;
 pub mod ssh;
+pub mod stack;
+pub mod supervised;
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::{Arc, Mutex};

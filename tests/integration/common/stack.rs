@@ -1,0 +1,96 @@
+//! Gateway stacks the tests start: the gateway in front of two fake upstreams, or in front of the
+//! real OpenCode server with a fake model.
+
+use crate::common::client::{Https, basic};
+use crate::common::fake_upstream::FakeUpstream;
+use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::write_secret;
+
+pub const UPSTREAM_PW: &str = "upstream-secret-Zq81";
+
+/// Two projects on fake upstreams: alice may use both, bob only "web".
+pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, Https) {
+    let web = FakeUpstream::start(UPSTREAM_PW).await;
+    let api = FakeUpstream::start(UPSTREAM_PW).await;
+    let config = base_config(&format!(
+        "{extra}\n{}{}{}",
+        external_project("web", &web.url()),
+        external_project("api", &api.url()),
+        users_toml(&[
+            ALICE,
+            TestUser {
+                name: "bob",
+                password: "bob-password-22",
+                projects: "[\"web\"]",
+                role: "operator"
+            },
+        ])
+    ));
+    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
+    let client = Https::new(gw.https, &gw.ca());
+    (gw, web, api, client)
+}
+
+pub struct Setup {
+    pub model: FakeModel,
+    pub oc: OpenCode,
+    pub gw: Gateway,
+    pub client: Https,
+}
+
+pub const ALICE_PW: &str = "alice-password-1";
+
+pub fn alice() -> String {
+    basic("alice", ALICE_PW)
+}
+
+/// A real OpenCode server behind the gateway as project "demo"; alice is its operator.
+pub async fn setup(bash_command: &str) -> Setup {
+    setup_pinned(bash_command, false).await
+}
+
+/// Like [`setup`]; with `pinned`, the project's `directory` is the server's project folder.
+pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
+    let model = FakeModel::start(bash_command).await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let directory = if pinned {
+        format!("directory = \"{}\"\n", oc.project.display())
+    } else {
+        String::new()
+    };
+    let config = base_config(&format!(
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\n{directory}\n{}",
+        oc.url(),
+        users_toml(&[
+            TestUser {
+                name: "alice",
+                password: ALICE_PW,
+                projects: "[\"*\"]",
+                role: "operator"
+            },
+            TestUser {
+                name: "vera",
+                password: "vera-password-1",
+                projects: "[\"demo\"]",
+                role: "viewer"
+            },
+            TestUser {
+                name: "aaron",
+                password: "aaron-password-1",
+                projects: "[\"demo\"]",
+                role: "approver"
+            },
+            TestUser {
+                name: "adam",
+                password: "adam-password-1",
+                projects: "[\"demo\"]",
+                role: "admin"
+            },
+        ])
+    ));
+    let pw = oc.password.clone();
+    let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
+    let client = Https::new(gw.https, &gw.ca());
+    Setup { model, oc, gw, client }
+}
