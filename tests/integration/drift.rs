@@ -202,13 +202,13 @@ async fn an_unreadable_api_document_leaves_the_table_alone() {
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn the_real_opencode_of_the_tables_version_gets_no_default_spawned_or_external() {
     use crate::common::opencode::FakeModel;
-    use crate::supervise::{server_config, spawned};
+    use crate::common::supervised::{server_config, spawned};
     let model = FakeModel::start("true").await;
     let dir = tempfile::tempdir().unwrap();
     let gw = Gateway::start(&server_config(&spawned("demo", dir.path(), &model, "")));
     assert_real_table_version(&gw, "demo").await;
     drop(gw);
-    let s = crate::real_opencode::setup("true").await;
+    let s = crate::common::stack::setup("true").await;
     assert_real_table_version(&s.gw, "demo").await;
 }
 
