@@ -176,9 +176,9 @@ impl Gateway {
             let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
             let endpoint = endpoint.clone();
             tokio::spawn(async move {
-                if let Some(api) = crate::upstream::api::read(&client, &endpoint, &name).await {
-                    endpoint.api.store(Some(Arc::new(api)));
-                }
+                endpoint
+                    .ensure_api(&client, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
+                    .await;
                 let open = crate::upstream::supervise::health(
                     &client,
                     &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),

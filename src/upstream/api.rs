@@ -17,7 +17,7 @@ use crate::policy::routes::TABLE_VERSION;
 
 /// OpenCode 1.18.33's document is about 400 KB.
 const DOC_MAX: usize = 16 << 20;
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result<Bytes, String> {
     let mut req = Request::get(format!("http://{}{path}", endpoint.authority))

@@ -5,11 +5,14 @@ use base64::engine::general_purpose::STANDARD;
 use http::HeaderValue;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
 use crate::config::Secret;
 use crate::policy::drift::UpstreamApi;
+use crate::upstream::UpstreamClient;
 use crate::upstream::pool::Pool;
 use crate::upstream::redact::Redactor;
 
@@ -29,7 +32,16 @@ pub struct Endpoint {
     /// An external server's version and API document, once read (spawned servers keep theirs in
     /// their `Supervised`, across restarts).
     pub api: ArcSwapOption<UpstreamApi>,
+    /// One read of `api` at a time, and when the last one was tried (an external server that was
+    /// down is asked again on a later request, not more than once per [`API_RETRY`]).
+    api_read: tokio::sync::Mutex<Option<Instant>>,
+    /// Milliseconds after `created` (plus one; 0: never) of the last finished read.
+    api_tried_at: AtomicU64,
+    created: Instant,
 }
+
+/// How soon an external server whose API document could not be read is asked again.
+pub const API_RETRY: Duration = Duration::from_secs(10);
 
 impl Endpoint {
     pub fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
@@ -51,6 +63,39 @@ impl Endpoint {
             auth,
             redactor,
             api: ArcSwapOption::empty(),
+            api_read: tokio::sync::Mutex::new(None),
+            api_tried_at: AtomicU64::new(0),
+            created: Instant::now(),
         }
+    }
+
+    /// Make sure this external server's API document has been read, or tried recently: requests
+    /// that come while a read is under way wait for it (up to `wait`), so a route the server added
+    /// is never judged by the table alone in the moment after start or reload.
+    pub async fn ensure_api(&self, client: &UpstreamClient, project: &str, wait: Duration) {
+        if self.api.load().is_some() || self.api_tried_recently() {
+            return;
+        }
+        let Ok(mut tried) = tokio::time::timeout(wait, self.api_read.lock()).await else {
+            return;
+        };
+        if self.api.load().is_some() || tried.is_some_and(|t| t.elapsed() < API_RETRY) {
+            return;
+        }
+        *tried = Some(Instant::now());
+        if let Some(api) = crate::upstream::api::read(client, self, project).await {
+            self.api.store(Some(Arc::new(api)));
+        }
+        self.api_tried_at.store(
+            tried.map_or(0, |t| t.duration_since(self.created).as_millis() as u64 + 1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// A read failed less than [`API_RETRY`] ago (no lock: a server without a document, such as a
+    /// stand-in, would otherwise take the read lock on every request).
+    fn api_tried_recently(&self) -> bool {
+        let at = self.api_tried_at.load(Ordering::Relaxed);
+        at != 0 && self.created.elapsed().as_millis() as u64 + 1 < at + API_RETRY.as_millis() as u64
     }
 }

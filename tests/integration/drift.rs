@@ -27,6 +27,7 @@ fn newer_api() -> Api {
     Api {
         version: "1.99.0".into(),
         doc: Some(doc.to_string()),
+        doc_delay: Duration::ZERO,
     }
 }
 
@@ -43,6 +44,29 @@ fn config(up: &FakeUpstream, extra: &str) -> String {
         external_project("web", &up.url()),
         users_toml(&[ALICE, VERA])
     ))
+}
+
+/// The moment after start, while the server's document is still being read, is no gap: a
+/// request for a route only the document knows waits for the read instead of being judged by the
+/// table alone (which would take an unknown root for the web UI's files, open to viewers).
+#[tokio::test]
+async fn a_request_while_the_document_is_read_waits_for_it() {
+    let api = Api {
+        doc_delay: Duration::from_millis(1500),
+        ..newer_api()
+    };
+    let up = FakeUpstream::start_with_api(PW, api).await;
+    let gw = Gateway::start_behind(&config(&up, ""), PW);
+    let c = Https::new(gw.https, &gw.ca());
+    let r = c
+        .get("/p/web/newroot/things", Some(&basic(VERA.name, VERA.password)))
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("needs the operator role"), "{}", r.body);
+    assert!(
+        up.seen().iter().all(|s| !s.target.starts_with("/newroot")),
+        "nothing reached the upstream"
+    );
 }
 
 #[tokio::test]
@@ -130,7 +154,7 @@ async fn a_newer_opencode_gets_safe_defaults_a_viewer_cannot_use_and_route_role_
     assert!(targets.contains(&"/session/ses_1/new-thing".to_string()), "{targets:?}");
 
     // status shows the version and the defaulted routes.
-    let (code, status) = gw.admin("GET", "/status");
+    let (code, status) = gw.control("GET", "/status");
     assert_eq!(code, 200);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let api = &status["projects"][0]["api"];
@@ -148,11 +172,11 @@ async fn a_newer_opencode_gets_safe_defaults_a_viewer_cannot_use_and_route_role_
         "[[route_role]]\nmethod = \"GET\"\npath = \"/newroot/things\"\nrole = \"viewer\"\n",
     );
     gw.write_config(&granted);
-    assert_eq!(gw.admin("POST", "/reload").0, 200);
+    assert_eq!(gw.control("POST", "/reload").0, 200);
     assert_eq!(c.get("/p/web/newroot/things", Some(&vera)).await.status, 200);
     let r = c.call(post(&vera)).await;
     assert_eq!(r.status, 403, "{}", r.body);
-    let (_, status) = gw.admin("GET", "/status");
+    let (_, status) = gw.control("GET", "/status");
     assert!(
         status.contains("GET /newroot/things viewer ([[route_role]])"),
         "{status}"
@@ -192,7 +216,7 @@ async fn an_unreadable_api_document_leaves_the_table_alone() {
     // The table alone: an unknown route under a table root is refused, the web UI loads.
     assert_eq!(c.get("/p/web/session/ses_1/new-thing", Some(&vera)).await.status, 403);
     assert_eq!(c.get("/p/web/assets/app.js", Some(&vera)).await.status, 200);
-    let (_, status) = gw.admin("GET", "/status");
+    let (_, status) = gw.control("GET", "/status");
     assert!(status.contains("not read yet"), "{status}");
 }
 
@@ -223,7 +247,7 @@ async fn assert_real_table_version(gw: &Gateway, project: &str) {
         gw.logs()
     );
     assert!(!gw.logs().contains("defaulted="), "{}", gw.logs());
-    let (_, status) = gw.admin("GET", "/status");
+    let (_, status) = gw.control("GET", "/status");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let p = status["projects"]
         .as_array()

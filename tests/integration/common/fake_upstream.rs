@@ -45,6 +45,8 @@ fn full(s: impl Into<Bytes>) -> Body {
 pub struct Api {
     pub version: String,
     pub doc: Option<String>,
+    /// How long `GET /doc` takes (a server busy at start).
+    pub doc_delay: Duration,
 }
 
 impl Default for Api {
@@ -52,6 +54,7 @@ impl Default for Api {
         Api {
             version: "1.18.33".into(),
             doc: None,
+            doc_delay: Duration::ZERO,
         }
     }
 }
@@ -156,7 +159,10 @@ async fn handle(
     let path = req.uri().path().to_string();
     let resp = match (req.method().as_str(), path.as_str()) {
         ("GET", "/global/health") => Response::new(full(format!(r#"{{"healthy":true,"version":"{}"}}"#, api.version))),
-        ("GET", "/doc") if api.doc.is_some() => Response::new(full(api.doc.clone().unwrap_or_default())),
+        ("GET", "/doc") if api.doc.is_some() => {
+            tokio::time::sleep(api.doc_delay).await;
+            Response::new(full(api.doc.clone().unwrap_or_default()))
+        }
         ("GET", "/echo") => {
             let headers: Vec<String> = req
                 .headers()
