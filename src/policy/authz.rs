@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
 use http::Method;
@@ -107,10 +108,14 @@ impl ApiRoute {
 }
 
 /// The table grouped by its first segment (every pattern starts with a literal one).
-pub(super) fn index() -> &'static HashMap<&'static str, Vec<ApiRoute>> {
-    static INDEX: OnceLock<HashMap<&'static str, Vec<ApiRoute>>> = OnceLock::new();
+/// Keys are the table's own root names, fixed at build: a client can look a name up but never add
+/// one, so FNV-1a (several times cheaper than SipHash on short names) is safe.
+type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::state::Fnv1a>>;
+
+pub(super) fn index() -> &'static Index {
+    static INDEX: OnceLock<Index> = OnceLock::new();
     INDEX.get_or_init(|| {
-        let mut map: HashMap<&'static str, Vec<ApiRoute>> = HashMap::new();
+        let mut map = Index::default();
         for &(method, pattern, class) in ROUTES {
             let route = ApiRoute::new(method, pattern, class, Origin::Table);
             map.entry(route.segments[0]).or_default().push(route);
@@ -235,13 +240,9 @@ fn render_static(segs: &[Cow<'_, str>]) -> String {
     out
 }
 
-fn root_routes(first: &str) -> Option<&'static Vec<ApiRoute>> {
-    let index = index();
-    if first.bytes().any(|b| b.is_ascii_uppercase()) {
-        index.get(first.to_ascii_lowercase().as_str())
-    } else {
-        index.get(first)
-    }
+/// The table's routes under a root (given in lower case).
+fn root_routes(root: &str) -> Option<&'static Vec<ApiRoute>> {
+    index().get(root)
 }
 
 /// Match the path (the segments an upstream sees, after any `/p/<name>` prefix) against the
@@ -276,7 +277,7 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
     let root = lower.get();
     // Where the document adds routes to a root, its merged list replaces the table's.
     let doc = extra.upstream.and_then(|u| u.routes(root));
-    let table = if doc.is_some() { None } else { root_routes(first) };
+    let table = if doc.is_some() { None } else { root_routes(root) };
     let api_root = table.is_some()
         || doc.is_some()
         || extra.upstream.is_some_and(|u| u.is_root(root))
