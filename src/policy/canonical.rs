@@ -81,22 +81,35 @@ impl<'a> CanonicalPath<'a> {
 }
 
 fn segment(raw: &str) -> Result<Cow<'_, str>, PathRefusal> {
-    // What follows `;` is a parameter OpenCode ignores.
-    let raw = raw.split(';').next().unwrap_or("");
-    if raw.contains('\\') {
-        return Err(PathRefusal::Backslash);
+    // One pass over the raw bytes (this runs for every segment of every request): what follows
+    // `;` is a parameter OpenCode ignores; a backslash or a control character is refused.
+    let mut end = raw.len();
+    let mut escaped = false;
+    for (i, b) in raw.bytes().enumerate() {
+        match b {
+            b';' => {
+                end = i;
+                break;
+            }
+            b'%' => escaped = true,
+            b'\\' => return Err(PathRefusal::Backslash),
+            0..=0x1f | 0x7f => return Err(PathRefusal::ControlCharacter),
+            _ => {}
+        }
     }
-    let decoded = if raw.contains('%') {
-        Cow::Owned(decode(raw)?)
+    let raw = &raw[..end];
+    let decoded = if escaped {
+        let d = decode(raw)?;
+        if d.bytes().any(|b| b < 0x20 || b == 0x7f) {
+            return Err(PathRefusal::ControlCharacter);
+        }
+        if d.contains(['/', '\\']) {
+            return Err(PathRefusal::EncodedSeparator);
+        }
+        Cow::Owned(d)
     } else {
         Cow::Borrowed(raw)
     };
-    if decoded.bytes().any(|b| b < 0x20 || b == 0x7f) {
-        return Err(PathRefusal::ControlCharacter);
-    }
-    if decoded.contains(['/', '\\']) {
-        return Err(PathRefusal::EncodedSeparator);
-    }
     if decoded == "." || decoded == ".." {
         return Err(PathRefusal::DotSegment);
     }
