@@ -2,7 +2,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use opencode_gateway::config::validate::lexical_clean;
-use opencode_gateway::policy::pin;
+use opencode_gateway::policy::{pin, plan};
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,7 +11,9 @@ fuzz_target!(|data: &[u8]| {
     if pin::inside(root, text) && !text.contains('%') {
         assert!(lexical_clean(&root.join(text)).starts_with(root));
     }
-    if let Some(rule) = pin::body_rule(&http::Method::POST, "/pty") {
-        let _ = pin::check_body(data, &rule, root);
+    for (method, pattern) in [("POST", "/pty"), ("POST", "/experimental/control-plane/move-session")] {
+        if let Some(rule) = plan::body_rule(method, pattern) {
+            let _ = pin::check_body(data, rule, root);
+        }
     }
 });
