@@ -22,6 +22,11 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
     } else {
         None
     };
+    // Handlers first: a SIGTERM that arrives the moment "ready" is printed must drain and stop the
+    // spawned servers, not kill the process with the default action (a test saw exactly that).
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     let running = crate::start(settings.clone()).await?;
     tracing::info!(
         https = %running.https,
@@ -35,9 +40,6 @@ pub async fn serve(config: &Path) -> anyhow::Result<()> {
     );
     print_attach(&settings, running.https.port(), running.ssh, first_user.as_ref());
 
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: draining"); break; }
