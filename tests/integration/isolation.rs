@@ -177,6 +177,7 @@ async fn run_as_keeps_an_operator_out_of_another_projects_files_server_and_the_g
     let gd = gwdir.display().to_string();
     let script = format!(
         r#"echo "WHO:$(id -un)"
+echo "GROUPS:$(id -G)"
 echo "R_B:$(cat {b_s}/secret.txt 2>&1)"
 echo "W_B:$(touch {b_s}/planted 2>&1)"
 echo "R_BSTATE:$(ls {st}/projects/b 2>&1)"
@@ -203,6 +204,7 @@ env | sed 's/^/ENV:/'"#
     let out = text_with(&reply, &format!("WHO:{}", ua.name)).unwrap_or_else(|| panic!("no shell output in {reply}"));
     let denied = |cmd: &str, path: &str| format!("{cmd}: {path}: Permission denied");
     assert_eq!(line(&out, "WHO:"), ua.name);
+    assert_eq!(line(&out, "GROUPS:"), ua.gid.to_string(), "none of root's groups");
     assert_eq!(line(&out, "R_B:"), denied("cat", &format!("{b_s}/secret.txt")));
     assert_eq!(
         line(&out, "W_B:"),
