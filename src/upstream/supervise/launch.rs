@@ -316,3 +316,53 @@ fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     };
     Ok((uid, gid, home))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn spec(state_dir: PathBuf, run_as: Option<&str>) -> SpawnSpec {
+        SpawnSpec {
+            project: "p".into(),
+            directory: "/".into(),
+            env: BTreeMap::new(),
+            run_as: run_as.map(str::to_string),
+            cors: Vec::new(),
+            start: crate::config::StartMode::Eager,
+            opencode_bin: None,
+            search_dirs: Vec::new(),
+            state_dir,
+            ready_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn folders_are_private_and_a_run_as_user_must_be_able_to_reach_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // Without run_as: everything the gateway's, 0700.
+        let root = tmp.path().join("state");
+        let dirs = prepare_dirs(&spec(root.join("projects/p"), None), None).unwrap();
+        assert_eq!(dirs.len(), 4);
+        for d in [
+            root.clone(),
+            root.join("projects"),
+            root.join("projects/p"),
+            root.join("projects/p/data"),
+        ] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        // With run_as, a folder above state_dir the user cannot pass through is named, not fixed.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = prepare_dirs(&spec(root.join("projects/p"), Some("someone")), Some((65534, 65534))).unwrap_err();
+        assert!(
+            err.contains("cannot pass through")
+                && err.contains(&tmp.path().display().to_string())
+                && err.contains("chmod o+x"),
+            "{err}"
+        );
+        assert_eq!(mode(tmp.path()), 0o700, "the gateway changes no folder it does not own");
+    }
+}
