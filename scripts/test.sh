@@ -8,15 +8,29 @@ started=$(date +%s)
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# The run_as isolation test (tests/integration/isolation.rs) creates OS users, which needs root:
+# CI runs this script as root; elsewhere it re-runs itself through sudo when it may, or stops
+# here. OCGW_SKIP_OS_USER_TESTS=1 skips that test knowingly (it says so; it never passes silently).
+if [ "$(id -u)" -ne 0 ] && [ "${OCGW_SKIP_OS_USER_TESTS:-}" != 1 ]; then
+  if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    step "re-running as root: the run_as isolation test creates OS users"
+    exec sudo -E env "PATH=$PATH" "$0" "$@"
+  fi
+  echo "scripts/test.sh: needs root to create OS users for the run_as isolation test; run it as root (CI does), or set OCGW_SKIP_OS_USER_TESTS=1 to skip that test knowingly" >&2
+  exit 1
+fi
+
 # Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
 # test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
-# (a standard client checks the dev CA's name constraints).
+# (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
 command -v ssh >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
+command -v curl >/dev/null || need+=(curl)
+[ "$(id -u)" -ne 0 ] || command -v useradd >/dev/null || need+=(passwd)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"
   sudo=""

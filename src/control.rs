@@ -41,6 +41,12 @@ pub fn socket_path(settings: &Settings) -> PathBuf {
 pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     let dir = path.parent().context("the control socket path has no folder")?;
     std::fs::create_dir_all(dir).with_context(|| format!("server.state_dir: cannot create {}", dir.display()))?;
+    // state_dir itself: nobody else lists or writes it (a project's `run_as` user may only pass
+    // through to its own folder, see upstream/supervise/launch.rs).
+    if let Some(state_dir) = dir.parent() {
+        let mode = std::fs::metadata(state_dir)?.permissions().mode();
+        std::fs::set_permissions(state_dir, std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     let meta = std::fs::metadata(dir)?;

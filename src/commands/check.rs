@@ -10,10 +10,63 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
         crate::listen::tls::server_config(&settings.tls)?;
     }
     print!("{}", summary(&settings));
-    for w in permission_warnings(&settings) {
+    for w in permission_warnings(&settings)
+        .into_iter()
+        .chain(shared_os_user_warnings(&settings))
+    {
         eprintln!("warning: {w}");
     }
     Ok(())
+}
+
+/// Spawned projects that run as the same OS user (the same `run_as`, or both without it) but are
+/// granted to different users: whoever can use one can read and write the other's files and
+/// OpenCode state through it (a shell, the bash tool, the file API), whatever the grants say.
+pub fn shared_os_user_warnings(s: &Settings) -> Vec<String> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut by_os_user: BTreeMap<Option<&str>, Vec<(&str, BTreeSet<&str>)>> = BTreeMap::new();
+    for p in &s.projects {
+        if p.upstream != UpstreamKind::Spawned {
+            continue;
+        }
+        let granted = s
+            .users
+            .iter()
+            .filter(|u| u.grants.role_in(&p.name).is_some())
+            .map(|u| u.name.as_str())
+            .collect();
+        by_os_user
+            .entry(p.run_as.as_deref())
+            .or_default()
+            .push((p.name.as_str(), granted));
+    }
+    let mut out = Vec::new();
+    for (os_user, projects) in &by_os_user {
+        for (i, (a, users_a)) in projects.iter().enumerate() {
+            for (b, users_b) in &projects[i + 1..] {
+                if users_a == users_b {
+                    continue;
+                }
+                let who = match os_user {
+                    Some(u) => format!("OS user {u} (run_as = {u:?})"),
+                    None => "the gateway's own OS user (no run_as)".to_string(),
+                };
+                let list = |set: &BTreeSet<&str>| {
+                    if set.is_empty() {
+                        "nobody".to_string()
+                    } else {
+                        set.iter().copied().collect::<Vec<_>>().join(", ")
+                    }
+                };
+                out.push(format!(
+                    "projects {a} and {b} both run as {who} but are granted to different users ({a}: {}; {b}: {}); anyone who can use one can read and write the other's files through it. Fix: give each project its own run_as user, or grant both to the same users",
+                    list(users_a),
+                    list(users_b)
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// The config (password hashes) and private keys must be readable by their owner only; a looser

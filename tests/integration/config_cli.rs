@@ -325,3 +325,51 @@ fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
         "evil.example: {refused:?}"
     );
 }
+
+#[test]
+fn check_warns_when_projects_of_different_users_share_an_os_user() {
+    use crate::common::gateway::{TestUser, base_config, users_toml};
+    let dir = tempfile::tempdir().unwrap();
+    let mut projects = String::new();
+    for (name, run_as) in [("a", ""), ("b", ""), ("c", "ocgw-c"), ("d", "ocgw-c"), ("e", "ocgw-e")] {
+        std::fs::create_dir(dir.path().join(name)).unwrap();
+        let run_as = if run_as.is_empty() {
+            String::new()
+        } else {
+            format!("run_as = \"{run_as}\"\n")
+        };
+        projects += &format!("[[project]]\nname = \"{name}\"\ndirectory = \"{name}\"\nspawn = true\n{run_as}\n");
+    }
+    let user = |name, projects| TestUser {
+        name,
+        password: "pw-for-check-1",
+        projects,
+        role: "operator",
+    };
+    // a and b: the gateway's own user, different people. c and d: one run_as, the same people.
+    // e: its own user.
+    let config = base_config(&format!(
+        "{projects}{}",
+        users_toml(&[
+            user("ann", "[\"a\", \"c\", \"d\"]"),
+            user("ben", "[\"b\", \"c\", \"d\", \"e\"]"),
+        ])
+    ));
+    let file = dir.path().join("gateway.toml");
+    crate::common::write_secret(&file, &config);
+    let out = cli(&["check", "-c", file.to_str().unwrap()], None, dir.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let warnings: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("warning: projects"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            "warning: projects a and b both run as the gateway's own OS user (no run_as) but are granted to different users (a: ann; b: ben); anyone who can use one can read and write the other's files through it. Fix: give each project its own run_as user, or grant both to the same users"
+        ],
+        "{}",
+        text(&out)
+    );
+}

@@ -6,12 +6,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::SinkExt;
 use http_body_util::Full;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::common::client::{EventLog, Https, basic, json};
+use crate::common::client::{EventLog, basic, json, pty_socket, read_terminal_until};
 use crate::common::opencode::{AFTER_TOOL, ANSWER, opencode_bin};
 use crate::common::stack::{ALICE_PW, alice, setup};
 
@@ -184,40 +183,6 @@ fn urlencode(s: &str) -> String {
             }
         })
         .collect()
-}
-
-async fn pty_socket(
-    c: &Https,
-    path: &str,
-    auth: Option<&str>,
-) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-    let mut req = format!("wss://{}{path}", c.authority()).into_client_request().unwrap();
-    if let Some(a) = auth {
-        req.headers_mut().insert("authorization", a.parse().unwrap());
-    }
-    req.headers_mut()
-        .insert("origin", format!("https://{}", c.authority()).parse().unwrap());
-    tokio_tungstenite::client_async(req, c.tls().await)
-        .await
-        .expect("websocket through the gateway")
-        .0
-}
-
-async fn read_terminal_until(
-    ws: &mut tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
-    needle: &str,
-) -> String {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut seen = String::new();
-    while !seen.contains(needle) {
-        match tokio::time::timeout_at(deadline, ws.next()).await {
-            Ok(Some(Ok(Message::Text(t)))) => seen.push_str(t.as_str()),
-            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
-            Ok(Some(Ok(_))) => {}
-            _ => break,
-        }
-    }
-    seen
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 //! its whole process group.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,7 +36,11 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
     let bin = find_opencode(spec)?;
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let password = random_password();
-    let dirs = prepare_dirs(spec)?;
+    let owner = match &spec.run_as {
+        Some(user) => Some(lookup_user(user)?),
+        None => None,
+    };
+    let dirs = prepare_dirs(spec, owner.as_ref().map(|(uid, gid, _)| (*uid, *gid)))?;
     let mut cmd = Command::new(&bin);
     cmd.arg("serve")
         .arg("--hostname")
@@ -66,19 +70,7 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
     }
     cmd.env("OPENCODE_SERVER_USERNAME", "opencode");
     cmd.env("OPENCODE_SERVER_PASSWORD", password.expose());
-    if let Some(user) = &spec.run_as {
-        let (uid, gid, home) = lookup_user(user)?;
-        for dir in dirs.values() {
-            let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-            // SAFETY: chown on a NUL-terminated path we own; the result is checked.
-            if unsafe { libc::chown(c.as_ptr(), uid, gid) } != 0 {
-                return Err(format!(
-                    "cannot give {} to {user}: {}",
-                    dir.display(),
-                    std::io::Error::last_os_error()
-                ));
-            }
-        }
+    if let (Some(user), Some((uid, gid, home))) = (&spec.run_as, owner) {
         cmd.uid(uid)
             .gid(gid)
             .env("HOME", home)
@@ -240,9 +232,41 @@ fn random_password() -> Secret {
     ))
 }
 
-/// The server's private XDG directories (0700) under the gateway's state directory.
-fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, String> {
-    use std::os::unix::fs::DirBuilderExt;
+/// The server's private XDG directories under the gateway's state directory:
+/// `<state_dir>/projects/<project>/{data,config,cache,state}`, each 0700 and, with `run_as`,
+/// the project's folder and its XDG folders belong to that user. `state_dir` and `projects` stay
+/// the gateway's: 0700, or 0711 with `run_as` (others may pass through to the folder they own,
+/// never list or write; the control socket's folder stays 0700).
+fn prepare_dirs(spec: &SpawnSpec, owner: Option<(u32, u32)>) -> Result<BTreeMap<&'static str, PathBuf>, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let project_dir = &spec.state_dir;
+    let projects = project_dir.parent().unwrap_or(project_dir);
+    let root = projects.parent().unwrap_or(projects);
+    let set_mode = |dir: &Path, mode: u32| {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", dir.display()))
+    };
+    for dir in [root, projects] {
+        make_dir(dir)?;
+        // Never readable or writable by others; passable only while a project runs as another user
+        // (a project without `run_as` leaves what another one needs).
+        let mode = std::fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0o700);
+        set_mode(dir, if owner.is_some() { 0o711 } else { mode & 0o711 })?;
+    }
+    if let Some(user) = &spec.run_as {
+        // The user must pass through every folder above its own to reach it.
+        for up in root.ancestors().skip(1) {
+            let mode = std::fs::metadata(up).map(|m| m.permissions().mode()).unwrap_or(0);
+            if mode & 0o001 == 0 {
+                return Err(format!(
+                    "run_as = {user:?}: the user cannot pass through {} (mode {:o}) to reach its folders under server.state_dir; fix: chmod o+x {0}, or choose a state_dir others can reach",
+                    up.display(),
+                    mode & 0o7777
+                ));
+            }
+        }
+    }
+    let mut mine = vec![project_dir.clone()];
     let mut dirs = BTreeMap::new();
     for (var, sub) in [
         ("XDG_DATA_HOME", "data"),
@@ -250,15 +274,28 @@ fn prepare_dirs(spec: &SpawnSpec) -> Result<BTreeMap<&'static str, PathBuf>, Str
         ("XDG_CACHE_HOME", "cache"),
         ("XDG_STATE_HOME", "state"),
     ] {
-        let dir = spec.state_dir.join(sub);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let dir = project_dir.join(sub);
+        mine.push(dir.clone());
         dirs.insert(var, dir);
     }
+    for dir in &mine {
+        make_dir(dir)?;
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(dir, Some(uid), Some(gid))
+                .map_err(|e| format!("cannot give {} to uid {uid}: {e}", dir.display()))?;
+        }
+        set_mode(dir, 0o700)?;
+    }
     Ok(dirs)
+}
+
+fn make_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
 fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
@@ -278,4 +315,54 @@ fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
         ((*pw).pw_uid, (*pw).pw_gid, PathBuf::from(home))
     };
     Ok((uid, gid, home))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn spec(state_dir: PathBuf, run_as: Option<&str>) -> SpawnSpec {
+        SpawnSpec {
+            project: "p".into(),
+            directory: "/".into(),
+            env: BTreeMap::new(),
+            run_as: run_as.map(str::to_string),
+            cors: Vec::new(),
+            start: crate::config::StartMode::Eager,
+            opencode_bin: None,
+            search_dirs: Vec::new(),
+            state_dir,
+            ready_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn folders_are_private_and_a_run_as_user_must_be_able_to_reach_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // Without run_as: everything the gateway's, 0700.
+        let root = tmp.path().join("state");
+        let dirs = prepare_dirs(&spec(root.join("projects/p"), None), None).unwrap();
+        assert_eq!(dirs.len(), 4);
+        for d in [
+            root.clone(),
+            root.join("projects"),
+            root.join("projects/p"),
+            root.join("projects/p/data"),
+        ] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        // With run_as, a folder above state_dir the user cannot pass through is named, not fixed.
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = prepare_dirs(&spec(root.join("projects/p"), Some("someone")), Some((65534, 65534))).unwrap_err();
+        assert!(
+            err.contains("cannot pass through")
+                && err.contains(&tmp.path().display().to_string())
+                && err.contains("chmod o+x"),
+            "{err}"
+        );
+        assert_eq!(mode(tmp.path()), 0o700, "the gateway changes no folder it does not own");
+    }
 }

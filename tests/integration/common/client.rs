@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use bytes::Bytes;
+use futures_util::StreamExt;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -17,6 +18,8 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 pub fn basic(user: &str, password: &str) -> String {
     format!(
@@ -387,4 +390,40 @@ pub fn assert_closed_in_handshake(result: std::io::Result<TlsStream<TcpStream>>,
             "{what}: refused for another reason: {e:?}"
         ),
     }
+}
+
+/// A terminal's WebSocket through the gateway (`path` is its `…/connect` URL), with our Origin.
+pub async fn pty_socket(
+    c: &Https,
+    path: &str,
+    auth: Option<&str>,
+) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let mut req = format!("wss://{}{path}", c.authority()).into_client_request().unwrap();
+    if let Some(a) = auth {
+        req.headers_mut().insert("authorization", a.parse().unwrap());
+    }
+    req.headers_mut()
+        .insert("origin", format!("https://{}", c.authority()).parse().unwrap());
+    tokio_tungstenite::client_async(req, c.tls().await)
+        .await
+        .expect("websocket through the gateway")
+        .0
+}
+
+/// What a terminal prints until `needle` appears (or 20 s pass).
+pub async fn read_terminal_until(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+    needle: &str,
+) -> String {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        match tokio::time::timeout_at(deadline, ws.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => seen.push_str(t.as_str()),
+            Ok(Some(Ok(Message::Binary(b)))) => seen.push_str(&String::from_utf8_lossy(&b)),
+            Ok(Some(Ok(_))) => {}
+            _ => break,
+        }
+    }
+    seen
 }

@@ -9,6 +9,7 @@ pub mod client;
 pub mod fake_upstream;
 pub mod gateway;
 pub mod opencode;
+pub mod os_users;
 pub mod ssh;
 pub mod stack;
 pub mod supervised;
