@@ -47,6 +47,7 @@ pub mod reload;
 pub mod rewrite;
 pub mod ssh;
 pub mod state;
+pub mod store;
 pub mod telemetry;
 pub mod ttl_map;
 pub mod upstream;
