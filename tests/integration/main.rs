@@ -28,3 +28,4 @@ mod spellings;
 mod ssh;
 mod streaming;
 mod supervise;
+mod tokens;
