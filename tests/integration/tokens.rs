@@ -208,3 +208,58 @@ async fn a_revoked_token_is_refused_on_the_next_request_without_a_reload() {
     assert_eq!(gw.metric("reloads_total"), 0);
     assert!(!cli(&gw, &["revoke", &id]).status.success(), "revoked once");
 }
+
+/// A scripted fleet: 20 `opencode run --attach … -u alice -p <token>` at once against the real
+/// OpenCode server (fake model) all complete; after `token revoke` the next run fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_fleet_of_opencode_runs_with_one_token_completes_and_stops_after_revoke() {
+    use crate::real_opencode::run_cli;
+    let s = crate::common::stack::setup("echo unused").await;
+    let token = create(&s.gw, &["alice", "--label", "fleet", "--ttl", "10m"]);
+    let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
+    let work = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let runs: Vec<_> = (0..20)
+        .map(|i| {
+            let (url, token, ca, cwd) = (url.clone(), token.clone(), s.gw.ca(), work.path().to_path_buf());
+            tokio::spawn(async move {
+                let prompt = format!("fleet job {i}");
+                run_cli(
+                    &["run", "--attach", &url, "-u", "alice", "-p", &token, &prompt],
+                    &ca,
+                    &cwd,
+                )
+                .await
+            })
+        })
+        .collect();
+    for (i, run) in runs.into_iter().enumerate() {
+        let out = run.await.unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stderr).contains("fake-model"),
+            "run {i} failed: {}\n{}\ngateway:\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            s.gw.logs()
+        );
+    }
+    eprintln!("20 runs with one token in {:?}", started.elapsed());
+    assert_eq!(s.gw.metric("argon2_verifications_total"), 0);
+    let id = list(&s.gw)
+        .lines()
+        .find(|l| l.contains("fleet"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    assert!(cli(&s.gw, &["revoke", &id]).status.success());
+    let out = run_cli(
+        &["run", "--attach", &url, "-u", "alice", "-p", &token, "after revoke"],
+        &s.gw.ca(),
+        work.path(),
+    )
+    .await;
+    assert!(!out.status.success(), "a run with a revoked token succeeded");
+    assert!(s.gw.wait_log("reason=\"token_revoked\"", Duration::from_secs(5)).await);
+    assert!(!s.gw.logs().contains(&token[5..]), "the token is in the log");
+}
