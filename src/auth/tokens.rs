@@ -7,7 +7,8 @@
 //! argon2 (256 random bits need no stretching). A token narrows its user's grants, never widens
 //! them: at create time a wider scope is refused, and at use time the token's scope is intersected
 //! with the user's grants of the moment. A wrong, expired or revoked token is charged to the login
-//! limiter like a wrong password.
+//! limiter like a wrong password; once an address is over its budget, its uncached tokens get 429
+//! before the database is asked (a valid token is not charged: a CI fleet cannot lock itself out).
 
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
@@ -236,6 +237,9 @@ pub struct Tokens {
     cache: TtlMap<TokenDigest, Arc<Verified>>,
     /// Bumped when the CLI says tokens changed: every cached verification is void at once.
     generation: AtomicU64,
+    /// Addresses the login limiter refused, until when: their next uncached token gets 429
+    /// before the database is asked, right or wrong, as a password would before argon2.
+    limited: TtlMap<IpAddr, std::time::Instant>,
 }
 
 /// Why a token was refused (a stable log field).
@@ -254,7 +258,15 @@ impl Tokens {
             key,
             cache: TtlMap::new(CACHE_ENTRIES, CACHE_TTL),
             generation: AtomicU64::new(0),
+            limited: TtlMap::new(CACHE_ENTRIES, Duration::from_secs(60)),
         }
+    }
+
+    /// How long `peer` must still wait, when the limiter refused it lately.
+    fn limited_for(&self, peer: IpAddr) -> Option<Duration> {
+        let until = self.limited.get(&crate::ratelimit::address_key(peer))?;
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        (!left.is_zero()).then_some(left)
     }
 
     pub fn open(state_dir: &Path) -> anyhow::Result<Tokens> {
@@ -337,7 +349,19 @@ pub async fn authenticate(
     let digest = digest(&tokens.key, token.expose());
     let verdict = match tokens.cached(&digest) {
         Some(v) => Ok(v),
-        None => tokens.lookup(digest).await?,
+        None => {
+            // Charged before the lookup's answer counts: an address over its login budget learns
+            // nothing from the database until the budget refills.
+            if let Some(retry_after) = tokens.limited_for(peer) {
+                gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(target: "security", peer = %peer, reason = "address", "token refused before lookup: login limit reached");
+                return Err(HttpError::LoginLimited {
+                    retry_after,
+                    reason: "address",
+                });
+            }
+            tokens.lookup(digest).await?
+        }
     };
     let refusal = match verdict {
         Ok(v) if v.expires_at <= now_unix() => Refusal::Expired(v.id.clone(), v.user.clone()),
@@ -378,6 +402,10 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
     };
     let id = id.map_or("-", |i| &**i);
     if let Err(denied) = gw.limiters.login_attempt(peer, user) {
+        if denied.reason == "address" {
+            let until = std::time::Instant::now() + denied.retry_after;
+            gw.tokens.limited.insert(crate::ratelimit::address_key(peer), until);
+        }
         gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
         return HttpError::LoginLimited {
