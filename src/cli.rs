@@ -49,6 +49,13 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
         config: PathBuf,
     },
+    /// API tokens for scripts and CI: usable as the Basic password (`-p`) or as `Authorization: Bearer`.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
     /// Certificates.
     Cert {
         #[command(subcommand)]
@@ -84,6 +91,30 @@ pub enum UserAction {
     Remove { name: String },
     /// List users, their projects and roles.
     List,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokenAction {
+    /// Make a token for a user and print it (once; only its digest is stored).
+    Create {
+        user: String,
+        /// Only these projects, comma-separated (default: all the user's).
+        #[arg(long, value_delimiter = ',')]
+        projects: Option<Vec<String>>,
+        /// At most this role: viewer | approver | operator | admin (default: the user's).
+        #[arg(long)]
+        role: Option<String>,
+        /// Lifetime: 30d, 12h, 90m, 45s.
+        #[arg(long, default_value = "30d")]
+        ttl: String,
+        /// A note to recognise it by in `token list`.
+        #[arg(long, default_value = "")]
+        label: String,
+    },
+    /// List tokens (of one user, when given): id, label, scope, expiry, last use.
+    List { user: Option<String> },
+    /// Revoke a token by id; a running gateway refuses it from the next request on.
+    Revoke { id: String },
 }
 
 #[derive(Subcommand, Debug)]

@@ -130,6 +130,11 @@ fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Response<Full
                 serde_json::json!({"reloaded": false, "error": why}).to_string(),
             ),
         },
+        // `token revoke` says so after writing the database: cached verifications end now.
+        (&Method::POST, "/tokens/changed") => {
+            gw.tokens.invalidate();
+            reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
+        }
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
 }

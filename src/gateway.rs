@@ -63,6 +63,8 @@ pub struct Gateway {
     pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
+    /// API tokens: the state database, the digest key, a short cache of verified tokens.
+    pub tokens: crate::auth::tokens::Tokens,
     pub upstream: UpstreamClient,
     pub supervisor: Supervisor,
     pub metrics: Metrics,
@@ -82,6 +84,7 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
         let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
+        let tokens = crate::auth::tokens::Tokens::open(&settings.server.state_dir)?;
         let state = State::build(settings, tls, &supervisor)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::listen::open_file_limit();
@@ -104,6 +107,7 @@ impl Gateway {
             connection_cap,
             streams: Arc::default(),
             tickets: Tickets::default(),
+            tokens,
             upstream,
             supervisor,
             metrics: Metrics::default(),

@@ -15,7 +15,8 @@
 //! - `upstream/`: the OpenCode side: endpoints, keep-alive pools, redaction, supervision of
 //!   spawned `opencode serve`, the general client for health checks.
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
-//!   PTY tickets. `rewrite` (headers and query, pure), `workers` (one runtime per core).
+//!   PTY tickets, API tokens (`tokens`). `store/`: the state database (SQLite behind one trait;
+//!   tokens now, browser sessions and devices later). `rewrite` (headers and query, pure), `workers` (one runtime per core).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
 //!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
 //!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
@@ -47,6 +48,7 @@ pub mod reload;
 pub mod rewrite;
 pub mod ssh;
 pub mod state;
+pub mod store;
 pub mod telemetry;
 pub mod ttl_map;
 pub mod upstream;

@@ -6,6 +6,7 @@
 pub mod cache;
 pub mod credentials;
 pub mod tickets;
+pub mod tokens;
 pub mod verifier;
 
 use std::net::IpAddr;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+pub(crate) fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
     let settings = crate::config::load(config)?;
     let socket = crate::control::socket_path(&settings);
     let mut s = UnixStream::connect(&socket).with_context(|| {

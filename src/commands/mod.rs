@@ -5,6 +5,7 @@ pub mod check;
 pub mod init;
 pub mod password;
 pub mod serve;
+pub mod token;
 pub mod user;
 
 use std::path::Path;
@@ -31,6 +32,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::User { action, config } => user::user(&config, action),
+        Command::Token { action, config } => token::token(&config, action),
         Command::Cert {
             action: CertAction::Dev { out, config },
         } => cert_dev(&out, &config),

@@ -18,6 +18,10 @@ pub enum HttpError {
     BadCredentials,
     #[error("{0}")]
     MalformedCredentials(String),
+    #[error("the API token is wrong, expired or revoked")]
+    BadToken,
+    #[error("the gateway's state database is not available; try again")]
+    StateUnavailable,
     #[error("too many login attempts ({reason} limit); try again in {} s", retry_secs(*retry_after))]
     LoginLimited {
         retry_after: Duration,
@@ -71,13 +75,13 @@ impl From<&HttpError> for StatusCode {
     fn from(e: &HttpError) -> StatusCode {
         use HttpError::*;
         match e {
-            Unauthenticated | BadCredentials | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
+            Unauthenticated | BadCredentials | BadToken | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
             LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
             UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
             UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamStarting { .. } | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            UpstreamStarting { .. } | StateUnavailable | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
@@ -95,6 +99,8 @@ impl HttpError {
             Unauthenticated => "unauthenticated",
             BadCredentials => "bad_credentials",
             MalformedCredentials(_) => "malformed_credentials",
+            BadToken => "bad_token",
+            StateUnavailable => "state_unavailable",
             LoginLimited { .. } => "login_limited",
             RateLimited { .. } => "rate_limited",
             TooManyStreams { .. } => "too_many_streams",
@@ -168,6 +174,8 @@ mod tests {
         let cases: Vec<(HttpError, u16)> = vec![
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
+            (HttpError::BadToken, 401),
+            (HttpError::StateUnavailable, 503),
             (
                 HttpError::LoginLimited {
                     retry_after: Duration::from_millis(1500),

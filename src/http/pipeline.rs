@@ -18,6 +18,7 @@ use super::forward::{self, Forwarding};
 use super::request::{self, Reading, Target};
 use super::{ConnInfo, Front};
 use crate::auth::credentials::{self, Credentials};
+use crate::auth::tokens;
 use crate::gateway::Gateway;
 use crate::policy::plan::Treatment;
 use crate::rewrite;
@@ -265,7 +266,7 @@ fn check_origin(
 }
 
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
-/// `auth_token`), else, for a terminal WebSocket only, a ticket this gateway relayed to the same
+/// `auth_token`; the password may be an API token), else a Bearer API token, else, for a terminal WebSocket only, a ticket this gateway relayed to the same
 /// project. A ticket is used up only once the request passes the origin check.
 #[allow(clippy::too_many_arguments)]
 async fn identify(
@@ -291,7 +292,14 @@ async fn identify(
         Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
     };
     match creds {
+        // A token never goes to argon2, whichever way it comes.
+        Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
+            tokens::authenticate(gw, state, client, Some(&user), &password).await
+        }
         Some(Credentials::Basic { user, password }) => crate::auth::password(gw, state, client, &user, &password).await,
+        Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
+            tokens::authenticate(gw, state, client, None, &token).await
+        }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             let Ok(t) = target else {

@@ -29,3 +29,4 @@ mod spellings;
 mod ssh;
 mod streaming;
 mod supervise;
+mod tokens;

@@ -14,7 +14,7 @@ use crate::common::client::{EventLog, basic, json, pty_socket, read_terminal_unt
 use crate::common::opencode::{AFTER_TOOL, ANSWER, opencode_bin};
 use crate::common::stack::{ALICE_PW, alice, setup};
 
-async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
+pub(crate) async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
     let child = tokio::process::Command::new(opencode_bin())
         .args(args)
         .env("NODE_EXTRA_CA_CERTS", ca)
