@@ -14,6 +14,8 @@
 
 use std::borrow::Cow;
 
+use super::query::hex;
+
 /// Why a path cannot be read one way only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PathRefusal {
@@ -135,15 +137,6 @@ fn decode(raw: &str) -> Result<String, PathRefusal> {
         }
     }
     String::from_utf8(out).map_err(|_| PathRefusal::NotUtf8)
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 /// Append `/` and one decoded segment, escaped so that OpenCode decodes it back to exactly this

@@ -38,7 +38,8 @@ pub fn percent_decode(s: &str, plus_is_space: bool) -> Cow<'_, str> {
     Cow::Owned(String::from_utf8_lossy(&out).into_owned())
 }
 
-fn hex(b: u8) -> Option<u8> {
+/// The value of one hexadecimal digit.
+pub(crate) fn hex(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::client::{Https, basic};
+use crate::common::client::{Https, basic, upgrade};
 use crate::common::stack::two_projects;
 
 fn alice() -> String {
@@ -60,19 +60,9 @@ async fn two_host_headers_are_a_400() {
 #[tokio::test]
 async fn an_upgrade_on_a_route_that_never_upgrades_is_a_400() {
     let (_gw, web, _api, c) = two_projects("").await;
-    let own = format!("https://{}", c.authority());
-    let req = c
-        .request("GET", "/p/web/session", Some(&alice()))
-        .header("connection", "upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("origin", own)
-        .body(Full::default())
-        .unwrap();
-    let r = c.call(req).await;
-    assert_eq!(r.status, 400, "{}", r.body);
-    assert!(r.body.contains("only terminal connections do"), "{}", r.body);
+    let (status, body) = upgrade(&c, "/p/web/session", &alice()).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("only terminal connections do"), "{body}");
     assert!(web.seen().is_empty());
 }
 

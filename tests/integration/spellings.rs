@@ -5,8 +5,8 @@
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, basic};
-use crate::common::client::{direct_call, json};
+use crate::common::client::basic;
+use crate::common::client::{direct_call, json, upgrade};
 use crate::common::stack::{alice, setup_pinned};
 
 fn vera() -> String {
@@ -19,26 +19,6 @@ fn aaron() -> String {
 
 fn adam() -> String {
     basic("adam", "adam-password-1")
-}
-
-/// A WebSocket handshake through the gateway: the status and body of the answer.
-async fn upgrade(c: &Https, path: &str, auth: &str) -> (u16, String) {
-    let own = format!("https://{}", c.authority());
-    let req = c
-        .request("GET", path, Some(auth))
-        .header("connection", "upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("origin", own)
-        .body(Full::default())
-        .unwrap();
-    let resp = c.send(req).await;
-    let status = resp.status().as_u16();
-    if status == 101 {
-        return (status, String::new());
-    }
-    (status, crate::common::client::read(resp).await.body)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -427,3 +427,24 @@ pub async fn read_terminal_until(
     }
     seen
 }
+
+/// A WebSocket handshake (same-origin, with `auth`) through the gateway: the status, and the
+/// body when it was refused.
+pub async fn upgrade(c: &Https, path: &str, auth: &str) -> (u16, String) {
+    let own = format!("https://{}", c.authority());
+    let req = c
+        .request("GET", path, Some(auth))
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("origin", own)
+        .body(Full::default())
+        .unwrap();
+    let resp = c.send(req).await;
+    let status = resp.status().as_u16();
+    if status == 101 {
+        return (status, String::new());
+    }
+    (status, read(resp).await.body)
+}
