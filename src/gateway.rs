@@ -52,6 +52,9 @@ impl Metrics {
 
 pub struct Gateway {
     state: ArcSwap<State>,
+    /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
+    /// never swaps over the other's newer state.
+    swapping: std::sync::Mutex<()>,
     /// Fixed at start: limits size the limiters and timers (a change needs a restart).
     pub limits: Limits,
     pub cache: AuthCache,
@@ -99,6 +102,7 @@ impl Gateway {
         }
         Ok(Arc::new(Gateway {
             state: ArcSwap::from_pointee(state),
+            swapping: std::sync::Mutex::new(()),
             cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
@@ -127,6 +131,40 @@ impl Gateway {
 
     /// Build the new state completely, then swap it in. On any error the old state keeps serving.
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let tls = crate::listen::tls::server_config(&settings.tls)?;
+        self.swap(settings, tls)
+    }
+
+    /// Read the project sets' folders again; when they changed, swap in a state with the projects
+    /// found (the TLS configuration and everything else stay). Returns the names added and removed.
+    pub fn rediscover(&self) -> anyhow::Result<Option<(Vec<String>, Vec<String>)>> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.state();
+        if old.settings.project_sets.is_empty() {
+            return Ok(None);
+        }
+        let Some((settings, warnings)) = crate::config::discover::refresh(&old.settings) else {
+            return Ok(None);
+        };
+        for w in warnings.iter().filter(|w| !old.settings.discovery_warnings.contains(w)) {
+            tracing::warn!("{w}");
+        }
+        let names = |s: &Settings| -> Vec<String> {
+            s.projects
+                .iter()
+                .filter(|p| p.set.is_some())
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        let (before, after) = (names(&old.settings), names(&settings));
+        let added = after.iter().filter(|n| !before.contains(n)).cloned().collect();
+        let removed = before.iter().filter(|n| !after.contains(n)).cloned().collect();
+        self.swap(settings, old.tls.clone())?;
+        Ok(Some((added, removed)))
+    }
+
+    fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {
         let old = self.state();
         if settings.server.listen != old.settings.server.listen
             || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
@@ -147,7 +185,6 @@ impl Gateway {
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
-        let tls = crate::listen::tls::server_config(&settings.tls)?;
         let state = State::build(settings, tls, &self.supervisor)?;
         // An external server at the same address keeps what it said until it is read again.
         for (name, p) in &state.projects {
