@@ -133,7 +133,9 @@ impl Gateway {
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let tls = crate::listen::tls::server_config(&settings.tls)?;
-        self.swap(settings, tls)
+        self.swap(settings, tls)?;
+        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Read the project sets' folders again; when they changed, swap in a state with the projects
@@ -201,7 +203,6 @@ impl Gateway {
             matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
         });
         self.state.store(Arc::new(state));
-        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
