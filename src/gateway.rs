@@ -50,6 +50,15 @@ impl Metrics {
     }
 }
 
+/// What [`Gateway::rediscover`] found.
+#[derive(Debug, Default)]
+pub struct Rediscovered {
+    /// The project names added and removed, when the matches changed (and the state was swapped).
+    pub changed: Option<(Vec<String>, Vec<String>)>,
+    /// Matching folders that are not projects, and why.
+    pub refused: Vec<String>,
+}
+
 pub struct Gateway {
     state: ArcSwap<State>,
     /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
@@ -138,20 +147,22 @@ impl Gateway {
         Ok(())
     }
 
-    /// Read the project sets' folders again; when they changed, swap in a state with the projects
-    /// found (the TLS configuration and everything else stay). Returns the names added and removed.
-    pub fn rediscover(&self) -> anyhow::Result<Option<(Vec<String>, Vec<String>)>> {
+    /// Read the project sets' folders again; when the matches changed, swap in a state with the
+    /// projects found (the TLS configuration and everything else stay). Returns the project names
+    /// added and removed, if any, and the folders refused now (for the caller to log once).
+    pub fn rediscover(&self) -> anyhow::Result<Rediscovered> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.state();
         if old.settings.project_sets.is_empty() {
-            return Ok(None);
+            return Ok(Rediscovered::default());
         }
-        let Some((settings, warnings)) = crate::config::discover::refresh(&old.settings) else {
-            return Ok(None);
+        let (settings, warnings) = crate::config::discover::refresh(&old.settings);
+        let Some(settings) = settings else {
+            return Ok(Rediscovered {
+                changed: None,
+                refused: warnings,
+            });
         };
-        for w in warnings.iter().filter(|w| !old.settings.discovery_warnings.contains(w)) {
-            tracing::warn!("{w}");
-        }
         let names = |s: &Settings| -> Vec<String> {
             s.projects
                 .iter()
@@ -163,7 +174,10 @@ impl Gateway {
         let added = after.iter().filter(|n| !before.contains(n)).cloned().collect();
         let removed = before.iter().filter(|n| !after.contains(n)).cloned().collect();
         self.swap(settings, old.tls.clone())?;
-        Ok(Some((added, removed)))
+        Ok(Rediscovered {
+            changed: Some((added, removed)),
+            refused: warnings,
+        })
     }
 
     fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {

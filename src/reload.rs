@@ -34,17 +34,28 @@ pub const DISCOVER_EVERY: Duration = Duration::from_secs(1);
 pub async fn watch_project_sets(gw: Arc<Gateway>) {
     let mut tick = tokio::time::interval(DISCOVER_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Refused folders are logged when they first appear (`serve` logged those found at start).
+    let mut refused: Vec<String> = gw.state().settings.discovery_warnings.clone();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = gw.shutdown.cancelled() => return,
         }
+        if gw.state().settings.project_sets.is_empty() {
+            refused.clear();
+            continue;
+        }
         let g = gw.clone();
         match tokio::task::spawn_blocking(move || g.rediscover()).await {
-            Ok(Ok(Some((added, removed)))) => {
-                tracing::info!(added = ?added, removed = ?removed, "project sets changed: projects updated");
+            Ok(Ok(found)) => {
+                for w in found.refused.iter().filter(|w| !refused.contains(w)) {
+                    tracing::warn!("{w}");
+                }
+                refused = found.refused;
+                if let Some((added, removed)) = found.changed {
+                    tracing::info!(added = ?added, removed = ?removed, "project sets changed: projects updated");
+                }
             }
-            Ok(Ok(None)) => {}
             Ok(Err(e)) => {
                 tracing::error!(reason = %format!("{e:#}"), "project sets changed but the new state could not be built; the previous one keeps serving")
             }

@@ -115,20 +115,21 @@ fn holds_gateway_files(settings: &Settings, dir: &Path) -> Option<String> {
     None
 }
 
-/// The settings with the sets' projects found again; `None` when nothing changed.
-pub fn refresh(settings: &Settings) -> Option<(Settings, Vec<String>)> {
+/// The settings with the sets' projects found again (`None` when they are the same), and the
+/// folders refused now.
+pub fn refresh(settings: &Settings) -> (Option<Settings>, Vec<String>) {
     let (found, warnings) = discover(settings);
     let key = |p: &Project| (p.name.clone(), p.directory.clone());
     let before: Vec<_> = settings.projects.iter().filter(|p| p.set.is_some()).map(key).collect();
     let after: Vec<_> = found.iter().map(key).collect();
     if before == after {
-        return None;
+        return (None, warnings);
     }
     let mut next = settings.clone();
     next.projects.retain(|p| p.set.is_none());
     next.projects.extend(found);
     next.discovery_warnings = warnings.clone();
-    Some((next, warnings))
+    (Some(next), warnings)
 }
 
 #[cfg(test)]
@@ -189,13 +190,13 @@ mod tests {
             "{summary}"
         );
         assert!(summary.contains("app-<folder>  project set"), "{summary}");
-        assert!(refresh(&s).is_none(), "nothing changed");
+        assert!(refresh(&s).0.is_none(), "nothing changed");
         std::fs::create_dir(wt.join("three")).unwrap();
-        let (next, _) = refresh(&s).expect("a new folder");
+        let next = refresh(&s).0.expect("a new folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["app-one", "app-three"]);
         std::fs::remove_dir(wt.join("one")).unwrap();
-        let (next, _) = refresh(&next).expect("a removed folder");
+        let next = refresh(&next).0.expect("a removed folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["app-three"]);
     }
