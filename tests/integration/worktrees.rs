@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::common::client::{Https, Reply, basic};
 use crate::common::gateway::{Gateway, TestUser, users_toml};
 use crate::common::opencode::FakeModel;
-use crate::common::supervised::{pids_with, project_port, server_config, server_pid, spawned};
+use crate::common::supervised::{pids_with, project_port, server_config, spawned};
 
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
@@ -31,16 +31,41 @@ fn git(dir: &Path, args: &[&str]) {
     );
 }
 
-/// Ask until the answer is not `skip`, for at most `within`.
-async fn until(c: &Https, path: &str, auth: &str, within: Duration, skip: u16) -> Reply {
+/// Ask until the answer is `want`, for at most `within` (then return the last answer).
+async fn until(c: &Https, path: &str, auth: &str, within: Duration, want: u16) -> Reply {
     let start = Instant::now();
     loop {
         let r = c.get(path, Some(auth)).await;
-        if r.status != skip || start.elapsed() > within {
+        if r.status == want || start.elapsed() > within {
             return r;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+fn environ_of(pid: u32) -> String {
+    String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default()).replace('\0', "\n")
+}
+
+/// The server this gateway started on `port`: its environment names the project's state folder
+/// (another test run on this machine may hold a server with a similar command line), and its
+/// parent is not one of them (a server's own children inherit both).
+fn our_server(port: u16, state: &Path) -> u32 {
+    let ours: Vec<u32> = pids_with(&format!("serve --hostname 127.0.0.1 --port {port}"))
+        .into_iter()
+        .filter(|p| environ_of(*p).contains(&format!("XDG_DATA_HOME={}", state.join("data").display())))
+        .collect();
+    let parent = |pid: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let top: Vec<u32> = ours
+        .iter()
+        .copied()
+        .filter(|p| parent(*p).is_none_or(|pp| !ours.contains(&pp)))
+        .collect();
+    assert_eq!(top.len(), 1, "one server on port {port}: {ours:?}");
+    top[0]
 }
 
 fn alive(pid: u32) -> bool {
@@ -97,7 +122,7 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
             trees.join("feat").to_str().unwrap(),
         ],
     );
-    let r = until(&c, "/p/app-feat/global/health", &bob, Duration::from_secs(10), 404).await;
+    let r = until(&c, "/p/app-feat/global/health", &bob, Duration::from_secs(10), 200).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, gw.logs());
     let dir = trees.join("feat").canonicalize().unwrap();
     let r = c.get("/p/app-feat/path", Some(&bob)).await;
@@ -119,9 +144,9 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
 
     // Its own server, with its own XDG state, listed by status.
     let port = project_port(&gw, "app-feat").expect("app-feat is ready");
-    let pid = server_pid(port);
-    let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
     let state = gw.dir.path().join("state/projects/app-feat");
+    let pid = our_server(port, &state);
+    let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
     assert!(
         environ.contains(&format!("XDG_DATA_HOME={}", state.join("data").display())),
         "{environ}"
@@ -129,14 +154,20 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
 
     // `git worktree remove`: the routes answer 404 and the server stops, without a reload.
     git(&repo, &["worktree", "remove", trees.join("feat").to_str().unwrap()]);
-    let r = until(&c, "/p/app-feat/global/health", &bob, Duration::from_secs(10), 200).await;
+    // (A request that took the old state just before the swap may see the server stop: a 502.)
+    let r = until(&c, "/p/app-feat/global/health", &bob, Duration::from_secs(10), 404).await;
     assert_eq!(r.status, 404, "{}", r.body);
     let start = Instant::now();
     while alive(pid) && start.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(!alive(pid), "the removed worktree's server stopped");
-    assert!(pids_with(&format!("--port {port}")).is_empty());
+    assert!(
+        pids_with(&format!("--port {port}"))
+            .iter()
+            .all(|p| !environ_of(*p).contains(&state.display().to_string())),
+        "no process of the removed project is left"
+    );
     assert_eq!(
         c.host("app-feat.gw.localhost")
             .get("/global/health", Some(&bob))
