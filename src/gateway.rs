@@ -50,8 +50,20 @@ impl Metrics {
     }
 }
 
+/// What [`Gateway::rediscover`] found.
+#[derive(Debug, Default)]
+pub struct Rediscovered {
+    /// The project names added and removed, when the matches changed (and the state was swapped).
+    pub changed: Option<(Vec<String>, Vec<String>)>,
+    /// Matching folders that are not projects, and why.
+    pub refused: Vec<String>,
+}
+
 pub struct Gateway {
     state: ArcSwap<State>,
+    /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
+    /// never swaps over the other's newer state.
+    swapping: std::sync::Mutex<()>,
     /// Fixed at start: limits size the limiters and timers (a change needs a restart).
     pub limits: Limits,
     pub cache: AuthCache,
@@ -99,6 +111,7 @@ impl Gateway {
         }
         Ok(Arc::new(Gateway {
             state: ArcSwap::from_pointee(state),
+            swapping: std::sync::Mutex::new(()),
             cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
@@ -127,6 +140,47 @@ impl Gateway {
 
     /// Build the new state completely, then swap it in. On any error the old state keeps serving.
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let tls = crate::listen::tls::server_config(&settings.tls)?;
+        self.swap(settings, tls)?;
+        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Read the project sets' folders again; when the matches changed, swap in a state with the
+    /// projects found (the TLS configuration and everything else stay). Returns the project names
+    /// added and removed, if any, and the folders refused now (for the caller to log once).
+    pub fn rediscover(&self) -> anyhow::Result<Rediscovered> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.state();
+        if old.settings.project_sets.is_empty() {
+            return Ok(Rediscovered::default());
+        }
+        let (settings, warnings) = crate::config::discover::refresh(&old.settings);
+        let Some(settings) = settings else {
+            return Ok(Rediscovered {
+                changed: None,
+                refused: warnings,
+            });
+        };
+        let names = |s: &Settings| -> Vec<String> {
+            s.projects
+                .iter()
+                .filter(|p| p.set.is_some())
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        let (before, after) = (names(&old.settings), names(&settings));
+        let added = after.iter().filter(|n| !before.contains(n)).cloned().collect();
+        let removed = before.iter().filter(|n| !after.contains(n)).cloned().collect();
+        self.swap(settings, old.tls.clone())?;
+        Ok(Rediscovered {
+            changed: Some((added, removed)),
+            refused: warnings,
+        })
+    }
+
+    fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {
         let old = self.state();
         if settings.server.listen != old.settings.server.listen
             || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
@@ -147,7 +201,6 @@ impl Gateway {
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
-        let tls = crate::listen::tls::server_config(&settings.tls)?;
         let state = State::build(settings, tls, &self.supervisor)?;
         // An external server at the same address keeps what it said until it is read again.
         for (name, p) in &state.projects {
@@ -164,7 +217,6 @@ impl Gateway {
             matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
         });
         self.state.store(Arc::new(state));
-        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 

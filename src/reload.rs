@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use crate::gateway::Gateway;
 
@@ -22,4 +23,43 @@ pub fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
         }
     }
     result
+}
+
+/// How often the project sets' folders are read (`git worktree add` shows up within this).
+pub const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+
+/// Follow the project sets' folders until shutdown: a new matching folder becomes a project (its
+/// server starts on demand), a removed one's server is stopped and its routes answer 404. Each
+/// change swaps a whole new state, as a reload does; connections keep the snapshot they hold.
+pub async fn watch_project_sets(gw: Arc<Gateway>) {
+    let mut tick = tokio::time::interval(DISCOVER_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Refused folders are logged when they first appear (`serve` logged those found at start).
+    let mut refused: Vec<String> = gw.state().settings.discovery_warnings.clone();
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = gw.shutdown.cancelled() => return,
+        }
+        if gw.state().settings.project_sets.is_empty() {
+            refused.clear();
+            continue;
+        }
+        let g = gw.clone();
+        match tokio::task::spawn_blocking(move || g.rediscover()).await {
+            Ok(Ok(found)) => {
+                for w in found.refused.iter().filter(|w| !refused.contains(w)) {
+                    tracing::warn!("{w}");
+                }
+                refused = found.refused;
+                if let Some((added, removed)) = found.changed {
+                    tracing::info!(added = ?added, removed = ?removed, "project sets changed: projects updated");
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::error!(reason = %format!("{e:#}"), "project sets changed but the new state could not be built; the previous one keeps serving")
+            }
+            Err(e) => tracing::error!(reason = %e, "project set watcher failed"),
+        }
+    }
 }

@@ -147,7 +147,9 @@ impl State {
                 }),
             );
         }
-        let only_project = (settings.projects.len() == 1).then(|| settings.projects[0].name.clone());
+        // Not with project sets: `/` would change project as folders come and go.
+        let only_project = (settings.projects.len() == 1 && settings.project_sets.is_empty())
+            .then(|| settings.projects[0].name.clone());
         Ok(State {
             settings: Arc::new(settings),
             projects,

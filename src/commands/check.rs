@@ -13,6 +13,7 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
     for w in permission_warnings(&settings)
         .into_iter()
         .chain(shared_os_user_warnings(&settings))
+        .chain(settings.discovery_warnings.iter().cloned())
     {
         eprintln!("warning: {w}");
     }
@@ -135,6 +136,9 @@ pub fn summary(s: &Settings) -> String {
         if let Some(d) = &p.directory {
             out += &format!("      directory {}\n", d.display());
         }
+        if let Some(set) = &p.set {
+            out += &format!("      discovered by project set {set}\n");
+        }
         out += &format!("      routes: {}/", reach.project(&p.name));
         if let Some(web) = reach.web_ui(&p.name) {
             out += &format!("  {web}");
@@ -142,10 +146,23 @@ pub fn summary(s: &Settings) -> String {
         if let Some(l) = p.listen {
             out += &format!("  port {l}");
         }
-        if s.projects.len() == 1 {
+        if s.projects.len() == 1 && s.project_sets.is_empty() {
             out += &format!("  {}/", reach.base());
         }
         out += "\n";
+    }
+    for set in &s.project_sets {
+        out += &format!(
+            "  {}-<folder>  project set: one spawned server per folder {}/{}* (read every {} s; now {} project(s))\n",
+            set.name,
+            set.parent.display(),
+            set.prefix,
+            crate::reload::DISCOVER_EVERY.as_secs(),
+            s.projects
+                .iter()
+                .filter(|p| p.set.as_deref() == Some(set.name.as_str()))
+                .count()
+        );
     }
     out += "\nusers:\n";
     for u in &s.users {

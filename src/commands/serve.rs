@@ -11,7 +11,10 @@ use crate::config::{Settings, edit};
 pub async fn serve(config: &Path) -> anyhow::Result<()> {
     crate::telemetry::init();
     let mut settings = crate::config::load(config)?;
-    for w in super::check::permission_warnings(&settings) {
+    for w in super::check::permission_warnings(&settings)
+        .into_iter()
+        .chain(settings.discovery_warnings.iter().cloned())
+    {
         tracing::warn!("{w}");
     }
     ensure_dev_certs(&settings)?;

@@ -82,6 +82,8 @@ pub struct RawProject {
     pub upstream_password_env: Option<String>,
     pub upstream_password_file: Option<String>,
     pub directory: Option<String>,
+    /// A set of projects, one per folder matching `<dir>/*` or `<dir>/<prefix>*` (worktrees).
+    pub directories: Option<String>,
     #[serde(default)]
     pub spawn: bool,
     pub start: Option<String>,

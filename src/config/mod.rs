@@ -1,6 +1,7 @@
 //! Configuration: the TOML file ([`file`]), its validation ([`validate`]) into [`Settings`], secrets
 //! ([`secret`]) and in-place edits that keep comments ([`edit`]).
 
+pub mod discover;
 pub mod edit;
 pub mod file;
 pub mod limits;

@@ -39,7 +39,7 @@ impl ProtectedPaths {
             p.add("ssh.host_key", &ssh.host_key, false);
         }
         p.add("server.state_dir", &s.server.state_dir, true);
-        for project in &s.projects {
+        for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {
                 p.add(key, file, false);
             }

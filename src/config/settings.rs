@@ -20,7 +20,12 @@ pub struct Settings {
     pub ssh: Option<Ssh>,
     pub admin: Option<Admin>,
     pub limits: Limits,
+    /// Configured projects, then the ones discovered from `project_sets` (`Project::set`).
     pub projects: Vec<Project>,
+    /// `[[project]]` tables with `directories`: one project per matching folder.
+    pub project_sets: Vec<ProjectSet>,
+    /// Folders a set matched but that cannot be projects, and why (shown by `check`, logged).
+    pub discovery_warnings: Vec<String>,
     pub users: Vec<User>,
     /// `[[route_role]]` entries, compiled into routes.
     pub route_roles: crate::policy::drift::RouteRoles,
@@ -78,6 +83,21 @@ pub struct Project {
     pub listen: Option<SocketAddr>,
     /// Files holding this project's secrets (`upstream_password_file`, `env_file`), by key.
     pub secret_files: Vec<(String, PathBuf)>,
+    /// The set (its `name`) this project was discovered from; `None` for a configured project.
+    pub set: Option<String>,
+}
+
+/// `directories = "/srv/app/.worktrees/*"`: every folder of `parent` whose name starts with
+/// `prefix` is a project named `<name>-<folder>`, with the template's settings.
+#[derive(Debug, Clone)]
+pub struct ProjectSet {
+    pub name: String,
+    /// Canonical absolute path of the folder holding the matches.
+    pub parent: PathBuf,
+    /// What a folder's name must start with (empty for `*`).
+    pub prefix: String,
+    /// The set's settings; its `directory` is `None` and `name` is the set's name.
+    pub template: Project,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +136,13 @@ impl Grants {
     pub fn role_in(&self, project: &str) -> Option<Role> {
         match self {
             Grants::All(role) => Some(*role),
-            Grants::Each(map) => map.get(project).copied(),
+            Grants::Each(map) => map.get(project).copied().or_else(|| {
+                // `app-*`: every project whose name starts with `app-`; the highest role wins.
+                map.iter()
+                    .filter(|(p, _)| p.strip_suffix('*').is_some_and(|prefix| project.starts_with(prefix)))
+                    .map(|(_, r)| *r)
+                    .max()
+            }),
         }
     }
 }
@@ -212,5 +238,26 @@ mod tests {
         assert_eq!(each.role_in("web"), Some(Role::Operator));
         assert_eq!(each.role_in("api"), None);
         assert!(Role::Admin > Role::Operator && Role::Approver > Role::Viewer);
+    }
+
+    #[test]
+    fn a_trailing_star_grants_every_project_with_that_prefix() {
+        let g = Grants::Each(
+            [
+                ("app-*".to_string(), Role::Viewer),
+                ("app-main".to_string(), Role::Approver),
+                ("app-x*".to_string(), Role::Operator),
+            ]
+            .into(),
+        );
+        assert_eq!(g.role_in("app-feature"), Some(Role::Viewer));
+        assert_eq!(g.role_in("app-main"), Some(Role::Approver), "an exact grant wins");
+        assert_eq!(
+            g.role_in("app-xy"),
+            Some(Role::Operator),
+            "the highest matching pattern wins"
+        );
+        assert_eq!(g.role_in("apple"), None);
+        assert_eq!(g.role_in("web"), None);
     }
 }

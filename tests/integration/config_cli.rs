@@ -107,7 +107,9 @@ fn check_prints_listeners_projects_routes_and_users() {
         "https://web.gw.example.test:8443/",
         "port 127.0.0.1:8444",
         "alice  api as viewer, web as operator; password, 1 ssh key(s)",
-        "phone  web as approver; 1 ssh key(s)",
+        "phone  app-* as approver, web as approver; 1 ssh key(s)",
+        "app-<folder>  project set: one spawned server per folder",
+        "project/wt-* (read every 1 s; now 0 project(s))",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }

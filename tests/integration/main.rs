@@ -30,3 +30,4 @@ mod ssh;
 mod streaming;
 mod supervise;
 mod tokens;
+mod worktrees;

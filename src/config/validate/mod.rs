@@ -14,7 +14,8 @@ mod project;
 mod route_role;
 mod user;
 
-use project::project;
+pub use project::split_pattern;
+use project::{project, project_set};
 use user::user;
 
 /// Collects problems while converting, so the operator sees all of them in one run.
@@ -229,6 +230,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     let limits = super::limits::validate(&mut c, &raw.limits);
 
     let mut projects = Vec::new();
+    let mut project_sets = Vec::new();
     let mut names = HashSet::new();
     for (i, p) in raw.project.iter().enumerate() {
         let key = format!("project[{i}]");
@@ -239,11 +241,24 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
                 "give each project its own name",
             );
         }
-        if let Some(project) = project(&mut c, &key, p) {
-            projects.push(project);
+        match (project(&mut c, &key, p), p.directories.is_some()) {
+            (Some(template), true) => project_sets.extend(project_set(&mut c, &key, p, template)),
+            (Some(project), false) => projects.push(project),
+            (None, _) => {}
         }
     }
-    let project_names: HashSet<&str> = raw.project.iter().map(|p| p.name.as_str()).collect();
+    let project_names: HashSet<&str> = raw
+        .project
+        .iter()
+        .filter(|p| p.directories.is_none())
+        .map(|p| p.name.as_str())
+        .collect();
+    let set_names: Vec<&str> = raw
+        .project
+        .iter()
+        .filter(|p| p.directories.is_some())
+        .map(|p| p.name.as_str())
+        .collect();
 
     let mut users = Vec::new();
     let mut user_names = HashSet::new();
@@ -256,7 +271,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
                 "give each user their own name",
             );
         }
-        if let Some(user) = user(&mut c, &key, u, &project_names) {
+        if let Some(user) = user(&mut c, &key, u, &project_names, &set_names) {
             users.push(user);
         }
     }
@@ -285,11 +300,16 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         admin,
         limits,
         projects,
+        project_sets,
+        discovery_warnings: Vec::new(),
         users,
         route_roles,
         protected: ProtectedPaths::default(),
     };
     settings.protected = ProtectedPaths::from_settings(&settings);
+    let (found, warnings) = crate::config::discover::discover(&settings);
+    settings.projects.extend(found);
+    settings.discovery_warnings = warnings;
     secrets_outside_projects(&mut c, &settings);
     if !c.problems.is_empty() {
         return Err(ConfigError::Invalid {

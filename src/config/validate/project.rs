@@ -48,6 +48,14 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         );
     }
     let directory = match &p.directory {
+        Some(_) if p.directories.is_some() => {
+            c.problem(
+                format!("{key}.directories"),
+                "a project has either one directory or a set of directories",
+                "remove directory (a set makes one project per folder matching directories), or remove directories",
+            );
+            None
+        }
         Some(d) => {
             let path = c.path(d);
             match path.canonicalize() {
@@ -63,7 +71,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             }
         }
         None => {
-            if p.spawn {
+            if p.spawn && p.directories.is_none() {
                 c.problem(
                     format!("{key}.directory"),
                     "a spawned server needs the folder to run in",
@@ -157,7 +165,67 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         run_as: p.run_as.clone(),
         listen,
         secret_files,
+        set: None,
     })
+}
+
+/// A `[[project]]` with `directories`: checks what only a set needs; the template is `project`'s.
+pub(super) fn project_set(c: &mut Checker<'_>, key: &str, p: &RawProject, template: Project) -> Option<ProjectSet> {
+    let key = format!("{key} ({})", p.name);
+    let pattern = p.directories.as_deref()?;
+    if !p.spawn {
+        c.problem(
+            format!("{key}.directories"),
+            "a set of directories needs the gateway to spawn one server per folder",
+            "add spawn = true (and no upstream)",
+        );
+    }
+    if p.listen.is_some() {
+        c.problem(
+            format!("{key}.listen"),
+            "a set of projects cannot share one listener",
+            "remove listen; discovered projects are reached at /p/<name>/ or <name>.<base_domain>",
+        );
+    }
+    let Some((parent, prefix)) = split_pattern(pattern) else {
+        c.problem(
+            format!("{key}.directories"),
+            format!("{pattern:?} is not <folder>/* or <folder>/<prefix>*"),
+            "write directories = \"/srv/app/.worktrees/*\" (a * only at the end of the last segment)",
+        );
+        return None;
+    };
+    let path = c.path(parent);
+    let Ok(parent) = path.canonicalize().and_then(|d| {
+        if d.is_dir() {
+            Ok(d)
+        } else {
+            Err(std::io::ErrorKind::NotADirectory.into())
+        }
+    }) else {
+        c.problem(
+            format!("{key}.directories"),
+            format!("{} is not an existing directory", path.display()),
+            "create it (git worktree add makes its folders), or point directories at it",
+        );
+        return None;
+    };
+    Some(ProjectSet {
+        name: p.name.clone(),
+        parent,
+        prefix: prefix.to_string(),
+        template,
+    })
+}
+
+/// `/a/b/*` → (`/a/b`, ``), `/a/b/feat-*` → (`/a/b`, `feat-`); a `*` elsewhere is refused.
+pub fn split_pattern(pattern: &str) -> Option<(&str, &str)> {
+    let (parent, last) = pattern.rsplit_once('/')?;
+    let prefix = last.strip_suffix('*')?;
+    if parent.is_empty() || parent.contains(['*', '?', '[']) || prefix.contains(['*', '?', '[']) {
+        return None;
+    }
+    Some((parent, prefix))
 }
 
 /// An external upstream must be on this machine: the gateway sends it a password in clear HTTP.

@@ -8,7 +8,13 @@ use super::{Checker, valid_user_name};
 use crate::config::file::{RawGrants, RawUser};
 use crate::config::settings::*;
 
-pub(super) fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashSet<&str>) -> Option<User> {
+pub(super) fn user(
+    c: &mut Checker<'_>,
+    key: &str,
+    u: &RawUser,
+    projects: &HashSet<&str>,
+    sets: &[&str],
+) -> Option<User> {
     let key = format!("{key} ({})", u.name);
     if !valid_user_name(&u.name) {
         c.problem(
@@ -68,7 +74,7 @@ pub(super) fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashS
             } else {
                 let mut map = BTreeMap::new();
                 for p in list {
-                    check_project_ref(c, &key, p, projects);
+                    check_project_ref(c, &key, p, projects, sets);
                     map.insert(p.clone(), role);
                 }
                 Grants::Each(map)
@@ -84,7 +90,7 @@ pub(super) fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashS
             }
             let mut out = BTreeMap::new();
             for (p, r) in map {
-                check_project_ref(c, &key, p, projects);
+                check_project_ref(c, &key, p, projects, sets);
                 match Role::parse(r) {
                     Some(role) => {
                         out.insert(p.clone(), role);
@@ -123,12 +129,36 @@ pub(super) fn user(c: &mut Checker<'_>, key: &str, u: &RawUser, projects: &HashS
     })
 }
 
-fn check_project_ref(c: &mut Checker<'_>, key: &str, p: &str, projects: &HashSet<&str>) {
+fn check_project_ref(c: &mut Checker<'_>, key: &str, p: &str, projects: &HashSet<&str>, sets: &[&str]) {
+    // `app-*`: a trailing star grants every project whose name starts with `app-` (a set's
+    // discovered projects, whose names come and go with their folders).
+    if let Some(prefix) = p.strip_suffix('*')
+        && !prefix.is_empty()
+    {
+        if !prefix
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            c.problem(
+                format!("{key}.projects"),
+                format!("{p:?} is not a project name pattern"),
+                "write a project name's beginning followed by *, such as \"app-*\"",
+            );
+        }
+        return;
+    }
+    // A discovered project may be granted by name before its folder exists.
+    if sets
+        .iter()
+        .any(|s| p.strip_prefix(s).is_some_and(|rest| rest.starts_with('-')))
+    {
+        return;
+    }
     if p != "*" && !projects.contains(p) {
         c.problem(
             format!("{key}.projects"),
             format!("there is no project named {p:?}"),
-            "grant a project defined in a [[project]] table, or \"*\" for all",
+            "grant a project defined in a [[project]] table, a pattern such as \"app-*\", or \"*\" for all",
         );
     }
 }
