@@ -13,6 +13,7 @@ use crate::auth::cache::fingerprint;
 use crate::config::{Grants, Project, Settings, UpstreamKind};
 use crate::http::error::HttpError;
 use crate::policy::drift::UpstreamApi;
+use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
@@ -83,10 +84,16 @@ impl ProjectState {
         }
     }
 
-    /// Where to send this project's requests now; a spawned server may need to start first.
-    pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, HttpError> {
+    /// Where to send this project's requests now, once the server is ready and its API document
+    /// is known (or could not be read): a spawned server may need to start first (it reads its
+    /// document before it is ready); an external one may still be having its document read.
+    pub async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, HttpError> {
         match &self.upstream {
-            Upstream::Fixed(e) => Ok(e.clone()),
+            Upstream::Fixed(e) => {
+                e.ensure_api(client, &self.name, crate::upstream::api::FETCH_TIMEOUT * 2)
+                    .await;
+                Ok(e.clone())
+            }
             Upstream::Supervised(s) => s.endpoint(wait).await.map_err(|reason| HttpError::UpstreamStarting {
                 project: self.name.to_string(),
                 reason,

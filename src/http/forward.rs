@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, header, request::Parts};
+use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
@@ -214,12 +214,7 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
     // The ID is decoded; the lookup spells it the way the forwarded request will.
     let mut path = String::from("/session");
     crate::policy::canonical::push_segment(&mut path, id);
-    let mut req = Request::get(format!("http://{}{path}", endpoint.authority))
-        .body(UpstreamBody::Empty)
-        .map_err(|e| e.to_string())?;
-    if let Some(auth) = &endpoint.auth {
-        req.headers_mut().insert(header::AUTHORIZATION, auth.clone());
-    }
+    let req = endpoint.get(&path)?;
     let resp = tokio::time::timeout(gw.limits.upstream_connect_timeout * 2, gw.upstream.request(req))
         .await
         .map_err(|_| "no answer about the session in time".to_string())?

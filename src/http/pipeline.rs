@@ -187,16 +187,10 @@ async fn handle_inner(
         )));
     }
 
-    let endpoint = project.endpoint(limits.spawn_ready_timeout).await?;
-    if !target.upstream_known && matches!(project.upstream, crate::state::Upstream::Fixed(_)) {
-        // An external server's document is read at start and reload; wait for that read (or
-        // retry one that failed a while ago) rather than judge by the table alone.
-        endpoint
-            .ensure_api(&gw.upstream, &project.name, limits.upstream_connect_timeout * 2)
-            .await;
-    }
-    // A server that was not ready when the request came has read its API document since: judge
-    // the request again with it (a route it added may need more than the table's guess).
+    let endpoint = project.endpoint(limits.spawn_ready_timeout, &gw.upstream).await?;
+    // A server whose API document was not known when the request was read has it now (or could
+    // not be read): judge the request again with it (a route it added may need more than the
+    // table's guess).
     let target = if !target.upstream_known && project.api().is_some() {
         let target = target.with_upstream_api(state, &parts.method, parts.uri.path())?;
         crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
 
+use super::UpstreamClient;
 use super::endpoint::Endpoint;
 use super::supervise::HEALTH_AGENT;
-use super::{UpstreamBody, UpstreamClient};
 use crate::policy::drift::{RouteRoles, UpstreamApi};
 use crate::policy::routes::TABLE_VERSION;
 
@@ -20,12 +20,7 @@ const DOC_MAX: usize = 16 << 20;
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result<Bytes, String> {
-    let mut req = Request::get(format!("http://{}{path}", endpoint.authority))
-        .body(UpstreamBody::Empty)
-        .map_err(|e| e.to_string())?;
-    if let Some(auth) = &endpoint.auth {
-        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
-    }
+    let mut req = endpoint.get(path)?;
     req.headers_mut()
         .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
     let fetch = async {
@@ -57,20 +52,10 @@ pub async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<Upstr
     UpstreamApi::from_doc(version, &doc)
 }
 
-/// Fetch and log; `None` (and a warning) when the upstream's API cannot be read: the table alone
-/// then decides, as for a server of the table's version.
-pub async fn read(client: &UpstreamClient, endpoint: &Endpoint, project: &str) -> Option<UpstreamApi> {
-    match fetch(client, endpoint).await {
-        Ok(api) => {
-            log(project, &api);
-            Some(api)
-        }
-        Err(why) => {
-            tracing::warn!(project, upstream = %endpoint.authority, reason = %why,
-                "could not read the upstream's version and API document; only the gateway's route table (OpenCode {TABLE_VERSION}) applies");
-            None
-        }
-    }
+/// The warning for a server whose version and document could not be read.
+pub fn unreadable(project: &str, endpoint: &Endpoint, why: &str) {
+    tracing::warn!(project, upstream = %endpoint.authority, reason = %why,
+        "could not read the upstream's version and API document; only the gateway's route table (OpenCode {TABLE_VERSION}) applies");
 }
 
 /// Once per upstream (re)start: a version other than the table's, and the routes that got a default.

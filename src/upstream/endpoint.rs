@@ -69,6 +69,18 @@ impl Endpoint {
         }
     }
 
+    /// A bodiless `GET path` to this server carrying the gateway's credential (health checks,
+    /// version and document reads, session lookups).
+    pub fn get(&self, path: &str) -> Result<http::Request<crate::upstream::UpstreamBody>, String> {
+        let mut req = http::Request::get(format!("http://{}{path}", self.authority))
+            .body(crate::upstream::UpstreamBody::Empty)
+            .map_err(|e| e.to_string())?;
+        if let Some(auth) = &self.auth {
+            req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
+        }
+        Ok(req)
+    }
+
     /// Make sure this external server's API document has been read, or tried recently: requests
     /// that come while a read is under way wait for it (up to `wait`), so a route the server added
     /// is never judged by the table alone in the moment after start or reload.
@@ -83,8 +95,15 @@ impl Endpoint {
             return;
         }
         *tried = Some(Instant::now());
-        if let Some(api) = crate::upstream::api::read(client, self, project).await {
-            self.api.store(Some(Arc::new(api)));
+        // Stored, then logged: once the log says which routes apply, `status` and requests see
+        // them (a test read `status` between a log-then-store and found nothing).
+        match crate::upstream::api::fetch(client, self).await {
+            Ok(api) => {
+                let api = Arc::new(api);
+                self.api.store(Some(api.clone()));
+                crate::upstream::api::log(project, &api);
+            }
+            Err(why) => crate::upstream::api::unreadable(project, self, &why),
         }
         self.api_tried_at.store(
             tried.map_or(0, |t| t.duration_since(self.created).as_millis() as u64 + 1),

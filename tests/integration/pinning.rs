@@ -8,7 +8,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::Https;
-use crate::common::client::{EventLog, direct_call, json};
+use crate::common::client::{EventLog, direct_call, json, session_in};
 use crate::common::stack::{alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
@@ -145,16 +145,7 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     // (listed and announced like the project's own, so the checks below still hold) shows it has.
     events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     // Someone with direct access creates a session in another directory of the same server.
-    let raw = direct_call(
-        s.oc.port,
-        &s.oc.password,
-        "POST",
-        &format!("/session?directory={other_dir}"),
-        &[],
-        "{}",
-    )
-    .await;
-    let foreign: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let foreign = session_in(s.oc.port, &s.oc.password, &other_dir).await;
     let foreign_id = foreign["id"].as_str().unwrap();
     assert_eq!(foreign["directory"].as_str(), Some(other_dir.as_str()));
     // A session of the project itself.

@@ -6,7 +6,7 @@
 use http_body_util::Full;
 
 use crate::common::client::basic;
-use crate::common::client::{direct_call, json, upgrade};
+use crate::common::client::{direct_call, json, session_in, upgrade};
 use crate::common::stack::{alice, setup_pinned};
 
 fn vera() -> String {
@@ -104,16 +104,7 @@ async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled() {
     let project = s.oc.project.display().to_string();
     let other = tempfile::tempdir().unwrap();
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
-    let raw = direct_call(
-        s.oc.port,
-        &s.oc.password,
-        "POST",
-        &format!("/session?directory={other_dir}"),
-        &[],
-        "{}",
-    )
-    .await;
-    let foreign: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let foreign = session_in(s.oc.port, &s.oc.password, &other_dir).await;
     let fid = foreign["id"].as_str().unwrap().to_string();
     let (status, mine) = json(c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200);

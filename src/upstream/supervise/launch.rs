@@ -8,14 +8,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{Request, StatusCode};
+use http::StatusCode;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::{HEALTH_AGENT, INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
 use crate::config::Secret;
+use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
-use crate::upstream::{UpstreamBody, UpstreamClient};
 
 pub(super) struct Running {
     pub(super) child: Child,
@@ -160,12 +160,7 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
 
 /// An authenticated `GET /global/health` answered 200.
 pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), String> {
-    let mut req = Request::get(format!("http://{}/global/health", endpoint.authority))
-        .body(UpstreamBody::Empty)
-        .map_err(|e| e.to_string())?;
-    if let Some(auth) = &endpoint.auth {
-        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
-    }
+    let mut req = endpoint.get("/global/health")?;
     req.headers_mut()
         .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
     match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {

@@ -239,14 +239,14 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
                 match crate::upstream::api::fetch(&client, &server.endpoint).await {
                     Ok(api) => {
                         let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
+                        let api = Arc::new(api);
+                        s.api.store(Some(api.clone()));
+                        // After the store: what the log says applies is what `status` shows.
                         if !same {
                             crate::upstream::api::log(&project, &api);
                         }
-                        s.api.store(Some(Arc::new(api)));
                     }
-                    Err(why) => {
-                        tracing::warn!(project = %project, reason = %why, "could not read the server's version and API document; the route table alone applies");
-                    }
+                    Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint, &why),
                 }
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 let why = watch_server(&s, &mut server, &client).await;

@@ -448,3 +448,18 @@ pub async fn upgrade(c: &Https, path: &str, auth: &str) -> (u16, String) {
     }
     (status, read(resp).await.body)
 }
+
+/// A session created straight on the upstream (no gateway) in another directory: what a client
+/// of another project, or anyone with the server's password, could make.
+pub async fn session_in(port: u16, password: &str, directory: &str) -> serde_json::Value {
+    let raw = direct_call(
+        port,
+        password,
+        "POST",
+        &format!("/session?directory={directory}"),
+        &[],
+        "{}",
+    )
+    .await;
+    serde_json::from_str(&raw).unwrap_or_else(|_| panic!("a session, not: {raw}"))
+}
