@@ -108,7 +108,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
             let _slot = slot;
             let svc = service_fn(move |req| {
                 let (gw, config_path) = (gw.clone(), config_path.clone());
-                async move { Ok::<_, Infallible>(route(&gw, &config_path, &req)) }
+                async move { Ok::<_, Infallible>(route(&gw, &config_path, &req).await) }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -119,8 +119,26 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
     }
 }
 
-fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Response<Full<Bytes>> {
+async fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
+        // The inbox (tests and local tools): every project's cards, and a reply as `control`.
+        (&Method::GET, "/inbox") => reply(
+            StatusCode::OK,
+            "application/json",
+            crate::inbox::to_json(
+                &gw.inbox,
+                crate::policy::query::get(req.uri().query().unwrap_or_default(), "project").as_deref(),
+            )
+            .to_string(),
+        ),
+        (&Method::POST, "/inbox/reply") => {
+            let (code, body) = crate::inbox::control::reply(gw, req.uri().query().unwrap_or_default()).await;
+            reply(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
+                "application/json",
+                body.to_string(),
+            )
+        }
         (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", status(gw).to_string()),
         (&Method::POST, "/reload") => match crate::reload::reload(gw, config) {
             Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),

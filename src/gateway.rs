@@ -79,6 +79,8 @@ pub struct Gateway {
     pub tokens: crate::auth::tokens::Tokens,
     pub upstream: UpstreamClient,
     pub supervisor: Supervisor,
+    /// Pending permission requests and questions, sessions and server states of every project.
+    pub inbox: Arc<crate::inbox::Inbox>,
     pub metrics: Metrics,
     pub http: auto::Builder<TokioExecutor>,
     /// Stop accepting and let connections finish.
@@ -123,6 +125,7 @@ impl Gateway {
             tokens,
             upstream,
             supervisor,
+            inbox: Arc::new(crate::inbox::Inbox::new()),
             metrics: Metrics::default(),
             http: http_builder(&limits),
             limits,
@@ -283,6 +286,12 @@ impl Gateway {
         line("ssh_sessions_open", "gauge", g(&m.ssh_sessions));
         line("reloads_total", "counter", g(&m.reloads));
         line("reload_failures_total", "counter", g(&m.reload_failures));
+        line("inbox_subscriptions_open", "gauge", self.inbox.subscriptions() as u64);
+        line(
+            "notifications_dropped_total",
+            "counter",
+            self.inbox.notifications_dropped(),
+        );
         out
     }
 }

@@ -17,6 +17,8 @@
 //! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
 //!   PTY tickets, API tokens (`tokens`). `store/`: the state database (SQLite behind one trait;
 //!   tokens now, browser sessions and devices later). `rewrite` (headers and query, pure), `workers` (one runtime per core).
+//! - `inbox/`: what the projects' servers wait for (one event subscription per running server),
+//!   for the phone pages; `notify` announces new requests (webhook, ntfy).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
 //!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
 //!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
@@ -40,7 +42,9 @@ pub mod control;
 pub mod devcert;
 pub mod gateway;
 pub mod http;
+pub mod inbox;
 pub mod listen;
+pub mod notify;
 pub mod policy;
 pub mod ratelimit;
 pub mod reach;
@@ -119,6 +123,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     }
     tokio::spawn(control::serve(gw.clone(), control, config_path));
     tokio::spawn(reload::watch_project_sets(gw.clone()));
+    inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));

@@ -14,6 +14,7 @@ pub struct RawConfig {
     pub tls: RawTls,
     pub ssh: Option<RawSsh>,
     pub admin: Option<RawAdmin>,
+    pub notify: Option<RawNotify>,
     #[serde(default)]
     pub limits: RawLimits,
     #[serde(default)]
@@ -69,6 +70,15 @@ pub struct RawSsh {
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub listen: String,
+}
+
+/// `[notify]`: where to announce new pending requests.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawNotify {
+    pub webhook: Option<String>,
+    pub ntfy: Option<String>,
+    pub debounce: Option<String>,
 }
 
 pub use super::limits::RawLimits;

@@ -19,6 +19,8 @@ pub struct Settings {
     pub tls: Tls,
     pub ssh: Option<Ssh>,
     pub admin: Option<Admin>,
+    /// `[notify]`: announce new pending requests.
+    pub notify: Option<Notify>,
     pub limits: Limits,
     /// Configured projects, then the ones discovered from `project_sets` (`Project::set`).
     pub projects: Vec<Project>,
@@ -63,6 +65,17 @@ pub struct Ssh {
 #[derive(Debug, Clone)]
 pub struct Admin {
     pub listen: SocketAddr,
+}
+
+/// `[notify]`, validated: at least one receiver; `http://` only to loopback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notify {
+    /// POST JSON `{"project","tool","kind","count","projects","url"}`.
+    pub webhook: Option<String>,
+    /// An ntfy topic URL: POST text with `Title` and `Click` headers.
+    pub ntfy: Option<String>,
+    /// Requests arriving within this window after the first go out as one message.
+    pub debounce: std::time::Duration,
 }
 
 pub use super::limits::Limits;

@@ -16,6 +16,7 @@ mod common;
 mod config_cli;
 mod connections;
 mod drift;
+mod inbox;
 mod isolation;
 mod lifecycle;
 mod pinning;

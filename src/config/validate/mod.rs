@@ -10,6 +10,7 @@ use super::file::RawConfig;
 use super::settings::*;
 use super::{ConfigError, Problem, ProtectedPaths};
 
+mod notify;
 mod project;
 mod route_role;
 mod user;
@@ -228,6 +229,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     });
 
     let limits = super::limits::validate(&mut c, &raw.limits);
+    let notify = raw.notify.as_ref().and_then(|n| notify::notify(&mut c, n));
 
     let mut projects = Vec::new();
     let mut project_sets = Vec::new();
@@ -298,6 +300,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         tls,
         ssh,
         admin,
+        notify,
         limits,
         projects,
         project_sets,

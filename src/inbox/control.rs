@@ -1,0 +1,47 @@
+//! The inbox on the control socket (the gateway's own OS user only, see `control.rs`):
+//! `GET /inbox` (every project's view as JSON) and
+//! `POST /inbox/reply?project=P&id=ID&reply=once|always|reject[&message=M]` for a permission,
+//! `…&reply=answer&answer=LABEL` or `…&reply=reject` for a question (id `que_…`), or
+//! `…&reply=abort` with a session id. Replies are recorded as by `control`.
+
+use crate::gateway::Gateway;
+use crate::policy::query;
+
+use super::{InboxError, Outcome, Reply};
+
+/// The status code and JSON answer of `POST /inbox/reply`.
+pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value) {
+    let get = |name: &str| query::get(query_string, name).map(|v| v.into_owned());
+    let (Some(project), Some(id), Some(how)) = (get("project"), get("id"), get("reply")) else {
+        return (400, serde_json::json!({"error": "project, id and reply are required"}));
+    };
+    let inbox = &gw.inbox;
+    let by = "control";
+    let result: Result<Outcome, InboxError> = match (id.starts_with("que_"), how.as_str()) {
+        (_, "abort") => inbox.abort_session(gw, &project, &id).await,
+        (true, "reject") => inbox.reject_question(gw, &project, &id, by).await,
+        (true, "answer") => {
+            let answer = get("answer").unwrap_or_default();
+            inbox.reply_question(gw, &project, &id, vec![vec![answer]], by).await
+        }
+        (false, how) => match Reply::parse(how) {
+            Some(r) => inbox.reply_permission(gw, &project, &id, r, get("message"), by).await,
+            None => {
+                return (
+                    400,
+                    serde_json::json!({"error": "reply must be once, always or reject"}),
+                );
+            }
+        },
+        _ => {
+            return (
+                400,
+                serde_json::json!({"error": "a question takes reply=answer or reply=reject"}),
+            );
+        }
+    };
+    match result {
+        Ok(o) => (200, serde_json::json!({"outcome": format!("{o:?}")})),
+        Err(e) => (502, serde_json::json!({"error": e.to_string()})),
+    }
+}

@@ -1,0 +1,122 @@
+//! The inbox: what every project's OpenCode server is waiting for (permission requests and
+//! questions), its sessions and its server's state, for the phone "control room" pages.
+//!
+//! - `model`: the data and the one reducer (events and re-seeds in, cards out); pure.
+//! - `view`: what a page reads, filtered by the viewer's grants.
+//! - `watch`: one `GET /global/event` subscription per running server (not per viewer), re-seeded
+//!   from the server's lists after every (re)connect, reconnecting with backoff.
+//! - `reconcile`: every second, which servers run and which projects they serve; starts and stops
+//!   watchers as the state is reloaded or project sets change.
+//! - `reply`: answering a card or aborting a session, upstream, with the gateway's credential.
+//!
+//! Roles are the caller's business: the pages check them before calling `reply_*`.
+
+pub mod control;
+mod model;
+mod reconcile;
+mod reply;
+mod view;
+mod watch;
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch as tokio_watch;
+
+pub use model::{
+    CardKind, NewCard, Permission, Question, QuestionItem, QuestionOption, Resolution, Resolved, ServerState, Session,
+    SessionStatus, Tokens,
+};
+pub use reply::{InboxError, Outcome, Reply};
+pub use view::{Card, PermissionCard, ProjectView, QuestionCard};
+
+use crate::gateway::Gateway;
+use model::{Effect, Model};
+
+pub struct Inbox {
+    model: Mutex<Model>,
+    changes: tokio_watch::Sender<u64>,
+    notify: crate::notify::Queue,
+    /// Upstream event streams open now (one per running server).
+    pub(crate) subscriptions: std::sync::atomic::AtomicUsize,
+}
+
+/// Milliseconds since the Unix epoch (the unit OpenCode uses for times).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Inbox {
+    pub fn new() -> Inbox {
+        Inbox {
+            model: Mutex::new(Model::default()),
+            changes: tokio_watch::Sender::new(0),
+            notify: crate::notify::Queue::new(),
+            subscriptions: Default::default(),
+        }
+    }
+
+    /// The projects `may_see` allows (the page passes the user's grants), sorted by name, each
+    /// with its server state, sessions, pending cards and recently resolved requests.
+    pub fn view(&self, may_see: impl Fn(&str) -> bool) -> Vec<ProjectView> {
+        let model = self.lock();
+        view::build(&model, may_see, now_ms())
+    }
+
+    /// A counter that goes up on every change (for a page's live stream: wait for `changed()`,
+    /// then call [`Inbox::view`] again).
+    pub fn changes(&self) -> tokio_watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Upstream event streams open now: one per running OpenCode server, whatever the viewers.
+    pub fn subscriptions(&self) -> usize {
+        self.subscriptions.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Notifications that could not be queued (the queue was full).
+    pub fn notifications_dropped(&self) -> u64 {
+        self.notify.dropped()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Change the model; bump the counter and queue notifications for new cards.
+    fn update(&self, f: impl FnOnce(&mut Model, u64) -> Effect) {
+        let effect = {
+            let mut model = self.lock();
+            f(&mut model, now_ms())
+        };
+        if effect.changed {
+            self.changes.send_modify(|n| *n += 1);
+        }
+        for card in effect.new_cards {
+            self.notify.push(card);
+        }
+    }
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Inbox::new()
+    }
+}
+
+/// Start the inbox's background tasks (the watcher reconciler and the notifier); they end with
+/// the gateway's shutdown.
+pub fn start(gw: &Arc<Gateway>) {
+    tokio::spawn(reconcile::run(gw.clone()));
+    if let Some(rx) = gw.inbox.notify.take_receiver() {
+        tokio::spawn(crate::notify::run(gw.clone(), rx));
+    }
+}
+
+/// The inbox as JSON (for the control socket's `GET /inbox[?project=NAME]`): every project, or
+/// only the one named, through the same filter a page uses.
+pub fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
+    let projects = inbox.view(|p| only.is_none_or(|o| o == p));
+    serde_json::json!({ "projects": projects, "notifications_dropped": inbox.notifications_dropped(), "subscriptions": inbox.subscriptions() })
+}

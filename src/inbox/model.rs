@@ -1,0 +1,606 @@
+//! What the inbox knows, and the one function that changes it: OpenCode's events (and the lists
+//! read after every (re)connect) go in, cards and sessions come out. Pure: no I/O, no clock (the
+//! caller passes `now` in milliseconds since the epoch), so the tests drive it with plain JSON.
+//!
+//! Event names and shapes are the ones OpenCode 1.18.33 sends on `GET /global/event` (seen on the
+//! real server): `permission.asked` (properties = the `GET /permission` object),
+//! `permission.replied {sessionID, requestID, reply}`, `question.asked` (the `GET /question`
+//! object), `question.replied {sessionID, requestID, answers}`, `question.rejected {sessionID,
+//! requestID}`, `session.created|updated|deleted {sessionID, info}`, `session.status {sessionID,
+//! status}`, `session.idle {sessionID}`, `message.updated {sessionID, info}`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Sessions kept per project (the most recently active).
+pub const MAX_SESSIONS: usize = 200;
+/// Pending cards kept per project and kind; more are counted in `hidden_cards`.
+pub const MAX_CARDS: usize = 100;
+/// Recently resolved entries kept (all projects), and for how long.
+pub const MAX_RESOLVED: usize = 200;
+pub const RESOLVED_FOR_MS: u64 = 120_000;
+/// A card shows this many lines of the command or patch, each cut to this many characters.
+pub const MAX_LINES: usize = 8;
+pub const MAX_LINE_CHARS: usize = 200;
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerState {
+    Running,
+    Starting,
+    /// Not running, and not failing: an on-demand server nobody asked for yet, or stopped.
+    Stopped {
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionStatus {
+    Idle,
+    Busy,
+    Retry { attempt: u64, message: String, next: u64 },
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub title: String,
+    /// Set for subagent (child) sessions.
+    pub parent_id: Option<String>,
+    pub status: SessionStatus,
+    pub last_activity_ms: u64,
+    /// The session's running totals as OpenCode reports them on the session itself
+    /// (`session.updated`'s `info.cost` / `info.tokens`, and `GET /session`).
+    pub cost: Option<f64>,
+    pub tokens: Option<Tokens>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Permission {
+    pub id: String,
+    pub session_id: String,
+    /// OpenCode's `permission` (`bash`, `edit`, …).
+    pub tool: String,
+    /// The first lines of `metadata.command`, or of the diff or patch in `metadata`.
+    pub lines: Vec<String>,
+    /// More lines (or longer ones) than shown.
+    pub truncated: bool,
+    pub patterns: Vec<String>,
+    /// What "always" would store.
+    pub always: Vec<String>,
+    pub asked_at_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub label: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuestionItem {
+    pub question: String,
+    #[serde(default)]
+    pub header: String,
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+    #[serde(default)]
+    pub multiple: bool,
+    /// Whether a free-text answer is allowed (OpenCode's default is yes).
+    #[serde(default)]
+    pub custom: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Question {
+    pub id: String,
+    pub session_id: String,
+    pub questions: Vec<QuestionItem>,
+    pub asked_at_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum CardKind {
+    Permission,
+    Question,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Resolution {
+    /// The gateway sent the reply (for this user).
+    AnsweredHere { by: String },
+    /// Answered in the TUI, the web UI, another client, or during a gap in the event stream.
+    Elsewhere,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Resolved {
+    pub project: String,
+    pub id: String,
+    pub kind: CardKind,
+    pub resolved_at_ms: u64,
+    #[serde(flatten)]
+    pub how: Resolution,
+}
+
+/// A request that just appeared (for notifications).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCard {
+    pub project: String,
+    pub kind: CardKind,
+    /// `bash`, `edit`, … for permissions; `question` for questions.
+    pub tool: String,
+}
+
+/// What one change did.
+#[derive(Debug, Default)]
+pub struct Effect {
+    pub changed: bool,
+    pub new_cards: Vec<NewCard>,
+}
+
+impl Effect {
+    fn merge(&mut self, other: Effect) {
+        self.changed |= other.changed;
+        self.new_cards.extend(other.new_cards);
+    }
+}
+
+#[derive(Debug)]
+pub struct ProjectModel {
+    pub server: ServerState,
+    pub directory: Option<String>,
+    pub sessions: HashMap<String, Session>,
+    pub permissions: BTreeMap<String, Permission>,
+    pub questions: BTreeMap<String, Question>,
+    /// Requests not kept because the project already had [`MAX_CARDS`] of that kind.
+    pub hidden_cards: u64,
+}
+
+impl ProjectModel {
+    fn new() -> Self {
+        ProjectModel {
+            server: ServerState::Starting,
+            directory: None,
+            sessions: HashMap::new(),
+            permissions: BTreeMap::new(),
+            questions: BTreeMap::new(),
+            hidden_cards: 0,
+        }
+    }
+}
+
+/// The lists read from the upstream after a (re)connect.
+#[derive(Debug, Default)]
+pub struct Seed {
+    pub sessions: Vec<Value>,
+    /// `GET /session/status`: session id → status.
+    pub statuses: Value,
+    pub permissions: Vec<Value>,
+    pub questions: Vec<Value>,
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    pub projects: BTreeMap<String, ProjectModel>,
+    pub resolved: VecDeque<Resolved>,
+    /// Requests the gateway is replying to, and for whom: their `*.replied` event then says
+    /// "answered here".
+    ours: HashMap<(String, String), String>,
+}
+
+fn s(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(s).take(50).collect())
+        .unwrap_or_default()
+}
+
+/// The first [`MAX_LINES`] lines of `text`, each at most [`MAX_LINE_CHARS`] characters.
+pub fn first_lines(text: &str) -> (Vec<String>, bool) {
+    let mut truncated = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if i == MAX_LINES {
+            truncated = true;
+            break;
+        }
+        let mut l: String = line.chars().take(MAX_LINE_CHARS).collect();
+        if l.len() < line.len() {
+            truncated = true;
+            l.push('…');
+        }
+        out.push(l);
+    }
+    (out, truncated)
+}
+
+fn permission(p: &Value, now: u64) -> Option<Permission> {
+    let meta = &p["metadata"];
+    let text = ["command", "diff", "patch", "filepath", "path", "url"]
+        .iter()
+        .find_map(|k| meta[*k].as_str())
+        .unwrap_or_default();
+    let (lines, truncated) = first_lines(text);
+    Some(Permission {
+        id: s(&p["id"])?,
+        session_id: s(&p["sessionID"]).unwrap_or_default(),
+        tool: s(&p["permission"]).unwrap_or_else(|| "unknown".into()),
+        lines,
+        truncated,
+        patterns: strings(&p["patterns"]),
+        always: strings(&p["always"]),
+        asked_at_ms: now,
+    })
+}
+
+fn question(q: &Value, now: u64) -> Option<Question> {
+    Some(Question {
+        id: s(&q["id"])?,
+        session_id: s(&q["sessionID"]).unwrap_or_default(),
+        questions: serde_json::from_value(q["questions"].clone()).unwrap_or_default(),
+        asked_at_ms: now,
+    })
+}
+
+fn status(v: &Value) -> SessionStatus {
+    match v["type"].as_str() {
+        Some("busy") => SessionStatus::Busy,
+        Some("retry") => SessionStatus::Retry {
+            attempt: v["attempt"].as_u64().unwrap_or(0),
+            message: v["message"].as_str().unwrap_or_default().chars().take(500).collect(),
+            next: v["next"].as_u64().unwrap_or(0),
+        },
+        _ => SessionStatus::Idle,
+    }
+}
+
+fn session_from_info(info: &Value, old: Option<&Session>) -> Option<Session> {
+    let id = s(&info["id"])?;
+    let t = &info["tokens"];
+    let tokens = t.is_object().then(|| Tokens {
+        input: t["input"].as_u64().unwrap_or(0),
+        output: t["output"].as_u64().unwrap_or(0),
+        reasoning: t["reasoning"].as_u64().unwrap_or(0),
+        cache_read: t["cache"]["read"].as_u64().unwrap_or(0),
+        cache_write: t["cache"]["write"].as_u64().unwrap_or(0),
+    });
+    let updated = info["time"]["updated"].as_u64().unwrap_or(0);
+    Some(Session {
+        title: s(&info["title"]).unwrap_or_default().chars().take(200).collect(),
+        parent_id: s(&info["parentID"]),
+        status: old.map_or(SessionStatus::Idle, |o| o.status.clone()),
+        last_activity_ms: old.map_or(updated, |o| o.last_activity_ms.max(updated)),
+        cost: info["cost"].as_f64().or(old.and_then(|o| o.cost)),
+        tokens: tokens.or_else(|| old.and_then(|o| o.tokens.clone())),
+        id,
+    })
+}
+
+/// Keep at most [`MAX_SESSIONS`]: drop the least recently active that is not busy.
+fn bound_sessions(sessions: &mut HashMap<String, Session>) {
+    while sessions.len() > MAX_SESSIONS {
+        let oldest = |idle_only: bool| {
+            sessions
+                .values()
+                .filter(|s| !idle_only || s.status == SessionStatus::Idle)
+                .min_by_key(|s| s.last_activity_ms)
+                .map(|s| s.id.clone())
+        };
+        let victim = oldest(true).or_else(|| oldest(false));
+        match victim {
+            Some(id) => sessions.remove(&id),
+            None => break,
+        };
+    }
+}
+
+impl Model {
+    pub fn project_mut(&mut self, name: &str) -> &mut ProjectModel {
+        self.projects.entry(name.to_string()).or_insert_with(ProjectModel::new)
+    }
+
+    /// Forget projects that are no longer configured (their cards go without a resolution).
+    pub fn retain_projects(&mut self, keep: impl Fn(&str) -> bool) -> bool {
+        let before = self.projects.len();
+        self.projects.retain(|name, _| keep(name));
+        self.ours.retain(|(p, _), _| keep(p));
+        before != self.projects.len()
+    }
+
+    /// Set a project's server state and directory; true when it changed.
+    pub fn set_server(&mut self, project: &str, state: ServerState, directory: Option<String>) -> bool {
+        let p = self.project_mut(project);
+        let changed = p.server != state || p.directory != directory;
+        p.server = state;
+        p.directory = directory;
+        changed
+    }
+
+    /// The project's server is not running: its requests died with it and its sessions are idle.
+    pub fn forget_pending(&mut self, project: &str) -> bool {
+        let Some(p) = self.projects.get_mut(project) else {
+            return false;
+        };
+        let mut changed = !p.permissions.is_empty() || !p.questions.is_empty();
+        p.permissions.clear();
+        p.questions.clear();
+        for s in p.sessions.values_mut() {
+            changed |= s.status != SessionStatus::Idle;
+            s.status = SessionStatus::Idle;
+        }
+        changed
+    }
+
+    /// The gateway is about to reply to `id` for `user`.
+    pub fn replying(&mut self, project: &str, id: &str, user: &str) {
+        if self.ours.len() < 10_000 {
+            self.ours.insert((project.into(), id.into()), user.into());
+        }
+    }
+
+    /// The gateway's reply did not go through: a later `*.replied` is someone else's.
+    pub fn reply_failed(&mut self, project: &str, id: &str) {
+        self.ours.remove(&(project.into(), id.into()));
+    }
+
+    /// Remove a pending card, recording how it went. True if there was one.
+    pub fn resolve(&mut self, project: &str, id: &str, now: u64) -> bool {
+        let how = match self.ours.remove(&(project.into(), id.into())) {
+            Some(by) => Resolution::AnsweredHere { by },
+            None => Resolution::Elsewhere,
+        };
+        let Some(p) = self.projects.get_mut(project) else {
+            return false;
+        };
+        let kind = if p.permissions.remove(id).is_some() {
+            CardKind::Permission
+        } else if p.questions.remove(id).is_some() {
+            CardKind::Question
+        } else {
+            return false;
+        };
+        self.resolved.push_back(Resolved {
+            project: project.into(),
+            id: id.into(),
+            kind,
+            resolved_at_ms: now,
+            how,
+        });
+        self.prune(now);
+        true
+    }
+
+    /// Drop resolved entries older than [`RESOLVED_FOR_MS`] or beyond [`MAX_RESOLVED`].
+    pub fn prune(&mut self, now: u64) {
+        while self.resolved.len() > MAX_RESOLVED
+            || self
+                .resolved
+                .front()
+                .is_some_and(|r| r.resolved_at_ms + RESOLVED_FOR_MS < now)
+        {
+            self.resolved.pop_front();
+        }
+    }
+
+    fn add_permission(&mut self, project: &str, p: Permission) -> Effect {
+        let pm = self.project_mut(project);
+        if pm.permissions.contains_key(&p.id) {
+            return Effect::default();
+        }
+        if pm.permissions.len() >= MAX_CARDS {
+            pm.hidden_cards += 1;
+            return Effect {
+                changed: true,
+                new_cards: vec![],
+            };
+        }
+        let new = NewCard {
+            project: project.into(),
+            kind: CardKind::Permission,
+            tool: p.tool.clone(),
+        };
+        pm.permissions.insert(p.id.clone(), p);
+        Effect {
+            changed: true,
+            new_cards: vec![new],
+        }
+    }
+
+    fn add_question(&mut self, project: &str, q: Question) -> Effect {
+        let pm = self.project_mut(project);
+        if pm.questions.contains_key(&q.id) {
+            return Effect::default();
+        }
+        if pm.questions.len() >= MAX_CARDS {
+            pm.hidden_cards += 1;
+            return Effect {
+                changed: true,
+                new_cards: vec![],
+            };
+        }
+        pm.questions.insert(q.id.clone(), q);
+        Effect {
+            changed: true,
+            new_cards: vec![NewCard {
+                project: project.into(),
+                kind: CardKind::Question,
+                tool: "question".into(),
+            }],
+        }
+    }
+
+    fn touch_session(&mut self, project: &str, id: &str, now: u64, status: Option<SessionStatus>) -> bool {
+        let sessions = &mut self.project_mut(project).sessions;
+        let session = sessions.entry(id.to_string()).or_insert_with(|| Session {
+            id: id.to_string(),
+            title: String::new(),
+            parent_id: None,
+            status: SessionStatus::Idle,
+            last_activity_ms: now,
+            cost: None,
+            tokens: None,
+        });
+        session.last_activity_ms = session.last_activity_ms.max(now);
+        if let Some(st) = status {
+            session.status = st;
+        }
+        bound_sessions(sessions);
+        true
+    }
+
+    /// One event's `payload` (`{"type", "properties"}`) for `project`.
+    pub fn apply(&mut self, project: &str, payload: &Value, now: u64) -> Effect {
+        let props = &payload["properties"];
+        let changed = |c: bool| Effect {
+            changed: c,
+            new_cards: vec![],
+        };
+        match payload["type"].as_str().unwrap_or_default() {
+            "permission.asked" => match permission(props, now) {
+                Some(p) => self.add_permission(project, p),
+                None => Effect::default(),
+            },
+            "question.asked" => match question(props, now) {
+                Some(q) => self.add_question(project, q),
+                None => Effect::default(),
+            },
+            "permission.replied" | "question.replied" | "question.rejected" => changed(
+                props["requestID"]
+                    .as_str()
+                    .is_some_and(|id| self.resolve(project, id, now)),
+            ),
+            "session.created" | "session.updated" => {
+                let sessions = &mut self.project_mut(project).sessions;
+                let old = props["info"]["id"].as_str().and_then(|id| sessions.get(id));
+                match session_from_info(&props["info"], old) {
+                    Some(s) => {
+                        sessions.insert(s.id.clone(), s);
+                        bound_sessions(sessions);
+                        changed(true)
+                    }
+                    None => Effect::default(),
+                }
+            }
+            "session.deleted" => {
+                let Some(id) = props["sessionID"].as_str().or(props["info"]["id"].as_str()) else {
+                    return Effect::default();
+                };
+                let pm = self.project_mut(project);
+                let mut c = pm.sessions.remove(id).is_some();
+                // Its pending requests die with it.
+                let cards: Vec<String> = pm
+                    .permissions
+                    .values()
+                    .filter(|p| p.session_id == id)
+                    .map(|p| p.id.clone())
+                    .chain(
+                        pm.questions
+                            .values()
+                            .filter(|q| q.session_id == id)
+                            .map(|q| q.id.clone()),
+                    )
+                    .collect();
+                for card in cards {
+                    c |= self.resolve(project, &card, now);
+                }
+                changed(c)
+            }
+            "session.status" => match props["sessionID"].as_str() {
+                Some(id) => changed(self.touch_session(project, id, now, Some(status(&props["status"])))),
+                None => Effect::default(),
+            },
+            "session.idle" => match props["sessionID"].as_str() {
+                Some(id) => changed(self.touch_session(project, id, now, Some(SessionStatus::Idle))),
+                None => Effect::default(),
+            },
+            "message.updated" => match props["info"]["sessionID"].as_str().or(props["sessionID"].as_str()) {
+                Some(id) => changed(self.touch_session(project, id, now, None)),
+                None => Effect::default(),
+            },
+            _ => Effect::default(),
+        }
+    }
+
+    /// Replace what is known of `project` with the lists read after a (re)connect: cards that
+    /// are no longer pending were answered during the gap.
+    pub fn seed(&mut self, project: &str, seed: &Seed, now: u64) -> Effect {
+        let mut effect = Effect {
+            changed: true,
+            new_cards: vec![],
+        };
+        let pm = self.project_mut(project);
+        let old = std::mem::take(&mut pm.sessions);
+        let mut sessions = HashMap::new();
+        for info in &seed.sessions {
+            let prev = info["id"].as_str().and_then(|id| old.get(id));
+            if let Some(mut s) = session_from_info(info, prev) {
+                s.status = status(&seed.statuses[&s.id]);
+                sessions.insert(s.id.clone(), s);
+            }
+        }
+        // Busy sessions the listing did not include (it may be limited) still show.
+        if let Some(map) = seed.statuses.as_object() {
+            for (id, st) in map {
+                if !sessions.contains_key(id) {
+                    let mut s = old.get(id).cloned().unwrap_or(Session {
+                        id: id.clone(),
+                        title: String::new(),
+                        parent_id: None,
+                        status: SessionStatus::Idle,
+                        last_activity_ms: now,
+                        cost: None,
+                        tokens: None,
+                    });
+                    s.status = status(st);
+                    sessions.insert(id.clone(), s);
+                }
+            }
+        }
+        bound_sessions(&mut sessions);
+        pm.sessions = sessions;
+        let perms: Vec<Permission> = seed.permissions.iter().filter_map(|p| permission(p, now)).collect();
+        let quests: Vec<Question> = seed.questions.iter().filter_map(|q| question(q, now)).collect();
+        let gone: Vec<String> = pm
+            .permissions
+            .keys()
+            .filter(|id| !perms.iter().any(|p| &p.id == *id))
+            .chain(pm.questions.keys().filter(|id| !quests.iter().any(|q| &q.id == *id)))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.resolve(project, &id, now);
+        }
+        for p in perms {
+            effect.merge(self.add_permission(project, p));
+        }
+        for q in quests {
+            effect.merge(self.add_question(project, q));
+        }
+        effect
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,268 @@
+//! The reducer, driven with the payloads OpenCode 1.18.33 sent on `GET /global/event`.
+
+use serde_json::json;
+
+use super::*;
+
+fn asked(id: &str, session: &str, command: &str) -> Value {
+    json!({"type": "permission.asked", "properties": {
+        "id": id, "sessionID": session, "permission": "bash",
+        "patterns": [command], "metadata": {"command": command}, "always": ["echo *"],
+        "tool": {"messageID": "msg_1", "callID": "call_1"}}})
+}
+
+fn replied(id: &str) -> Value {
+    json!({"type": "permission.replied", "properties": {"sessionID": "ses_1", "requestID": id, "reply": "once"}})
+}
+
+fn question(id: &str) -> Value {
+    json!({"type": "question.asked", "properties": {"id": id, "sessionID": "ses_1",
+        "questions": [{"question": "Which colour?", "header": "Colour",
+            "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}],
+        "tool": {"messageID": "msg_2", "callID": "call_2"}}})
+}
+
+fn session(id: &str, parent: Option<&str>, title: &str, updated: u64) -> Value {
+    let mut info = json!({"id": id, "title": title, "directory": "/p", "cost": 0.25,
+        "tokens": {"input": 10, "output": 5, "reasoning": 1, "cache": {"read": 2, "write": 3}},
+        "time": {"created": 1, "updated": updated}});
+    if let Some(p) = parent {
+        info["parentID"] = p.into();
+    }
+    json!({"type": "session.updated", "properties": {"sessionID": id, "info": info}})
+}
+
+#[test]
+fn a_permission_asked_makes_a_card_and_its_reply_resolves_it_elsewhere() {
+    let mut m = Model::default();
+    let e = m.apply("web", &asked("per_1", "ses_1", "echo hi > f"), 1000);
+    assert!(e.changed);
+    assert_eq!(
+        e.new_cards,
+        vec![NewCard {
+            project: "web".into(),
+            kind: CardKind::Permission,
+            tool: "bash".into()
+        }]
+    );
+    let card = &m.projects["web"].permissions["per_1"];
+    assert_eq!(card.lines, vec!["echo hi > f"]);
+    assert_eq!(card.always, vec!["echo *"]);
+    assert_eq!(card.asked_at_ms, 1000);
+    // The same event again (a seed raced it) is no new card.
+    assert!(
+        m.apply("web", &asked("per_1", "ses_1", "echo hi > f"), 1001)
+            .new_cards
+            .is_empty()
+    );
+    assert!(m.apply("web", &replied("per_1"), 2000).changed);
+    assert!(m.projects["web"].permissions.is_empty());
+    assert_eq!(m.resolved.len(), 1);
+    assert_eq!(m.resolved[0].how, Resolution::Elsewhere);
+    assert_eq!(m.resolved[0].kind, CardKind::Permission);
+    // A reply for a card we never had changes nothing.
+    assert!(!m.apply("web", &replied("per_9"), 2000).changed);
+}
+
+#[test]
+fn a_reply_the_gateway_sent_resolves_as_answered_here_by_that_user() {
+    let mut m = Model::default();
+    m.apply("web", &asked("per_1", "ses_1", "ls"), 1000);
+    m.replying("web", "per_1", "alice");
+    m.apply("web", &replied("per_1"), 2000);
+    assert_eq!(m.resolved[0].how, Resolution::AnsweredHere { by: "alice".into() });
+    // A failed reply forgets the claim: someone else's later answer is "elsewhere".
+    m.apply("web", &asked("per_2", "ses_1", "ls"), 3000);
+    m.replying("web", "per_2", "alice");
+    m.reply_failed("web", "per_2");
+    m.apply("web", &replied("per_2"), 4000);
+    assert_eq!(m.resolved[1].how, Resolution::Elsewhere);
+}
+
+#[test]
+fn questions_are_asked_replied_and_rejected() {
+    let mut m = Model::default();
+    let e = m.apply("web", &question("que_1"), 10);
+    assert_eq!(e.new_cards[0].kind, CardKind::Question);
+    let q = &m.projects["web"].questions["que_1"];
+    assert_eq!(q.questions[0].options[1].label, "blue");
+    m.apply(
+        "web",
+        &json!({"type": "question.replied", "properties": {"sessionID": "ses_1", "requestID": "que_1", "answers": [["blue"]]}}),
+        20,
+    );
+    assert!(m.projects["web"].questions.is_empty());
+    m.apply("web", &question("que_2"), 30);
+    m.apply(
+        "web",
+        &json!({"type": "question.rejected", "properties": {"sessionID": "ses_1", "requestID": "que_2"}}),
+        40,
+    );
+    assert!(m.projects["web"].questions.is_empty());
+    assert_eq!(m.resolved.len(), 2);
+    assert!(m.resolved.iter().all(|r| r.kind == CardKind::Question));
+}
+
+#[test]
+fn sessions_follow_updates_status_and_deletion_with_cost_and_tokens() {
+    let mut m = Model::default();
+    m.apply("web", &session("ses_1", None, "Fix it", 100), 1000);
+    m.apply("web", &session("ses_2", Some("ses_1"), "Subagent", 200), 1000);
+    let s = &m.projects["web"].sessions["ses_1"];
+    assert_eq!((s.title.as_str(), s.cost), ("Fix it", Some(0.25)));
+    assert_eq!(s.tokens.as_ref().unwrap().cache_write, 3);
+    assert_eq!(m.projects["web"].sessions["ses_2"].parent_id.as_deref(), Some("ses_1"));
+    m.apply(
+        "web",
+        &json!({"type": "session.status", "properties": {"sessionID": "ses_1", "status": {"type": "busy"}}}),
+        5000,
+    );
+    assert_eq!(m.projects["web"].sessions["ses_1"].status, SessionStatus::Busy);
+    assert_eq!(m.projects["web"].sessions["ses_1"].last_activity_ms, 5000);
+    m.apply(
+        "web",
+        &json!({"type": "session.status", "properties": {"sessionID": "ses_1", "status": {"type": "retry", "attempt": 2, "message": "rate limited", "next": 9000}}}),
+        6000,
+    );
+    assert_eq!(
+        m.projects["web"].sessions["ses_1"].status,
+        SessionStatus::Retry {
+            attempt: 2,
+            message: "rate limited".into(),
+            next: 9000
+        }
+    );
+    m.apply(
+        "web",
+        &json!({"type": "session.idle", "properties": {"sessionID": "ses_1"}}),
+        7000,
+    );
+    assert_eq!(m.projects["web"].sessions["ses_1"].status, SessionStatus::Idle);
+    // Deleting a session takes its pending requests with it.
+    m.apply("web", &asked("per_1", "ses_2", "ls"), 8000);
+    let deleted = json!({"type": "session.deleted", "properties": {"sessionID": "ses_2", "info": {"id": "ses_2"}}});
+    assert!(m.apply("web", &deleted, 9000).changed);
+    assert!(!m.projects["web"].sessions.contains_key("ses_2"));
+    assert!(m.projects["web"].permissions.is_empty());
+}
+
+#[test]
+fn unknown_and_malformed_events_change_nothing() {
+    let mut m = Model::default();
+    for ev in [
+        json!({"type": "message.part.delta", "properties": {"sessionID": "ses_1", "delta": "x"}}),
+        json!({"type": "server.heartbeat", "properties": {}}),
+        json!({"type": "plugin.added"}),
+        json!({"type": "permission.asked", "properties": {"sessionID": "ses_1"}}),
+        json!({"type": "session.status", "properties": {}}),
+        json!("nonsense"),
+    ] {
+        let e = m.apply("web", &ev, 1);
+        assert!(!e.changed && e.new_cards.is_empty(), "{ev}");
+    }
+    assert!(
+        m.projects
+            .get("web")
+            .is_none_or(|p| p.permissions.is_empty() && p.sessions.is_empty())
+    );
+}
+
+#[test]
+fn cards_show_at_most_eight_lines_of_at_most_200_characters() {
+    let long = format!("{}\n", "x".repeat(500)).repeat(20);
+    let (lines, truncated) = first_lines(&long);
+    assert_eq!(lines.len(), MAX_LINES);
+    assert!(truncated);
+    assert!(lines.iter().all(|l| l.chars().count() <= MAX_LINE_CHARS + 1));
+    let (lines, truncated) = first_lines("ä".repeat(300).as_str());
+    assert_eq!(
+        lines[0].chars().count(),
+        MAX_LINE_CHARS + 1,
+        "cut on a character, marked"
+    );
+    assert!(truncated);
+    // A diff in the metadata (the edit tool) is shown when there is no command.
+    let mut m = Model::default();
+    let edit = json!({"type": "permission.asked", "properties": {"id": "per_e", "sessionID": "s",
+        "permission": "edit", "patterns": ["a.rs"], "always": ["*"], "metadata": {"filepath": "/p/a.rs", "diff": "--- a\n+++ b\n@@\n-x\n+y"}}});
+    m.apply("web", &edit, 1);
+    assert_eq!(m.projects["web"].permissions["per_e"].lines[0], "--- a");
+}
+
+#[test]
+fn everything_is_bounded() {
+    let mut m = Model::default();
+    for i in 0..MAX_CARDS + 5 {
+        m.apply("web", &asked(&format!("per_{i}"), "ses_1", "ls"), i as u64);
+    }
+    assert_eq!(m.projects["web"].permissions.len(), MAX_CARDS);
+    assert_eq!(m.projects["web"].hidden_cards, 5);
+    for i in 0..MAX_SESSIONS + 20 {
+        m.apply("web", &session(&format!("ses_{i}"), None, "t", i as u64), i as u64);
+    }
+    assert_eq!(m.projects["web"].sessions.len(), MAX_SESSIONS);
+    assert!(
+        !m.projects["web"].sessions.contains_key("ses_0"),
+        "the least recently active went"
+    );
+    for i in 0..MAX_CARDS {
+        m.apply("web", &replied(&format!("per_{i}")), 1000);
+    }
+    for i in 0..MAX_CARDS {
+        m.apply("web", &asked(&format!("per_x{i}"), "ses_1", "ls"), 1000);
+        m.apply("web", &replied(&format!("per_x{i}")), 1000);
+    }
+    assert_eq!(m.resolved.len(), MAX_RESOLVED);
+    m.prune(1000 + RESOLVED_FOR_MS + 1);
+    assert!(m.resolved.is_empty(), "resolved entries expire");
+}
+
+#[test]
+fn a_seed_after_a_gap_resolves_what_was_answered_meanwhile_and_adds_what_is_new() {
+    let mut m = Model::default();
+    m.apply("web", &asked("per_old", "ses_1", "ls"), 1);
+    m.apply("web", &session("ses_gone", None, "t", 1), 1);
+    let seed = Seed {
+        sessions: vec![session("ses_1", None, "Now", 50)["properties"]["info"].clone()],
+        statuses: json!({"ses_1": {"type": "busy"}, "ses_child": {"type": "busy"}}),
+        permissions: vec![asked("per_new", "ses_1", "make")["properties"].clone()],
+        questions: vec![question("que_1")["properties"].clone()],
+    };
+    let e = m.seed("web", &seed, 100);
+    assert_eq!(e.new_cards.len(), 2);
+    let p = &m.projects["web"];
+    assert!(p.permissions.contains_key("per_new") && !p.permissions.contains_key("per_old"));
+    assert!(p.questions.contains_key("que_1"));
+    assert_eq!(p.sessions["ses_1"].status, SessionStatus::Busy);
+    assert_eq!(
+        p.sessions["ses_child"].status,
+        SessionStatus::Busy,
+        "busy but not listed"
+    );
+    assert!(!p.sessions.contains_key("ses_gone"));
+    assert_eq!(m.resolved[0].id, "per_old");
+    assert_eq!(m.resolved[0].how, Resolution::Elsewhere);
+    // The same seed again is nothing new.
+    assert!(m.seed("web", &seed, 200).new_cards.is_empty());
+}
+
+#[test]
+fn the_view_shows_only_allowed_projects_sorted_with_session_titles() {
+    let mut m = Model::default();
+    m.apply("b", &session("ses_2", Some("ses_1"), "Helper", 5), 5);
+    m.apply("b", &asked("per_b", "ses_2", "ls"), 10);
+    m.apply("a", &asked("per_a", "ses_x", "ls"), 10);
+    m.apply("c", &question("que_c"), 10);
+    let v = crate::inbox::view::build(&m, |p| p != "a", 20);
+    let names: Vec<&str> = v.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["b", "c"]);
+    let crate::inbox::Card::Permission(card) = &v[0].pending[0] else {
+        panic!("a permission card")
+    };
+    assert_eq!(card.session_title.as_deref(), Some("Helper"));
+    assert!(card.subagent);
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(json[0]["pending"][0]["kind"], "permission");
+    assert_eq!(json[0]["pending"][0]["id"], "per_b");
+    assert!(!json.to_string().contains("per_a"));
+}

@@ -1,0 +1,186 @@
+//! Every second: which OpenCode servers run now and which projects each serves, from the current
+//! `State` (reloads and project-set changes swap it) and the supervisor's statuses. A watcher is
+//! started for each running server, restarted when the projects it serves (or its endpoint)
+//! change, and stopped when its server stops or its projects go. A spawned server is watched only
+//! while the supervisor says it is ready: an on-demand server is never started to be watched.
+//! External servers are always watched; their watcher says whether they are reachable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::model::{Effect, ServerState};
+use super::watch::{self, Target};
+use crate::gateway::Gateway;
+use crate::state::Upstream;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::supervise::Status;
+
+const EVERY: Duration = Duration::from_secs(1);
+
+struct Desired {
+    endpoint: Arc<Endpoint>,
+    targets: Vec<Target>,
+    external: bool,
+}
+
+struct Watching {
+    endpoint: Arc<Endpoint>,
+    targets: Vec<Target>,
+    stop: CancellationToken,
+}
+
+pub async fn run(gw: Arc<Gateway>) {
+    let mut watching: HashMap<String, Watching> = HashMap::new();
+    let mut tick = tokio::time::interval(EVERY);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = gw.shutdown.cancelled() => break,
+        }
+        reconcile(&gw, &mut watching);
+    }
+    for w in watching.values() {
+        w.stop.cancel();
+    }
+}
+
+fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
+    let state = gw.state();
+    let mut desired: HashMap<String, Desired> = HashMap::new();
+    let mut servers: Vec<(String, Option<ServerState>, Option<String>)> = Vec::new();
+    for p in state.projects.values() {
+        let dir = p.config.directory.as_ref().map(|d| d.display().to_string());
+        let (endpoint, external, target, server) = match &p.upstream {
+            Upstream::Fixed(e) => (
+                Some(e.clone()),
+                true,
+                Target {
+                    project: p.name.to_string(),
+                    directory: dir.clone(),
+                    only_inside: dir.clone(),
+                },
+                None,
+            ),
+            Upstream::Supervised(s) => {
+                let (endpoint, server) = match s.status() {
+                    Status::Ready(e) => (Some(e), ServerState::Running),
+                    Status::Starting => (None, ServerState::Starting),
+                    Status::Waiting => (
+                        None,
+                        ServerState::Stopped {
+                            reason: "starts on the first request".into(),
+                        },
+                    ),
+                    Status::Failed(why) => (
+                        None,
+                        ServerState::Failed {
+                            reason: why.to_string(),
+                        },
+                    ),
+                    Status::Stopped => (
+                        None,
+                        ServerState::Stopped {
+                            reason: "stopped".into(),
+                        },
+                    ),
+                };
+                // A spawned server has private data: every event it sends is this project's.
+                let target = Target {
+                    project: p.name.to_string(),
+                    directory: dir.clone(),
+                    only_inside: None,
+                };
+                (endpoint, false, target, Some(server))
+            }
+        };
+        servers.push((p.name.to_string(), server, dir));
+        if let Some(endpoint) = endpoint {
+            let d = desired.entry(endpoint.authority.clone()).or_insert_with(|| Desired {
+                endpoint: endpoint.clone(),
+                targets: Vec::new(),
+                external,
+            });
+            d.targets.push(target);
+        }
+    }
+    for d in desired.values_mut() {
+        d.targets.sort_by(|a, b| a.project.cmp(&b.project));
+    }
+    // Stop watchers whose server is gone or whose projects or endpoint changed.
+    watching.retain(|authority, w| {
+        let keep = desired
+            .get(authority)
+            .is_some_and(|d| Arc::ptr_eq(&d.endpoint, &w.endpoint) && d.targets == w.targets);
+        if !keep {
+            w.stop.cancel();
+        }
+        keep
+    });
+    for (authority, d) in desired {
+        if watching.contains_key(&authority) {
+            continue;
+        }
+        let stop = gw.shutdown.child_token();
+        tracing::debug!(upstream = %authority, projects = d.targets.len(), "inbox: watching a server");
+        tokio::spawn(watch::run(
+            gw.clone(),
+            d.endpoint.clone(),
+            d.targets.clone(),
+            d.external,
+            stop.clone(),
+        ));
+        if d.external {
+            gw.inbox.update(|m, _| {
+                for t in &d.targets {
+                    if !matches!(
+                        m.projects.get(&t.project).map(|p| &p.server),
+                        Some(ServerState::Running)
+                    ) {
+                        m.set_server(&t.project, ServerState::Starting, t.directory.clone());
+                    }
+                }
+                Effect {
+                    changed: true,
+                    new_cards: vec![],
+                }
+            });
+        }
+        watching.insert(
+            authority,
+            Watching {
+                endpoint: d.endpoint,
+                targets: d.targets,
+                stop,
+            },
+        );
+    }
+    gw.inbox.update(|m, _| {
+        let mut changed = m.retain_projects(|name| state.projects.contains_key(name));
+        for (name, server, dir) in servers {
+            match server {
+                Some(s) => {
+                    let running = s == ServerState::Running;
+                    changed |= m.set_server(&name, s, dir);
+                    if !running {
+                        // Its requests died with the process (or were never there).
+                        changed |= m.forget_pending(&name);
+                    }
+                }
+                None => {
+                    // External: the watcher sets the state; make sure the project is listed.
+                    if !m.projects.contains_key(&name) {
+                        m.set_server(&name, ServerState::Starting, dir);
+                        changed = true;
+                    }
+                }
+            }
+        }
+        Effect {
+            changed,
+            new_cards: vec![],
+        }
+    });
+}

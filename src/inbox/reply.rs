@@ -1,0 +1,288 @@
+//! Answering a card (or aborting a session) on the project's OpenCode server, with the gateway's
+//! own credential, in the project's directory. A request someone answered first (TUI, web UI,
+//! another phone) is answered 404 upstream: that is [`Outcome::AlreadyAnswered`], not an error.
+//!
+//! Seen on OpenCode 1.18.33: `POST /permission/{id}/reply {"reply":"once"|"always"|"reject",
+//! "message"?}` → 200 `true`; `POST /question/{id}/reply {"answers":[["label",…],…]}` (one array of
+//! chosen labels per question, in order) → 200 `true`; `POST /question/{id}/reject` → 200 `true`;
+//! an unknown or already answered id → 404 `{"_tag":"PermissionNotFoundError"|"QuestionNotFoundError",…}`.
+//! `POST /session/{id}/abort` → 200 `true` (also for an unknown session).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+
+use super::Inbox;
+use crate::gateway::Gateway;
+use crate::state::Upstream;
+use crate::upstream::UpstreamBody;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::supervise::Status;
+
+const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Once,
+    Always,
+    Reject,
+}
+
+impl Reply {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reply::Once => "once",
+            Reply::Always => "always",
+            Reply::Reject => "reject",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Reply> {
+        match s {
+            "once" => Some(Reply::Once),
+            "always" => Some(Reply::Always),
+            "reject" => Some(Reply::Reject),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Done,
+    /// Someone answered first (or the request is gone): the card disappears as "answered elsewhere".
+    AlreadyAnswered,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InboxError {
+    #[error("no project {0}")]
+    UnknownProject(String),
+    #[error("{0:?} is not a request or session id")]
+    BadId(String),
+    #[error("the project's server is not running: {0}")]
+    NotRunning(String),
+    #[error("the project's server answered {status}: {body}")]
+    Upstream { status: u16, body: String },
+    #[error("the project's server could not be reached: {0}")]
+    Unreachable(String),
+}
+
+/// OpenCode's ids are `per_…`, `que_…`, `ses_…`: letters, digits and `_`. Anything else would
+/// change the upstream path.
+fn check_id(id: &str) -> Result<(), InboxError> {
+    if !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        Ok(())
+    } else {
+        Err(InboxError::BadId(id.chars().take(64).collect()))
+    }
+}
+
+/// Where a project's requests go now, and the directory its server knows it by. A spawned server
+/// that is not running is not started for this.
+pub(super) fn target(gw: &Gateway, project: &str) -> Result<(Arc<Endpoint>, Option<String>), InboxError> {
+    let state = gw.state();
+    let p = state
+        .projects
+        .get(project)
+        .ok_or_else(|| InboxError::UnknownProject(project.into()))?;
+    let dir = p.config.directory.as_ref().map(|d| d.display().to_string());
+    match &p.upstream {
+        Upstream::Fixed(e) => Ok((e.clone(), dir)),
+        Upstream::Supervised(s) => match s.status() {
+            Status::Ready(e) => Ok((e, dir)),
+            Status::Failed(why) => Err(InboxError::NotRunning(why.to_string())),
+            Status::Starting => Err(InboxError::NotRunning("starting".into())),
+            Status::Waiting | Status::Stopped => Err(InboxError::NotRunning("stopped".into())),
+        },
+    }
+}
+
+/// `path` with `?directory=<dir>` (percent-encoded) when the project has one.
+pub(super) fn with_directory(path: &str, dir: Option<&str>) -> String {
+    let Some(dir) = dir else {
+        return path.to_string();
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut out = format!("{path}{sep}directory=");
+    for b in dir.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// POST `path` with a JSON body; the status and (the start of) the answer.
+async fn post(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<(u16, String), InboxError> {
+    let mut req = http::Request::post(format!("http://{}{path}", endpoint.authority))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(UpstreamBody::Full(body.map(|b| Bytes::from(b.to_string()))))
+        .map_err(|e| InboxError::Unreachable(e.to_string()))?;
+    if let Some(auth) = &endpoint.auth {
+        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
+    }
+    let exchange = async {
+        let resp = gw
+            .upstream
+            .request(req)
+            .await
+            .map_err(|e| InboxError::Unreachable(crate::upstream::describe(&e)))?;
+        let status = resp.status().as_u16();
+        let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .unwrap_or_default();
+        let mut text = String::from_utf8_lossy(&body).into_owned();
+        if let Some(r) = &endpoint.redactor {
+            text = String::from_utf8_lossy(&r.frame(Bytes::from(text))).into_owned();
+        }
+        Ok((status, text.chars().take(300).collect()))
+    };
+    tokio::time::timeout(REPLY_TIMEOUT, exchange)
+        .await
+        .map_err(|_| InboxError::Unreachable("no answer in 30 s".into()))?
+}
+
+impl Inbox {
+    /// Send one answer for the request `id` of `project`; record who answered.
+    async fn answer(
+        &self,
+        gw: &Gateway,
+        project: &str,
+        id: &str,
+        path: String,
+        body: Option<serde_json::Value>,
+        by_user: &str,
+    ) -> Result<Outcome, InboxError> {
+        check_id(id)?;
+        let (endpoint, dir) = target(gw, project)?;
+        self.update(|m, _| {
+            m.replying(project, id, by_user);
+            Default::default()
+        });
+        let result = post(gw, &endpoint, &with_directory(&path, dir.as_deref()), body).await;
+        let outcome = match &result {
+            Ok((200..=299, _)) => Ok(Outcome::Done),
+            Ok((404, _)) => Ok(Outcome::AlreadyAnswered),
+            Ok((status, body)) => Err(InboxError::Upstream {
+                status: *status,
+                body: body.clone(),
+            }),
+            Err(e) => Err(InboxError::Unreachable(e.to_string())),
+        };
+        self.update(|m, now| {
+            if outcome != Ok(Outcome::Done) {
+                m.reply_failed(project, id);
+            }
+            // Answered (by us or, on a 404, by someone else): the card goes now; the event that
+            // follows finds nothing to do. On an error the card stays.
+            let gone = outcome.is_ok() && m.resolve(project, id, now);
+            model_changed(gone)
+        });
+        outcome
+    }
+
+    /// `POST /permission/{id}/reply` with `{"reply": once|always|reject, "message"?}`.
+    pub async fn reply_permission(
+        &self,
+        gw: &Gateway,
+        project: &str,
+        id: &str,
+        reply: Reply,
+        message: Option<String>,
+        by_user: &str,
+    ) -> Result<Outcome, InboxError> {
+        let mut body = serde_json::json!({ "reply": reply.as_str() });
+        if let Some(m) = message.filter(|m| !m.is_empty()) {
+            body["message"] = m.chars().take(2000).collect::<String>().into();
+        }
+        self.answer(gw, project, id, format!("/permission/{id}/reply"), Some(body), by_user)
+            .await
+    }
+
+    /// `POST /question/{id}/reply` with `{"answers": [[label, …], …]}`: for each question in
+    /// order, the labels chosen (or the user's own text where the question allows it).
+    pub async fn reply_question(
+        &self,
+        gw: &Gateway,
+        project: &str,
+        id: &str,
+        answers: Vec<Vec<String>>,
+        by_user: &str,
+    ) -> Result<Outcome, InboxError> {
+        let body = serde_json::json!({ "answers": answers });
+        self.answer(gw, project, id, format!("/question/{id}/reply"), Some(body), by_user)
+            .await
+    }
+
+    /// `POST /question/{id}/reject`: the agent is told the user declined to answer.
+    pub async fn reject_question(
+        &self,
+        gw: &Gateway,
+        project: &str,
+        id: &str,
+        by_user: &str,
+    ) -> Result<Outcome, InboxError> {
+        self.answer(gw, project, id, format!("/question/{id}/reject"), None, by_user)
+            .await
+    }
+
+    /// `POST /session/{id}/abort`: stop what the session is doing.
+    pub async fn abort_session(&self, gw: &Gateway, project: &str, session_id: &str) -> Result<Outcome, InboxError> {
+        check_id(session_id)?;
+        let (endpoint, dir) = target(gw, project)?;
+        let path = with_directory(&format!("/session/{session_id}/abort"), dir.as_deref());
+        match post(gw, &endpoint, &path, None).await? {
+            (200..=299, _) => Ok(Outcome::Done),
+            (404, _) => Ok(Outcome::AlreadyAnswered),
+            (status, body) => Err(InboxError::Upstream { status, body }),
+        }
+    }
+}
+
+impl PartialEq for InboxError {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+fn model_changed(changed: bool) -> super::model::Effect {
+    super::model::Effect {
+        changed,
+        new_cards: vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_that_would_change_the_path_are_refused_and_directories_are_encoded() {
+        assert!(check_id("per_22ce688af001GlDHe7E7GYSE0q").is_ok());
+        for bad in ["", "../x", "per_1/reply", "a?b", "a%2f", "a b"] {
+            assert!(check_id(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            with_directory("/permission", Some("/tmp/a b/ü&x")),
+            "/permission?directory=/tmp/a%20b/%C3%BC%26x"
+        );
+        assert_eq!(
+            with_directory("/session?limit=5", Some("/a")),
+            "/session?limit=5&directory=/a"
+        );
+        assert_eq!(with_directory("/question", None), "/question");
+    }
+}

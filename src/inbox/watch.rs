@@ -1,0 +1,243 @@
+//! One subscription to a running OpenCode server's `GET /global/event`, shared by every project
+//! that server serves (a shared upstream serves several directories: events are dispatched by the
+//! envelope's `directory`). After every (re)connect the projects are re-seeded from the server's
+//! lists, because events sent while the stream was down are lost; the stream is opened first and
+//! read after the seed, so nothing falls between the two (an event that repeats the seed is a
+//! no-op). A stream that breaks or goes quiet past two missed heartbeats is reconnected with backoff.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
+
+use super::model::{Effect, Seed, ServerState};
+use super::reply::with_directory;
+use crate::gateway::Gateway;
+use crate::upstream::endpoint::Endpoint;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const SEED_TIMEOUT: Duration = Duration::from_secs(15);
+/// OpenCode sends a heartbeat every 10 s.
+const QUIET_LIMIT: Duration = Duration::from_secs(35);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// An event larger than this (a huge message part) is skipped, not buffered.
+const MAX_EVENT_BYTES: usize = 8 << 20;
+const MAX_LIST_BYTES: usize = 16 << 20;
+/// Sessions read per re-seed.
+const SEED_SESSIONS: usize = super::model::MAX_SESSIONS;
+
+/// A project served by the watched server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub project: String,
+    /// The directory the project is pinned to (seeds ask for it).
+    pub directory: Option<String>,
+    /// Only events from inside this directory are the project's (a shared upstream); `None`: all.
+    pub only_inside: Option<String>,
+}
+
+/// Watch until `stop`. `external`: the watcher is what tells whether the server is reachable.
+pub async fn run(
+    gw: Arc<Gateway>,
+    endpoint: Arc<Endpoint>,
+    targets: Vec<Target>,
+    external: bool,
+    stop: CancellationToken,
+) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        let started = tokio::time::Instant::now();
+        let why = tokio::select! {
+            why = subscription(&gw, &endpoint, &targets, external) => why,
+            _ = stop.cancelled() => return,
+        };
+        tracing::debug!(upstream = %endpoint.authority, reason = %why, "inbox: event stream ended; reconnecting");
+        // What was pending may be answered while we are away: the next seed says.
+        gw.inbox.update(|m, _| {
+            let mut changed = false;
+            for t in &targets {
+                if external {
+                    changed |= m.set_server(
+                        &t.project,
+                        ServerState::Failed {
+                            reason: format!("unreachable: {why}"),
+                        },
+                        t.directory.clone(),
+                    );
+                }
+            }
+            Effect {
+                changed,
+                new_cards: vec![],
+            }
+        });
+        if started.elapsed() > Duration::from_secs(60) {
+            backoff = Duration::from_secs(1);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.cancelled() => return,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// One connection: subscribe, seed, then apply events until the stream ends. Returns why it ended.
+async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], external: bool) -> String {
+    let req = match endpoint.get("/global/event") {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    let resp = match tokio::time::timeout(CONNECT_TIMEOUT, gw.upstream.request(req)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return crate::upstream::describe(&e),
+        Err(_) => return "no answer in 10 s".into(),
+    };
+    if !resp.status().is_success() {
+        return format!("GET /global/event answered {}", resp.status());
+    }
+    for t in targets {
+        let seed = match seed(gw, endpoint, t.directory.as_deref()).await {
+            Ok(s) => s,
+            Err(why) => return format!("reading the lists: {why}"),
+        };
+        gw.inbox.update(|m, now| {
+            let mut e = m.seed(&t.project, &seed, now);
+            if external {
+                m.set_server(&t.project, ServerState::Running, t.directory.clone());
+            }
+            e.changed = true;
+            e
+        });
+    }
+    let _open = Open::new(&gw.inbox.subscriptions);
+    let mut body = resp.into_body();
+    let mut buf = BytesMut::new();
+    let mut skipping = false;
+    loop {
+        let frame = match tokio::time::timeout(QUIET_LIMIT, body.frame()).await {
+            Err(_) => return "no event or heartbeat for 35 s".into(),
+            Ok(None) => return "the server closed the stream".into(),
+            Ok(Some(Err(e))) => return crate::upstream::describe(&e),
+            Ok(Some(Ok(f))) => f,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        buf.extend_from_slice(&data);
+        while let Some(end) = memchr::memmem::find(&buf, b"\n\n") {
+            let event = buf.split_to(end + 2);
+            if std::mem::take(&mut skipping) {
+                continue;
+            }
+            dispatch(gw, targets, &event);
+        }
+        if buf.len() > MAX_EVENT_BYTES {
+            // Drop what we have of an oversized event, and the rest of it when it ends.
+            buf.advance(buf.len());
+            skipping = true;
+        }
+    }
+}
+
+/// Event types the model reads; anything else (message parts, deltas, diffs, plugins…) is not
+/// parsed. A match inside some other event's text only costs a parse: the reducer checks the type.
+const INTERESTING: [&[u8]; 11] = [
+    b"\"permission.asked\"",
+    b"\"permission.replied\"",
+    b"\"question.asked\"",
+    b"\"question.replied\"",
+    b"\"question.rejected\"",
+    b"\"session.created\"",
+    b"\"session.updated\"",
+    b"\"session.deleted\"",
+    b"\"session.status\"",
+    b"\"session.idle\"",
+    b"\"message.updated\"",
+];
+
+fn dispatch(gw: &Gateway, targets: &[Target], event: &[u8]) {
+    if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some()) {
+        return;
+    }
+    let text = String::from_utf8_lossy(event);
+    let Some(json) = text.lines().find_map(|l| l.strip_prefix("data:")) else {
+        return;
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(json.trim_start()) else {
+        return;
+    };
+    let dir = v["directory"].as_str();
+    for t in targets {
+        let mine = match (&t.only_inside, dir) {
+            (None, _) => true,
+            (Some(root), Some(d)) => Path::new(d).starts_with(root),
+            (Some(_), None) => false,
+        };
+        if mine {
+            gw.inbox.update(|m, now| m.apply(&t.project, &v["payload"], now));
+        }
+    }
+}
+
+async fn get_json(gw: &Gateway, endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, String> {
+    let req = endpoint.get(path)?;
+    let resp = gw
+        .upstream
+        .request(req)
+        .await
+        .map_err(|e| crate::upstream::describe(&e))?;
+    if !resp.status().is_success() {
+        return Err(format!(
+            "GET {} answered {}",
+            path.split('?').next().unwrap_or(path),
+            resp.status()
+        ));
+    }
+    let body = http_body_util::Limited::new(resp.into_body(), MAX_LIST_BYTES)
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    serde_json::from_slice(&body).map_err(|e| e.to_string())
+}
+
+async fn seed(gw: &Gateway, endpoint: &Endpoint, dir: Option<&str>) -> Result<Seed, String> {
+    let read = async {
+        let list = |v: serde_json::Value| v.as_array().cloned().unwrap_or_default();
+        Ok(Seed {
+            sessions: list(
+                get_json(
+                    gw,
+                    endpoint,
+                    &with_directory(&format!("/session?limit={SEED_SESSIONS}"), dir),
+                )
+                .await?,
+            ),
+            statuses: get_json(gw, endpoint, &with_directory("/session/status", dir)).await?,
+            permissions: list(get_json(gw, endpoint, &with_directory("/permission", dir)).await?),
+            questions: list(get_json(gw, endpoint, &with_directory("/question", dir)).await?),
+        })
+    };
+    tokio::time::timeout(SEED_TIMEOUT, read)
+        .await
+        .map_err(|_| "no answer in 15 s".to_string())?
+}
+
+/// Counts an open subscription while it lives.
+struct Open<'a>(&'a AtomicUsize);
+
+impl<'a> Open<'a> {
+    fn new(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Open(n)
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}

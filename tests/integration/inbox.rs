@@ -1,0 +1,461 @@
+//! The inbox against the real OpenCode server (fake model): two projects pinned to two
+//! directories of one server share one event subscription; a permission request raised in one
+//! appears in the gateway's inbox within a second of the server announcing it, never in the
+//! other's view; answered through the inbox it runs the tool and resolves "answered here"; answered
+//! on the server directly it resolves "elsewhere"; a notification names project and tool only,
+//! and is sent again after the receiver failed.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+
+use crate::common::client::{Https, basic, direct_call, json, plain_send};
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::write_secret;
+
+const ALICE: &str = "alice-password-1";
+
+/// A webhook receiver on 127.0.0.1:0: answers the statuses in `script` in turn, then 200, and
+/// keeps each request's body.
+async fn receiver(script: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (seen2, script) = (seen.clone(), Arc::new(Mutex::new(script.into_iter())));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (seen, script) = (seen2.clone(), script.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (seen, script) = (seen.clone(), script.clone());
+                    async move {
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        seen.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
+                        let status = script.lock().unwrap().next().unwrap_or(200);
+                        let mut r = http::Response::new(Full::new(Bytes::new()));
+                        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// The upstream's own `GET /global/event`, read straight from the server: each event's payload
+/// and the moment it arrived.
+struct Upstream {
+    events: Arc<Mutex<Vec<(Instant, Value)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Upstream {
+    async fn open(oc: &OpenCode) -> Upstream {
+        let addr = format!("127.0.0.1:{}", oc.port).parse().unwrap();
+        let auth = basic("opencode", &oc.password);
+        let resp = plain_send(addr, "GET", "/global/event", &[("authorization", &auth)], "").await;
+        assert_eq!(resp.status(), 200);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let task = tokio::spawn(async move {
+            let mut body = resp.into_body();
+            let mut buf = String::new();
+            while let Some(Ok(frame)) = body.frame().await {
+                let Some(d) = frame.data_ref() else { continue };
+                buf.push_str(&String::from_utf8_lossy(d));
+                while let Some(end) = buf.find("\n\n") {
+                    let event: String = buf.drain(..end + 2).collect();
+                    if let Some(v) = event
+                        .strip_prefix("data: ")
+                        .and_then(|j| serde_json::from_str::<Value>(j.trim()).ok())
+                    {
+                        sink.lock().unwrap().push((Instant::now(), v["payload"].clone()));
+                    }
+                }
+            }
+        });
+        Upstream { events, task }
+    }
+
+    /// The first event of `kind` whose properties mention `needle`, and when it came.
+    async fn wait_for(&self, kind: &str, needle: &str, within: Duration) -> (Instant, Value) {
+        let deadline = Instant::now() + within;
+        loop {
+            let found = self
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|(_, v)| v["type"] == kind && v["properties"].to_string().contains(needle))
+                .cloned();
+            if let Some(f) = found {
+                return f;
+            }
+            assert!(Instant::now() < deadline, "no {kind} with {needle} within {within:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn inbox(gw: &Gateway, query: &str) -> Value {
+    let (status, body) = tokio::task::block_in_place(|| gw.control("GET", &format!("/inbox{query}")));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn project<'a>(view: &'a Value, name: &str) -> &'a Value {
+    view["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("project {name} in {view}"))
+}
+
+/// Poll the inbox (every 5 ms, at most `within`) until `pred` holds for it.
+async fn inbox_until(gw: &Gateway, within: Duration, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let v = inbox(gw, "");
+        if pred(&v) {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}; the inbox: {v:#}\n{}",
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn has_card(v: &Value, project_name: &str, id: &str) -> bool {
+    project(v, project_name)["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["id"] == id)
+}
+
+fn resolution(v: &Value, project_name: &str, id: &str) -> Option<Value> {
+    project(v, project_name)["resolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["id"] == id)
+        .cloned()
+}
+
+fn control_reply(gw: &Gateway, query: &str) -> Value {
+    let (status, body) = tokio::task::block_in_place(|| gw.control("POST", &format!("/inbox/reply?{query}")));
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Prompt `session` of `project` through the gateway (as alice) so the model asks for bash.
+async fn prompt_bash(client: &Https, project: &str, session: &str) {
+    let (status, body) = json(
+        client,
+        "POST",
+        &format!("/p/{project}/session/{session}/prompt_async"),
+        &basic("alice", ALICE),
+        r#"{"parts":[{"type":"text","text":"please RUNBASH"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 204, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_permission_request_reaches_the_inbox_is_answered_here_or_elsewhere_and_is_announced() {
+    let model = FakeModel::start("echo TOOLRAN > marker.txt").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let other = tempfile::tempdir().unwrap();
+    let other_dir = other.path().canonicalize().unwrap();
+    let (hook, hook_seen) = receiver(vec![500]).await;
+    let project_toml = |name: &str, dir: &std::path::Path| {
+        format!(
+            "[[project]]\nname = \"{name}\"\nupstream = \"{}\"\nupstream_password_file = \"upstream.pw\"\ndirectory = \"{}\"\n\n",
+            oc.url(),
+            dir.display()
+        )
+    };
+    let config = base_config(&format!(
+        "[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n{}{}{}",
+        project_toml("alpha", &oc.project),
+        project_toml("beta", &other_dir),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: ALICE,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ));
+    let pw = oc.password.clone();
+    let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
+    let client = Https::new(gw.https, &gw.ca());
+
+    // Both projects are served by one server: one subscription, both running.
+    inbox_until(&gw, Duration::from_secs(30), "both projects running", |v| {
+        ["alpha", "beta"]
+            .iter()
+            .all(|p| project(v, p)["server"]["state"] == "running")
+    })
+    .await;
+    assert_eq!(inbox(&gw, "")["subscriptions"], 1, "one subscription per server");
+
+    let upstream = Upstream::open(&oc).await;
+    // The server joins a new stream to its bus just after it connects: wait until it carries a
+    // session made now (bounded), so the permission request below is seen on it.
+    let dir = oc.project.display().to_string();
+    let mut probe_seen = false;
+    for _ in 0..5 {
+        let s: Value = serde_json::from_str(
+            &direct_call(
+                oc.port,
+                &oc.password,
+                "POST",
+                &format!("/session?directory={dir}"),
+                &[],
+                "{}",
+            )
+            .await,
+        )
+        .unwrap();
+        let id = s["id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline && !probe_seen {
+            probe_seen = upstream
+                .events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(_, v)| v["type"] == "session.created" && v.to_string().contains(&id));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if probe_seen {
+            break;
+        }
+    }
+    assert!(probe_seen, "the upstream's stream carries new sessions");
+
+    let (status, session) = json(&client, "POST", "/p/alpha/session", &basic("alice", ALICE), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let sid = session["id"].as_str().unwrap().to_string();
+    prompt_bash(&client, "alpha", &sid).await;
+
+    // The card is in the inbox within a second of the server's permission.asked.
+    let (asked_at, asked) = upstream
+        .wait_for("permission.asked", &sid, Duration::from_secs(60))
+        .await;
+    let per = asked["properties"]["id"].as_str().unwrap().to_string();
+    let v = inbox_until(&gw, Duration::from_secs(5), "the card", |v| has_card(v, "alpha", &per)).await;
+    let lag = asked_at.elapsed();
+    assert!(lag < Duration::from_secs(1), "the card came {lag:?} after the event");
+    let card = project(&v, "alpha")["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == per.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(card["kind"], "permission");
+    assert_eq!(card["tool"], "bash");
+    assert_eq!(card["session_id"], sid.as_str());
+    assert_eq!(card["lines"], serde_json::json!(["echo TOOLRAN > marker.txt"]));
+    assert_eq!(card["always"], serde_json::json!(["echo *"]));
+    assert!(card["session_title"].is_string(), "{card}");
+    assert_eq!(card["subagent"], false);
+    assert!(
+        project(&v, "alpha")["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == sid.as_str() && s["status"]["type"] == "busy"),
+        "the session is listed, busy: {v:#}"
+    );
+
+    // Another project's view, on the same server, shows nothing of alpha's.
+    let beta = inbox(&gw, "?project=beta");
+    assert_eq!(beta["projects"].as_array().unwrap().len(), 1);
+    let text = beta.to_string();
+    assert!(!text.contains(&per) && !text.contains(&sid), "{beta:#}");
+    assert_eq!(project(&beta, "beta")["pending"], serde_json::json!([]));
+
+    // The notification names project and tool, never the command; the receiver's first 500
+    // was retried.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while hook_seen.lock().unwrap().len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the webhook was retried: {:?}",
+            hook_seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for body in hook_seen.lock().unwrap().iter() {
+        let m: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            (m["project"].as_str(), m["tool"].as_str()),
+            (Some("alpha"), Some("bash")),
+            "{m}"
+        );
+        assert!(m["url"].as_str().unwrap().ends_with("/inbox"), "{m}");
+        assert!(
+            !body.contains("TOOLRAN") && !body.contains("echo"),
+            "no command text: {body}"
+        );
+    }
+
+    // Answered through the inbox: the tool runs, the card goes, "answered here".
+    assert!(!oc.project.join("marker.txt").exists(), "the tool waits");
+    let r = control_reply(&gw, &format!("project=alpha&id={per}&reply=once"));
+    assert_eq!(r["outcome"], "Done", "{r}");
+    let v = inbox(&gw, "");
+    assert!(!has_card(&v, "alpha", &per), "the card went at once: {v:#}");
+    let how = resolution(&v, "alpha", &per).expect("listed as resolved");
+    assert_eq!(
+        (how["how"].as_str(), how["by"].as_str()),
+        (Some("answered_here"), Some("control"))
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !oc.project.join("marker.txt").exists() {
+        assert!(Instant::now() < deadline, "the tool ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    inbox_until(&gw, Duration::from_secs(60), "the session idle", |v| {
+        project(v, "alpha")["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == sid.as_str() && s["status"]["type"] == "idle")
+    })
+    .await;
+
+    // A second request, answered on the server itself: "answered elsewhere".
+    prompt_bash(&client, "alpha", &sid).await;
+    let v = inbox_until(&gw, Duration::from_secs(60), "a second card", |v| {
+        project(v, "alpha")["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["kind"] == "permission")
+    })
+    .await;
+    let second = project(&v, "alpha")["pending"][0]["id"].as_str().unwrap().to_string();
+    assert_ne!(second, per);
+    let answer = direct_call(
+        oc.port,
+        &oc.password,
+        "POST",
+        &format!("/permission/{second}/reply?directory={dir}"),
+        &[],
+        r#"{"reply":"reject"}"#,
+    )
+    .await;
+    assert_eq!(answer.trim(), "true");
+    let v = inbox_until(&gw, Duration::from_secs(5), "the second card resolved", |v| {
+        !has_card(v, "alpha", &second) && resolution(v, "alpha", &second).is_some()
+    })
+    .await;
+    assert_eq!(resolution(&v, "alpha", &second).unwrap()["how"], "elsewhere");
+    // Answering it again through the inbox: already answered, not an error.
+    let r = control_reply(&gw, &format!("project=alpha&id={second}&reply=once"));
+    assert_eq!(r["outcome"], "AlreadyAnswered", "{r}");
+    assert!(
+        !gw.logs().contains(&oc.password),
+        "the upstream password is never logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_inbox_follows_spawned_servers_without_starting_them_and_follows_reloads() {
+    use crate::common::supervised::{project_status, server_config, spawned};
+    let model = FakeModel::start("echo TOOLRAN > marker.txt").await;
+    let (lazy_dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let lazy = lazy_dir.path().canonicalize().unwrap();
+    let gw = Gateway::start(&server_config(&spawned("lazy", &lazy, &model, "start = \"on-demand\"")));
+    let v = inbox_until(&gw, Duration::from_secs(10), "lazy listed as stopped", |v| {
+        v["projects"].as_array().unwrap().iter().any(|p| p["name"] == "lazy")
+            && project(v, "lazy")["server"]["state"] == "stopped"
+    })
+    .await;
+    assert_eq!(v["subscriptions"], 0);
+    // Watching never starts an on-demand server (two reconcile rounds later it still waits).
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    assert_eq!(project(&inbox(&gw, ""), "lazy")["server"]["state"], "stopped");
+
+    // The first request starts it; the inbox then watches it and sees its request.
+    let client = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&client, "POST", "/p/lazy/session", &basic("alice", ALICE), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let sid = session["id"].as_str().unwrap().to_string();
+    inbox_until(&gw, Duration::from_secs(10), "lazy running and watched", |v| {
+        project(v, "lazy")["server"]["state"] == "running" && v["subscriptions"] == 1
+    })
+    .await;
+    prompt_bash(&client, "lazy", &sid).await;
+    let v = inbox_until(&gw, Duration::from_secs(60), "lazy's card", |v| {
+        project(v, "lazy")["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["session_id"] == sid.as_str() && c["tool"] == "bash")
+    })
+    .await;
+    let per = project(&v, "lazy")["pending"][0]["id"].as_str().unwrap().to_string();
+    let r = control_reply(&gw, &format!("project=lazy&id={per}&reply=once"));
+    assert_eq!(r["outcome"], "Done", "{r}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !lazy.join("marker.txt").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the tool ran in the spawned server's directory"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A reload that removes the project stops its watcher and drops it from the inbox.
+    gw.write_config(&server_config(&spawned(
+        "other",
+        other_dir.path(),
+        &model,
+        "start = \"on-demand\"",
+    )));
+    let (status, body) = tokio::task::block_in_place(|| gw.control("POST", "/reload"));
+    assert_eq!(status, 200, "{body}");
+    inbox_until(
+        &gw,
+        Duration::from_secs(10),
+        "lazy gone, other stopped, nothing watched",
+        |v| {
+            let names: Vec<&str> = v["projects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            names == ["other"] && v["subscriptions"] == 0
+        },
+    )
+    .await;
+}
