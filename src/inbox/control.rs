@@ -42,6 +42,6 @@ pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value)
     };
     match result {
         Ok(o) => (200, serde_json::json!({"outcome": format!("{o:?}")})),
-        Err(e) => (502, serde_json::json!({"error": e.to_string()})),
+        Err(e) => (e.status(), serde_json::json!({"error": e.to_string()})),
     }
 }

@@ -71,6 +71,18 @@ pub enum InboxError {
     Unreachable(String),
 }
 
+impl InboxError {
+    /// The HTTP status a page (or the control socket) answers this error with.
+    pub fn status(&self) -> u16 {
+        match self {
+            InboxError::UnknownProject(_) => 404,
+            InboxError::BadId(_) => 400,
+            InboxError::NotRunning(_) => 503,
+            InboxError::Upstream { .. } | InboxError::Unreachable(_) => 502,
+        }
+    }
+}
+
 /// OpenCode's ids are `per_…`, `que_…`, `ses_…`: letters, digits and `_`. Anything else would
 /// change the upstream path.
 fn check_id(id: &str) -> Result<(), InboxError> {

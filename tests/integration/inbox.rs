@@ -459,3 +459,127 @@ async fn the_inbox_follows_spawned_servers_without_starting_them_and_follows_rel
     )
     .await;
 }
+
+#[test]
+fn an_unreachable_external_server_is_shown_failed_with_the_reason() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = base_config(&format!(
+        "[[project]]\nname = \"gone\"\nupstream = \"http://127.0.0.1:{port}\"\n\n{}",
+        users_toml(&[TestUser {
+            name: "alice",
+            password: ALICE,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ));
+    let gw = Gateway::start(&config);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = gw.control("GET", "/inbox");
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let server = &v["projects"][0]["server"];
+        if server["state"] == "failed" {
+            assert_eq!(v["projects"][0]["name"], "gone");
+            let reason = server["reason"].as_str().unwrap();
+            assert!(reason.contains("unreachable") && reason.contains("refused"), "{reason}");
+            assert_eq!(v["subscriptions"], 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "shown failed within 10 s: {v:#}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // A reply to it says why it cannot be sent (an error, not "already answered").
+    let (status, body) = gw.control("POST", "/inbox/reply?project=gone&id=per_1&reply=once");
+    assert_eq!(status, 502, "{body}");
+    assert!(body.contains("could not be reached"), "{body}");
+    let (status, body) = gw.control("POST", "/inbox/reply?project=gone&id=../x&reply=once");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("not a request or session id"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn questions_are_answered_or_rejected_through_the_inbox() {
+    use crate::common::supervised::{server_config, spawned};
+    let model = FakeModel::start("true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(&server_config(&spawned("quiz", dir.path(), &model, "")));
+    let client = Https::new(gw.https, &gw.ca());
+    inbox_until(&gw, Duration::from_secs(30), "quiz running", |v| {
+        v["projects"].as_array().unwrap().iter().any(|p| p["name"] == "quiz")
+            && project(v, "quiz")["server"]["state"] == "running"
+            && v["subscriptions"] == 1
+    })
+    .await;
+    let ask = async |session: &str| {
+        let (status, body) = json(
+            &client,
+            "POST",
+            &format!("/p/quiz/session/{session}/prompt_async"),
+            &basic("alice", ALICE),
+            r#"{"parts":[{"type":"text","text":"please ASKQUESTION"}]}"#,
+        )
+        .await;
+        assert_eq!(status, 204, "{body}");
+        let v = inbox_until(&gw, Duration::from_secs(60), "a question card", |v| {
+            project(v, "quiz")["pending"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["kind"] == "question" && c["session_id"] == session)
+        })
+        .await;
+        project(&v, "quiz")["pending"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["session_id"] == session)
+            .unwrap()
+            .clone()
+    };
+    let (_, s1) = json(&client, "POST", "/p/quiz/session", &basic("alice", ALICE), "{}").await;
+    let s1 = s1["id"].as_str().unwrap().to_string();
+    let card = ask(&s1).await;
+    assert_eq!(card["questions"][0]["question"], "Which colour?");
+    assert_eq!(card["questions"][0]["options"][1]["label"], "blue");
+    let id = card["id"].as_str().unwrap().to_string();
+    let r = control_reply(&gw, &format!("project=quiz&id={id}&reply=answer&answer=blue"));
+    assert_eq!(r["outcome"], "Done", "{r}");
+    let v = inbox(&gw, "");
+    assert_eq!(resolution(&v, "quiz", &id).unwrap()["how"], "answered_here");
+    // The model is called again with the answer as the tool's result.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answered = model.bodies.lock().unwrap().iter().any(|b| {
+            let v: Value = serde_json::from_str(b).unwrap_or_default();
+            v["messages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["role"] == "tool" && m.to_string().contains("blue")))
+        });
+        if answered {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the model got the answer");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Rejected through the inbox: resolved here; the session goes on.
+    let (_, s2) = json(&client, "POST", "/p/quiz/session", &basic("alice", ALICE), "{}").await;
+    let s2 = s2["id"].as_str().unwrap().to_string();
+    let id = ask(&s2).await["id"].as_str().unwrap().to_string();
+    let r = control_reply(&gw, &format!("project=quiz&id={id}&reply=reject"));
+    assert_eq!(r["outcome"], "Done", "{r}");
+    let v = inbox(&gw, "");
+    assert!(!has_card(&v, "quiz", &id));
+    assert_eq!(resolution(&v, "quiz", &id).unwrap()["how"], "answered_here");
+    // And again: already answered.
+    let r = control_reply(&gw, &format!("project=quiz&id={id}&reply=reject"));
+    assert_eq!(r["outcome"], "AlreadyAnswered", "{r}");
+    // Aborting a session through the inbox.
+    let r = control_reply(&gw, &format!("project=quiz&id={s2}&reply=abort"));
+    assert_eq!(r["outcome"], "Done", "{r}");
+}

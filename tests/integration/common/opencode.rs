@@ -1,6 +1,7 @@
 //! The real OpenCode server (npm `opencode-ai`, pinned, installed by scripts/test.sh into
 //! node_modules/) and a small OpenAI-compatible fake model it talks to, so the whole agent loop runs
-//! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission.
+//! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission; one
+//! with ASKQUESTION makes it ask the user a question (OpenCode's question tool).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -64,6 +65,16 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         let args = serde_json::json!({"command": bash_command, "description": "write a marker"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools && last["role"] == "user" && last_text.contains("ASKQUESTION") {
+        // OpenCode's question tool: the session waits for an answer (`question.asked`).
+        let args = serde_json::json!({"questions": [{"question": "Which colour?", "header": "Colour",
+            "options": [{"label": "red", "description": "warm"}, {"label": "blue", "description": "cool"}]}]})
+        .to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_q", "type": "function", "function": {"name": "question", "arguments": args}}]}),
             None,
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
