@@ -10,13 +10,13 @@
 //! the system's CA bundle (`SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
+
+mod send;
 
 use crate::config::Notify;
 use crate::gateway::Gateway;
@@ -202,7 +202,7 @@ pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
     let mut errors = Vec::new();
     if let Some(url) = &cfg.webhook {
         let body = Bytes::from(msg.json().to_string());
-        if let Err(e) = post(url, "application/json", &[], body).await {
+        if let Err(e) = send::post(url, "application/json", &[], body).await {
             errors.push(format!("webhook: {e}"));
         }
     }
@@ -212,7 +212,7 @@ pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
             ("Click", msg.url.clone()),
             ("Tags", "bell".into()),
         ];
-        if let Err(e) = post(url, "text/plain; charset=utf-8", &headers, Bytes::from(msg.text())).await {
+        if let Err(e) = send::post(url, "text/plain; charset=utf-8", &headers, Bytes::from(msg.text())).await {
             errors.push(format!("ntfy: {e}"));
         }
     }
@@ -223,95 +223,11 @@ pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
     }
 }
 
-trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
-
-/// POST one body to `url` (http or https) on a connection of its own; 2xx is success.
-async fn post(url: &str, content_type: &str, headers: &[(&'static str, String)], body: Bytes) -> Result<(), String> {
-    let uri: http::Uri = url.parse().map_err(|_| "not a URL".to_string())?;
-    let host = uri
-        .host()
-        .ok_or("no host")?
-        .trim_matches(|c| c == '[' || c == ']')
-        .to_string();
-    let https = uri.scheme_str() == Some("https");
-    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-    let exchange = async {
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| e.to_string())?;
-        let stream: Box<dyn Stream> = if https {
-            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
-            let tls = tokio_rustls::TlsConnector::from(client_config()?)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| e.to_string())?;
-            Box::new(tls)
-        } else {
-            Box::new(tcp)
-        };
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut req = http::Request::post(path)
-            .header(
-                http::header::HOST,
-                uri.authority().map_or(host.as_str(), |a| a.as_str()),
-            )
-            .header(http::header::CONTENT_TYPE, content_type)
-            .header(http::header::USER_AGENT, "opencode-gateway")
-            .body(Full::new(body))
-            .map_err(|e| e.to_string())?;
-        for (name, value) in headers {
-            if let Ok(v) = http::HeaderValue::from_str(value) {
-                req.headers_mut().insert(*name, v);
-            }
-        }
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let _ = resp.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("answered {status}"))
-        }
-    };
-    tokio::time::timeout(SEND_TIMEOUT, exchange)
-        .await
-        .map_err(|_| "no answer in 15 s".to_string())?
-}
-
-/// A TLS client configuration trusting the system's CA bundle, made once.
-fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            use rustls::pki_types::CertificateDer;
-            use rustls::pki_types::pem::PemObject;
-            let path = std::env::var_os("SSL_CERT_FILE")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
-            let mut roots = rustls::RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(&path)
-                .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
-            roots.add_parsable_certificates(certs.flatten());
-            if roots.is_empty() {
-                return Err(format!("no CA certificate in {}", path.display()));
-            }
-            let config = rustls::ClientConfig::builder_with_provider(crate::listen::tls::provider())
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Ok(Arc::new(config))
-        })
-        .clone()
-}
-
 #[cfg(test)]
 mod tests {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::TokioIo;
+
     use super::*;
 
     fn card(project: &str, tool: &str) -> NewCard {

@@ -11,8 +11,10 @@
 //!
 //! Roles are the caller's business: the pages check them before calling `reply_*`.
 
+mod cards;
 pub mod control;
 mod model;
+mod parse;
 mod reconcile;
 mod reply;
 mod view;

@@ -11,8 +11,12 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use super::cards::*;
+#[cfg(test)]
+use super::parse::first_lines;
+use super::parse::{permission, question, session_from_info, status};
 
 /// Sessions kept per project (the most recently active).
 pub const MAX_SESSIONS: usize = 200;
@@ -24,131 +28,6 @@ pub const RESOLVED_FOR_MS: u64 = 120_000;
 /// A card shows this many lines of the command or patch, each cut to this many characters.
 pub const MAX_LINES: usize = 8;
 pub const MAX_LINE_CHARS: usize = 200;
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum ServerState {
-    Running,
-    Starting,
-    /// Not running, and not failing: an on-demand server nobody asked for yet, or stopped.
-    Stopped {
-        reason: String,
-    },
-    Failed {
-        reason: String,
-    },
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum SessionStatus {
-    Idle,
-    Busy,
-    Retry { attempt: u64, message: String, next: u64 },
-}
-
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct Tokens {
-    pub input: u64,
-    pub output: u64,
-    pub reasoning: u64,
-    pub cache_read: u64,
-    pub cache_write: u64,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Session {
-    pub id: String,
-    pub title: String,
-    /// Set for subagent (child) sessions.
-    pub parent_id: Option<String>,
-    pub status: SessionStatus,
-    pub last_activity_ms: u64,
-    /// The session's running totals as OpenCode reports them on the session itself
-    /// (`session.updated`'s `info.cost` / `info.tokens`, and `GET /session`).
-    pub cost: Option<f64>,
-    pub tokens: Option<Tokens>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Permission {
-    pub id: String,
-    pub session_id: String,
-    /// OpenCode's `permission` (`bash`, `edit`, …).
-    pub tool: String,
-    /// The first lines of `metadata.command`, or of the diff or patch in `metadata`.
-    pub lines: Vec<String>,
-    /// More lines (or longer ones) than shown.
-    pub truncated: bool,
-    pub patterns: Vec<String>,
-    /// What "always" would store.
-    pub always: Vec<String>,
-    pub asked_at_ms: u64,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QuestionOption {
-    pub label: String,
-    #[serde(default)]
-    pub description: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QuestionItem {
-    pub question: String,
-    #[serde(default)]
-    pub header: String,
-    #[serde(default)]
-    pub options: Vec<QuestionOption>,
-    #[serde(default)]
-    pub multiple: bool,
-    /// Whether a free-text answer is allowed (OpenCode's default is yes).
-    #[serde(default)]
-    pub custom: Option<bool>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Question {
-    pub id: String,
-    pub session_id: String,
-    pub questions: Vec<QuestionItem>,
-    pub asked_at_ms: u64,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum CardKind {
-    Permission,
-    Question,
-}
-
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-#[serde(tag = "how", rename_all = "snake_case")]
-pub enum Resolution {
-    /// The gateway sent the reply (for this user).
-    AnsweredHere { by: String },
-    /// Answered in the TUI, the web UI, another client, or during a gap in the event stream.
-    Elsewhere,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Resolved {
-    pub project: String,
-    pub id: String,
-    pub kind: CardKind,
-    pub resolved_at_ms: u64,
-    #[serde(flatten)]
-    pub how: Resolution,
-}
-
-/// A request that just appeared (for notifications).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewCard {
-    pub project: String,
-    pub kind: CardKind,
-    /// `bash`, `edit`, … for permissions; `question` for questions.
-    pub tool: String,
-}
 
 /// What one change did.
 #[derive(Debug, Default)]
@@ -205,97 +84,6 @@ pub struct Model {
     /// Requests the gateway is replying to, and for whom: their `*.replied` event then says
     /// "answered here".
     ours: HashMap<(String, String), String>,
-}
-
-fn s(v: &Value) -> Option<String> {
-    v.as_str().map(str::to_string)
-}
-
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(s).take(50).collect())
-        .unwrap_or_default()
-}
-
-/// The first [`MAX_LINES`] lines of `text`, each at most [`MAX_LINE_CHARS`] characters.
-pub fn first_lines(text: &str) -> (Vec<String>, bool) {
-    let mut truncated = false;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if i == MAX_LINES {
-            truncated = true;
-            break;
-        }
-        let mut l: String = line.chars().take(MAX_LINE_CHARS).collect();
-        if l.len() < line.len() {
-            truncated = true;
-            l.push('…');
-        }
-        out.push(l);
-    }
-    (out, truncated)
-}
-
-fn permission(p: &Value, now: u64) -> Option<Permission> {
-    let meta = &p["metadata"];
-    let text = ["command", "diff", "patch", "filepath", "path", "url"]
-        .iter()
-        .find_map(|k| meta[*k].as_str())
-        .unwrap_or_default();
-    let (lines, truncated) = first_lines(text);
-    Some(Permission {
-        id: s(&p["id"])?,
-        session_id: s(&p["sessionID"]).unwrap_or_default(),
-        tool: s(&p["permission"]).unwrap_or_else(|| "unknown".into()),
-        lines,
-        truncated,
-        patterns: strings(&p["patterns"]),
-        always: strings(&p["always"]),
-        asked_at_ms: now,
-    })
-}
-
-fn question(q: &Value, now: u64) -> Option<Question> {
-    Some(Question {
-        id: s(&q["id"])?,
-        session_id: s(&q["sessionID"]).unwrap_or_default(),
-        questions: serde_json::from_value(q["questions"].clone()).unwrap_or_default(),
-        asked_at_ms: now,
-    })
-}
-
-fn status(v: &Value) -> SessionStatus {
-    match v["type"].as_str() {
-        Some("busy") => SessionStatus::Busy,
-        Some("retry") => SessionStatus::Retry {
-            attempt: v["attempt"].as_u64().unwrap_or(0),
-            message: v["message"].as_str().unwrap_or_default().chars().take(500).collect(),
-            next: v["next"].as_u64().unwrap_or(0),
-        },
-        _ => SessionStatus::Idle,
-    }
-}
-
-fn session_from_info(info: &Value, old: Option<&Session>) -> Option<Session> {
-    let id = s(&info["id"])?;
-    let t = &info["tokens"];
-    let tokens = t.is_object().then(|| Tokens {
-        input: t["input"].as_u64().unwrap_or(0),
-        output: t["output"].as_u64().unwrap_or(0),
-        reasoning: t["reasoning"].as_u64().unwrap_or(0),
-        cache_read: t["cache"]["read"].as_u64().unwrap_or(0),
-        cache_write: t["cache"]["write"].as_u64().unwrap_or(0),
-    });
-    let updated = info["time"]["updated"].as_u64().unwrap_or(0);
-    Some(Session {
-        title: s(&info["title"]).unwrap_or_default().chars().take(200).collect(),
-        parent_id: s(&info["parentID"]),
-        status: old.map_or(SessionStatus::Idle, |o| o.status.clone()),
-        last_activity_ms: old.map_or(updated, |o| o.last_activity_ms.max(updated)),
-        cost: info["cost"].as_f64().or(old.and_then(|o| o.cost)),
-        tokens: tokens.or_else(|| old.and_then(|o| o.tokens.clone())),
-        id,
-    })
 }
 
 /// Keep at most [`MAX_SESSIONS`]: drop the least recently active that is not busy.
@@ -363,6 +151,15 @@ impl Model {
     /// The gateway's reply did not go through: a later `*.replied` is someone else's.
     pub fn reply_failed(&mut self, project: &str, id: &str) {
         self.ours.remove(&(project.into(), id.into()));
+    }
+
+    /// The gateway's reply found the request answered (404): so was the `*.replied` that may
+    /// have come while the reply was on its way, by someone else.
+    pub fn found_answered(&mut self, project: &str, id: &str) {
+        self.ours.remove(&(project.into(), id.into()));
+        for r in self.resolved.iter_mut().filter(|r| r.project == project && r.id == id) {
+            r.how = Resolution::Elsewhere;
+        }
     }
 
     /// Remove a pending card, recording how it went. True if there was one.

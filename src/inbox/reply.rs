@@ -195,8 +195,10 @@ impl Inbox {
             Err(e) => Err(InboxError::Unreachable(e.to_string())),
         };
         self.update(|m, now| {
-            if outcome != Ok(Outcome::Done) {
-                m.reply_failed(project, id);
+            match outcome {
+                Ok(Outcome::Done) => {}
+                Ok(Outcome::AlreadyAnswered) => m.found_answered(project, id),
+                Err(_) => m.reply_failed(project, id),
             }
             // Answered (by us or, on a 404, by someone else): the card goes now; the event that
             // follows finds nothing to do. On an error the card stays.
@@ -261,12 +263,6 @@ impl Inbox {
             (404, _) => Ok(Outcome::AlreadyAnswered),
             (status, body) => Err(InboxError::Upstream { status, body }),
         }
-    }
-}
-
-impl PartialEq for InboxError {
-    fn eq(&self, other: &Self) -> bool {
-        self.to_string() == other.to_string()
     }
 }
 

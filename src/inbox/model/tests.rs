@@ -77,6 +77,14 @@ fn a_reply_the_gateway_sent_resolves_as_answered_here_by_that_user() {
     m.reply_failed("web", "per_2");
     m.apply("web", &replied("per_2"), 4000);
     assert_eq!(m.resolved[1].how, Resolution::Elsewhere);
+    // Someone else's answer raced ours: their event came while ours was on its way, ours then
+    // found the request gone (404): it was answered elsewhere after all.
+    m.apply("web", &asked("per_3", "ses_1", "ls"), 5000);
+    m.replying("web", "per_3", "alice");
+    m.apply("web", &replied("per_3"), 5001);
+    assert_eq!(m.resolved[2].how, Resolution::AnsweredHere { by: "alice".into() });
+    m.found_answered("web", "per_3");
+    assert_eq!(m.resolved[2].how, Resolution::Elsewhere);
 }
 
 #[test]

@@ -1,0 +1,129 @@
+//! What the inbox holds and a page reads: server states, sessions, cards (permission requests and
+//! questions) and how a request was resolved. Plain data, serialisable as JSON.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerState {
+    Running,
+    Starting,
+    /// Not running, and not failing: an on-demand server nobody asked for yet, or stopped.
+    Stopped {
+        reason: String,
+    },
+    Failed {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SessionStatus {
+    Idle,
+    Busy,
+    Retry { attempt: u64, message: String, next: u64 },
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Session {
+    pub id: String,
+    pub title: String,
+    /// Set for subagent (child) sessions.
+    pub parent_id: Option<String>,
+    pub status: SessionStatus,
+    pub last_activity_ms: u64,
+    /// The session's running totals as OpenCode reports them on the session itself
+    /// (`session.updated`'s `info.cost` / `info.tokens`, and `GET /session`).
+    pub cost: Option<f64>,
+    pub tokens: Option<Tokens>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Permission {
+    pub id: String,
+    pub session_id: String,
+    /// OpenCode's `permission` (`bash`, `edit`, …).
+    pub tool: String,
+    /// The first lines of `metadata.command`, or of the diff or patch in `metadata`.
+    pub lines: Vec<String>,
+    /// More lines (or longer ones) than shown.
+    pub truncated: bool,
+    pub patterns: Vec<String>,
+    /// What "always" would store.
+    pub always: Vec<String>,
+    pub asked_at_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub label: String,
+    #[serde(default)]
+    pub description: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QuestionItem {
+    pub question: String,
+    #[serde(default)]
+    pub header: String,
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+    #[serde(default)]
+    pub multiple: bool,
+    /// Whether a free-text answer is allowed (OpenCode's default is yes).
+    #[serde(default)]
+    pub custom: Option<bool>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Question {
+    pub id: String,
+    pub session_id: String,
+    pub questions: Vec<QuestionItem>,
+    pub asked_at_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum CardKind {
+    Permission,
+    Question,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Resolution {
+    /// The gateway sent the reply (for this user).
+    AnsweredHere { by: String },
+    /// Answered in the TUI, the web UI, another client, or during a gap in the event stream.
+    Elsewhere,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Resolved {
+    pub project: String,
+    pub id: String,
+    pub kind: CardKind,
+    pub resolved_at_ms: u64,
+    #[serde(flatten)]
+    pub how: Resolution,
+}
+
+/// A request that just appeared (for notifications).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCard {
+    pub project: String,
+    pub kind: CardKind,
+    /// `bash`, `edit`, … for permissions; `question` for questions.
+    pub tool: String,
+}

@@ -1,0 +1,98 @@
+//! Reading OpenCode's objects (as sent in events and listed by `GET /session`, `/permission`,
+//! `/question`, `/session/status`) into the inbox's types, cut to size.
+
+use serde_json::Value;
+
+use super::cards::*;
+use super::model::{MAX_LINE_CHARS, MAX_LINES};
+
+pub(super) fn s(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+pub(super) fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(s).take(50).collect())
+        .unwrap_or_default()
+}
+
+/// The first [`MAX_LINES`] lines of `text`, each at most [`MAX_LINE_CHARS`] characters.
+pub fn first_lines(text: &str) -> (Vec<String>, bool) {
+    let mut truncated = false;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if i == MAX_LINES {
+            truncated = true;
+            break;
+        }
+        let mut l: String = line.chars().take(MAX_LINE_CHARS).collect();
+        if l.len() < line.len() {
+            truncated = true;
+            l.push('…');
+        }
+        out.push(l);
+    }
+    (out, truncated)
+}
+
+pub(super) fn permission(p: &Value, now: u64) -> Option<Permission> {
+    let meta = &p["metadata"];
+    let text = ["command", "diff", "patch", "filepath", "path", "url"]
+        .iter()
+        .find_map(|k| meta[*k].as_str())
+        .unwrap_or_default();
+    let (lines, truncated) = first_lines(text);
+    Some(Permission {
+        id: s(&p["id"])?,
+        session_id: s(&p["sessionID"]).unwrap_or_default(),
+        tool: s(&p["permission"]).unwrap_or_else(|| "unknown".into()),
+        lines,
+        truncated,
+        patterns: strings(&p["patterns"]),
+        always: strings(&p["always"]),
+        asked_at_ms: now,
+    })
+}
+
+pub(super) fn question(q: &Value, now: u64) -> Option<Question> {
+    Some(Question {
+        id: s(&q["id"])?,
+        session_id: s(&q["sessionID"]).unwrap_or_default(),
+        questions: serde_json::from_value(q["questions"].clone()).unwrap_or_default(),
+        asked_at_ms: now,
+    })
+}
+
+pub(super) fn status(v: &Value) -> SessionStatus {
+    match v["type"].as_str() {
+        Some("busy") => SessionStatus::Busy,
+        Some("retry") => SessionStatus::Retry {
+            attempt: v["attempt"].as_u64().unwrap_or(0),
+            message: v["message"].as_str().unwrap_or_default().chars().take(500).collect(),
+            next: v["next"].as_u64().unwrap_or(0),
+        },
+        _ => SessionStatus::Idle,
+    }
+}
+
+pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<Session> {
+    let id = s(&info["id"])?;
+    let t = &info["tokens"];
+    let tokens = t.is_object().then(|| Tokens {
+        input: t["input"].as_u64().unwrap_or(0),
+        output: t["output"].as_u64().unwrap_or(0),
+        reasoning: t["reasoning"].as_u64().unwrap_or(0),
+        cache_read: t["cache"]["read"].as_u64().unwrap_or(0),
+        cache_write: t["cache"]["write"].as_u64().unwrap_or(0),
+    });
+    let updated = info["time"]["updated"].as_u64().unwrap_or(0);
+    Some(Session {
+        title: s(&info["title"]).unwrap_or_default().chars().take(200).collect(),
+        parent_id: s(&info["parentID"]),
+        status: old.map_or(SessionStatus::Idle, |o| o.status.clone()),
+        last_activity_ms: old.map_or(updated, |o| o.last_activity_ms.max(updated)),
+        cost: info["cost"].as_f64().or(old.and_then(|o| o.cost)),
+        tokens: tokens.or_else(|| old.and_then(|o| o.tokens.clone())),
+        id,
+    })
+}

@@ -1,0 +1,191 @@
+//! One POST to a notification receiver, on a connection of its own: plain HTTP (the config allows
+//! it to loopback only) or HTTPS verified against the system's CA bundle.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+use super::SEND_TIMEOUT;
+
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
+
+/// POST one body to `url` (http or https) on a connection of its own; 2xx is success.
+pub(super) async fn post(
+    url: &str,
+    content_type: &str,
+    headers: &[(&'static str, String)],
+    body: Bytes,
+) -> Result<(), String> {
+    post_trusting(url, content_type, headers, body, None).await
+}
+
+/// [`post`], trusting `roots` instead of the system's CA bundle when given (tests).
+async fn post_trusting(
+    url: &str,
+    content_type: &str,
+    headers: &[(&'static str, String)],
+    body: Bytes,
+    roots: Option<Arc<rustls::ClientConfig>>,
+) -> Result<(), String> {
+    let uri: http::Uri = url.parse().map_err(|_| "not a URL".to_string())?;
+    let host = uri
+        .host()
+        .ok_or("no host")?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let https = uri.scheme_str() == Some("https");
+    let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+    let exchange = async {
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let stream: Box<dyn Stream> = if https {
+            let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
+            let config = match roots {
+                Some(c) => c,
+                None => client_config()?,
+            };
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| e.to_string())?;
+            Box::new(tls)
+        } else {
+            Box::new(tcp)
+        };
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let path = uri.path_and_query().map_or("/", |p| p.as_str());
+        let mut req = http::Request::post(path)
+            .header(
+                http::header::HOST,
+                uri.authority().map_or(host.as_str(), |a| a.as_str()),
+            )
+            .header(http::header::CONTENT_TYPE, content_type)
+            .header(http::header::USER_AGENT, "opencode-gateway")
+            .body(Full::new(body))
+            .map_err(|e| e.to_string())?;
+        for (name, value) in headers {
+            if let Ok(v) = http::HeaderValue::from_str(value) {
+                req.headers_mut().insert(*name, v);
+            }
+        }
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let _ = resp.into_body().collect().await;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {status}"))
+        }
+    };
+    tokio::time::timeout(SEND_TIMEOUT, exchange)
+        .await
+        .map_err(|_| "no answer in 15 s".to_string())?
+}
+
+/// A TLS client configuration trusting the system's CA bundle, made once.
+fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            use rustls::pki_types::CertificateDer;
+            use rustls::pki_types::pem::PemObject;
+            let path = std::env::var_os("SSL_CERT_FILE")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
+            let mut roots = rustls::RootCertStore::empty();
+            let certs = CertificateDer::pem_file_iter(&path)
+                .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
+            roots.add_parsable_certificates(certs.flatten());
+            if roots.is_empty() {
+                return Err(format!("no CA certificate in {}", path.display()));
+            }
+            let config = rustls::ClientConfig::builder_with_provider(crate::listen::tls::provider())
+                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An https receiver with a self-signed certificate, answering each connection with 200;
+    /// whether each TLS handshake succeeded.
+    async fn tls_receiver() -> (
+        u16,
+        rustls::pki_types::CertificateDer<'static>,
+        tokio::sync::mpsc::Receiver<bool>,
+    ) {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let cert = rustls::pki_types::CertificateDer::from(ck.cert.der().to_vec());
+        let key = rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(crate::listen::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    let _ = tx.send(false).await;
+                    continue;
+                };
+                let _ = tx.send(true).await;
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(Bytes::new())))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), svc)
+                    .await;
+            }
+        });
+        (port, cert, rx)
+    }
+
+    /// The certificate is verified, not skipped: the system roots refuse a self-signed
+    /// receiver; trusting its certificate, the POST goes through.
+    #[tokio::test]
+    async fn https_receivers_are_verified() {
+        let (port, cert, mut handshakes) = tls_receiver().await;
+        let url = format!("https://localhost:{port}/hook");
+        let err = post(&url, "application/json", &[], Bytes::from("{}"))
+            .await
+            .expect_err("a self-signed receiver is refused");
+        assert!(client_config().is_ok(), "the system CA bundle loads");
+        assert!(err.contains("certificate") || err.contains("UnknownIssuer"), "{err}");
+        assert_eq!(handshakes.recv().await, Some(false));
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let trusting = rustls::ClientConfig::builder_with_provider(crate::listen::tls::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        post_trusting(
+            &url,
+            "application/json",
+            &[],
+            Bytes::from("{}"),
+            Some(Arc::new(trusting)),
+        )
+        .await
+        .expect("delivered over https");
+        assert_eq!(handshakes.recv().await, Some(true));
+    }
+}
