@@ -196,6 +196,28 @@ pub async fn pump(
     }
 }
 
+/// One line for `check`: the receivers' hosts only (an ntfy topic's name is its password).
+pub fn describe(cfg: &Notify) -> String {
+    let host = |u: &str| {
+        u.parse::<http::Uri>()
+            .ok()
+            .and_then(|u| u.authority().map(|a| a.to_string()))
+            .unwrap_or_default()
+    };
+    let mut to = Vec::new();
+    if let Some(u) = &cfg.webhook {
+        to.push(format!("webhook {}", host(u)));
+    }
+    if let Some(u) = &cfg.ntfy {
+        to.push(format!("ntfy {}", host(u)));
+    }
+    format!(
+        "  notify {}  (new pending requests, debounce {} ms)\n",
+        to.join(", "),
+        cfg.debounce.as_millis()
+    )
+}
+
 /// Send `msg` to every configured receiver; an error if any failed (all are tried again: a
 /// receiver may then see a message twice, which beats never).
 pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {

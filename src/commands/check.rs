@@ -114,6 +114,9 @@ pub fn summary(s: &Settings) -> String {
         "  control {}  (unix socket, 0600: status, reload)\n",
         crate::control::socket_path(s).display()
     );
+    if let Some(n) = &s.notify {
+        out += &crate::notify::describe(n);
+    }
     if let Some(ssh) = &s.ssh {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);

@@ -122,3 +122,32 @@ pub fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
     let projects = inbox.view(|p| only.is_none_or(|o| o == p));
     serde_json::json!({ "projects": projects, "notifications_dropped": inbox.notifications_dropped(), "subscriptions": inbox.subscriptions() })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_change_bumps_the_counter_and_new_cards_are_queued_for_notification() {
+        let inbox = Inbox::new();
+        let mut changes = inbox.changes();
+        let mut notes = inbox.notify.take_receiver().unwrap();
+        let asked = serde_json::json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_1",
+            "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(*changes.borrow_and_update(), 1);
+        let note = notes.try_recv().unwrap();
+        assert_eq!((note.project.as_str(), note.tool.as_str()), ("web", "bash"));
+        // An event that changes nothing does not wake the pages.
+        let noise = serde_json::json!({"type": "message.part.delta", "properties": {}});
+        inbox.update(|m, now| m.apply("web", &noise, now));
+        assert!(!changes.has_changed().unwrap());
+        assert!(notes.try_recv().is_err());
+        let view = inbox.view(|p| p == "web");
+        assert_eq!(view[0].pending[0].id(), "per_1");
+        assert!(inbox.view(|p| p == "api").is_empty());
+        let json = to_json(&inbox, Some("nope"));
+        assert_eq!(json["projects"], serde_json::json!([]));
+    }
+}
