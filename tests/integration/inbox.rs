@@ -583,3 +583,143 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
     let r = control_reply(&gw, &format!("project=quiz&id={s2}&reply=abort"));
     assert_eq!(r["outcome"], "Done", "{r}");
 }
+
+/// A stand-in server for the reconnect test: lists what `permissions` holds, streams events to
+/// whoever subscribes until `cut` drops the streams, and records each request's target.
+#[derive(Default)]
+struct Scripted {
+    permissions: Mutex<Value>,
+    streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
+    targets: Mutex<Vec<String>>,
+    password_seen: Mutex<bool>,
+}
+
+async fn scripted(password: &str) -> (std::net::SocketAddr, Arc<Scripted>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = Arc::new(Scripted::default());
+    *state.permissions.lock().unwrap() = serde_json::json!([]);
+    let auth = basic("opencode", password);
+    let s2 = state.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (state, auth) = (s2.clone(), auth.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (state, auth) = (state.clone(), auth.clone());
+                    async move {
+                        let target = req.uri().to_string();
+                        state.targets.lock().unwrap().push(target.clone());
+                        if req.headers().get("authorization").is_some_and(|a| a == auth.as_str()) {
+                            *state.password_seen.lock().unwrap() = true;
+                        }
+                        let path = req.uri().path();
+                        let body: http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible> = match path {
+                            "/global/event" => {
+                                let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);
+                                tx.send(
+                                    "data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n".into(),
+                                )
+                                .await
+                                .unwrap();
+                                state.streams.lock().unwrap().push(tx);
+                                let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                                    rx.recv()
+                                        .await
+                                        .map(|e| (Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(e))), rx))
+                                });
+                                http_body_util::StreamBody::new(stream).boxed_unsync()
+                            }
+                            "/permission" => {
+                                Full::new(Bytes::from(state.permissions.lock().unwrap().to_string())).boxed_unsync()
+                            }
+                            "/session/status" => Full::new(Bytes::from("{}")).boxed_unsync(),
+                            "/session" | "/question" => Full::new(Bytes::from("[]")).boxed_unsync(),
+                            _ => Full::new(Bytes::from("ok")).boxed_unsync(),
+                        };
+                        let mut r = http::Response::new(body);
+                        if path == "/global/event" {
+                            r.headers_mut()
+                                .insert("content-type", "text/event-stream".parse().unwrap());
+                        }
+                        Ok::<_, Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), svc)
+                    .await;
+            });
+        }
+    });
+    (addr, state)
+}
+
+fn permission_json(id: &str) -> Value {
+    serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
+        "metadata": {"command": "ls"}, "always": ["ls *"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
+    use crate::common::gateway::external_project;
+    let (addr, fake) = scripted("scripted-pw").await;
+    *fake.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let config = base_config(&format!(
+        "{}\ndirectory = \"{}\"\n\n{}",
+        external_project("ext", &format!("http://{addr}")).trim_end(),
+        dir.display(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: ALICE,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ));
+    let gw = Gateway::start_behind(&config, "scripted-pw");
+    inbox_until(&gw, Duration::from_secs(10), "the seeded card", |v| {
+        has_card(v, "ext", "per_1")
+    })
+    .await;
+    assert_eq!(project(&inbox(&gw, ""), "ext")["server"]["state"], "running");
+    // A live event adds a card.
+    let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties": permission_json("per_live")}});
+    let tx = fake.streams.lock().unwrap()[0].clone();
+    tx.send(format!("data: {event}\n\n")).await.unwrap();
+    // One of another directory on the same server is not this project's.
+    let other = serde_json::json!({"directory": "/elsewhere", "payload": {"type": "permission.asked", "properties": permission_json("per_other")}});
+    tx.send(format!("data: {other}\n\n")).await.unwrap();
+    inbox_until(&gw, Duration::from_secs(5), "the live card", |v| {
+        has_card(v, "ext", "per_live")
+    })
+    .await;
+    assert!(!has_card(&inbox(&gw, ""), "ext", "per_other"));
+    drop(tx);
+    // The stream breaks; meanwhile per_1 and per_live are answered and per_2 is asked.
+    *fake.permissions.lock().unwrap() = serde_json::json!([permission_json("per_2")]);
+    fake.streams.lock().unwrap().clear();
+    let v = inbox_until(&gw, Duration::from_secs(10), "the re-seed", |v| {
+        has_card(v, "ext", "per_2") && !has_card(v, "ext", "per_1") && !has_card(v, "ext", "per_live")
+    })
+    .await;
+    for id in ["per_1", "per_live"] {
+        assert_eq!(resolution(&v, "ext", id).unwrap()["how"], "elsewhere", "{id}");
+    }
+    assert_eq!(project(&v, "ext")["server"]["state"], "running");
+    assert_eq!(v["subscriptions"], 1);
+    let targets = fake.targets.lock().unwrap().clone();
+    assert_eq!(
+        targets.iter().filter(|t| t.starts_with("/global/event")).count(),
+        2,
+        "one subscription, then one reconnect: {targets:?}"
+    );
+    let encoded_dir = dir.display().to_string();
+    assert!(
+        targets
+            .iter()
+            .any(|t| *t == format!("/permission?directory={encoded_dir}")),
+        "the lists are read for the project's directory: {targets:?}"
+    );
+    assert!(*fake.password_seen.lock().unwrap(), "the gateway's credential is sent");
+}
