@@ -42,6 +42,10 @@ pub struct Inbox {
     pub(crate) subscriptions: std::sync::atomic::AtomicUsize,
 }
 
+/// The User-Agent of the inbox's requests upstream (subscriptions, lists, replies), so upstream
+/// logs (and test stand-ins) can tell them from clients' requests.
+pub const INBOX_AGENT: &str = "opencode-gateway-inbox";
+
 /// Milliseconds since the Unix epoch (the unit OpenCode uses for times).
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()

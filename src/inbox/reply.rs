@@ -139,6 +139,7 @@ async fn post(
 ) -> Result<(u16, String), InboxError> {
     let mut req = http::Request::post(format!("http://{}{path}", endpoint.authority))
         .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::USER_AGENT, super::INBOX_AGENT)
         .body(UpstreamBody::Full(body.map(|b| Bytes::from(b.to_string()))))
         .map_err(|e| InboxError::Unreachable(e.to_string()))?;
     if let Some(auth) = &endpoint.auth {

@@ -87,8 +87,18 @@ pub async fn run(
 }
 
 /// One connection: subscribe, seed, then apply events until the stream ends. Returns why it ended.
+/// `GET path` with the gateway's credential and the inbox's User-Agent.
+fn get(endpoint: &Endpoint, path: &str) -> Result<http::Request<crate::upstream::UpstreamBody>, String> {
+    let mut req = endpoint.get(path)?;
+    req.headers_mut().insert(
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(super::INBOX_AGENT),
+    );
+    Ok(req)
+}
+
 async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], external: bool) -> String {
-    let req = match endpoint.get("/global/event") {
+    let req = match get(endpoint, "/global/event") {
         Ok(r) => r,
         Err(e) => return e,
     };
@@ -183,7 +193,7 @@ fn dispatch(gw: &Gateway, targets: &[Target], event: &[u8]) {
 }
 
 async fn get_json(gw: &Gateway, endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, String> {
-    let req = endpoint.get(path)?;
+    let req = get(endpoint, path)?;
     let resp = gw
         .upstream
         .request(req)

@@ -140,6 +140,18 @@ async fn handle(
     events: broadcast::Sender<String>,
     api: Arc<Api>,
 ) -> Result<Response<Body>, Infallible> {
+    // The gateway's inbox watches every server; the stand-in is no OpenCode (its lists are not
+    // JSON) and its tests count their own requests and subscribers: turn the inbox away
+    // unrecorded (tests/integration/inbox.rs covers it with its own stand-in and the real server).
+    if req
+        .headers()
+        .get("user-agent")
+        .is_some_and(|a| a == opencode_gateway::inbox::INBOX_AGENT)
+    {
+        let mut r = Response::new(full(""));
+        *r.status_mut() = StatusCode::NOT_FOUND;
+        return Ok(r);
+    }
     let target = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
     seen.lock().unwrap().push(Seen {
         method: req.method().to_string(),
