@@ -10,9 +10,18 @@ pub(super) fn s(v: &Value) -> Option<String> {
     v.as_str().map(str::to_string)
 }
 
+/// Strings an event carries are cut to this many characters, lists to this many items: a card is
+/// read on a phone, and the model's memory must not follow what a tool call puts in a request.
+const MAX_TEXT: usize = 2000;
+const MAX_ITEMS: usize = 50;
+
+fn cut(text: &str) -> String {
+    text.chars().take(MAX_TEXT).collect()
+}
+
 pub(super) fn strings(v: &Value) -> Vec<String> {
     v.as_array()
-        .map(|a| a.iter().filter_map(s).take(50).collect())
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(cut)).take(MAX_ITEMS).collect())
         .unwrap_or_default()
 }
 
@@ -54,11 +63,26 @@ pub(super) fn permission(p: &Value, now: u64) -> Option<Permission> {
     })
 }
 
+fn question_item(v: &Value) -> Option<QuestionItem> {
+    let mut item: QuestionItem = serde_json::from_value(v.clone()).ok()?;
+    item.question = cut(&item.question);
+    item.header = cut(&item.header);
+    item.options.truncate(MAX_ITEMS);
+    for o in &mut item.options {
+        o.label = cut(&o.label);
+        o.description = cut(&o.description);
+    }
+    Some(item)
+}
+
 pub(super) fn question(q: &Value, now: u64) -> Option<Question> {
     Some(Question {
         id: s(&q["id"])?,
         session_id: s(&q["sessionID"]).unwrap_or_default(),
-        questions: serde_json::from_value(q["questions"].clone()).unwrap_or_default(),
+        questions: q["questions"]
+            .as_array()
+            .map(|a| a.iter().take(MAX_ITEMS).filter_map(question_item).collect())
+            .unwrap_or_default(),
         asked_at_ms: now,
     })
 }

@@ -221,6 +221,14 @@ fn everything_is_bounded() {
         m.apply("web", &replied(&format!("per_x{i}")), 1000);
     }
     assert_eq!(m.resolved.len(), MAX_RESOLVED);
+    // What an event carries is cut to size.
+    let huge = json!({"type": "question.asked", "properties": {"id": "que_big", "sessionID": "s",
+        "questions": [{"question": "q".repeat(100_000), "header": "h",
+            "options": (0..500).map(|i| json!({"label": format!("{i}"), "description": "d".repeat(10_000)})).collect::<Vec<_>>()}]}});
+    m.apply("big", &huge, 1000);
+    let q = &m.projects["big"].questions["que_big"].questions[0];
+    assert!(q.question.len() <= 2000 && q.options.len() <= 50);
+    assert!(q.options.iter().all(|o| o.description.len() <= 2000));
     m.prune(1000 + RESOLVED_FOR_MS + 1);
     assert!(m.resolved.is_empty(), "resolved entries expire");
 }
