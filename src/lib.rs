@@ -52,6 +52,7 @@ pub mod store;
 pub mod telemetry;
 pub mod ttl_map;
 pub mod upstream;
+pub mod web;
 pub mod workers;
 
 use std::net::SocketAddr;

@@ -79,6 +79,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     strip_hop_by_hop(headers);
     headers.remove(header::AUTHORIZATION);
+    crate::web::cookie::strip(headers);
     if headers.keys().any(|n| FORWARDING.contains(n)) {
         for name in &FORWARDING {
             headers.remove(name);
