@@ -128,7 +128,7 @@ impl Gateway {
             tickets: Tickets::default(),
             tokens,
             web,
-            handoffs: Default::default(),
+            handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
             upstream,
             supervisor,
             metrics: Metrics::default(),

@@ -2,7 +2,7 @@
 //! GitLab's workspace proxies). A project host without a cookie sends the browser to the login
 //! host's `/_gw/handoff?to=<url>`; there, with a live login session, the gateway checks that the
 //! target is `https://<project>.<base_domain>` on this port for a project the user may use,
-//! mints a single-use ticket (60 s, kept as a digest, bound to user, login session, project and
+//! mints a single-use ticket (`limits.handoff_ttl`, 60 s, kept as a digest, bound to user, login session, project and
 //! path) and sends the browser to `https://<project host>/_gw/callback?ticket=…`. The project host
 //! redeems it once, sets its own host-only `__Host-` cookie (a child of the login session: it
 //! dies with it) and goes on to the path. Nothing under `/_gw/` reaches OpenCode; the ticket is
@@ -20,7 +20,6 @@ use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
 use crate::ttl_map::TtlMap;
 
-pub const TICKET_TTL: Duration = Duration::from_secs(60);
 const MAX_TICKETS: usize = 10_000;
 
 struct Ticket {
@@ -34,10 +33,11 @@ pub struct Handoffs {
     tickets: TtlMap<[u8; 32], Arc<Ticket>>,
 }
 
-impl Default for Handoffs {
-    fn default() -> Self {
+impl Handoffs {
+    /// Tickets live `ttl` (`limits.handoff_ttl`).
+    pub fn new(ttl: Duration) -> Handoffs {
         Handoffs {
-            tickets: TtlMap::new(MAX_TICKETS, TICKET_TTL),
+            tickets: TtlMap::new(MAX_TICKETS, ttl),
         }
     }
 }

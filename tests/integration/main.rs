@@ -12,6 +12,7 @@
 mod abuse;
 mod admin;
 mod browser;
+mod browser_login;
 mod common;
 mod config_cli;
 mod connections;
