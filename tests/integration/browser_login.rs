@@ -8,7 +8,6 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, Reply, basic};
-use crate::common::fake_upstream::FakeUpstream;
 use crate::common::stack::two_projects;
 
 const LOGIN_HOST: &str = "gw.localhost";
