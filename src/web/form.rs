@@ -1,8 +1,6 @@
 //! Reading a form a gateway page posts (`application/x-www-form-urlencoded`, small, read within
 //! the body timeout), and encoding values into URLs.
 
-use std::collections::HashMap;
-
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
@@ -12,7 +10,7 @@ use crate::http::error::HttpError;
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// The fields of a posted form (the first of each name).
-pub async fn read(body: Incoming, timeout: std::time::Duration) -> Result<HashMap<String, String>, HttpError> {
+pub async fn read(body: Incoming, timeout: std::time::Duration) -> Result<Form, HttpError> {
     let limited = http_body_util::Limited::new(body, MAX_FORM_BYTES);
     let bytes = match tokio::time::timeout(timeout, limited.collect()).await {
         Err(_) => return Err(HttpError::BodyTimeout { secs: timeout }),
@@ -27,15 +25,38 @@ pub async fn read(body: Incoming, timeout: std::time::Duration) -> Result<HashMa
     Ok(parse(text))
 }
 
-pub fn parse(text: &str) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    for pair in text.split('&').filter(|p| !p.is_empty()) {
-        let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let n = crate::policy::query::percent_decode(n, true).into_owned();
-        let v = crate::policy::query::percent_decode(v, true).into_owned();
-        out.entry(n).or_insert(v);
+/// A posted form: the first value of each name, and every value in order (checkboxes).
+#[derive(Debug, Default)]
+pub struct Form {
+    pairs: Vec<(String, String)>,
+}
+
+impl Form {
+    pub fn get(&self, name: &str) -> Option<&String> {
+        self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
-    out
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn parse(text: &str) -> Form {
+    let pairs = text
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (
+                crate::policy::query::percent_decode(n, true).into_owned(),
+                crate::policy::query::percent_decode(v, true).into_owned(),
+            )
+        })
+        .collect();
+    Form { pairs }
 }
 
 /// Percent-encode everything but RFC 3986's unreserved characters (for a query value).
@@ -68,9 +89,11 @@ mod tests {
     #[test]
     fn forms_decode_plus_and_escapes_and_keep_the_first() {
         let f = parse("user=al+ice&password=p%26w%3D&user=bob&empty=");
-        assert_eq!(f["user"], "al ice");
-        assert_eq!(f["password"], "p&w=");
-        assert_eq!(f["empty"], "");
+        assert_eq!(f.get("user").unwrap(), "al ice");
+        assert_eq!(f.get("password").unwrap(), "p&w=");
+        assert_eq!(f.get("empty").unwrap(), "");
+        assert_eq!(f.all("user").collect::<Vec<_>>(), ["al ice", "bob"]);
+        assert!(f.get("missing").is_none());
     }
 
     #[test]
