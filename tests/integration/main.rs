@@ -19,6 +19,7 @@ mod connections;
 mod drift;
 mod isolation;
 mod lifecycle;
+mod phone;
 mod pinning;
 mod proxy;
 mod real_opencode;
