@@ -51,6 +51,9 @@ pub async fn handle(
         reason: None,
         started: Instant::now(),
     };
+    // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
+    // up a password dialog over the web UI; browsers log in with the form and a cookie.
+    let browser = req.headers().contains_key("sec-fetch-mode");
     let response = match handle_inner(&gw, &state, &conn, client, req, &mut record).await {
         Ok(r) => r,
         Err(e) => {
@@ -58,7 +61,11 @@ pub async fn handle(
             if StatusCode::from(&e).is_server_error() {
                 tracing::warn!(peer = %client, project = record.project.as_deref().unwrap_or("-"), reason = e.code(), "{e}");
             }
-            e.into_response()
+            let mut r = e.into_response();
+            if browser {
+                r.headers_mut().remove(header::WWW_AUTHENTICATE);
+            }
+            r
         }
     };
     record.status = response.status().as_u16();

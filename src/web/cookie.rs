@@ -66,6 +66,21 @@ pub fn strip(headers: &mut HeaderMap) {
     }
 }
 
+/// Drop any `Set-Cookie` that would set the gateway's cookie (an upstream tossing a session
+/// into a project host); others pass.
+pub fn strip_set_cookie(headers: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter(|v| !v.to_str().map_or(true, |s| is_ours(s.split(';').next().unwrap_or(""))))
+        .cloned()
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for v in kept {
+        headers.append(header::SET_COOKIE, v);
+    }
+}
+
 /// Any spelling a browser could send of the gateway's cookie name (names are case-sensitive in
 /// browsers, but an upstream might compare them loosely).
 fn is_ours(pair: &str) -> bool {

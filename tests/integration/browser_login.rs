@@ -232,8 +232,22 @@ async fn a_project_host_gets_its_own_cookie_through_a_single_use_handoff() {
         path.starts_with("/_gw/handoff?to=https%3A%2F%2Fweb.gw.localhost%3A"),
         "{path}"
     );
-    // A script (no navigation) gets 401, not a redirect.
-    assert_eq!(get(&web_host, "/echo", None, false).await.status, 401);
+    // A script (no navigation) gets 401, not a redirect, with the Basic challenge; a browser's
+    // own fetch gets no challenge (it would pop up a password dialog over the web UI).
+    let script = get(&web_host, "/echo", None, false).await;
+    assert_eq!(script.status, 401);
+    assert!(script.headers.contains_key("www-authenticate"));
+    let fetch = web_host
+        .call(
+            web_host
+                .request("GET", "/session", None)
+                .header("sec-fetch-mode", "cors")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(fetch.status, 401);
+    assert!(!fetch.headers.contains_key("www-authenticate"), "{:?}", fetch.headers);
 
     // Not logged in yet: the handoff sends the browser to the form, then back.
     let r = get(&lh, &path, None, true).await;

@@ -45,7 +45,10 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
     ]);
     let config = base_config(&format!("{projects}{users}")).replace(
         "state_dir = \"state\"\n",
-        &format!("state_dir = \"state\"\nopencode_bin = \"{}\"\n", opencode_bin().display()),
+        &format!(
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            opencode_bin().display()
+        ),
     );
     let gw = Gateway::start(&config);
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -79,12 +82,19 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
     assert!(out.status.success(), "{text}\ngateway log:\n{logs}");
     assert!(text.contains("ok: every step passed"), "{text}");
     assert_eq!(
-        std::fs::read_to_string(alpha_dir.join("ran.txt")).unwrap().lines().count(),
+        std::fs::read_to_string(alpha_dir.join("ran.txt"))
+            .unwrap()
+            .lines()
+            .count(),
         2,
         "the tapped answer and the one given elsewhere ran the tool; the viewer's and the cross-site ones did not"
     );
     // The refusals the browser could only see as failures, by their reasons.
-    for reason in ["reason=cross_site_fetch", "reason=foreign_origin", "a role that may only watch"] {
+    for reason in [
+        "reason=cross_site_fetch",
+        "reason=foreign_origin",
+        "a role that may only watch",
+    ] {
         assert!(logs.contains(reason), "no {reason:?} in the gateway log:\n{logs}");
     }
     for secret in ["alice-password-1", "vera-password-1", "bob-password-22"] {
