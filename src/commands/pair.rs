@@ -75,6 +75,42 @@ mod tests {
         assert!(q.lines().count() > 10);
         assert!(!q.contains("K7QM"));
         assert_eq!(human(600), "10 min");
+        assert_eq!(human(90), "1 min 30 s");
         assert_eq!(human(2), "2 s");
+    }
+
+    /// Read the half blocks back into modules: they are exactly the QR code's, dark ones left
+    /// blank, inside a 4-module quiet zone.
+    #[test]
+    fn the_half_blocks_are_the_codes_modules() {
+        let url = "https://gw.example.com:8443/pair#K7QM-4M2P-XW9H";
+        let text = render(url).unwrap();
+        let qr = QrCode::new(url.as_bytes()).unwrap();
+        let n = qr.width();
+        let colors = qr.to_colors();
+        let side = n + 8;
+        let mut painted = vec![vec![false; side]; side + 1];
+        for (row, line) in text.lines().enumerate() {
+            assert_eq!(line.chars().count(), side, "line {row}");
+            for (x, ch) in line.chars().enumerate() {
+                let (top, bottom) = match ch {
+                    ' ' => (false, false),
+                    '▄' => (false, true),
+                    '▀' => (true, false),
+                    '█' => (true, true),
+                    other => panic!("{other:?}"),
+                };
+                painted[2 * row][x] = top;
+                painted[2 * row + 1][x] = bottom;
+            }
+        }
+        assert_eq!(text.lines().count(), side.div_ceil(2));
+        for (y, row) in painted.iter().enumerate().take(side) {
+            for (x, &p) in row.iter().enumerate() {
+                let inside = (4..n + 4).contains(&x) && (4..n + 4).contains(&y);
+                let dark = inside && colors[(y - 4) * n + (x - 4)] == qrcode::Color::Dark;
+                assert_eq!(p, !dark, "module ({x}, {y})");
+            }
+        }
     }
 }

@@ -226,6 +226,14 @@ async fn wrong_tries_expiry_and_the_limiter_bound_pairing_codes() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("15 minutes"), "{out:?}");
     let (status, body) = gw.control("POST", "/pair");
     assert_eq!(status, 400, "no body is not a request: {body}");
+    let socket = || std::os::unix::net::UnixStream::connect(gw.control_socket()).unwrap();
+    let (status, body) = control_post(socket(), "/pair", r#"{"user":"alice","ttl_secs":901}"#);
+    assert_eq!(status, 400, "the gateway itself refuses a TTL over 15 minutes");
+    assert!(body.contains("15 minutes"), "{body}");
+    let (status, body) = control_post(socket(), "/pair", r#"{"user":"bob","label":"x"}"#);
+    assert_eq!(status, 400);
+    assert!(body.contains("\\\"bob\\\""), "{body}");
+    assert_eq!(pending_codes(&gw), 0, "nothing was issued");
 
     // Five wrong secrets kill the code: the right one afterwards is refused.
     let (code, _) = pair(&gw, &["alice"]);
