@@ -80,6 +80,8 @@ pub struct Gateway {
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
     pub web: crate::web::session::WebSessions,
     pub handoffs: crate::web::handoff::Handoffs,
+    /// Pairing codes in flight (memory only: a restart forgets them).
+    pub pairing: crate::web::pair::Pairing,
     pub upstream: UpstreamClient,
     pub supervisor: Supervisor,
     pub metrics: Metrics,
@@ -129,6 +131,7 @@ impl Gateway {
             tokens,
             web,
             handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
+            pairing: Default::default(),
             upstream,
             supervisor,
             metrics: Metrics::default(),

@@ -118,7 +118,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     if let Some(l) = admin {
         tokio::spawn(admin::serve(gw.clone(), l));
     }
-    tokio::spawn(control::serve(gw.clone(), control, config_path));
+    tokio::spawn(control::serve(gw.clone(), control, config_path, running.https.port()));
     tokio::spawn(reload::watch_project_sets(gw.clone()));
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;

@@ -15,7 +15,7 @@ pub mod form;
 pub mod handoff;
 pub mod login;
 pub mod page;
-
+pub mod pair;
 pub mod session;
 
 use std::net::IpAddr;
@@ -162,9 +162,9 @@ pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Respons
         (Page::Logout, &Method::GET) => Ok(page::redirect("/")),
         (Page::Handoff, &Method::GET) => handoff::mint(ctx).await,
         (Page::Callback, &Method::GET) => handoff::redeem(ctx).await,
-        (Page::Portal | Page::Inbox | Page::Events | Page::Act | Page::Pair, _) => {
-            Err(HttpError::NotFound("not yet".into()))
-        }
+        (Page::Pair, &Method::GET) => pair::form(ctx).await,
+        (Page::Pair, &Method::POST) => pair::submit(ctx, body).await,
+        (Page::Portal | Page::Inbox | Page::Events | Page::Act, _) => Err(HttpError::NotFound("not yet".into())),
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),
         _ => Err(HttpError::MethodNotAllowed),
     }

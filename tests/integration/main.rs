@@ -1,5 +1,6 @@
 //! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
-//! clients. Every test that starts the real OpenCode server (or its clients) is marked exactly
+//! clients. Every test that starts the real OpenCode server (or its clients, or headless Chromium
+//! through playwright-core, which `scripts/test.sh` installs with it) is marked exactly
 //! `#[ignore = "needs OpenCode: run scripts/test.sh"]`, and no other test is ignored, so:
 //!
 //! - list them: `cargo test --test integration -- --list --ignored`
@@ -19,6 +20,7 @@ mod connections;
 mod drift;
 mod isolation;
 mod lifecycle;
+mod pairing;
 mod phone;
 mod pinning;
 mod proxy;
