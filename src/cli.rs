@@ -56,6 +56,29 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
         config: PathBuf,
     },
+    /// Pair a phone: ask the running gateway for a one-time code for a user and show it as a QR
+    /// code (scan it on the phone) and as text to type.
+    Pair {
+        /// The user the phone logs in as.
+        user: String,
+        /// A name to recognise the device by in `devices`.
+        #[arg(long, default_value = "phone")]
+        label: String,
+        /// How long the code works: 10m, 90s (at most 15m).
+        #[arg(long, default_value = "10m")]
+        ttl: String,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
+    /// Paired devices: list them (of one user, when given), or revoke one.
+    Devices {
+        #[command(subcommand)]
+        action: Option<DevicesAction>,
+        /// List only this user's devices.
+        user: Option<String>,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
     /// Certificates.
     Cert {
         #[command(subcommand)]
@@ -114,6 +137,14 @@ pub enum TokenAction {
     /// List tokens (of one user, when given): id, label, scope, expiry, last use.
     List { user: Option<String> },
     /// Revoke a token by id; a running gateway refuses it from the next request on.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DevicesAction {
+    /// List devices (of one user, when given): id, user, created, last seen, last address, state, label.
+    List { user: Option<String> },
+    /// Revoke a device by id: its sessions end at once (on a running gateway) and it stays logged out.
     Revoke { id: String },
 }
 

@@ -1,8 +1,9 @@
 //! The control socket: a Unix socket at `<state_dir>/control/gateway.sock` (folder 0700, socket
-//! 0600, peers checked to be the gateway's own user or root) on which `opencode-gateway status`
-//! and `reload` ask the running gateway. Only the gateway's OS user can reach it, so a web page
-//! (CSRF, DNS rebinding) or another local user can neither reload the gateway nor read its users
-//! and directories.
+//! 0600, peers checked to be the gateway's own user or root) on which `opencode-gateway status`,
+//! `reload` and `pair` ask the running gateway, and `token revoke` and `devices revoke` tell it
+//! that the database changed. Only the gateway's OS user can reach it, so a web page (CSRF, DNS
+//! rebinding) or another local user can neither reload the gateway, mint a pairing code nor read
+//! its users and directories.
 
 use std::convert::Infallible;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -13,7 +14,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -77,7 +79,11 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     Ok(listener)
 }
 
-pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBuf) {
+/// The largest request body the socket reads (`POST /pair`'s few fields).
+const MAX_BODY: usize = 16 * 1024;
+
+/// `https_port` is the HTTPS port actually bound (for URLs when `public_url` says port 0).
+pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBuf, https_port: u16) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -106,9 +112,23 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
         let (gw, config_path) = (gw.clone(), config_path.clone());
         gw.tasks.clone().spawn(async move {
             let _slot = slot;
-            let svc = service_fn(move |req| {
+            let svc = service_fn(move |req: Request<Incoming>| {
                 let (gw, config_path) = (gw.clone(), config_path.clone());
-                async move { Ok::<_, Infallible>(route(&gw, &config_path, &req).await) }
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = match Limited::new(body, MAX_BODY).collect().await {
+                        Ok(b) => b.to_bytes(),
+                        Err(_) => {
+                            return Ok::<_, Infallible>(reply(
+                                StatusCode::PAYLOAD_TOO_LARGE,
+                                "text/plain",
+                                "body too large\n".into(),
+                            ));
+                        }
+                    };
+                    let req = Request::from_parts(parts, body);
+                    Ok::<_, Infallible>(route(&gw, &config_path, https_port, &req).await)
+                }
             });
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -119,7 +139,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
     }
 }
 
-async fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Response<Full<Bytes>> {
+async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<Bytes>) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
         // The inbox (tests and local tools): every project's cards, and a reply as `control`.
         (&Method::GET, "/inbox") => reply(
@@ -153,8 +173,55 @@ async fn route<B>(gw: &Arc<Gateway>, config: &Path, req: &Request<B>) -> Respons
             gw.tokens.invalidate();
             reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
         }
+        // `devices revoke` says so after writing the database: the device's sessions end now.
+        (&Method::POST, "/sessions/changed") => {
+            gw.web.invalidate();
+            reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
+        }
+        (&Method::POST, "/pair") => match pair(gw, https_port, req.body()) {
+            Ok(v) => reply(StatusCode::OK, "application/json", v.to_string()),
+            Err(why) => reply(
+                StatusCode::BAD_REQUEST,
+                "application/json",
+                serde_json::json!({ "error": why }).to_string(),
+            ),
+        },
         _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
     }
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PairRequest {
+    user: String,
+    #[serde(default)]
+    label: String,
+    ttl_secs: Option<u64>,
+}
+
+/// `POST /pair {"user","label","ttl_secs"}` → `{"code","url","expires_at"}`. The code goes back to
+/// the CLI only (and in the URL's fragment); it is never logged.
+fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value, String> {
+    let r: PairRequest = serde_json::from_slice(body)
+        .map_err(|e| format!("the request is not {{\"user\",\"label\",\"ttl_secs\"}}: {e}"))?;
+    let state = gw.state();
+    if !state.users.contains_key(&r.user) {
+        return Err(format!("there is no user {:?} in the running gateway's config", r.user));
+    }
+    let label = r.label.trim();
+    if label.chars().count() > 100 || label.chars().any(char::is_control) {
+        return Err("the label must be at most 100 characters, without control characters".into());
+    }
+    let label = if label.is_empty() { "phone" } else { label };
+    let ttl = r.ttl_secs.map_or(crate::web::pair::DEFAULT_TTL, Duration::from_secs);
+    let issued = gw.pairing.issue(&r.user, label, ttl)?;
+    let base = crate::reach::Reach::new(&state.settings, Some(https_port));
+    tracing::info!(target: "security", user = %r.user, label = %label, expires_at = issued.expires_at, "pairing code issued");
+    Ok(serde_json::json!({
+        "code": issued.code,
+        "url": format!("{}/pair#{}", base.base(), issued.code),
+        "expires_at": issued.expires_at,
+    }))
 }
 
 fn status(gw: &Gateway) -> serde_json::Value {
@@ -188,5 +255,6 @@ fn status(gw: &Gateway) -> serde_json::Value {
         "public_url": state.settings.server.public_url,
         "projects": projects,
         "users": users,
+        "pairing_codes_pending": gw.pairing.pending(),
     })
 }

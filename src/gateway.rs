@@ -77,6 +77,11 @@ pub struct Gateway {
     pub tickets: Tickets,
     /// API tokens: the state database, the digest key, a short cache of verified tokens.
     pub tokens: crate::auth::tokens::Tokens,
+    /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
+    pub web: crate::web::session::WebSessions,
+    pub handoffs: crate::web::handoff::Handoffs,
+    /// Pairing codes in flight (memory only: a restart forgets them).
+    pub pairing: crate::web::pair::Pairing,
     pub upstream: UpstreamClient,
     pub supervisor: Supervisor,
     /// Pending permission requests and questions, sessions and server states of every project.
@@ -98,7 +103,10 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
         let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
-        let tokens = crate::auth::tokens::Tokens::open(&settings.server.state_dir)?;
+        let store = crate::store::open(&settings.server.state_dir)?;
+        let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
+        let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
+        let web = crate::web::session::WebSessions::new(store, digest_key);
         let state = State::build(settings, tls, &supervisor)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::listen::open_file_limit();
@@ -123,6 +131,9 @@ impl Gateway {
             streams: Arc::default(),
             tickets: Tickets::default(),
             tokens,
+            web,
+            handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
+            pairing: Default::default(),
             upstream,
             supervisor,
             inbox: Arc::new(crate::inbox::Inbox::new()),

@@ -56,6 +56,7 @@ pub mod store;
 pub mod telemetry;
 pub mod ttl_map;
 pub mod upstream;
+pub mod web;
 pub mod workers;
 
 use std::net::SocketAddr;
@@ -121,7 +122,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     if let Some(l) = admin {
         tokio::spawn(admin::serve(gw.clone(), l));
     }
-    tokio::spawn(control::serve(gw.clone(), control, config_path));
+    tokio::spawn(control::serve(gw.clone(), control, config_path, running.https.port()));
     tokio::spawn(reload::watch_project_sets(gw.clone()));
     inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {

@@ -79,6 +79,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     strip_hop_by_hop(headers);
     headers.remove(header::AUTHORIZATION);
+    crate::web::cookie::strip(headers);
     if headers.keys().any(|n| FORWARDING.contains(n)) {
         for name in &FORWARDING {
             headers.remove(name);
@@ -148,6 +149,13 @@ pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
     let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
     strip_hop_by_hop(headers);
     headers.remove(header::WWW_AUTHENTICATE);
+    // No credentialed CORS through the gateway: the web UI is same-origin with its host and
+    // needs none, and a project host must not let a sibling host's page read it with cookies.
+    headers.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    // An upstream may not set (toss) the gateway's own cookie on a project host.
+    if headers.contains_key(header::SET_COOKIE) {
+        crate::web::cookie::strip_set_cookie(headers);
+    }
     if let Some(proto) = proto {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, proto);
@@ -263,6 +271,36 @@ mod tests {
             let ip: IpAddr = ip.parse().unwrap();
             assert_eq!(ip_header_value(ip).unwrap(), ip.to_string().as_str());
         }
+    }
+
+    #[test]
+    fn upstream_answers_carry_no_credentialed_cors_and_never_set_the_gateways_cookie() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_ORIGIN,
+            HeaderValue::from_static("https://a.gw.localhost"),
+        );
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.insert(
+            header::SET_COOKIE,
+            HeaderValue::from_static("__Host-ocgw=forged; Path=/; Secure"),
+        );
+        h.append(header::SET_COOKIE, HeaderValue::from_static("theme=dark; Path=/"));
+        response_headers(&mut h, false);
+        assert!(h.get(header::ACCESS_CONTROL_ALLOW_CREDENTIALS).is_none());
+        let cookies: Vec<_> = h.get_all(header::SET_COOKIE).iter().collect();
+        assert_eq!(
+            cookies,
+            ["theme=dark; Path=/"],
+            "only the gateway's own cookie is dropped"
+        );
+        assert!(
+            h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_some(),
+            "plain CORS passes"
+        );
     }
 
     #[test]

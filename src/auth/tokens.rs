@@ -26,7 +26,7 @@ use crate::config::{Grants, Role, Secret};
 use crate::gateway::Gateway;
 use crate::http::error::HttpError;
 use crate::state::{State, UserState};
-use crate::store::{Store, TokenRecord};
+use crate::store::{TokenRecord, TokenStore};
 use crate::ttl_map::TtlMap;
 
 /// Every token starts with this, so a token is recognisable (secret scanners, the Basic password
@@ -75,7 +75,7 @@ pub fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
 /// Make a token for `user` with `scope` (already checked) and store only its digest. The token is
 /// returned to be shown once.
 pub fn issue(
-    store: &dyn Store,
+    store: &dyn TokenStore,
     key: &[u8; 32],
     user: &str,
     scope: &Scope,
@@ -232,7 +232,7 @@ struct Verified {
 
 /// The gateway's side: the store, the digest key, and the short cache of verified tokens.
 pub struct Tokens {
-    store: Arc<dyn Store>,
+    store: Arc<dyn TokenStore>,
     key: [u8; 32],
     cache: TtlMap<TokenDigest, Arc<Verified>>,
     /// Bumped when the CLI says tokens changed: every cached verification is void at once.
@@ -252,7 +252,7 @@ enum Refusal {
 }
 
 impl Tokens {
-    pub fn new(store: Arc<dyn Store>, key: [u8; 32]) -> Tokens {
+    pub fn new(store: Arc<dyn TokenStore>, key: [u8; 32]) -> Tokens {
         Tokens {
             store,
             key,
@@ -267,13 +267,6 @@ impl Tokens {
         let until = self.limited.get(&crate::ratelimit::address_key(peer))?;
         let left = until.saturating_duration_since(std::time::Instant::now());
         (!left.is_zero()).then_some(left)
-    }
-
-    pub fn open(state_dir: &Path) -> anyhow::Result<Tokens> {
-        Ok(Tokens::new(
-            crate::store::open(state_dir)?,
-            load_or_create_key(state_dir)?,
-        ))
     }
 
     /// Tokens were revoked (or changed): forget every verification.
@@ -561,7 +554,7 @@ mod tests {
     #[derive(Default)]
     struct Memory(std::sync::Mutex<Vec<TokenRecord>>, AtomicU64);
 
-    impl Store for Memory {
+    impl TokenStore for Memory {
         fn insert_token(&self, t: &TokenRecord) -> Result<(), crate::store::StoreError> {
             self.0.lock().unwrap().push(t.clone());
             Ok(())
@@ -643,7 +636,7 @@ mod tests {
     /// A store that answers with a row whatever it is asked (a backend bug, or a lookup by prefix).
     struct Sloppy(TokenRecord);
 
-    impl Store for Sloppy {
+    impl TokenStore for Sloppy {
         fn insert_token(&self, _: &TokenRecord) -> Result<(), crate::store::StoreError> {
             Ok(())
         }

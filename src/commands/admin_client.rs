@@ -9,6 +9,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 pub(crate) fn request(config: &Path, method: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    request_with(config, method, path, "")
+}
+
+/// A request with a JSON body (empty: none).
+pub(crate) fn request_with(config: &Path, method: &str, path: &str, body: &str) -> anyhow::Result<(u16, String)> {
     let settings = crate::config::load(config)?;
     let socket = crate::control::socket_path(&settings);
     let mut s = UnixStream::connect(&socket).with_context(|| {
@@ -19,9 +24,15 @@ pub(crate) fn request(config: &Path, method: &str, path: &str) -> anyhow::Result
     })?;
     s.set_read_timeout(Some(Duration::from_secs(120)))?;
     s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let kind = if body.is_empty() {
+        ""
+    } else {
+        "Content-Type: application/json\r\n"
+    };
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{kind}Content-Length: {}\r\n\r\n{body}",
+        body.len()
     )?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;

@@ -2,7 +2,9 @@
 
 pub mod admin_client;
 pub mod check;
+pub mod devices;
 pub mod init;
+pub mod pair;
 pub mod password;
 pub mod serve;
 pub mod token;
@@ -33,6 +35,13 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         }
         Command::User { action, config } => user::user(&config, action),
         Command::Token { action, config } => token::token(&config, action),
+        Command::Pair {
+            user,
+            label,
+            ttl,
+            config,
+        } => pair::pair(&config, &user, &label, &ttl),
+        Command::Devices { action, user, config } => devices::devices(&config, action, user),
         Command::Cert {
             action: CertAction::Dev { out, config },
         } => cert_dev(&out, &config),

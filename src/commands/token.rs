@@ -105,7 +105,7 @@ fn describe(scope: &Scope) -> String {
 }
 
 /// UTC, to the minute.
-fn when(unix: i64) -> String {
+pub(crate) fn when(unix: i64) -> String {
     match time::OffsetDateTime::from_unix_timestamp(unix) {
         Ok(t) => format!(
             "{}-{:02}-{:02} {:02}:{:02}Z",

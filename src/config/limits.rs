@@ -129,6 +129,8 @@ define_limits! {
     max_body_bytes: bytes = 64 * 1024 * 1024;
     /// A request waiting for a spawned server to start.
     spawn_ready_timeout: duration = "30s";
+    /// How long a project host's single-use login handoff ticket lasts (a browser follows it at once).
+    handoff_ttl: duration = "60s";
 }
 
 #[cfg(test)]

@@ -67,6 +67,8 @@ enum Kind {
     Full(Option<Bytes>),
     Stream(Incoming, Option<Arc<Redactor>>),
     Events(Incoming, Box<EventFilter>, Option<Arc<Redactor>>),
+    /// Made by the gateway itself (its pages' live updates), chunk by chunk.
+    Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 pub struct ProxyBody {
@@ -93,6 +95,16 @@ impl ProxyBody {
     pub fn events(body: Incoming, filter: EventFilter, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
             kind: Kind::Events(body, Box::new(filter), redactor),
+            meter: None,
+            lease: None,
+            slot: None,
+        }
+    }
+
+    /// A stream the gateway writes itself: each chunk sent on the channel, until it is dropped.
+    pub fn channel(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        ProxyBody {
+            kind: Kind::Channel(rx),
             meter: None,
             lease: None,
             slot: None,
@@ -163,6 +175,7 @@ impl Body for ProxyBody {
         let this = self.get_mut();
         let polled = match &mut this.kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
+            Kind::Channel(rx) => rx.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b)))),
             Kind::Stream(body, redactor) => match Pin::new(body).poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match (redactor, frame.into_data()) {
                     (Some(r), Ok(data)) => Poll::Ready(Some(Ok(Frame::data(r.frame(data))))),
@@ -220,6 +233,7 @@ impl Body for ProxyBody {
         match &self.kind {
             Kind::Full(data) => data.is_none(),
             Kind::Stream(body, _) | Kind::Events(body, ..) => body.is_end_stream(),
+            Kind::Channel(_) => false,
         }
     }
 
@@ -228,7 +242,7 @@ impl Body for ProxyBody {
             Kind::Full(Some(b)) => SizeHint::with_exact(b.len() as u64),
             Kind::Full(None) => SizeHint::with_exact(0),
             Kind::Stream(body, _) => body.size_hint(),
-            Kind::Events(..) => SizeHint::default(),
+            Kind::Events(..) | Kind::Channel(_) => SizeHint::default(),
         }
     }
 }

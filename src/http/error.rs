@@ -65,6 +65,13 @@ pub enum HttpError {
     MalformedBody(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
+    #[error("{0}")]
+    NotFound(String),
+    #[error("this method is not allowed here")]
+    MethodNotAllowed,
+    /// A browser without a login for a project host: sent to the login host's handoff.
+    #[error("log in first")]
+    LoginRedirect(String),
 }
 
 fn retry_secs(d: Duration) -> u64 {
@@ -86,7 +93,9 @@ impl From<&HttpError> for StatusCode {
             BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             BadRequest(_) | BadPath(_) | MalformedBody(_) => StatusCode::BAD_REQUEST,
-            ProjectGone(_) => StatusCode::NOT_FOUND,
+            ProjectGone(_) | NotFound(_) => StatusCode::NOT_FOUND,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            LoginRedirect(_) => StatusCode::SEE_OTHER,
         }
     }
 }
@@ -120,6 +129,9 @@ impl HttpError {
             ProjectGone(_) => "project_gone",
             MalformedBody(_) => "malformed_body",
             ShuttingDown => "shutting_down",
+            NotFound(_) => "not_found",
+            MethodNotAllowed => "method_not_allowed",
+            LoginRedirect(_) => "login_redirect",
         }
     }
 
@@ -155,6 +167,11 @@ impl HttpError {
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        if let HttpError::LoginRedirect(to) = &self
+            && let Ok(v) = HeaderValue::from_str(to)
+        {
+            h.insert(header::LOCATION, v);
+        }
         if status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
         }
@@ -172,6 +189,9 @@ mod tests {
     #[test]
     fn each_error_has_its_status() {
         let cases: Vec<(HttpError, u16)> = vec![
+            (HttpError::NotFound("x".into()), 404),
+            (HttpError::MethodNotAllowed, 405),
+            (HttpError::LoginRedirect("/login".into()), 303),
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
             (HttpError::BadToken, 401),

@@ -51,6 +51,9 @@ pub async fn handle(
         reason: None,
         started: Instant::now(),
     };
+    // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
+    // up a password dialog over the web UI; browsers log in with the form and a cookie.
+    let browser = req.headers().contains_key("sec-fetch-mode");
     let response = match handle_inner(&gw, &state, &conn, client, req, &mut record).await {
         Ok(r) => r,
         Err(e) => {
@@ -58,7 +61,11 @@ pub async fn handle(
             if StatusCode::from(&e).is_server_error() {
                 tracing::warn!(peer = %client, project = record.project.as_deref().unwrap_or("-"), reason = e.code(), "{e}");
             }
-            e.into_response()
+            let mut r = e.into_response();
+            if browser {
+                r.headers_mut().remove(header::WWW_AUTHENTICATE);
+            }
+            r
         }
     };
     record.status = response.status().as_u16();
@@ -100,9 +107,33 @@ async fn handle_inner(
         });
     }
     let (parts, body) = req.into_parts();
-    let Reading { host, upgrade, target } = request::read(state, conn, &parts)?;
+    let Reading {
+        host,
+        upgrade,
+        target,
+        page,
+    } = request::read(state, conn, &parts)?;
+    if let Some(page) = page {
+        let html = crate::web::page::wants_html(&parts.headers) || parts.method == Method::POST;
+        let ctx = crate::web::Ctx {
+            gw,
+            state,
+            conn,
+            client,
+            parts: &parts,
+            host: host.as_deref(),
+        };
+        return match crate::web::serve(&ctx, body, page).await {
+            Ok(r) => Ok(r),
+            Err(e) if html && !matches!(e, HttpError::LoginRedirect(_)) => {
+                record.reason = Some(e.code());
+                Ok(crate::web::page::error_page(e))
+            }
+            Err(e) => Err(e),
+        };
+    }
 
-    let user = identify(
+    let Identified { user, by_cookie } = identify(
         gw,
         state,
         conn,
@@ -133,15 +164,27 @@ async fn handle_inner(
             project: project.name.to_string(),
         })?;
     crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-    check_origin(
-        state,
-        conn,
-        &parts,
-        host.as_deref(),
-        upgrade.is_some(),
-        &user.name,
-        &project.name,
-    )?;
+    if by_cookie {
+        // The browser's cookie authenticates this: the stricter rule, and a WebSocket must say
+        // the project host's exact origin.
+        let own =
+            crate::policy::origin::normalize(&format!("https://{}", host.as_deref().unwrap_or(""))).unwrap_or_default();
+        crate::web::csrf::check(&parts.method, upgrade.is_some(), &parts.headers, &own, &state.settings.server.allowed_origins)
+            .map_err(|r| {
+                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
+                HttpError::Forbidden(r.message().into())
+            })?;
+    } else {
+        check_origin(
+            state,
+            conn,
+            &parts,
+            host.as_deref(),
+            upgrade.is_some(),
+            &user.name,
+            &project.name,
+        )?;
+    }
     let treatment = target.treatment();
     if upgrade.is_some() && treatment != Treatment::TerminalConnect {
         return Err(HttpError::BadRequest(format!(
@@ -259,9 +302,18 @@ fn check_origin(
     )))
 }
 
+struct Identified {
+    user: Arc<UserState>,
+    /// A project host's cookie authenticated it (so the cookie CSRF rule applies).
+    by_cookie: bool,
+}
+
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
-/// `auth_token`; the password may be an API token), else a Bearer API token, else, for a terminal WebSocket only, a ticket this gateway relayed to the same
-/// project. A ticket is used up only once the request passes the origin check.
+/// `auth_token`; the password may be an API token), else a Bearer API token, else a project
+/// host's own cookie (handed off from a browser login), else, for a terminal WebSocket only, a
+/// ticket this gateway relayed to the same project. A ticket is used up only once the request
+/// passes the origin check. A browser navigating to a project host with none of these is sent to
+/// the login host's handoff.
 #[allow(clippy::too_many_arguments)]
 async fn identify(
     gw: &Gateway,
@@ -272,12 +324,14 @@ async fn identify(
     host: Option<&str>,
     target: &Result<Target, HttpError>,
     upgrade: bool,
-) -> Result<Arc<UserState>, HttpError> {
+) -> Result<Identified, HttpError> {
+    let plain = |user| Identified { user, by_cookie: false };
     if let Front::Ssh { user, .. } = &conn.front {
         return state
             .users
             .get(&**user)
             .cloned()
+            .map(plain)
             .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
     }
     let creds = match credentials::from_headers(&parts.headers) {
@@ -288,17 +342,24 @@ async fn identify(
     match creds {
         // A token never goes to argon2, whichever way it comes.
         Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
-            tokens::authenticate(gw, state, client, Some(&user), &password).await
+            tokens::authenticate(gw, state, client, Some(&user), &password)
+                .await
+                .map(plain)
         }
-        Some(Credentials::Basic { user, password }) => crate::auth::password(gw, state, client, &user, &password).await,
+        Some(Credentials::Basic { user, password }) => crate::auth::password(gw, state, client, &user, &password)
+            .await
+            .map(plain),
         Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
-            tokens::authenticate(gw, state, client, None, &token).await
+            tokens::authenticate(gw, state, client, None, &token).await.map(plain)
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             let Ok(t) = target else {
                 return Err(HttpError::Unauthenticated);
             };
+            if let Some(user) = by_cookie(gw, state, conn, client, parts, host, t).await? {
+                return Ok(Identified { user, by_cookie: true });
+            }
             let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
                 return Err(HttpError::Unauthenticated);
             };
@@ -307,9 +368,50 @@ async fn identify(
             }
             check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
             match gw.tickets.take(&ticket, &t.project.name) {
-                Some(user) => state.users.get(&*user).cloned().ok_or(HttpError::Unauthenticated),
+                Some(user) => state
+                    .users
+                    .get(&*user)
+                    .cloned()
+                    .map(plain)
+                    .ok_or(HttpError::Unauthenticated),
                 None => Err(HttpError::Unauthenticated),
             }
         }
     }
+}
+
+/// The user of a project host's own cookie, when the request is on that project's host and the
+/// session is live. A browser navigation there without one goes to the login host's handoff
+/// (only on a project host: the handoff can only give a cookie to one).
+async fn by_cookie(
+    gw: &Gateway,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    t: &Target,
+) -> Result<Option<Arc<UserState>>, HttpError> {
+    let (Some(host), Some(domain)) = (host, state.settings.server.base_domain.as_deref()) else {
+        return Ok(None);
+    };
+    if !matches!(conn.front, Front::Tls { bound: None })
+        || crate::policy::route::host_label(host, domain) != Some(&*t.project.name)
+    {
+        return Ok(None);
+    }
+    if let Some(value) = crate::web::cookie::find(&parts.headers)
+        && let Some(live) = gw.web.check(value, client).await?
+        && live.host.as_deref() == Some(&*t.project.name)
+        && let Some(user) = state.users.get(&*live.user)
+    {
+        return Ok(Some(user.clone()));
+    }
+    if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        return Err(HttpError::LoginRedirect(crate::web::handoff::login_redirect(
+            domain, host, path,
+        )));
+    }
+    Ok(None)
 }

@@ -70,6 +70,8 @@ pub struct Reading {
     /// The target, or why there is none. Kept, not returned early: an unauthenticated client
     /// learns nothing about which projects exist.
     pub target: Result<Target, HttpError>,
+    /// The gateway's own page this is for, if any (then `target` is not used).
+    pub page: Option<crate::web::Page>,
 }
 
 /// Read the request head once. Errors here are about the request's form (two hosts, a path
@@ -78,11 +80,20 @@ pub fn read(state: &State, conn: &ConnInfo, parts: &Parts) -> Result<Reading, Ht
     let host = request_host(parts)?;
     let path = CanonicalPath::parse(parts.uri.path()).map_err(HttpError::BadPath)?;
     let upgrade = crate::rewrite::upgrade_protocol(&parts.headers);
+    let page = crate::web::page(
+        conn,
+        host,
+        state.settings.server.base_domain.as_deref(),
+        &path,
+        parts.headers.contains_key(header::AUTHORIZATION),
+        state.only_project.is_some(),
+    );
     let target = target(state, conn, host, &parts.method, &path);
     Ok(Reading {
         host: host.map(str::to_string),
         upgrade,
         target,
+        page,
     })
 }
 

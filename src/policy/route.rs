@@ -66,7 +66,7 @@ pub fn route<'a>(
 
 /// `web` from `web.gw.localhost:8443` when the base domain is `gw.localhost`. Host names compare
 /// case-insensitively; a name with more labels than one below the base domain is not a project.
-fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
+pub fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
     let host = strip_port(host);
     if host.len() <= domain.len() + 1 {
         return None;

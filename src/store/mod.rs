@@ -1,5 +1,5 @@
 //! The gateway's state database: what it must remember across restarts and share with the CLI
-//! (API tokens now; the sessions and devices of a browser login later). One small trait, so
+//! (API tokens, browser sessions, paired devices). One small trait, so
 //! another backend can replace SQLite ([`sqlite`]) without touching its callers.
 
 pub mod sqlite;
@@ -36,7 +36,68 @@ pub struct TokenRecord {
     pub revoked_at: Option<i64>,
 }
 
-pub trait Store: Send + Sync {
+/// A paired device (a phone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceRecord {
+    pub id: String,
+    pub user: String,
+    pub label: String,
+    pub created_at: i64,
+    pub last_seen_at: Option<i64>,
+    pub last_address: Option<String>,
+    pub revoked_at: Option<i64>,
+}
+
+/// A browser session: everything but the cookie value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSessionRecord {
+    pub id: String,
+    pub digest: [u8; 32],
+    pub user: String,
+    pub device_id: Option<String>,
+    /// The login session a project host's session was handed off from.
+    pub parent: Option<String>,
+    /// `None`: the login host; else the project whose host this session serves.
+    pub host: Option<String>,
+    pub created_at: i64,
+    pub last_seen_at: i64,
+    pub idle_secs: i64,
+    pub expires_at: i64,
+    pub revoked_at: Option<i64>,
+}
+
+impl WebSessionRecord {
+    /// Live at `now`: not revoked, not past its absolute expiry, used within its idle time.
+    pub fn live_at(&self, now: i64) -> bool {
+        self.revoked_at.is_none() && now < self.expires_at && now - self.last_seen_at < self.idle_secs
+    }
+}
+
+/// A session as looked up: itself, the login session it hangs from (if a child), and whether its
+/// device (its own or its parent's) is revoked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSessionLookup {
+    pub session: WebSessionRecord,
+    pub parent: Option<WebSessionRecord>,
+    pub device_revoked: bool,
+}
+
+impl WebSessionLookup {
+    /// The session may be used at `now`: it and its parent are live and no device of theirs is revoked.
+    pub fn live_at(&self, now: i64) -> bool {
+        !self.device_revoked
+            && self.session.live_at(now)
+            && match (&self.session.parent, &self.parent) {
+                (None, _) => true,
+                (Some(_), Some(p)) => p.live_at(now),
+                // A child whose parent row is gone is dead.
+                (Some(_), None) => false,
+            }
+    }
+}
+
+/// The tokens' half of the store.
+pub trait TokenStore: Send + Sync {
     fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// The token whose digest this is, revoked or not.
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError>;
@@ -46,6 +107,30 @@ pub trait Store: Send + Sync {
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError>;
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError>;
 }
+
+/// The browser logins' half: paired devices and sessions.
+pub trait BrowserStore: Send + Sync {
+    fn insert_device(&self, device: &DeviceRecord) -> Result<(), StoreError>;
+    /// Devices, newest first; of one user when `user` is given.
+    fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError>;
+    /// Revoke a device and every session it owns (and their children), in one transaction. False
+    /// when there is no such live device.
+    fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError>;
+    fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError>;
+
+    fn insert_web_session(&self, session: &WebSessionRecord) -> Result<(), StoreError>;
+    fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError>;
+    /// Revoke a session and its children. False when it was not live.
+    fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError>;
+    /// Record use (and so push back the idle expiry) of a session and of its parent.
+    fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError>;
+    /// Delete sessions that ended before `before` (revoked or expired); returns how many.
+    fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError>;
+}
+
+/// The whole state database.
+pub trait Store: TokenStore + BrowserStore {}
+impl<T: TokenStore + BrowserStore> Store for T {}
 
 /// Open (creating and migrating) the state database under `state_dir`.
 pub fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {

@@ -9,10 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Store, StoreError, TokenRecord};
+use super::{BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord};
 
 /// Applied in order; a database at `user_version = n` has the first n.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_tokens.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_tokens.sql"),
+    include_str!("migrations/0002_browser.sql"),
+];
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
@@ -91,7 +94,41 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     })
 }
 
-impl Store for SqliteStore {
+const DEVICE_COLUMNS: &str = "id, user, label, created_at, last_seen_at, last_address, revoked_at";
+
+fn device(row: &rusqlite::Row<'_>) -> rusqlite::Result<DeviceRecord> {
+    Ok(DeviceRecord {
+        id: row.get(0)?,
+        user: row.get(1)?,
+        label: row.get(2)?,
+        created_at: row.get(3)?,
+        last_seen_at: row.get(4)?,
+        last_address: row.get(5)?,
+        revoked_at: row.get(6)?,
+    })
+}
+
+const SESSION_COLUMNS: &str =
+    "id, digest, user, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
+
+fn web_session(row: &rusqlite::Row<'_>) -> rusqlite::Result<WebSessionRecord> {
+    let digest: Vec<u8> = row.get(1)?;
+    Ok(WebSessionRecord {
+        id: row.get(0)?,
+        digest: digest.try_into().unwrap_or([0; 32]),
+        user: row.get(2)?,
+        device_id: row.get(3)?,
+        parent: row.get(4)?,
+        host: row.get(5)?,
+        created_at: row.get(6)?,
+        last_seen_at: row.get(7)?,
+        idle_secs: row.get(8)?,
+        expires_at: row.get(9)?,
+        revoked_at: row.get(10)?,
+    })
+}
+
+impl TokenStore for SqliteStore {
     fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
         self.lock().execute(
             &format!("INSERT INTO tokens ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
@@ -142,6 +179,138 @@ impl Store for SqliteStore {
     }
 }
 
+impl BrowserStore for SqliteStore {
+    fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
+        self.lock().execute(
+            &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+            params![
+                d.id,
+                d.user,
+                d.label,
+                d.created_at,
+                d.last_seen_at,
+                d.last_address,
+                d.revoked_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {DEVICE_COLUMNS} FROM devices WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id"
+        ))?;
+        let rows = stmt.query_map([user], device)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let n = tx.execute(
+            "UPDATE devices SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+            params![id, at],
+        )?;
+        // Its sessions, and the project-host sessions handed off from them.
+        tx.execute(
+            "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND (device_id = ?1
+               OR parent IN (SELECT id FROM web_sessions WHERE device_id = ?1))",
+            params![id, at],
+        )?;
+        tx.commit()?;
+        Ok(n == 1)
+    }
+
+    fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached("UPDATE devices SET last_seen_at = ?2, last_address = ?3 WHERE id = ?1")?;
+        stmt.execute(params![id, at, address])?;
+        Ok(())
+    }
+
+    fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
+        self.lock().execute(
+            &format!(
+                "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            ),
+            params![
+                w.id,
+                &w.digest[..],
+                w.user,
+                w.device_id,
+                w.parent,
+                w.host,
+                w.created_at,
+                w.last_seen_at,
+                w.idle_secs,
+                w.expires_at,
+                w.revoked_at
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE digest = ?1"))?;
+        let Some(session) = stmt.query_row([&digest[..]], web_session).optional()? else {
+            return Ok(None);
+        };
+        let parent = match &session.parent {
+            Some(p) => conn
+                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE id = ?1"))?
+                .query_row([p], web_session)
+                .optional()?,
+            None => None,
+        };
+        let device = session
+            .device_id
+            .as_ref()
+            .or(parent.as_ref().and_then(|p| p.device_id.as_ref()));
+        let device_revoked = match device {
+            Some(d) => conn
+                .prepare_cached("SELECT revoked_at IS NOT NULL FROM devices WHERE id = ?1")?
+                .query_row([d], |r| r.get::<_, bool>(0))
+                .optional()?
+                // A device row that is gone counts as revoked.
+                .unwrap_or(true),
+            None => false,
+        };
+        Ok(Some(WebSessionLookup {
+            session,
+            parent,
+            device_revoked,
+        }))
+    }
+
+    fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        let n = self.lock().execute(
+            "UPDATE web_sessions SET revoked_at = ?2 WHERE (id = ?1 OR parent = ?1) AND revoked_at IS NULL",
+            params![id, at],
+        )?;
+        Ok(n >= 1)
+    }
+
+    fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare_cached(
+            "UPDATE web_sessions SET last_seen_at = ?2 WHERE id = ?1
+               OR id = (SELECT parent FROM web_sessions WHERE id = ?1)",
+        )?;
+        stmt.execute(params![id, at])?;
+        Ok(())
+    }
+
+    fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
+        let n = self.lock().execute(
+            "DELETE FROM web_sessions WHERE revoked_at < ?1 OR expires_at < ?1",
+            params![before],
+        )?;
+        Ok(n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +357,79 @@ mod tests {
             .unwrap();
         let err = SqliteStore::open(&path).err().unwrap();
         assert!(format!("{err:#}").contains("schema version 99"), "{err:#}");
+    }
+
+    fn session(id: &str, digest: u8, parent: Option<&str>, device: Option<&str>) -> WebSessionRecord {
+        WebSessionRecord {
+            id: id.into(),
+            digest: [digest; 32],
+            user: "alice".into(),
+            device_id: device.map(String::from),
+            parent: parent.map(String::from),
+            host: parent.map(|_| "web".to_string()),
+            created_at: 100,
+            last_seen_at: 100,
+            idle_secs: 50,
+            expires_at: 1000,
+            revoked_at: None,
+        }
+    }
+
+    #[test]
+    fn a_child_session_dies_with_its_parent_and_a_device_with_its_sessions() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("gateway.db")).unwrap();
+        s.insert_web_session(&session("login", 1, None, None)).unwrap();
+        s.insert_web_session(&session("child", 2, Some("login"), None)).unwrap();
+        let child = s.web_session_by_digest(&[2; 32]).unwrap().unwrap();
+        assert!(child.live_at(120));
+        assert!(!child.live_at(151), "idle past 50 s");
+        // Using the child keeps the parent alive too.
+        s.touch_web_session("child", 140).unwrap();
+        let child = s.web_session_by_digest(&[2; 32]).unwrap().unwrap();
+        assert!(child.live_at(180), "touched at 140");
+        assert_eq!(child.parent.as_ref().unwrap().last_seen_at, 140);
+        assert!(!child.live_at(1000), "absolute expiry");
+        assert!(s.revoke_web_session("login", 150).unwrap());
+        assert!(
+            !s.web_session_by_digest(&[2; 32]).unwrap().unwrap().live_at(151),
+            "logout ends the child"
+        );
+        assert_eq!(s.web_session_by_digest(&[9; 32]).unwrap(), None);
+
+        let phone = DeviceRecord {
+            id: "dev_1".into(),
+            user: "alice".into(),
+            label: "phone".into(),
+            created_at: 100,
+            last_seen_at: None,
+            last_address: None,
+            revoked_at: None,
+        };
+        s.insert_device(&phone).unwrap();
+        s.insert_device(&DeviceRecord {
+            id: "dev_2".into(),
+            ..phone.clone()
+        })
+        .unwrap();
+        s.insert_web_session(&session("p1", 3, None, Some("dev_1"))).unwrap();
+        s.insert_web_session(&session("p1c", 4, Some("p1"), None)).unwrap();
+        s.insert_web_session(&session("p2", 5, None, Some("dev_2"))).unwrap();
+        s.touch_device("dev_1", 120, "10.0.0.9").unwrap();
+        let listed = s.list_devices(Some("alice")).unwrap();
+        assert_eq!(listed.len(), 2);
+        assert!(listed.iter().any(|d| d.last_address.as_deref() == Some("10.0.0.9")));
+        assert!(s.revoke_device("dev_1", 130).unwrap());
+        assert!(!s.revoke_device("dev_1", 131).unwrap(), "once");
+        for (digest, live) in [(3u8, false), (4, false), (5, true)] {
+            let l = s.web_session_by_digest(&[digest; 32]).unwrap().unwrap();
+            assert_eq!(l.live_at(132), live, "session {digest}");
+        }
+        assert_eq!(
+            s.prune_web_sessions(140).unwrap(),
+            2,
+            "p1 and p1c were revoked before 140; login and child at 150"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
-//! clients. Every test that starts the real OpenCode server (or its clients) is marked exactly
+//! clients. Every test that starts the real OpenCode server (or its clients, or headless Chromium
+//! through playwright-core, which `scripts/test.sh` installs with it) is marked exactly
 //! `#[ignore = "needs OpenCode: run scripts/test.sh"]`, and no other test is ignored, so:
 //!
 //! - list them: `cargo test --test integration -- --list --ignored`
@@ -12,6 +13,7 @@
 mod abuse;
 mod admin;
 mod browser;
+mod browser_login;
 mod common;
 mod config_cli;
 mod connections;
@@ -19,6 +21,8 @@ mod drift;
 mod inbox;
 mod isolation;
 mod lifecycle;
+mod pairing;
+mod phone;
 mod pinning;
 mod proxy;
 mod real_opencode;

@@ -463,3 +463,13 @@ pub async fn session_in(port: u16, password: &str, directory: &str) -> serde_jso
     .await;
     serde_json::from_str(&raw).unwrap_or_else(|_| panic!("a session, not: {raw}"))
 }
+
+/// Percent-encode everything but RFC 3986's unreserved characters (a query value).
+pub fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -62,6 +62,68 @@ pub struct Gateway {
     pub config: PathBuf,
     pub stdout: Arc<Mutex<String>>,
     log: Arc<Mutex<String>>,
+    env: Vec<(String, String)>,
+}
+
+struct Launched {
+    child: Child,
+    https: SocketAddr,
+    admin: SocketAddr,
+    ssh: Option<SocketAddr>,
+    stdout: Arc<Mutex<String>>,
+    log: Arc<Mutex<String>>,
+}
+
+/// Run `serve` on `config` in `dir` and wait (bounded) for its "gateway ready" line.
+fn launch(dir: &Path, config: &Path, env: &[(String, String)]) -> Launched {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve").arg("-c").arg(config).current_dir(dir);
+    cmd.env("RUST_LOG", "info,opencode=debug");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let stdout = Arc::new(Mutex::new(String::new()));
+    pump(child.stderr.take().unwrap(), log.clone());
+    pump(child.stdout.take().unwrap(), stdout.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ready = loop {
+        if let Some(line) = log.lock().unwrap().lines().find(|l| l.contains("gateway ready")) {
+            break line.to_string();
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the gateway exited ({status}) before it was ready:\n{}",
+                log.lock().unwrap()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway was not ready in 30 s:\n{}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let field = |name: &str| -> Option<SocketAddr> {
+        ready
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .and_then(|v| v.parse().ok())
+    };
+    Launched {
+        https: field("https").expect("https address in the ready line"),
+        admin: field("admin").expect("admin address in the ready line"),
+        ssh: field("ssh"),
+        child,
+        stdout,
+        log,
+    }
 }
 
 fn pump(stream: impl Read + Send + 'static, sink: Arc<Mutex<String>>) {
@@ -80,56 +142,40 @@ impl Gateway {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).unwrap();
         prepare(dir.path());
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve").arg("-c").arg(&path).current_dir(dir.path());
-        cmd.env("RUST_LOG", "info,opencode=debug");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let stdout = Arc::new(Mutex::new(String::new()));
-        pump(child.stderr.take().unwrap(), log.clone());
-        pump(child.stdout.take().unwrap(), stdout.clone());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = loop {
-            if let Some(line) = log.lock().unwrap().lines().find(|l| l.contains("gateway ready")) {
-                break line.to_string();
-            }
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "the gateway exited ({status}) before it was ready:\n{}",
-                    log.lock().unwrap()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the gateway was not ready in 30 s:\n{}",
-                log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let field = |name: &str| -> Option<SocketAddr> {
-            ready
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
-                .and_then(|v| v.parse().ok())
-        };
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let run = launch(dir.path(), &path, &env);
         Gateway {
-            https: field("https").expect("https address in the ready line"),
-            admin: field("admin").expect("admin address in the ready line"),
-            ssh: field("ssh"),
-            child: Some(child),
+            https: run.https,
+            admin: run.admin,
+            ssh: run.ssh,
+            child: Some(run.child),
             config: path,
             dir,
-            stdout,
-            log,
+            stdout: run.stdout,
+            log: run.log,
+            env,
         }
+    }
+
+    /// Stop the gateway if it runs (SIGTERM, bounded wait) and start it again on the same folder (config,
+    /// certificates and state): new ports, new log.
+    pub fn restart(&mut self) {
+        // Only a process that still runs is signalled (a reaped pid may belong to another).
+        if let Ok(None) = self.child.as_mut().unwrap().try_wait() {
+            self.signal(libc::SIGTERM);
+            assert!(
+                self.wait_exit(Duration::from_secs(20)).is_some(),
+                "the gateway did not stop within 20 s:\n{}",
+                self.logs()
+            );
+        }
+        let run = launch(self.dir.path(), &self.config, &self.env);
+        self.https = run.https;
+        self.admin = run.admin;
+        self.ssh = run.ssh;
+        self.child = Some(run.child);
+        self.stdout = run.stdout;
+        self.log = run.log;
     }
 
     pub fn ca(&self) -> PathBuf {

@@ -1,0 +1,135 @@
+//! The gateway's one cookie. `__Host-` makes browsers insist on Secure, `Path=/` and no `Domain`,
+//! so the cookie stays on the exact host that set it: the login host's never reaches a project's
+//! host (sibling subdomains are the same site, so SameSite would not separate them), and each
+//! project host gets its own through the handoff. The value is an opaque random id; only its
+//! keyed digest is stored.
+
+use http::{HeaderMap, HeaderValue, header};
+
+pub const NAME: &str = "__Host-ocgw";
+
+/// `Set-Cookie` for a new session (a session cookie for a password login, persistent for a
+/// paired device so the phone stays logged in across browser restarts).
+pub fn set(value: &str, max_age_secs: Option<i64>) -> HeaderValue {
+    let age = max_age_secs.map_or(String::new(), |s| format!("; Max-Age={s}"));
+    HeaderValue::from_str(&format!("{NAME}={value}; Path=/; Secure; HttpOnly; SameSite=Lax{age}"))
+        .expect("a cookie of URL-safe characters is a valid header")
+}
+
+/// `Set-Cookie` that removes it.
+pub fn clear() -> HeaderValue {
+    HeaderValue::from_str(&format!("{NAME}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"))
+        .expect("static cookie is a valid header")
+}
+
+/// The gateway cookie's value in the request's `Cookie` headers. When a client sends it more than
+/// once (a cookie-tossing page cannot set `__Host-` cookies, but be strict anyway), none is used.
+pub fn find(headers: &HeaderMap) -> Option<&str> {
+    let mut found = None;
+    for v in headers.get_all(header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for pair in v.split(';') {
+            let Some((name, value)) = pair.trim().split_once('=') else {
+                continue;
+            };
+            if name == NAME {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(value.trim());
+            }
+        }
+    }
+    found.filter(|v| !v.is_empty())
+}
+
+/// Remove the gateway's cookie from what goes upstream (OpenCode never sees it). Other cookies
+/// pass as they came.
+pub fn strip(headers: &mut HeaderMap) {
+    if !headers.contains_key(header::COOKIE) {
+        return;
+    }
+    let kept: Vec<String> = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .map(str::trim)
+        .filter(|pair| !pair.is_empty() && !is_ours(pair))
+        .map(String::from)
+        .collect();
+    headers.remove(header::COOKIE);
+    if !kept.is_empty()
+        && let Ok(v) = HeaderValue::from_str(&kept.join("; "))
+    {
+        headers.insert(header::COOKIE, v);
+    }
+}
+
+/// Drop any `Set-Cookie` that would set the gateway's cookie (an upstream tossing a session
+/// into a project host); others pass.
+pub fn strip_set_cookie(headers: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = headers
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter(|v| !v.to_str().map_or(true, |s| is_ours(s.split(';').next().unwrap_or(""))))
+        .cloned()
+        .collect();
+    headers.remove(header::SET_COOKIE);
+    for v in kept {
+        headers.append(header::SET_COOKIE, v);
+    }
+}
+
+/// Any spelling a browser could send of the gateway's cookie name (names are case-sensitive in
+/// browsers, but an upstream might compare them loosely).
+fn is_ours(pair: &str) -> bool {
+    let name = pair.split_once('=').map_or(pair, |(n, _)| n).trim();
+    name.len() >= 7 && name[..7].eq_ignore_ascii_case("__host-") && name[7..].to_ascii_lowercase().starts_with("ocgw")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(cookies: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for c in cookies {
+            h.append(header::COOKIE, HeaderValue::from_str(c).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_cookie_has_every_attribute_and_no_domain() {
+        let v = set("abc", None);
+        let s = v.to_str().unwrap();
+        for attr in ["__Host-ocgw=abc", "Path=/", "Secure", "HttpOnly", "SameSite=Lax"] {
+            assert!(s.contains(attr), "{s}");
+        }
+        assert!(!s.to_ascii_lowercase().contains("domain"), "{s}");
+        assert!(set("abc", Some(60)).to_str().unwrap().ends_with("Max-Age=60"));
+        assert!(clear().to_str().unwrap().contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn finds_the_value_once_and_refuses_two() {
+        assert_eq!(find(&headers(&["a=1; __Host-ocgw=xyz; b=2"])), Some("xyz"));
+        assert_eq!(find(&headers(&["a=1", "__Host-ocgw=xyz"])), Some("xyz"));
+        assert_eq!(find(&headers(&["__Host-ocgw=xyz; __Host-ocgw=abc"])), None);
+        assert_eq!(find(&headers(&["__host-ocgw=xyz"])), None, "names are case-sensitive");
+        assert_eq!(find(&headers(&["__Host-ocgw="])), None);
+        assert_eq!(find(&headers(&[])), None);
+    }
+
+    #[test]
+    fn stripping_keeps_other_cookies_and_drops_every_spelling_of_ours() {
+        let mut h = headers(&["a=1; __Host-ocgw=xyz", "__HOST-OCGW=zz; b=2"]);
+        strip(&mut h);
+        assert_eq!(h.get_all(header::COOKIE).iter().count(), 1);
+        assert_eq!(h[header::COOKIE], "a=1; b=2");
+        let mut h = headers(&["__Host-ocgw=xyz"]);
+        strip(&mut h);
+        assert!(h.get(header::COOKIE).is_none());
+    }
+}

@@ -1,0 +1,242 @@
+//! Giving a project host its own cookie without a second login (the pattern of Coder's and
+//! GitLab's workspace proxies). A project host without a cookie sends the browser to the login
+//! host's `/_gw/handoff?to=<url>`; there, with a live login session, the gateway checks that the
+//! target is `https://<project>.<base_domain>` on this port for a project the user may use,
+//! mints a single-use ticket (`limits.handoff_ttl`, 60 s, kept as a digest, bound to user, login session, project and
+//! path) and sends the browser to `https://<project host>/_gw/callback?ticket=…`. The project host
+//! redeems it once, sets its own host-only `__Host-` cookie (a child of the login session: it
+//! dies with it) and goes on to the path. Nothing under `/_gw/` reaches OpenCode; the ticket is
+//! redacted from access lines and never sent as a Referer (`Referrer-Policy: no-referrer`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use blake2::{Blake2b256, Digest};
+use http::{Response, header};
+
+use super::session::{LOGIN, Live, Origin};
+use super::{Ctx, cookie, form, page};
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+use crate::ttl_map::TtlMap;
+
+const MAX_TICKETS: usize = 10_000;
+
+struct Ticket {
+    login: Arc<Live>,
+    project: String,
+    path: String,
+}
+
+/// Handoff tickets in flight, by digest.
+pub struct Handoffs {
+    tickets: TtlMap<[u8; 32], Arc<Ticket>>,
+}
+
+impl Handoffs {
+    /// Tickets live `ttl` (`limits.handoff_ttl`).
+    pub fn new(ttl: Duration) -> Handoffs {
+        Handoffs {
+            tickets: TtlMap::new(MAX_TICKETS, ttl),
+        }
+    }
+}
+
+fn digest(ticket: &str) -> [u8; 32] {
+    Blake2b256::digest(ticket.as_bytes()).into()
+}
+
+/// The port of a `host[:port]` (443 when none).
+fn port_of(host: &str) -> u16 {
+    let h = crate::policy::route::strip_port(host);
+    host[h.len()..]
+        .strip_prefix(':')
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(443)
+}
+
+/// Why a handoff target is refused (a stable code for logs and tests).
+#[derive(Debug, PartialEq, Eq)]
+pub enum BadTarget {
+    NotHttps,
+    NotAProjectHost,
+    OtherPort,
+    BadPath,
+}
+
+/// Read a handoff target: `https://<project>.<base_domain>[:port]/path` on this gateway's port.
+/// Returns the authority, the project and the path.
+pub fn parse_target<'a>(to: &'a str, base_domain: &str, port: u16) -> Result<(&'a str, &'a str, &'a str), BadTarget> {
+    let rest = to.strip_prefix("https://").ok_or(BadTarget::NotHttps)?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.contains(['@', '\\']) {
+        return Err(BadTarget::NotAProjectHost);
+    }
+    let project = crate::policy::route::host_label(authority, base_domain).ok_or(BadTarget::NotAProjectHost)?;
+    if port_of(authority) != port {
+        return Err(BadTarget::OtherPort);
+    }
+    let path = if path.is_empty() { "/" } else { path };
+    if form::local_path(path) != path || path.contains('#') {
+        return Err(BadTarget::BadPath);
+    }
+    Ok((authority, project, path))
+}
+
+/// Login host: `GET /_gw/handoff?to=…`.
+pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let Some(base_domain) = ctx.state.settings.server.base_domain.as_deref() else {
+        return Err(HttpError::NotFound(
+            "this gateway has no base_domain, so no project hosts".into(),
+        ));
+    };
+    let query = ctx.parts.uri.query().unwrap_or("");
+    let Some(login) = ctx.login_session().await? else {
+        let here = format!("/_gw/handoff?{query}");
+        return Ok(page::redirect(&format!("/login?next={}", form::encode(&here))));
+    };
+    let to = crate::policy::query::get(query, "to").unwrap_or_default();
+    let port = port_of(ctx.host.unwrap_or(""));
+    let (authority, project, path) = parse_target(&to, base_domain, port).map_err(|e| {
+        tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
+        HttpError::BadRequest(format!("cannot hand off to that address ({e:?})"))
+    })?;
+    let granted = ctx
+        .state
+        .users
+        .get(&*login.user)
+        .is_some_and(|u| u.grants.role_in(project).is_some());
+    if !granted || !ctx.state.projects.contains_key(project) {
+        return Err(HttpError::NotGranted {
+            user: login.user.to_string(),
+            project: project.to_string(),
+        });
+    }
+    let ticket = super::session::random(32);
+    ctx.gw.handoffs.tickets.insert(
+        digest(&ticket),
+        Arc::new(Ticket {
+            login,
+            project: project.to_string(),
+            path: path.to_string(),
+        }),
+    );
+    Ok(page::redirect(&format!(
+        "https://{authority}/_gw/callback?ticket={ticket}"
+    )))
+}
+
+/// Project host: `GET /_gw/callback?ticket=…`.
+pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let base_domain = ctx.state.settings.server.base_domain.as_deref().unwrap_or("");
+    let here = ctx
+        .host
+        .and_then(|h| crate::policy::route::host_label(h, base_domain))
+        .unwrap_or("");
+    let query = ctx.parts.uri.query().unwrap_or("");
+    let ticket = crate::policy::query::get(query, "ticket").unwrap_or_default();
+    let key = digest(&ticket);
+    // Taken only if it is for this host: a ticket shown to a foreign host stays unusable there
+    // and cannot be burnt by it either.
+    let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| t.project == here) else {
+        let foreign = ctx.gw.handoffs.tickets.get(&key).is_some();
+        let reason = if foreign {
+            "handoff_foreign_host"
+        } else {
+            "handoff_unknown"
+        };
+        tracing::warn!(target: "security", peer = %ctx.client, project = here, reason, "a handoff ticket refused");
+        return Err(HttpError::Forbidden(if foreign {
+            "this login link is for another project's host".into()
+        } else {
+            "this login link has expired or was used already; open the project again".into()
+        }));
+    };
+    let granted = ctx
+        .state
+        .users
+        .get(&*t.login.user)
+        .is_some_and(|u| u.grants.role_in(&t.project).is_some());
+    if !granted {
+        return Err(HttpError::NotGranted {
+            user: t.login.user.to_string(),
+            project: t.project.clone(),
+        });
+    }
+    let (value, child) = ctx
+        .gw
+        .web
+        .create(
+            &t.login.user,
+            Origin::Handoff {
+                parent: &t.login,
+                project: &t.project,
+            },
+            LOGIN,
+        )
+        .await?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %child.user, project = %t.project, session = %child.id, login = %child.login_id, "project host handoff");
+    let mut r = page::redirect(&t.path);
+    r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
+    Ok(r)
+}
+
+/// Where a project host sends a browser that has no cookie: the login host's handoff for the
+/// URL it asked for (same port; the login host is `base_domain`).
+pub fn login_redirect(base_domain: &str, host: &str, path_and_query: &str) -> String {
+    let port = port_of(host);
+    let port = if port == 443 { String::new() } else { format!(":{port}") };
+    let to = format!("https://{host}{path_and_query}");
+    format!("https://{base_domain}{port}/_gw/handoff?to={}", form::encode(&to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_gateways_project_hosts_on_its_port_are_targets() {
+        let d = "gw.localhost";
+        assert_eq!(
+            parse_target("https://web.gw.localhost:8443/x?y=1", d, 8443),
+            Ok(("web.gw.localhost:8443", "web", "/x?y=1"))
+        );
+        assert_eq!(parse_target("https://web.gw.localhost:8443", d, 8443).unwrap().2, "/");
+        assert_eq!(parse_target("https://web.gw.localhost/", d, 443).unwrap().1, "web");
+        let refused = [
+            ("http://web.gw.localhost:8443/", BadTarget::NotHttps),
+            ("//web.gw.localhost:8443/", BadTarget::NotHttps),
+            ("https://evil.example/", BadTarget::NotAProjectHost),
+            ("https://gw.localhost:8443/", BadTarget::NotAProjectHost),
+            ("https://a.b.gw.localhost:8443/", BadTarget::NotAProjectHost),
+            (
+                "https://web.gw.localhost.evil.example:8443/",
+                BadTarget::NotAProjectHost,
+            ),
+            (
+                "https://web.gw.localhost:8443@evil.example/",
+                BadTarget::NotAProjectHost,
+            ),
+            (
+                "https://evil.example\\@web.gw.localhost:8443/",
+                BadTarget::NotAProjectHost,
+            ),
+            ("https://web.gw.localhost:9443/", BadTarget::OtherPort),
+            ("https://web.gw.localhost:8443//evil.example/", BadTarget::BadPath),
+            ("https://web.gw.localhost:8443/#frag", BadTarget::BadPath),
+        ];
+        for (to, want) in refused {
+            assert_eq!(parse_target(to, d, 8443), Err(want), "{to}");
+        }
+    }
+
+    #[test]
+    fn the_login_redirect_names_the_login_host_on_the_same_port() {
+        assert_eq!(
+            login_redirect("gw.localhost", "web.gw.localhost:8443", "/a?b=c"),
+            "https://gw.localhost:8443/_gw/handoff?to=https%3A%2F%2Fweb.gw.localhost%3A8443%2Fa%3Fb%3Dc"
+        );
+        assert!(login_redirect("gw.example", "web.gw.example", "/").starts_with("https://gw.example/_gw/"));
+    }
+}

@@ -1,0 +1,123 @@
+//! The login form, its submission and logout. The password goes through the same cache, login
+//! limiter and argon2 queue as Basic ([`crate::auth::password`]); the error text is the same
+//! for a wrong name and a wrong password. API tokens are for scripts: the form refuses them
+//! (charged to the limiter like a wrong password, without argon2).
+
+use askama::Template;
+use http::{HeaderValue, Response, StatusCode, header};
+use hyper::body::Incoming;
+
+use super::session::{LOGIN, Origin};
+use super::{Ctx, cookie, form, page};
+use crate::config::Secret;
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+
+#[derive(Template)]
+#[template(path = "login.html")]
+struct LoginPage<'a> {
+    next: &'a str,
+    user: &'a str,
+    error: Option<&'a str>,
+}
+
+/// Form posts from this page end in a redirect chain that may go on to a project host (a
+/// handoff), which CSP's `form-action` also governs.
+fn form_targets(ctx: &Ctx<'_>) -> String {
+    match (&ctx.state.settings.server.base_domain, ctx.host) {
+        (Some(d), Some(h)) => {
+            let port = h.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+            format!(" https://*.{d}{}", port.map_or(String::new(), |p| format!(":{p}")))
+        }
+        _ => String::new(),
+    }
+}
+
+fn next_of(ctx: &Ctx<'_>) -> String {
+    let q = ctx.parts.uri.query().unwrap_or("");
+    let next = crate::policy::query::get(q, "next").unwrap_or_default();
+    form::local_path(&next).to_string()
+}
+
+pub async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let next = next_of(ctx);
+    if ctx.login_session().await?.is_some() {
+        return Ok(page::redirect(&next));
+    }
+    page::html_with(
+        StatusCode::OK,
+        &LoginPage {
+            next: &next,
+            user: "",
+            error: None,
+        },
+        &form_targets(ctx),
+    )
+}
+
+pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+    ctx.check_csrf()?;
+    let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
+    let user = f.get("user").map(|s| s.trim()).unwrap_or("");
+    let password = Secret::new(f.get("password").cloned().unwrap_or_default());
+    let next = form::local_path(f.get("next").map_or("/", String::as_str)).to_string();
+    let verdict = if crate::auth::tokens::is_token(password.expose()) {
+        match ctx.gw.limiters.login_attempt(ctx.client, user) {
+            Ok(()) => Err(HttpError::BadCredentials),
+            Err(d) => Err(HttpError::LoginLimited {
+                retry_after: d.retry_after,
+                reason: d.reason,
+            }),
+        }
+    } else {
+        crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password).await
+    };
+    let u = match verdict {
+        Ok(u) => u,
+        Err(e @ HttpError::LoginLimited { .. }) => {
+            let mut r = page::html_with(
+                StatusCode::TOO_MANY_REQUESTS,
+                &LoginPage {
+                    next: &next,
+                    user,
+                    error: Some(&e.to_string()),
+                },
+                &form_targets(ctx),
+            )?;
+            if let HttpError::LoginLimited { retry_after, .. } = e {
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after.as_secs().max(1)));
+            }
+            return Ok(r);
+        }
+        Err(HttpError::BadCredentials) => {
+            return page::html_with(
+                StatusCode::UNAUTHORIZED,
+                &LoginPage {
+                    next: &next,
+                    user,
+                    error: Some("Wrong user name or password."),
+                },
+                &form_targets(ctx),
+            );
+        }
+        Err(e) => return Err(e),
+    };
+    let (value, live) = ctx.gw.web.create(&u.name, Origin::Password, LOGIN).await?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %u.name, session = %live.id, method = "form", "browser login");
+    let mut r = page::redirect(&next);
+    r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
+    Ok(r)
+}
+
+/// End the login session and every project-host session handed off from it.
+pub async fn logout(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    ctx.check_csrf()?;
+    if let Some(live) = ctx.login_session().await? {
+        ctx.gw.web.revoke(&live.login_id).await?;
+        tracing::info!(target: "security", peer = %ctx.client, user = %live.user, session = %live.id, "browser logout");
+    }
+    let mut r = page::redirect("/login");
+    r.headers_mut().append(header::SET_COOKIE, cookie::clear());
+    Ok(r)
+}

@@ -1,0 +1,171 @@
+//! The gateway's own pages: the browser login, the handoff that gives a project host its own
+//! cookie, pairing a phone, and the control room (every session and every pending approval the
+//! user may see). They live on the login host (any host that is not `<project>.<base_domain>`:
+//! `base_domain` itself, the listen address) and, on project hosts, under the reserved prefix
+//! `/_gw/` (OpenCode serves nothing there).
+//!
+//! Where this meets "the only project is served at `/`": a request that carries `Authorization`
+//! (every OpenCode client, the SDK, scripts) to `/` goes to the project as before; a browser without
+//! it gets the control room. The other page paths (`/login`, `/logout`, `/inbox`, `/pair`) are
+//! OpenCode web-UI routes nobody uses, and always the gateway's.
+
+pub mod cookie;
+pub mod csrf;
+pub mod form;
+pub mod handoff;
+pub mod login;
+pub mod page;
+pub mod pair;
+pub mod session;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::{Method, Response};
+use hyper::body::Incoming;
+
+use crate::gateway::Gateway;
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+use crate::http::{ConnInfo, Front};
+use crate::policy::canonical::CanonicalPath;
+use crate::state::State;
+
+/// The reserved first path segment (any case: nothing under it ever reaches OpenCode).
+pub const PREFIX: &str = "_gw";
+
+/// A gateway page a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    Portal,
+    Login,
+    Logout,
+    Inbox,
+    Pair,
+    /// Login host: mint a handoff ticket for a project host.
+    Handoff,
+    /// Project host: redeem a handoff ticket, set the host's own cookie.
+    Callback,
+    /// The control room's live updates (SSE).
+    Events,
+    /// Answer a pending request, abort a session.
+    Act,
+    Static(&'static str),
+    /// Under the reserved prefix, but nothing there.
+    Missing,
+}
+
+/// Which gateway page, if any, a request is for. Pure (no state beyond its arguments).
+pub fn page(
+    conn: &ConnInfo,
+    host: Option<&str>,
+    base_domain: Option<&str>,
+    path: &CanonicalPath<'_>,
+    has_authorization: bool,
+    only_project: bool,
+) -> Option<Page> {
+    if !matches!(conn.front, Front::Tls { bound: None }) {
+        return None;
+    }
+    // The first few non-empty segments, without allocating (this runs for every request).
+    let mut buf = [""; 4];
+    let mut n = 0;
+    for s in path.segments().iter().filter(|s| !s.is_empty()) {
+        if n == buf.len() {
+            n += 1;
+            break;
+        }
+        buf[n] = s.as_ref();
+        n += 1;
+    }
+    let segs = &buf[..n.min(buf.len())];
+    let too_long = n > buf.len();
+    let project_host =
+        matches!((host, base_domain), (Some(h), Some(d)) if crate::policy::route::host_label(h, d).is_some());
+    if segs.first().is_some_and(|s| s.eq_ignore_ascii_case(PREFIX)) {
+        let rest = if too_long { &["", "", ""][..] } else { &segs[1..] };
+        return Some(match (project_host, rest) {
+            (true, ["callback"]) => Page::Callback,
+            (false, ["handoff"]) => Page::Handoff,
+            (false, ["events"]) => Page::Events,
+            (false, ["act"]) => Page::Act,
+            (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
+            _ => Page::Missing,
+        });
+    }
+    if project_host || too_long {
+        return None;
+    }
+    match segs {
+        [] if has_authorization && only_project => None,
+        // `/` with credentials and several projects keeps its old answer (which project?).
+        [] if has_authorization => None,
+        [] => Some(Page::Portal),
+        ["login"] => Some(Page::Login),
+        ["logout"] => Some(Page::Logout),
+        ["inbox"] => Some(Page::Inbox),
+        ["pair"] => Some(Page::Pair),
+        _ => None,
+    }
+}
+
+/// Everything a page handler may need about its request.
+pub struct Ctx<'a> {
+    pub gw: &'a Arc<Gateway>,
+    pub state: &'a State,
+    pub conn: &'a ConnInfo,
+    pub client: IpAddr,
+    pub parts: &'a Parts,
+    pub host: Option<&'a str>,
+}
+
+impl Ctx<'_> {
+    /// This request's own origin, `https://host[:port]`, normalised.
+    pub fn own_origin(&self) -> String {
+        crate::policy::origin::normalize(&format!("https://{}", self.host.unwrap_or("localhost"))).unwrap_or_default()
+    }
+
+    /// Refuse an unsafe request from another origin (see [`csrf`]).
+    pub fn check_csrf(&self) -> Result<(), HttpError> {
+        csrf::check(
+            &self.parts.method,
+            false,
+            &self.parts.headers,
+            &self.own_origin(),
+            &self.state.settings.server.allowed_origins,
+        )
+        .map_err(|r| {
+            tracing::warn!(target: "security", peer = %self.client, reason = r.code(), path = self.parts.uri.path(), "a cross-origin request to a gateway page refused");
+            HttpError::Forbidden(r.message().into())
+        })
+    }
+
+    /// The login session behind the request's cookie (a login-host session only).
+    pub async fn login_session(&self) -> Result<Option<Arc<session::Live>>, HttpError> {
+        let Some(value) = cookie::find(&self.parts.headers) else {
+            return Ok(None);
+        };
+        let live = self.gw.web.check(value, self.client).await?;
+        Ok(live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user)))
+    }
+}
+
+/// Serve a gateway page.
+pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Response<ProxyBody>, HttpError> {
+    let method = &ctx.parts.method;
+    match (which, method) {
+        (Page::Static(name), &Method::GET | &Method::HEAD) => Ok(page::asset_response(name)),
+        (Page::Login, &Method::GET) => login::form(ctx).await,
+        (Page::Login, &Method::POST) => login::submit(ctx, body).await,
+        (Page::Logout, &Method::POST) => login::logout(ctx).await,
+        (Page::Logout, &Method::GET) => Ok(page::redirect("/")),
+        (Page::Handoff, &Method::GET) => handoff::mint(ctx).await,
+        (Page::Callback, &Method::GET) => handoff::redeem(ctx).await,
+        (Page::Pair, &Method::GET) => pair::form(ctx).await,
+        (Page::Pair, &Method::POST) => pair::submit(ctx, body).await,
+        (Page::Portal | Page::Inbox | Page::Events | Page::Act, _) => Err(HttpError::NotFound("not yet".into())),
+        (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),
+        _ => Err(HttpError::MethodNotAllowed),
+    }
+}

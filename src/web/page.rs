@@ -1,0 +1,136 @@
+//! How the gateway's pages are sent: server-rendered templates (askama: compiled, autoescaped),
+//! a strict CSP of their own, no caching, no referrer, never framed, HSTS; static assets compiled
+//! into the binary. OpenCode's own pages are not touched.
+
+use askama::Template;
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+
+/// Scripts and styles only from the gateway itself; forms post only to it (and, after a login,
+/// the redirect chain of a handoff goes on to a project host: `form_targets`).
+fn csp(form_targets: &str) -> String {
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
+         form-action 'self'{form_targets}; frame-ancestors 'none'; base-uri 'none'"
+    )
+}
+
+const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "app.css",
+        "text/css; charset=utf-8",
+        include_str!("../../assets/app.css"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/app.js"),
+    ),
+    (
+        "pair.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../assets/pair.js"),
+    ),
+];
+
+/// A static asset's name, if there is one by that name.
+pub fn asset(name: &str) -> Option<&'static str> {
+    ASSETS.iter().find(|(n, ..)| *n == name).map(|(n, ..)| *n)
+}
+
+pub fn asset_response(name: &str) -> Response<ProxyBody> {
+    let (_, kind, body) = ASSETS.iter().find(|(n, ..)| *n == name).expect("asset() found it");
+    let mut r = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// The headers every gateway page carries.
+pub fn secure(r: &mut Response<ProxyBody>, form_targets: &str) {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_str(&csp(form_targets)).unwrap_or(HeaderValue::from_static("default-src 'none'")),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::STRICT_TRANSPORT_SECURITY,
+        HeaderValue::from_static("max-age=31536000"),
+    );
+}
+
+/// A rendered page with its status.
+pub fn html(status: StatusCode, t: &impl Template) -> Result<Response<ProxyBody>, HttpError> {
+    html_with(status, t, "")
+}
+
+pub fn html_with(status: StatusCode, t: &impl Template, form_targets: &str) -> Result<Response<ProxyBody>, HttpError> {
+    let body = t.render().map_err(|e| {
+        tracing::error!(error = %e, "a gateway page failed to render");
+        HttpError::BadRequest("the page could not be rendered".into())
+    })?;
+    let mut r = Response::new(ProxyBody::full(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    secure(&mut r, form_targets);
+    Ok(r)
+}
+
+/// 303 to a path or URL the caller built (never one a client supplied unchecked).
+pub fn redirect(to: &str) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::empty());
+    *r.status_mut() = StatusCode::SEE_OTHER;
+    if let Ok(v) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    secure(&mut r, "");
+    r
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+struct Message<'a> {
+    title: &'a str,
+    text: &'a str,
+}
+
+/// An error as a page a person reads (the same status and words as the JSON form).
+pub fn error_page(e: HttpError) -> Response<ProxyBody> {
+    let status = StatusCode::from(&e);
+    let retry = match &e {
+        HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
+        _ => None,
+    };
+    let text = e.to_string();
+    let title = status.canonical_reason().unwrap_or("Error");
+    let mut r = match html(status, &Message { title, text: &text }) {
+        Ok(r) => r,
+        Err(_) => e.into_response(),
+    };
+    if let Some(after) = retry {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(after.as_secs().max(1)));
+    }
+    r
+}
+
+/// Does the client want a page rather than JSON (a navigation or a form post)?
+pub fn wants_html(headers: &http::HeaderMap) -> bool {
+    headers.get("sec-fetch-mode").is_some_and(|v| v == "navigate")
+        || headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|a| a.contains("text/html"))
+}

@@ -1,0 +1,298 @@
+//! Browser sessions, server-side: the cookie holds 256 random bits; the store keeps their keyed
+//! digest (the key is the token digest key, beside the database, with a separate domain), the
+//! user, the device, idle and absolute expiry. Nothing lives only in the cookie, so logout and
+//! device revocation work. A verified session is trusted for at most a second without asking the
+//! store again (like tokens), and its use is written back at most once a minute.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use blake2::{Blake2b256, Digest};
+
+use crate::auth::tokens::{now_unix, same_digest};
+use crate::http::error::HttpError;
+use crate::store::{Store, WebSessionRecord};
+use crate::ttl_map::TtlMap;
+
+/// How long sessions live.
+#[derive(Debug, Clone, Copy)]
+pub struct Lifetime {
+    pub idle: Duration,
+    pub absolute: Duration,
+}
+
+/// A password login: a working day unused, a week at most.
+pub const LOGIN: Lifetime = Lifetime {
+    idle: Duration::from_secs(12 * 3600),
+    absolute: Duration::from_secs(7 * 24 * 3600),
+};
+/// A paired device: a month unused, a year at most (revoke it with `devices revoke`).
+pub const DEVICE: Lifetime = Lifetime {
+    idle: Duration::from_secs(30 * 24 * 3600),
+    absolute: Duration::from_secs(365 * 24 * 3600),
+};
+
+const CACHE_TTL: Duration = Duration::from_secs(1);
+const CACHE_ENTRIES: usize = 10_000;
+/// Use is written back at most this often per session.
+const TOUCH_EVERY: i64 = 60;
+
+/// A live session, as the request pipeline sees it.
+#[derive(Debug)]
+pub struct Live {
+    pub id: Arc<str>,
+    pub user: Arc<str>,
+    /// `None`: a login-host session; else the project whose host it serves.
+    pub host: Option<Arc<str>>,
+    pub device: Option<Arc<str>>,
+    /// For a login session, itself; for a project host's, its login session.
+    pub login_id: Arc<str>,
+    pub expires_at: i64,
+    generation: u64,
+}
+
+pub struct WebSessions {
+    store: Arc<dyn Store>,
+    key: [u8; 32],
+    cache: TtlMap<[u8; 32], Arc<Live>>,
+    generation: AtomicU64,
+}
+
+/// What the new session hangs from.
+pub enum Origin<'a> {
+    /// A password login (no device).
+    Password,
+    /// A paired device.
+    Device(&'a str),
+    /// A project host's session, handed off from this login session.
+    Handoff { parent: &'a Live, project: &'a str },
+}
+
+impl WebSessions {
+    pub fn new(store: Arc<dyn Store>, key: [u8; 32]) -> WebSessions {
+        WebSessions {
+            store,
+            key,
+            cache: TtlMap::new(CACHE_ENTRIES, CACHE_TTL),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn digest(&self, value: &str) -> [u8; 32] {
+        let mut h = Blake2b256::new();
+        h.update(self.key);
+        h.update(b"web-session\0");
+        h.update(value.as_bytes());
+        h.finalize().into()
+    }
+
+    /// Make a session; returns the cookie value (shown to the browser only) and the session.
+    pub async fn create(
+        &self,
+        user: &str,
+        origin: Origin<'_>,
+        life: Lifetime,
+    ) -> Result<(String, Arc<Live>), HttpError> {
+        let value = random(32);
+        let id: Arc<str> = format!("ws_{}", random(9)).into();
+        let now = now_unix();
+        let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+        let (device, parent, host, expires_at) = match origin {
+            Origin::Password => (None, None, None, now.saturating_add(secs(life.absolute))),
+            Origin::Device(d) => (Some(d.to_string()), None, None, now.saturating_add(secs(life.absolute))),
+            // A child never outlives its login session.
+            Origin::Handoff { parent, project } => (
+                None,
+                Some(parent.id.to_string()),
+                Some(project.to_string()),
+                parent.expires_at.min(now.saturating_add(secs(life.absolute))),
+            ),
+        };
+        let record = WebSessionRecord {
+            id: id.to_string(),
+            digest: self.digest(&value),
+            user: user.to_string(),
+            device_id: device.clone(),
+            parent: parent.clone(),
+            host: host.clone(),
+            created_at: now,
+            last_seen_at: now,
+            idle_secs: secs(life.idle),
+            expires_at,
+            revoked_at: None,
+        };
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || store.insert_web_session(&record))
+            .await
+            .map_err(|_| HttpError::StateUnavailable)?
+            .map_err(|e| {
+                tracing::error!(error = %e, "cannot store a browser session");
+                HttpError::StateUnavailable
+            })?;
+        let live = Arc::new(Live {
+            login_id: parent.map_or_else(|| id.clone(), Into::into),
+            id,
+            user: user.into(),
+            host: host.map(Into::into),
+            device: device.map(Into::into),
+            expires_at,
+            generation: self.generation.load(Ordering::SeqCst),
+        });
+        Ok((value, live))
+    }
+
+    /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
+    /// parent or device is). `peer` is recorded as the device's last address.
+    pub async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, HttpError> {
+        let digest = self.digest(value);
+        let generation = self.generation.load(Ordering::SeqCst);
+        if let Some(live) = self.cache.get(&digest)
+            && live.generation == generation
+        {
+            return Ok(Some(live));
+        }
+        let store = self.store.clone();
+        let now = now_unix();
+        let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+            let Some(l) = store.web_session_by_digest(&digest)? else {
+                return Ok(None);
+            };
+            if !same_digest(&l.session.digest, &digest) || !l.live_at(now) {
+                return Ok(None);
+            }
+            let seen = l
+                .parent
+                .as_ref()
+                .map_or(l.session.last_seen_at, |p| p.last_seen_at.min(l.session.last_seen_at));
+            if now - seen >= TOUCH_EVERY {
+                store.touch_web_session(&l.session.id, now)?;
+                let device = l
+                    .session
+                    .device_id
+                    .as_ref()
+                    .or(l.parent.as_ref().and_then(|p| p.device_id.as_ref()));
+                if let Some(d) = device {
+                    store.touch_device(d, now, &peer.to_string())?;
+                }
+            }
+            Ok(Some(l))
+        })
+        .await
+        .map_err(|_| HttpError::StateUnavailable)?
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot read browser sessions");
+            HttpError::StateUnavailable
+        })?;
+        let Some(l) = found else { return Ok(None) };
+        let expires_at = l
+            .parent
+            .as_ref()
+            .map_or(l.session.expires_at, |p| p.expires_at.min(l.session.expires_at));
+        let live = Arc::new(Live {
+            login_id: l.session.parent.clone().unwrap_or_else(|| l.session.id.clone()).into(),
+            id: l.session.id.into(),
+            user: l.session.user.into(),
+            host: l.session.host.map(Into::into),
+            device: l
+                .session
+                .device_id
+                .or(l.parent.and_then(|p| p.device_id))
+                .map(Into::into),
+            expires_at,
+            generation,
+        });
+        self.cache.insert(digest, live.clone());
+        Ok(Some(live))
+    }
+
+    /// Log out: the session and every project-host session handed off from it end now.
+    pub async fn revoke(&self, login_id: &str) -> Result<(), HttpError> {
+        let store = self.store.clone();
+        let id = login_id.to_string();
+        tokio::task::spawn_blocking(move || store.revoke_web_session(&id, now_unix()))
+            .await
+            .map_err(|_| HttpError::StateUnavailable)?
+            .map_err(|_| HttpError::StateUnavailable)?;
+        self.invalidate();
+        Ok(())
+    }
+
+    /// Sessions or devices changed elsewhere (the CLI): forget every verification.
+    pub fn invalidate(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cache.retain(|_, _| false);
+    }
+}
+
+/// `n` random bytes, base64url.
+pub fn random(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    getrandom::fill(&mut b).expect("the OS random source is available");
+    URL_SAFE_NO_PAD.encode(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sessions() -> (tempfile::TempDir, WebSessions) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::open(dir.path()).unwrap();
+        (dir, WebSessions::new(store, [5; 32]))
+    }
+
+    const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    #[tokio::test]
+    async fn logout_ends_the_login_and_its_project_sessions_at_once() {
+        let (_d, s) = sessions();
+        let (cookie, login) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
+        let (child_cookie, child) = s
+            .create(
+                "alice",
+                Origin::Handoff {
+                    parent: &login,
+                    project: "web",
+                },
+                LOGIN,
+            )
+            .await
+            .unwrap();
+        assert_eq!(child.host.as_deref(), Some("web"));
+        assert_eq!(&*child.login_id, &*login.id);
+        assert!(child.expires_at <= login.expires_at);
+        let seen = s.check(&child_cookie, PEER).await.unwrap().unwrap();
+        assert_eq!(&*seen.user, "alice");
+        assert!(s.check(&cookie, PEER).await.unwrap().is_some());
+        assert!(s.check("made-up", PEER).await.unwrap().is_none());
+        s.revoke(&login.login_id).await.unwrap();
+        assert!(s.check(&cookie, PEER).await.unwrap().is_none(), "the cache was voided");
+        assert!(
+            s.check(&child_cookie, PEER).await.unwrap().is_none(),
+            "the child died with it"
+        );
+    }
+
+    #[tokio::test]
+    async fn only_a_digest_of_the_cookie_is_stored() {
+        let (dir, s) = sessions();
+        let (cookie, _) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
+        drop(s);
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains(&cookie),
+                "the cookie is stored in clear"
+            );
+        }
+        assert_eq!(cookie.len(), 43, "256 bits, base64url");
+    }
+}

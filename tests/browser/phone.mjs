@@ -1,0 +1,215 @@
+// The phone control room in headless Chromium with a phone's viewport and touch, against two
+// real OpenCode servers the gateway runs (projects alpha and beta) and the fake model:
+// pair with a code from `opencode-gateway pair` → the portal lists both projects → a prompt asks
+// for bash → the card is in /inbox within a second → "Allow once" (tapped) runs the tool → a
+// request answered through the API instead disappears as "answered elsewhere" → a viewer sees a
+// card but may not answer it, a user of beta never sees alpha → pages on a sibling host and on
+// another site cannot act with the phone's cookie (form post, WebSocket) → a revoked device gets
+// the login page. Run by tests/integration/phone.rs; exits non-zero naming the failed step.
+// Env: GW_PORT, CERT, BIN, CONFIG, ALPHA_DIR, SHOT_DIR.
+import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+
+const require = createRequire(import.meta.url);
+const { chromium, request } = require('playwright-core');
+const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+const [port, certPath, bin, config, alphaDir, shots] = ['GW_PORT', 'CERT', 'BIN', 'CONFIG', 'ALPHA_DIR', 'SHOT_DIR'].map(env);
+const login = `https://gw.localhost:${port}`;
+const alphaHost = `https://alpha.gw.localhost:${port}`;
+const basic = (u, p) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
+const cli = (...args) => execFileSync(bin, [...args, '-c', config], { encoding: 'utf8' });
+
+const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
+const spki = crypto.createHash('sha256')
+  .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
+  .digest('base64');
+
+const phoneProfile = {
+  viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true,
+  userAgent: 'Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36',
+};
+
+let step = 'launch';
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`],
+});
+const api = await request.newContext({ ignoreHTTPSErrors: true, extraHTTPHeaders: { authorization: basic('alice', 'alice-password-1') } });
+const phone = await browser.newContext(phoneProfile);
+const page = await phone.newPage();
+const shot = (name, p = page) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+const until = async (what, ms, probe) => {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+const pending = async () => (await (await api.get(`${login}/p/alpha/permission`)).json()).map((p) => p.id);
+const idle = async (session) => {
+  const s = await (await api.get(`${login}/p/alpha/session/status`)).json();
+  return !s[session] || s[session].type === 'idle';
+};
+const prompt = async (session, text) => {
+  const r = await api.post(`${login}/p/alpha/session/${session}/prompt_async`, { data: { parts: [{ type: 'text', text }] } });
+  if (r.status() !== 204) throw new Error(`prompt_async: ${r.status()} ${await r.text()}`);
+};
+const ranLines = () => { try { return fs.readFileSync(`${alphaDir}/ran.txt`, 'utf8').trim().split('\n').length; } catch { return 0; } };
+const pair = (user, label) => {
+  const out = cli('pair', user, '--label', label);
+  const code = out.match(/\b[0-9A-Z]{4}-[0-9A-Z]{4}-[0-9A-Z]{4}\b/);
+  if (!code) throw new Error(`no code in the pair output:\n${out}`);
+  if (!/[▀▄█]/.test(out)) throw new Error(`no QR code in the pair output:\n${out}`);
+  return code[0];
+};
+const loginAs = async (ctx, user, pass) => {
+  const p = await ctx.newPage();
+  await p.goto(`${login}/login`);
+  await p.locator('input[name=user]').fill(user);
+  await p.locator('input[name=password]').fill(pass);
+  await p.getByRole('button', { name: 'Log in' }).click();
+  await p.waitForURL((u) => u.pathname === '/');
+  return p;
+};
+
+try {
+  step = 'pair the phone with a code from `opencode-gateway pair`';
+  const code = pair('alice', "Alice's phone");
+  await page.goto(`${login}/pair#${code}`);
+  await page.waitForURL((u) => u.pathname === '/', { timeout: 15000 });
+  if (page.url().includes(code) || page.url().includes('#')) throw new Error(`the code stayed in the URL: ${page.url()}`);
+  const history = await page.evaluate(() => history.length);
+  step = 'a pairing code works once';
+  const second = await browser.newContext(phoneProfile);
+  const p2 = await second.newPage();
+  await p2.goto(`${login}/pair#${code}`);
+  await p2.waitForLoadState('networkidle');
+  if (new URL(p2.url()).pathname === '/') throw new Error('a used pairing code logged a second phone in');
+  await second.close();
+
+  step = 'the portal lists both projects';
+  for (const p of ['alpha', 'beta']) await page.locator(`[data-project=${p}]`).first().waitFor({ timeout: 10000 });
+  await shot('1-portal');
+
+  step = 'a prompt in alpha asks for bash';
+  const created = await api.post(`${login}/p/alpha/session`, { data: {} });
+  if (created.status() !== 200) throw new Error(`POST /session: ${created.status()} ${await created.text()}`);
+  const session = (await created.json()).id;
+  await page.locator(`[data-session="${session}"]`).waitFor({ timeout: 10000 });
+  await page.goto(`${login}/inbox`);
+  await page.locator('#empty').waitFor();
+  await prompt(session, 'please RUNBASH from the phone test');
+
+  step = 'the card is in /inbox within a second';
+  const [first] = await until('the permission request upstream', 60000, async () => (await pending()).length ? pending() : null);
+  const listed = Date.now();
+  await page.locator(`[data-card="${first}"]`).waitFor({ timeout: 5000 });
+  const latency = Date.now() - listed;
+  console.log(`card latency after the upstream listed it: ${latency} ms`);
+  if (latency > 1000) throw new Error(`the card took ${latency} ms`);
+  const card = page.locator(`[data-card="${first}"]`);
+  if (!(await card.innerText()).includes('bash')) throw new Error(`the card does not name the tool: ${await card.innerText()}`);
+  if (!(await card.locator('pre').innerText()).includes('ran.txt')) throw new Error('the card does not show the command');
+  await shot('2-inbox');
+
+  step = 'tap "Allow once": the tool runs and the card goes';
+  await card.locator('button[value=once]').tap();
+  await page.locator(`[data-card="${first}"]`).waitFor({ state: 'detached', timeout: 10000 });
+  await until('the tool wrote ran.txt', 60000, async () => ranLines() === 1);
+  await shot('3-allowed');
+
+  step = 'a request answered elsewhere disappears with a note';
+  await until('the session is idle', 60000, () => idle(session));
+  await prompt(session, 'RUNBASH again, to be answered elsewhere');
+  const [other] = await until('the second request upstream', 60000, async () => (await pending()).length ? pending() : null);
+  await page.locator(`[data-card="${other}"]`).waitFor({ timeout: 5000 });
+  const replied = await api.post(`${login}/p/alpha/permission/${other}/reply`, { data: { reply: 'once' } });
+  if (replied.status() !== 200) throw new Error(`reply through the API: ${replied.status()}`);
+  await page.locator(`[data-card="${other}"]`).waitFor({ state: 'detached', timeout: 5000 });
+  await page.getByText('answered elsewhere').first().waitFor({ timeout: 5000 });
+  await until('the second tool run', 60000, async () => ranLines() === 2);
+  await shot('4-elsewhere');
+
+  step = 'a viewer sees a card but may not answer it';
+  await until('the session is idle', 60000, () => idle(session));
+  await prompt(session, 'RUNBASH a third time, for the viewer');
+  const [third] = await until('the third request upstream', 60000, async () => (await pending()).length ? pending() : null);
+  const viewerCtx = await browser.newContext(phoneProfile);
+  const viewer = await loginAs(viewerCtx, 'vera', 'vera-password-1');
+  await viewer.goto(`${login}/inbox`);
+  await viewer.locator(`[data-card="${third}"]`).waitFor({ timeout: 5000 });
+  if (await viewer.locator(`[data-card="${third}"] button[value=once]`).count()) throw new Error('a viewer is offered "Allow once"');
+  const refused = await viewer.request.post(`${login}/_gw/act`, {
+    form: { project: 'alpha', id: third, do: 'once' }, headers: { origin: login }, maxRedirects: 0,
+  });
+  if (refused.status() !== 403 || !(await refused.text()).includes('approver')) {
+    throw new Error(`a viewer's answer: ${refused.status()} ${await refused.text()}`);
+  }
+  if (!(await pending()).includes(third)) throw new Error("the viewer's answer went through");
+  await shot('5-viewer', viewer);
+
+  step = 'a user of beta never sees alpha';
+  const bobCtx = await browser.newContext(phoneProfile);
+  const bob = await loginAs(bobCtx, 'bob', 'bob-password-22');
+  await bob.locator('[data-project=beta]').first().waitFor();
+  if (await bob.locator('[data-project=alpha]').count()) throw new Error('bob sees project alpha');
+  await bob.goto(`${login}/inbox`);
+  if (await bob.locator('[data-card]').count()) throw new Error('bob sees a card of alpha');
+  if ((await bob.content()).includes(third)) throw new Error("alpha's request id is in bob's page");
+
+  step = 'the phone opens alpha\'s web UI without a second login';
+  await page.goto(`${alphaHost}/`);
+  await page.waitForURL((u) => u.hostname === 'alpha.gw.localhost' && !u.pathname.startsWith('/_gw'), { timeout: 15000 });
+
+  step = 'a page on a sibling host cannot answer with the cookie';
+  const evil = await phone.newPage();
+  const attack = (origin) => `<!doctype html><form id=f method=post action="${login}/_gw/act">
+    <input name=project value=alpha><input name=id value="${third}"><input name=do value=once></form>
+    <script>document.getElementById('f').submit()</script>`;
+  await evil.route('https://evil.gw.localhost/**', (r) => r.fulfill({ contentType: 'text/html', body: attack() }));
+  await evil.route('https://evil.example/**', (r) => r.fulfill({ contentType: 'text/html', body: attack() }));
+  for (const origin of ['https://evil.gw.localhost/', 'https://evil.example/']) {
+    const answered = evil.waitForResponse((r) => r.url() === `${login}/_gw/act`);
+    await evil.goto(origin);
+    const r = await answered;
+    if (r.status() !== 403) throw new Error(`a form post from ${origin}: ${r.status()}`);
+  }
+  if (!(await pending()).includes(third)) throw new Error('a cross-site form answered the request');
+
+  step = 'a WebSocket from a sibling host cannot use the project cookie';
+  await evil.route('https://evil.gw.localhost/ws', (r) => r.fulfill({ contentType: 'text/html', body: '<!doctype html><p>ws</p>' }));
+  await evil.goto('https://evil.gw.localhost/ws');
+  const ws = await evil.evaluate((url) => new Promise((done) => {
+    const s = new WebSocket(url);
+    s.onopen = () => done('open');
+    s.onerror = () => done('error');
+    setTimeout(() => done('timeout'), 10000);
+  }), `wss://alpha.gw.localhost:${port}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
+  if (ws !== 'error') throw new Error(`a cross-site WebSocket: ${ws}`);
+  await evil.close();
+
+  step = 'a revoked device gets the login page';
+  const devices = cli('devices', 'alice');
+  const line = devices.split('\n').find((l) => l.includes("Alice's phone"));
+  const id = line && line.match(/\bdev_[A-Za-z0-9_-]+/);
+  if (!id) throw new Error(`the device is not listed:\n${devices}`);
+  cli('devices', 'revoke', id[0]);
+  await page.goto(`${login}/inbox`);
+  if (new URL(page.url()).pathname !== '/login') throw new Error(`a revoked phone still sees ${page.url()}`);
+  await page.goto(`${alphaHost}/`);
+  if (new URL(page.url()).pathname !== '/login') throw new Error(`a revoked phone still reaches alpha: ${page.url()}`);
+  console.log(`history length after pairing: ${history}`);
+  console.log('ok: every step passed');
+} catch (e) {
+  console.error(`FAILED at step "${step}": ${e.message}`);
+  await shot('failed').catch(() => {});
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+  await api.dispose();
+}

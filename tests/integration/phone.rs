@@ -1,0 +1,106 @@
+//! The phone control room end to end (issue 11): headless Chromium with a phone's viewport and
+//! touch, the gateway, two real OpenCode servers it runs and the fake model. The steps are in
+//! tests/browser/phone.mjs; this starts the stack, runs it, and checks what only the host can see
+//! (the tool's file, the gateway's refusal reasons, that no secret reached the log).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::opencode::{FakeModel, opencode_bin};
+use crate::common::supervised::spawned;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() {
+    let model = FakeModel::start("echo RAN >> ran.txt").await;
+    let alpha = tempfile::tempdir().unwrap();
+    let beta = tempfile::tempdir().unwrap();
+    let alpha_dir = alpha.path().canonicalize().unwrap();
+    let beta_dir = beta.path().canonicalize().unwrap();
+    let projects = format!(
+        "{}{}",
+        spawned("alpha", &alpha_dir, &model, ""),
+        spawned("beta", &beta_dir, &model, "")
+    );
+    let users = users_toml(&[
+        TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator",
+        },
+        TestUser {
+            name: "vera",
+            password: "vera-password-1",
+            projects: "[\"alpha\"]",
+            role: "viewer",
+        },
+        TestUser {
+            name: "bob",
+            password: "bob-password-22",
+            projects: "[\"beta\"]",
+            role: "operator",
+        },
+    ]);
+    let config = base_config(&format!("{projects}{users}")).replace(
+        "state_dir = \"state\"\n",
+        &format!(
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            opencode_bin().display()
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shots = repo.join("test-artifacts/phone");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let child = tokio::process::Command::new("node")
+        .arg(repo.join("tests/browser/phone.mjs"))
+        .current_dir(&repo)
+        .env("GW_PORT", gw.https.port().to_string())
+        .env("CERT", gw.dir.path().join("certs/server.crt"))
+        .env("BIN", crate::common::gateway::BIN)
+        .env("CONFIG", &gw.config)
+        .env("ALPHA_DIR", &alpha_dir)
+        .env("SHOT_DIR", &shots)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
+        .await
+        .expect("the phone test finished within 300 s")
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let logs = gw.logs();
+    assert!(out.status.success(), "{text}\ngateway log:\n{logs}");
+    assert!(text.contains("ok: every step passed"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(alpha_dir.join("ran.txt"))
+            .unwrap()
+            .lines()
+            .count(),
+        2,
+        "the tapped answer and the one given elsewhere ran the tool; the viewer's and the cross-site ones did not"
+    );
+    // The refusals the browser could only see as failures, by their reasons.
+    for reason in [
+        "reason=cross_site_fetch",
+        "reason=foreign_origin",
+        "a role that may only watch",
+    ] {
+        assert!(logs.contains(reason), "no {reason:?} in the gateway log:\n{logs}");
+    }
+    for secret in ["alice-password-1", "vera-password-1", "bob-password-22"] {
+        assert!(!logs.contains(secret), "{secret} in the log");
+    }
+    for shot in ["1-portal", "2-inbox", "3-allowed", "4-elsewhere", "5-viewer"] {
+        assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
+    }
+}
