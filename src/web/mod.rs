@@ -16,6 +16,7 @@ pub mod handoff;
 pub mod login;
 pub mod page;
 pub mod pair;
+pub mod room;
 pub mod session;
 
 use std::net::IpAddr;

@@ -1,0 +1,534 @@
+//! The control room: `/` (every project the user may see, its server, its sessions) and `/inbox`
+//! (every pending permission request and question, answerable by approvers), both rendered on
+//! the server from the inbox's model (one upstream subscription per OpenCode server, however many
+//! phones watch), and refreshed live by the page's own event stream (`/_gw/events`). Without
+//! script the pages still render and the forms still work.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use askama::Template;
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderValue, Response, StatusCode, header};
+use hyper::body::Incoming;
+
+use super::{Ctx, form, page, session::Live};
+use crate::config::Role;
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+use crate::inbox::{Card, ProjectView};
+use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
+use crate::inbox::{InboxError, Outcome, Reply};
+use crate::policy::authz::Class;
+use crate::state::State;
+
+/// How often an idle live stream says it is alive (and re-checks its login).
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+pub struct SessionRow {
+    pub id: String,
+    pub title: String,
+    pub status_class: &'static str,
+    pub status_text: String,
+    pub ago: String,
+    pub usage: Option<String>,
+    pub link: Option<String>,
+    pub subagent: bool,
+    pub busy: bool,
+}
+
+pub struct ProjectRow {
+    pub name: String,
+    pub state_class: &'static str,
+    pub state_text: String,
+    pub pending: usize,
+    pub sessions: Vec<SessionRow>,
+    pub web_ui: Option<String>,
+    pub can_answer: bool,
+}
+
+pub struct QuestionRow {
+    pub index: usize,
+    pub header: String,
+    pub text: String,
+    pub options: Vec<String>,
+    pub multiple: bool,
+    pub custom: bool,
+}
+
+pub struct CardRow {
+    pub project: String,
+    pub id: String,
+    pub permission: bool,
+    pub session_title: String,
+    pub subagent: bool,
+    pub tool: String,
+    pub lines: Vec<String>,
+    pub truncated: bool,
+    pub patterns: Vec<String>,
+    pub always: Vec<String>,
+    pub waited: String,
+    pub link: Option<String>,
+    pub can_answer: bool,
+    pub questions: Vec<QuestionRow>,
+}
+
+pub struct NoteRow {
+    pub text: String,
+}
+
+/// What both pages show, for one user.
+pub struct Room {
+    pub user: String,
+    pub projects: Vec<ProjectRow>,
+    pub cards: Vec<CardRow>,
+    pub notes: Vec<NoteRow>,
+    pub pending: usize,
+    /// A fixed message after an action (never text a client sent).
+    pub flash: Option<&'static str>,
+    pub viewer_only: bool,
+}
+
+#[derive(Template)]
+#[template(path = "portal.html")]
+struct PortalPage<'a> {
+    r: &'a Room,
+}
+
+#[derive(Template)]
+#[template(path = "portal_content.html")]
+struct PortalContent<'a> {
+    r: &'a Room,
+}
+
+#[derive(Template)]
+#[template(path = "inbox.html")]
+struct InboxPage<'a> {
+    r: &'a Room,
+}
+
+#[derive(Template)]
+#[template(path = "inbox_content.html")]
+struct InboxContent<'a> {
+    r: &'a Room,
+}
+
+fn ago(ms: u64, now: u64) -> String {
+    let s = now.saturating_sub(ms) / 1000;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", s / 60),
+        3600..=86_399 => format!("{} h", s / 3600),
+        _ => format!("{} d", s / 86_400),
+    }
+}
+
+/// `https://<project>.<base_domain>[:port]` on the port this request came to.
+fn project_origin(state: &State, host: Option<&str>, project: &str) -> Option<String> {
+    let d = state.settings.server.base_domain.as_deref()?;
+    let host = host.unwrap_or("");
+    let bare = crate::policy::route::strip_port(host);
+    Some(format!("https://{project}.{d}{}", &host[bare.len()..]))
+}
+
+/// The web UI's address for a session: `/<base64url(directory)>/session/<id>`.
+fn session_link(origin: &Option<String>, directory: Option<&str>, id: &str) -> Option<String> {
+    let o = origin.as_ref()?;
+    Some(match directory {
+        Some(d) => format!(
+            "{o}/{}/session/{id}",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d)
+        ),
+        None => format!("{o}/"),
+    })
+}
+
+fn role_of(state: &State, user: &str, project: &str) -> Option<Role> {
+    state.users.get(user)?.grants.role_in(project)
+}
+
+/// Build the room for `user` from the inbox's model: only projects the user has a role in.
+pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
+    let state = ctx.state;
+    let views = ctx.gw.inbox.view(|p| role_of(state, user, p).is_some());
+    let now = crate::inbox::now_ms();
+    let mut projects = Vec::new();
+    let mut cards = Vec::new();
+    let mut notes = Vec::new();
+    let mut viewer_only = true;
+    for v in &views {
+        let can_answer = role_of(state, user, &v.name).is_some_and(|r| r >= Class::Respond.least_role());
+        viewer_only &= !can_answer;
+        let origin = project_origin(state, ctx.host, &v.name);
+        projects.push(project_row(v, &origin, can_answer, now));
+        for c in &v.pending {
+            cards.push(card_row(v, c, &origin, can_answer, now));
+        }
+        for r in &v.resolved {
+            let what = format!(
+                "{} in {}",
+                match r.kind {
+                    CardKind::Permission => "A permission request",
+                    CardKind::Question => "A question",
+                },
+                v.name
+            );
+            let text = match &r.how {
+                Resolution::Elsewhere => format!("{what} was answered elsewhere ({} ago)", ago(r.resolved_at_ms, now)),
+                Resolution::AnsweredHere { by } => {
+                    format!("{what} was answered here by {by} ({} ago)", ago(r.resolved_at_ms, now))
+                }
+            };
+            notes.push(NoteRow { text });
+        }
+    }
+    cards.sort_by(|a, b| b.waited.len().cmp(&a.waited.len()).then(a.waited.cmp(&b.waited)));
+    Room {
+        user: user.to_string(),
+        pending: cards.len(),
+        projects,
+        cards,
+        notes,
+        flash,
+        viewer_only: viewer_only && !views.is_empty(),
+    }
+}
+
+fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: u64) -> ProjectRow {
+    let (state_class, state_text) = match &v.server {
+        ServerState::Running => ("running", "running".to_string()),
+        ServerState::Starting => ("busy", "starting".to_string()),
+        ServerState::Stopped { reason } => ("idle", format!("stopped ({reason})")),
+        ServerState::Failed { reason } => ("failed", format!("failed: {reason}")),
+    };
+    let sessions = v
+        .sessions
+        .iter()
+        .map(|s| {
+            let (status_class, status_text) = match &s.status {
+                SessionStatus::Idle => ("idle", "idle".to_string()),
+                SessionStatus::Busy => ("busy", "busy".to_string()),
+                SessionStatus::Retry { attempt, message, .. } => {
+                    ("retry", format!("retrying (attempt {attempt}): {message}"))
+                }
+            };
+            let usage = match (&s.cost, &s.tokens) {
+                (None, None) => None,
+                (cost, tokens) => Some(format!(
+                    "{}{}",
+                    cost.map_or(String::new(), |c| format!("${c:.4}")),
+                    tokens.as_ref().map_or(String::new(), |t| format!(
+                        " · {} in / {} out tokens",
+                        t.input, t.output
+                    ))
+                )),
+            };
+            SessionRow {
+                id: s.id.clone(),
+                title: if s.title.is_empty() {
+                    s.id.clone()
+                } else {
+                    s.title.clone()
+                },
+                status_class,
+                status_text,
+                ago: ago(s.last_activity_ms, now),
+                usage,
+                link: session_link(origin, v.directory.as_deref(), &s.id),
+                subagent: s.parent_id.is_some(),
+                busy: !matches!(s.status, SessionStatus::Idle),
+            }
+        })
+        .collect();
+    ProjectRow {
+        name: v.name.clone(),
+        state_class,
+        state_text,
+        pending: v.pending.len(),
+        sessions,
+        web_ui: origin.as_ref().map(|o| format!("{o}/")),
+        can_answer,
+    }
+}
+
+fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool, now: u64) -> CardRow {
+    let base = |session_id: &str, title: &Option<String>, subagent: bool, asked: u64| CardRow {
+        project: v.name.clone(),
+        id: c.id().to_string(),
+        permission: true,
+        session_title: title.clone().unwrap_or_else(|| session_id.to_string()),
+        subagent,
+        tool: String::new(),
+        lines: Vec::new(),
+        truncated: false,
+        patterns: Vec::new(),
+        always: Vec::new(),
+        waited: ago(asked, now),
+        link: session_link(origin, v.directory.as_deref(), session_id),
+        can_answer,
+        questions: Vec::new(),
+    };
+    match c {
+        Card::Permission(p) => CardRow {
+            tool: p.request.tool.clone(),
+            lines: p.request.lines.clone(),
+            truncated: p.request.truncated,
+            patterns: p.request.patterns.clone(),
+            always: p.request.always.clone(),
+            ..base(
+                &p.request.session_id,
+                &p.session_title,
+                p.subagent,
+                p.request.asked_at_ms,
+            )
+        },
+        Card::Question(q) => CardRow {
+            permission: false,
+            tool: "question".into(),
+            questions: q
+                .request
+                .questions
+                .iter()
+                .enumerate()
+                .map(|(index, item)| QuestionRow {
+                    index,
+                    header: item.header.clone(),
+                    text: item.question.clone(),
+                    options: item.options.iter().map(|o| o.label.clone()).collect(),
+                    multiple: item.multiple,
+                    custom: item.custom.unwrap_or(true),
+                })
+                .collect(),
+            ..base(
+                &q.request.session_id,
+                &q.session_title,
+                q.subagent,
+                q.request.asked_at_ms,
+            )
+        },
+    }
+}
+
+/// The login session, or a redirect to the form (then back to `here`).
+async fn require_login(ctx: &Ctx<'_>, here: &str) -> Result<Result<Arc<Live>, Response<ProxyBody>>, HttpError> {
+    match ctx.login_session().await? {
+        Some(l) => Ok(Ok(l)),
+        None => Ok(Err(page::redirect(&format!("/login?next={}", form::encode(here))))),
+    }
+}
+
+fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
+    let q = ctx.parts.uri.query().unwrap_or("");
+    match crate::policy::query::get(q, "done").as_deref() {
+        Some("answered") => Some("Answered."),
+        Some("elsewhere") => Some("That request was already answered elsewhere."),
+        Some("aborted") => Some("The session was told to stop."),
+        Some("gone") => Some("That session had already stopped."),
+        _ => None,
+    }
+}
+
+fn fragment(ctx: &Ctx<'_>) -> bool {
+    ctx.parts
+        .uri
+        .query()
+        .is_some_and(|q| crate::policy::query::get(q, "fragment").is_some())
+}
+
+pub async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let live = match require_login(ctx, "/").await? {
+        Ok(l) => l,
+        Err(redirect) => return Ok(redirect),
+    };
+    let r = room(ctx, &live.user, flash_of(ctx));
+    if fragment(ctx) {
+        page::html(StatusCode::OK, &PortalContent { r: &r })
+    } else {
+        page::html(StatusCode::OK, &PortalPage { r: &r })
+    }
+}
+
+pub async fn inbox(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let live = match require_login(ctx, "/inbox").await? {
+        Ok(l) => l,
+        Err(redirect) => return Ok(redirect),
+    };
+    let r = room(ctx, &live.user, flash_of(ctx));
+    if fragment(ctx) {
+        page::html(StatusCode::OK, &InboxContent { r: &r })
+    } else {
+        page::html(StatusCode::OK, &InboxPage { r: &r })
+    }
+}
+
+/// `POST /_gw/act`: answer a permission request or a question, or abort a session. Only what
+/// the inbox shows for that project can be acted on, and only by an approver (or above) there.
+pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+    ctx.check_csrf()?;
+    let Some(live) = ctx.login_session().await? else {
+        return Err(HttpError::Unauthenticated);
+    };
+    let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
+    let project = f.get("project").map_or("", String::as_str);
+    let id = f.get("id").map_or("", String::as_str);
+    let action = f.get("do").map_or("", String::as_str);
+    let back = if f.get("from").is_some_and(|v| v == "portal") {
+        "/"
+    } else {
+        "/inbox"
+    };
+    // A project the user has no role in is as absent as one that does not exist.
+    let Some(role) = role_of(ctx.state, &live.user, project) else {
+        return Err(HttpError::NotFound(format!(
+            "no pending request {id} in a project of yours"
+        )));
+    };
+    if role < Class::Respond.least_role() {
+        tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "an answer from a role that may only watch refused");
+        return Err(HttpError::Forbidden(format!(
+            "answering in project {project} needs the approver role; {} has {}",
+            live.user,
+            role.as_str()
+        )));
+    }
+    let view = ctx.gw.inbox.view(|p| p == project);
+    let Some(v) = view.first() else {
+        return Ok(page::redirect(&format!("{back}?done=elsewhere")));
+    };
+    let inbox = &ctx.gw.inbox;
+    let outcome = match action {
+        "once" | "always" | "reject" => {
+            if !v
+                .pending
+                .iter()
+                .any(|c| matches!(c, Card::Permission(_)) && c.id() == id)
+            {
+                return Ok(page::redirect(&format!("{back}?done=elsewhere")));
+            }
+            let reply = Reply::parse(action).expect("matched above");
+            let message = f.get("message").cloned().filter(|m| !m.trim().is_empty());
+            inbox
+                .reply_permission(ctx.gw, project, id, reply, message, &live.user)
+                .await
+        }
+        "answer" | "dismiss" => {
+            let Some(Card::Question(q)) = v
+                .pending
+                .iter()
+                .find(|c| matches!(c, Card::Question(_)) && c.id() == id)
+            else {
+                return Ok(page::redirect(&format!("{back}?done=elsewhere")));
+            };
+            if action == "dismiss" {
+                inbox.reject_question(ctx.gw, project, id, &live.user).await
+            } else {
+                let answers = (0..q.request.questions.len())
+                    .map(|i| {
+                        let name = format!("q{i}");
+                        let own = format!("q{i}-own");
+                        let mut chosen: Vec<String> = f.all(&name).map(String::from).collect();
+                        if let Some(text) = f.get(&own).filter(|t| !t.trim().is_empty()) {
+                            chosen.push(text.trim().to_string());
+                        }
+                        chosen
+                    })
+                    .collect();
+                inbox.reply_question(ctx.gw, project, id, answers, &live.user).await
+            }
+        }
+        "abort" => {
+            if !v.sessions.iter().any(|s| s.id == id) {
+                return Ok(page::redirect(&format!("{back}?done=gone")));
+            }
+            let r = inbox.abort_session(ctx.gw, project, id).await;
+            tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
+            return match r {
+                Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=aborted"))),
+                Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=gone"))),
+                Err(e) => Err(inbox_error(project, e)),
+            };
+        }
+        _ => return Err(HttpError::BadRequest("unknown action".into())),
+    };
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, device = live.device.as_deref().unwrap_or("-"), project, request = id, answer = action, "answered from the control room");
+    match outcome {
+        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=answered"))),
+        Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),
+        Err(e) => Err(inbox_error(project, e)),
+    }
+}
+
+/// An inbox failure as the status a person can act on.
+fn inbox_error(project: &str, e: InboxError) -> HttpError {
+    match e {
+        InboxError::BadId(_) => HttpError::BadRequest(e.to_string()),
+        InboxError::UnknownProject(p) => HttpError::UnknownProject(p),
+        InboxError::NotRunning(reason) => HttpError::UpstreamStarting {
+            project: project.to_string(),
+            reason,
+        },
+        InboxError::Upstream { .. } | InboxError::Unreachable(_) => HttpError::UpstreamUnavailable {
+            project: project.to_string(),
+            reason: e.to_string(),
+        },
+    }
+}
+
+/// `GET /_gw/events`: an event stream that says `change` whenever what this user sees changed
+/// (computed per user, so a change in another project is not even hinted at). Holds one of the
+/// user's stream slots; ends when the login ends (checked at each keep-alive) or the gateway stops.
+pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let Some(live) = ctx.login_session().await? else {
+        return Err(HttpError::Unauthenticated);
+    };
+    let slot = ctx
+        .gw
+        .streams
+        .try_acquire(live.user.clone(), ctx.gw.limits.max_streams_per_user)
+        .ok_or(HttpError::TooManyStreams {
+            max: ctx.gw.limits.max_streams_per_user,
+        })?;
+    let cookie = super::cookie::find(&ctx.parts.headers).unwrap_or_default().to_string();
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+    let gw = ctx.gw.clone();
+    let client = ctx.client;
+    let user = live.user.clone();
+    tokio::spawn(async move {
+        let mut changes = gw.inbox.changes();
+        let digest = |gw: &crate::gateway::Gateway| {
+            let state = gw.state();
+            let views = gw.inbox.view(|p| role_of(&state, &user, p).is_some());
+            serde_json::to_string(&views).unwrap_or_default()
+        };
+        let mut last = digest(&gw);
+        if tx.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
+            return;
+        }
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        loop {
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() { return; }
+                    let now = digest(&gw);
+                    if now != last {
+                        last = now;
+                        if tx.send(Bytes::from_static(b"event: change\ndata: {}\n\n")).await.is_err() { return; }
+                    }
+                }
+                _ = tick.tick() => {
+                    if !matches!(gw.web.check(&cookie, client).await, Ok(Some(_))) { return; }
+                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
+                }
+                _ = tx.closed() => return,
+                _ = gw.shutdown.cancelled() => return,
+            }
+        }
+    });
+    let mut r = Response::new(ProxyBody::channel(rx).holding(Some(slot)));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    Ok(r)
+}
