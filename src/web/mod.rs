@@ -165,7 +165,10 @@ pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Respons
         (Page::Callback, &Method::GET) => handoff::redeem(ctx).await,
         (Page::Pair, &Method::GET) => pair::form(ctx).await,
         (Page::Pair, &Method::POST) => pair::submit(ctx, body).await,
-        (Page::Portal | Page::Inbox | Page::Events | Page::Act, _) => Err(HttpError::NotFound("not yet".into())),
+        (Page::Portal, &Method::GET) => room::portal(ctx).await,
+        (Page::Inbox, &Method::GET) => room::inbox(ctx).await,
+        (Page::Events, &Method::GET) => room::events(ctx).await,
+        (Page::Act, &Method::POST) => room::act(ctx, body).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),
         _ => Err(HttpError::MethodNotAllowed),
     }

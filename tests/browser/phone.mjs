@@ -6,18 +6,24 @@
 // card but may not answer it, a user of beta never sees alpha → pages on a sibling host and on
 // another site cannot act with the phone's cookie (form post, WebSocket) → a revoked device gets
 // the login page. Run by tests/integration/phone.rs; exits non-zero naming the failed step.
-// Env: GW_PORT, CERT, BIN, CONFIG, ALPHA_DIR, SHOT_DIR.
+// Env: GW_PORT, BASE_DOMAIN, CERT, BIN, CONFIG, ALPHA_DIR, SHOT_DIR. The base domain is under a real
+// public suffix (gw.example.com, mapped to 127.0.0.1 in Chromium), so that sibling hosts are the same
+// *site* as they are in production (Chromium treats *.localhost names as sites of their own).
 import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
+import https from 'node:https';
 
 const require = createRequire(import.meta.url);
 const { chromium, request } = require('playwright-core');
 const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
-const [port, certPath, bin, config, alphaDir, shots] = ['GW_PORT', 'CERT', 'BIN', 'CONFIG', 'ALPHA_DIR', 'SHOT_DIR'].map(env);
-const login = `https://gw.localhost:${port}`;
-const alphaHost = `https://alpha.gw.localhost:${port}`;
+const [port, domain, certPath, bin, config, alphaDir, shots] = ['GW_PORT', 'BASE_DOMAIN', 'CERT', 'BIN', 'CONFIG', 'ALPHA_DIR', 'SHOT_DIR'].map(env);
+const login = `https://${domain}:${port}`;
+const alphaHost = `https://alpha.${domain}:${port}`;
+
+// Node does not resolve *.localhost names: scripts reach the gateway by its address.
+const direct = `https://127.0.0.1:${port}`;
 const basic = (u, p) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
 const cli = (...args) => execFileSync(bin, [...args, '-c', config], { encoding: 'utf8' });
 
@@ -25,6 +31,19 @@ const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----'
 const spki = crypto.createHash('sha256')
   .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
   .digest('base64');
+
+// A sibling host an attacker controls (as OpenCode's web UI on another project's host would be):
+// served from this machine, like every project host, with the gateway's own wildcard certificate.
+const attack = (id) => `<!doctype html><form id=f method=post action="${login}/_gw/act">
+  <input name=project value=alpha><input name=id value="${id}"><input name=do value=once></form>
+  <script>document.getElementById('f').submit()</script>`;
+let attackId = '';
+const sibling = https.createServer({ key: fs.readFileSync(env('KEY')), cert: fs.readFileSync(certPath) }, (req, res) => {
+  res.writeHead(200, { 'content-type': 'text/html' });
+  res.end(req.url === '/ws' ? '<!doctype html><p>ws</p>' : attack(attackId));
+});
+await new Promise((r) => sibling.listen(0, '127.0.0.1', r));
+const evilSibling = `https://evil.${domain}:${sibling.address().port}`;
 
 const phoneProfile = {
   viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true,
@@ -35,7 +54,8 @@ let step = 'launch';
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`],
+    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`,
+    `--host-resolver-rules=MAP ${domain} 127.0.0.1, MAP *.${domain} 127.0.0.1`],
 });
 const api = await request.newContext({ ignoreHTTPSErrors: true, extraHTTPHeaders: { authorization: basic('alice', 'alice-password-1') } });
 const phone = await browser.newContext(phoneProfile);
@@ -50,13 +70,13 @@ const until = async (what, ms, probe) => {
     await new Promise((r) => setTimeout(r, 100));
   }
 };
-const pending = async () => (await (await api.get(`${login}/p/alpha/permission`)).json()).map((p) => p.id);
+const pending = async () => (await (await api.get(`${direct}/p/alpha/permission`)).json()).map((p) => p.id);
 const idle = async (session) => {
-  const s = await (await api.get(`${login}/p/alpha/session/status`)).json();
+  const s = await (await api.get(`${direct}/p/alpha/session/status`)).json();
   return !s[session] || s[session].type === 'idle';
 };
 const prompt = async (session, text) => {
-  const r = await api.post(`${login}/p/alpha/session/${session}/prompt_async`, { data: { parts: [{ type: 'text', text }] } });
+  const r = await api.post(`${direct}/p/alpha/session/${session}/prompt_async`, { data: { parts: [{ type: 'text', text }] } });
   if (r.status() !== 204) throw new Error(`prompt_async: ${r.status()} ${await r.text()}`);
 };
 const ranLines = () => { try { return fs.readFileSync(`${alphaDir}/ran.txt`, 'utf8').trim().split('\n').length; } catch { return 0; } };
@@ -97,7 +117,7 @@ try {
   await shot('1-portal');
 
   step = 'a prompt in alpha asks for bash';
-  const created = await api.post(`${login}/p/alpha/session`, { data: {} });
+  const created = await api.post(`${direct}/p/alpha/session`, { data: {} });
   if (created.status() !== 200) throw new Error(`POST /session: ${created.status()} ${await created.text()}`);
   const session = (await created.json()).id;
   await page.locator(`[data-session="${session}"]`).waitFor({ timeout: 10000 });
@@ -128,7 +148,7 @@ try {
   await prompt(session, 'RUNBASH again, to be answered elsewhere');
   const [other] = await until('the second request upstream', 60000, async () => (await pending()).length ? pending() : null);
   await page.locator(`[data-card="${other}"]`).waitFor({ timeout: 5000 });
-  const replied = await api.post(`${login}/p/alpha/permission/${other}/reply`, { data: { reply: 'once' } });
+  const replied = await api.post(`${direct}/p/alpha/permission/${other}/reply`, { data: { reply: 'once' } });
   if (replied.status() !== 200) throw new Error(`reply through the API: ${replied.status()}`);
   await page.locator(`[data-card="${other}"]`).waitFor({ state: 'detached', timeout: 5000 });
   await page.getByText('answered elsewhere').first().waitFor({ timeout: 5000 });
@@ -144,11 +164,13 @@ try {
   await viewer.goto(`${login}/inbox`);
   await viewer.locator(`[data-card="${third}"]`).waitFor({ timeout: 5000 });
   if (await viewer.locator(`[data-card="${third}"] button[value=once]`).count()) throw new Error('a viewer is offered "Allow once"');
-  const refused = await viewer.request.post(`${login}/_gw/act`, {
-    form: { project: 'alpha', id: third, do: 'once' }, headers: { origin: login }, maxRedirects: 0,
-  });
-  if (refused.status() !== 403 || !(await refused.text()).includes('approver')) {
-    throw new Error(`a viewer's answer: ${refused.status()} ${await refused.text()}`);
+  // The form is not offered, so post what it would have posted, from the page itself.
+  const refused = await viewer.evaluate(async (id) => {
+    const r = await fetch('/_gw/act', { method: 'POST', body: new URLSearchParams({ project: 'alpha', id, do: 'once' }) });
+    return { status: r.status, text: await r.text() };
+  }, third);
+  if (refused.status !== 403 || !refused.text.includes('approver')) {
+    throw new Error(`a viewer's answer: ${refused.status} ${refused.text}`);
   }
   if (!(await pending()).includes(third)) throw new Error("the viewer's answer went through");
   await shot('5-viewer', viewer);
@@ -164,16 +186,13 @@ try {
 
   step = 'the phone opens alpha\'s web UI without a second login';
   await page.goto(`${alphaHost}/`);
-  await page.waitForURL((u) => u.hostname === 'alpha.gw.localhost' && !u.pathname.startsWith('/_gw'), { timeout: 15000 });
+  await page.waitForURL((u) => u.hostname === `alpha.${domain}` && !u.pathname.startsWith('/_gw'), { timeout: 15000 });
 
   step = 'a page on a sibling host cannot answer with the cookie';
   const evil = await phone.newPage();
-  const attack = (origin) => `<!doctype html><form id=f method=post action="${login}/_gw/act">
-    <input name=project value=alpha><input name=id value="${third}"><input name=do value=once></form>
-    <script>document.getElementById('f').submit()</script>`;
-  await evil.route('https://evil.gw.localhost/**', (r) => r.fulfill({ contentType: 'text/html', body: attack() }));
-  await evil.route('https://evil.example/**', (r) => r.fulfill({ contentType: 'text/html', body: attack() }));
-  for (const origin of ['https://evil.gw.localhost/', 'https://evil.example/']) {
+  attackId = third;
+  await evil.route('https://evil.example/**', (r) => r.fulfill({ contentType: 'text/html', body: attack(third) }));
+  for (const origin of [`${evilSibling}/`, 'https://evil.example/']) {
     const answered = evil.waitForResponse((r) => r.url() === `${login}/_gw/act`);
     await evil.goto(origin);
     const r = await answered;
@@ -182,14 +201,13 @@ try {
   if (!(await pending()).includes(third)) throw new Error('a cross-site form answered the request');
 
   step = 'a WebSocket from a sibling host cannot use the project cookie';
-  await evil.route('https://evil.gw.localhost/ws', (r) => r.fulfill({ contentType: 'text/html', body: '<!doctype html><p>ws</p>' }));
-  await evil.goto('https://evil.gw.localhost/ws');
+  await evil.goto(`${evilSibling}/ws`);
   const ws = await evil.evaluate((url) => new Promise((done) => {
     const s = new WebSocket(url);
     s.onopen = () => done('open');
     s.onerror = () => done('error');
     setTimeout(() => done('timeout'), 10000);
-  }), `wss://alpha.gw.localhost:${port}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
+  }), `wss://alpha.${domain}:${port}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
   if (ws !== 'error') throw new Error(`a cross-site WebSocket: ${ws}`);
   await evil.close();
 
@@ -212,4 +230,5 @@ try {
 } finally {
   await browser.close();
   await api.dispose();
+  sibling.close();
 }

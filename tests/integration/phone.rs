@@ -10,6 +10,8 @@ use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::opencode::{FakeModel, opencode_bin};
 use crate::common::supervised::spawned;
 
+const DOMAIN: &str = "gw.example.com";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() {
@@ -43,13 +45,16 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
             role: "operator",
         },
     ]);
-    let config = base_config(&format!("{projects}{users}")).replace(
-        "state_dir = \"state\"\n",
-        &format!(
-            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
-            opencode_bin().display()
-        ),
-    );
+    // A domain under a real public suffix: sibling hosts are then the same site, as in production.
+    let config = base_config(&format!("{projects}{users}"))
+        .replace("gw.localhost", DOMAIN)
+        .replace(
+            "state_dir = \"state\"\n",
+            &format!(
+                "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+                opencode_bin().display()
+            ),
+        );
     let gw = Gateway::start(&config);
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let shots = repo.join("test-artifacts/phone");
@@ -59,7 +64,9 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
         .arg(repo.join("tests/browser/phone.mjs"))
         .current_dir(&repo)
         .env("GW_PORT", gw.https.port().to_string())
+        .env("BASE_DOMAIN", DOMAIN)
         .env("CERT", gw.dir.path().join("certs/server.crt"))
+        .env("KEY", gw.dir.path().join("certs/server.key"))
         .env("BIN", crate::common::gateway::BIN)
         .env("CONFIG", &gw.config)
         .env("ALPHA_DIR", &alpha_dir)
@@ -91,8 +98,8 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
     );
     // The refusals the browser could only see as failures, by their reasons.
     for reason in [
-        "reason=cross_site_fetch",
-        "reason=foreign_origin",
+        "reason=\"cross_site_fetch\" path=\"/_gw/act\"",
+        "with a project host's cookie refused",
         "a role that may only watch",
     ] {
         assert!(logs.contains(reason), "no {reason:?} in the gateway log:\n{logs}");
