@@ -4,28 +4,16 @@
 // Referer, and that the fragment is not in the history.
 // Run by tests/integration/pairing.rs; exits non-zero with the failed step's name.
 // Env: PAIR_URL (with the fragment), CERT.
-import { createRequire } from 'node:module';
-import crypto from 'node:crypto';
+import { env, launch } from './chromium.mjs';
 import fs from 'node:fs';
 
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
-const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const [pairUrl, certPath] = ['PAIR_URL', 'CERT'].map(env);
 const code = decodeURIComponent(new URL(pairUrl).hash.slice(1));
 const secret = code.slice(5);
 
-const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
-const spki = crypto.createHash('sha256')
-  .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
-  .digest('base64');
 
 let step = 'launch';
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`],
-});
+const browser = await launch(certPath);
 const context = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
 const page = await context.newPage();
 const leaks = [];

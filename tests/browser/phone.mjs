@@ -9,15 +9,12 @@
 // Env: GW_PORT, BASE_DOMAIN, CERT, BIN, CONFIG, ALPHA_DIR, SHOT_DIR. The base domain is under a real
 // public suffix (gw.example.com, mapped to 127.0.0.1 in Chromium), so that sibling hosts are the same
 // *site* as they are in production (Chromium treats *.localhost names as sites of their own).
-import { createRequire } from 'node:module';
+import { env, launch, playwright } from './chromium.mjs';
 import { execFileSync } from 'node:child_process';
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
 
-const require = createRequire(import.meta.url);
-const { chromium, request } = require('playwright-core');
-const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+const { request } = playwright;
 const [port, domain, certPath, bin, config, alphaDir, shots] = ['GW_PORT', 'BASE_DOMAIN', 'CERT', 'BIN', 'CONFIG', 'ALPHA_DIR', 'SHOT_DIR'].map(env);
 const login = `https://${domain}:${port}`;
 const alphaHost = `https://alpha.${domain}:${port}`;
@@ -27,10 +24,6 @@ const direct = `https://127.0.0.1:${port}`;
 const basic = (u, p) => `Basic ${Buffer.from(`${u}:${p}`).toString('base64')}`;
 const cli = (...args) => execFileSync(bin, [...args, '-c', config], { encoding: 'utf8' });
 
-const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
-const spki = crypto.createHash('sha256')
-  .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
-  .digest('base64');
 
 // A sibling host an attacker controls (as OpenCode's web UI on another project's host would be):
 // served from this machine, like every project host, with the gateway's own wildcard certificate.
@@ -51,12 +44,7 @@ const phoneProfile = {
 };
 
 let step = 'launch';
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`,
-    `--host-resolver-rules=MAP ${domain} 127.0.0.1, MAP *.${domain} 127.0.0.1`],
-});
+const browser = await launch(certPath, [`--host-resolver-rules=MAP ${domain} 127.0.0.1, MAP *.${domain} 127.0.0.1`]);
 const api = await request.newContext({ ignoreHTTPSErrors: true, extraHTTPHeaders: { authorization: basic('alice', 'alice-password-1') } });
 const phone = await browser.newContext(phoneProfile);
 const page = await phone.newPage();

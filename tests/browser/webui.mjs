@@ -5,27 +5,15 @@
 // cookies from the browser and log out, which ends the project host's cookie too.
 // Run by tests/integration/browser.rs, which starts the gateway and OpenCode; exits non-zero
 // with the failed step's name. Env: GW_URL, GW_USER, GW_PASS, PROJECT_DIR, CERT, SHOT_DIR.
-import { createRequire } from 'node:module';
-import crypto from 'node:crypto';
+import { env, launch } from './chromium.mjs';
 import fs from 'node:fs';
 
-const require = createRequire(import.meta.url);
-const { chromium } = require('playwright-core');
-const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
 const [url, user, pass, dir, certPath, shots] = ['GW_URL', 'GW_USER', 'GW_PASS', 'PROJECT_DIR', 'CERT', 'SHOT_DIR'].map(env);
 
 // Trust exactly the gateway's key (the dev CA is not in Chromium's store).
-const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
-const spki = crypto.createHash('sha256')
-  .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
-  .digest('base64');
 
 let step = 'launch';
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spki}`],
-});
+const browser = await launch(certPath);
 const shot = (name) => page.screenshot({ path: `${shots}/${name}.png` });
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 const projectHost = new URL(url).hostname;

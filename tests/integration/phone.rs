@@ -3,7 +3,6 @@
 //! tests/browser/phone.mjs; this starts the stack, runs it, and checks what only the host can see
 //! (the tool's file, the gateway's refusal reasons, that no secret reached the log).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
@@ -56,38 +55,29 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
             ),
         );
     let gw = Gateway::start(&config);
-    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let shots = repo.join("test-artifacts/phone");
-    let _ = std::fs::remove_dir_all(&shots);
-    std::fs::create_dir_all(&shots).unwrap();
-    let child = tokio::process::Command::new("node")
-        .arg(repo.join("tests/browser/phone.mjs"))
-        .current_dir(&repo)
-        .env("GW_PORT", gw.https.port().to_string())
-        .env("BASE_DOMAIN", DOMAIN)
-        .env("CERT", gw.dir.path().join("certs/server.crt"))
-        .env("KEY", gw.dir.path().join("certs/server.key"))
-        .env("BIN", crate::common::gateway::BIN)
-        .env("CONFIG", &gw.config)
-        .env("ALPHA_DIR", &alpha_dir)
-        .env("SHOT_DIR", &shots)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(300), child.wait_with_output())
-        .await
-        .expect("the phone test finished within 300 s")
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let shots = crate::common::browser::shots("phone");
+    let (port, cert, key) = (
+        gw.https.port().to_string(),
+        gw.dir.path().join("certs/server.crt"),
+        gw.dir.path().join("certs/server.key"),
     );
+    crate::common::browser::run(
+        "phone.mjs",
+        &[
+            ("GW_PORT", port.as_ref()),
+            ("BASE_DOMAIN", DOMAIN.as_ref()),
+            ("CERT", cert.as_os_str()),
+            ("KEY", key.as_os_str()),
+            ("BIN", crate::common::gateway::BIN.as_ref()),
+            ("CONFIG", gw.config.as_os_str()),
+            ("ALPHA_DIR", alpha_dir.as_os_str()),
+            ("SHOT_DIR", shots.as_os_str()),
+        ],
+        Duration::from_secs(300),
+        || format!("gateway log:\n{}", gw.logs()),
+    )
+    .await;
     let logs = gw.logs();
-    assert!(out.status.success(), "{text}\ngateway log:\n{logs}");
-    assert!(text.contains("ok: every step passed"), "{text}");
     assert_eq!(
         std::fs::read_to_string(alpha_dir.join("ran.txt"))
             .unwrap()

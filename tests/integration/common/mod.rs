@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod client;
 pub mod fake_upstream;
 pub mod gateway;

@@ -1,0 +1,24 @@
+// What every browser test shares: its environment, and Debian's Chromium launched headless,
+// trusting exactly the gateway's key (the dev CA is not in Chromium's store).
+import { createRequire } from 'node:module';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+
+const require = createRequire(import.meta.url);
+export const playwright = require('playwright-core');
+
+export const env = (k) => { const v = process.env[k]; if (!v) throw new Error(`${k} is not set`); return v; };
+
+/// The base64 SHA-256 of the leaf certificate's public key (Chromium's SPKI pin format).
+const spkiOf = (certPath) => {
+  const leaf = fs.readFileSync(certPath, 'utf8').split('-----END CERTIFICATE-----')[0] + '-----END CERTIFICATE-----\n';
+  return crypto.createHash('sha256')
+    .update(new crypto.X509Certificate(leaf).publicKey.export({ type: 'spki', format: 'der' }))
+    .digest('base64');
+};
+
+export const launch = (certPath, extraArgs = []) => playwright.chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spkiOf(certPath)}`, ...extraArgs],
+});

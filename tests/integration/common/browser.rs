@@ -1,0 +1,43 @@
+//! Running one of the Chromium scripts in tests/browser/ (playwright-core driving Debian's
+//! Chromium): its output, once it has passed every step.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Run `tests/browser/<script>` with `envs` within `within`; panics with everything it printed
+/// (and `context`, e.g. the gateway's log) unless it exits 0 having said "ok: every step passed".
+pub async fn run(script: &str, envs: &[(&str, &OsStr)], within: Duration, context: impl Fn() -> String) -> String {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut cmd = tokio::process::Command::new("node");
+    cmd.arg(repo.join("tests/browser").join(script))
+        .current_dir(&repo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(within, cmd.spawn().unwrap().wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("{script} finished within {within:?}"))
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}\n{}", context());
+    assert!(text.contains("ok: every step passed"), "{text}");
+    text
+}
+
+/// A fresh folder for a script's screenshots, `test-artifacts/<name>/`.
+pub fn shots(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("test-artifacts")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
