@@ -386,22 +386,7 @@ async fn a_phone_browser_pairs_from_the_qr_link_and_the_fragment_leaves_no_trace
 }
 
 /// `POST path` with a JSON body over the control socket.
-fn control_post(mut s: std::os::unix::net::UnixStream, path: &str, body: &str) -> (u16, String) {
-    use std::io::{Read, Write};
+fn control_post(s: std::os::unix::net::UnixStream, path: &str, body: &str) -> (u16, String) {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let code = text.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (
-        code,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default(),
-    )
+    crate::common::gateway::http_exchange_json(s, "POST", path, "localhost", body)
 }

@@ -257,10 +257,16 @@ impl Gateway {
 }
 
 /// One request with `Connection: close`; the status and the body.
-pub fn http_exchange(mut s: impl Read + Write, method: &str, path: &str, host: &str) -> (u16, String) {
+pub fn http_exchange(s: impl Read + Write, method: &str, path: &str, host: &str) -> (u16, String) {
+    http_exchange_json(s, method, path, host, "")
+}
+
+/// One HTTP/1.1 exchange with a JSON body (empty: none); the status and the body.
+pub fn http_exchange_json(mut s: impl Read + Write, method: &str, path: &str, host: &str, body: &str) -> (u16, String) {
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut text = String::new();
