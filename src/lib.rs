@@ -45,6 +45,7 @@ pub mod http;
 pub mod inbox;
 pub mod listen;
 pub mod notify;
+pub mod oidc;
 pub mod policy;
 pub mod ratelimit;
 pub mod reach;
