@@ -176,3 +176,89 @@ pub fn printable(s: &str) -> String {
         .take(80)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::config::{OidcMatch, Secret};
+
+    /// A provider on loopback serving discovery (its own URL as issuer unless `issuer` is given;
+    /// `jwks_uri` likewise) and an empty JWKS; the number of requests it answered.
+    async fn serve(issuer: Option<&'static str>, jwks_uri: Option<&'static str>) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let (b, h) = (base.clone(), hits.clone());
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (b, h) = (b.clone(), h.clone());
+                let svc = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    h.fetch_add(1, Ordering::SeqCst);
+                    let body = if req.uri().path() == "/jwks" {
+                        r#"{"keys":[]}"#.to_string()
+                    } else {
+                        serde_json::json!({
+                            "issuer": issuer.map_or(b.clone(), String::from),
+                            "authorization_endpoint": format!("{b}/auth"),
+                            "token_endpoint": format!("{b}/token"),
+                            "jwks_uri": jwks_uri.map_or(format!("{b}/jwks"), String::from),
+                            "id_token_signing_alg_values_supported": ["RS256"],
+                        })
+                        .to_string()
+                    };
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(
+                            body,
+                        ))))
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(tcp), svc),
+                );
+            }
+        });
+        (base, hits)
+    }
+
+    fn cfg(issuer: &str) -> Oidc {
+        Oidc {
+            issuer: issuer.to_string(),
+            client_id: "gateway".into(),
+            client_secret: Secret::new("s"),
+            match_on: OidcMatch::Email,
+            label: "Test".into(),
+            scopes: vec!["openid".into()],
+            secret_file: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn discovery_and_keys_are_fetched_once_then_served_from_the_cache() {
+        let (base, hits) = serve(None, None).await;
+        let p = Provider::default();
+        let m = p.metadata(&cfg(&base), false).await.unwrap();
+        assert_eq!(m.discovery.token_endpoint, format!("{base}/token"));
+        assert_eq!(hits.load(Ordering::SeqCst), 2, "discovery and the JWKS");
+        p.metadata(&cfg(&base), false).await.unwrap();
+        // An unknown key asks again, but not more often than every 30 s.
+        p.metadata(&cfg(&base), true).await.unwrap();
+        assert_eq!(hits.load(Ordering::SeqCst), 2);
+        // Another issuer (a reload changed it) is fetched afresh.
+        let (other, other_hits) = serve(None, None).await;
+        p.metadata(&cfg(&other), false).await.unwrap();
+        assert_eq!(other_hits.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_document_naming_another_issuer_or_plain_http_elsewhere_is_refused() {
+        let (base, _) = serve(Some("https://evil.example"), None).await;
+        let e = Provider::default().metadata(&cfg(&base), false).await.err().unwrap();
+        assert!(e.contains("names issuer \"https://evil.example\""), "{e}");
+        let (base, hits) = serve(None, Some("http://keys.example.com/jwks")).await;
+        let e = Provider::default().metadata(&cfg(&base), false).await.err().unwrap();
+        assert!(e.contains("jwks_uri") && e.contains("plain http"), "{e}");
+        assert_eq!(hits.load(Ordering::SeqCst), 1, "the keys were not fetched");
+    }
+}

@@ -1,9 +1,10 @@
 // Single sign-on in headless Chromium, against a real OpenID Provider (oidc-provider.mjs) whose
 // development login and consent pages Chromium fills in: alice signs in with the login page's
 // button and sees her projects in the control room, then opens a project host without a second
-// login; her callback URL replayed is refused; a callback URL taken from another browser is
-// refused there and still works in the browser that started it; "Cancel" at the provider
-// (access_denied) and mallory (not in the config) each get a page and no session cookie.
+// login; a project link opened first lands on the project after signing in; her callback URL
+// replayed is refused; a callback URL taken from another browser is refused there and still
+// works in the browser that started it; "Cancel" at the provider (access_denied) and mallory
+// (not in the config) each get a page and no session cookie.
 // Run by tests/integration/sso.rs. Env: GW_URL, PROJECT_URL, CERT, SHOT_DIR.
 import { env, launch } from './chromium.mjs';
 
@@ -107,6 +108,17 @@ try {
   expect(new URL(b.page.url()).pathname === '/' && own.status() === 200, `its own browser ended at ${b.page.url()} (${own.status()})`);
   expect(await sessionCookie(b.context), 'its own browser has no session');
   await b.context.close();
+
+  step = 'a project link opened first signs in through the provider and lands on the project';
+  const e = await fresh();
+  await e.page.goto(projectUrl);
+  await e.page.locator('#sso').click();
+  await e.page.locator('input[name=login]').fill('alice');
+  await e.page.locator('input[name=password]').fill('any password');
+  await e.page.getByRole('button', { name: 'Sign-in' }).click();
+  await e.page.getByRole('button', { name: 'Continue' }).click();
+  await e.page.waitForURL((u) => u.hostname === new URL(projectUrl).hostname, { timeout: 15000 });
+  await e.context.close();
 
   step = 'cancel at the provider';
   const d = await fresh();
