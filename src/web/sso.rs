@@ -118,7 +118,12 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         Ok(m) => m,
         Err(e) => return Ok(unavailable(ctx, &e)),
     };
-    let (state, nonce, verifier, binding) = (random(32), random(32), random(32), random(32));
+    let (state, nonce, verifier) = (random(32), random(32), random(32));
+    // A sign-in begun in a second tab keeps the browser's binding, so the first tab's still
+    // completes. Only this host can have set a `__Host-` cookie (a project host cannot toss one).
+    let binding = binding_of(&ctx.parts.headers)
+        .filter(|b| b.len() == 43 && b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'))
+        .map_or_else(|| random(32), String::from);
     let challenge = URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, verifier.as_bytes()));
     let redirect_uri = format!("{}/_gw/oidc/callback", ctx.own_origin());
     let endpoint = &meta.discovery.authorization_endpoint;
