@@ -50,6 +50,7 @@ try {
   await a.page.goto(`${gw}/login`);
   const label = await a.page.locator('#sso').textContent();
   expect(label.includes('Sign in with Test IdP'), `button reads ${label}`);
+  await a.page.screenshot({ path: `${shots}/0-login.png` });
 
   step = 'alice signs in and sees her projects';
   const done = await signIn(a.page, 'alice');
