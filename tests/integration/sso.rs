@@ -100,6 +100,21 @@ async fn without_a_usable_provider_or_flow_the_pages_refuse_plainly() {
     );
     assert!(!gw.logs().contains("code=abc"), "the callback's code is in the log");
 
+    // alice is SSO only: no password opens the form for her.
+    let own = format!("https://{}", c.authority());
+    let b = c
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", &own)
+        .header("sec-fetch-site", "same-origin");
+    let pw = c
+        .call(
+            b.body(http_body_util::Full::from("user=alice&password=anything-at-all"))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(pw.status, 401, "{}", pw.body);
+
     // Project hosts have no such pages.
     let project = Https::new(gw.https, &gw.ca()).host("web.gw.localhost");
     let r = get(&project, "/_gw/oidc/start", None).await;
