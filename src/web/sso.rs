@@ -114,6 +114,14 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     if ctx.login_session().await?.is_some() {
         return Ok(page::redirect(&next));
     }
+    // Each start holds a flow in memory for ten minutes: an address gets the login budget.
+    ctx.gw.limiters.address_attempt(ctx.client).map_err(|d| {
+        tracing::warn!(target: "security", peer = %ctx.client, reason = "oidc_start_limited", "single sign-on: too many sign-ins begun from one address");
+        HttpError::LoginLimited {
+            retry_after: d.retry_after,
+            reason: d.reason,
+        }
+    })?;
     let meta = match ctx.gw.sso.provider.metadata(cfg, false).await {
         Ok(m) => m,
         Err(e) => return Ok(unavailable(ctx, &e)),

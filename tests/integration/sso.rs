@@ -115,6 +115,21 @@ async fn without_a_usable_provider_or_flow_the_pages_refuse_plainly() {
         .await;
     assert_eq!(pw.status, 401, "{}", pw.body);
 
+    // Every start holds a flow for ten minutes: one address gets the login budget (burst 10).
+    let mut limited = None;
+    for i in 0..20 {
+        let r = get(&c, "/_gw/oidc/start", None).await;
+        if r.status == 429 {
+            limited = Some((i, r));
+            break;
+        }
+        assert_eq!(r.status, 502, "{}", r.body);
+    }
+    let (i, r) = limited.expect("twenty starts from one address were never limited");
+    assert!(i <= 10, "limited only after {i} more starts");
+    assert!(r.headers.contains_key("retry-after"));
+    assert!(gw.wait_log("oidc_start_limited", Duration::from_secs(5)).await);
+
     // Project hosts have no such pages.
     let project = Https::new(gw.https, &gw.ca()).host("web.gw.localhost");
     let r = get(&project, "/_gw/oidc/start", None).await;
