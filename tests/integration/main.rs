@@ -32,6 +32,7 @@ mod roles;
 mod secrets;
 mod spellings;
 mod ssh;
+mod sso;
 mod streaming;
 mod supervise;
 mod tokens;
