@@ -95,10 +95,16 @@ pub struct Gateway {
     pub tasks: TaskTracker,
     /// The per-core runtimes HTTPS connections are served on.
     pub workers: crate::workers::Workers,
+    /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
+    pub certs: Arc<crate::listen::certs::CertStore>,
 }
 
 impl Gateway {
-    pub fn new(settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<Arc<Gateway>> {
+    pub fn new(
+        settings: Settings,
+        certs: Arc<crate::listen::certs::CertStore>,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> anyhow::Result<Arc<Gateway>> {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
@@ -144,6 +150,7 @@ impl Gateway {
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
             workers: crate::workers::Workers::start()?,
+            certs,
         }))
     }
 
@@ -155,8 +162,13 @@ impl Gateway {
     /// Build the new state completely, then swap it in. On any error the old state keeps serving.
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let tls = crate::listen::tls::server_config(&settings.tls)?;
-        self.swap(settings, tls)?;
+        // The pair is read and checked first: a broken one refuses the whole reload. The TLS
+        // configuration stays (its resolver serves whatever the store holds), and so do its
+        // session tickets.
+        let pair = crate::listen::certs::load_pair(&settings.tls.cert, &settings.tls.key)?;
+        let tls_settings = settings.tls.clone();
+        self.swap(settings, self.state().tls.clone())?;
+        self.certs.replace_from_files(&tls_settings, pair);
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -83,7 +83,8 @@ pub struct Running {
 /// Bind every listener and start serving. Fails before serving anything if a listener or the TLS
 /// configuration cannot be set up.
 pub async fn start(settings: Settings) -> anyhow::Result<Running> {
-    let tls = listen::tls::server_config(&settings.tls)?;
+    let certs = listen::certs::CertStore::from_files(&settings.tls)?;
+    let tls = listen::tls::with_store(certs.clone(), false)?;
     let config_path = settings.path.clone();
     let https = bind(settings.server.listen, "server.listen").await?;
     let admin = match &settings.admin {
@@ -102,7 +103,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             project_listeners.push((p.name.clone(), bind(addr, "project.listen").await?));
         }
     }
-    let gw = Gateway::new(settings, tls)?;
+    let gw = Gateway::new(settings, certs.clone(), tls)?;
     let running = Running {
         https: https.local_addr()?,
         admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,
@@ -124,6 +125,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     }
     tokio::spawn(control::serve(gw.clone(), control, config_path, running.https.port()));
     tokio::spawn(reload::watch_project_sets(gw.clone()));
+    tokio::spawn(listen::certs::watch(certs, gw.shutdown.clone()));
     inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;

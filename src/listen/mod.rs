@@ -2,6 +2,8 @@
 //! a per-address connection slot before doing any work (closing the connection at once when either
 //! is full), and runs the TLS handshake under a timeout.
 
+pub mod certs;
+pub mod der;
 pub mod tls;
 
 use std::net::SocketAddr;

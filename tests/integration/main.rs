@@ -14,6 +14,7 @@ mod abuse;
 mod admin;
 mod browser;
 mod browser_login;
+mod certs;
 mod common;
 mod config_cli;
 mod connections;
