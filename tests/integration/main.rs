@@ -18,6 +18,7 @@ mod certs;
 mod common;
 mod config_cli;
 mod connections;
+mod doctor;
 mod drift;
 mod inbox;
 mod isolation;
