@@ -97,6 +97,10 @@ pub struct Gateway {
     pub workers: crate::workers::Workers,
     /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
     pub certs: Arc<crate::listen::certs::CertStore>,
+    /// Wakes the ACME task (a reload may have changed the names to order).
+    pub acme_wake: tokio::sync::Notify,
+    /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
+    pub http01: crate::acme::challenge::Http01,
 }
 
 impl Gateway {
@@ -151,6 +155,8 @@ impl Gateway {
             tasks: TaskTracker::new(),
             workers: crate::workers::Workers::start()?,
             certs,
+            acme_wake: tokio::sync::Notify::new(),
+            http01: Default::default(),
         }))
     }
 
@@ -165,10 +171,17 @@ impl Gateway {
         // The pair is read and checked first: a broken one refuses the whole reload. The TLS
         // configuration stays (its resolver serves whatever the store holds), and so do its
         // session tickets.
-        let pair = crate::listen::certs::load_pair(&settings.tls.cert, &settings.tls.key)?;
+        // With ACME the ACME task owns the pair: it is woken to order the reloaded names.
+        let pair = match settings.tls.acme {
+            None => Some(crate::listen::certs::load_pair(&settings.tls.cert, &settings.tls.key)?),
+            Some(_) => None,
+        };
         let tls_settings = settings.tls.clone();
         self.swap(settings, self.state().tls.clone())?;
-        self.certs.replace_from_files(&tls_settings, pair);
+        match pair {
+            Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
+            None => self.acme_wake.notify_one(),
+        }
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -6,8 +6,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::config::{Settings, UpstreamKind};
 
@@ -91,33 +91,13 @@ pub fn run(s: &Settings) -> Report {
     r
 }
 
-/// Every name clients use: the public URL's host, the base domain and each project's host.
-pub fn client_names(s: &Settings) -> Vec<String> {
-    let mut names = Vec::new();
-    let host = crate::reach::Reach::new(s, None)
-        .base()
-        .trim_start_matches("https://")
-        .to_string();
-    let host = host
-        .rsplit_once(':')
-        .filter(|(_, p)| p.parse::<u16>().is_ok())
-        .map_or(host.as_str(), |(h, _)| h);
-    names.push(host.trim_start_matches('[').trim_end_matches(']').to_string());
-    if let Some(d) = &s.server.base_domain {
-        names.push(d.clone());
-        names.extend(s.projects.iter().map(|p| format!("{}.{d}", p.name)));
-    }
-    names.dedup();
-    names
-}
-
 fn certificate(s: &Settings, r: &mut Report) {
     let path = &s.tls.cert;
     let chain: Vec<CertificateDer<'static>> = match CertificateDer::pem_file_iter(path)
         .map(|i| i.collect::<Result<Vec<_>, _>>())
     {
         Ok(Ok(c)) if !c.is_empty() => c,
-        _ if s.tls.dev_ca => {
+        _ if s.tls.dev_ca || s.tls.acme.is_some() => {
             r.warn(format!(
                 "certificate: {} does not exist yet; `serve` makes the dev certificate on first start",
                 path.display()
@@ -129,24 +109,19 @@ fn certificate(s: &Settings, r: &mut Report) {
             return;
         }
     };
-    let Ok(leaf) = rustls::server::ParsedCertificate::try_from(&chain[0]) else {
+    if rustls::server::ParsedCertificate::try_from(&chain[0]).is_err() {
         r.fail(format!(
             "certificate: {} cannot be parsed. Fix: write a PEM chain, leaf first",
             path.display()
         ));
         return;
-    };
-    let missing: Vec<String> = client_names(s)
-        .into_iter()
-        .filter(|n| {
-            let Ok(name) = ServerName::try_from(n.clone()) else {
-                return true;
-            };
-            rustls::client::verify_server_name(&leaf, &name).is_err()
-        })
-        .collect();
+    }
+    let missing = crate::listen::certs::uncovered(&chain[0], &crate::reach::client_names(s));
     if missing.is_empty() {
-        r.ok(format!("certificate: covers {}", client_names(s).join(", ")));
+        r.ok(format!(
+            "certificate: covers {}",
+            crate::reach::client_names(s).join(", ")
+        ));
     } else {
         let fix = if s.tls.dev_ca {
             format!(

@@ -248,6 +248,22 @@ fn check_validity(leaf: &CertificateDer<'_>, path: &Path) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// The names in `names` that the certificate `leaf` is not valid for (all of them when it cannot
+/// be parsed).
+pub fn uncovered(leaf: &CertificateDer<'_>, names: &[String]) -> Vec<String> {
+    let Ok(parsed) = rustls::server::ParsedCertificate::try_from(leaf) else {
+        return names.to_vec();
+    };
+    names
+        .iter()
+        .filter(|n| {
+            rustls::pki_types::ServerName::try_from(n.as_str())
+                .map_or(true, |name| rustls::client::verify_server_name(&parsed, &name).is_err())
+        })
+        .cloned()
+        .collect()
+}
+
 /// `3d 4h`, `5h 2m`, `40s`: for log lines and `doctor`.
 pub fn human(d: Duration) -> String {
     let s = d.as_secs();

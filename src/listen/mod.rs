@@ -196,6 +196,10 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     return;
                 }
             };
+            // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
+            if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
+                return;
+            }
             // A project removed by a reload keeps its port until a restart (listeners are not
             // re-bound): new connections there get a plain 404 saying so.
             if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {

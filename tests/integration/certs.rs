@@ -13,8 +13,15 @@ use crate::common::gateway::{ALICE, Gateway, base_config, users_toml};
 
 /// The DER of the certificate a new connection is served.
 async fn served(c: &Https) -> Vec<u8> {
-    let tls = c.tls().await;
-    tls.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+    // A client with no session cache: a resumed session reports the certificate of the session
+    // it resumes, not the one the server would send now.
+    let mut config = (*c.config).clone();
+    config.resumption = rustls::client::Resumption::disabled();
+    let fresh = Https {
+        config: std::sync::Arc::new(config),
+        ..c.clone()
+    };
+    fresh.tls().await.get_ref().1.peer_certificates().unwrap()[0].to_vec()
 }
 
 /// A new server certificate from the same dev CA, written over the old pair.

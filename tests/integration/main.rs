@@ -11,6 +11,7 @@
 //! Helpers more than one file uses live in `common/`.
 
 mod abuse;
+mod acme;
 mod admin;
 mod browser;
 mod browser_login;
