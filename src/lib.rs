@@ -142,7 +142,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     }
     if let Some(l) = http {
         tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
-        tokio::spawn(acme::http::serve(gw.clone(), l));
+        tokio::spawn(acme::http::serve(gw.clone(), l, running.https.port()));
     }
     inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {

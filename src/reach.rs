@@ -106,6 +106,23 @@ fn split_host_port(authority: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// Every name clients use: the public URL's host, the base domain and each project's host.
+pub fn client_names(s: &Settings) -> Vec<String> {
+    let mut names = Vec::new();
+    let host = Reach::new(s, None).base().trim_start_matches("https://").to_string();
+    let host = host
+        .rsplit_once(':')
+        .filter(|(_, p)| p.parse::<u16>().is_ok())
+        .map_or(host.as_str(), |(h, _)| h);
+    names.push(host.trim_start_matches('[').trim_end_matches(']').to_string());
+    if let Some(d) = &s.server.base_domain {
+        names.push(d.clone());
+        names.extend(s.projects.iter().map(|p| format!("{}.{d}", p.name)));
+    }
+    names.dedup();
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,21 +170,4 @@ mod tests {
             "ssh -N -L 4096:demo:80 dev@::1"
         );
     }
-}
-
-/// Every name clients use: the public URL's host, the base domain and each project's host.
-pub fn client_names(s: &Settings) -> Vec<String> {
-    let mut names = Vec::new();
-    let host = Reach::new(s, None).base().trim_start_matches("https://").to_string();
-    let host = host
-        .rsplit_once(':')
-        .filter(|(_, p)| p.parse::<u16>().is_ok())
-        .map_or(host.as_str(), |(h, _)| h);
-    names.push(host.trim_start_matches('[').trim_end_matches(']').to_string());
-    if let Some(d) = &s.server.base_domain {
-        names.push(d.clone());
-        names.extend(s.projects.iter().map(|p| format!("{}.{d}", p.name)));
-    }
-    names.dedup();
-    names
 }

@@ -15,7 +15,8 @@ use crate::gateway::Gateway;
 
 const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
-pub async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
+/// `https_port`: the bound HTTPS port, for a `public_url` that says port 0.
+pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
     let tasks = gw.tasks.clone();
     let gw2 = gw.clone();
     crate::listen::accept_loop(gw, listener, "http", move |tcp, _peer, slot| {
@@ -24,7 +25,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
             let _slot = slot;
             let svc_gw = gw.clone();
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                let r = answer(&svc_gw, &req);
+                let r = answer(&svc_gw, &req, https_port);
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
             let conn = gw.http.serve_connection(TokioIo::new(tcp), service);
@@ -46,7 +47,7 @@ fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
-fn answer<B>(gw: &Gateway, req: &http::Request<B>) -> Response<Full<Bytes>> {
+fn answer<B>(gw: &Gateway, req: &http::Request<B>, https_port: u16) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if let Some(token) = path.strip_prefix(CHALLENGE_PREFIX) {
         return match gw.http01.get(token) {
@@ -79,7 +80,7 @@ fn answer<B>(gw: &Gateway, req: &http::Request<B>) -> Response<Full<Bytes>> {
             "a Host header is needed to redirect to HTTPS\n",
         );
     };
-    let port = crate::reach::Reach::new(&gw.state().settings, None).port();
+    let port = crate::reach::Reach::new(&gw.state().settings, Some(https_port)).port();
     let port = if port == 443 { String::new() } else { format!(":{port}") };
     let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let location = format!("https://{host}{port}{target}");

@@ -232,7 +232,6 @@ async fn order(gw: &Gateway, s: &Settings, acme: &Acme, names: &[String]) -> any
             .await
             .with_context(|| format!("ACME: announcing the challenge for {name}"))?;
     }
-    drop(authorizations);
     let retry = RetryPolicy::default().timeout(Duration::from_secs(90));
     let status = order.poll_ready(&retry).await.context("ACME: waiting for validation")?;
     if status != OrderStatus::Ready {

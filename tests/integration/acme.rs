@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, read};
+use crate::common::client::{Https, plain, read};
 use crate::common::gateway::{ALICE, Gateway, external_project, users_toml};
 
 /// A child process killed (and reaped) when the test ends, however it ends.
@@ -72,12 +72,16 @@ fn pebble_api_cert(dir: &Path) {
 }
 
 fn config(pebble: u16, projects: &[&str]) -> String {
+    config_with(pebble, projects, "")
+}
+
+fn config_with(pebble: u16, projects: &[&str], server: &str) -> String {
     let projects: String = projects
         .iter()
         .map(|p| external_project(p, "http://127.0.0.1:9"))
         .collect();
     format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nbase_domain = \"gw.localhost\"\nstate_dir = \"state\"\n\n\
+        "[server]\nlisten = \"127.0.0.1:0\"\nbase_domain = \"gw.localhost\"\nstate_dir = \"state\"\n{server}\n\
          [tls]\nacme = {{ directory = \"https://127.0.0.1:{pebble}/dir\", email = \"ops@gw.localhost\", ca_bundle = \"pebble-api-ca.pem\" }}\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\n{projects}{}",
         users_toml(&[ALICE])
@@ -85,7 +89,7 @@ fn config(pebble: u16, projects: &[&str]) -> String {
 }
 
 /// Start pebble-challtestsrv (DNS: every name is 127.0.0.1) and pebble, validating on `tls_port`.
-fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16) -> (Proc, Proc) {
+fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16, http_port: u16) -> (Proc, Proc) {
     let dns = free_udp_port();
     let challtest = spawn(Command::new("pebble-challtestsrv").args([
         "-dns01",
@@ -108,7 +112,7 @@ fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16) -> (Proc, Proc) 
         "managementListenAddress": format!("127.0.0.1:{mgmt}"),
         "certificate": dir.join("pebble-api.crt"),
         "privateKey": dir.join("pebble-api.key"),
-        "httpPort": free_tcp_port(),
+        "httpPort": http_port,
         "tlsPort": tls_port,
         "ocspResponderURL": "",
         "externalAccountBindingRequired": false
@@ -166,6 +170,16 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         crate::common::write_secret(&d.join("pw"), "unused");
     });
     let dir = gw.dir.path().to_path_buf();
+    // A second gateway validated by HTTP-01 on its plain-HTTP listener (pebble's httpPort).
+    let http_port = free_tcp_port();
+    let gw80 = Gateway::start_with(
+        &config_with(api, &["demo"], &format!("http_listen = \"127.0.0.1:{http_port}\"\n")),
+        &[],
+        |d| {
+            std::fs::copy(dir.join("pebble-api-ca.pem"), d.join("pebble-api-ca.pem")).unwrap();
+            crate::common::write_secret(&d.join("pw"), "unused");
+        },
+    );
 
     // Pebble is not up yet: the first order fails, says why, and is retried.
     wait_count(
@@ -177,7 +191,7 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     )
     .await;
     assert!(gw.logs().contains("Connection refused"), "{}", gw.logs());
-    let (_challtest, pebble) = start_pebble(&dir, api, mgmt, gw.https.port());
+    let (_challtest, pebble) = start_pebble(&dir, api, mgmt, gw.https.port(), http_port);
 
     // Issuance: TLS-ALPN-01 on the gateway's own HTTPS port.
     wait_count(
@@ -219,6 +233,37 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         !gw.logs().contains("PRIVATE KEY") && !gw.logs().contains("\"d\":"),
         "no key material in the log"
     );
+
+    // HTTP-01: the other gateway got its certificate through its plain-HTTP listener, which
+    // otherwise only redirects to HTTPS.
+    wait_count(
+        &gw80,
+        "ACME: certificate issued and serving",
+        1,
+        Duration::from_secs(60),
+        &pebble,
+    )
+    .await;
+    let c80 = Https::new(gw80.https, &dir.join("pebble-root.pem")).host("gw.localhost");
+    assert!(covered(&served(&c80).await, &["gw.localhost", "demo.gw.localhost"]));
+    let http_addr = format!("127.0.0.1:{http_port}").parse().unwrap();
+    let host = format!("demo.gw.localhost:{http_port}");
+    let r = plain(http_addr, "GET", "/p/demo/session?x=1", &[("host", host.as_str())], "").await;
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.headers["location"],
+        format!("https://demo.gw.localhost:{}/p/demo/session?x=1", gw80.https.port()).as_str()
+    );
+    let r = plain(
+        http_addr,
+        "GET",
+        "/.well-known/acme-challenge/unknown",
+        &[("host", "gw.localhost")],
+        "",
+    )
+    .await;
+    assert_eq!(r.status, 404, "no answer for a token that is not being validated");
+    drop(gw80);
 
     // Renewal without a restart: a reload adds a project host; a new certificate covers it.
     gw.write_config(&config(api, &["demo", "extra"]));
