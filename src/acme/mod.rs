@@ -57,7 +57,11 @@ pub fn start(gw: &Arc<Gateway>) {
 /// How long until the pair on disk should be renewed: now when it is missing, broken, or misses
 /// a wanted name; else at two thirds of its validity.
 fn due_in(s: &Settings, names: &[String]) -> Duration {
-    let Ok(pair) = load_pair(&s.tls.cert, &s.tls.key) else {
+    due_in_files(&s.tls.cert, &s.tls.key, names)
+}
+
+fn due_in_files(cert: &std::path::Path, key: &std::path::Path, names: &[String]) -> Duration {
+    let Ok(pair) = load_pair(cert, key) else {
         return Duration::ZERO;
     };
     let Some(leaf) = pair.cert.first() else {
@@ -258,4 +262,47 @@ fn store(s: &Settings, chain: &str, key: &str) -> anyhow::Result<()> {
         std::fs::rename(&tmp, path).with_context(|| format!("ACME: replacing {}", path.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(dir: &std::path::Path, names: &[&str], days: (i64, i64)) -> (std::path::PathBuf, std::path::PathBuf) {
+        let mut params =
+            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        params.not_before = now + time::Duration::days(days.0);
+        params.not_after = now + time::Duration::days(days.1);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    #[test]
+    fn renewal_is_due_at_two_thirds_of_the_life_or_when_a_name_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["gw.test".to_string(), "a.gw.test".to_string()];
+        assert_eq!(
+            due_in_files(&dir.path().join("none"), &dir.path().join("none"), &names),
+            Duration::ZERO,
+            "no certificate yet"
+        );
+        // 30 days of life, 1 day gone: due 19 days from now.
+        let (c, k) = pair(dir.path(), &["gw.test", "a.gw.test"], (-1, 29));
+        let due = due_in_files(&c, &k, &names);
+        assert!(
+            due > Duration::from_secs(18 * 86_400) && due < Duration::from_secs(20 * 86_400),
+            "{due:?}"
+        );
+        // 21 days of 30 gone: past two thirds.
+        let (c, k) = pair(dir.path(), &["gw.test", "a.gw.test"], (-21, 9));
+        assert_eq!(due_in_files(&c, &k, &names), Duration::ZERO);
+        // Fresh, but a project host is missing.
+        let (c, k) = pair(dir.path(), &["gw.test"], (-1, 89));
+        assert_eq!(due_in_files(&c, &k, &names), Duration::ZERO);
+    }
 }
