@@ -195,7 +195,22 @@ fn opencode(s: &Settings, r: &mut Report) {
 }
 
 fn permissions(s: &Settings, r: &mut Report) {
-    let loose = super::check::permission_warnings(s);
+    let mut loose = super::check::permission_warnings(s);
+    // The ACME account's credentials hold its private key.
+    if let Some(acme) = &s.tls.acme {
+        use std::os::unix::fs::PermissionsExt;
+        let account = acme.dir.join("account.json");
+        if let Ok(m) = std::fs::metadata(&account)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            loose.push(format!(
+                "{} (the ACME account key) is readable by group or others (mode {:03o}). Fix: chmod 600 {}",
+                account.display(),
+                m.permissions().mode() & 0o777,
+                account.display()
+            ));
+        }
+    }
     if loose.is_empty() {
         r.ok("permissions: the config file and every secret file are readable by their owner only");
     }
@@ -206,6 +221,7 @@ fn permissions(s: &Settings, r: &mut Report) {
 
 fn listeners(s: &Settings, r: &mut Report) {
     let mut all: Vec<(String, SocketAddr)> = vec![("server.listen".into(), s.server.listen)];
+    all.extend(s.server.http_listen.map(|a| ("server.http_listen".into(), a)));
     all.extend(s.admin.as_ref().map(|a| ("admin.listen".into(), a.listen)));
     all.extend(s.ssh.as_ref().map(|a| ("ssh.listen".into(), a.listen)));
     all.extend(
