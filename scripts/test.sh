@@ -22,7 +22,8 @@ fi
 
 # Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
 # test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
-# (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test).
+# (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test),
+# pebble and pebble-challtestsrv (the ACME test's CA and its DNS).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
@@ -30,6 +31,7 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
+command -v pebble >/dev/null || need+=(pebble)
 [ "$(id -u)" -ne 0 ] || command -v useradd >/dev/null || need+=(passwd)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"

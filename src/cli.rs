@@ -40,6 +40,12 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Check a configured gateway as its clients see it: certificate names and expiry, the OpenCode
+    /// binary, secret-file permissions, free listeners, base_domain resolving; prints each fix.
+    Doctor {
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
     /// Read a password (stdin, or a prompt on a terminal) and print its argon2id PHC hash.
     HashPassword,
     /// Add, change, remove or list users in the config file (comments are kept).

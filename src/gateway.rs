@@ -97,10 +97,20 @@ pub struct Gateway {
     pub tasks: TaskTracker,
     /// The per-core runtimes HTTPS connections are served on.
     pub workers: crate::workers::Workers,
+    /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
+    pub certs: Arc<crate::listen::certs::CertStore>,
+    /// Wakes the ACME task (a reload may have changed the names to order).
+    pub acme_wake: tokio::sync::Notify,
+    /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
+    pub http01: crate::acme::challenge::Http01,
 }
 
 impl Gateway {
-    pub fn new(settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<Arc<Gateway>> {
+    pub fn new(
+        settings: Settings,
+        certs: Arc<crate::listen::certs::CertStore>,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> anyhow::Result<Arc<Gateway>> {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
@@ -147,6 +157,9 @@ impl Gateway {
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
             workers: crate::workers::Workers::start()?,
+            certs,
+            acme_wake: tokio::sync::Notify::new(),
+            http01: Default::default(),
         }))
     }
 
@@ -158,8 +171,20 @@ impl Gateway {
     /// Build the new state completely, then swap it in. On any error the old state keeps serving.
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
-        let tls = crate::listen::tls::server_config(&settings.tls)?;
-        self.swap(settings, tls)?;
+        // The pair is read and checked first: a broken one refuses the whole reload. The TLS
+        // configuration stays (its resolver serves whatever the store holds), and so do its
+        // session tickets.
+        // With ACME the ACME task owns the pair: it is woken to order the reloaded names.
+        let pair = match settings.tls.acme {
+            None => Some(crate::listen::certs::load_pair(&settings.tls.cert, &settings.tls.key)?),
+            Some(_) => None,
+        };
+        let tls_settings = settings.tls.clone();
+        self.swap(settings, self.state().tls.clone())?;
+        match pair {
+            Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
+            None => self.acme_wake.notify_one(),
+        }
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }

@@ -35,6 +35,7 @@
 //! origin check → rate limit → pin directory → rewrite → upstream (the endpoint's pool) → stream the
 //! response back unbuffered, or splice a WebSocket → one access-log line when the body ends.
 
+pub mod acme;
 pub mod admin;
 pub mod auth;
 pub mod cli;
@@ -87,11 +88,20 @@ pub struct Running {
 /// Bind every listener and start serving. Fails before serving anything if a listener or the TLS
 /// configuration cannot be set up.
 pub async fn start(settings: Settings) -> anyhow::Result<Running> {
-    let tls = listen::tls::server_config(&settings.tls)?;
+    let acme = settings.tls.acme.clone();
+    let certs = match &acme {
+        Some(a) => acme::initial_store(&settings, a)?,
+        None => listen::certs::CertStore::from_files(&settings.tls)?,
+    };
+    let tls = listen::tls::with_store(certs.clone(), acme.is_some())?;
     let config_path = settings.path.clone();
     let https = bind(settings.server.listen, "server.listen").await?;
     let admin = match &settings.admin {
         Some(a) => Some(bind(a.listen, "admin.listen").await?),
+        None => None,
+    };
+    let http = match settings.server.http_listen {
+        Some(a) => Some(bind(a, "server.http_listen").await?),
         None => None,
     };
     let ssh = match &settings.ssh {
@@ -106,7 +116,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             project_listeners.push((p.name.clone(), bind(addr, "project.listen").await?));
         }
     }
-    let gw = Gateway::new(settings, tls)?;
+    let gw = Gateway::new(settings, certs.clone(), tls)?;
     let running = Running {
         https: https.local_addr()?,
         admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,
@@ -128,6 +138,16 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     }
     tokio::spawn(control::serve(gw.clone(), control, config_path, running.https.port()));
     tokio::spawn(reload::watch_project_sets(gw.clone()));
+    match acme {
+        Some(_) => acme::start(&gw),
+        None => {
+            tokio::spawn(listen::certs::watch(certs, gw.shutdown.clone()));
+        }
+    }
+    if let Some(l) = http {
+        tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
+        tokio::spawn(acme::http::serve(gw.clone(), l, running.https.port()));
+    }
     inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {
         let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;

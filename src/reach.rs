@@ -42,6 +42,11 @@ impl Reach {
         }
     }
 
+    /// The HTTPS port clients use.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The gateway's URL (`https://host[:port]`).
     pub fn base(&self) -> &str {
         &self.base
@@ -108,6 +113,23 @@ fn split_host_port(authority: &str) -> (&str, Option<u16>) {
         Some((h, p)) if p.parse::<u16>().is_ok() => (h, p.parse().ok()),
         _ => (authority, None),
     }
+}
+
+/// Every name clients use: the public URL's host, the base domain and each project's host.
+pub fn client_names(s: &Settings) -> Vec<String> {
+    let mut names = Vec::new();
+    let host = Reach::new(s, None).base().trim_start_matches("https://").to_string();
+    let host = host
+        .rsplit_once(':')
+        .filter(|(_, p)| p.parse::<u16>().is_ok())
+        .map_or(host.as_str(), |(h, _)| h);
+    names.push(host.trim_start_matches('[').trim_end_matches(']').to_string());
+    if let Some(d) = &s.server.base_domain {
+        names.push(d.clone());
+        names.extend(s.projects.iter().map(|p| format!("{}.{d}", p.name)));
+    }
+    names.dedup();
+    names
 }
 
 #[cfg(test)]

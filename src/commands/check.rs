@@ -6,7 +6,8 @@ use crate::config::{Grants, Settings, UpstreamKind};
 
 pub fn check(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;
-    if !settings.tls.dev_ca || (settings.tls.cert.exists() && settings.tls.key.exists()) {
+    let made_later = settings.tls.dev_ca || settings.tls.acme.is_some();
+    if !made_later || (settings.tls.cert.exists() && settings.tls.key.exists()) {
         crate::listen::tls::server_config(&settings.tls)?;
     }
     print!("{}", summary(&settings));

@@ -3,6 +3,7 @@
 pub mod admin_client;
 pub mod check;
 pub mod devices;
+pub mod doctor;
 pub mod init;
 pub mod pair;
 pub mod password;
@@ -28,6 +29,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             project_dir,
         } => init::init(dir.as_deref(), project, project_dir),
         Command::Check { config } => check::check(&config),
+        Command::Doctor { config } => doctor::doctor(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;
             println!("{}", crate::auth::verifier::hash_password(&pw)); // ok: prints the argon2id hash, not the password

@@ -47,15 +47,28 @@ pub struct RawServer {
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
     pub opencode_bin: Option<String>,
+    /// A plain-HTTP listener: ACME HTTP-01 answers, everything else a redirect to HTTPS.
+    pub http_listen: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTls {
-    pub cert: String,
-    pub key: String,
+    /// Required unless `acme` is set (then the issued pair lives under `state_dir/acme/`).
+    pub cert: Option<String>,
+    pub key: Option<String>,
     #[serde(default)]
     pub dev_ca: bool,
+    pub acme: Option<RawAcme>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAcme {
+    pub directory: String,
+    pub email: Option<String>,
+    /// PEM roots to trust the ACME server with, instead of the system's (a test CA such as pebble).
+    pub ca_bundle: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -48,6 +48,8 @@ pub struct Server {
     pub trusted_proxies: Vec<Cidr>,
     /// The `opencode` executable for spawned projects; `None` means search PATH and node_modules.
     pub opencode_bin: Option<PathBuf>,
+    /// `http_listen`: plain HTTP for ACME HTTP-01 and redirects to HTTPS.
+    pub http_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +57,18 @@ pub struct Tls {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub dev_ca: bool,
+    /// `[tls] acme`: obtain and renew `cert`/`key` from an ACME CA (RFC 8555).
+    pub acme: Option<Acme>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acme {
+    /// The directory URL (https://).
+    pub directory: String,
+    pub email: Option<String>,
+    pub ca_bundle: Option<PathBuf>,
+    /// `state_dir/acme`: the account credentials and the issued pair (0700, files 0600).
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Clone)]

@@ -2,6 +2,8 @@
 //! a per-address connection slot before doing any work (closing the connection at once when either
 //! is full), and runs the TLS handshake under a timeout.
 
+pub mod certs;
+pub mod der;
 pub mod tls;
 
 use std::net::SocketAddr;
@@ -194,6 +196,10 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     return;
                 }
             };
+            // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
+            if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
+                return;
+            }
             // A project removed by a reload keeps its port until a restart (listeners are not
             // re-bound): new connections there get a plain 404 saying so.
             if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {

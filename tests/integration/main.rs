@@ -11,12 +11,15 @@
 //! Helpers more than one file uses live in `common/`.
 
 mod abuse;
+mod acme;
 mod admin;
 mod browser;
 mod browser_login;
+mod certs;
 mod common;
 mod config_cli;
 mod connections;
+mod doctor;
 mod drift;
 mod inbox;
 mod isolation;

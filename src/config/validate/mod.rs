@@ -193,14 +193,58 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         .as_deref()
         .map(|b| if b.contains('/') { c.path(b) } else { PathBuf::from(b) });
 
-    let tls = Tls {
-        cert: c.path(&raw.tls.cert),
-        key: c.path(&raw.tls.key),
-        dev_ca: raw.tls.dev_ca,
+    let acme = raw.tls.acme.as_ref().map(|a| {
+        if !a.directory.starts_with("https://") {
+            c.problem(
+                "tls.acme.directory",
+                format!("{:?} is not an https:// URL", a.directory),
+                "write the CA's directory URL, e.g. \"https://acme-v02.api.letsencrypt.org/directory\"",
+            );
+        }
+        if a.email.as_deref().is_some_and(|e| !e.contains('@')) {
+            c.problem(
+                "tls.acme.email",
+                "is not an email address",
+                "write the address the CA may send expiry notices to, or leave it out",
+            );
+        }
+        Acme {
+            directory: a.directory.clone(),
+            email: a.email.clone(),
+            ca_bundle: a.ca_bundle.as_deref().map(|p| c.path(p)),
+            dir: state_dir.join("acme"),
+        }
+    });
+    if acme.is_some() && raw.tls.dev_ca {
+        c.problem(
+            "tls.acme",
+            "is set together with tls.dev_ca",
+            "remove dev_ca: ACME obtains a trusted certificate instead",
+        );
+    }
+    let path_or = |c: &mut Checker, key: &str, v: &Option<String>, file: &str| match (v, &acme) {
+        (Some(p), _) => c.path(p),
+        (None, Some(a)) => a.dir.join(file),
+        (None, None) => {
+            c.problem(
+                key,
+                "is missing",
+                "point it at your PEM file, or set tls.dev_ca = true, or set tls.acme",
+            );
+            PathBuf::new()
+        }
     };
-    if !tls.dev_ca {
+    let cert = path_or(&mut c, "tls.cert", &raw.tls.cert, "cert.pem");
+    let key = path_or(&mut c, "tls.key", &raw.tls.key, "key.pem");
+    let tls = Tls {
+        cert,
+        key,
+        dev_ca: raw.tls.dev_ca,
+        acme,
+    };
+    if !tls.dev_ca && tls.acme.is_none() {
         for (key, p) in [("tls.cert", &tls.cert), ("tls.key", &tls.key)] {
-            if !p.is_file() {
+            if !p.as_os_str().is_empty() && !p.is_file() {
                 c.problem(
                     key,
                     format!("{} does not exist", p.display()),
@@ -209,6 +253,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             }
         }
     }
+    let http_listen = raw
+        .server
+        .http_listen
+        .as_deref()
+        .and_then(|l| c.socket_addr("server.http_listen", l));
 
     let ssh = raw.ssh.as_ref().and_then(|s| {
         let listen = c.socket_addr("ssh.listen", &s.listen)?;
@@ -297,6 +346,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             base_domain,
             public_url,
             state_dir,
+            http_listen,
             allowed_origins,
             trusted_proxies,
             opencode_bin,

@@ -187,7 +187,7 @@ pub(super) async fn stop_process(child: &mut Child) {
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
 }
 
-fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
+pub(crate) fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
     if let Some(bin) = &spec.opencode_bin {
         if bin.is_absolute() || bin.components().count() > 1 {
             return if bin.is_file() {

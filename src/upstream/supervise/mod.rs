@@ -21,7 +21,7 @@ use arc_swap::ArcSwapOption;
 use crate::config::{Project, Secret, Settings, StartMode};
 use crate::policy::drift::UpstreamApi;
 
-mod launch;
+pub(crate) mod launch;
 
 use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;

@@ -31,7 +31,7 @@ pub fn basic(user: &str, password: &str) -> String {
 #[derive(Clone)]
 pub struct Https {
     pub addr: SocketAddr,
-    config: Arc<rustls::ClientConfig>,
+    pub config: Arc<rustls::ClientConfig>,
     /// The host name to send (SNI and Host); the connection always goes to `addr`.
     pub host: String,
     /// The local address to connect from (127.0.0.2, 127.0.0.3 … stand for distinct clients).
