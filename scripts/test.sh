@@ -30,6 +30,8 @@ command -v ssh >/dev/null || need+=(openssh-client)
 command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
+command -v promtool >/dev/null || need+=(prometheus)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 [ "$(id -u)" -ne 0 ] || command -v useradd >/dev/null || need+=(passwd)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"

@@ -46,6 +46,7 @@ pub struct RawServer {
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
     pub opencode_bin: Option<String>,
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

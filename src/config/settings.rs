@@ -46,6 +46,8 @@ pub struct Server {
     pub trusted_proxies: Vec<Cidr>,
     /// The `opencode` executable for spawned projects; `None` means search PATH and node_modules.
     pub opencode_bin: Option<PathBuf>,
+    /// How log lines are written (`serve --log-format` overrides it); read at start only.
+    pub log_format: crate::telemetry::LogFormat,
 }
 
 #[derive(Debug, Clone)]

@@ -21,6 +21,7 @@ mod drift;
 mod inbox;
 mod isolation;
 mod lifecycle;
+mod metrics;
 mod pairing;
 mod phone;
 mod pinning;
