@@ -31,6 +31,7 @@ mod reload;
 mod request_form;
 mod roles;
 mod secrets;
+mod service;
 mod spellings;
 mod ssh;
 mod streaming;
