@@ -22,7 +22,8 @@ fi
 
 # Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
 # test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
-# (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test).
+# (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test),
+# prometheus (promtool checks /metrics) and systemd (systemd-analyze verifies the unit).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)

@@ -22,8 +22,8 @@ use crate::upstream::redact::Redactor;
 /// What a long-lived request holds while it lives: the user's stream slot (none over SSH, whose
 /// channel holds it) and its count in `streams_open`.
 pub struct StreamHold {
-    pub _slot: Option<SlotGuard<Arc<str>>>,
-    pub _gauge: StreamGauge,
+    pub slot: Option<SlotGuard<Arc<str>>>,
+    pub gauge: StreamGauge,
 }
 
 pub struct AccessRecord {

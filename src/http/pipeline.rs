@@ -223,8 +223,8 @@ async fn handle_inner(
         None
     };
     let stream_slot = long_lived.then(|| StreamHold {
-        _slot: slot,
-        _gauge: gw.metrics.stream_open(if treatment == Treatment::TerminalConnect {
+        slot,
+        gauge: gw.metrics.stream_open(if treatment == Treatment::TerminalConnect {
             StreamKind::Terminal
         } else {
             StreamKind::Events

@@ -232,7 +232,7 @@ impl Metrics {
             ssh_sessions,
         };
         // Requests without a project never reach an upstream: no latency series for them.
-        m.unrouted.requests = m.request_counters(&Arc::from(NO_PROJECT));
+        m.unrouted.requests = m.request_counters(&Arc::from(NO_PROJECT), Some(RouteClass::Other));
         m
     }
 
@@ -244,14 +244,23 @@ impl Metrics {
             .get_or_create(&ProjectLabel { project: name.clone() })
             .clone();
         ProjectMetrics {
-            requests: self.request_counters(name),
+            requests: self.request_counters(name, None),
             upstream_latency,
         }
     }
 
-    fn request_counters(&self, name: &Arc<str>) -> [[Counter; STATUS_CLASSES.len()]; RouteClass::ALL.len()] {
+    /// A project's request counters; `only` limits the registered series to one route class
+    /// (requests without a project never resolved a route: only `other` can move for them).
+    fn request_counters(
+        &self,
+        name: &Arc<str>,
+        only: Option<RouteClass>,
+    ) -> [[Counter; STATUS_CLASSES.len()]; RouteClass::ALL.len()] {
         RouteClass::ALL.map(|class| {
             STATUS_CLASSES.map(|status| {
+                if only.is_some_and(|o| o != class) {
+                    return Counter::default();
+                }
                 self.requests
                     .get_or_create(&RequestLabels {
                         project: name.clone(),

@@ -529,8 +529,8 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         }
     });
     let mut r = Response::new(ProxyBody::channel(rx).holding(Some(crate::http::body::StreamHold {
-        _slot: Some(slot),
-        _gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
+        slot: Some(slot),
+        gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
     })));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

@@ -76,9 +76,18 @@ fn no_new_privileges_still_lets_a_root_gateway_switch_to_the_run_as_user() {
     }
     let switch = |bounding: &str| {
         Command::new("setpriv")
-            .args(["--no-new-privs", "--inh-caps=-all", &format!("--bounding-set={bounding}")])
+            .args([
+                "--no-new-privs",
+                "--inh-caps=-all",
+                &format!("--bounding-set={bounding}"),
+            ])
             .args(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
-            .args(["grep", "-E", "^(Uid|CapEff|CapPrm|CapAmb|NoNewPrivs):", "/proc/self/status"])
+            .args([
+                "grep",
+                "-E",
+                "^(Uid|CapEff|CapPrm|CapAmb|NoNewPrivs):",
+                "/proc/self/status",
+            ])
             .output()
             .expect("setpriv (util-linux)")
     };
