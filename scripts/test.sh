@@ -24,6 +24,7 @@ fi
 # test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
 # (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test),
 # pebble and pebble-challtestsrv (the ACME test's CA and its DNS).
+# prometheus (promtool checks /metrics) and systemd (systemd-analyze verifies the unit).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
@@ -32,6 +33,8 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)
 command -v pebble >/dev/null || need+=(pebble)
+command -v promtool >/dev/null || need+=(prometheus)
+command -v systemd-analyze >/dev/null || need+=(systemd)
 [ "$(id -u)" -ne 0 ] || command -v useradd >/dev/null || need+=(passwd)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"

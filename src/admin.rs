@@ -1,5 +1,5 @@
-//! The loopback admin listener: read-only `GET /healthz` and `GET /metrics` (Prometheus; counters
-//! only, no user names or directories). It has its own small connection table and timeouts, so it
+//! The loopback admin listener: read-only `GET /healthz` and `GET /metrics` (Prometheus; no user
+//! names or directories in labels). It has its own small connection table and timeouts, so it
 //! never takes the slots HTTPS and SSH clients need, and it answers only requests whose `Host` is a
 //! loopback name or address with its own port (a web page that rebinds a DNS name to 127.0.0.1
 //! gets 421). What changes or describes the gateway (reload, status) is on the control socket
@@ -80,7 +80,18 @@ fn route<B>(gw: &Gateway, local: SocketAddr, req: &Request<B>) -> Response<Full<
     }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-        (&Method::GET, "/metrics") => reply(StatusCode::OK, "text/plain; version=0.0.4", gw.render_metrics()),
+        (&Method::GET, "/metrics") => {
+            let accept = req.headers().get(header::ACCEPT).and_then(|h| h.to_str().ok());
+            if crate::metrics::classic::wants_openmetrics(accept) {
+                reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    gw.render_metrics(true),
+                )
+            } else {
+                reply(StatusCode::OK, "text/plain; version=0.0.4", gw.render_metrics(false))
+            }
+        }
         _ => reply(
             StatusCode::NOT_FOUND,
             "text/plain",

@@ -21,6 +21,10 @@ pub enum Command {
     Serve {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Log lines as text (for people) or one JSON object a line (for log shippers); default:
+        /// `[server] log_format`, else text.
+        #[arg(long, value_enum)]
+        log_format: Option<crate::telemetry::LogFormat>,
     },
     /// Write a commented config, a dev CA and certificate, and a first user; print how to attach.
     Init {
@@ -164,4 +168,34 @@ pub enum CertAction {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+    use crate::telemetry::LogFormat;
+
+    #[test]
+    fn serve_takes_a_log_format_and_defaults_to_the_config() {
+        let parse = |args: &[&str]| match Cli::try_parse_from(args).map(|c| c.command) {
+            Ok(Command::Serve { log_format, .. }) => Ok(log_format),
+            Ok(_) => panic!("not serve"),
+            Err(e) => Err(e.kind()),
+        };
+        assert_eq!(
+            parse(&["gw", "serve", "--log-format", "json"]),
+            Ok(Some(LogFormat::Json))
+        );
+        assert_eq!(
+            parse(&["gw", "serve", "--log-format", "text"]),
+            Ok(Some(LogFormat::Text))
+        );
+        assert_eq!(parse(&["gw", "serve"]), Ok(None));
+        assert_eq!(
+            parse(&["gw", "serve", "--log-format", "xml"]),
+            Err(clap::error::ErrorKind::InvalidValue)
+        );
+    }
 }

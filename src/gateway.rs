@@ -3,7 +3,6 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -15,40 +14,11 @@ use crate::auth::cache::AuthCache;
 use crate::auth::tickets::Tickets;
 use crate::auth::verifier::Verifier;
 use crate::config::{Limits, Settings};
+use crate::metrics::Metrics;
 use crate::ratelimit::{Limiters, Slots};
 use crate::state::{State, Upstream};
 use crate::upstream::UpstreamClient;
 use crate::upstream::supervise::Supervisor;
-
-#[derive(Default)]
-pub struct Metrics {
-    pub requests: AtomicU64,
-    pub responses_2xx: AtomicU64,
-    pub responses_3xx: AtomicU64,
-    pub responses_4xx: AtomicU64,
-    pub responses_5xx: AtomicU64,
-    pub auth_failures: AtomicU64,
-    pub login_limited: AtomicU64,
-    pub connections: AtomicU64,
-    pub connections_refused: AtomicU64,
-    pub tls_handshake_failures: AtomicU64,
-    pub reloads: AtomicU64,
-    pub reload_failures: AtomicU64,
-    /// Open SSH connections (a gauge).
-    pub ssh_sessions: AtomicU64,
-}
-
-impl Metrics {
-    pub fn count_status(&self, status: u16) {
-        let c = match status {
-            200..=299 | 101 => &self.responses_2xx,
-            300..=399 => &self.responses_3xx,
-            400..=499 => &self.responses_4xx,
-            _ => &self.responses_5xx,
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// What [`Gateway::rediscover`] found.
 #[derive(Debug, Default)]
@@ -114,12 +84,17 @@ impl Gateway {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
-        let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
+        let metrics = Metrics::new();
+        let supervisor = Supervisor::new(
+            upstream.clone(),
+            shutdown.child_token(),
+            metrics.upstream_restarts.clone(),
+        );
         let store = crate::store::open(&settings.server.state_dir)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let web = crate::web::session::WebSessions::new(store, digest_key);
-        let state = State::build(settings, tls, &supervisor)?;
+        let state = State::build(settings, tls, &supervisor, &metrics)?;
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::listen::open_file_limit();
         let connection_cap = crate::listen::connection_cap(limits.max_connections, nofile);
@@ -150,7 +125,7 @@ impl Gateway {
             upstream,
             supervisor,
             inbox: Arc::new(crate::inbox::Inbox::new()),
-            metrics: Metrics::default(),
+            metrics,
             http: http_builder(&limits),
             limits,
             shutdown,
@@ -185,7 +160,7 @@ impl Gateway {
             Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
             None => self.acme_wake.notify_one(),
         }
-        self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        self.metrics.reloads.inc();
         Ok(())
     }
 
@@ -243,7 +218,7 @@ impl Gateway {
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
-        let state = State::build(settings, tls, &self.supervisor)?;
+        let state = State::build(settings, tls, &self.supervisor, &self.metrics)?;
         // An external server at the same address keeps what it said until it is read again.
         for (name, p) in &state.projects {
             if let (Upstream::Fixed(new), Some(Upstream::Fixed(old))) =
@@ -290,48 +265,18 @@ impl Gateway {
         }
     }
 
-    /// Prometheus text format.
-    pub fn render_metrics(&self) -> String {
-        let m = &self.metrics;
-        let c = self.verifier.counters();
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    /// Prometheus metrics: OpenMetrics text when `openmetrics`, else the classic text format.
+    pub fn render_metrics(&self, openmetrics: bool) -> String {
         let mut out = String::new();
-        let mut line = |name: &str, kind: &str, value: u64| {
-            out.push_str(&format!(
-                "# TYPE opencode_gateway_{name} {kind}\nopencode_gateway_{name} {value}\n"
-            ));
-        };
-        line("requests_total", "counter", g(&m.requests));
-        line("responses_2xx_total", "counter", g(&m.responses_2xx));
-        line("responses_3xx_total", "counter", g(&m.responses_3xx));
-        line("responses_4xx_total", "counter", g(&m.responses_4xx));
-        line("responses_5xx_total", "counter", g(&m.responses_5xx));
-        line("auth_failures_total", "counter", g(&m.auth_failures));
-        line("login_limited_total", "counter", g(&m.login_limited));
-        line("argon2_verifications_total", "counter", c.runs.load(Ordering::SeqCst));
-        line("argon2_running", "gauge", c.running.load(Ordering::SeqCst) as u64);
-        line(
-            "argon2_peak_running",
-            "gauge",
-            c.peak_running.load(Ordering::SeqCst) as u64,
-        );
-        line("auth_cache_entries", "gauge", self.cache.len() as u64);
-        line("connections_total", "counter", g(&m.connections));
-        line("connections_open", "gauge", self.connections.total());
-        line("connections_refused_total", "counter", g(&m.connections_refused));
-        line("connections_cap", "gauge", u64::from(self.connection_cap));
-        line("tls_handshake_failures_total", "counter", g(&m.tls_handshake_failures));
-        line("streams_open", "gauge", self.streams.total());
-        line("ssh_sessions_open", "gauge", g(&m.ssh_sessions));
-        line("reloads_total", "counter", g(&m.reloads));
-        line("reload_failures_total", "counter", g(&m.reload_failures));
-        line("inbox_subscriptions_open", "gauge", self.inbox.subscriptions() as u64);
-        line(
-            "notifications_dropped_total",
-            "counter",
-            self.inbox.notifications_dropped(),
-        );
-        out
+        // Writing to a String cannot fail; an encoding error would be a bug in a metric's labels.
+        let _ = self.metrics.encode(&mut out);
+        let _ = crate::metrics::snapshot::encode(self, &mut out);
+        if openmetrics {
+            let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+            out
+        } else {
+            crate::metrics::classic::from_openmetrics(&out)
+        }
     }
 }
 

@@ -48,6 +48,7 @@ pub mod gateway;
 pub mod http;
 pub mod inbox;
 pub mod listen;
+pub mod metrics;
 pub mod notify;
 pub mod oidc;
 pub mod policy;

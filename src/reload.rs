@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::gateway::Gateway;
@@ -18,7 +17,7 @@ pub fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
             gw.probe_external_upstreams();
         }
         Err(why) => {
-            gw.metrics.reload_failures.fetch_add(1, Ordering::Relaxed);
+            gw.metrics.reload_failures.inc();
             tracing::error!(config = %path.display(), reason = %why, "reload refused; the previous configuration keeps serving");
         }
     }

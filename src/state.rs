@@ -59,6 +59,8 @@ pub struct ProjectState {
     /// global event stream must be scoped to the project.
     pub shared_upstream: bool,
     pub sessions: crate::policy::scope::SessionDirs,
+    /// This project's request counters and upstream latency, resolved once here.
+    pub metrics: crate::metrics::ProjectMetrics,
 }
 
 pub enum Upstream {
@@ -103,7 +105,12 @@ impl ProjectState {
 }
 
 impl State {
-    pub fn build(settings: Settings, tls: Arc<rustls::ServerConfig>, supervisor: &Supervisor) -> anyhow::Result<State> {
+    pub fn build(
+        settings: Settings,
+        tls: Arc<rustls::ServerConfig>,
+        supervisor: &Supervisor,
+        metrics: &crate::metrics::Metrics,
+    ) -> anyhow::Result<State> {
         let mut users = NameMap::default();
         for u in &settings.users {
             users.insert(
@@ -142,10 +149,12 @@ impl State {
                         .ok_or_else(|| anyhow::anyhow!("project {} has no server to supervise", p.name))?,
                 ),
             };
+            let name: Arc<str> = p.name.as_str().into();
             projects.insert(
                 p.name.clone(),
                 Arc::new(ProjectState {
-                    name: p.name.as_str().into(),
+                    metrics: metrics.project(&name),
+                    name,
                     dir_header: p.directory.as_deref().map(crate::policy::pin::directory_header),
                     shared_upstream: p.directory.is_some() && matches!(p.upstream, UpstreamKind::External { .. }),
                     sessions: Default::default(),

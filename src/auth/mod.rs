@@ -9,9 +9,9 @@ pub mod tickets;
 pub mod tokens;
 pub mod verifier;
 
+use crate::metrics::{LoginMethod, Refusal};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use crate::config::Secret;
 use crate::gateway::Gateway;
@@ -52,7 +52,7 @@ pub async fn password(
     let ok = match verdict {
         Ok(ok) => ok,
         Err(denied) => {
-            gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+            gw.metrics.refused(Refusal::Login);
             tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
             return Err(HttpError::LoginLimited {
                 retry_after: denied.retry_after,
@@ -64,10 +64,11 @@ pub async fn password(
         Some(u) if ok => {
             gw.cache.insert(key, u.name.clone());
             gw.limiters.login_succeeded(peer, &u.name);
+            gw.metrics.login(LoginMethod::Password, true);
             Ok(u.clone())
         }
         _ => {
-            gw.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
+            gw.metrics.login(LoginMethod::Password, false);
             tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
             Err(HttpError::BadCredentials)
         }

@@ -10,6 +10,7 @@
 //! limiter like a wrong password; once an address is over its budget, its uncached tokens get 429
 //! before the database is asked (a valid token is not charged: a CI fleet cannot lock itself out).
 
+use crate::metrics::LoginMethod;
 use std::net::IpAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -340,13 +341,16 @@ pub async fn authenticate(
 ) -> Result<Arc<UserState>, HttpError> {
     let tokens = &gw.tokens;
     let digest = digest(&tokens.key, token.expose());
+    // Only a lookup is a login; a cached verdict is a token already judged.
+    let mut looked_up = false;
     let verdict = match tokens.cached(&digest) {
         Some(v) => Ok(v),
         None => {
+            looked_up = true;
             // Charged before the lookup's answer counts: an address over its login budget learns
             // nothing from the database until the budget refills.
             if let Some(retry_after) = tokens.limited_for(peer) {
-                gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+                gw.metrics.refused(crate::metrics::Refusal::Login);
                 tracing::warn!(target: "security", peer = %peer, reason = "address", "token refused before lookup: login limit reached");
                 return Err(HttpError::LoginLimited {
                     retry_after,
@@ -361,6 +365,9 @@ pub async fn authenticate(
         Ok(v) if basic_user.is_some_and(|u| u != &*v.user) => Refusal::WrongUser(v.id.clone()),
         Ok(v) => match state.users.get(&*v.user) {
             Some(user) => {
+                if looked_up {
+                    gw.metrics.login(LoginMethod::Token, true);
+                }
                 return Ok(Arc::new(UserState {
                     name: user.name.clone(),
                     hash: None,
@@ -399,14 +406,14 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
             let until = std::time::Instant::now() + denied.retry_after;
             gw.tokens.limited.insert(crate::ratelimit::address_key(peer), until);
         }
-        gw.metrics.login_limited.fetch_add(1, Ordering::Relaxed);
+        gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
         return HttpError::LoginLimited {
             retry_after: denied.retry_after,
             reason: denied.reason,
         };
     }
-    gw.metrics.auth_failures.fetch_add(1, Ordering::Relaxed);
+    gw.metrics.login(LoginMethod::Token, false);
     tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason, "token refused");
     HttpError::BadToken
 }

@@ -25,6 +25,8 @@ pub struct Verifier {
 pub struct Counters {
     pub runs: AtomicU64,
     pub running: AtomicUsize,
+    /// Runs waiting for a core.
+    pub waiting: AtomicUsize,
     pub peak_running: AtomicUsize,
 }
 
@@ -107,7 +109,10 @@ impl Verifier {
 
     /// One argon2 run on a blocking thread, at most one per core.
     async fn run(&self, hash: PasswordHash, password: Secret) -> bool {
-        let Ok(permit) = self.permits.clone().acquire_owned().await else {
+        let queued = Queued::new(&self.counters);
+        let permit = self.permits.clone().acquire_owned().await;
+        drop(queued);
+        let Ok(permit) = permit else {
             return false;
         };
         let counters = self.counters.clone();
@@ -147,6 +152,22 @@ impl Drop for InflightEntry<'_> {
         if map.get(&self.key).is_some_and(|rx| rx.same_channel(&self.rx)) {
             map.remove(&self.key);
         }
+    }
+}
+
+/// Counted in `waiting` while it lives: also when the request waiting for a core goes away.
+struct Queued<'a>(&'a Counters);
+
+impl<'a> Queued<'a> {
+    fn new(c: &'a Counters) -> Self {
+        c.waiting.fetch_add(1, Ordering::Relaxed);
+        Queued(c)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

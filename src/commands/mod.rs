@@ -18,10 +18,10 @@ use crate::cli::{CertAction, Cli, Command};
 /// Run a parsed command line. `serve` needs the async runtime; the rest are quick and synchronous.
 pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve { config } => {
+        Command::Serve { config, log_format } => {
             return_large_allocations_to_the_system();
             let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-            runtime.block_on(serve::serve(&config))
+            runtime.block_on(serve::serve(&config, log_format))
         }
         Command::Init {
             dir,

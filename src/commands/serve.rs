@@ -8,9 +8,15 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{Settings, edit};
 
-pub async fn serve(config: &Path) -> anyhow::Result<()> {
-    crate::telemetry::init();
-    let mut settings = crate::config::load(config)?;
+pub async fn serve(config: &Path, log_format: Option<crate::telemetry::LogFormat>) -> anyhow::Result<()> {
+    // The config says the log format, so it is read first; its errors go to stderr as text.
+    let loaded = crate::config::load(config);
+    crate::telemetry::init(
+        log_format
+            .or_else(|| loaded.as_ref().ok().map(|s| s.server.log_format))
+            .unwrap_or_default(),
+    );
+    let mut settings = loaded?;
     for w in super::check::permission_warnings(&settings)
         .into_iter()
         .chain(settings.discovery_warnings.iter().cloned())

@@ -49,6 +49,7 @@ pub struct RawServer {
     pub opencode_bin: Option<String>,
     /// A plain-HTTP listener: ACME HTTP-01 answers, everything else a redirect to HTTPS.
     pub http_listen: Option<String>,
+    pub log_format: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -50,6 +50,8 @@ pub struct Server {
     pub opencode_bin: Option<PathBuf>,
     /// `http_listen`: plain HTTP for ACME HTTP-01 and redirects to HTTPS.
     pub http_listen: Option<SocketAddr>,
+    /// How log lines are written (`serve --log-format` overrides it); read at start only.
+    pub log_format: crate::telemetry::LogFormat,
 }
 
 #[derive(Debug, Clone)]

@@ -2,6 +2,8 @@
 //! body streamed frame by frame, never collected. It carries the request's access record, written
 //! when the body ends or is dropped, so a stream's line has its real byte count and duration.
 
+use crate::metrics::StreamGauge;
+use crate::ratelimit::SlotGuard;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -13,16 +15,25 @@ use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::policy::scope::EventFilter;
-use crate::ratelimit::SlotGuard;
 use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;
 
 /// One access-log line, filled in as the request goes through the pipeline.
+/// What a long-lived request holds while it lives: the user's stream slot (none over SSH, whose
+/// channel holds it) and its count in `streams_open`.
+pub struct StreamHold {
+    pub slot: Option<SlotGuard<Arc<str>>>,
+    pub gauge: StreamGauge,
+}
+
 pub struct AccessRecord {
     pub peer: IpAddr,
     pub transport: &'static str,
     pub user: Option<Arc<str>>,
-    pub project: Option<Arc<str>>,
+    /// The project, once resolved (its name for the log, its counters for the metrics).
+    pub project: Option<Arc<crate::state::ProjectState>>,
+    /// What the request counts as in the metrics, from its resolved route.
+    pub class: crate::policy::plan::RouteClass,
     pub method: Method,
     /// Path and query, with credential-like query values redacted.
     pub target: String,
@@ -38,7 +49,7 @@ impl AccessRecord {
             peer = %self.peer,
             transport = self.transport,
             user = self.user.as_deref().unwrap_or("-"),
-            project = self.project.as_deref().unwrap_or("-"),
+            project = self.project.as_ref().map_or("-", |p| &*p.name),
             method = %self.method,
             path = %self.target,
             status = self.status,
@@ -77,7 +88,7 @@ pub struct ProxyBody {
     /// The upstream connection the body is read from, given back to its pool at the body's end.
     lease: Option<Lease>,
     /// The user's stream slot an event stream holds until it ends.
-    slot: Option<SlotGuard<Arc<str>>>,
+    slot: Option<StreamHold>,
 }
 
 impl ProxyBody {
@@ -141,7 +152,7 @@ impl ProxyBody {
     }
 
     /// Hold the user's stream slot until the body ends.
-    pub fn holding(mut self, slot: Option<SlotGuard<Arc<str>>>) -> Self {
+    pub fn holding(mut self, slot: Option<StreamHold>) -> Self {
         if !self.is_end_stream() {
             self.slot = slot;
         }

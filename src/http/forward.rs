@@ -2,6 +2,7 @@
 //! forwarding headers, directory pinning, checked bodies) and send it on the endpoint's pool.
 //! What comes back is handed to [`super::response`], which follows the route's plan.
 
+use super::body::StreamHold;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +18,6 @@ use super::error::HttpError;
 use super::request::Target;
 use super::response::{self, Answer};
 use crate::gateway::Gateway;
-use crate::ratelimit::SlotGuard;
 use crate::rewrite::{self, Forward};
 use crate::state::{ProjectState, UserState};
 use crate::upstream::endpoint::Endpoint;
@@ -38,7 +38,7 @@ pub struct Forwarding<'a> {
     pub target: &'a Target,
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
-    pub stream_slot: Option<SlotGuard<Arc<str>>>,
+    pub stream_slot: Option<StreamHold>,
 }
 
 pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
@@ -116,6 +116,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
 
     // Streams may legitimately say nothing for a long time (the per-session event stream sends
     // no headers until its first event), so only ordinary requests are timed.
+    let asked = std::time::Instant::now();
     let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
     let result = if target.treatment().long_lived() {
         sent.await
@@ -127,6 +128,9 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
                 secs: limits.upstream_response_timeout,
             })?
     };
+    if result.is_ok() {
+        project.metrics.upstream_latency.observe(asked.elapsed());
+    }
     let (response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
         Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
             max: limits.max_body_bytes,

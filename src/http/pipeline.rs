@@ -6,13 +6,12 @@
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use http::{Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
-use super::body::{AccessRecord, ProxyBody};
+use super::body::{AccessRecord, ProxyBody, StreamHold};
 use super::error::HttpError;
 use super::forward::{self, Forwarding};
 use super::request::{self, Reading, Target};
@@ -20,7 +19,8 @@ use super::{ConnInfo, Front};
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
 use crate::gateway::Gateway;
-use crate::policy::plan::Treatment;
+use crate::metrics::{Refusal, StreamKind};
+use crate::policy::plan::{RouteClass, Treatment};
 use crate::rewrite;
 use crate::state::{State, UserState};
 
@@ -32,7 +32,6 @@ pub async fn handle(
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    gw.metrics.requests.fetch_add(1, Ordering::Relaxed);
     let state = gw.state();
     let client = crate::client_addr::client_ip(conn.peer.ip(), req.headers(), &state.settings.server.trusted_proxies);
     let mut record = AccessRecord {
@@ -40,6 +39,7 @@ pub async fn handle(
         transport: conn.transport(),
         user: None,
         project: None,
+        class: RouteClass::Other,
         method: req.method().clone(),
         // Only built when access lines are written (RUST_LOG can turn them off).
         target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
@@ -59,7 +59,7 @@ pub async fn handle(
         Err(e) => {
             record.reason = Some(e.code());
             if StatusCode::from(&e).is_server_error() {
-                tracing::warn!(peer = %client, project = record.project.as_deref().unwrap_or("-"), reason = e.code(), "{e}");
+                tracing::warn!(peer = %client, project = record.project.as_ref().map_or("-", |p| &*p.name), reason = e.code(), "{e}");
             }
             let mut r = e.into_response();
             if browser {
@@ -69,7 +69,12 @@ pub async fn handle(
         }
     };
     record.status = response.status().as_u16();
-    gw.metrics.count_status(record.status);
+    // The handles were resolved with the state: one atomic add, no label lookup.
+    record
+        .project
+        .as_ref()
+        .map_or(&gw.metrics.unrouted, |p| &p.metrics)
+        .count(record.class, record.status);
     let (parts, body) = response.into_parts();
     Ok(Response::from_parts(parts, body.metered(record)))
 }
@@ -154,7 +159,8 @@ async fn handle_inner(
     }
     let target = target?;
     let project = target.project.clone();
-    record.project = Some(project.name.clone());
+    record.project = Some(project.clone());
+    record.class = target.class();
 
     let role = user
         .grants
@@ -194,22 +200,36 @@ async fn handle_inner(
         )));
     }
 
-    gw.limiters.request(&user.name).map_err(|d| HttpError::RateLimited {
-        retry_after: d.retry_after,
+    gw.limiters.request(&user.name).map_err(|d| {
+        gw.metrics.refused(Refusal::Requests);
+        HttpError::RateLimited {
+            retry_after: d.retry_after,
+        }
     })?;
     let long_lived = treatment.long_lived();
     // An SSH channel already holds the user's stream slot for everything it carries.
-    let stream_slot = if long_lived && !matches!(conn.front, Front::Ssh { .. }) {
+    let slot = if long_lived && !matches!(conn.front, Front::Ssh { .. }) {
         Some(
             gw.streams
                 .try_acquire(user.name.clone(), limits.max_streams_per_user)
-                .ok_or(HttpError::TooManyStreams {
-                    max: limits.max_streams_per_user,
+                .ok_or_else(|| {
+                    gw.metrics.refused(Refusal::Streams);
+                    HttpError::TooManyStreams {
+                        max: limits.max_streams_per_user,
+                    }
                 })?,
         )
     } else {
         None
     };
+    let stream_slot = long_lived.then(|| StreamHold {
+        slot,
+        gauge: gw.metrics.stream_open(if treatment == Treatment::TerminalConnect {
+            StreamKind::Terminal
+        } else {
+            StreamKind::Events
+        }),
+    });
     if let Some(len) = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -238,6 +258,7 @@ async fn handle_inner(
         let target = target.with_upstream_api(state, &parts.method, parts.uri.path())?;
         crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
         super::own_files::check_request(gw, client, &user, &target, &parts)?;
+        record.class = target.class();
         target
     } else {
         target

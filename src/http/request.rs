@@ -39,6 +39,11 @@ impl Target {
         self.route.map_or(Treatment::Plain, |r| r.treatment)
     }
 
+    /// What the request counts as in the metrics (the web UI's files: other).
+    pub fn class(&self) -> crate::policy::plan::RouteClass {
+        self.route.map_or(Default::default(), |r| r.metric)
+    }
+
     /// An OpenCode API route (as opposed to the web UI's files).
     pub fn is_api(&self) -> bool {
         self.route.is_some()

@@ -4,8 +4,8 @@
 //! it as it comes. Every answer loses the upstream's credential; API answers (never the web UI's
 //! own files) may not render as an active document on a gateway origin.
 
+use super::body::StreamHold;
 use std::path::Path;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
@@ -20,7 +20,6 @@ use crate::auth::tickets;
 use crate::gateway::Gateway;
 use crate::policy::plan::Treatment;
 use crate::policy::scope;
-use crate::ratelimit::SlotGuard;
 use crate::rewrite;
 use crate::state::UserState;
 use crate::upstream::endpoint::Endpoint;
@@ -37,7 +36,7 @@ pub struct Answer<'a> {
     pub response: Response<Incoming>,
     pub lease: Lease,
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
-    pub stream_slot: Option<SlotGuard<Arc<str>>>,
+    pub stream_slot: Option<StreamHold>,
 }
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
@@ -176,7 +175,7 @@ fn splice(
     gw: &Gateway,
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
-    slot: Option<SlotGuard<Arc<str>>>,
+    slot: Option<StreamHold>,
 ) {
     let abort = gw.abort.clone();
     gw.tasks.spawn(async move {

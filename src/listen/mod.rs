@@ -6,9 +6,9 @@ pub mod certs;
 pub mod der;
 pub mod tls;
 
+use crate::metrics::Refusal;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
@@ -123,7 +123,7 @@ where
     let mut refusals = RefusalLog::default();
     while let Some((tcp, peer)) = accept_next(&gw, &listener, what, &mut backoff).await {
         let Ok(global) = gw.connection_slots.clone().try_acquire_owned() else {
-            gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            gw.metrics.refused(Refusal::Connections);
             refusals.refused(what, peer, "global_connection_limit");
             drop(tcp);
             continue;
@@ -143,11 +143,11 @@ where
             gw.limits.max_connections_per_ip
         };
         let Some(address) = gw.connections.try_acquire(ip, max) else {
-            gw.metrics.connections_refused.fetch_add(1, Ordering::Relaxed);
+            gw.metrics.refused(Refusal::ConnectionsPerAddress);
             refusals.refused(what, peer, "connection_limit");
             continue;
         };
-        gw.metrics.connections.fetch_add(1, Ordering::Relaxed);
+        gw.metrics.connections.inc();
         let _ = tcp.set_nodelay(true);
         on_conn(
             tcp,
@@ -184,14 +184,17 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
             };
             let acceptor = TlsAcceptor::from(gw.state().tls.clone());
             let stream = match tokio::time::timeout(gw.limits.tls_handshake_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
+                Ok(Ok(s)) => {
+                    gw.metrics.tls_handshake(true);
+                    s
+                }
                 Ok(Err(e)) => {
-                    gw.metrics.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    gw.metrics.tls_handshake(false);
                     tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
-                    gw.metrics.tls_handshake_failures.fetch_add(1, Ordering::Relaxed);
+                    gw.metrics.tls_handshake(false);
                     tracing::debug!(peer = %peer, "TLS handshake timed out");
                     return;
                 }

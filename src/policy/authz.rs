@@ -54,6 +54,8 @@ pub struct ApiRoute {
     segments: Vec<&'static str>,
     pub class: Class,
     pub treatment: Treatment,
+    /// What requests of this route count as in the metrics.
+    pub metric: plan::RouteClass,
     pub body: Option<&'static BodyRule>,
     pub workspace_switch: bool,
     /// Which parameter (by order) is a session ID: the one right after a `session` segment.
@@ -83,6 +85,7 @@ impl ApiRoute {
             pattern,
             class,
             treatment: plan::treatment(method, pattern),
+            metric: plan::route_class(method, pattern, plan::treatment(method, pattern)),
             body: plan::body_rule(method, pattern),
             workspace_switch: plan::is_workspace_switch(method, pattern),
             session_param: session_param(&segments),

@@ -51,6 +51,71 @@ const TREATMENTS: &[(&str, &str, Treatment)] = &[
     (GET, "/api/pty/*/connect", Treatment::TerminalConnect),
 ];
 
+/// What a request counts as in the metrics (`opencode_gateway_requests_total{class=…}`): decided
+/// once per table route from its (method, pattern) and treatment, never from the request's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteClass {
+    /// Asking the agent to work: messages, prompts, commands, shell runs.
+    Prompt,
+    /// Event streams.
+    Events,
+    /// Terminals: creating, listing, tickets, connections.
+    Terminal,
+    /// Reading files and searching them.
+    Files,
+    /// Everything else, the web UI's files and requests that named no route.
+    #[default]
+    Other,
+}
+
+impl RouteClass {
+    pub const ALL: [RouteClass; 5] = [
+        RouteClass::Prompt,
+        RouteClass::Events,
+        RouteClass::Terminal,
+        RouteClass::Files,
+        RouteClass::Other,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RouteClass::Prompt => "prompt",
+            RouteClass::Events => "events",
+            RouteClass::Terminal => "terminal",
+            RouteClass::Files => "files",
+            RouteClass::Other => "other",
+        }
+    }
+}
+
+/// Sending work to the agent (the v1 and v2 spellings).
+const PROMPTS: &[(&str, &str)] = &[
+    (POST, "/session/*/message"),
+    (POST, "/session/*/prompt_async"),
+    (POST, "/session/*/command"),
+    (POST, "/session/*/shell"),
+    (POST, "/api/session/*/prompt"),
+];
+
+pub fn route_class(method: &str, pattern: &str, treatment: Treatment) -> RouteClass {
+    let under = |prefix: &str| {
+        pattern
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    };
+    if matches!(treatment, Treatment::EventStream | Treatment::GlobalEvents) {
+        RouteClass::Events
+    } else if PROMPTS.contains(&(method, pattern)) {
+        RouteClass::Prompt
+    } else if under("/pty") || under("/api/pty") {
+        RouteClass::Terminal
+    } else if under("/file") || under("/find") || under("/api/fs") {
+        RouteClass::Files
+    } else {
+        RouteClass::Other
+    }
+}
+
 /// What a route's JSON body may say about directories and sessions.
 #[derive(Debug)]
 pub struct BodyRule {
@@ -144,6 +209,27 @@ mod tests {
         for (m, p) in WORKSPACE_SWITCHES {
             assert!(known(m, p), "workspace switch for unknown {m} {p}");
         }
+        for (m, p) in PROMPTS {
+            assert!(known(m, p), "prompt class for unknown {m} {p}");
+        }
+    }
+
+    #[test]
+    fn routes_fall_in_the_metric_class_of_what_they_do() {
+        let class = |m: &str, p: &str| route_class(m, p, treatment(m, p));
+        assert_eq!(class(POST, "/session/*/prompt_async"), RouteClass::Prompt);
+        assert_eq!(class(POST, "/api/session/*/prompt"), RouteClass::Prompt);
+        assert_eq!(class(GET, "/event"), RouteClass::Events);
+        assert_eq!(class(GET, "/global/event"), RouteClass::Events);
+        assert_eq!(class(GET, "/api/session/*/event"), RouteClass::Events);
+        assert_eq!(class(GET, "/pty/*/connect"), RouteClass::Terminal);
+        assert_eq!(class(POST, "/api/pty"), RouteClass::Terminal);
+        assert_eq!(class(GET, "/file/content"), RouteClass::Files);
+        assert_eq!(class(GET, "/api/fs/read/**"), RouteClass::Files);
+        assert_eq!(class(GET, "/find/file"), RouteClass::Files);
+        // A prefix is a whole segment: `/filex` or `/ptyx` would not be files or terminals.
+        assert_eq!(class(GET, "/filex"), RouteClass::Other);
+        assert_eq!(class(GET, "/session"), RouteClass::Other);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! served by the gateway's own HTTP pipeline with the SSH user as the identity. Every other
 //! request is refused with a reason the client shows, and logged with why.
 
+use crate::metrics::LoginMethod;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -133,8 +134,10 @@ impl russh::server::Handler for Conn {
 
     async fn auth_publickey(&mut self, user: &str, key: VerifiedPublicKey<'_>) -> Result<Auth, Self::Error> {
         if !self.key_allowed(user, key.public_key) {
+            self.gw.metrics.login(LoginMethod::SshKey, false);
             return Ok(self.reject());
         }
+        self.gw.metrics.login(LoginMethod::SshKey, true);
         self.logged_in(user, "publickey");
         Ok(Auth::Accept)
     }

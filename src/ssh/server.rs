@@ -85,7 +85,7 @@ impl SshServer {
                     tracing::debug!(peer = %peer, "ssh handshake failed or timed out");
                     return;
                 };
-                gw.metrics.ssh_sessions.fetch_add(1, Ordering::Relaxed);
+                gw.metrics.ssh_sessions.inc();
                 let handle = session.handle();
                 let login_deadline = tokio::time::sleep_until(deadline);
                 tokio::pin!(session, login_deadline);
@@ -115,7 +115,7 @@ impl SshServer {
                         }
                     }
                 }
-                gw.metrics.ssh_sessions.fetch_sub(1, Ordering::Relaxed);
+                gw.metrics.ssh_sessions.dec();
             });
         })
         .await;

@@ -72,10 +72,13 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     let verdict = if crate::auth::tokens::is_token(password.expose()) {
         match ctx.gw.limiters.login_attempt(ctx.client, user) {
             Ok(()) => Err(HttpError::BadCredentials),
-            Err(d) => Err(HttpError::LoginLimited {
-                retry_after: d.retry_after,
-                reason: d.reason,
-            }),
+            Err(d) => {
+                ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
+                Err(HttpError::LoginLimited {
+                    retry_after: d.retry_after,
+                    reason: d.reason,
+                })
+            }
         }
     } else {
         crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password).await

@@ -271,10 +271,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         .and_then(|p| ctx.gw.pairing.user_of(&p.id))
         .unwrap_or_else(|| UNKNOWN_USER.to_string());
     if let Err(d) = ctx.gw.limiters.login_attempt(ctx.client, &charged) {
-        ctx.gw
-            .metrics
-            .login_limited
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %ctx.client, reason = d.reason, "pairing refused before the code was looked at: limit reached");
         let text = HttpError::LoginLimited {
             retry_after: d.retry_after,
@@ -297,10 +294,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
             return refused();
         }
         Err(why) => {
-            ctx.gw
-                .metrics
-                .auth_failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, false);
             tracing::warn!(target: "security", peer = %ctx.client, user = %charged, reason = why.code(), "pairing refused");
             return refused();
         }
@@ -330,6 +324,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         .create(&device.user, Origin::Device(&device.id), DEVICE)
         .await?;
     ctx.gw.limiters.login_succeeded(ctx.client, &live.user);
+    ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, true);
     tracing::info!(target: "security", peer = %ctx.client, user = %device.user, device = %device.id, label = %device.label, session = %live.id, "device paired");
     let max_age = (live.expires_at - now).max(1);
     let mut r = page::redirect("/");

@@ -486,8 +486,11 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         .gw
         .streams
         .try_acquire(live.user.clone(), ctx.gw.limits.max_streams_per_user)
-        .ok_or(HttpError::TooManyStreams {
-            max: ctx.gw.limits.max_streams_per_user,
+        .ok_or_else(|| {
+            ctx.gw.metrics.refused(crate::metrics::Refusal::Streams);
+            HttpError::TooManyStreams {
+                max: ctx.gw.limits.max_streams_per_user,
+            }
         })?;
     let cookie = super::cookie::find(&ctx.parts.headers).unwrap_or_default().to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
@@ -525,7 +528,10 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             }
         }
     });
-    let mut r = Response::new(ProxyBody::channel(rx).holding(Some(slot)));
+    let mut r = Response::new(ProxyBody::channel(rx).holding(Some(crate::http::body::StreamHold {
+        slot: Some(slot),
+        gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
+    })));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));

@@ -70,11 +70,11 @@ async fn a_thousand_wrong_passwords_from_one_address_stop_at_the_limit_before_ar
     });
     // Meanwhile (once the flood is being limited) the owner, from elsewhere, logs in at once.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while gw.metric("login_limited_total") == 0 {
+    while gw.metric("limiter_refusals_total{reason=\"login\"}") == 0 {
         assert!(
             Instant::now() < deadline,
             "the flood was never limited: {} auth failures, finished: {}",
-            gw.metric("auth_failures_total"),
+            gw.metric("logins_total{method=\"password\",outcome=\"failure\"}"),
             flood.is_finished()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -468,7 +468,7 @@ async fn connections_per_address_are_capped() {
         assert!(Instant::now() < deadline, "a closed connection's slot never came back");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(gw.metric("connections_refused_total") >= 1);
+    assert!(gw.metric("limiter_refusals_total{reason=\"connections") >= 1);
 }
 
 #[tokio::test]

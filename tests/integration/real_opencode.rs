@@ -78,10 +78,24 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
             .await,
         "the prompt went through the gateway"
     );
+    // The real client's traffic, in the metrics: the prompt by its class, the event stream it
+    // read, the real server's response times; and promtool accepts what a real stack exposes.
+    let (_, body) = s.gw.admin("GET", "/metrics");
+    let m = |sel: &str| crate::common::gateway::metric_in(&body, sel).unwrap_or(0);
+    assert!(
+        m("requests_total{project=\"demo\",class=\"prompt\",status=\"2xx\"}") >= 1,
+        "{body}"
+    );
+    assert!(
+        m("requests_total{project=\"demo\",class=\"events\",status=\"2xx\"}") >= 1,
+        "{body}"
+    );
+    assert!(m("upstream_response_seconds_count{project=\"demo\"}") >= 3, "{body}");
+    crate::metrics::promtool_check(&body).unwrap_or_else(|e| panic!("promtool check metrics:\n{e}\n{body}"));
     // Without the dev CA, the client refuses the gateway's certificate: `opencode run` only says
     // "Session not found" for any failure, so the reason is read on the gateway's side: the
     // connection failed in the TLS handshake (counted), and no request of it was logged.
-    let failures = s.gw.metric("tls_handshake_failures_total");
+    let failures = s.gw.metric("tls_handshakes_total{outcome=\"failed\"}");
     let requests = s.gw.metric("requests_total");
     let out = tokio::process::Command::new(opencode_bin())
         .args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
@@ -93,7 +107,7 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        s.gw.metric("tls_handshake_failures_total") > failures && s.gw.metric("requests_total") == requests,
+        s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures && s.gw.metric("requests_total") == requests,
         "not refused at the TLS handshake:\n{}{}\ngateway:\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),

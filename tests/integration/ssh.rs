@@ -247,7 +247,7 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o700)).unwrap();
     let out = tokio::task::block_in_place(|| run(with_password(&wrong)));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
-    assert!(s.gw.metric("auth_failures_total") >= 1);
+    assert!(s.gw.metric("logins_total{method=\"password\",outcome=\"failure\"}") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

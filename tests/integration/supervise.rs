@@ -118,6 +118,8 @@ async fn a_dead_server_is_restarted_and_none_outlives_the_gateway() {
     let c = Https::new(gw.https, &gw.ca());
     assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
     let first = server_pid(project_port(&gw, "demo").unwrap());
+    assert_eq!(gw.metric("upstream_up{project=\"demo\"}"), 1);
+    assert_eq!(gw.metric("upstream_restarts_total{project=\"demo\"}"), 0);
     // SAFETY: killing the test's own grandchild.
     unsafe { libc::kill(first as i32, libc::SIGKILL) };
     assert!(
@@ -139,6 +141,9 @@ async fn a_dead_server_is_restarted_and_none_outlives_the_gateway() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
+    // The restart is counted, and the server is up again.
+    assert_eq!(gw.metric("upstream_restarts_total{project=\"demo\"}"), 1);
+    assert_eq!(gw.metric("upstream_up{project=\"demo\"}"), 1);
     gw.signal(libc::SIGTERM);
     assert_eq!(
         tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))),

@@ -187,6 +187,17 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             ),
         }
     }
+    let log_format = match raw.server.log_format.as_deref() {
+        None => Default::default(),
+        Some(f) => crate::telemetry::LogFormat::parse(f).unwrap_or_else(|| {
+            c.problem(
+                "server.log_format",
+                format!("{f:?} is not a log format"),
+                "write log_format = \"text\" (the default, for people) or \"json\" (one JSON object a line, for log shippers)",
+            );
+            Default::default()
+        }),
+    };
     let opencode_bin = raw
         .server
         .opencode_bin
@@ -350,6 +361,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             allowed_origins,
             trusted_proxies,
             opencode_bin,
+            log_format,
         },
         tls,
         ssh,

@@ -17,8 +17,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use arc_swap::ArcSwapOption;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use crate::config::{Project, Secret, Settings, StartMode};
+use crate::metrics::ProjectLabel;
 use crate::policy::drift::UpstreamApi;
 
 pub(crate) mod launch;
@@ -108,6 +111,8 @@ pub struct Supervised {
     stop: CancellationToken,
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
+    /// `upstream_restarts_total` of this project.
+    restarts: Counter,
 }
 
 impl Supervised {
@@ -149,15 +154,17 @@ pub struct Supervisor {
     client: UpstreamClient,
     tasks: TaskTracker,
     shutdown: CancellationToken,
+    restarts: Family<ProjectLabel, Counter>,
 }
 
 impl Supervisor {
-    pub fn new(client: UpstreamClient, shutdown: CancellationToken) -> Self {
+    pub fn new(client: UpstreamClient, shutdown: CancellationToken, restarts: Family<ProjectLabel, Counter>) -> Self {
         Supervisor {
             servers: Mutex::new(HashMap::new()),
             client,
             tasks: TaskTracker::new(),
             shutdown,
+            restarts,
         }
     }
 
@@ -194,7 +201,14 @@ impl Supervisor {
         } else {
             Status::Starting
         };
+        let restarts = self
+            .restarts
+            .get_or_create(&ProjectLabel {
+                project: spec.project.as_str().into(),
+            })
+            .clone();
         let s = Arc::new(Supervised {
+            restarts,
             demanded: AtomicBool::new(spec.start == StartMode::Eager),
             spec,
             status: watch::Sender::new(initial),
@@ -263,6 +277,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
             backoff = Duration::from_secs(1);
         }
         tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
+        s.restarts.inc();
         let why: Arc<str> = why.into();
         *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
         s.status.send_replace(Status::Failed(why));

@@ -110,11 +110,16 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)]) -> Launched {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
+    // The text line says `https=127.0.0.1:…`; with log_format = "json" it is one JSON object.
+    let json: Option<serde_json::Value> = serde_json::from_str(&ready).ok();
     let field = |name: &str| -> Option<SocketAddr> {
-        ready
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(&format!("{name}=")))
-            .and_then(|v| v.parse().ok())
+        match &json {
+            Some(j) => j.get(name)?.as_str()?.parse().ok(),
+            None => ready
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok()),
+        }
     };
     Launched {
         https: field("https").expect("https address in the ready line"),
@@ -217,14 +222,11 @@ impl Gateway {
         http_exchange(s, method, path, "localhost")
     }
 
-    pub fn metric(&self, name: &str) -> u64 {
+    /// The sum of a metric's series: `requests_total` (all of them), or those whose labels start
+    /// as given: `requests_total{project="web"`, `logins_total{method="password",outcome="failure"}`.
+    pub fn metric(&self, selector: &str) -> u64 {
         let (_, body) = self.admin("GET", "/metrics");
-        body.lines()
-            .find_map(|l| l.strip_prefix(&format!("opencode_gateway_{name} ")))
-            .unwrap_or_else(|| panic!("metric {name} missing:\n{body}"))
-            .trim()
-            .parse()
-            .unwrap()
+        metric_in(&body, selector).unwrap_or_else(|| panic!("metric {selector} missing:\n{body}"))
     }
 
     pub fn signal(&self, sig: i32) {
@@ -322,4 +324,25 @@ impl Gateway {
         let pw = upstream_password.to_string();
         Self::start_with(config, &[], move |d| super::write_secret(&d.join("pw"), &pw))
     }
+}
+
+/// See [`Gateway::metric`]; `None` when no series matches.
+pub fn metric_in(body: &str, selector: &str) -> Option<u64> {
+    let want = format!("opencode_gateway_{selector}");
+    let mut found = None;
+    for l in body.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = l.rsplit_once(' ') else {
+            continue;
+        };
+        let hit = if want.contains('{') {
+            series.starts_with(&want)
+        } else {
+            series == want || series.strip_prefix(&want).is_some_and(|r| r.starts_with('{'))
+        };
+        if hit {
+            let v: f64 = value.parse().unwrap_or_else(|_| panic!("{l}"));
+            *found.get_or_insert(0) += v as u64;
+        }
+    }
+    found
 }

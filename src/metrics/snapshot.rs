@@ -1,0 +1,91 @@
+//! Values read at scrape time from where they already live (the connection table, the argon2
+//! verifier, the auth cache, the inbox, the supervisor), so nothing on the request path keeps a
+//! second copy of them.
+
+use std::sync::atomic::Ordering;
+
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+
+use super::ProjectLabel;
+use crate::gateway::Gateway;
+use crate::state::Upstream;
+use crate::upstream::supervise::Status;
+
+pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
+    let mut r = Registry::with_prefix(super::PREFIX);
+    let c = gw.verifier.counters();
+    let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {
+        r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));
+    };
+    r.register(
+        "argon2_verifications",
+        "argon2 password verifications run",
+        ConstCounter::new(c.runs.load(Ordering::Relaxed)),
+    );
+    gauge(
+        &mut r,
+        "argon2_running",
+        "argon2 verifications running now",
+        c.running.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        &mut r,
+        "argon2_queued",
+        "argon2 verifications waiting for a core",
+        c.waiting.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        &mut r,
+        "argon2_peak_running",
+        "Most argon2 verifications that ran at once",
+        c.peak_running.load(Ordering::Relaxed) as u64,
+    );
+    gauge(
+        &mut r,
+        "auth_cache_entries",
+        "Verified credentials cached",
+        gw.cache.len() as u64,
+    );
+    gauge(
+        &mut r,
+        "connections_open",
+        "HTTPS and SSH connections open",
+        gw.connections.total(),
+    );
+    gauge(
+        &mut r,
+        "connections_cap",
+        "HTTPS and SSH connections allowed at once",
+        u64::from(gw.connection_cap),
+    );
+    gauge(
+        &mut r,
+        "inbox_subscriptions_open",
+        "Inbox event subscriptions open",
+        gw.inbox.subscriptions() as u64,
+    );
+    r.register(
+        "notifications_dropped",
+        "Push notifications dropped (queue full or failed)",
+        ConstCounter::new(gw.inbox.notifications_dropped()),
+    );
+    let up = Family::<ProjectLabel, Gauge>::default();
+    for p in gw.state().projects.values() {
+        if let Upstream::Supervised(s) = &p.upstream {
+            let ready = matches!(s.status(), Status::Ready(_));
+            up.get_or_create(&ProjectLabel {
+                project: p.name.clone(),
+            })
+            .set(i64::from(ready));
+        }
+    }
+    r.register(
+        "upstream_up",
+        "Spawned project servers: 1 when ready and answering health checks, else 0",
+        up,
+    );
+    prometheus_client::encoding::text::encode_registry(out, &r)
+}
