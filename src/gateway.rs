@@ -87,6 +87,8 @@ pub struct Gateway {
     /// Pending permission requests and questions, sessions and server states of every project.
     pub inbox: Arc<crate::inbox::Inbox>,
     pub metrics: Metrics,
+    /// The audit trail (fixed at start: `[audit]` changes need a restart).
+    pub audit: crate::audit::Audit,
     pub http: auto::Builder<TokioExecutor>,
     /// Stop accepting and let connections finish.
     pub shutdown: CancellationToken,
@@ -102,7 +104,17 @@ impl Gateway {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
-        let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token());
+        // Opened before anything runs: a path the gateway cannot write fails the start.
+        let audit = match &settings.audit {
+            Some(cfg) => crate::audit::Audit::start(cfg.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot open the audit log {}: {e} (set [audit] file, or enabled = false)",
+                    cfg.file.display()
+                )
+            })?,
+            None => crate::audit::Audit::off(),
+        };
+        let supervisor = Supervisor::new(upstream.clone(), shutdown.child_token(), audit.clone());
         let store = crate::store::open(&settings.server.state_dir)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
@@ -138,6 +150,7 @@ impl Gateway {
             supervisor,
             inbox: Arc::new(crate::inbox::Inbox::new()),
             metrics: Metrics::default(),
+            audit,
             http: http_builder(&limits),
             limits,
             shutdown,
@@ -156,8 +169,12 @@ impl Gateway {
     pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let tls = crate::listen::tls::server_config(&settings.tls)?;
+        let old = self.state();
+        let changes = crate::audit::diff::changes(&old.settings, &settings);
+        drop(old);
         self.swap(settings, tls)?;
         self.metrics.reloads.fetch_add(1, Ordering::Relaxed);
+        self.audit.record(changes.into_record());
         Ok(())
     }
 
@@ -303,6 +320,7 @@ impl Gateway {
             "counter",
             self.inbox.notifications_dropped(),
         );
+        line("audit_dropped_total", "counter", self.audit.dropped());
         out
     }
 }

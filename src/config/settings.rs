@@ -21,6 +21,8 @@ pub struct Settings {
     pub admin: Option<Admin>,
     /// `[notify]`: announce new pending requests.
     pub notify: Option<Notify>,
+    /// `[audit]`: `None` when turned off.
+    pub audit: Option<crate::audit::AuditConfig>,
     pub limits: Limits,
     /// Configured projects, then the ones discovered from `project_sets` (`Project::set`).
     pub projects: Vec<Project>,

@@ -39,6 +39,10 @@ pub struct Forwarding<'a> {
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
     pub stream_slot: Option<SlotGuard<Arc<str>>>,
+    /// Where a permission answer's once/always/reject goes (read from its small body).
+    pub answer: Option<&'a mut Option<String>>,
+    /// Records the terminal's close when its splice ends.
+    pub terminal_close: Option<super::audit::TerminalClose>,
 }
 
 pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
@@ -61,6 +65,8 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         host,
         upgrade,
         stream_slot,
+        answer,
+        terminal_close,
     } = f;
     let limits = &gw.limits;
     let project = &*target.project;
@@ -110,6 +116,17 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             }
             UpstreamBody::Full(Some(bytes))
         }
+        (_, _) if answer.is_some() => {
+            let bytes = Limited::new(body, SMALL_BODY)
+                .collect()
+                .await
+                .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
+                .to_bytes();
+            if let Some(slot) = answer {
+                *slot = super::audit::permission_answer(&bytes);
+            }
+            UpstreamBody::Full(Some(bytes))
+        }
         _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout),
     };
     let upstream_req = Request::from_parts(parts, body);
@@ -154,6 +171,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         lease,
         client_upgrade,
         stream_slot,
+        terminal_close,
     })
     .await
 }

@@ -38,6 +38,7 @@ pub struct Answer<'a> {
     pub lease: Lease,
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub stream_slot: Option<SlotGuard<Arc<str>>>,
+    pub terminal_close: Option<super::audit::TerminalClose>,
 }
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
@@ -53,13 +54,14 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         lease,
         client_upgrade,
         stream_slot,
+        terminal_close,
     } = a;
     let project = &*target.project;
     let treatment = target.treatment();
 
     if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
-        splice(gw, client_upgrade, upstream_upgrade, stream_slot);
+        splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
         let (mut parts, _) = response.into_parts();
         rewrite::response_headers(&mut parts.headers, true);
         if let Some(r) = &endpoint.redactor {
@@ -177,10 +179,16 @@ fn splice(
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
     slot: Option<SlotGuard<Arc<str>>>,
+    mut closed: Option<super::audit::TerminalClose>,
 ) {
     let abort = gw.abort.clone();
+    if let Some(c) = closed.as_mut() {
+        c.arm();
+    }
     gw.tasks.spawn(async move {
         let _slot = slot;
+        // Dropped when the terminal ends, whichever way: records its close and duration.
+        let _closed = closed;
         let (client, upstream) = tokio::join!(client, upstream);
         let (Ok(client), Ok(upstream)) = (client, upstream) else {
             return;

@@ -12,6 +12,7 @@
 
 mod abuse;
 mod admin;
+mod audit;
 mod browser;
 mod browser_login;
 mod common;

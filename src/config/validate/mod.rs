@@ -10,6 +10,7 @@ use super::file::RawConfig;
 use super::settings::*;
 use super::{ConfigError, Problem, ProtectedPaths};
 
+mod audit;
 mod notify;
 mod project;
 mod route_role;
@@ -230,6 +231,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
 
     let limits = super::limits::validate(&mut c, &raw.limits);
     let notify = raw.notify.as_ref().and_then(|n| notify::notify(&mut c, n));
+    let audit = audit::audit(&mut c, raw.audit.as_ref(), &state_dir);
 
     let mut projects = Vec::new();
     let mut project_sets = Vec::new();
@@ -301,6 +303,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         ssh,
         admin,
         notify,
+        audit,
         limits,
         projects,
         project_sets,
