@@ -5,6 +5,7 @@
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use http::{HeaderMap, header};
@@ -27,8 +28,12 @@ pub struct Pending {
     request: Option<String>,
     /// The request body's declared size (prompts, shell commands, patches).
     bytes: Option<u64>,
+    /// Without a declared size: the bytes the client sent, counted as they pass.
+    pub counted: Option<Arc<AtomicU64>>,
     /// once / always / reject, read from a permission answer's body.
     pub answer: Option<String>,
+    /// The session a create answered with.
+    pub created: Option<String>,
 }
 
 impl Pending {
@@ -61,12 +66,15 @@ impl Pending {
         let bytes = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let sized = matches!(kind, AuditKind::Prompt | AuditKind::Shell | AuditKind::FileWrite);
         Pending {
             kind,
             base,
             request,
+            counted: (sized && bytes.is_none()).then(Arc::default),
             bytes,
             answer: None,
+            created: None,
         }
     }
 
@@ -110,12 +118,25 @@ impl Pending {
                 }
             }
             AuditKind::Prompt | AuditKind::Shell | AuditKind::FileWrite => {
-                r = r.field("bytes", self.bytes);
+                let counted = self.counted.map(|c| c.load(Ordering::Relaxed));
+                r = r.field("bytes", self.bytes.or(counted));
             }
-            AuditKind::SessionCreate | AuditKind::SessionDelete => {}
+            AuditKind::SessionCreate => {
+                if let Some(id) = self.created {
+                    r = r.field("session", id);
+                }
+            }
+            AuditKind::SessionDelete => {}
         }
         Some(r)
     }
+}
+
+/// The id of the session a create answered with: `{"id"}` (v1) or `{"data":{"id"}}` (v2).
+pub fn created_session(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let id = v.get("id").or_else(|| v.get("data")?.get("id"))?.as_str()?;
+    Some(id.to_string())
 }
 
 /// The answer a permission reply's body gives, when it is one OpenCode knows. Anything else
@@ -154,6 +175,41 @@ impl Drop for TerminalClose {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_created_session_is_read_from_either_api() {
+        assert_eq!(
+            created_session(br#"{"id":"ses_1","title":"t"}"#).as_deref(),
+            Some("ses_1")
+        );
+        assert_eq!(created_session(br#"{"data":{"id":"ses_2"}}"#).as_deref(), Some("ses_2"));
+        assert_eq!(created_session(b"[]"), None);
+    }
+
+    #[test]
+    fn a_body_without_a_length_is_counted() {
+        let who = Who {
+            via: Via::Password,
+            id: None,
+        };
+        let p = Pending::begin(
+            AuditKind::Shell,
+            "alice",
+            "web",
+            "127.0.0.1".parse().unwrap(),
+            &who,
+            Some("ses_1"),
+            "/session/*/shell",
+            "/session/ses_1/shell",
+            &HeaderMap::new(),
+        );
+        p.counted
+            .as_ref()
+            .expect("a counter without Content-Length")
+            .fetch_add(99, Ordering::Relaxed);
+        let v: serde_json::Value = serde_json::from_slice(&p.finish(200).unwrap().to_line()).unwrap();
+        assert_eq!(v["bytes"], 99);
+    }
 
     #[test]
     fn only_known_answers_are_kept() {

@@ -17,6 +17,7 @@ use super::error::HttpError;
 use super::request::Target;
 use super::response::{self, Answer};
 use crate::gateway::Gateway;
+use crate::policy::plan::AuditKind;
 use crate::ratelimit::SlotGuard;
 use crate::rewrite::{self, Forward};
 use crate::state::{ProjectState, UserState};
@@ -39,8 +40,9 @@ pub struct Forwarding<'a> {
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
     pub stream_slot: Option<SlotGuard<Arc<str>>>,
-    /// Where a permission answer's once/always/reject goes (read from its small body).
-    pub answer: Option<&'a mut Option<String>>,
+    /// The audit record begun for this request: a permission answer's once/always/reject is
+    /// read from its small body, a body without a length is counted, a created session noted.
+    pub audit: Option<&'a mut super::audit::Pending>,
     /// Records the terminal's close when its splice ends.
     pub terminal_close: Option<super::audit::TerminalClose>,
 }
@@ -65,7 +67,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         host,
         upgrade,
         stream_slot,
-        answer,
+        mut audit,
         terminal_close,
     } = f;
     let limits = &gw.limits;
@@ -116,18 +118,19 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             }
             UpstreamBody::Full(Some(bytes))
         }
-        (_, _) if answer.is_some() => {
+        (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
             let bytes = Limited::new(body, SMALL_BODY)
                 .collect()
                 .await
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
-            if let Some(slot) = answer {
-                *slot = super::audit::permission_answer(&bytes);
+            if let Some(p) = audit.as_deref_mut() {
+                p.answer = super::audit::permission_answer(&bytes);
             }
             UpstreamBody::Full(Some(bytes))
         }
-        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout),
+        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+            .counting(audit.as_ref().and_then(|p| p.counted.clone())),
     };
     let upstream_req = Request::from_parts(parts, body);
 
@@ -171,6 +174,9 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         lease,
         client_upgrade,
         stream_slot,
+        created: audit
+            .filter(|p| p.kind == AuditKind::SessionCreate)
+            .map(|p| &mut p.created),
         terminal_close,
     })
     .await

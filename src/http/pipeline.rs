@@ -22,7 +22,7 @@ use crate::audit::Via;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
 use crate::gateway::Gateway;
-use crate::policy::plan::{AuditKind, Treatment};
+use crate::policy::plan::Treatment;
 use crate::rewrite;
 use crate::state::{State, UserState};
 
@@ -271,10 +271,6 @@ async fn handle_inner(
         _ => None,
     };
     let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&gw.audit));
-    let answer = audit
-        .as_mut()
-        .filter(|p| p.kind == AuditKind::PermissionAnswer)
-        .map(|p| &mut p.answer);
     let result = forward::forward(Forwarding {
         gw,
         conn,
@@ -287,7 +283,7 @@ async fn handle_inner(
         host: host.as_deref(),
         upgrade,
         stream_slot,
-        answer,
+        audit: audit.as_deref_mut(),
         terminal_close,
     })
     .await;

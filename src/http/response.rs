@@ -39,6 +39,8 @@ pub struct Answer<'a> {
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub stream_slot: Option<SlotGuard<Arc<str>>>,
     pub terminal_close: Option<super::audit::TerminalClose>,
+    /// Where a session create's new id goes, for the audit trail.
+    pub created: Option<&'a mut Option<String>>,
 }
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
@@ -55,6 +57,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         client_upgrade,
         stream_slot,
         terminal_close,
+        created,
     } = a;
     let project = &*target.project;
     let treatment = target.treatment();
@@ -98,12 +101,16 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         _ => None,
     };
     let ticket = treatment == Treatment::TicketIssue;
-    if parts.status.is_success() && (ticket || listing.is_some()) {
+    // A session create's answer is small JSON, read for its id (audited creates only).
+    if parts.status.is_success() && (ticket || listing.is_some() || created.is_some()) {
         let max = if ticket { SMALL_BODY } else { LISTING_BODY };
         let mut bytes: Bytes = read_whole(body, max)
             .await
             .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
         lease.release();
+        if let Some(slot) = created {
+            *slot = super::audit::created_session(&bytes);
+        }
         if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
             gw.tickets.insert(&t, user.name.clone(), project.name.clone());
         }

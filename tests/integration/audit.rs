@@ -115,7 +115,9 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
         (login["via"].as_str(), login["method"].as_str()),
         (Some("password"), Some("basic"))
     );
-    let created = find(&file, "session_create", |r| r["user"] == "alice").await;
+    // The new session's id, read from OpenCode's answer.
+    let created = find(&file, "session_create", |r| r["session"] == id.as_str()).await;
+    assert_eq!(created["user"], "alice");
     assert_eq!(
         (created["project"].as_str(), created["status"].as_u64()),
         (Some("demo"), Some(200))
