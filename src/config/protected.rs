@@ -39,6 +39,13 @@ impl ProtectedPaths {
             p.add("ssh.host_key", &ssh.host_key, false);
         }
         p.add("server.state_dir", &s.server.state_dir, true);
+        // Its folder: the rotations and the lock file sit beside it.
+        if let Some(audit) = &s.audit
+            && !audit.file.starts_with(&s.server.state_dir)
+            && let Some(dir) = audit.file.parent()
+        {
+            p.add("audit.file", dir, true);
+        }
         for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {
                 p.add(key, file, false);
