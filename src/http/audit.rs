@@ -101,6 +101,8 @@ impl Pending {
             return None;
         }
         let mut r = self.base.field("status", status);
+        // The time of the answer, not of the request (a synchronous prompt can take minutes).
+        r.ts = crate::audit::record::now_rfc3339();
         match self.kind {
             AuditKind::PermissionAnswer | AuditKind::QuestionAnswer(_) => {
                 if let Some(id) = self.request {
