@@ -80,6 +80,8 @@ pub struct Gateway {
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
     pub web: crate::web::session::WebSessions,
     pub handoffs: crate::web::handoff::Handoffs,
+    /// Single sign-on flows in flight and the provider's metadata.
+    pub sso: crate::web::sso::Sso,
     /// Pairing codes in flight (memory only: a restart forgets them).
     pub pairing: crate::web::pair::Pairing,
     pub upstream: UpstreamClient,
@@ -145,6 +147,7 @@ impl Gateway {
             tokens,
             web,
             handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
+            sso: Default::default(),
             pairing: Default::default(),
             upstream,
             supervisor,

@@ -19,6 +19,9 @@
 //!   tokens now, browser sessions and devices later). `rewrite` (headers and query, pure), `workers` (one runtime per core).
 //! - `inbox/`: what the projects' servers wait for (one event subscription per running server),
 //!   for the phone pages; `notify` announces new requests (webhook, ntfy).
+//! - `web/`: the gateway's own pages (login, handoff, pairing, control room, single sign-on's
+//!   start and callback in `web/sso`); `oidc/`: the OpenID Provider side of single sign-on
+//!   (discovery and code exchange, JWKS, the ID token check).
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
 //!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
 //!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
@@ -46,6 +49,7 @@ pub mod http;
 pub mod inbox;
 pub mod listen;
 pub mod notify;
+pub mod oidc;
 pub mod policy;
 pub mod ratelimit;
 pub mod reach;

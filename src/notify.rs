@@ -16,7 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-mod send;
+pub(crate) mod send;
 
 use crate::config::Notify;
 use crate::gateway::Gateway;

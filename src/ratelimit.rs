@@ -100,6 +100,14 @@ impl<C: Clock + Clone> Limiters<C> {
         Ok(())
     }
 
+    /// Spend one login attempt of this address only (a sign-in that names no user yet: single
+    /// sign-on's start, whose flows a flood must not push out of memory).
+    pub fn address_attempt(&self, ip: IpAddr) -> Result<(), Denied> {
+        self.login_by_address
+            .check_key(&address_key(ip))
+            .map_err(|n| self.denied(n, "address"))
+    }
+
     pub fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
         self.known_good.insert((address_key(ip), user.clone()), ());
     }

@@ -47,6 +47,15 @@ impl Reach {
         &self.base
     }
 
+    /// The gateway's login host, where the browser login and the control room live:
+    /// `https://<base_domain>[:port]`, or the gateway's URL when there is no base domain.
+    pub fn login(&self) -> String {
+        match &self.base_domain {
+            Some(d) => format!("https://{d}{}", port_part(self.port)),
+            None => self.base.clone(),
+        }
+    }
+
     /// The URL `opencode attach` takes for a project: `<base>/p/<project>`.
     pub fn project(&self, name: &str) -> String {
         format!("{}/p/{name}", self.base)
@@ -117,7 +126,9 @@ mod tests {
         let r = Reach::from_parts("https://127.0.0.1:8443", Some("gw.localhost"), None);
         assert_eq!(r.project("demo"), "https://127.0.0.1:8443/p/demo");
         assert_eq!(r.web_ui("demo").as_deref(), Some("https://demo.gw.localhost:8443/"));
+        assert_eq!(r.login(), "https://gw.localhost:8443");
         let r = Reach::from_parts("https://127.0.0.1:8443", None, None);
+        assert_eq!(r.login(), "https://127.0.0.1:8443");
         assert_eq!(r.web_ui("demo"), None, "no base_domain, no web UI host");
 
         let r = Reach::from_parts("https://[::1]:8443", Some("gw.localhost"), None);

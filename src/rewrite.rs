@@ -175,7 +175,9 @@ pub fn upstream_query(query: Option<&str>, pinned: bool) -> Option<Cow<'_, str>>
 
 /// A query fit for logs: credential-like parameter values replaced.
 pub fn loggable_query(query: &str) -> Cow<'_, str> {
-    const SECRET: [&str; 5] = ["auth_token", "ticket", "token", "password", "key"];
+    // `code` and `state`: a single sign-on callback's (short-lived, single use, bound to the
+    // browser, but still nobody's business in a log).
+    const SECRET: [&str; 7] = ["auth_token", "ticket", "token", "password", "key", "code", "state"];
     if !crate::policy::query::pairs(query).any(|(n, _)| SECRET.contains(&n.as_ref())) {
         return Cow::Borrowed(query);
     }

@@ -18,6 +18,8 @@ pub enum Via {
     Cookie,
     /// A terminal ticket the gateway relayed (issued to an authenticated user).
     Ticket,
+    /// Single sign-on at an OpenID provider.
+    Oidc,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -176,6 +176,16 @@ pub fn summary(s: &Settings) -> String {
                 .count()
         );
     }
+    if let Some(o) = &s.oidc {
+        let on = match o.match_on {
+            crate::config::OidcMatch::Email => "verified email",
+            crate::config::OidcMatch::Subject => "subject",
+        };
+        out += &format!(
+            "\nsingle sign-on: {} as client {} (users matched by {on}; secret held by the gateway)\n",
+            o.issuer, o.client_id
+        );
+    }
     out += "\nusers:\n";
     for u in &s.users {
         let grants = match &u.grants {
@@ -187,12 +197,17 @@ pub fn summary(s: &Settings) -> String {
                 .collect::<Vec<_>>()
                 .join(", "),
         };
-        let how = match (u.password_hash.is_some(), u.ssh_keys.len()) {
-            (true, 0) => "password".to_string(),
-            (false, n) => format!("{n} ssh key(s)"),
-            (true, n) => format!("password, {n} ssh key(s)"),
-        };
-        out += &format!("  {}  {grants}; {how}\n", u.name);
+        let mut how = Vec::new();
+        if u.password_hash.is_some() {
+            how.push("password".to_string());
+        }
+        if !u.ssh_keys.is_empty() || how.is_empty() && u.oidc.is_none() {
+            how.push(format!("{} ssh key(s)", u.ssh_keys.len()));
+        }
+        if let Some(id) = &u.oidc {
+            how.push(format!("single sign-on as {id}"));
+        }
+        out += &format!("  {}  {grants}; {}\n", u.name, how.join(", "));
     }
     out += &routes_summary(s);
     out

@@ -110,6 +110,10 @@ fn print_attach(
         );
     }
     out += &format!("\nopencode-gateway is serving {url}\n");
+    out += &format!(
+        "control room (log in with the form): {}/   pair a phone: opencode-gateway pair {user}\n",
+        reach.login()
+    );
     for p in &settings.projects {
         out += &format!("\nproject {}:\n", p.name);
         let at = reach.project(&p.name);

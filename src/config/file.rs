@@ -16,6 +16,7 @@ pub struct RawConfig {
     pub admin: Option<RawAdmin>,
     pub notify: Option<RawNotify>,
     pub audit: Option<RawAudit>,
+    pub oidc: Option<RawOidc>,
     #[serde(default)]
     pub limits: RawLimits,
     #[serde(default)]
@@ -93,6 +94,20 @@ pub struct RawAudit {
     pub keep: Option<u32>,
 }
 
+/// `[oidc]`: single sign-on through an OpenID Provider.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawOidc {
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret_env: Option<String>,
+    pub client_secret_file: Option<String>,
+    #[serde(rename = "match")]
+    pub match_on: Option<String>,
+    pub label: Option<String>,
+    pub scopes: Option<Vec<String>>,
+}
+
 pub use super::limits::RawLimits;
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +136,8 @@ pub struct RawProject {
 pub struct RawUser {
     pub name: String,
     pub password_hash: Option<String>,
+    /// The identity an OpenID Provider vouches for (an email or a subject, per `oidc.match`).
+    pub oidc: Option<String>,
     #[serde(default)]
     pub ssh_keys: Vec<String>,
     #[serde(default)]

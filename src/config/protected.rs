@@ -46,6 +46,9 @@ impl ProtectedPaths {
         {
             p.add("audit.file", dir, true);
         }
+        if let Some(file) = s.oidc.as_ref().and_then(|o| o.secret_file.as_ref()) {
+            p.add("oidc.client_secret_file", file, false);
+        }
         for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {
                 p.add(key, file, false);

@@ -23,6 +23,8 @@ pub struct Settings {
     pub notify: Option<Notify>,
     /// `[audit]`: `None` when turned off.
     pub audit: Option<crate::audit::AuditConfig>,
+    /// `[oidc]`: single sign-on for the browser login.
+    pub oidc: Option<Oidc>,
     pub limits: Limits,
     /// Configured projects, then the ones discovered from `project_sets` (`Project::set`).
     pub projects: Vec<Project>,
@@ -80,6 +82,31 @@ pub struct Notify {
     pub debounce: std::time::Duration,
 }
 
+/// `[oidc]`, validated: the issuer is `https://` (or `http://` to loopback), the secret loaded.
+#[derive(Debug, Clone)]
+pub struct Oidc {
+    /// Exactly as the provider writes `iss` (no trailing slash added or removed).
+    pub issuer: String,
+    pub client_id: String,
+    pub client_secret: Secret,
+    pub match_on: OidcMatch,
+    /// The button's text after "Sign in with ".
+    pub label: String,
+    /// Always holds `openid`.
+    pub scopes: Vec<String>,
+    /// Files holding the client secret (`client_secret_file`), for the protected paths.
+    pub secret_file: Option<PathBuf>,
+}
+
+/// Which ID token claim names the person (`[[user]] oidc = …`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OidcMatch {
+    /// `sub`: the provider's stable subject identifier.
+    Subject,
+    /// `email`, only with `email_verified = true`.
+    Email,
+}
+
 pub use super::limits::Limits;
 
 #[derive(Debug, Clone)]
@@ -135,6 +162,8 @@ pub struct User {
     /// The argon2id hash, parsed at load, and its PHC text (whose digest keys the auth cache).
     pub password_hash: Option<(PasswordHash, String)>,
     pub ssh_keys: Vec<russh::keys::PublicKey>,
+    /// `oidc = "alice@example.com"`: the identity single sign-on maps to this user.
+    pub oidc: Option<String>,
     pub grants: Grants,
 }
 

@@ -69,9 +69,10 @@ pub enum HttpError {
     NotFound(String),
     #[error("this method is not allowed here")]
     MethodNotAllowed,
-    /// A browser without a login for a project host: sent to the login host's handoff.
+    /// A browser without a login for a project host: sent to the login host's handoff, with a
+    /// state cookie on this host that the handoff's ticket is bound to.
     #[error("log in first")]
-    LoginRedirect(String),
+    LoginRedirect { location: String, state: String },
 }
 
 fn retry_secs(d: Duration) -> u64 {
@@ -95,7 +96,7 @@ impl From<&HttpError> for StatusCode {
             BadRequest(_) | BadPath(_) | MalformedBody(_) => StatusCode::BAD_REQUEST,
             ProjectGone(_) | NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            LoginRedirect(_) => StatusCode::SEE_OTHER,
+            LoginRedirect { .. } => StatusCode::SEE_OTHER,
         }
     }
 }
@@ -131,7 +132,7 @@ impl HttpError {
             ShuttingDown => "shutting_down",
             NotFound(_) => "not_found",
             MethodNotAllowed => "method_not_allowed",
-            LoginRedirect(_) => "login_redirect",
+            LoginRedirect { .. } => "login_redirect",
         }
     }
 
@@ -167,10 +168,12 @@ impl HttpError {
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if let HttpError::LoginRedirect(to) = &self
-            && let Ok(v) = HeaderValue::from_str(to)
+        if let HttpError::LoginRedirect { location, state } = &self
+            && let Ok(v) = HeaderValue::from_str(location)
         {
             h.insert(header::LOCATION, v);
+            h.insert(header::SET_COOKIE, crate::web::cookie::set_handoff_state(state));
+            h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
         }
         if status == StatusCode::UNAUTHORIZED {
             h.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
@@ -191,7 +194,13 @@ mod tests {
         let cases: Vec<(HttpError, u16)> = vec![
             (HttpError::NotFound("x".into()), 404),
             (HttpError::MethodNotAllowed, 405),
-            (HttpError::LoginRedirect("/login".into()), 303),
+            (
+                HttpError::LoginRedirect {
+                    location: "/login".into(),
+                    state: "s".into(),
+                },
+                303,
+            ),
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
             (HttpError::BadToken, 401),

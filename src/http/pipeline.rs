@@ -133,7 +133,7 @@ async fn handle_inner(
         };
         return match crate::web::serve(&ctx, body, page).await {
             Ok(r) => Ok(r),
-            Err(e) if html && !matches!(e, HttpError::LoginRedirect(_)) => {
+            Err(e) if html && !matches!(e, HttpError::LoginRedirect { .. }) => {
                 record.reason = Some(e.code());
                 Ok(crate::web::page::error_page(e))
             }
@@ -463,9 +463,11 @@ async fn by_cookie(
     }
     if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        return Err(HttpError::LoginRedirect(crate::web::handoff::login_redirect(
-            domain, host, path,
-        )));
+        let state = crate::web::session::random(16);
+        return Err(HttpError::LoginRedirect {
+            location: crate::web::handoff::login_redirect(domain, host, path, &state),
+            state,
+        });
     }
     Ok(None)
 }

@@ -30,6 +30,26 @@ async fn post_trusting(
     body: Bytes,
     roots: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<(), String> {
+    let (status, _) = exchange(http::Method::POST, url, Some(content_type), headers, body, 0, roots).await?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!("answered {status}"))
+    }
+}
+
+/// One request on a connection of its own (http or https, verified against `roots` or the
+/// system's CA bundle), within 15 s; the status and at most `max_body` bytes of the answer (a
+/// longer answer is an error).
+pub(crate) async fn exchange(
+    method: http::Method,
+    url: &str,
+    content_type: Option<&str>,
+    headers: &[(&'static str, String)],
+    body: Bytes,
+    max_body: usize,
+    roots: Option<Arc<rustls::ClientConfig>>,
+) -> Result<(http::StatusCode, Bytes), String> {
     let uri: http::Uri = url.parse().map_err(|_| "not a URL".to_string())?;
     let host = uri
         .host()
@@ -61,15 +81,18 @@ async fn post_trusting(
             .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let mut req = http::Request::post(path)
+        let mut b = http::Request::builder()
+            .method(method)
+            .uri(path)
             .header(
                 http::header::HOST,
                 uri.authority().map_or(host.as_str(), |a| a.as_str()),
             )
-            .header(http::header::CONTENT_TYPE, content_type)
-            .header(http::header::USER_AGENT, "opencode-gateway")
-            .body(Full::new(body))
-            .map_err(|e| e.to_string())?;
+            .header(http::header::USER_AGENT, "opencode-gateway");
+        if let Some(t) = content_type {
+            b = b.header(http::header::CONTENT_TYPE, t);
+        }
+        let mut req = b.body(Full::new(body)).map_err(|e| e.to_string())?;
         for (name, value) in headers {
             if let Ok(v) = http::HeaderValue::from_str(value) {
                 req.headers_mut().insert(*name, v);
@@ -77,11 +100,16 @@ async fn post_trusting(
         }
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
-        let _ = resp.into_body().collect().await;
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("answered {status}"))
+        let body = http_body_util::Limited::new(resp.into_body(), max_body.max(1))
+            .collect()
+            .await
+            .map(|c| c.to_bytes());
+        match body {
+            Ok(b) => Ok((status, b)),
+            Err(_) if max_body == 0 => Ok((status, Bytes::new())),
+            Err(_) => Err(format!(
+                "answered {status} with a body over {max_body} bytes, or cut short"
+            )),
         }
     };
     tokio::time::timeout(SEND_TIMEOUT, exchange)
@@ -90,7 +118,7 @@ async fn post_trusting(
 }
 
 /// A TLS client configuration trusting the system's CA bundle, made once.
-fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
+pub(crate) fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {

@@ -7,6 +7,10 @@
 use http::{HeaderMap, HeaderValue, header};
 
 pub const NAME: &str = "__Host-ocgw";
+/// A project host's handoff state: set when it sends a browser to the login host, checked when the
+/// ticket comes back, so a ticket minted for one browser (an attacker's own login) cannot be
+/// redeemed in another (login CSRF into a project host).
+pub const HANDOFF_STATE: &str = "__Host-ocgw-handoff";
 
 /// `Set-Cookie` for a new session (a session cookie for a password login, persistent for a
 /// paired device so the phone stays logged in across browser restarts).
@@ -14,6 +18,22 @@ pub fn set(value: &str, max_age_secs: Option<i64>) -> HeaderValue {
     let age = max_age_secs.map_or(String::new(), |s| format!("; Max-Age={s}"));
     HeaderValue::from_str(&format!("{NAME}={value}; Path=/; Secure; HttpOnly; SameSite=Lax{age}"))
         .expect("a cookie of URL-safe characters is a valid header")
+}
+
+/// `Set-Cookie` for a project host's handoff state (lives as long as a login may take).
+pub fn set_handoff_state(value: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!(
+        "{HANDOFF_STATE}={value}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=900"
+    ))
+    .expect("a cookie of URL-safe characters is a valid header")
+}
+
+/// `Set-Cookie` that removes the handoff state.
+pub fn clear_handoff_state() -> HeaderValue {
+    HeaderValue::from_str(&format!(
+        "{HANDOFF_STATE}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"
+    ))
+    .expect("static cookie is a valid header")
 }
 
 /// `Set-Cookie` that removes it.
@@ -25,14 +45,19 @@ pub fn clear() -> HeaderValue {
 /// The gateway cookie's value in the request's `Cookie` headers. When a client sends it more than
 /// once (a cookie-tossing page cannot set `__Host-` cookies, but be strict anyway), none is used.
 pub fn find(headers: &HeaderMap) -> Option<&str> {
+    find_named(headers, NAME)
+}
+
+/// The value of the cookie `name` (exactly once), like [`find`].
+pub fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     let mut found = None;
     for v in headers.get_all(header::COOKIE) {
         let Ok(v) = v.to_str() else { continue };
         for pair in v.split(';') {
-            let Some((name, value)) = pair.trim().split_once('=') else {
+            let Some((pair_name, value)) = pair.trim().split_once('=') else {
                 continue;
             };
-            if name == NAME {
+            if pair_name == name {
                 if found.is_some() {
                     return None;
                 }

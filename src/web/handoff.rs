@@ -1,12 +1,15 @@
 //! Giving a project host its own cookie without a second login (the pattern of Coder's and
-//! GitLab's workspace proxies). A project host without a cookie sends the browser to the login
-//! host's `/_gw/handoff?to=<url>`; there, with a live login session, the gateway checks that the
-//! target is `https://<project>.<base_domain>` on this port for a project the user may use,
-//! mints a single-use ticket (`limits.handoff_ttl`, 60 s, kept as a digest, bound to user, login session, project and
-//! path) and sends the browser to `https://<project host>/_gw/callback?ticket=…`. The project host
-//! redeems it once, sets its own host-only `__Host-` cookie (a child of the login session: it
-//! dies with it) and goes on to the path. Nothing under `/_gw/` reaches OpenCode; the ticket is
-//! redacted from access lines and never sent as a Referer (`Referrer-Policy: no-referrer`).
+//! GitLab's workspace proxies). A project host without a cookie sets a random handoff state as a
+//! host-only cookie and sends the browser to the login host's `/_gw/handoff?to=<url>&state=<s>`;
+//! there, with a live login session, the gateway checks that the target is
+//! `https://<project>.<base_domain>` on this port for a project the user may use, mints a
+//! single-use ticket (`limits.handoff_ttl`, 60 s, kept as a digest, bound to the login session,
+//! project, path and state) and sends the browser to `https://<project host>/_gw/callback?ticket=…`.
+//! The project host redeems it once, only in the browser holding the state (so a ticket an attacker
+//! minted with their own login cannot log a victim's browser into the attacker's session), sets its
+//! own host-only `__Host-` cookie (a child of the login session: it dies with it) and goes on to the
+//! path. Nothing under `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
+//! sent as a Referer (`Referrer-Policy: no-referrer`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +29,8 @@ struct Ticket {
     login: Arc<Live>,
     project: String,
     path: String,
+    /// The project host's handoff state this ticket answers (its browser holds it as a cookie).
+    state: [u8; 32],
 }
 
 /// Handoff tickets in flight, by digest.
@@ -97,6 +102,12 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         return Ok(page::redirect(&format!("/login?next={}", form::encode(&here))));
     };
     let to = crate::policy::query::get(query, "to").unwrap_or_default();
+    let state = crate::policy::query::get(query, "state").unwrap_or_default();
+    if state.is_empty() {
+        return Err(HttpError::BadRequest(
+            "this login link has no state; open the project's address again".into(),
+        ));
+    }
     let port = port_of(ctx.host.unwrap_or(""));
     let (authority, project, path) = parse_target(&to, base_domain, port).map_err(|e| {
         tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
@@ -120,6 +131,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             login,
             project: project.to_string(),
             path: path.to_string(),
+            state: digest(&state),
         }),
     );
     Ok(page::redirect(&format!(
@@ -137,21 +149,27 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let query = ctx.parts.uri.query().unwrap_or("");
     let ticket = crate::policy::query::get(query, "ticket").unwrap_or_default();
     let key = digest(&ticket);
-    // Taken only if it is for this host: a ticket shown to a foreign host stays unusable there
-    // and cannot be burnt by it either.
-    let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| t.project == here) else {
-        let foreign = ctx.gw.handoffs.tickets.get(&key).is_some();
-        let reason = if foreign {
-            "handoff_foreign_host"
-        } else {
-            "handoff_unknown"
+    // The browser that started this handoff holds its state as a cookie on this host; a ticket
+    // brought by another browser (a link an attacker made with their own login) does not match.
+    let state = super::cookie::find_named(&ctx.parts.headers, super::cookie::HANDOFF_STATE).map(digest);
+    // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
+    // browser stays unusable there and cannot be burnt by it either.
+    let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| {
+        t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state))
+    }) else {
+        let (reason, text) = match ctx.gw.handoffs.tickets.get(&key) {
+            Some(t) if t.project != here => ("handoff_foreign_host", "this login link is for another project's host"),
+            Some(_) => (
+                "handoff_other_browser",
+                "this login link was started in another browser; open the project's address here",
+            ),
+            None => (
+                "handoff_unknown",
+                "this login link has expired or was used already; open the project again",
+            ),
         };
         tracing::warn!(target: "security", peer = %ctx.client, project = here, reason, "a handoff ticket refused");
-        return Err(HttpError::Forbidden(if foreign {
-            "this login link is for another project's host".into()
-        } else {
-            "this login link has expired or was used already; open the project again".into()
-        }));
+        return Err(HttpError::Forbidden(text.into()));
     };
     let granted = ctx
         .state
@@ -179,16 +197,21 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     tracing::info!(target: "security", peer = %ctx.client, user = %child.user, project = %t.project, session = %child.id, login = %child.login_id, "project host handoff");
     let mut r = page::redirect(&t.path);
     r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
+    r.headers_mut()
+        .append(header::SET_COOKIE, cookie::clear_handoff_state());
     Ok(r)
 }
 
 /// Where a project host sends a browser that has no cookie: the login host's handoff for the
 /// URL it asked for (same port; the login host is `base_domain`).
-pub fn login_redirect(base_domain: &str, host: &str, path_and_query: &str) -> String {
+pub fn login_redirect(base_domain: &str, host: &str, path_and_query: &str, state: &str) -> String {
     let port = port_of(host);
     let port = if port == 443 { String::new() } else { format!(":{port}") };
     let to = format!("https://{host}{path_and_query}");
-    format!("https://{base_domain}{port}/_gw/handoff?to={}", form::encode(&to))
+    format!(
+        "https://{base_domain}{port}/_gw/handoff?to={}&state={state}",
+        form::encode(&to)
+    )
 }
 
 #[cfg(test)]
@@ -234,9 +257,9 @@ mod tests {
     #[test]
     fn the_login_redirect_names_the_login_host_on_the_same_port() {
         assert_eq!(
-            login_redirect("gw.localhost", "web.gw.localhost:8443", "/a?b=c"),
-            "https://gw.localhost:8443/_gw/handoff?to=https%3A%2F%2Fweb.gw.localhost%3A8443%2Fa%3Fb%3Dc"
+            login_redirect("gw.localhost", "web.gw.localhost:8443", "/a?b=c", "S1"),
+            "https://gw.localhost:8443/_gw/handoff?to=https%3A%2F%2Fweb.gw.localhost%3A8443%2Fa%3Fb%3Dc&state=S1"
         );
-        assert!(login_redirect("gw.example", "web.gw.example", "/").starts_with("https://gw.example/_gw/"));
+        assert!(login_redirect("gw.example", "web.gw.example", "/", "S").starts_with("https://gw.example/_gw/"));
     }
 }

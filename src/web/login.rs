@@ -19,6 +19,13 @@ struct LoginPage<'a> {
     next: &'a str,
     user: &'a str,
     error: Option<&'a str>,
+    /// `[oidc]`: the button's label and where it goes.
+    sso: Option<(&'a str, String)>,
+}
+
+fn sso<'a>(ctx: &'a Ctx<'_>, next: &str) -> Option<(&'a str, String)> {
+    let o = ctx.state.settings.oidc.as_ref()?;
+    Some((o.label.as_str(), format!("/_gw/oidc/start?next={}", form::encode(next))))
 }
 
 /// Form posts from this page end in a redirect chain that may go on to a project host (a
@@ -33,7 +40,7 @@ fn form_targets(ctx: &Ctx<'_>) -> String {
     }
 }
 
-fn next_of(ctx: &Ctx<'_>) -> String {
+pub(super) fn next_of(ctx: &Ctx<'_>) -> String {
     let q = ctx.parts.uri.query().unwrap_or("");
     let next = crate::policy::query::get(q, "next").unwrap_or_default();
     form::local_path(&next).to_string()
@@ -50,6 +57,7 @@ pub async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             next: &next,
             user: "",
             error: None,
+            sso: sso(ctx, &next),
         },
         &form_targets(ctx),
     )
@@ -81,6 +89,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
                     next: &next,
                     user,
                     error: Some(&e.to_string()),
+                    sso: sso(ctx, &next),
                 },
                 &form_targets(ctx),
             )?;
@@ -97,6 +106,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
                     next: &next,
                     user,
                     error: Some("Wrong user name or password."),
+                    sso: sso(ctx, &next),
                 },
                 &form_targets(ctx),
             );

@@ -18,6 +18,7 @@ pub mod page;
 pub mod pair;
 pub mod room;
 pub mod session;
+pub mod sso;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -53,6 +54,10 @@ pub enum Page {
     /// Answer a pending request, abort a session.
     Act,
     Static(&'static str),
+    /// Login host: begin single sign-on (`[oidc]`).
+    OidcStart,
+    /// Login host: back from the identity provider.
+    OidcCallback,
     /// Under the reserved prefix, but nothing there.
     Missing,
 }
@@ -91,6 +96,8 @@ pub fn page(
             (false, ["handoff"]) => Page::Handoff,
             (false, ["events"]) => Page::Events,
             (false, ["act"]) => Page::Act,
+            (false, ["oidc", "start"]) => Page::OidcStart,
+            (false, ["oidc", "callback"]) => Page::OidcCallback,
             (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
             _ => Page::Missing,
         });
@@ -169,6 +176,8 @@ pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Respons
         (Page::Inbox, &Method::GET) => room::inbox(ctx).await,
         (Page::Events, &Method::GET) => room::events(ctx).await,
         (Page::Act, &Method::POST) => room::act(ctx, body).await,
+        (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
+        (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),
         _ => Err(HttpError::MethodNotAllowed),
     }

@@ -126,6 +126,11 @@ pub fn error_page(e: HttpError) -> Response<ProxyBody> {
     r
 }
 
+/// A page that says why something did not work, with its status.
+pub fn message(status: StatusCode, title: &str, text: &str) -> Response<ProxyBody> {
+    html(status, &Message { title, text }).unwrap_or_else(|e| e.into_response())
+}
+
 /// Does the client want a page rather than JSON (a navigation or a form post)?
 pub fn wants_html(headers: &http::HeaderMap) -> bool {
     headers.get("sec-fetch-mode").is_some_and(|v| v == "navigate")

@@ -28,6 +28,20 @@ fn set_cookie(r: &Reply) -> Option<(String, String)> {
     pair.starts_with("__Host-ocgw=").then_some((pair, v))
 }
 
+/// The project host's handoff state cookie a redirect sets, as `name=value`.
+fn handoff_state(r: &Reply) -> String {
+    r.headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|v| v.starts_with("__Host-ocgw-handoff="))
+        .unwrap_or_else(|| panic!("no handoff state cookie: {:?}", r.headers))
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 fn location(r: &Reply) -> String {
     r.headers
         .get("location")
@@ -225,6 +239,7 @@ async fn a_project_host_gets_its_own_cookie_through_a_single_use_handoff() {
     // A browser on the project host with no cookie goes to the login host's handoff.
     let r = get(&web_host, "/echo?x=1", None, true).await;
     assert_eq!(r.status, 303, "{}", r.body);
+    let state = handoff_state(&r);
     let to_handoff = location(&r);
     let (h, path) = split_url(&to_handoff);
     assert_eq!(h, LOGIN_HOST);
@@ -274,18 +289,32 @@ async fn a_project_host_gets_its_own_cookie_through_a_single_use_handoff() {
     assert_eq!(h, "web.gw.localhost");
 
     // Another project's host may not redeem it (and does not burn it).
-    let foreign = get(&api_host, &callback, None, true).await;
+    let foreign = get(&api_host, &callback, Some(&state), true).await;
     assert_eq!(foreign.status, 403);
     assert!(foreign.body.contains("another project"), "{}", foreign.body);
+    // Nor may another browser (one without this handoff's state: a link an attacker made with
+    // their own login, sent to a victim).
+    for other in [None, Some("__Host-ocgw-handoff=someone-elses")] {
+        let r = get(&web_host, &callback, other, true).await;
+        assert_eq!(r.status, 403, "{other:?} {:?} {}", r.headers, r.body);
+        assert!(r.body.contains("another browser"), "{}", r.body);
+    }
     // The project host redeems it once, sets its own cookie and goes to the path asked for.
-    let r = get(&web_host, &callback, None, true).await;
+    let r = get(&web_host, &callback, Some(&state), true).await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(location(&r), "/echo?x=1");
     let (project_cookie, raw) = set_cookie(&r).expect("the project host's own cookie");
     assert!(!raw.to_ascii_lowercase().contains("domain="), "{raw}");
     assert_ne!(project_cookie, cookie);
     assert_eq!(r.headers["referrer-policy"], "no-referrer");
-    let replay = get(&web_host, &callback, None, true).await;
+    assert!(
+        r.headers
+            .get_all("set-cookie")
+            .iter()
+            .any(|v| v.to_str().unwrap().starts_with("__Host-ocgw-handoff=;")),
+        "the state is cleared"
+    );
+    let replay = get(&web_host, &callback, Some(&state), true).await;
     assert_eq!(replay.status, 403);
     assert!(replay.body.contains("expired or was used"), "{}", replay.body);
 
@@ -318,7 +347,7 @@ async fn a_project_host_gets_its_own_cookie_through_a_single_use_handoff() {
         (format!("https://web.gw.localhost:{port}//evil.example/"), "BadPath"),
     ] {
         let q = crate::common::client::encode(&to);
-        let r = get(&lh, &format!("/_gw/handoff?to={q}"), Some(&cookie), true).await;
+        let r = get(&lh, &format!("/_gw/handoff?to={q}&state=S"), Some(&cookie), true).await;
         assert_eq!(r.status, 400, "{to}: {}", r.body);
         assert!(r.body.contains(why), "{to}: {}", r.body);
     }
@@ -348,20 +377,23 @@ async fn a_user_gets_no_handoff_to_a_project_they_may_not_use_and_tickets_expire
     let port = c.addr.port();
     let (bob, _) = login(&c, "bob", "bob-password-22", "/").await;
     let to = |p: &str| crate::common::client::encode(&format!("https://{p}.gw.localhost:{port}/"));
-    let r = get(&lh, &format!("/_gw/handoff?to={}", to("api")), Some(&bob), true).await;
+    let r = get(&lh, &format!("/_gw/handoff?to={}&state=S", to("api")), Some(&bob), true).await;
     assert_eq!(r.status, 403, "{}", r.body);
     assert!(r.body.contains("no access to project api"), "{}", r.body);
 
-    let r = get(&lh, &format!("/_gw/handoff?to={}", to("web")), Some(&bob), true).await;
+    let missing = get(&lh, &format!("/_gw/handoff?to={}", to("web")), Some(&bob), true).await;
+    assert_eq!(missing.status, 400, "a handoff without state: {}", missing.body);
+    let r = get(&lh, &format!("/_gw/handoff?to={}&state=S", to("web")), Some(&bob), true).await;
     let (_, callback) = split_url(&location(&r));
     // Wait out the ticket's 1 s life (bounded), then it is refused.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let web_host = host(&c, "web.gw.localhost");
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let mut last = get(&web_host, &callback, None, true).await;
+    let state = Some("__Host-ocgw-handoff=S");
+    let mut last = get(&web_host, &callback, state, true).await;
     while last.status != 403 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        last = get(&web_host, &callback, None, true).await;
+        last = get(&web_host, &callback, state, true).await;
     }
     assert_eq!(last.status, 403, "an expired ticket is refused: {}", last.body);
     assert!(last.body.contains("expired or was used"), "{}", last.body);
@@ -378,9 +410,9 @@ async fn cookie_requests_from_other_origins_are_refused() {
     let port = c.addr.port();
     let (cookie, _) = login(&c, "alice", "alice-password-1", "/").await;
     let to = crate::common::client::encode(&format!("https://web.gw.localhost:{port}/"));
-    let r = get(&lh, &format!("/_gw/handoff?to={to}"), Some(&cookie), true).await;
+    let r = get(&lh, &format!("/_gw/handoff?to={to}&state=S"), Some(&cookie), true).await;
     let (_, callback) = split_url(&location(&r));
-    let r = get(&web_host, &callback, None, true).await;
+    let r = get(&web_host, &callback, Some("__Host-ocgw-handoff=S"), true).await;
     let (pc, _) = set_cookie(&r).unwrap();
 
     let own = origin(&web_host);

@@ -108,6 +108,8 @@ fn check_prints_listeners_projects_routes_and_users() {
         "port 127.0.0.1:8444",
         "alice  api as viewer, web as operator; password, 1 ssh key(s)",
         "phone  app-* as approver, web as approver; 1 ssh key(s)",
+        "carol  web as viewer; single sign-on as carol@example.com",
+        "single sign-on: https://accounts.example.com as client opencode-gateway (users matched by verified email",
         "app-<folder>  project set: one spawned server per folder",
         "project/wt-* (read every 1 s; now 0 project(s))",
     ] {

@@ -33,6 +33,7 @@ mod roles;
 mod secrets;
 mod spellings;
 mod ssh;
+mod sso;
 mod streaming;
 mod supervise;
 mod tokens;

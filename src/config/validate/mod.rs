@@ -12,10 +12,12 @@ use super::{ConfigError, Problem, ProtectedPaths};
 
 mod audit;
 mod notify;
+mod oidc;
 mod project;
 mod route_role;
 mod user;
 
+pub use oidc::acceptable_url as acceptable_oidc_url;
 pub use project::split_pattern;
 use project::{project, project_set};
 use user::user;
@@ -232,6 +234,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     let limits = super::limits::validate(&mut c, &raw.limits);
     let notify = raw.notify.as_ref().and_then(|n| notify::notify(&mut c, n));
     let audit = audit::audit(&mut c, raw.audit.as_ref(), &state_dir);
+    let oidc = raw.oidc.as_ref().and_then(|o| oidc::oidc(&mut c, o));
 
     let mut projects = Vec::new();
     let mut project_sets = Vec::new();
@@ -275,10 +278,11 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
                 "give each user their own name",
             );
         }
-        if let Some(user) = user(&mut c, &key, u, &project_names, &set_names) {
+        if let Some(user) = user(&mut c, &key, u, &project_names, &set_names, raw.oidc.is_some()) {
             users.push(user);
         }
     }
+    oidc::identities_unique(&mut c, &users, oidc.as_ref());
 
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
 
@@ -304,6 +308,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         admin,
         notify,
         audit,
+        oidc,
         limits,
         projects,
         project_sets,

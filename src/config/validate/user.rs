@@ -14,6 +14,7 @@ pub(super) fn user(
     u: &RawUser,
     projects: &HashSet<&str>,
     sets: &[&str],
+    sso: bool,
 ) -> Option<User> {
     let key = format!("{key} ({})", u.name);
     if !valid_user_name(&u.name) {
@@ -45,11 +46,25 @@ pub(super) fn user(
         },
         None => None,
     };
-    if u.password_hash.is_none() && u.ssh_keys.is_empty() {
+    if u.password_hash.is_none() && u.ssh_keys.is_empty() && u.oidc.is_none() {
         c.problem(
             format!("{key}.password_hash"),
-            "the user has neither a password nor an SSH key and could never log in",
-            "set a password with: opencode-gateway user passwd <name>",
+            "the user has neither a password, an SSH key nor single sign-on and could never log in",
+            "set a password with: opencode-gateway user passwd <name>, or name their identity with oidc = \"…\" (needs [oidc])",
+        );
+    }
+    let oidc = u.oidc.as_deref().map(str::trim).filter(|o| !o.is_empty());
+    if u.oidc.is_some() && oidc.is_none() {
+        c.problem(
+            format!("{key}.oidc"),
+            "the identity is empty",
+            "write the user's email (oidc.match = \"email\") or subject (oidc.match = \"sub\"), or remove oidc",
+        );
+    } else if oidc.is_some() && !sso {
+        c.problem(
+            format!("{key}.oidc"),
+            "there is no [oidc] table, so nobody can sign in with it",
+            "add [oidc] with the provider's issuer and client, or remove oidc from this user",
         );
     }
     let role = match u.role.as_deref() {
@@ -125,6 +140,7 @@ pub(super) fn user(
         name: u.name.clone(),
         password_hash,
         ssh_keys,
+        oidc: oidc.map(String::from),
         grants,
     })
 }
