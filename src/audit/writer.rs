@@ -27,7 +27,14 @@ pub struct Appender {
 }
 
 fn open_log(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).mode(0o600).open(path)
+    use std::os::unix::fs::PermissionsExt;
+    let file = OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+    // The mode applies only to a file this creates: one found readable by others is narrowed.
+    let mode = file.metadata()?.permissions().mode();
+    if mode & 0o077 != 0 {
+        file.set_permissions(std::fs::Permissions::from_mode(mode & 0o700))?;
+    }
+    Ok(file)
 }
 
 pub fn rotated(path: &Path, n: u32) -> PathBuf {
@@ -189,6 +196,17 @@ mod tests {
         assert_eq!(all.last(), Some(&1019));
         assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "{all:?}");
         assert_eq!(all.len(), per_file * 2 + lines_of(&c.file).len());
+    }
+
+    #[test]
+    fn a_file_found_readable_by_others_is_narrowed_to_the_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path(), 1 << 20, 1);
+        std::fs::write(&c.file, b"").unwrap();
+        std::fs::set_permissions(&c.file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Appender::open(c.clone()).unwrap().append(&line(1)).unwrap();
+        let mode = std::fs::metadata(&c.file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
     }
 
     #[test]

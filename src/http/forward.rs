@@ -118,10 +118,15 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             }
             UpstreamBody::Full(Some(bytes))
         }
+        // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
+        // size and in time like any client body.
         (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
-            let bytes = Limited::new(body, SMALL_BODY)
-                .collect()
+            let read = Limited::new(body, SMALL_BODY).collect();
+            let bytes = tokio::time::timeout(limits.body_idle_timeout, read)
                 .await
+                .map_err(|_| HttpError::BodyTimeout {
+                    secs: limits.body_idle_timeout,
+                })?
                 .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
                 .to_bytes();
             if let Some(p) = audit.as_deref_mut() {
