@@ -159,6 +159,9 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
 
+    // Nothing was dropped on the way (the queue never filled).
+    assert_eq!(s.gw.metric("audit_dropped_total"), 0);
+
     // The CLI reads it back, filtered.
     let out = std::process::Command::new(BIN)
         .args(["audit", "--user", "alice", "--since", "1h", "-c"])
