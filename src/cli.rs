@@ -104,6 +104,26 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Read the audit log and its rotations, oldest first: one line per record.
+    Audit {
+        /// Only this user's records.
+        #[arg(long)]
+        user: Option<String>,
+        /// Only this project's records.
+        #[arg(long)]
+        project: Option<String>,
+        /// Only records this recent: 45s, 30m, 1h, 7d.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only this event (login, login_failed, lockout, prompt, permission_answer, …).
+        #[arg(long)]
+        event: Option<String>,
+        /// Print the records as stored (JSON lines).
+        #[arg(long)]
+        json: bool,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

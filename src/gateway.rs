@@ -59,6 +59,8 @@ pub struct Gateway {
     /// Pending permission requests and questions, sessions and server states of every project.
     pub inbox: Arc<crate::inbox::Inbox>,
     pub metrics: Metrics,
+    /// The audit trail (fixed at start: `[audit]` changes need a restart).
+    pub audit: crate::audit::Audit,
     pub http: auto::Builder<TokioExecutor>,
     /// Stop accepting and let connections finish.
     pub shutdown: CancellationToken,
@@ -85,10 +87,21 @@ impl Gateway {
         let shutdown = CancellationToken::new();
         let upstream = crate::upstream::client(limits.upstream_connect_timeout);
         let metrics = Metrics::new();
+        // Opened before anything runs: a path the gateway cannot write fails the start.
+        let audit = match &settings.audit {
+            Some(cfg) => crate::audit::Audit::start(cfg.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot open the audit log {}: {e} (set [audit] file, or enabled = false)",
+                    cfg.file.display()
+                )
+            })?,
+            None => crate::audit::Audit::off(),
+        };
         let supervisor = Supervisor::new(
             upstream.clone(),
             shutdown.child_token(),
             metrics.upstream_restarts.clone(),
+            audit.clone(),
         );
         let store = crate::store::open(&settings.server.state_dir)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
@@ -126,6 +139,7 @@ impl Gateway {
             supervisor,
             inbox: Arc::new(crate::inbox::Inbox::new()),
             metrics,
+            audit,
             http: http_builder(&limits),
             limits,
             shutdown,
@@ -155,12 +169,16 @@ impl Gateway {
             Some(_) => None,
         };
         let tls_settings = settings.tls.clone();
+        let old = self.state();
+        let changes = crate::audit::diff::changes(&old.settings, &settings);
+        drop(old);
         self.swap(settings, self.state().tls.clone())?;
         match pair {
             Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
             None => self.acme_wake.notify_one(),
         }
         self.metrics.reloads.inc();
+        self.audit.record(changes.into_record());
         Ok(())
     }
 

@@ -37,6 +37,7 @@
 
 pub mod acme;
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod cli;
 pub mod client_addr;
@@ -194,6 +195,9 @@ impl Running {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
         }
         gw.supervisor.stop_all().await;
+        // The last records (terminals closed by the drain, servers stopped) reach the file first.
+        let audit = gw.audit.clone();
+        let _ = tokio::task::spawn_blocking(move || audit.flush(std::time::Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&self.control);
     }
 }

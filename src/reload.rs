@@ -53,6 +53,11 @@ pub async fn watch_project_sets(gw: Arc<Gateway>) {
                 refused = found.refused;
                 if let Some((added, removed)) = found.changed {
                     tracing::info!(added = ?added, removed = ?removed, "project sets changed: projects updated");
+                    gw.audit.record(
+                        crate::audit::Record::new("projects_discovered")
+                            .field("projects_added", added)
+                            .field("projects_removed", removed),
+                    );
                 }
             }
             Ok(Err(e)) => {

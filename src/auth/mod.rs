@@ -13,6 +13,7 @@ use crate::metrics::{LoginMethod, Refusal};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::audit::{Record, Via};
 use crate::config::Secret;
 use crate::gateway::Gateway;
 use crate::http::error::HttpError;
@@ -26,6 +27,7 @@ pub async fn password(
     peer: IpAddr,
     user: &str,
     password: &Secret,
+    method: &'static str,
 ) -> Result<Arc<UserState>, HttpError> {
     let known = state.users.get(user).filter(|u| u.hash.is_some());
     // An unknown name may be a password typed in the wrong field: it is never logged.
@@ -54,6 +56,8 @@ pub async fn password(
         Err(denied) => {
             gw.metrics.refused(Refusal::Login);
             tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
+            gw.audit
+                .record(refused("lockout", log_user, peer, method, denied.reason));
             return Err(HttpError::LoginLimited {
                 retry_after: denied.retry_after,
                 reason: denied.reason,
@@ -65,12 +69,43 @@ pub async fn password(
             gw.cache.insert(key, u.name.clone());
             gw.limiters.login_succeeded(peer, &u.name);
             gw.metrics.login(LoginMethod::Password, true);
+            // Recorded when argon2 verified it: the requests a cached credential serves after
+            // are the same login. SSH records its own (once per connection, either credential).
+            if method != "ssh" {
+                gw.audit.record(
+                    Record::new("login")
+                        .user(&*u.name)
+                        .address(peer)
+                        .via(via_of(method), None)
+                        .field("method", method),
+                );
+            }
             Ok(u.clone())
         }
         _ => {
             gw.metrics.login(LoginMethod::Password, false);
             tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
+            gw.audit
+                .record(refused("login_failed", log_user, peer, method, "bad_credentials"));
             Err(HttpError::BadCredentials)
         }
     }
+}
+
+fn via_of(method: &str) -> Via {
+    if method == "ssh" { Via::Ssh } else { Via::Password }
+}
+
+/// A refused login: the name only when it is a configured user's (an unknown name may be a
+/// password typed in the wrong field), never the password.
+fn refused(event: &'static str, log_user: &str, peer: IpAddr, method: &'static str, reason: &'static str) -> Record {
+    let mut r = Record::new(event)
+        .address(peer)
+        .via(via_of(method), None)
+        .field("method", method)
+        .field("reason", reason);
+    if log_user != "<unknown>" {
+        r = r.user(log_user);
+    }
+    r
 }

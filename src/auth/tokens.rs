@@ -23,6 +23,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use blake2::{Blake2b256, Digest};
 use subtle::ConstantTimeEq;
 
+use crate::audit::{Record, Via};
 use crate::config::{Grants, Role, Secret};
 use crate::gateway::Gateway;
 use crate::http::error::HttpError;
@@ -338,15 +339,14 @@ pub async fn authenticate(
     peer: IpAddr,
     basic_user: Option<&str>,
     token: &Secret,
-) -> Result<Arc<UserState>, HttpError> {
+) -> Result<(Arc<UserState>, Arc<str>), HttpError> {
     let tokens = &gw.tokens;
     let digest = digest(&tokens.key, token.expose());
-    // Only a lookup is a login; a cached verdict is a token already judged.
-    let mut looked_up = false;
-    let verdict = match tokens.cached(&digest) {
+    let cached = tokens.cached(&digest);
+    let fresh = cached.is_none();
+    let verdict = match cached {
         Some(v) => Ok(v),
         None => {
-            looked_up = true;
             // Charged before the lookup's answer counts: an address over its login budget learns
             // nothing from the database until the budget refills.
             if let Some(retry_after) = tokens.limited_for(peer) {
@@ -365,16 +365,27 @@ pub async fn authenticate(
         Ok(v) if basic_user.is_some_and(|u| u != &*v.user) => Refusal::WrongUser(v.id.clone()),
         Ok(v) => match state.users.get(&*v.user) {
             Some(user) => {
-                if looked_up {
+                // A login is a verification against the database, not every cached request.
+                if fresh {
                     gw.metrics.login(LoginMethod::Token, true);
+                    gw.audit.record(
+                        Record::new("login")
+                            .user(&*user.name)
+                            .address(peer)
+                            .via(Via::Token, Some(&v.id))
+                            .field("method", login_method(basic_user)),
+                    );
                 }
-                return Ok(Arc::new(UserState {
-                    name: user.name.clone(),
-                    hash: None,
-                    fingerprint: user.fingerprint,
-                    grants: v.scope.narrow(&user.grants),
-                    ssh_keys: Vec::new(),
-                }));
+                return Ok((
+                    Arc::new(UserState {
+                        name: user.name.clone(),
+                        hash: None,
+                        fingerprint: user.fingerprint,
+                        grants: v.scope.narrow(&user.grants),
+                        ssh_keys: Vec::new(),
+                    }),
+                    v.id.clone(),
+                ));
             }
             None => Refusal::UserGone(v.id.clone()),
         },
@@ -408,6 +419,8 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
         }
         gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
+        gw.audit
+            .record(refusal_record("lockout", log_user, peer, basic_user, id, denied.reason));
         return HttpError::LoginLimited {
             retry_after: denied.retry_after,
             reason: denied.reason,
@@ -415,7 +428,33 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
     }
     gw.metrics.login(LoginMethod::Token, false);
     tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason, "token refused");
+    gw.audit
+        .record(refusal_record("login_failed", log_user, peer, basic_user, id, reason));
     HttpError::BadToken
+}
+
+fn login_method(basic_user: Option<&str>) -> &'static str {
+    if basic_user.is_some() { "basic" } else { "bearer" }
+}
+
+/// A refused token: its id when known (never its text), the user only when one of the config's.
+fn refusal_record(
+    event: &'static str,
+    log_user: &str,
+    peer: IpAddr,
+    basic_user: Option<&str>,
+    id: &str,
+    reason: &'static str,
+) -> Record {
+    let mut r = Record::new(event)
+        .address(peer)
+        .via(Via::Token, (id != "-").then_some(id))
+        .field("method", login_method(basic_user))
+        .field("reason", reason);
+    if log_user != "<unknown>" {
+        r = r.user(log_user);
+    }
+    r
 }
 
 #[cfg(test)]

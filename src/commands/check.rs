@@ -118,6 +118,15 @@ pub fn summary(s: &Settings) -> String {
     if let Some(n) = &s.notify {
         out += &crate::notify::describe(n);
     }
+    out += &match &s.audit {
+        Some(a) => format!(
+            "  audit  {}  (0600; rotated at {} bytes, {} kept)\n",
+            a.file.display(),
+            a.max_bytes,
+            a.keep
+        ),
+        None => "  audit  off ([audit] enabled = false)\n".to_string(),
+    };
     if let Some(ssh) = &s.ssh {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::ssh::host_key::describe(&ssh.host_key, ssh.listen);

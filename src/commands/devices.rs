@@ -26,6 +26,16 @@ pub fn devices(config: &Path, action: Option<DevicesAction>, user: Option<String
                 bail!("there is no device {id:?} (see `opencode-gateway devices`)");
             }
             println!("revoked {id}: its sessions are ended");
+            let owner = store
+                .list_devices(None)?
+                .into_iter()
+                .find(|d| d.id == id)
+                .map(|d| d.user);
+            let mut r = crate::audit::Record::new("device_revoke").field("device", id.as_str());
+            if let Some(u) = owner {
+                r = r.user(u);
+            }
+            crate::audit::append_from_cli(&settings, r);
             match super::admin_client::request(config, "POST", "/sessions/changed") {
                 Ok((200, _)) => println!("the running gateway refuses it from now on"),
                 _ => println!(

@@ -1,6 +1,7 @@
 //! The work behind each CLI subcommand.
 
 pub mod admin_client;
+pub mod audit;
 pub mod check;
 pub mod devices;
 pub mod doctor;
@@ -49,6 +50,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
         } => cert_dev(&out, &config),
         Command::Status { config } => admin_client::status(&config),
         Command::Reload { config } => admin_client::reload(&config),
+        Command::Audit {
+            user,
+            project,
+            since,
+            event,
+            json,
+            config,
+        } => audit::audit(&config, user, project, since, event, json),
     }
 }
 

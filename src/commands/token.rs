@@ -81,6 +81,10 @@ pub fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
                 bail!("no active token {id:?} (see `opencode-gateway token list`)");
             }
             println!("revoked {id}");
+            crate::audit::append_from_cli(
+                &settings,
+                crate::audit::Record::new("token_revoke").field("token", id.as_str()),
+            );
             match super::admin_client::request(config, "POST", "/tokens/changed") {
                 Ok((200, _)) => println!("the running gateway refuses it from now on"),
                 _ => println!(

@@ -15,6 +15,7 @@ pub struct RawConfig {
     pub ssh: Option<RawSsh>,
     pub admin: Option<RawAdmin>,
     pub notify: Option<RawNotify>,
+    pub audit: Option<RawAudit>,
     pub oidc: Option<RawOidc>,
     #[serde(default)]
     pub limits: RawLimits,
@@ -94,6 +95,17 @@ pub struct RawNotify {
     pub webhook: Option<String>,
     pub ntfy: Option<String>,
     pub debounce: Option<String>,
+}
+
+/// `[audit]`: the audit trail's file and rotation (on unless `enabled = false`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    pub file: Option<String>,
+    pub max_bytes: Option<u64>,
+    pub keep: Option<u32>,
 }
 
 /// `[oidc]`: single sign-on through an OpenID Provider.

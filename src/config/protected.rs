@@ -39,6 +39,13 @@ impl ProtectedPaths {
             p.add("ssh.host_key", &ssh.host_key, false);
         }
         p.add("server.state_dir", &s.server.state_dir, true);
+        // Its folder: the rotations and the lock file sit beside it.
+        if let Some(audit) = &s.audit
+            && !audit.file.starts_with(&s.server.state_dir)
+            && let Some(dir) = audit.file.parent()
+        {
+            p.add("audit.file", dir, true);
+        }
         if let Some(file) = s.oidc.as_ref().and_then(|o| o.secret_file.as_ref()) {
             p.add("oidc.client_secret_file", file, false);
         }

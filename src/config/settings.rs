@@ -21,6 +21,8 @@ pub struct Settings {
     pub admin: Option<Admin>,
     /// `[notify]`: announce new pending requests.
     pub notify: Option<Notify>,
+    /// `[audit]`: `None` when turned off.
+    pub audit: Option<crate::audit::AuditConfig>,
     /// `[oidc]`: single sign-on for the browser login.
     pub oidc: Option<Oidc>,
     pub limits: Limits,

@@ -40,6 +40,8 @@ pub struct AccessRecord {
     pub status: u16,
     pub reason: Option<&'static str>,
     pub started: Instant,
+    /// The audit record begun for an audited route, finished when the status is known.
+    pub audit: Option<Box<super::audit::Pending>>,
 }
 
 impl AccessRecord {

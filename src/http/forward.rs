@@ -18,6 +18,7 @@ use super::error::HttpError;
 use super::request::Target;
 use super::response::{self, Answer};
 use crate::gateway::Gateway;
+use crate::policy::plan::AuditKind;
 use crate::rewrite::{self, Forward};
 use crate::state::{ProjectState, UserState};
 use crate::upstream::endpoint::Endpoint;
@@ -39,6 +40,11 @@ pub struct Forwarding<'a> {
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
     pub stream_slot: Option<StreamHold>,
+    /// The audit record begun for this request: a permission answer's once/always/reject is
+    /// read from its small body, a body without a length is counted, a created session noted.
+    pub audit: Option<&'a mut super::audit::Pending>,
+    /// Records the terminal's close when its splice ends.
+    pub terminal_close: Option<super::audit::TerminalClose>,
 }
 
 pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
@@ -61,6 +67,8 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         host,
         upgrade,
         stream_slot,
+        mut audit,
+        terminal_close,
     } = f;
     let limits = &gw.limits;
     let project = &*target.project;
@@ -110,7 +118,24 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             }
             UpstreamBody::Full(Some(bytes))
         }
-        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout),
+        // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
+        // size and in time like any client body.
+        (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
+            let read = Limited::new(body, SMALL_BODY).collect();
+            let bytes = tokio::time::timeout(limits.body_idle_timeout, read)
+                .await
+                .map_err(|_| HttpError::BodyTimeout {
+                    secs: limits.body_idle_timeout,
+                })?
+                .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
+                .to_bytes();
+            if let Some(p) = audit.as_deref_mut() {
+                p.answer = super::audit::permission_answer(&bytes);
+            }
+            UpstreamBody::Full(Some(bytes))
+        }
+        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+            .counting(audit.as_ref().and_then(|p| p.counted.clone())),
     };
     let upstream_req = Request::from_parts(parts, body);
 
@@ -158,6 +183,10 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         lease,
         client_upgrade,
         stream_slot,
+        created: audit
+            .filter(|p| p.kind == AuditKind::SessionCreate)
+            .map(|p| &mut p.created),
+        terminal_close,
     })
     .await
 }

@@ -2,6 +2,7 @@
 //! (HTTP/1.1 and h2, upgrades) and the request pipeline. Connections drain on shutdown and are
 //! cut when the drain deadline passes.
 
+pub mod audit;
 pub mod body;
 pub mod error;
 pub mod forward;

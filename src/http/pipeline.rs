@@ -11,11 +11,13 @@ use std::time::Instant;
 use http::{Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
+use super::audit::{Pending, Who};
 use super::body::{AccessRecord, ProxyBody, StreamHold};
 use super::error::HttpError;
 use super::forward::{self, Forwarding};
 use super::request::{self, Reading, Target};
 use super::{ConnInfo, Front};
+use crate::audit::Via;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
 use crate::gateway::Gateway;
@@ -50,6 +52,7 @@ pub async fn handle(
         status: 0,
         reason: None,
         started: Instant::now(),
+        audit: None,
     };
     // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
     // up a password dialog over the web UI; browsers log in with the form and a cookie.
@@ -75,6 +78,11 @@ pub async fn handle(
         .as_ref()
         .map_or(&gw.metrics.unrouted, |p| &p.metrics)
         .count(record.class, record.status);
+    if let Some(pending) = record.audit.take()
+        && let Some(r) = pending.finish(record.status)
+    {
+        gw.audit.record(r);
+    }
     let (parts, body) = response.into_parts();
     Ok(Response::from_parts(parts, body.metered(record)))
 }
@@ -138,7 +146,7 @@ async fn handle_inner(
         };
     }
 
-    let Identified { user, by_cookie } = identify(
+    let Identified { user, by_cookie, who } = identify(
         gw,
         state,
         conn,
@@ -268,7 +276,23 @@ async fn handle_inner(
     {
         forward::check_session_scope(gw, &project, &endpoint, id).await?;
     }
-    forward::forward(Forwarding {
+    // Decided on the route the request was judged on; nothing allocated for other routes.
+    let mut audit = match target.route.and_then(|r| r.audit) {
+        Some(kind) if gw.audit.enabled() => Some(Box::new(Pending::begin(
+            kind,
+            &user.name,
+            &project.name,
+            client,
+            &who,
+            target.session.as_deref(),
+            target.label(),
+            &target.upstream_path,
+            &parts.headers,
+        ))),
+        _ => None,
+    };
+    let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&gw.audit));
+    let result = forward::forward(Forwarding {
         gw,
         conn,
         client,
@@ -280,8 +304,13 @@ async fn handle_inner(
         host: host.as_deref(),
         upgrade,
         stream_slot,
+        audit: audit.as_deref_mut(),
+        terminal_close,
     })
-    .await
+    .await;
+    // Finished in `handle`, once the status (the upstream's, or the gateway's error) is known.
+    record.audit = audit;
+    result
 }
 
 /// A browser page from elsewhere may not write or open terminals with the user's credentials
@@ -327,6 +356,8 @@ struct Identified {
     user: Arc<UserState>,
     /// A project host's cookie authenticated it (so the cookie CSRF rule applies).
     by_cookie: bool,
+    /// How, for the audit trail.
+    who: Who,
 }
 
 /// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
@@ -346,13 +377,27 @@ async fn identify(
     target: &Result<Target, HttpError>,
     upgrade: bool,
 ) -> Result<Identified, HttpError> {
-    let plain = |user| Identified { user, by_cookie: false };
+    let plain = |via: Via| {
+        move |user| Identified {
+            user,
+            by_cookie: false,
+            who: Who { via, id: None },
+        }
+    };
+    let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
+        user,
+        by_cookie: false,
+        who: Who {
+            via: Via::Token,
+            id: Some(id),
+        },
+    };
     if let Front::Ssh { user, .. } = &conn.front {
         return state
             .users
             .get(&**user)
             .cloned()
-            .map(plain)
+            .map(plain(Via::Ssh))
             .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
     }
     let creds = match credentials::from_headers(&parts.headers) {
@@ -365,21 +410,30 @@ async fn identify(
         Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
             tokens::authenticate(gw, state, client, Some(&user), &password)
                 .await
-                .map(plain)
+                .map(by_token)
         }
-        Some(Credentials::Basic { user, password }) => crate::auth::password(gw, state, client, &user, &password)
-            .await
-            .map(plain),
+        Some(Credentials::Basic { user, password }) => {
+            crate::auth::password(gw, state, client, &user, &password, "basic")
+                .await
+                .map(plain(Via::Password))
+        }
         Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
-            tokens::authenticate(gw, state, client, None, &token).await.map(plain)
+            tokens::authenticate(gw, state, client, None, &token)
+                .await
+                .map(by_token)
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => {
             let Ok(t) = target else {
                 return Err(HttpError::Unauthenticated);
             };
-            if let Some(user) = by_cookie(gw, state, conn, client, parts, host, t).await? {
-                return Ok(Identified { user, by_cookie: true });
+            if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
+                let via = if device.is_some() { Via::Device } else { Via::Cookie };
+                return Ok(Identified {
+                    user,
+                    by_cookie: true,
+                    who: Who { via, id: device },
+                });
             }
             let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
                 return Err(HttpError::Unauthenticated);
@@ -393,7 +447,7 @@ async fn identify(
                     .users
                     .get(&*user)
                     .cloned()
-                    .map(plain)
+                    .map(plain(Via::Ticket))
                     .ok_or(HttpError::Unauthenticated),
                 None => Err(HttpError::Unauthenticated),
             }
@@ -412,7 +466,7 @@ async fn by_cookie(
     parts: &Parts,
     host: Option<&str>,
     t: &Target,
-) -> Result<Option<Arc<UserState>>, HttpError> {
+) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
     let (Some(host), Some(domain)) = (host, state.settings.server.base_domain.as_deref()) else {
         return Ok(None);
     };
@@ -426,7 +480,7 @@ async fn by_cookie(
         && live.host.as_deref() == Some(&*t.project.name)
         && let Some(user) = state.users.get(&*live.user)
     {
-        return Ok(Some(user.clone()));
+        return Ok(Some((user.clone(), live.device.clone())));
     }
     if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());

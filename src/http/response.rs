@@ -37,6 +37,9 @@ pub struct Answer<'a> {
     pub lease: Lease,
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub stream_slot: Option<StreamHold>,
+    pub terminal_close: Option<super::audit::TerminalClose>,
+    /// Where a session create's new id goes, for the audit trail.
+    pub created: Option<&'a mut Option<String>>,
 }
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
@@ -52,13 +55,15 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         lease,
         client_upgrade,
         stream_slot,
+        terminal_close,
+        created,
     } = a;
     let project = &*target.project;
     let treatment = target.treatment();
 
     if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
-        splice(gw, client_upgrade, upstream_upgrade, stream_slot);
+        splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
         let (mut parts, _) = response.into_parts();
         rewrite::response_headers(&mut parts.headers, true);
         if let Some(r) = &endpoint.redactor {
@@ -95,12 +100,16 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         _ => None,
     };
     let ticket = treatment == Treatment::TicketIssue;
-    if parts.status.is_success() && (ticket || listing.is_some()) {
+    // A session create's answer is small JSON, read for its id (audited creates only).
+    if parts.status.is_success() && (ticket || listing.is_some() || created.is_some()) {
         let max = if ticket { SMALL_BODY } else { LISTING_BODY };
         let mut bytes: Bytes = read_whole(body, max)
             .await
             .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
         lease.release();
+        if let Some(slot) = created {
+            *slot = super::audit::created_session(&bytes);
+        }
         if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
             gw.tickets.insert(&t, user.name.clone(), project.name.clone());
         }
@@ -176,10 +185,16 @@ fn splice(
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
     slot: Option<StreamHold>,
+    mut closed: Option<super::audit::TerminalClose>,
 ) {
     let abort = gw.abort.clone();
+    if let Some(c) = closed.as_mut() {
+        c.arm();
+    }
     gw.tasks.spawn(async move {
         let _slot = slot;
+        // Dropped when the terminal ends, whichever way: records its close and duration.
+        let _closed = closed;
         let (client, upstream) = tokio::join!(client, upstream);
         let (Ok(client), Ok(upstream)) = (client, upstream) else {
             return;

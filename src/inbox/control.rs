@@ -40,6 +40,22 @@ pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value)
             );
         }
     };
+    // An answer through the control socket: the gateway's own OS user (the socket is 0600).
+    if how != "abort" {
+        let (event, answer) = match (id.starts_with("que_"), how.as_str()) {
+            (true, "answer") => ("question_answer", "reply"),
+            (true, _) => ("question_answer", "reject"),
+            (false, a) => ("permission_answer", a),
+        };
+        gw.audit.record(
+            crate::audit::Record::new(event)
+                .project(project.as_str())
+                .field("request", id.as_str())
+                .field("answer", answer)
+                .field("from", "control_socket")
+                .field("outcome", if result.is_ok() { "done" } else { "failed" }),
+        );
+    }
     match result {
         Ok(o) => (200, serde_json::json!({"outcome": format!("{o:?}")})),
         Err(e) => (e.status(), serde_json::json!({"error": e.to_string()})),

@@ -72,6 +72,11 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "Push notifications dropped (queue full or failed)",
         ConstCounter::new(gw.inbox.notifications_dropped()),
     );
+    r.register(
+        "audit_dropped",
+        "Audit records dropped because the writer's queue was full",
+        ConstCounter::new(gw.audit.dropped()),
+    );
     let up = Family::<ProjectLabel, Gauge>::default();
     for p in gw.state().projects.values() {
         if let Upstream::Supervised(s) = &p.upstream {

@@ -58,6 +58,8 @@ pub struct ApiRoute {
     pub metric: plan::RouteClass,
     pub body: Option<&'static BodyRule>,
     pub workspace_switch: bool,
+    /// What the audit trail records for it, if anything.
+    pub audit: Option<plan::AuditKind>,
     /// Which parameter (by order) is a session ID: the one right after a `session` segment.
     session_param: Option<usize>,
     /// Where the route's role comes from.
@@ -88,6 +90,7 @@ impl ApiRoute {
             metric: plan::route_class(method, pattern, plan::treatment(method, pattern)),
             body: plan::body_rule(method, pattern),
             workspace_switch: plan::is_workspace_switch(method, pattern),
+            audit: plan::audit_kind(method, pattern),
             session_param: session_param(&segments),
             segments,
             origin,

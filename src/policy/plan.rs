@@ -88,6 +88,41 @@ impl RouteClass {
     }
 }
 
+/// What the audit trail records for a route (see `crate::audit`): decided here, once, on the
+/// canonical route the request was judged on, never by matching paths in the pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuditKind {
+    SessionCreate,
+    SessionDelete,
+    /// A prompt, a message or a command for the agent: its size is recorded, never its text.
+    Prompt,
+    /// An answer to a permission request (the body's once/always/reject is recorded).
+    PermissionAnswer,
+    /// An answer to a question: replied or rejected (the answers themselves are the user's text).
+    QuestionAnswer(&'static str),
+    /// A shell command run in a session: that it ran and its size, never the command.
+    Shell,
+    /// Files of the project written through the API.
+    FileWrite,
+    /// A terminal WebSocket: opened, and closed with its duration.
+    Terminal,
+}
+
+impl AuditKind {
+    pub fn event(self) -> &'static str {
+        match self {
+            AuditKind::SessionCreate => "session_create",
+            AuditKind::SessionDelete => "session_delete",
+            AuditKind::Prompt => "prompt",
+            AuditKind::PermissionAnswer => "permission_answer",
+            AuditKind::QuestionAnswer(_) => "question_answer",
+            AuditKind::Shell => "shell",
+            AuditKind::FileWrite => "file_write",
+            AuditKind::Terminal => "terminal_open",
+        }
+    }
+}
+
 /// Sending work to the agent (the v1 and v2 spellings).
 const PROMPTS: &[(&str, &str)] = &[
     (POST, "/session/*/message"),
@@ -114,6 +149,51 @@ pub fn route_class(method: &str, pattern: &str, treatment: Treatment) -> RouteCl
     } else {
         RouteClass::Other
     }
+}
+
+const AUDITS: &[(&str, &str, AuditKind)] = &[
+    (POST, "/session", AuditKind::SessionCreate),
+    (POST, "/api/session", AuditKind::SessionCreate),
+    (DELETE, "/session/*", AuditKind::SessionDelete),
+    (POST, "/session/*/prompt_async", AuditKind::Prompt),
+    (POST, "/session/*/message", AuditKind::Prompt),
+    (POST, "/session/*/command", AuditKind::Prompt),
+    (POST, "/api/session/*/prompt", AuditKind::Prompt),
+    (POST, "/permission/*/reply", AuditKind::PermissionAnswer),
+    (POST, "/session/*/permissions/*", AuditKind::PermissionAnswer),
+    (POST, "/api/session/*/permission/*/reply", AuditKind::PermissionAnswer),
+    (POST, "/question/*/reply", AuditKind::QuestionAnswer("reply")),
+    (POST, "/question/*/reject", AuditKind::QuestionAnswer("reject")),
+    (
+        POST,
+        "/api/session/*/question/*/reply",
+        AuditKind::QuestionAnswer("reply"),
+    ),
+    (
+        POST,
+        "/api/session/*/question/*/reject",
+        AuditKind::QuestionAnswer("reject"),
+    ),
+    (POST, "/session/*/shell", AuditKind::Shell),
+    // OpenCode 1.18.33 has no route that writes a named file (`/api/fs` only reads); applying a
+    // patch to the working tree is its one file write.
+    (POST, "/vcs/apply", AuditKind::FileWrite),
+    (GET, "/pty/*/connect", AuditKind::Terminal),
+    (GET, "/api/pty/*/connect", AuditKind::Terminal),
+];
+
+pub fn audit_kind(method: &str, pattern: &str) -> Option<AuditKind> {
+    AUDITS
+        .iter()
+        .find(|(m, p, _)| *m == method && *p == pattern)
+        .map(|(_, _, k)| *k)
+}
+
+/// The last parameter of `pattern` as `path` spells it (a permission's or question's id): the
+/// path was rendered from the pattern, segment for segment.
+pub fn last_param<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
+    let i = pattern.split('/').enumerate().filter(|(_, s)| *s == "*").last()?.0;
+    path.split('/').nth(i)
 }
 
 /// What a route's JSON body may say about directories and sessions.
@@ -206,6 +286,9 @@ mod tests {
         for (m, p, _) in BODY_RULES {
             assert!(known(m, p), "body rule for unknown {m} {p}");
         }
+        for (m, p, _) in AUDITS {
+            assert!(known(m, p), "audit kind for unknown {m} {p}");
+        }
         for (m, p) in WORKSPACE_SWITCHES {
             assert!(known(m, p), "workspace switch for unknown {m} {p}");
         }
@@ -230,6 +313,19 @@ mod tests {
         // A prefix is a whole segment: `/filex` or `/ptyx` would not be files or terminals.
         assert_eq!(class(GET, "/filex"), RouteClass::Other);
         assert_eq!(class(GET, "/session"), RouteClass::Other);
+    }
+
+    #[test]
+    fn answers_name_their_request_by_the_last_parameter() {
+        assert_eq!(
+            last_param("/permission/*/reply", "/permission/per_1/reply"),
+            Some("per_1")
+        );
+        assert_eq!(
+            last_param("/session/*/permissions/*", "/session/ses_1/permissions/per_2"),
+            Some("per_2")
+        );
+        assert_eq!(last_param("/session", "/session"), None);
     }
 
     #[test]

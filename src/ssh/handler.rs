@@ -87,6 +87,14 @@ impl Conn {
 
     fn logged_in(&mut self, user: &str, how: &'static str) {
         tracing::info!(target: "security", peer = %self.peer, user, method = how, "ssh login");
+        self.gw.audit.record(
+            crate::audit::Record::new("login")
+                .user(user)
+                .address(self.peer.ip())
+                .via(crate::audit::Via::Ssh, None)
+                .field("method", "ssh")
+                .field("credential", how),
+        );
         self.user = Some(user.into());
         self.authenticated.store(true, Ordering::SeqCst);
     }
@@ -147,7 +155,7 @@ impl russh::server::Handler for Conn {
             return Ok(self.reject());
         }
         let state = self.gw.state();
-        match crate::auth::password(&self.gw, &state, self.peer.ip(), user, &Secret::new(password)).await {
+        match crate::auth::password(&self.gw, &state, self.peer.ip(), user, &Secret::new(password), "ssh").await {
             Ok(u) => {
                 self.logged_in(&u.name.clone(), "password");
                 Ok(Auth::Accept)

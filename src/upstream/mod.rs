@@ -11,6 +11,8 @@ pub mod supervise;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -57,6 +59,8 @@ pub struct ClientBody {
     /// Armed the first time the body has nothing to give, so a body that is already buffered
     /// (most are) never touches the timer wheel.
     idle: Option<Pin<Box<Sleep>>>,
+    /// Bytes read so far, for an audited request that did not say its length.
+    counted: Option<Arc<AtomicU64>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,7 +89,17 @@ impl UpstreamBody {
             remaining: max,
             idle_after: idle,
             idle: None,
+            counted: None,
         }))
+    }
+
+    /// Count the client's bytes into `counter` as they pass (the audit trail's size of a body
+    /// sent without Content-Length).
+    pub fn counting(mut self, counter: Option<Arc<AtomicU64>>) -> Self {
+        if let UpstreamBody::Client(c) = &mut self {
+            c.counted = counter;
+        }
+        self
     }
 }
 
@@ -105,6 +119,9 @@ impl Body for UpstreamBody {
                             return Poll::Ready(Some(Err(Box::new(BodyTooLarge))));
                         }
                         c.remaining -= n;
+                        if let Some(counted) = &c.counted {
+                            counted.fetch_add(n, Ordering::Relaxed);
+                        }
                     }
                     if let Some(idle) = c.idle.as_mut() {
                         idle.as_mut().reset(tokio::time::Instant::now() + c.idle_after);

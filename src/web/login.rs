@@ -81,7 +81,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
             }
         }
     } else {
-        crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password).await
+        crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password, "form").await
     };
     let u = match verdict {
         Ok(u) => u,

@@ -22,6 +22,7 @@ use hyper::body::Incoming;
 
 use super::session::{DEVICE, Origin};
 use super::{Ctx, cookie, form, page};
+use crate::audit::{Record, Via};
 use crate::auth::tokens::{now_unix, same_digest};
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
@@ -273,6 +274,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     if let Err(d) = ctx.gw.limiters.login_attempt(ctx.client, &charged) {
         ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %ctx.client, reason = d.reason, "pairing refused before the code was looked at: limit reached");
+        ctx.gw.audit.record(pairing_refused(ctx, "lockout", &charged, d.reason));
         let text = HttpError::LoginLimited {
             retry_after: d.retry_after,
             reason: d.reason,
@@ -296,6 +298,9 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         Err(why) => {
             ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, false);
             tracing::warn!(target: "security", peer = %ctx.client, user = %charged, reason = why.code(), "pairing refused");
+            ctx.gw
+                .audit
+                .record(pairing_refused(ctx, "login_failed", &charged, why.code()));
             return refused();
         }
     };
@@ -326,11 +331,33 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     ctx.gw.limiters.login_succeeded(ctx.client, &live.user);
     ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, true);
     tracing::info!(target: "security", peer = %ctx.client, user = %device.user, device = %device.id, label = %device.label, session = %live.id, "device paired");
+    ctx.gw.audit.record(
+        Record::new("device_paired")
+            .user(&device.user)
+            .address(ctx.client)
+            .via(Via::Device, Some(&device.id))
+            .field("method", "pairing")
+            .field("label", device.label.as_str()),
+    );
     let max_age = (live.expires_at - now).max(1);
     let mut r = page::redirect("/");
     r.headers_mut()
         .append(header::SET_COOKIE, cookie::set(&value, Some(max_age)));
     Ok(r)
+}
+
+/// A refused pairing: the user the code was for, when it is a configured one; never the code.
+fn pairing_refused(ctx: &Ctx<'_>, event: &'static str, user: &str, reason: &'static str) -> Record {
+    let r = Record::new(event)
+        .address(ctx.client)
+        .via(Via::Device, None)
+        .field("method", "pairing")
+        .field("reason", reason);
+    if ctx.state.users.contains_key(user) {
+        r.user(user)
+    } else {
+        r
+    }
 }
 
 fn refused() -> Result<Response<ProxyBody>, HttpError> {

@@ -14,6 +14,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page, session::Live};
+use crate::audit::{Record, Via};
 use crate::config::Role;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
@@ -452,6 +453,34 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         _ => return Err(HttpError::BadRequest("unknown action".into())),
     };
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, device = live.device.as_deref().unwrap_or("-"), project, request = id, answer = action, "answered from the control room");
+    let (event, answer) = match action {
+        "answer" => ("question_answer", "reply"),
+        "dismiss" => ("question_answer", "reject"),
+        a => ("permission_answer", a),
+    };
+    let via = if live.device.is_some() {
+        Via::Device
+    } else {
+        Via::Cookie
+    };
+    ctx.gw.audit.record(
+        Record::new(event)
+            .user(&*live.user)
+            .project(project)
+            .address(ctx.client)
+            .via(via, live.device.as_deref())
+            .field("request", id)
+            .field("answer", answer)
+            .field("from", "control_room")
+            .field(
+                "outcome",
+                match &outcome {
+                    Ok(Outcome::Done) => "done",
+                    Ok(Outcome::AlreadyAnswered) => "already_answered",
+                    Err(_) => "failed",
+                },
+            ),
+    );
     match outcome {
         Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=answered"))),
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),

@@ -117,6 +117,7 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     // Each start holds a flow in memory for ten minutes: an address gets the login budget.
     ctx.gw.limiters.address_attempt(ctx.client).map_err(|d| {
         tracing::warn!(target: "security", peer = %ctx.client, reason = "oidc_start_limited", "single sign-on: too many sign-ins begun from one address");
+        ctx.gw.audit.record(sso_record(ctx, "lockout", None).field("reason", d.reason));
         HttpError::LoginLimited {
             retry_after: d.retry_after,
             reason: d.reason,
@@ -236,6 +237,9 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         Ok(i) => i,
         Err(r) => {
             tracing::warn!(target: "security", peer = %ctx.client, reason = r.code(), "single sign-on: an ID token refused");
+            ctx.gw
+                .audit
+                .record(sso_record(ctx, "login_failed", None).field("reason", r.code()));
             return Ok(refused(
                 StatusCode::FORBIDDEN,
                 "Not signed in",
@@ -262,6 +266,9 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         Ok(u) => u,
         Err(reason) => {
             tracing::warn!(target: "security", peer = %ctx.client, reason, identity = %claim, subject = %identity.sub, "single sign-on: an account that is not a user of this gateway refused");
+            ctx.gw
+                .audit
+                .record(sso_record(ctx, "login_failed", None).field("reason", reason));
             return Ok(refused(
                 StatusCode::FORBIDDEN,
                 "Not a user here",
@@ -271,10 +278,23 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     };
     let (value, live) = ctx.gw.web.create(&user, Origin::Password, LOGIN).await?;
     tracing::info!(target: "security", peer = %ctx.client, user = %user, session = %live.id, method = "oidc", "browser login");
+    ctx.gw.audit.record(sso_record(ctx, "login", Some(&user)));
     let mut r = page::redirect(&flow.next);
     r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
     r.headers_mut().append(header::SET_COOKIE, binding_cookie("", 0));
     Ok(r)
+}
+
+/// An audit record of a sign-in: the user once known (never the provider's identity or token).
+fn sso_record(ctx: &Ctx<'_>, event: &'static str, user: Option<&str>) -> crate::audit::Record {
+    let r = crate::audit::Record::new(event)
+        .address(ctx.client)
+        .via(crate::audit::Via::Oidc, None)
+        .field("method", "oidc");
+    match user {
+        Some(u) => r.user(u),
+        None => r,
+    }
 }
 
 /// The one user whose `oidc` identity `matches`, by name.

@@ -549,6 +549,20 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
     let id = card["id"].as_str().unwrap().to_string();
     let r = control_reply(&gw, &format!("project=quiz&id={id}&reply=answer&answer=blue"));
     assert_eq!(r["outcome"], "Done", "{r}");
+    // The audit trail says a question was answered there, never what the answer said.
+    let answered = crate::common::audit::find(&crate::common::audit::file(&gw), "question_answer", |r| {
+        r["request"] == id.as_str()
+    })
+    .await;
+    assert_eq!(
+        (answered["answer"].as_str(), answered["from"].as_str()),
+        (Some("reply"), Some("control_socket"))
+    );
+    assert!(
+        !std::fs::read_to_string(crate::common::audit::file(&gw))
+            .unwrap()
+            .contains("blue")
+    );
     let v = inbox(&gw, "");
     assert_eq!(resolution(&v, "quiz", &id).unwrap()["how"], "answered_here");
     // The model is called again with the answer as the tool's result.

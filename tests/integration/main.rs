@@ -13,6 +13,7 @@
 mod abuse;
 mod acme;
 mod admin;
+mod audit;
 mod browser;
 mod browser_login;
 mod certs;

@@ -346,6 +346,23 @@ async fn revoking_a_device_ends_its_session_at_once_and_the_other_survives_a_res
     gw.restart();
     let c = Https::new(gw.https, &gw.ca());
     assert!(!logged_in(&c, &second).await);
+
+    // The audit trail has both pairings and both revocations (the second written by the CLI
+    // while no gateway ran), each with the device's id and its user.
+    use crate::common::audit::{file, find};
+    let f = file(&gw);
+    for id in [&old, &new] {
+        let paired = find(&f, "device_paired", |r| r["via_id"] == id.as_str()).await;
+        assert_eq!(
+            (paired["user"].as_str(), paired["method"].as_str()),
+            (Some("alice"), Some("pairing"))
+        );
+        let revoked = find(&f, "device_revoke", |r| r["device"] == id.as_str()).await;
+        assert_eq!(
+            (revoked["user"].as_str(), revoked["from"].as_str()),
+            (Some("alice"), Some("cli"))
+        );
+    }
 }
 
 /// The real page in headless Chromium with a phone's viewport: `pair.js` takes the code from the

@@ -97,6 +97,27 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
     for secret in ["alice-password-1", "vera-password-1", "bob-password-22"] {
         assert!(!logs.contains(secret), "{secret} in the log");
     }
+    // The audit trail: the phone's pairing, the tapped answer (from the control room, by the
+    // paired device), the form logins; never a password.
+    use crate::common::audit::{file, find};
+    let f = file(&gw);
+    let paired = find(&f, "device_paired", |r| r["user"] == "alice").await;
+    let device = paired["via_id"].as_str().unwrap().to_string();
+    let tapped = find(&f, "permission_answer", |r| {
+        r["from"] == "control_room" && r["answer"] == "once"
+    })
+    .await;
+    assert_eq!(tapped["user"], "alice");
+    assert_eq!(tapped["project"], "alpha");
+    assert_eq!(
+        (tapped["via"].as_str(), tapped["via_id"].as_str()),
+        (Some("device"), Some(device.as_str()))
+    );
+    find(&f, "login", |r| r["user"] == "vera" && r["method"] == "form").await;
+    let text = std::fs::read_to_string(&f).unwrap();
+    for secret in ["alice-password-1", "vera-password-1", "bob-password-22"] {
+        assert!(!text.contains(secret), "{secret} in the audit log");
+    }
     for shot in ["1-portal", "2-inbox", "3-allowed", "4-elsewhere", "5-viewer"] {
         assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
     }

@@ -93,6 +93,17 @@ async fn a_tunnel_is_served_as_its_ssh_user_with_the_upstream_credential() {
     // A page that rebinds its own name to the tunnel's port is refused.
     let r = plain(t.local, "GET", "/echo", &[("host", "evil.example:4096")], "").await;
     assert_eq!(r.status, 403);
+    // The audit trail: one login for the connection, by key.
+    let f = crate::common::audit::file(&s.gw);
+    let login = crate::common::audit::find(&f, "login", |r| r["user"] == "alice").await;
+    assert_eq!(
+        (
+            login["via"].as_str(),
+            login["method"].as_str(),
+            login["credential"].as_str()
+        ),
+        (Some("ssh"), Some("ssh"), Some("publickey"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

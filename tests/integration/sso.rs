@@ -264,6 +264,18 @@ async fn chromium_signs_in_through_a_real_provider_and_strangers_are_refused() {
     assert!(logs.contains("identity=mallory@example.com"), "{logs}");
     assert!(logs.contains("method=\"oidc\""), "{logs}");
     assert!(!logs.contains(CLIENT_SECRET), "the client secret is in the log");
+    // The audit trail: alice's sign-in, and the stranger refused without naming them.
+    use crate::common::audit::{file, find};
+    let f = file(&gw);
+    let login = find(&f, "login", |r| r["method"] == "oidc").await;
+    assert_eq!(
+        (login["user"].as_str(), login["via"].as_str()),
+        (Some("alice"), Some("oidc"))
+    );
+    let stranger = find(&f, "login_failed", |r| r["reason"] == "oidc_unknown_user").await;
+    assert!(stranger.get("user").is_none(), "{stranger}");
+    let audit = std::fs::read_to_string(&f).unwrap();
+    assert!(!audit.contains(CLIENT_SECRET) && !audit.contains("mallory"), "{audit}");
     // The upstream saw alice's request on the project host, never the gateway's cookies.
     assert!(
         web.seen().iter().all(|s| !format!("{s:?}").contains("__Host-ocgw")),

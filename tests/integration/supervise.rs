@@ -150,6 +150,19 @@ async fn a_dead_server_is_restarted_and_none_outlives_the_gateway() {
         Some(0)
     );
     assert!(!alive(second), "the spawned server was stopped with the gateway");
+    // Started, crashed, started again, stopped: each in the audit trail (flushed at shutdown).
+    let audit = std::fs::read_to_string(gw.dir.path().join("state/audit.jsonl")).unwrap();
+    let events: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["project"] == "demo" && r["event"].as_str().is_some_and(|e| e.starts_with("server_")))
+        .map(|r| r["event"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        events,
+        ["server_started", "server_crashed", "server_started", "server_stopped"],
+        "{audit}"
+    );
     assert!(pids_with(&dir.path().display().to_string()).is_empty());
 }
 

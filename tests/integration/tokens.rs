@@ -185,6 +185,13 @@ async fn wrong_tokens_hit_the_login_limiter_and_never_run_argon2() {
     assert!(r.headers.contains_key("retry-after"));
     assert_eq!(c.get("/p/web/session", Some(&bearer(&good))).await.status, 200);
     assert!(!gw.logs().contains("ocgw_0000"), "guesses are not logged");
+    let file = crate::common::audit::find;
+    let lockout = file(&crate::common::audit::file(&gw), "lockout", |r| {
+        r["reason"] == "address"
+    })
+    .await;
+    assert_eq!(lockout["method"], "bearer");
+    assert!(lockout["address"].is_string());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +218,24 @@ async fn a_revoked_token_is_refused_on_the_next_request_without_a_reload() {
     assert!(list(&gw).contains("revoked"));
     assert_eq!(gw.metric("reloads_total"), 0);
     assert!(!cli(&gw, &["revoke", &id]).status.success(), "revoked once");
+    // The audit trail: the token's login (by its id, never its text), the CLI's revocation, and
+    // the refusal after it.
+    let file = crate::common::audit::file(&gw);
+    let login = crate::common::audit::find(&file, "login", |r| r["via_id"] == id.as_str()).await;
+    assert_eq!(
+        (login["user"].as_str(), login["via"].as_str()),
+        (Some("alice"), Some("token"))
+    );
+    assert_eq!(login["method"], "bearer");
+    let revoked = crate::common::audit::find(&file, "token_revoke", |r| r["token"] == id.as_str()).await;
+    assert_eq!(revoked["from"], "cli");
+    let refused = crate::common::audit::find(&file, "login_failed", |r| r["via_id"] == id.as_str()).await;
+    assert_eq!(refused["reason"], "token_revoked");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !text.contains(&token) && !text.contains(&other),
+        "no token text in the audit log"
+    );
 }
 
 /// A scripted fleet: 20 `opencode run --attach … -u alice -p <token>` at once against the real

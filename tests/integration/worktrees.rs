@@ -176,4 +176,12 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
         404
     );
     assert!(!gw.logs().contains("panicked"));
+    // The audit trail: the worktree's project came and went, and its server started and stopped.
+    use crate::common::audit::{file, find};
+    let f = file(&gw);
+    let added = serde_json::json!(["app-feat"]);
+    find(&f, "projects_discovered", |r| r["projects_added"] == added).await;
+    find(&f, "projects_discovered", |r| r["projects_removed"] == added).await;
+    find(&f, "server_started", |r| r["project"] == "app-feat").await;
+    find(&f, "server_stopped", |r| r["project"] == "app-feat").await;
 }

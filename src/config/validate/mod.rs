@@ -10,6 +10,7 @@ use super::file::RawConfig;
 use super::settings::*;
 use super::{ConfigError, Problem, ProtectedPaths};
 
+mod audit;
 mod notify;
 mod oidc;
 mod project;
@@ -292,6 +293,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
 
     let limits = super::limits::validate(&mut c, &raw.limits);
     let notify = raw.notify.as_ref().and_then(|n| notify::notify(&mut c, n));
+    let audit = audit::audit(&mut c, raw.audit.as_ref(), &state_dir);
     let oidc = raw.oidc.as_ref().and_then(|o| oidc::oidc(&mut c, o));
 
     let mut projects = Vec::new();
@@ -367,6 +369,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         ssh,
         admin,
         notify,
+        audit,
         oidc,
         limits,
         projects,

@@ -155,16 +155,23 @@ pub struct Supervisor {
     tasks: TaskTracker,
     shutdown: CancellationToken,
     restarts: Family<ProjectLabel, Counter>,
+    audit: crate::audit::Audit,
 }
 
 impl Supervisor {
-    pub fn new(client: UpstreamClient, shutdown: CancellationToken, restarts: Family<ProjectLabel, Counter>) -> Self {
+    pub fn new(
+        client: UpstreamClient,
+        shutdown: CancellationToken,
+        restarts: Family<ProjectLabel, Counter>,
+        audit: crate::audit::Audit,
+    ) -> Self {
         Supervisor {
             servers: Mutex::new(HashMap::new()),
             client,
             tasks: TaskTracker::new(),
             shutdown,
             restarts,
+            audit,
         }
     }
 
@@ -218,7 +225,7 @@ impl Supervisor {
             api: ArcSwapOption::empty(),
         });
         let client = self.client.clone();
-        self.tasks.spawn(run(s.clone(), client));
+        self.tasks.spawn(run(s.clone(), client, self.audit.clone()));
         s
     }
 
@@ -232,7 +239,8 @@ impl Supervisor {
     }
 }
 
-async fn run(s: Arc<Supervised>, client: UpstreamClient) {
+async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Audit) {
+    use crate::audit::Record;
     let project = s.spec.project.clone();
     if !s.demanded.load(Ordering::SeqCst) {
         tokio::select! {
@@ -247,6 +255,12 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
         let why = match launch(&s.spec, &client).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
+                audit.record(
+                    Record::new("server_started")
+                        .project(&*project)
+                        .field("port", server.port)
+                        .field("pid", server.child.id().unwrap_or(0)),
+                );
                 *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 // Read before Ready, so no request is judged on the table alone once it serves.
                 // Logged when it changed (a restart of the same server says nothing new).
@@ -278,6 +292,12 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
         }
         tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
         s.restarts.inc();
+        // The fact, not the reason: it may quote the server's own output.
+        audit.record(
+            Record::new("server_crashed")
+                .project(&*project)
+                .field("restart_in_s", backoff.as_secs()),
+        );
         let why: Arc<str> = why.into();
         *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
         s.status.send_replace(Status::Failed(why));
@@ -289,6 +309,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient) {
     }
     s.status.send_replace(Status::Stopped);
     tracing::info!(project = %project, "project server stopped");
+    audit.record(Record::new("server_stopped").project(&*project));
 }
 
 /// Watch a ready server until it exits, fails its health checks, or the gateway stops it.

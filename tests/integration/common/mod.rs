@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod browser;
 pub mod client;
 pub mod fake_upstream;

@@ -1,0 +1,317 @@
+//! The audit record of one proxied request, for routes whose plan names an [`AuditKind`]: begun
+//! once the request is authorized (who, which project, which session or request), finished when
+//! the response status is known. A terminal's close is recorded by a guard its splice holds.
+//! Nothing here reads a body except a permission answer's (small JSON: once/always/reject).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use http::{HeaderMap, header};
+
+use crate::audit::{Audit, Record, Via};
+use crate::policy::plan::{AuditKind, last_param};
+
+/// How the request's user was identified.
+#[derive(Clone)]
+pub struct Who {
+    pub via: Via,
+    /// The token's or device's id.
+    pub id: Option<Arc<str>>,
+}
+
+pub struct Pending {
+    pub kind: AuditKind,
+    base: Record,
+    /// The permission or question the answer is for, or the terminal.
+    request: Option<String>,
+    /// The request body's declared size (prompts, shell commands, patches).
+    bytes: Option<u64>,
+    /// Without a declared size: the bytes the client sent, counted as they pass.
+    pub counted: Option<Arc<AtomicU64>>,
+    /// once / always / reject, read from a permission answer's body.
+    pub answer: Option<String>,
+    /// The session a create answered with.
+    pub created: Option<String>,
+}
+
+impl Pending {
+    #[allow(clippy::too_many_arguments)]
+    pub fn begin(
+        kind: AuditKind,
+        user: &str,
+        project: &str,
+        address: IpAddr,
+        who: &Who,
+        session: Option<&str>,
+        pattern: &str,
+        upstream_path: &str,
+        headers: &HeaderMap,
+    ) -> Pending {
+        let mut base = Record::new(kind.event())
+            .user(user)
+            .project(project)
+            .address(address)
+            .via(who.via, who.id.as_deref());
+        if let Some(s) = session {
+            base = base.field("session", s);
+        }
+        let request = match kind {
+            AuditKind::PermissionAnswer | AuditKind::QuestionAnswer(_) | AuditKind::Terminal => {
+                last_param(pattern, upstream_path).map(str::to_string)
+            }
+            _ => None,
+        };
+        let bytes = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let sized = matches!(kind, AuditKind::Prompt | AuditKind::Shell | AuditKind::FileWrite);
+        Pending {
+            kind,
+            base,
+            request,
+            counted: (sized && bytes.is_none()).then(Arc::default),
+            bytes,
+            answer: None,
+            created: None,
+        }
+    }
+
+    /// The terminal's close, recorded when its splice ends (armed once it starts).
+    pub fn terminal_close(&self, audit: &Audit) -> Option<TerminalClose> {
+        (self.kind == AuditKind::Terminal).then(|| TerminalClose {
+            audit: audit.clone(),
+            record: {
+                let mut r = self.base.clone();
+                r.event = "terminal_close";
+                if let Some(id) = &self.request {
+                    r = r.field("terminal", id.as_str());
+                }
+                r
+            },
+            opened: Instant::now(),
+            armed: false,
+        })
+    }
+
+    /// The record once the status is known. A terminal that did not switch protocols did not open.
+    pub fn finish(self, status: u16) -> Option<Record> {
+        if self.kind == AuditKind::Terminal && status != 101 {
+            return None;
+        }
+        let mut r = self.base.field("status", status);
+        // The time of the answer, not of the request (a synchronous prompt can take minutes).
+        r.ts = crate::audit::record::now_rfc3339();
+        match self.kind {
+            AuditKind::PermissionAnswer | AuditKind::QuestionAnswer(_) => {
+                if let Some(id) = self.request {
+                    r = r.field("request", id);
+                }
+                let answer = match self.kind {
+                    AuditKind::QuestionAnswer(a) => Some(a.to_string()),
+                    _ => self.answer,
+                };
+                r = r.field("answer", answer.unwrap_or_else(|| "unknown".into()));
+            }
+            AuditKind::Terminal => {
+                if let Some(id) = self.request {
+                    r = r.field("terminal", id);
+                }
+            }
+            AuditKind::Prompt | AuditKind::Shell | AuditKind::FileWrite => {
+                let counted = self.counted.map(|c| c.load(Ordering::Relaxed));
+                r = r.field("bytes", self.bytes.or(counted));
+            }
+            AuditKind::SessionCreate => {
+                if let Some(id) = self.created {
+                    r = r.field("session", id);
+                }
+            }
+            AuditKind::SessionDelete => {}
+        }
+        Some(r)
+    }
+}
+
+/// The id of the session a create answered with: `{"id"}` (v1) or `{"data":{"id"}}` (v2).
+pub fn created_session(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let id = v.get("id").or_else(|| v.get("data")?.get("id"))?.as_str()?;
+    Some(id.to_string())
+}
+
+/// The answer a permission reply's body gives, when it is one OpenCode knows. Anything else
+/// (a message the user typed) is not recorded.
+pub fn permission_answer(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let a = v.get("response").or_else(|| v.get("reply"))?.as_str()?;
+    matches!(a, "once" | "always" | "reject").then(|| a.to_string())
+}
+
+pub struct TerminalClose {
+    audit: Audit,
+    record: Record,
+    opened: Instant,
+    armed: bool,
+}
+
+impl TerminalClose {
+    pub fn arm(&mut self) {
+        self.opened = Instant::now();
+        self.armed = true;
+    }
+}
+
+impl Drop for TerminalClose {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut r = std::mem::replace(&mut self.record, Record::new("terminal_close"));
+            r.ts = crate::audit::record::now_rfc3339();
+            r = r.field("duration_ms", self.opened.elapsed().as_millis() as u64);
+            self.audit.record(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_created_session_is_read_from_either_api() {
+        assert_eq!(
+            created_session(br#"{"id":"ses_1","title":"t"}"#).as_deref(),
+            Some("ses_1")
+        );
+        assert_eq!(created_session(br#"{"data":{"id":"ses_2"}}"#).as_deref(), Some("ses_2"));
+        assert_eq!(created_session(b"[]"), None);
+    }
+
+    #[test]
+    fn a_body_without_a_length_is_counted() {
+        let who = Who {
+            via: Via::Password,
+            id: None,
+        };
+        let p = Pending::begin(
+            AuditKind::Shell,
+            "alice",
+            "web",
+            "127.0.0.1".parse().unwrap(),
+            &who,
+            Some("ses_1"),
+            "/session/*/shell",
+            "/session/ses_1/shell",
+            &HeaderMap::new(),
+        );
+        p.counted
+            .as_ref()
+            .expect("a counter without Content-Length")
+            .fetch_add(99, Ordering::Relaxed);
+        let v: serde_json::Value = serde_json::from_slice(&p.finish(200).unwrap().to_line()).unwrap();
+        assert_eq!(v["bytes"], 99);
+    }
+
+    #[test]
+    fn only_known_answers_are_kept() {
+        assert_eq!(permission_answer(br#"{"response":"once"}"#).as_deref(), Some("once"));
+        assert_eq!(
+            permission_answer(br#"{"reply":"always","message":"x"}"#).as_deref(),
+            Some("always")
+        );
+        assert_eq!(permission_answer(br#"{"response":"my secret reason"}"#), None);
+        assert_eq!(permission_answer(b"not json"), None);
+    }
+
+    #[test]
+    fn a_prompt_record_has_its_size_and_never_its_text() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_LENGTH, "37".parse().unwrap());
+        let who = Who {
+            via: Via::Password,
+            id: None,
+        };
+        let p = Pending::begin(
+            AuditKind::Prompt,
+            "alice",
+            "web",
+            "127.0.0.1".parse().unwrap(),
+            &who,
+            Some("ses_1"),
+            "/session/*/prompt_async",
+            "/session/ses_1/prompt_async",
+            &h,
+        );
+        let line = String::from_utf8(p.finish(204).unwrap().to_line()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["event"], "prompt");
+        assert_eq!(v["bytes"], 37);
+        assert_eq!(v["session"], "ses_1");
+        assert_eq!(v["status"], 204);
+        assert_eq!(v["via"], "password");
+    }
+
+    /// Every kind, from a request carrying a password, a token, a cookie: none reaches the line.
+    #[test]
+    fn no_credential_of_the_request_reaches_a_record() {
+        use base64::Engine;
+        let pw = "hunter2-Password-XQ";
+        let mut h = HeaderMap::new();
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!("alice:{pw}"));
+        h.insert(header::AUTHORIZATION, format!("Basic {basic}").parse().unwrap());
+        h.insert(header::COOKIE, "ocgw=cookie-secret-77".parse().unwrap());
+        h.insert(header::CONTENT_LENGTH, "12".parse().unwrap());
+        let who = Who {
+            via: Via::Token,
+            id: Some("tok_id1".into()),
+        };
+        for kind in [
+            AuditKind::SessionCreate,
+            AuditKind::SessionDelete,
+            AuditKind::Prompt,
+            AuditKind::PermissionAnswer,
+            AuditKind::QuestionAnswer("reply"),
+            AuditKind::Shell,
+            AuditKind::FileWrite,
+            AuditKind::Terminal,
+        ] {
+            let p = Pending::begin(
+                kind,
+                "alice",
+                "web",
+                "127.0.0.1".parse().unwrap(),
+                &who,
+                Some("ses_1"),
+                "/session/*/x/*",
+                "/session/ses_1/x/id_2",
+                &h,
+            );
+            let line = String::from_utf8(p.finish(101).unwrap().to_line()).unwrap();
+            for secret in [pw, basic.as_str(), "cookie-secret-77"] {
+                assert!(!line.contains(secret), "{kind:?}: {line}");
+            }
+            assert!(line.contains("tok_id1"), "the token's id, not the token: {line}");
+        }
+    }
+
+    #[test]
+    fn a_terminal_that_did_not_switch_protocols_is_not_recorded() {
+        let who = Who {
+            via: Via::Ticket,
+            id: None,
+        };
+        let p = Pending::begin(
+            AuditKind::Terminal,
+            "alice",
+            "web",
+            "127.0.0.1".parse().unwrap(),
+            &who,
+            None,
+            "/pty/*/connect",
+            "/pty/pty_1/connect",
+            &HeaderMap::new(),
+        );
+        assert!(p.finish(403).is_none());
+    }
+}

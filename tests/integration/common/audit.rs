@@ -1,0 +1,35 @@
+//! Reading a test gateway's audit trail (`<dir>/state/audit.jsonl`, the default place).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub fn file(gw: &super::gateway::Gateway) -> PathBuf {
+    gw.dir.path().join("state/audit.jsonl")
+}
+
+pub fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// The first record of `event` that satisfies `pred`, waiting (bounded) for the writer thread.
+pub async fn find(path: &Path, event: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let all = records(path);
+        if let Some(r) = all.iter().find(|r| r["event"] == event && pred(r)) {
+            return r.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no matching {event} record in the audit log:\n{}",
+            all.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
