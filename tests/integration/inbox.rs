@@ -120,13 +120,14 @@ fn inbox(gw: &Gateway, query: &str) -> Value {
     serde_json::from_str(&body).unwrap()
 }
 
+/// The project's entry in an inbox view, or `null` while the inbox does not list it yet (a
+/// watcher not started): predicates polled by [`inbox_until`] then read "not yet", not a panic.
 fn project<'a>(view: &'a Value, name: &str) -> &'a Value {
+    static ABSENT: Value = Value::Null;
     view["projects"]
         .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
-        .unwrap_or_else(|| panic!("project {name} in {view}"))
+        .and_then(|a| a.iter().find(|p| p["name"] == name))
+        .unwrap_or(&ABSENT)
 }
 
 /// Poll the inbox (every 5 ms, at most `within`) until `pred` holds for it.
@@ -149,15 +150,12 @@ async fn inbox_until(gw: &Gateway, within: Duration, what: &str, pred: impl Fn(&
 fn has_card(v: &Value, project_name: &str, id: &str) -> bool {
     project(v, project_name)["pending"]
         .as_array()
-        .unwrap()
-        .iter()
-        .any(|c| c["id"] == id)
+        .is_some_and(|cards| cards.iter().any(|c| c["id"] == id))
 }
 
 fn resolution(v: &Value, project_name: &str, id: &str) -> Option<Value> {
     project(v, project_name)["resolved"]
-        .as_array()
-        .unwrap()
+        .as_array()?
         .iter()
         .find(|r| r["id"] == id)
         .cloned()
@@ -343,8 +341,8 @@ async fn a_permission_request_reaches_the_inbox_is_answered_here_or_elsewhere_an
     inbox_until(&gw, Duration::from_secs(60), "the session idle", |v| {
         project(v, "alpha")["sessions"]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .any(|s| s["id"] == sid.as_str() && s["status"]["type"] == "idle")
     })
     .await;
@@ -354,8 +352,8 @@ async fn a_permission_request_reaches_the_inbox_is_answered_here_or_elsewhere_an
     let v = inbox_until(&gw, Duration::from_secs(60), "a second card", |v| {
         project(v, "alpha")["pending"]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .any(|c| c["kind"] == "permission")
     })
     .await;
@@ -417,8 +415,8 @@ async fn the_inbox_follows_spawned_servers_without_starting_them_and_follows_rel
     let v = inbox_until(&gw, Duration::from_secs(60), "lazy's card", |v| {
         project(v, "lazy")["pending"]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .any(|c| c["session_id"] == sid.as_str() && c["tool"] == "bash")
     })
     .await;
@@ -528,8 +526,8 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
         let v = inbox_until(&gw, Duration::from_secs(60), "a question card", |v| {
             project(v, "quiz")["pending"]
                 .as_array()
-                .unwrap()
-                .iter()
+                .into_iter()
+                .flatten()
                 .any(|c| c["kind"] == "question" && c["session_id"] == session)
         })
         .await;

@@ -123,6 +123,20 @@ async fn metrics_move_with_real_traffic_and_pass_promtool() {
     raw.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     let mut sink = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), raw.read_to_end(&mut sink)).await;
+    // The gateway may close the connection before it counts the failure: wait for the count
+    // (bounded), then read everything once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while metric_in(
+        &gw.admin("GET", "/metrics").1,
+        "tls_handshakes_total{outcome=\"failed\"}",
+    ) != Some(1)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the failed handshake was never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 
     let (code, body) = gw.admin("GET", "/metrics");
     assert_eq!(code, 200);
