@@ -18,6 +18,7 @@ mod browser;
 mod browser_login;
 mod certs;
 mod common;
+mod compression;
 mod config_cli;
 mod connections;
 mod doctor;
