@@ -92,6 +92,15 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
         .unwrap();
     assert!(unpacked == identity);
 
+    eprintln!(
+        "{script}: {} bytes identity, {} br, {} gzip; index.html {} identity, {} br",
+        identity.len(),
+        body.len(),
+        gz_body.len(),
+        index.len(),
+        html_br.len()
+    );
+
     // Again: from the cache, not compressed a second time.
     let hits = s.gw.logs().matches("compressed asset served from the cache").count();
     let (again, body_again) = fetch(&ui, &script, &[("accept-encoding", "br")]).await;
