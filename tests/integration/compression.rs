@@ -59,7 +59,9 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
     assert_eq!(plain.status, 200);
     assert!(!plain.headers.contains_key("content-encoding"));
     assert!(varies(&plain.headers), "{:?}", plain.headers);
+    let first = std::time::Instant::now();
     let (br, body) = fetch(&ui, &script, &[("accept-encoding", "gzip, deflate, br, zstd")]).await;
+    let first = first.elapsed();
     assert_eq!(br.status, 200);
     assert_eq!(br.headers["content-encoding"], "br", "{:?}", br.headers);
     assert!(varies(&br.headers), "{:?}", br.headers);
@@ -93,7 +95,7 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
     assert!(unpacked == identity);
 
     eprintln!(
-        "{script}: {} bytes identity, {} br, {} gzip; index.html {} identity, {} br",
+        "{script}: {} bytes identity, {} br (first request {first:?}), {} gzip; index.html {} identity, {} br",
         identity.len(),
         body.len(),
         gz_body.len(),
