@@ -45,6 +45,8 @@ pub struct Gateway {
     pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
+    /// The web UI's hashed assets, compressed once (issue 14).
+    pub compressed: crate::http::compress::AssetCache,
     /// API tokens: the state database, the digest key, a short cache of verified tokens.
     pub tokens: crate::auth::tokens::Tokens,
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
@@ -130,6 +132,7 @@ impl Gateway {
             connection_cap,
             streams: Arc::default(),
             tickets: Tickets::default(),
+            compressed: Default::default(),
             tokens,
             web,
             handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),

@@ -79,6 +79,13 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         *head.extensions_mut() = std::mem::take(&mut parts.extensions);
         hyper::upgrade::on(head)
     });
+    // Taken before the headers are rewritten for the upstream (which asks it for identity).
+    // GET only: a HEAD answer has a length but no body to compress.
+    let compress = if target.is_api() || upgrade.is_some() || parts.method != http::Method::GET {
+        None
+    } else {
+        super::compress::Ask::take(&parts.headers)
+    };
     parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
     parts.version = Version::HTTP_11;
     rewrite::request_headers(
@@ -187,6 +194,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
             .filter(|p| p.kind == AuditKind::SessionCreate)
             .map(|p| &mut p.created),
         terminal_close,
+        compress,
     })
     .await
 }

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod body;
+pub mod compress;
 pub mod error;
 pub mod forward;
 pub mod own_files;

@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use super::body::ProxyBody;
+use super::compress;
 use super::error::HttpError;
 use super::forward::{SMALL_BODY, read_whole, unavailable};
 use super::request::Target;
@@ -40,6 +41,8 @@ pub struct Answer<'a> {
     pub terminal_close: Option<super::audit::TerminalClose>,
     /// Where a session create's new id goes, for the audit trail.
     pub created: Option<&'a mut Option<String>>,
+    /// A web UI request's accepted coding (never set for API routes).
+    pub compress: Option<compress::Ask>,
 }
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
@@ -57,6 +60,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         stream_slot,
         terminal_close,
         created,
+        compress: ask,
     } = a;
     let project = &*target.project;
     let treatment = target.treatment();
@@ -126,6 +130,22 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
     }
+    // The web UI's own files only (never an API answer: BREACH), after redaction.
+    if !target.is_api() && compress::eligible(false, parts.status, &parts.headers) {
+        parts
+            .headers
+            .append(header::VARY, HeaderValue::from_static("accept-encoding"));
+        if let Some(ask) = ask
+            && let Some(len) = content_length(&parts.headers)
+            && len <= compress::MAX_BODY
+        {
+            let bytes = read_whole(body, len)
+                .await
+                .ok_or_else(|| unavailable(project, "the response was cut"))?;
+            lease.release();
+            return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
+        }
+    }
     let body = match (treatment, pinned) {
         (Treatment::GlobalEvents, Some(root)) => {
             parts.headers.remove(header::CONTENT_LENGTH);
@@ -135,6 +155,63 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),
     };
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// The declared length of a body (the web UI's files have one; others are not buffered).
+fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// A web UI file compressed for the client: a hashed asset from the cache (compressed once per
+/// validator), the HTML document on the fly. A matching `If-None-Match` gets 304.
+async fn compressed(
+    gw: &Gateway,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    mut bytes: Bytes,
+    ask: compress::Ask,
+) -> Response<ProxyBody> {
+    if let Some(r) = &endpoint.redactor {
+        bytes = r.frame(bytes);
+    }
+    let path = target.upstream_path.as_str();
+    let asset = compress::hashed_asset(path);
+    let out = if asset {
+        let key = compress::Key {
+            project: target.project.name.clone(),
+            path: path.to_owned(),
+            validator: compress::Key::validator(&parts.headers, &bytes),
+            coding: ask.coding,
+        };
+        // OpenCode sends no validator for its assets: the digest one lets a browser revalidate.
+        if !parts.headers.contains_key(header::ETAG)
+            && !parts.headers.contains_key(header::LAST_MODIFIED)
+            && let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", key.validator))
+        {
+            parts.headers.insert(header::ETAG, etag);
+        }
+        let (out, hit) = gw.compressed.get_or_compress(key, bytes).await;
+        if hit {
+            tracing::debug!(path, "compressed asset served from the cache");
+        }
+        out
+    } else {
+        compress::compress(&bytes, ask.coding, false)
+    };
+    let not_modified = compress::variant_headers(
+        &mut parts.headers,
+        ask.coding,
+        out.len(),
+        asset,
+        ask.if_none_match.as_ref(),
+    );
+    if not_modified {
+        parts.status = StatusCode::NOT_MODIFIED;
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, ProxyBody::empty());
+    }
+    Response::from_parts(parts, ProxyBody::full(out))
 }
 
 /// A body in any coding but identity.

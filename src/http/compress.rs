@@ -1,0 +1,457 @@
+//! Compression of the web UI's own files (issue 14). OpenCode sends them uncompressed, and the
+//! gateway asks it for identity anyway (it redacts the upstream's credential from bodies), so a
+//! phone would otherwise download a 2.7 MB script on every cold load.
+//!
+//! Only the web UI's static files are compressed: never an API answer, whose user data sits next
+//! to text an attacker may influence, so that the compressed length would leak it (BREACH); never
+//! an event stream or an upgrade. Compression runs on the bytes the client would have got, after
+//! redaction. Hashed assets (`/assets/<name>-<hash>.<ext>`) are compressed once per validator and
+//! kept in a bounded cache; the HTML document is small and compressed on the fly, never cached.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+
+/// Bodies larger than this pass through uncompressed (the web UI's largest file is ~2.7 MB).
+pub const MAX_BODY: usize = 16 * 1024 * 1024;
+/// The cache's bound on compressed bytes held.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Coding {
+    Br,
+    Gzip,
+}
+
+impl Coding {
+    fn token(self) -> &'static str {
+        match self {
+            Coding::Br => "br",
+            Coding::Gzip => "gzip",
+        }
+    }
+    /// The suffix a compressed variant's ETag gets: each variant must have its own validator.
+    fn etag_suffix(self) -> &'static str {
+        match self {
+            Coding::Br => "-br",
+            Coding::Gzip => "-gz",
+        }
+    }
+}
+
+/// What the client asked for, taken before the request headers are rewritten for the upstream.
+pub struct Ask {
+    pub coding: Coding,
+    /// Answered here against the variant's ETag: the upstream only knows the identity one.
+    pub if_none_match: Option<HeaderValue>,
+}
+
+impl Ask {
+    /// For a web UI request (no API route): the coding the client accepts, if any, and its
+    /// `If-None-Match`, still forwarded: a variant's ETag never matches upstream (so the body
+    /// comes, and is answered here), while an identity one keeps working for files left as is.
+    pub fn take(headers: &HeaderMap) -> Option<Ask> {
+        let coding = headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| accepted(v.as_bytes()))?;
+        Some(Ask {
+            coding,
+            if_none_match: headers.get(header::IF_NONE_MATCH).cloned(),
+        })
+    }
+}
+
+/// The coding to use for an `Accept-Encoding` value: br, then gzip, honouring q-values
+/// (`q=0` refuses; `*` stands for any coding not named).
+pub fn accepted(value: &[u8]) -> Option<Coding> {
+    let text = std::str::from_utf8(value).ok()?;
+    let (mut br, mut gzip, mut star) = (None, None, None);
+    for item in text.split(',') {
+        let mut params = item.split(';');
+        let name = params.next().unwrap_or("").trim();
+        let mut q = 1.0f32;
+        for p in params {
+            if let Some((k, v)) = p.split_once('=')
+                && k.trim().eq_ignore_ascii_case("q")
+            {
+                q = v.trim().parse().unwrap_or(0.0);
+            }
+        }
+        if name.eq_ignore_ascii_case("br") {
+            br = Some(q);
+        } else if name.eq_ignore_ascii_case("gzip") || name.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(q);
+        } else if name == "*" {
+            star = Some(q);
+        }
+    }
+    let br = br.or(star).unwrap_or(0.0);
+    let gzip = gzip.or(star).unwrap_or(0.0);
+    match (br > 0.0, gzip > 0.0) {
+        (true, true) if gzip > br => Some(Coding::Gzip),
+        (true, _) => Some(Coding::Br),
+        (false, true) => Some(Coding::Gzip),
+        (false, false) => None,
+    }
+}
+
+/// Whether an answer to a web UI request may be compressed: a complete 200 of a compressible
+/// type, not already encoded, not a stream. The caller has already excluded API routes.
+pub fn eligible(is_api: bool, status: StatusCode, headers: &HeaderMap) -> bool {
+    if is_api || status != StatusCode::OK || headers.contains_key(header::CONTENT_ENCODING) {
+        return false;
+    }
+    let Some(ctype) = headers.get(header::CONTENT_TYPE) else {
+        return false;
+    };
+    let essence = ctype
+        .as_bytes()
+        .split(|b| *b == b';')
+        .next()
+        .unwrap_or(b"")
+        .trim_ascii();
+    let essence = essence.to_ascii_lowercase();
+    if essence == b"text/event-stream" {
+        return false;
+    }
+    essence.starts_with(b"text/")
+        || essence.ends_with(b"javascript")
+        || essence.ends_with(b"json")
+        || essence.ends_with(b"+xml")
+        || essence == b"application/wasm"
+        || essence == b"application/manifest+json"
+}
+
+/// A content-hashed build asset: `/assets/<name>-<hash>.<ext>`; its bytes never change under
+/// its name, so it may be cached for a year and its compression kept.
+pub fn hashed_asset(path: &str) -> bool {
+    let Some(file) = path.strip_prefix("/assets/") else {
+        return false;
+    };
+    let stem = file.split('.').next().unwrap_or("");
+    !file.contains('/')
+        && stem
+            .rsplit_once('-')
+            .is_some_and(|(_, h)| h.len() >= 6 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+}
+
+/// Compress `bytes`: a high level for cached assets (paid once), a moderate one on the fly.
+pub fn compress(bytes: &[u8], coding: Coding, cached: bool) -> Bytes {
+    let mut out = Vec::with_capacity(bytes.len() / 3);
+    match coding {
+        Coding::Br => {
+            let params = brotli::enc::BrotliEncoderParams {
+                // 9 and not 11: within a few percent of 11 at a small fraction of its time, so
+                // the first request of an asset can wait for it.
+                quality: if cached { 9 } else { 5 },
+                lgwin: 22,
+                ..Default::default()
+            };
+            let _ = brotli::BrotliCompress(&mut &bytes[..], &mut out, &params);
+        }
+        Coding::Gzip => {
+            let level = flate2::Compression::new(if cached { 9 } else { 6 });
+            let mut enc = flate2::write::GzEncoder::new(&mut out, level);
+            let _ = enc.write_all(bytes);
+            let _ = enc.finish();
+        }
+    }
+    Bytes::from(out)
+}
+
+/// Set the headers of a compressed variant; `true` when the client's `If-None-Match` matches
+/// its ETag (the caller answers 304).
+pub fn variant_headers(
+    headers: &mut HeaderMap,
+    coding: Coding,
+    len: usize,
+    asset: bool,
+    inm: Option<&HeaderValue>,
+) -> bool {
+    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(coding.token()));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if asset && !headers.contains_key(header::CACHE_CONTROL) {
+        headers.insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, max-age=31536000, immutable"),
+        );
+    }
+    let etag = headers
+        .get(header::ETAG)
+        .and_then(|e| variant_etag(e.as_bytes(), coding));
+    let Some(etag) = etag else { return false };
+    let matched = inm.is_some_and(|v| matches(v.as_bytes(), etag.as_bytes()));
+    headers.insert(header::ETAG, etag);
+    matched
+}
+
+/// `"abc"` → `"abc-br"` (weakness kept).
+fn variant_etag(etag: &[u8], coding: Coding) -> Option<HeaderValue> {
+    let e = std::str::from_utf8(etag).ok()?;
+    let (weak, quoted) = e.strip_prefix("W/").map_or((false, e), |q| (true, q));
+    let inner = quoted.strip_prefix('"')?.strip_suffix('"')?;
+    let w = if weak { "W/" } else { "" };
+    HeaderValue::from_str(&format!("{w}\"{inner}{}\"", coding.etag_suffix())).ok()
+}
+
+/// `If-None-Match` (weak comparison, as RFC 9110 asks for it).
+fn matches(inm: &[u8], etag: &[u8]) -> bool {
+    let strip = |t: &[u8]| t.strip_prefix(b"W/").unwrap_or(t).to_vec();
+    let want = strip(etag);
+    inm.split(|b| *b == b',')
+        .map(|t| t.trim_ascii())
+        .any(|t| t == b"*" || strip(t) == want)
+}
+
+/// What identifies one compressed asset.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub project: Arc<str>,
+    pub path: String,
+    /// The upstream's ETag, else Last-Modified, else the body's length and digest (then also
+    /// the asset's ETag: OpenCode sends no validator for its assets).
+    pub validator: String,
+    pub coding: Coding,
+}
+
+impl Key {
+    pub fn validator(headers: &HeaderMap, body: &[u8]) -> String {
+        if let Some(v) = headers.get(header::ETAG).or(headers.get(header::LAST_MODIFIED))
+            && let Ok(s) = v.to_str()
+        {
+            return s.to_owned();
+        }
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut h);
+        format!("{}-{:x}", body.len(), h.finish())
+    }
+}
+
+type Slot = Arc<tokio::sync::OnceCell<Bytes>>;
+
+/// Compressed hashed assets, bounded in bytes (oldest out first). Each entry is a once-cell, so
+/// two first requests for one asset compress it once (single flight).
+pub struct AssetCache {
+    cap: usize,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    slots: HashMap<Key, Slot>,
+    order: VecDeque<(Key, usize)>,
+    bytes: usize,
+}
+
+impl Default for AssetCache {
+    fn default() -> Self {
+        AssetCache::with_cap(CACHE_BYTES)
+    }
+}
+
+impl AssetCache {
+    pub fn with_cap(cap: usize) -> AssetCache {
+        AssetCache {
+            cap,
+            inner: Mutex::default(),
+        }
+    }
+
+    /// The compressed bytes for `key`: from the cache, or compressed by `make` off the async
+    /// workers. `true` with a hit.
+    pub async fn get_or_compress(&self, key: Key, body: Bytes) -> (Bytes, bool) {
+        let slot = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.slots.entry(key.clone()).or_default().clone()
+        };
+        let mut made = false;
+        let coding = key.coding;
+        let out = slot
+            .get_or_init(|| async {
+                made = true;
+                let b = body.clone();
+                tokio::task::spawn_blocking(move || compress(&b, coding, true))
+                    .await
+                    .unwrap_or_else(|_| Bytes::new())
+            })
+            .await
+            .clone();
+        if made {
+            self.account(key, out.len());
+        }
+        (out, !made)
+    }
+
+    fn account(&self, key: Key, len: usize) {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.bytes += len;
+        inner.order.push_back((key, len));
+        while inner.bytes > self.cap {
+            let Some((old, n)) = inner.order.pop_front() else { break };
+            inner.slots.remove(&old);
+            inner.bytes -= n;
+        }
+    }
+
+    pub fn held_bytes(&self) -> usize {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).bytes
+    }
+
+    pub fn contains(&self, key: &Key) -> bool {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.slots.get(key).is_some_and(|s| s.initialized())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_encoding_prefers_br_and_honours_q_values() {
+        assert_eq!(accepted(b"gzip, deflate, br, zstd"), Some(Coding::Br));
+        assert_eq!(accepted(b"gzip"), Some(Coding::Gzip));
+        assert_eq!(accepted(b"br;q=0, gzip"), Some(Coding::Gzip));
+        assert_eq!(accepted(b"br;q=0.5, gzip;q=0.8"), Some(Coding::Gzip));
+        assert_eq!(accepted(b"gzip;q=0, br;q=0"), None);
+        assert_eq!(accepted(b"identity"), None);
+        assert_eq!(accepted(b"*"), Some(Coding::Br));
+        assert_eq!(accepted(b"*;q=0, gzip"), Some(Coding::Gzip));
+        assert_eq!(accepted(b"br;q=0, *"), Some(Coding::Gzip));
+        assert_eq!(accepted(b""), None);
+        assert_eq!(accepted(b"deflate"), None);
+    }
+
+    fn typed(t: &'static str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(t));
+        h
+    }
+
+    #[test]
+    fn only_the_web_uis_complete_text_answers_are_eligible() {
+        let ok = StatusCode::OK;
+        assert!(eligible(false, ok, &typed("text/html; charset=utf-8")));
+        assert!(eligible(false, ok, &typed("text/javascript")));
+        assert!(eligible(false, ok, &typed("application/javascript")));
+        assert!(eligible(false, ok, &typed("text/css")));
+        assert!(eligible(false, ok, &typed("image/svg+xml")));
+        // An API route never, whatever the type (BREACH).
+        assert!(!eligible(true, ok, &typed("text/html")));
+        assert!(!eligible(true, ok, &typed("application/json")));
+        assert!(!eligible(false, ok, &typed("text/event-stream")));
+        assert!(!eligible(false, ok, &typed("image/png")));
+        assert!(!eligible(false, ok, &HeaderMap::new()));
+        assert!(!eligible(false, StatusCode::PARTIAL_CONTENT, &typed("text/css")));
+        assert!(!eligible(false, StatusCode::NOT_MODIFIED, &typed("text/css")));
+        let mut enc = typed("text/css");
+        enc.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(!eligible(false, ok, &enc));
+    }
+
+    #[test]
+    fn hashed_assets_are_recognised_by_name() {
+        assert!(hashed_asset("/assets/index-BT9eG1xK.js"));
+        assert!(hashed_asset("/assets/index-Dq_3vZ9a.css"));
+        assert!(!hashed_asset("/index.html"));
+        assert!(!hashed_asset("/assets/logo.svg"));
+        assert!(!hashed_asset("/assets/sub/x-abcdef12.js"));
+        assert!(!hashed_asset("/session/assets/index-BT9eG1xK.js"));
+    }
+
+    #[test]
+    fn compressed_bytes_decompress_to_the_input() {
+        let input = "console.log('hello');\n".repeat(2000).into_bytes();
+        for (coding, cached) in [(Coding::Br, true), (Coding::Br, false), (Coding::Gzip, true)] {
+            let out = compress(&input, coding, cached);
+            assert!(out.len() < input.len() / 3, "{coding:?}");
+            let mut back = Vec::new();
+            match coding {
+                Coding::Br => {
+                    brotli::BrotliDecompress(&mut &out[..], &mut back).unwrap();
+                }
+                Coding::Gzip => {
+                    use std::io::Read;
+                    flate2::read::GzDecoder::new(&out[..]).read_to_end(&mut back).unwrap();
+                }
+            }
+            assert_eq!(back, input, "{coding:?}");
+        }
+    }
+
+    #[test]
+    fn a_variant_has_its_own_etag_and_answers_if_none_match() {
+        let mut h = typed("text/javascript");
+        h.insert(header::ETAG, HeaderValue::from_static("W/\"abc\""));
+        let inm = HeaderValue::from_static("\"abc-br\"");
+        assert!(variant_headers(&mut h, Coding::Br, 10, true, Some(&inm)));
+        assert_eq!(h[header::ETAG], "W/\"abc-br\"");
+        assert_eq!(h[header::CACHE_CONTROL], "public, max-age=31536000, immutable");
+        let mut h = typed("text/javascript");
+        h.insert(header::ETAG, HeaderValue::from_static("\"abc\""));
+        // The identity variant's ETag does not match the compressed one.
+        let inm = HeaderValue::from_static("\"abc\"");
+        assert!(!variant_headers(&mut h, Coding::Gzip, 10, false, Some(&inm)));
+        assert_eq!(h[header::ETAG], "\"abc-gz\"");
+        assert!(!h.contains_key(header::CACHE_CONTROL));
+    }
+
+    fn key(path: &str, validator: &str) -> Key {
+        Key {
+            project: "demo".into(),
+            path: path.into(),
+            validator: validator.into(),
+            coding: Coding::Gzip,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_cache_compresses_once_per_validator_and_stays_bounded() {
+        let cache = AssetCache::with_cap(1000);
+        let body = Bytes::from("a".repeat(100_000));
+        let (first, hit) = cache
+            .get_or_compress(key("/assets/a-123456.js", "v1"), body.clone())
+            .await;
+        assert!(!hit);
+        let (again, hit) = cache
+            .get_or_compress(key("/assets/a-123456.js", "v1"), body.clone())
+            .await;
+        assert!(hit);
+        assert_eq!(first, again);
+        // A new validator is a new entry.
+        let (_, hit) = cache
+            .get_or_compress(key("/assets/a-123456.js", "v2"), body.clone())
+            .await;
+        assert!(!hit);
+        assert!(cache.held_bytes() <= 1000);
+        // Fill past the cap: the oldest goes.
+        for i in 0..20 {
+            let b = Bytes::from(format!("{i}").repeat(50_000));
+            cache
+                .get_or_compress(key(&format!("/assets/f{i}-123456.js"), "v"), b)
+                .await;
+        }
+        assert!(cache.held_bytes() <= 1000, "{}", cache.held_bytes());
+        assert!(!cache.contains(&key("/assets/a-123456.js", "v1")));
+        assert!(cache.contains(&key("/assets/f19-123456.js", "v")));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_first_requests_compress_once() {
+        let cache = Arc::new(AssetCache::default());
+        let body = Bytes::from("let x = 1;\n".repeat(300_000));
+        let k = key("/assets/big-abcdef.js", "v");
+        let (a, b) = tokio::join!(
+            cache.get_or_compress(k.clone(), body.clone()),
+            cache.get_or_compress(k.clone(), body.clone())
+        );
+        // Exactly one of them compressed; the other waited for its result.
+        assert_eq!([a.1, b.1].iter().filter(|h| **h).count(), 1);
+        assert_eq!(a.0, b.0);
+        assert_eq!(cache.held_bytes(), a.0.len());
+    }
+}

@@ -1,0 +1,148 @@
+//! The web UI's files come compressed through the gateway (issue 14), from the real OpenCode:
+//! the main script in brotli, exactly the identity bytes once decompressed, a third of them or
+//! less, cached once per validator; `If-None-Match` answers 304; API answers never compressed.
+
+use std::io::Read;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+
+use crate::common::client::Https;
+use crate::common::stack::{alice, setup};
+
+async fn fetch(ui: &Https, path: &str, headers: &[(&str, &str)]) -> (http::response::Parts, Bytes) {
+    let mut req = ui.request("GET", path, Some(&alice()));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = ui.send(req.body(Full::default()).unwrap()).await;
+    let (parts, body) = resp.into_parts();
+    let bytes = tokio::time::timeout(Duration::from_secs(60), body.collect())
+        .await
+        .expect("the body within 60 s")
+        .unwrap()
+        .to_bytes();
+    (parts, bytes)
+}
+
+fn varies(h: &http::HeaderMap) -> bool {
+    h.get_all("vary").iter().any(|v| v == "accept-encoding")
+}
+
+fn unbrotli(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    brotli::Decompressor::new(b, 4096).read_to_end(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
+    let s = setup("echo unused").await;
+    let ui = s.client.host("demo.gw.localhost");
+    let (_, index) = fetch(&ui, "/", &[]).await;
+    let index = String::from_utf8_lossy(&index).into_owned();
+    let script = index
+        .split('"')
+        .find(|p| p.starts_with("/assets/") && p.ends_with(".js"))
+        .unwrap_or_else(|| panic!("no script asset in index.html:\n{index}"))
+        .to_string();
+
+    // The HTML document, compressed on the fly.
+    let (html, html_br) = fetch(&ui, "/", &[("accept-encoding", "gzip, deflate, br")]).await;
+    assert_eq!(html.status, 200);
+    assert_eq!(html.headers["content-encoding"], "br", "{:?}", html.headers);
+    assert_eq!(String::from_utf8(unbrotli(&html_br)).unwrap(), index);
+
+    let (plain, identity) = fetch(&ui, &script, &[]).await;
+    assert_eq!(plain.status, 200);
+    assert!(!plain.headers.contains_key("content-encoding"));
+    assert!(varies(&plain.headers), "{:?}", plain.headers);
+    let first = std::time::Instant::now();
+    let (br, body) = fetch(&ui, &script, &[("accept-encoding", "gzip, deflate, br, zstd")]).await;
+    let first = first.elapsed();
+    assert_eq!(br.status, 200);
+    assert_eq!(br.headers["content-encoding"], "br", "{:?}", br.headers);
+    assert!(varies(&br.headers), "{:?}", br.headers);
+    assert!(
+        br.headers["cache-control"].to_str().unwrap().contains("immutable"),
+        "{:?}",
+        br.headers
+    );
+    assert_eq!(br.headers["content-length"], body.len().to_string().as_str());
+    assert!(
+        body.len() * 3 < identity.len(),
+        "{} compressed vs {} identity",
+        body.len(),
+        identity.len()
+    );
+    let unpacked = unbrotli(&body);
+    assert!(
+        unpacked == identity,
+        "the decompressed script differs from the identity one"
+    );
+    let password = s.oc.password.as_bytes();
+    assert!(!unpacked.windows(password.len()).any(|w| w == password));
+
+    // gzip for a client that takes only gzip.
+    let (gz, gz_body) = fetch(&ui, &script, &[("accept-encoding", "gzip")]).await;
+    assert_eq!(gz.headers["content-encoding"], "gzip");
+    let mut unpacked = Vec::new();
+    flate2::read::GzDecoder::new(&gz_body[..])
+        .read_to_end(&mut unpacked)
+        .unwrap();
+    assert!(unpacked == identity);
+
+    eprintln!(
+        "{script}: {} bytes identity, {} br (first request {first:?}), {} gzip; index.html {} identity, {} br",
+        identity.len(),
+        body.len(),
+        gz_body.len(),
+        index.len(),
+        html_br.len()
+    );
+
+    // Again: from the cache, not compressed a second time.
+    let hits = s.gw.logs().matches("compressed asset served from the cache").count();
+    let (again, body_again) = fetch(&ui, &script, &[("accept-encoding", "br")]).await;
+    assert_eq!(again.headers["content-encoding"], "br");
+    assert_eq!(body_again, body);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.gw.logs().matches("compressed asset served from the cache").count() <= hits {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second request was not served from the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // The variant's ETag revalidates (OpenCode sends none: the gateway's is the body's digest).
+    let etag = br.headers["etag"].to_str().unwrap().to_owned();
+    assert!(etag.ends_with("-br\""), "{etag}");
+    let (nm, nm_body) = fetch(&ui, &script, &[("accept-encoding", "br"), ("if-none-match", &etag)]).await;
+    assert_eq!(nm.status, 304, "{etag}");
+    assert!(nm_body.is_empty());
+    // Another variant's ETag does not validate this one.
+    let gz_etag = gz.headers["etag"].to_str().unwrap().to_owned();
+    assert_ne!(gz_etag, etag);
+    let (full, _) = fetch(&ui, &script, &[("accept-encoding", "br"), ("if-none-match", &gz_etag)]).await;
+    assert_eq!(full.status, 200);
+
+    // HEAD has no body to compress: the identity length comes through.
+    let head = ui
+        .send(
+            ui.request("HEAD", &script, Some(&alice()))
+                .header("accept-encoding", "br")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(head.status(), 200);
+    assert!(!head.headers().contains_key("content-encoding"));
+
+    // An API answer is never compressed, whatever the client accepts (BREACH).
+    let (api, _) = fetch(&ui, "/session", &[("accept-encoding", "br, gzip")]).await;
+    assert_eq!(api.status, 200);
+    assert!(!api.headers.contains_key("content-encoding"), "{:?}", api.headers);
+}
