@@ -7,5 +7,5 @@
 set -eu
 cd "$(dirname "$0")/.."
 mkdir -p bench/out
-OCGW_BENCH_WEBUI=1 cargo test --test integration bench_webui_cold_load -- --include-ignored --nocapture 2>&1 \
+cargo test --features bench-webui --test integration bench_webui_cold_load -- --include-ignored --nocapture 2>&1 \
   | grep '^{"target"' | tee bench/out/webui.jsonl

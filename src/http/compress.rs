@@ -139,7 +139,9 @@ pub fn hashed_asset(path: &str) -> bool {
 }
 
 /// Compress `bytes`: a high level for cached assets (paid once), a moderate one on the fly.
-pub fn compress(bytes: &[u8], coding: Coding, cached: bool) -> Bytes {
+/// `None` when the encoder failed: the caller then sends the identity bytes (a truncated stream
+/// labelled `br` would be a broken page).
+pub fn compress(bytes: &[u8], coding: Coding, cached: bool) -> Option<Bytes> {
     let mut out = Vec::with_capacity(bytes.len() / 3);
     match coding {
         Coding::Br => {
@@ -150,16 +152,16 @@ pub fn compress(bytes: &[u8], coding: Coding, cached: bool) -> Bytes {
                 lgwin: 22,
                 ..Default::default()
             };
-            let _ = brotli::BrotliCompress(&mut &bytes[..], &mut out, &params);
+            brotli::BrotliCompress(&mut &bytes[..], &mut out, &params).ok()?;
         }
         Coding::Gzip => {
             let level = flate2::Compression::new(if cached { 9 } else { 6 });
             let mut enc = flate2::write::GzEncoder::new(&mut out, level);
-            let _ = enc.write_all(bytes);
-            let _ = enc.finish();
+            enc.write_all(bytes).ok()?;
+            enc.finish().ok()?;
         }
     }
-    Bytes::from(out)
+    Some(Bytes::from(out))
 }
 
 /// Set the headers of a compressed variant; `true` when the client's `If-None-Match` matches
@@ -231,7 +233,8 @@ impl Key {
     }
 }
 
-type Slot = Arc<tokio::sync::OnceCell<Bytes>>;
+/// `None` inside: the encoder failed for this asset; it is served as it came from then on.
+type Slot = Arc<tokio::sync::OnceCell<Option<Bytes>>>;
 
 /// Compressed hashed assets, bounded in bytes (oldest out first). Each entry is a once-cell, so
 /// two first requests for one asset compress it once (single flight).
@@ -261,9 +264,9 @@ impl AssetCache {
         }
     }
 
-    /// The compressed bytes for `key`: from the cache, or compressed by `make` off the async
-    /// workers. `true` with a hit.
-    pub async fn get_or_compress(&self, key: Key, body: Bytes) -> (Bytes, bool) {
+    /// The compressed bytes for `key` (`None`: the encoder failed): from the cache, or compressed
+    /// off the async workers. `true` with a hit.
+    pub async fn get_or_compress(&self, key: Key, body: Bytes) -> (Option<Bytes>, bool) {
         let slot = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             inner.slots.entry(key.clone()).or_default().clone()
@@ -276,12 +279,12 @@ impl AssetCache {
                 let b = body.clone();
                 tokio::task::spawn_blocking(move || compress(&b, coding, true))
                     .await
-                    .unwrap_or_else(|_| Bytes::new())
+                    .unwrap_or(None)
             })
             .await
             .clone();
         if made {
-            self.account(key, out.len());
+            self.account(key, out.as_ref().map_or(0, Bytes::len));
         }
         (out, !made)
     }
@@ -367,7 +370,7 @@ mod tests {
     fn compressed_bytes_decompress_to_the_input() {
         let input = "console.log('hello');\n".repeat(2000).into_bytes();
         for (coding, cached) in [(Coding::Br, true), (Coding::Br, false), (Coding::Gzip, true)] {
-            let out = compress(&input, coding, cached);
+            let out = compress(&input, coding, cached).unwrap();
             assert!(out.len() < input.len() / 3, "{coding:?}");
             let mut back = Vec::new();
             match coding {
@@ -452,6 +455,6 @@ mod tests {
         // Exactly one of them compressed; the other waited for its result.
         assert_eq!([a.1, b.1].iter().filter(|h| **h).count(), 1);
         assert_eq!(a.0, b.0);
-        assert_eq!(cache.held_bytes(), a.0.len());
+        assert_eq!(cache.held_bytes(), a.0.as_ref().unwrap().len());
     }
 }

@@ -191,13 +191,17 @@ async fn compressed(
         {
             parts.headers.insert(header::ETAG, etag);
         }
-        let (out, hit) = gw.compressed.get_or_compress(key, bytes).await;
+        let (out, hit) = gw.compressed.get_or_compress(key, bytes.clone()).await;
         if hit {
             tracing::debug!(path, "compressed asset served from the cache");
         }
         out
     } else {
         compress::compress(&bytes, ask.coding, false)
+    };
+    let Some(out) = out else {
+        tracing::warn!(path, "compressing a web UI file failed: sent as it came");
+        return Response::from_parts(parts, ProxyBody::full(bytes));
     };
     let not_modified = compress::variant_headers(
         &mut parts.headers,

@@ -14,6 +14,8 @@ mod abuse;
 mod acme;
 mod admin;
 mod audit;
+// The harness of bench/webui.sh: built only with `--features bench-webui` (a benchmark, not a test).
+#[cfg(feature = "bench-webui")]
 mod bench_webui;
 mod browser;
 mod browser_login;
