@@ -131,18 +131,6 @@ fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16, http_port: u16) 
     (challtest, pebble)
 }
 
-async fn served(c: &Https) -> Vec<u8> {
-    // A client with no session cache: a resumed session reports the certificate of the session
-    // it resumes, not the one the server would send now.
-    let mut config = (*c.config).clone();
-    config.resumption = rustls::client::Resumption::disabled();
-    let fresh = Https {
-        config: std::sync::Arc::new(config),
-        ..c.clone()
-    };
-    fresh.tls().await.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-}
-
 fn covered(cert: &[u8], names: &[&str]) -> bool {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
     opencode_gateway::listen::certs::uncovered(&cert.to_vec().into(), &names).is_empty()
@@ -210,7 +198,7 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     assert_eq!(root.status, 200, "{}", root.body);
     std::fs::write(dir.join("pebble-root.pem"), &root.body).unwrap();
     let c = Https::new(gw.https, &dir.join("pebble-root.pem")).host("demo.gw.localhost");
-    let first = served(&c).await;
+    let first = crate::common::client::served_certificate(&c).await;
     assert!(covered(&first, &["gw.localhost", "demo.gw.localhost"]));
     let mut before = c.http1().await;
     let get = || c.request("GET", "/", None).body(Full::default()).unwrap();
@@ -245,7 +233,10 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     )
     .await;
     let c80 = Https::new(gw80.https, &dir.join("pebble-root.pem")).host("gw.localhost");
-    assert!(covered(&served(&c80).await, &["gw.localhost", "demo.gw.localhost"]));
+    assert!(covered(
+        &crate::common::client::served_certificate(&c80).await,
+        &["gw.localhost", "demo.gw.localhost"]
+    ));
     let http_addr = format!("127.0.0.1:{http_port}").parse().unwrap();
     let host = format!("demo.gw.localhost:{http_port}");
     let r = plain(http_addr, "GET", "/p/demo/session?x=1", &[("host", host.as_str())], "").await;
@@ -277,7 +268,7 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         &pebble,
     )
     .await;
-    let second = served(&c).await;
+    let second = crate::common::client::served_certificate(&c).await;
     assert!(first != second, "a new certificate serves:\n{}", gw.logs());
     assert!(covered(
         &second,
@@ -307,5 +298,9 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         logs.contains("retry_in_s=2") && logs.contains("retry_in_s=4"),
         "backoff doubles:\n{logs}"
     );
-    assert_eq!(served(&c).await, second, "the old certificate keeps serving");
+    assert_eq!(
+        crate::common::client::served_certificate(&c).await,
+        second,
+        "the old certificate keeps serving"
+    );
 }

@@ -31,7 +31,12 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
     assert_eq!(status, 401);
 
     let dir = s.oc.project.display().to_string();
-    let events = EventLog::open(&s.client, &format!("/p/demo/event?directory={}", enc(&dir)), &alice()).await;
+    let events = EventLog::open(
+        &s.client,
+        &format!("/p/demo/event?directory={}", crate::common::client::encode(&dir)),
+        &alice(),
+    )
+    .await;
     events.wait_for("server.connected", Duration::from_secs(20)).await;
     let session = events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
     let id = session["id"].as_str().unwrap().to_string();
@@ -220,16 +225,4 @@ async fn chunked(c: &crate::common::client::Https, path: &str, auth: &str, body:
     // The gateway closes after the answer (Connection: close); a TLS close without notify is fine.
     let _ = tokio::time::timeout(Duration::from_secs(60), tls.read_to_end(&mut out)).await;
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

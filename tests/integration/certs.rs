@@ -11,19 +11,6 @@ use http_body_util::Full;
 use crate::common::client::{Https, read};
 use crate::common::gateway::{ALICE, Gateway, base_config, users_toml};
 
-/// The DER of the certificate a new connection is served.
-async fn served(c: &Https) -> Vec<u8> {
-    // A client with no session cache: a resumed session reports the certificate of the session
-    // it resumes, not the one the server would send now.
-    let mut config = (*c.config).clone();
-    config.resumption = rustls::client::Resumption::disabled();
-    let fresh = Https {
-        config: std::sync::Arc::new(config),
-        ..c.clone()
-    };
-    fresh.tls().await.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-}
-
 /// A new server certificate from the same dev CA, written over the old pair.
 fn reissue(dir: &Path) {
     let paths =
@@ -42,7 +29,7 @@ fn foreign_key() -> String {
 async fn new_certificate_files_are_served_without_a_restart_and_a_broken_pair_is_refused() {
     let gw = Gateway::start(&base_config(&users_toml(&[ALICE])));
     let c = Https::new(gw.https, &gw.ca());
-    let first = served(&c).await;
+    let first = crate::common::client::served_certificate(&c).await;
     let mut before = c.http1().await;
     let get = || c.request("GET", "/", None).body(Full::default()).unwrap();
     assert!(before.send_request(get()).await.is_ok());
@@ -51,7 +38,7 @@ async fn new_certificate_files_are_served_without_a_restart_and_a_broken_pair_is
     reissue(gw.dir.path());
     let deadline = Instant::now() + Duration::from_secs(10);
     let second = loop {
-        let now = served(&c).await;
+        let now = crate::common::client::served_certificate(&c).await;
         if now != first {
             break now;
         }
@@ -87,7 +74,11 @@ async fn new_certificate_files_are_served_without_a_restart_and_a_broken_pair_is
         gw.logs()
     );
     assert!(!gw.logs().contains("PRIVATE KEY"), "no key material in the log");
-    assert_eq!(served(&c).await, second, "the old certificate keeps serving");
+    assert_eq!(
+        crate::common::client::served_certificate(&c).await,
+        second,
+        "the old certificate keeps serving"
+    );
 
     // A reload with the broken pair is refused with the reason, and changes nothing.
     let (status, body) = gw.control("POST", "/reload");
@@ -96,12 +87,12 @@ async fn new_certificate_files_are_served_without_a_restart_and_a_broken_pair_is
         body.contains("tls: the key in") && body.contains("does not belong"),
         "{body}"
     );
-    assert_eq!(served(&c).await, second);
+    assert_eq!(crate::common::client::served_certificate(&c).await, second);
 
     // A reload picks up a good new pair at once, without waiting for the watcher.
     reissue(gw.dir.path());
     let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 200, "{body}");
-    let third = served(&c).await;
+    let third = crate::common::client::served_certificate(&c).await;
     assert!(third != second && third != first, "the reload serves the new pair");
 }

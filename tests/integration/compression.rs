@@ -141,8 +141,20 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
     assert_eq!(head.status(), 200);
     assert!(!head.headers().contains_key("content-encoding"));
 
-    // An API answer is never compressed, whatever the client accepts (BREACH).
-    let (api, _) = fetch(&ui, "/session", &[("accept-encoding", "br, gzip")]).await;
-    assert_eq!(api.status, 200);
-    assert!(!api.headers.contains_key("content-encoding"), "{:?}", api.headers);
+    // An API answer is never compressed, whatever the client accepts (BREACH), however the path
+    // is spelled: every spelling OpenCode's router reads as `/session` lists sessions (JSON),
+    // and the decision is made on the gateway's canonical reading of it.
+    for spelling in ["/session", "/SESSION", "/%73ession", "/session;x", "//session/"] {
+        let (api, body) = fetch(&ui, spelling, &[("accept-encoding", "br, gzip")]).await;
+        assert_eq!(api.status, 200, "{spelling}");
+        assert!(
+            !api.headers.contains_key("content-encoding"),
+            "{spelling}: {:?}",
+            api.headers
+        );
+        assert!(
+            body.starts_with(b"["),
+            "{spelling}: the session listing, not the web UI"
+        );
+    }
 }

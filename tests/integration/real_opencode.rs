@@ -122,7 +122,7 @@ async fn the_permission_loop_completes_through_the_gateway() {
     let dir = s.oc.project.display().to_string();
     let events = EventLog::open(
         &s.client,
-        &format!("/p/demo/event?directory={}", urlencode(&dir)),
+        &format!("/p/demo/event?directory={}", crate::common::client::encode(&dir)),
         &alice(),
     )
     .await;
@@ -185,18 +185,6 @@ async fn the_permission_loop_completes_through_the_gateway() {
     )
     .await;
     assert_eq!(status, 403);
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -354,15 +354,6 @@ fn a_certificate_the_dev_ca_signs_for_another_domain_fails_verification_in_opens
     );
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_after_init() {
@@ -439,7 +430,10 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
     // The file API works for the viewer: the project's own file is served.
     let readme = c
         .get(
-            &format!("/p/webapp/file/content?path={}", urlencode("README.md")),
+            &format!(
+                "/p/webapp/file/content?path={}",
+                crate::common::client::encode("README.md")
+            ),
             Some(&vera),
         )
         .await;
@@ -479,7 +473,10 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
         .collect();
     for name in &names {
         let r = c
-            .get(&format!("/p/webapp/file/content?path={}", urlencode(name)), Some(&vera))
+            .get(
+                &format!("/p/webapp/file/content?path={}", crate::common::client::encode(name)),
+                Some(&vera),
+            )
             .await;
         for (secret, m) in secrets.iter().zip(&material) {
             assert!(

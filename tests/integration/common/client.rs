@@ -473,3 +473,16 @@ pub fn encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// The DER of the certificate a new connection is served. A client with no session cache: a
+/// resumed session reports the certificate of the session it resumes, not the one the server
+/// would send now.
+pub async fn served_certificate(c: &Https) -> Vec<u8> {
+    let mut config = (*c.config).clone();
+    config.resumption = rustls::client::Resumption::disabled();
+    let fresh = Https {
+        config: Arc::new(config),
+        ..c.clone()
+    };
+    fresh.tls().await.get_ref().1.peer_certificates().unwrap()[0].to_vec()
+}
