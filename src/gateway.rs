@@ -304,9 +304,14 @@ impl Gateway {
 /// One HTTP server configuration for every connection, whatever its transport.
 fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
+    // No hyper header-read timer: it arms, boxes and cancels a timer on every request of a
+    // keep-alive connection. The connection's idle watcher (`http::serve_connection`) bounds the
+    // same thing, a head (or the next request of an idle connection) that does not come within
+    // `request_head_timeout`, with one periodic timer per connection. `None` turns off hyper's
+    // 30 s default.
     b.http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.request_head_timeout)
+        .header_read_timeout(None)
         .max_buf_size(limits.max_head_bytes.max(8192))
         .keep_alive(true);
     // hyper parses into an inline array of 100 headers unless told otherwise; any explicit limit,

@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus the proxy ones.
-const HOP_BY_HOP: [HeaderName; 8] = [
+static HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -24,12 +24,17 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+// Built at compile time: `from_static` at run time validates the name on every request.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// Forwarding headers a client could forge; only the gateway sets them.
-const FORWARDING: [HeaderName; 5] = [
+static FORWARDING: [HeaderName; 5] = [
     HeaderName::from_static("forwarded"),
-    HeaderName::from_static("x-forwarded-for"),
-    HeaderName::from_static("x-forwarded-proto"),
-    HeaderName::from_static("x-forwarded-host"),
+    X_FORWARDED_FOR,
+    X_FORWARDED_PROTO,
+    X_FORWARDED_HOST,
     HeaderName::from_static("x-real-ip"),
 ];
 
@@ -86,12 +91,9 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
         }
     }
     if let Some(v) = ip_header_value(f.client_ip) {
-        headers.insert(HeaderName::from_static("x-forwarded-for"), v);
+        headers.insert(X_FORWARDED_FOR, v);
     }
-    headers.insert(
-        HeaderName::from_static("x-forwarded-proto"),
-        HeaderValue::from_static(f.proto),
-    );
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(f.proto));
     // The client's Host header is about to be replaced: move it rather than copy it.
     let client_host = headers.insert(header::HOST, f.upstream_host.clone());
     let forwarded_host = match (f.original_host, client_host) {
@@ -100,7 +102,7 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
         (None, _) => None,
     };
     if let Some(host) = forwarded_host {
-        headers.insert(HeaderName::from_static("x-forwarded-host"), host);
+        headers.insert(X_FORWARDED_HOST, host);
     }
     if headers.contains_key(header::ORIGIN) {
         headers.insert(header::ORIGIN, f.upstream_origin.clone());

@@ -41,12 +41,25 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        self.get_until(key).map(|(v, _)| v)
+    }
+
+    /// The live value for `key` and when it expires.
+    pub fn get_until<Q>(&self, key: &Q) -> Option<(V, Instant)>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         let now = Instant::now();
-        self.lock().get(key).filter(|(_, t)| *t > now).map(|(v, _)| v.clone())
+        self.lock()
+            .get(key)
+            .filter(|(_, t)| *t > now)
+            .map(|(v, t)| (v.clone(), *t))
     }
 
     /// Insert (or refresh) `key`, living `ttl` from now.
-    pub fn insert(&self, key: K, value: V) {
+    /// Returns when the entry expires.
+    pub fn insert(&self, key: K, value: V) -> Instant {
         let now = Instant::now();
         let mut map = self.lock();
         if map.len() >= self.capacity && !map.contains_key(&key) {
@@ -63,7 +76,9 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
                 });
             }
         }
-        map.insert(key, (value, now + self.ttl));
+        let until = now + self.ttl;
+        map.insert(key, (value, until));
+        until
     }
 
     /// Take the live value for `key` out of the map (an expired one is removed and not returned).

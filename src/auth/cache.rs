@@ -7,7 +7,7 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blake2::{Blake2b256, Digest};
 
@@ -81,13 +81,17 @@ impl AuthCache {
         &self.shards[key[0] as usize % SHARDS]
     }
 
-    /// True when this exact credential was verified for `user` and has not expired.
-    pub fn hit(&self, key: &CacheKey, user: &str) -> bool {
-        self.shard(key).get(key).is_some_and(|u| &*u == user)
+    /// When this exact credential was verified for `user`: until when the entry lives (`None`
+    /// when it was not, or has expired).
+    pub fn hit(&self, key: &CacheKey, user: &str) -> Option<Instant> {
+        self.shard(key)
+            .get_until(key)
+            .and_then(|(u, until)| (&*u == user).then_some(until))
     }
 
-    pub fn insert(&self, key: CacheKey, user: Arc<str>) {
-        self.shard(&key).insert(key, user);
+    /// Returns when the entry expires.
+    pub fn insert(&self, key: CacheKey, user: Arc<str>) -> Instant {
+        self.shard(&key).insert(key, user)
     }
 
     /// Keep only entries of users for whom `keep` says yes (on reload: users removed or re-hashed).
@@ -117,9 +121,9 @@ mod tests {
         let k2 = c.key(&fingerprint("h2"), "alice", b"pw");
         assert_ne!(k1, k2);
         c.insert(k1, "alice".into());
-        assert!(c.hit(&k1, "alice"));
-        assert!(!c.hit(&k2, "alice"));
-        assert!(!c.hit(&k1, "bob"), "an entry belongs to one user");
+        assert!(c.hit(&k1, "alice").is_some());
+        assert!(c.hit(&k2, "alice").is_none());
+        assert!(c.hit(&k1, "bob").is_none(), "an entry belongs to one user");
     }
 
     #[test]
@@ -137,11 +141,11 @@ mod tests {
         }
         assert!(c.len() <= 32, "{}", c.len());
         // Full of keys: the newest is still found (evictions take the oldest).
-        assert!(c.hit(&c.key(&[0; 32], "u", &999u32.to_le_bytes()), "u"));
+        assert!(c.hit(&c.key(&[0; 32], "u", &999u32.to_le_bytes()), "u").is_some());
         let short = AuthCache::new(8, Duration::from_millis(0));
         let k = short.key(&[0; 32], "u", b"p");
         short.insert(k, "u".into());
-        assert!(!short.hit(&k, "u"));
+        assert!(short.hit(&k, "u").is_none());
         c.retain_users(|u| u != "u");
         assert!(c.is_empty());
     }

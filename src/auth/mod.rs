@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod credentials;
+pub mod memo;
 pub mod tickets;
 pub mod tokens;
 pub mod verifier;
@@ -12,6 +13,7 @@ pub mod verifier;
 use crate::metrics::{LoginMethod, Refusal};
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::audit::{Record, Via};
 use crate::config::Secret;
@@ -29,6 +31,21 @@ pub async fn password(
     password: &Secret,
     method: &'static str,
 ) -> Result<Arc<UserState>, HttpError> {
+    password_until(gw, state, peer, user, password, method)
+        .await
+        .map(|(user, _)| user)
+}
+
+/// [`password`], and until when its verification stands (the cache entry's expiry), for a
+/// connection's [`memo::AuthMemo`].
+pub async fn password_until(
+    gw: &Gateway,
+    state: &State,
+    peer: IpAddr,
+    user: &str,
+    password: &Secret,
+    method: &'static str,
+) -> Result<(Arc<UserState>, Instant), HttpError> {
     let known = state.users.get(user).filter(|u| u.hash.is_some());
     // An unknown name may be a password typed in the wrong field: it is never logged.
     let log_user = if state.users.contains_key(user) {
@@ -39,9 +56,9 @@ pub async fn password(
     let fp = known.map_or([0; 32], |u| u.fingerprint);
     let key = gw.cache.key(&fp, user, password.expose().as_bytes());
     if let Some(u) = known
-        && gw.cache.hit(&key, user)
+        && let Some(until) = gw.cache.hit(&key, user)
     {
-        return Ok(u.clone());
+        return Ok((u.clone(), until));
     }
     // The login limiter is asked only when this request would start an argon2 run; a request
     // that joins a run already going for the same credential was paid for by the one that started it.
@@ -66,7 +83,7 @@ pub async fn password(
     };
     match known {
         Some(u) if ok => {
-            gw.cache.insert(key, u.name.clone());
+            let until = gw.cache.insert(key, u.name.clone());
             gw.limiters.login_succeeded(peer, &u.name);
             gw.metrics.login(LoginMethod::Password, true);
             // Recorded when argon2 verified it: the requests a cached credential serves after
@@ -80,7 +97,7 @@ pub async fn password(
                         .field("method", method),
                 );
             }
-            Ok(u.clone())
+            Ok((u.clone(), until))
         }
         _ => {
             gw.metrics.login(LoginMethod::Password, false);

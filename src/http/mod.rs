@@ -36,10 +36,21 @@ pub enum Front {
     Ssh { user: Arc<str>, project: Arc<str> },
 }
 
-#[derive(Debug)]
 pub struct ConnInfo {
     pub peer: SocketAddr,
     pub front: Front,
+    /// The last password credential verified on this connection (`auth/memo.rs`).
+    pub auth_memo: crate::auth::memo::AuthMemo,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, front: Front) -> ConnInfo {
+        ConnInfo {
+            peer,
+            front,
+            auth_memo: Default::default(),
+        }
+    }
 }
 
 impl ConnInfo {
@@ -149,10 +160,11 @@ impl<B: Body> Body for Tracked<B> {
 }
 
 /// Serve HTTP on one connection until it closes, the gateway drains it, the deadline cuts it, or it
-/// sits idle: a connection with no request in flight for `request_head_timeout` (from the start,
-/// or between two ticks of that period after its last request) is closed. This bounds what hyper
-/// does not: the auto builder reads the protocol preface with no timer, and an h2 connection whose
-/// peer answers pings has no idle limit.
+/// sits idle: a connection with no request in flight for `request_head_timeout` (at most half of
+/// it more: the watcher ticks twice per period) is closed. This is the one bound on a request
+/// head that does not come or comes too slowly (hyper's own header timer is off: it cost a timer
+/// per request), on the auto builder's preface read (which has no timer), on the keep-alive idle
+/// time, and on an h2 connection whose peer answers pings.
 pub async fn serve_connection<I>(gw: Arc<Gateway>, conn: Arc<ConnInfo>, io: I)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -171,7 +183,10 @@ where
     let connection = gw.http.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
     let idle = gw.limits.request_head_timeout;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + idle, idle);
+    let half = idle / 2;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
+    // Ticks in a row that saw no request in flight and none starting or ending.
+    let mut quiet = 0u8;
     loop {
         tokio::select! {
             res = connection.as_mut() => {
@@ -182,7 +197,10 @@ where
             }
             _ = tick.tick() => {
                 let touched = activity.touched.swap(false, Ordering::Relaxed);
-                if activity.active.load(Ordering::Relaxed) == 0 && !touched {
+                quiet = if activity.active.load(Ordering::Relaxed) == 0 && !touched { quiet + 1 } else { 0 };
+                // Two quiet half-periods: idle for at least `idle` (from the start, the first
+                // tick counts the connection's first half-period).
+                if quiet >= 2 {
                     tracing::debug!(idle_s = idle.as_secs_f32(), "closing an idle connection");
                     connection.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;

@@ -26,6 +26,10 @@ use crate::policy::plan::{RouteClass, Treatment};
 use crate::rewrite;
 use crate::state::{State, UserState};
 
+// Names built at compile time: a `&str` name is parsed and validated on every lookup.
+const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
+const SEC_FETCH_SITE: http::HeaderName = http::HeaderName::from_static("sec-fetch-site");
+
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
 
@@ -56,7 +60,7 @@ pub async fn handle(
     };
     // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
     // up a password dialog over the web UI; browsers log in with the form and a cookie.
-    let browser = req.headers().contains_key("sec-fetch-mode");
+    let browser = req.headers().contains_key(SEC_FETCH_MODE);
     let response = match handle_inner(&gw, &state, &conn, client, req, &mut record).await {
         Ok(r) => r,
         Err(e) => {
@@ -332,7 +336,7 @@ fn check_origin(
     let Some(origin) = parts.headers.get(header::ORIGIN) else {
         if parts
             .headers
-            .get("sec-fetch-site")
+            .get(SEC_FETCH_SITE)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
         {
             tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
@@ -400,6 +404,11 @@ async fn identify(
             .map(plain(Via::Ssh))
             .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
     }
+    // The same Authorization header as the last password verified on this connection.
+    let header = parts.headers.get(header::AUTHORIZATION);
+    if let Some(user) = header.and_then(|h| conn.auth_memo.recall(h.as_bytes(), &state.users)) {
+        return Ok(plain(Via::Password)(user));
+    }
     let creds = match credentials::from_headers(&parts.headers) {
         Ok(Some(c)) => Some(c),
         Ok(None) => credentials::from_query(parts.uri.query()),
@@ -413,9 +422,13 @@ async fn identify(
                 .map(by_token)
         }
         Some(Credentials::Basic { user, password }) => {
-            crate::auth::password(gw, state, client, &user, &password, "basic")
-                .await
-                .map(plain(Via::Password))
+            let (user, until) = crate::auth::password_until(gw, state, client, &user, &password, "basic").await?;
+            // Only a header's credential: one from the query is not what the next request's
+            // header will be compared with.
+            if let Some(h) = header {
+                conn.auth_memo.remember(h.as_bytes(), user.clone(), until);
+            }
+            Ok(plain(Via::Password)(user))
         }
         Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
             tokens::authenticate(gw, state, client, None, &token)

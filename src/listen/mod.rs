@@ -209,10 +209,7 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                 crate::http::serve_gone(gw.clone(), name.into(), stream).await;
                 return;
             }
-            let conn = Arc::new(ConnInfo {
-                peer,
-                front: Front::Tls { bound },
-            });
+            let conn = Arc::new(ConnInfo::new(peer, Front::Tls { bound }));
             crate::http::serve_connection(gw, conn, stream).await;
         }));
     })

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http_body_util::Full;
 
-use crate::common::client::{Https, basic, read_until, try_read_until};
+use crate::common::client::{Https, basic, read, read_until, try_read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
 
@@ -105,6 +105,18 @@ async fn a_new_password_replaces_the_old_one_at_once() {
     let c = Https::new(gw.https, &gw.ca());
     let old = basic("alice", "alice-password-1");
     assert_eq!(c.get("/p/web/global/health", Some(&old)).await.status, 200);
+    // A kept-alive connection remembers the header it verified (auth/memo.rs): twice, so the
+    // second request is answered from that memo.
+    let mut kept = c.http1().await;
+    let req = |auth: &str| {
+        c.request("GET", "/p/web/global/health", Some(auth))
+            .body(Full::default())
+            .unwrap()
+    };
+    for _ in 0..2 {
+        kept.ready().await.unwrap();
+        assert_eq!(read(kept.send_request(req(&old)).await.unwrap()).await.status, 200);
+    }
     let changed = TestUser {
         password: "alice-password-2",
         ..ALICE
@@ -115,6 +127,12 @@ async fn a_new_password_replaces_the_old_one_at_once() {
         c.get("/p/web/global/health", Some(&old)).await.status,
         401,
         "the cached old password is gone"
+    );
+    kept.ready().await.unwrap();
+    assert_eq!(
+        read(kept.send_request(req(&old)).await.unwrap()).await.status,
+        401,
+        "the connection's memo of the old password is gone"
     );
     assert_eq!(
         c.get("/p/web/global/health", Some(&basic("alice", "alice-password-2")))
