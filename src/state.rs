@@ -86,6 +86,16 @@ impl ProjectState {
         }
     }
 
+    /// The endpoint without waiting, when nothing needs to happen first (the common case): an
+    /// external server whose API document was read (or tried recently), or a spawned server
+    /// that is ready and already asked for. `None`: take [`Self::endpoint`].
+    pub fn ready_endpoint(&self) -> Option<Arc<Endpoint>> {
+        match &self.upstream {
+            Upstream::Fixed(e) => e.api_settled().then(|| e.clone()),
+            Upstream::Supervised(s) => s.ready(),
+        }
+    }
+
     /// Where to send this project's requests now, once the server is ready and its API document
     /// is known (or could not be read): a spawned server may need to start first (it reads its
     /// document before it is ready); an external one may still be having its document read.

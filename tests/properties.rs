@@ -140,6 +140,24 @@ fn b64(s: &str) -> String {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// A connection's memo of a verified header answers for exactly those bytes (auth/memo.rs).
+    #[test]
+    fn the_auth_memo_recalls_only_the_exact_header(a in proptest::collection::vec(any::<u8>(), 0..80), b in proptest::collection::vec(any::<u8>(), 0..80), same in any::<bool>()) {
+        let b = if same { a.clone() } else { b };
+        let user = std::sync::Arc::new(opencode_gateway::state::UserState {
+            name: "u".into(),
+            hash: None,
+            fingerprint: [0; 32],
+            grants: opencode_gateway::config::Grants::All(Role::Viewer),
+            ssh_keys: Vec::new(),
+        });
+        let mut users = opencode_gateway::state::NameMap::default();
+        users.insert("u".to_string(), user.clone());
+        let memo = opencode_gateway::auth::memo::AuthMemo::default();
+        memo.remember(&a, user, std::time::Instant::now() + std::time::Duration::from_secs(60));
+        prop_assert_eq!(memo.recall(&b, &users).is_some(), a == b);
+    }
+
     #[test]
     fn authorization_parsing_never_panics(value in ".{0,300}") {
         let _ = credentials::parse_authorization(&value);

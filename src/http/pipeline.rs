@@ -262,7 +262,10 @@ async fn handle_inner(
         )));
     }
 
-    let endpoint = project.endpoint(limits.spawn_ready_timeout, &gw.upstream).await?;
+    let endpoint = match project.ready_endpoint() {
+        Some(e) => e,
+        None => project.endpoint(limits.spawn_ready_timeout, &gw.upstream).await?,
+    };
     // A server whose API document was not known when the request was read has it now (or could
     // not be read): judge the request again with it (a route it added may need more than the
     // table's guess).

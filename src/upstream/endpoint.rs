@@ -84,8 +84,13 @@ impl Endpoint {
     /// Make sure this external server's API document has been read, or tried recently: requests
     /// that come while a read is under way wait for it (up to `wait`), so a route the server added
     /// is never judged by the table alone in the moment after start or reload.
+    /// Nothing for [`Self::ensure_api`] to do: the document is known, or was tried recently.
+    pub fn api_settled(&self) -> bool {
+        self.api.load().is_some() || self.api_tried_recently()
+    }
+
     pub async fn ensure_api(&self, client: &UpstreamClient, project: &str, wait: Duration) {
-        if self.api.load().is_some() || self.api_tried_recently() {
+        if self.api_settled() {
             return;
         }
         let Ok(mut tried) = tokio::time::timeout(wait, self.api_read.lock()).await else {

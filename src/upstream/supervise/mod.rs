@@ -120,6 +120,17 @@ impl Supervised {
         self.status.borrow().clone()
     }
 
+    /// The endpoint of a server that is ready and was already asked for, without waiting.
+    pub fn ready(&self) -> Option<Arc<Endpoint>> {
+        if !self.demanded.load(Ordering::Relaxed) {
+            return None;
+        }
+        match &*self.status.borrow() {
+            Status::Ready(e) => Some(e.clone()),
+            _ => None,
+        }
+    }
+
     /// The server's endpoint, starting it if it waits for demand; waits at most `wait`.
     pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, String> {
         let mut rx = self.status.subscribe();
