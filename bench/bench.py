@@ -27,6 +27,9 @@ SECTIONS = os.environ.get("SECTIONS", "throughput,handshakes,sse,streams").split
 # 10 000 streams need 20 000 sockets in a one-process proxy; see docs/performance.md for this
 # machine's descriptor limit.
 STREAMS = [int(n) for n in os.environ.get("STREAMS", "2000,9900").split(",")]
+# HTTP/2: streams over connections, multiplexed. 100 a connection stays under every proxy's
+# default limit on concurrent streams (gateway 256, nginx 128, Caddy 250).
+H2_STREAMS = [tuple(int(x) for x in c.split("/")) for c in os.environ.get("H2_STREAMS", "2000/20").split(",") if c]
 
 
 def free_port():
@@ -183,8 +186,8 @@ events {{ worker_connections 100000; }}
 http {{
     access_log off;
     upstream up {{ server 127.0.0.1:{ports['upstream']}; keepalive 256; keepalive_requests 1000000; }}
-    server {{ listen 127.0.0.1:{ports['nginx_auth']} ssl; {common % f'auth_basic "bench"; auth_basic_user_file {OUT}/htpasswd;'} }}
-    server {{ listen 127.0.0.1:{ports['nginx']} ssl; {common % ''} }}
+    server {{ listen 127.0.0.1:{ports['nginx_auth']} ssl http2; {common % f'auth_basic "bench"; auth_basic_user_file {OUT}/htpasswd;'} }}
+    server {{ listen 127.0.0.1:{ports['nginx']} ssl http2; {common % ''} }}
 }}
 """)
     bcrypt = run(["caddy", "hash-password", "--plaintext", PASSWORD]).strip()
@@ -394,33 +397,50 @@ def sse_latency(report, ports, proxies, ca):
         print(f"sse {name}: p50 {p50} us p99 {p99} us", flush=True)
 
 
+def held_rss(p, ca, args, count):
+    """Restart `p`, then RSS growth per stream while a client holds `count` streams (client args)."""
+    p.stop()
+    p.start()
+    warm(p.url, True, ca)
+    settle(p.proc)
+    idle = rss_kib(p.pids())
+    holder = subprocess.Popen([str(TOOLS / "client")] + args + [AUTH, ca], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    line = holder.stdout.readline()
+    ready = int(re.search(r"ready (\d+)", line).group(1))
+    time.sleep(3)
+    held = rss_kib(p.pids())
+    holder.stdin.close()
+    holder.wait(60)
+    return idle, ready, (held - idle) / max(ready, 1)
+
+
 def idle_streams(report, proxies, ca):
-    """Memory per idle authenticated SSE stream (each proxy restarted first)."""
+    """Memory per idle authenticated SSE stream (each proxy restarted first), over HTTP/1.1 (a TLS
+    connection each) and over HTTP/2 (many streams on each TLS connection). Either way each stream
+    holds its own upstream connection."""
     report.append("\n## Idle authenticated SSE streams (client TLS connection + upstream connection each)\n")
     report.append("| target | idle RSS MiB | start to ready ms | " + " | ".join(f"{n} streams: KiB/stream" for n in STREAMS) + " |")
     report.append("|---|---:|---:|" + "---:|" * len(STREAMS))
     for p in proxies:
         cells = []
         for count in STREAMS:
-            p.stop()
-            p.start()
-            warm(p.url, True, ca)
-            settle(p.proc)
-            idle = rss_kib(p.pids())
+            idle, ready, per = held_rss(p, ca, ["hold", p.url + "/event", str(count)], count)
             ready_ms = p.ready_s * 1000
-            holder = subprocess.Popen([str(TOOLS / "client"), "hold", p.url + "/event", str(count), AUTH, ca],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            line = holder.stdout.readline()
-            ready = int(re.search(r"ready (\d+)", line).group(1))
-            time.sleep(3)
-            held = rss_kib(p.pids())
-            per = (held - idle) / max(ready, 1)
             cells.append(f"{per:.1f}" + ("" if ready == count else f" ({ready} held)"))
             print(f"streams {p.name}: {ready}/{count} held, {per:.1f} KiB/stream", flush=True)
-            holder.stdin.close()
-            holder.wait(60)
         report.append(f"| {p.name} | {idle / 1024:.1f} | {ready_ms:.0f} | " + " | ".join(cells) + " |")
-
+    if not H2_STREAMS:
+        return
+    report.append("\n## Idle authenticated SSE streams over HTTP/2 (streams multiplexed on TLS connections; an upstream connection each)\n")
+    report.append("| target | " + " | ".join(f"{n} streams on {c} connections: KiB/stream" for n, c in H2_STREAMS) + " |")
+    report.append("|---|" + "---:|" * len(H2_STREAMS))
+    for p in proxies:
+        cells = []
+        for count, conns in H2_STREAMS:
+            idle, ready, per = held_rss(p, ca, ["hold2", p.url + "/event", str(count), str(conns)], count)
+            cells.append(f"{per:.1f}" + ("" if ready == count else f" ({ready} held)"))
+            print(f"h2 streams {p.name}: {ready}/{count} held on {conns} connections, {per:.1f} KiB/stream", flush=True)
+        report.append(f"| {p.name} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()

@@ -63,7 +63,11 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// The audit trail (fixed at start: `[audit]` changes need a restart).
     pub audit: crate::audit::Audit,
+    /// Connections whose protocol is not known (SSH channels, TLS without ALPN).
     pub http: auto::Builder<TokioExecutor>,
+    /// The same settings, for connections whose TLS handshake chose HTTP/1.1 or h2 (ALPN).
+    pub http1: hyper::server::conn::http1::Builder,
+    pub http2: hyper::server::conn::http2::Builder<TokioExecutor>,
     /// Stop accepting and let connections finish.
     pub shutdown: CancellationToken,
     /// The drain deadline passed: cut what is left (streams, WebSockets).
@@ -144,6 +148,16 @@ impl Gateway {
             metrics,
             audit,
             http: http_builder(&limits),
+            http1: {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                http1_settings!(b, &limits);
+                b
+            },
+            http2: {
+                let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                http2_settings!(b, &limits);
+                b
+            },
             limits,
             shutdown,
             abort: CancellationToken::new(),
@@ -301,31 +315,45 @@ impl Gateway {
     }
 }
 
+// hyper's builders and the auto builder's halves have the same methods but different types.
+macro_rules! http1_settings {
+    ($b:expr, $limits:expr) => {{
+        let limits: &Limits = $limits;
+        // No hyper header-read timer: it arms, boxes and cancels a timer on every request of a
+        // keep-alive connection. The connection's idle watcher (`http::serve_connection`) bounds
+        // the same thing, a head (or the next request of an idle connection) that does not come
+        // within `request_head_timeout`, with one periodic timer per connection. `None` turns
+        // off hyper's 30 s default.
+        $b.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_head_bytes.max(8192))
+            .keep_alive(true);
+        // hyper parses into an inline array of 100 headers unless told otherwise; any explicit
+        // limit, even 100, makes it build that array element by element on every request.
+        if limits.max_headers != 100 {
+            $b.max_headers(limits.max_headers);
+        }
+    }};
+}
+
+macro_rules! http2_settings {
+    ($b:expr, $limits:expr) => {{
+        let limits: &Limits = $limits;
+        $b.timer(TokioTimer::new())
+            .max_header_list_size(limits.max_head_bytes as u32)
+            // A peer that stops answering pings is dropped; an idle one that answers is closed by
+            // the connection's idle watcher (http/mod.rs).
+            .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
+            .keep_alive_timeout(std::time::Duration::from_secs(20))
+            .max_concurrent_streams(256);
+    }};
+}
+use {http1_settings, http2_settings};
+
 /// One HTTP server configuration for every connection, whatever its transport.
 fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut b = auto::Builder::new(TokioExecutor::new());
-    // No hyper header-read timer: it arms, boxes and cancels a timer on every request of a
-    // keep-alive connection. The connection's idle watcher (`http::serve_connection`) bounds the
-    // same thing, a head (or the next request of an idle connection) that does not come within
-    // `request_head_timeout`, with one periodic timer per connection. `None` turns off hyper's
-    // 30 s default.
-    b.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(None)
-        .max_buf_size(limits.max_head_bytes.max(8192))
-        .keep_alive(true);
-    // hyper parses into an inline array of 100 headers unless told otherwise; any explicit limit,
-    // even 100, makes it build that array element by element on every request.
-    if limits.max_headers != 100 {
-        b.http1().max_headers(limits.max_headers);
-    }
-    b.http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_head_bytes as u32)
-        // A peer that stops answering pings is dropped; an idle one that answers is closed by the
-        // connection's idle watcher (http/mod.rs).
-        .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
-        .keep_alive_timeout(std::time::Duration::from_secs(20))
-        .max_concurrent_streams(256);
+    http1_settings!(b.http1(), limits);
+    http2_settings!(b.http2(), limits);
     b
 }

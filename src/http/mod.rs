@@ -12,6 +12,7 @@ pub mod pipeline;
 pub mod request;
 pub mod response;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -131,6 +132,32 @@ impl Drop for Busy {
 }
 
 pin_project_lite::pin_project! {
+    /// The pipeline's answer to one request, its body marked with the request's [`Busy`]. A named
+    /// future rather than an `async` block: the block kept the pipeline's future twice (as its
+    /// captured value and as the value it awaited), 12 KiB instead of 6 for every connection's
+    /// request in flight, which hyper allocates once per HTTP/1 connection and keeps.
+    struct Handled<F> {
+        #[pin]
+        inner: F,
+        busy: Option<Busy>,
+    }
+}
+
+impl<F, B> Future for Handled<F>
+where
+    F: Future<Output = Result<http::Response<B>, std::convert::Infallible>>,
+{
+    type Output = Result<http::Response<Tracked<B>>, std::convert::Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let resp = std::task::ready!(this.inner.poll(cx))?;
+        let busy = this.busy.take().expect("Handled polled after it completed");
+        Poll::Ready(Ok(resp.map(|inner| Tracked { inner, busy })))
+    }
+}
+
+pin_project_lite::pin_project! {
     /// A response body that holds its request's [`Busy`] mark until hyper drops it.
     pub struct Tracked<B> {
         #[pin]
@@ -159,29 +186,88 @@ impl<B: Body> Body for Tracked<B> {
     }
 }
 
+/// The protocol a TLS handshake settled (ALPN), when it settled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Alpn {
+    Http1,
+    H2,
+}
+
+impl Alpn {
+    pub fn from_tls(protocol: Option<&[u8]>) -> Option<Alpn> {
+        match protocol {
+            Some(b"http/1.1") => Some(Alpn::Http1),
+            Some(b"h2") => Some(Alpn::H2),
+            _ => None,
+        }
+    }
+}
+
 /// Serve HTTP on one connection until it closes, the gateway drains it, the deadline cuts it, or it
 /// sits idle: a connection with no request in flight for `request_head_timeout` (at most half of
 /// it more: the watcher ticks twice per period) is closed. This is the one bound on a request
 /// head that does not come or comes too slowly (hyper's own header timer is off: it cost a timer
 /// per request), on the auto builder's preface read (which has no timer), on the keep-alive idle
 /// time, and on an h2 connection whose peer answers pings.
-pub async fn serve_connection<I>(gw: Arc<Gateway>, conn: Arc<ConnInfo>, io: I)
+///
+/// A protocol chosen by ALPN is served directly. The auto builder (kept for SSH channels and TLS
+/// clients that offer no ALPN) reads the first 24 bytes to tell h2 from HTTP/1.1 and hands them
+/// back; hyper's read buffer then grows from 8 to 16 KiB on the first request, and keeps that for
+/// the connection's life. On h2 each request's future is boxed: hyper runs every h2 request as
+/// its own task, sized for the pipeline's future (about 6 KiB), and that task lives as long as the
+/// response body; boxed, the future's memory goes back when the response starts, and an event
+/// stream's task keeps only the body (docs/performance.md, "Idle streams, round two").
+pub fn serve_connection<I>(
+    gw: Arc<Gateway>,
+    conn: Arc<ConnInfo>,
+    io: I,
+    alpn: Option<Alpn>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::default());
     let svc_gw = gw.clone();
     let svc_activity = activity.clone();
-    let service = service_fn(move |req| {
+    let handle = move |req| {
         let busy = Busy::new(&svc_activity);
-        let handled = pipeline::handle(svc_gw.clone(), conn.clone(), req);
-        async move {
-            let resp = handled.await?;
-            Ok::<_, std::convert::Infallible>(resp.map(|inner| Tracked { inner, busy }))
+        Handled {
+            inner: pipeline::handle(svc_gw.clone(), conn.clone(), req),
+            busy: Some(busy),
         }
-    });
-    let connection = gw.http.serve_connection_with_upgrades(TokioIo::new(io), service);
-    tokio::pin!(connection);
+    };
+    let io = TokioIo::new(io);
+    // Built here and boxed, each protocol's connection on its own: the caller's task holds only
+    // the box, not a future sized for the largest of the three. The connection gets a box of its
+    // own too: an `async fn` keeps an argument it moves into a pinned local twice (1.8 KiB).
+    match alpn {
+        Some(Alpn::Http1) => {
+            let connection = gw.http1.serve_connection(io, service_fn(handle)).with_upgrades();
+            Box::pin(drive(gw, activity, Box::pin(connection), |c| c.graceful_shutdown()))
+        }
+        Some(Alpn::H2) => {
+            let connection = gw
+                .http2
+                .serve_connection(io, service_fn(move |req| Box::pin(handle(req))));
+            Box::pin(drive(gw, activity, Box::pin(connection), |c| c.graceful_shutdown()))
+        }
+        None => Box::pin(async move {
+            let connection = gw.http.serve_connection_with_upgrades(io, service_fn(handle));
+            drive(gw.clone(), activity, Box::pin(connection), |c| c.graceful_shutdown()).await
+        }),
+    }
+}
+
+/// Run a served connection under the idle watcher, the drain and the deadline.
+async fn drive<C, E>(
+    gw: Arc<Gateway>,
+    activity: Arc<Activity>,
+    mut connection: Pin<Box<C>>,
+    shutdown: impl Fn(Pin<&mut C>),
+) where
+    C: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
     let idle = gw.limits.request_head_timeout;
     let half = idle / 2;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
@@ -202,7 +288,7 @@ where
                 // tick counts the connection's first half-period).
                 if quiet >= 2 {
                     tracing::debug!(idle_s = idle.as_secs_f32(), "closing an idle connection");
-                    connection.as_mut().graceful_shutdown();
+                    shutdown(connection.as_mut());
                     let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
                     return;
                 }
@@ -211,7 +297,7 @@ where
         }
     }
     // Draining: finish requests in flight, accept no new ones on this connection.
-    connection.as_mut().graceful_shutdown();
+    shutdown(connection.as_mut());
     tokio::select! {
         _ = connection.as_mut() => {}
         _ = gw.abort.cancelled() => {}

@@ -183,7 +183,13 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                 return;
             };
             let acceptor = TlsAcceptor::from(gw.state().tls.clone());
-            let stream = match tokio::time::timeout(gw.limits.tls_handshake_timeout, acceptor.accept(tcp)).await {
+            // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
+            // task, which then lives as long as the connection (1.4 KiB more for each).
+            let handshake = Box::pin(tokio::time::timeout(
+                gw.limits.tls_handshake_timeout,
+                acceptor.accept(tcp),
+            ));
+            let stream = match handshake.await {
                 Ok(Ok(s)) => {
                     gw.metrics.tls_handshake(true);
                     s
@@ -206,11 +212,14 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
             // A project removed by a reload keeps its port until a restart (listeners are not
             // re-bound): new connections there get a plain 404 saying so.
             if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
-                crate::http::serve_gone(gw.clone(), name.into(), stream).await;
+                // Boxed: inline, this rare path's connection (the auto builder's) would size the
+                // task of every connection served here.
+                Box::pin(crate::http::serve_gone(gw.clone(), name.into(), stream)).await;
                 return;
             }
+            let alpn = crate::http::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
             let conn = Arc::new(ConnInfo::new(peer, Front::Tls { bound }));
-            crate::http::serve_connection(gw, conn, stream).await;
+            crate::http::serve_connection(gw, conn, stream, alpn).await;
         }));
     })
     .await;

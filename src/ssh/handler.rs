@@ -256,7 +256,7 @@ impl russh::server::Handler for Conn {
         self.gw.tasks.spawn(async move {
             let _count = count;
             let _slot = slot;
-            crate::http::serve_connection(gw, conn, channel.into_stream()).await;
+            crate::http::serve_connection(gw, conn, channel.into_stream(), None).await;
         });
         Ok(())
     }

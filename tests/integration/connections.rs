@@ -168,3 +168,65 @@ async fn the_global_connection_cap_refuses_extra_connections_and_keeps_accepting
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The protocol TLS chose by ALPN is the one served (the gateway skips the auto builder's preface
+/// sniffing then, to keep a smaller read buffer per connection); a client that offered no ALPN
+/// may speak either, as before. An h2 preface on a connection that chose http/1.1 is not served
+/// as h2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alpn_decides_the_protocol_and_a_client_without_alpn_may_speak_either() {
+    use tokio::io::AsyncWriteExt;
+    let (gw, _web, c) = gateway("").await;
+    let h2_request = |client: &Https| {
+        client
+            .request(
+                "GET",
+                &format!("https://{}/global/health", client.authority()),
+                Some(&alice()),
+            )
+            .version(http::Version::HTTP_2)
+            .body(Full::<Bytes>::default())
+            .unwrap()
+    };
+    let h2_status = |client: Https| async move {
+        let (mut send, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(client.tls().await))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        let resp = send
+            .send_request(h2_request(&client))
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>(read(resp).await.status)
+    };
+
+    // ALPN h2, and no ALPN at all with h2's preface: both served as h2.
+    let h2 = Https::with_alpn(c.addr, &gw.ca(), vec![b"h2".to_vec()]);
+    assert_eq!(h2_status(h2).await, Ok(http::StatusCode::OK));
+    let none = Https::with_alpn(c.addr, &gw.ca(), vec![]);
+    assert_eq!(h2_status(none.clone()).await, Ok(http::StatusCode::OK));
+
+    // No ALPN, HTTP/1.1; and ALPN http/1.1: served as HTTP/1.1.
+    for client in [&none, &c] {
+        let mut tls = client.tls().await;
+        let head = format!(
+            "GET /global/health HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+            client.authority(),
+            alice()
+        );
+        tls.write_all(head.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out))
+            .await
+            .expect("no answer in 5 s")
+            .ok();
+        assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
+    }
+
+    // ALPN http/1.1, then h2's preface: not an h2 connection.
+    assert!(
+        h2_status(c.clone()).await.is_err(),
+        "an http/1.1 connection was served as h2"
+    );
+}

@@ -2,6 +2,8 @@
 //!   client hold <url> <n> <auth|-> <ca|->        open n SSE streams, print "ready", hold until stdin closes
 //!   client latency <url> <n> <auth|-> <ca|->     one stream; print p50/p99 of (arrival - upstream send) in µs
 //!   client handshakes <url> <n> <full|resume> <auth|-> <ca|->   n requests, each on a new TLS connection
+//!   client hold2 <url> <n> <conns> <auth|-> <ca>  n SSE streams multiplexed over `conns` HTTP/2
+//!                                                  connections (TLS, ALPN h2); as `hold` otherwise
 use std::io::BufRead;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -48,6 +50,10 @@ fn parse(url: &str) -> Target {
 }
 
 fn tls_config(ca: &str, resume: bool) -> Arc<rustls::ClientConfig> {
+    tls_config_alpn(ca, resume, b"http/1.1")
+}
+
+fn tls_config_alpn(ca: &str, resume: bool, alpn: &[u8]) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     if ca != "-" {
         for c in CertificateDer::pem_file_iter(ca).unwrap() {
@@ -59,7 +65,7 @@ fn tls_config(ca: &str, resume: bool) -> Arc<rustls::ClientConfig> {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    cfg.alpn_protocols = vec![alpn.to_vec()];
     if !resume {
         cfg.resumption = rustls::client::Resumption::disabled();
     }
@@ -133,6 +139,11 @@ async fn hold(url: &str, n: usize, auth: &str, ca: &str) {
             while matches!(io.read(&mut small).await, Ok(k) if k > 0) {}
         });
     }
+    report_and_hold(n, &ready, &failed).await;
+}
+
+/// Wait until every stream is ready or failed, print the counts, hold until stdin closes.
+async fn report_and_hold(n: usize, ready: &AtomicUsize, failed: &AtomicUsize) {
     let started = Instant::now();
     while ready.load(Ordering::SeqCst) + failed.load(Ordering::SeqCst) < n {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -151,6 +162,82 @@ async fn hold(url: &str, n: usize, auth: &str, ca: &str) {
     })
     .await
     .unwrap();
+}
+
+/// `n` streams over `conns` HTTP/2 connections, opened in turn (stream i on connection i % conns).
+async fn hold2(url: &str, n: usize, conns: usize, auth: &str, ca: &str) {
+    use http_body_util::BodyExt;
+    use hyper::client::conn::http2;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let t = parse(url);
+    let cfg = tls_config_alpn(ca, true, b"h2");
+    let mut senders = Vec::with_capacity(conns);
+    for _ in 0..conns {
+        let tcp = TcpStream::connect(&t.addr).await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let name = ServerName::try_from(t.host.clone()).unwrap();
+        let tls = TlsConnector::from(cfg.clone()).connect(name, tcp).await.unwrap();
+        assert_eq!(
+            tls.get_ref().1.alpn_protocol(),
+            Some(&b"h2"[..]),
+            "the server did not choose h2"
+        );
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        senders.push(sender);
+    }
+    let uri: http::Uri = url.parse().unwrap();
+    let ready = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let gate = Arc::new(tokio::sync::Semaphore::new(256));
+    for i in 0..n {
+        let mut sender = senders[i % conns].clone();
+        let (ready, failed, gate) = (ready.clone(), failed.clone(), gate.clone());
+        let mut req = http::Request::get(uri.clone());
+        if auth != "-" {
+            req = req.header("authorization", format!("Basic {auth}"));
+        }
+        let req = req.body(http_body_util::Empty::new()).unwrap();
+        tokio::spawn(async move {
+            let permit = gate.acquire_owned().await.unwrap();
+            let fail = || {
+                failed.fetch_add(1, Ordering::SeqCst);
+            };
+            if sender.ready().await.is_err() {
+                return fail();
+            }
+            let Ok(resp) = sender.send_request(req).await else {
+                return fail();
+            };
+            if resp.status() != 200 {
+                return fail();
+            }
+            let mut body = resp.into_body();
+            let mut seen = Vec::new();
+            loop {
+                match body.frame().await {
+                    Some(Ok(f)) => {
+                        if let Some(d) = f.data_ref() {
+                            seen.extend_from_slice(d);
+                        }
+                        if seen.windows(16).any(|w| w == b"server.connected") {
+                            break;
+                        }
+                    }
+                    _ => return fail(),
+                }
+            }
+            drop(seen);
+            ready.fetch_add(1, Ordering::SeqCst);
+            drop(permit);
+            while let Some(Ok(_)) = body.frame().await {}
+        });
+    }
+    report_and_hold(n, &ready, &failed).await;
 }
 
 async fn latency(url: &str, n: usize, auth: &str, ca: &str) {
@@ -215,6 +302,7 @@ async fn main() {
         "hold" => hold(arg(2), arg(3).parse().unwrap(), arg(4), arg(5)).await,
         "latency" => latency(arg(2), arg(3).parse().unwrap(), arg(4), arg(5)).await,
         "handshakes" => handshakes(arg(2), arg(3).parse().unwrap(), arg(4), arg(5), arg(6)).await,
-        _ => eprintln!("usage: client hold|latency|handshakes …"),
+        "hold2" => hold2(arg(2), arg(3).parse().unwrap(), arg(4).parse().unwrap(), arg(5), arg(6)).await,
+        _ => eprintln!("usage: client hold|hold2|latency|handshakes …"),
     }
 }
