@@ -7,6 +7,9 @@ Every proxy: TLS with the same ECDSA P-256 certificate, the same Basic credentia
 "nginx, no auth"), a keep-alive upstream pool, no response buffering, no access log, and the
 upstream's own credential injected. Figures: req/s, p50/p99 from wrk, and proxy CPU per
 request from /proc (utime+stime of the proxy's processes over the run / requests).
+
+The `webui` section (bench/webui.py) puts the gateway, nginx and Caddy in front of the real
+OpenCode instead and times a cold load of its web UI in throttled Chromium (issue 14).
 """
 
 import base64, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, time
@@ -23,7 +26,7 @@ UP_AUTH = base64.b64encode(f"opencode:{UPSTREAM_PW}".encode()).decode()
 TICK = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 DURATION = os.environ.get("DURATION", "10s")
-SECTIONS = os.environ.get("SECTIONS", "throughput,handshakes,sse,streams").split(",")
+SECTIONS = os.environ.get("SECTIONS", "throughput,handshakes,sse,streams,webui").split(",")
 # 10 000 streams need 20 000 sockets in a one-process proxy; see docs/performance.md for this
 # machine's descriptor limit.
 STREAMS = [int(n) for n in os.environ.get("STREAMS", "2000,9900").split(",")]
@@ -280,6 +283,24 @@ def main():
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     certs = setup()
+    load = os.getloadavg()
+    stand_in_sections = any(s in SECTIONS for s in ("throughput", "handshakes", "sse", "streams"))
+    wrk_rounds = f"; {ROUNDS} interleaved rounds of wrk -t1 -c32 -d{DURATION}" if stand_in_sections else ""
+    report = [f"# Benchmark results\n\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; "
+              f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}{wrk_rounds}.\n"]
+    if stand_in_sections:
+        stand_in(report, certs)
+    if "webui" in SECTIONS:
+        # Its own OpenCode and proxies; imported here, as it imports this file's helpers.
+        from webui import webui
+        webui(report, certs)
+    text = "\n".join(report) + "\n"
+    (OUT / "results.md").write_text(text)
+    print(text)
+
+
+def stand_in(report, certs):
+    """The sections against the stand-in upstream (bench/tools), all proxies started once."""
     names = ["upstream", "gateway", "nginx_auth", "nginx", "caddy"]
     ports = {n: free_port() for n in names}
     configs(certs, ports)
@@ -288,9 +309,6 @@ def main():
     gw, ngx, ngx_noauth, caddy = proxies(ports)
     started = {p.name: p.start() for p in (gw, ngx, caddy)}
     ngx_noauth.proc = ngx.proc
-    load = os.getloadavg()
-    report = [f"# Benchmark results\n\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores; "
-              f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {ROUNDS} interleaved rounds of wrk -t1 -c32 -d{DURATION}.\n"]
     ca = str(certs / "ca.crt")
 
     targets = [("upstream alone (plain HTTP)", f"http://127.0.0.1:{ports['upstream']}", upstream, False),
@@ -313,9 +331,6 @@ def main():
     for p in (gw, ngx, caddy):
         p.stop()
     upstream.terminate()
-    text = "\n".join(report) + "\n"
-    (OUT / "results.md").write_text(text)
-    print(text)
 
 
 def throughput(report, targets, ca):

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The benchmark, one command: installs nginx, Caddy and wrk from Debian if missing, builds the
-# gateway and the bench tools in release mode, and runs bench/bench.py (results in
-# bench/out/results.md). Not part of the test suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES.
+# The benchmark, one command: installs nginx, Caddy, wrk and Chromium from Debian and the pinned
+# npm packages (OpenCode, playwright-core) if missing, builds the gateway and the bench tools in
+# release mode, and runs bench/bench.py (results in bench/out/results.md). Not part of the test
+# suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES, EVENTS, SECTIONS, TARGETS, WEBUI_ROUNDS, SETTLE_MS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for p in nginx caddy wrk; do command -v "$p" >/dev/null || need+=("$p"); done
-command -v openssl >/dev/null || need+=(openssl)
+for p in nginx caddy wrk chromium openssl curl git; do command -v "$p" >/dev/null || need+=("$p"); done
+# OpenCode's file search: without ripgrep on PATH it tries to download it.
+command -v rg >/dev/null || need+=(ripgrep)
 if [ "${#need[@]}" -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
@@ -14,6 +16,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 # Debian starts the packaged services; the benchmark runs its own instances.
 systemctl stop nginx caddy 2>/dev/null || true
+scripts/npm-deps.sh
 cargo build --release --locked
 (cd bench/tools && cargo build --release --locked)
 exec python3 bench/bench.py

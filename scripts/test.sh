@@ -44,17 +44,7 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-# npm: OpenCode, playwright-core and oidc-provider (the SSO tests' identity provider) at the
-# versions package-lock.json pins, into ./node_modules (git-ignored).
-want=$(node -p 'require("./package.json").dependencies["opencode-ai"]')
-have=$(node -p 'try { require("./node_modules/opencode-ai/package.json").version } catch { "" }')
-if [ "$have" != "$want" ] || [ ! -x node_modules/.bin/opencode ] || [ ! -d node_modules/playwright-core ] || [ ! -d node_modules/oidc-provider ]; then
-  step "installing opencode-ai@$want"
-  # `npm install` with the committed lock, not `npm ci`: the registry here lacks the other
-  # platforms' optional binaries, which `npm ci` insists on finding in the lock.
-  npm install --no-audit --no-fund --loglevel=error
-fi
-node_modules/.bin/opencode --version
+scripts/npm-deps.sh
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -14,9 +14,6 @@ mod abuse;
 mod acme;
 mod admin;
 mod audit;
-// The harness of bench/webui.sh: built only with `--features bench-webui` (a benchmark, not a test).
-#[cfg(feature = "bench-webui")]
-mod bench_webui;
 mod browser;
 mod browser_login;
 mod certs;
