@@ -26,7 +26,7 @@ UP_AUTH = base64.b64encode(f"opencode:{UPSTREAM_PW}".encode()).decode()
 TICK = os.sysconf("SC_CLK_TCK")
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 DURATION = os.environ.get("DURATION", "10s")
-SECTIONS = os.environ.get("SECTIONS", "throughput,handshakes,sse,streams,webui").split(",")
+SECTIONS = os.environ.get("SECTIONS", "throughput,handshakes,sse,streams,instructions,webui").split(",")
 # 10 000 streams need 20 000 sockets in a one-process proxy; see docs/performance.md for this
 # machine's descriptor limit.
 STREAMS = [int(n) for n in os.environ.get("STREAMS", "2000,9900").split(",")]
@@ -290,6 +290,8 @@ def main():
               f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}{wrk_rounds}.\n"]
     if stand_in_sections:
         stand_in(report, certs)
+    if "instructions" in SECTIONS:
+        instructions(report)
     if "webui" in SECTIONS:
         # Its own OpenCode and proxies; imported here, as it imports this file's helpers.
         from webui import webui
@@ -297,6 +299,27 @@ def main():
     text = "\n".join(report) + "\n"
     (OUT / "results.md").write_text(text)
     print(text)
+
+
+def instructions(report):
+    """User-space instructions per keep-alive request under callgrind (bench/callgrind.sh), the
+    gateway and nginx without auth, on the configs the stand-in sections wrote: a count the
+    machine's load does not move, unlike CPU time."""
+    rows = []
+    for name, arg in (("opencode-gateway", []), ("nginx, TLS, no auth", ["nginx"])):
+        out = run(["bash", str(ROOT / "bench" / "callgrind.sh"), *arg])
+        m = re.search(r"requests (\d+), instructions per request (\d+)", out)
+        if not m:
+            raise RuntimeError(f"bench/callgrind.sh {' '.join(arg)} printed no figure:\n{out}")
+        rows.append((name, int(m.group(2)), int(m.group(1))))
+    report.append("\n## Instructions per request (callgrind)\n")
+    report.append("Keep-alive `GET /global/health` with Basic credentials, wrk -t1 -c4 for 10 s under valgrind's "
+                  "callgrind after a 3 s warm-up; user-space instructions of the proxy's process ÷ requests. "
+                  "The kernel's socket work is not counted.\n")
+    report.append("| target | instructions / request | requests under callgrind |\n|---|---:|---:|")
+    for name, ir, n in rows:
+        report.append(f"| {name} | {ir:,} | {n:,} |")
+    report.append(f"\nRatio gateway / nginx without auth: **{rows[0][1] / rows[1][1]:.2f}**.")
 
 
 def stand_in(report, certs):

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The benchmark, one command: installs nginx, Caddy, wrk and Chromium from Debian and the pinned
+# The benchmark, one command: installs nginx, Caddy, wrk, valgrind and Chromium from Debian and the pinned
 # npm packages (OpenCode, playwright-core) if missing, builds the gateway and the bench tools in
 # release mode, and runs bench/bench.py (results in bench/out/results.md). Not part of the test
 # suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES, EVENTS, SECTIONS, TARGETS, WEBUI_ROUNDS, SETTLE_MS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
-for p in nginx caddy wrk chromium openssl curl git; do command -v "$p" >/dev/null || need+=("$p"); done
+for p in nginx caddy wrk chromium openssl curl git valgrind; do command -v "$p" >/dev/null || need+=("$p"); done
 # OpenCode's file search: without ripgrep on PATH it tries to download it.
 command -v rg >/dev/null || need+=(ripgrep)
 if [ "${#need[@]}" -gt 0 ]; then
