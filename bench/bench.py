@@ -291,6 +291,8 @@ def main():
     if stand_in_sections:
         stand_in(report, certs)
     if "instructions" in SECTIONS:
+        if not (OUT / "gateway.toml").exists():
+            configs(certs, {n: free_port() for n in ("upstream", "gateway", "nginx_auth", "nginx", "caddy")})
         instructions(report)
     if "webui" in SECTIONS:
         # Its own OpenCode and proxies; imported here, as it imports this file's helpers.
