@@ -151,6 +151,12 @@ impl Gateway {
             http1: {
                 let mut b = hyper::server::conn::http1::Builder::new();
                 http1_settings!(b, &limits);
+                // The head's size, checked on the parsed head: `max_buf_size` alone is only
+                // checked while a head is incomplete, and one read may bring more than it (the
+                // read buffer grows past it), so a 70 KiB head that arrived at once got through.
+                // hyper-util's auto builder has no such setting; it serves only SSH channels and
+                // TLS clients that offer no ALPN.
+                b.max_header_size(limits.max_head_bytes);
                 b
             },
             http2: {
