@@ -2,11 +2,14 @@
 //! gateway asks it for identity anyway (it redacts the upstream's credential from bodies), so a
 //! phone would otherwise download a 2.7 MB script on every cold load.
 //!
-//! Only the web UI's static files are compressed: never an API answer, whose user data sits next
-//! to text an attacker may influence, so that the compressed length would leak it (BREACH); never
-//! an event stream or an upgrade. Compression runs on the bytes the client would have got, after
-//! redaction. Hashed assets (`/assets/<name>-<hash>.<ext>`) are compressed once per validator and
-//! kept in a bounded cache; the HTML document is small and compressed on the fly, never cached.
+//! The web UI's static files are compressed, and of OpenCode's API only the few catalog routes
+//! whose answer echoes nothing of the request (`plan::COMPRESSIBLE`: `/provider` is 6.45 MB of
+//! JSON the web UI asks for four times per load). Never another API answer, whose user data sits
+//! next to text an attacker may influence, so that the compressed length would leak it (BREACH);
+//! never an event stream or an upgrade. Compression runs on the bytes the client would have got,
+//! after redaction. Hashed assets (`/assets/<name>-<hash>.<ext>`) are compressed once per
+//! validator and catalog answers once per keyed digest of their bytes, kept in a bounded cache;
+//! the HTML document is small and compressed on the fly, never cached.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -19,6 +22,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The cache's bound on compressed bytes held.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Catalog levels, measured on OpenCode's 6.45 MB `/provider` (docs/performance.md).
+const CATALOG_BR: i32 = 6;
+const CATALOG_GZIP: u32 = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Coding {
@@ -50,7 +56,7 @@ pub struct Ask {
 }
 
 impl Ask {
-    /// For a web UI request (no API route): the coding the client accepts, if any, and its
+    /// For a web UI request or a compressible API route: the coding the client accepts, if any, and its
     /// `If-None-Match`, still forwarded: a variant's ETag never matches upstream (so the body
     /// comes, and is answered here), while an identity one keeps working for files left as is.
     pub fn take(headers: &HeaderMap) -> Option<Ask> {
@@ -98,8 +104,8 @@ pub fn accepted(value: &[u8]) -> Option<Coding> {
     }
 }
 
-/// Whether an answer to a web UI request may be compressed: a complete 200 of a compressible
-/// type, not already encoded, not a stream. The caller has already excluded API routes.
+/// Whether an answer may be compressed: a complete 200 of a compressible type, not already
+/// encoded, not a stream. The caller has already excluded API routes but the compressible ones.
 pub fn eligible(is_api: bool, status: StatusCode, headers: &HeaderMap) -> bool {
     if is_api || status != StatusCode::OK || headers.contains_key(header::CONTENT_ENCODING) {
         return false;
@@ -138,24 +144,43 @@ pub fn hashed_asset(path: &str) -> bool {
             .is_some_and(|(_, h)| h.len() >= 6 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
 }
 
-/// Compress `bytes`: a high level for cached assets (paid once), a moderate one on the fly.
-/// `None` when the encoder failed: the caller then sends the identity bytes (a truncated stream
-/// labelled `br` would be a broken page).
-pub fn compress(bytes: &[u8], coding: Coding, cached: bool) -> Option<Bytes> {
+/// How hard to compress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Effort {
+    /// A hashed asset: compressed once for good, so a high level.
+    Asset,
+    /// A catalog API answer: cached, but its bytes change with the config, and `/provider` is
+    /// 6.45 MB, so a level that stays well under half a second for it.
+    Catalog,
+    /// The HTML document, compressed on every request.
+    Fly,
+}
+
+/// Compress `bytes` with the effort asked for. `None` when the encoder failed: the caller then
+/// sends the identity bytes (a truncated stream labelled `br` would be a broken page).
+pub fn compress(bytes: &[u8], coding: Coding, effort: Effort) -> Option<Bytes> {
     let mut out = Vec::with_capacity(bytes.len() / 3);
     match coding {
         Coding::Br => {
             let params = brotli::enc::BrotliEncoderParams {
-                // 9 and not 11: within a few percent of 11 at a small fraction of its time, so
-                // the first request of an asset can wait for it.
-                quality: if cached { 9 } else { 5 },
+                // 9 and not 11 for assets: within a few percent of 11 at a small fraction of its
+                // time, so the first request of an asset can wait for it.
+                quality: match effort {
+                    Effort::Asset => 9,
+                    Effort::Catalog => CATALOG_BR,
+                    Effort::Fly => 5,
+                },
                 lgwin: 22,
                 ..Default::default()
             };
             brotli::BrotliCompress(&mut &bytes[..], &mut out, &params).ok()?;
         }
         Coding::Gzip => {
-            let level = flate2::Compression::new(if cached { 9 } else { 6 });
+            let level = flate2::Compression::new(match effort {
+                Effort::Asset => 9,
+                Effort::Catalog => CATALOG_GZIP,
+                Effort::Fly => 6,
+            });
             let mut enc = flate2::write::GzEncoder::new(&mut out, level);
             enc.write_all(bytes).ok()?;
             enc.finish().ok()?;
@@ -217,6 +242,7 @@ pub struct Key {
     /// the asset's ETag: OpenCode sends no validator for its assets).
     pub validator: String,
     pub coding: Coding,
+    pub effort: Effort,
 }
 
 impl Key {
@@ -241,6 +267,8 @@ type Slot = Arc<tokio::sync::OnceCell<Option<Bytes>>>;
 pub struct AssetCache {
     cap: usize,
     inner: Mutex<Inner>,
+    /// Keys the digest of catalog answers: a client cannot aim a body at another's cache entry.
+    secret: [u8; 32],
 }
 
 #[derive(Default)]
@@ -258,10 +286,30 @@ impl Default for AssetCache {
 
 impl AssetCache {
     pub fn with_cap(cap: usize) -> AssetCache {
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret).expect("the OS random source is available");
         AssetCache {
             cap,
             inner: Mutex::default(),
+            secret,
         }
+    }
+
+    /// A keyed digest of a catalog answer's exact bytes (after redaction): its cache validator
+    /// and, quoted, its ETag. One pass of BLAKE2b (milliseconds for 6.45 MB) instead of a
+    /// compression on every load; keyed, so it says nothing of the bytes but their equality.
+    pub fn digest(&self, body: &[u8]) -> String {
+        use blake2::{Blake2b256, Digest};
+        use std::fmt::Write as _;
+        let mut h = Blake2b256::new();
+        h.update(self.secret);
+        h.update(body);
+        let d = h.finalize();
+        let mut out = String::with_capacity(32);
+        for b in &d[..16] {
+            let _ = write!(out, "{b:02x}");
+        }
+        out
     }
 
     /// The compressed bytes for `key` (`None`: the encoder failed): from the cache, or compressed
@@ -272,12 +320,12 @@ impl AssetCache {
             inner.slots.entry(key.clone()).or_default().clone()
         };
         let mut made = false;
-        let coding = key.coding;
+        let (coding, effort) = (key.coding, key.effort);
         let out = slot
             .get_or_init(|| async {
                 made = true;
                 let b = body.clone();
-                tokio::task::spawn_blocking(move || compress(&b, coding, true))
+                tokio::task::spawn_blocking(move || compress(&b, coding, effort))
                     .await
                     .unwrap_or(None)
             })
@@ -369,8 +417,14 @@ mod tests {
     #[test]
     fn compressed_bytes_decompress_to_the_input() {
         let input = "console.log('hello');\n".repeat(2000).into_bytes();
-        for (coding, cached) in [(Coding::Br, true), (Coding::Br, false), (Coding::Gzip, true)] {
-            let out = compress(&input, coding, cached).unwrap();
+        for (coding, effort) in [
+            (Coding::Br, Effort::Asset),
+            (Coding::Br, Effort::Fly),
+            (Coding::Br, Effort::Catalog),
+            (Coding::Gzip, Effort::Asset),
+            (Coding::Gzip, Effort::Catalog),
+        ] {
+            let out = compress(&input, coding, effort).unwrap();
             assert!(out.len() < input.len() / 3, "{coding:?}");
             let mut back = Vec::new();
             match coding {
@@ -409,6 +463,7 @@ mod tests {
             path: path.into(),
             validator: validator.into(),
             coding: Coding::Gzip,
+            effort: Effort::Asset,
         }
     }
 
@@ -456,5 +511,70 @@ mod tests {
         assert_eq!([a.1, b.1].iter().filter(|h| **h).count(), 1);
         assert_eq!(a.0, b.0);
         assert_eq!(cache.held_bytes(), a.0.as_ref().unwrap().len());
+    }
+
+    #[test]
+    fn the_catalog_digest_is_keyed_and_tells_only_equality() {
+        let (a, b) = (AssetCache::with_cap(10), AssetCache::with_cap(10));
+        let body = b"{\"all\":[]}";
+        assert_eq!(a.digest(body), a.digest(body));
+        assert_ne!(a.digest(body), a.digest(b"{\"all\":[1]}"));
+        // Another process (another key) digests the same bytes differently.
+        assert_ne!(a.digest(body), b.digest(body));
+        assert_eq!(a.digest(body).len(), 32);
+    }
+
+    /// A stand-in for OpenCode's `/provider` (many providers, each with many models), or the
+    /// real one from `PROVIDER_JSON` (the integration test writes it with `DUMP_PROVIDER`).
+    fn catalog() -> Vec<u8> {
+        if let Ok(p) = std::env::var("PROVIDER_JSON") {
+            return std::fs::read(p).unwrap();
+        }
+        let mut out = String::from("{\"all\":[");
+        let mut i = 0u64;
+        while out.len() < 6_450_000 {
+            i += 1;
+            out.push_str(&format!(
+                "{{\"id\":\"model-{i}\",\"name\":\"Model {i} ({})\",\"cost\":{{\"input\":{}.{},\"output\":{}}},\"limit\":{{\"context\":{},\"output\":{}}},\"modalities\":{{\"input\":[\"text\",\"image\"],\"output\":[\"text\"]}},\"release_date\":\"2025-{:02}-{:02}\",\"tool_call\":true,\"reasoning\":{}}},",
+                i.wrapping_mul(2654435761) % 977,
+                i % 17,
+                i % 100,
+                i % 31,
+                (i % 8 + 1) * 32768,
+                (i % 4 + 1) * 8192,
+                i % 12 + 1,
+                i % 28 + 1,
+                i.is_multiple_of(2)
+            ));
+        }
+        out.push_str("{}]}");
+        out.into_bytes()
+    }
+
+    /// Measures the catalog levels (brotli and miniz are optimized in dev builds too): the
+    /// figures in docs/performance.md. Timing is not asserted here: the machine is shared.
+    #[test]
+    #[ignore = "measurement: cargo test --lib catalog_levels -- --ignored --nocapture"]
+    fn catalog_levels_are_fast_on_a_provider_catalog() {
+        let body = catalog();
+        for (coding, effort) in [
+            (Coding::Br, Effort::Catalog),
+            (Coding::Gzip, Effort::Catalog),
+            (Coding::Br, Effort::Asset),
+            (Coding::Gzip, Effort::Asset),
+        ] {
+            let t = std::time::Instant::now();
+            let out = compress(&body, coding, effort).unwrap();
+            eprintln!(
+                "{coding:?} {effort:?}: {} -> {} bytes in {:?}",
+                body.len(),
+                out.len(),
+                t.elapsed()
+            );
+        }
+        let cache = AssetCache::default();
+        let t = std::time::Instant::now();
+        cache.digest(&body);
+        eprintln!("keyed digest: {:?}", t.elapsed());
     }
 }

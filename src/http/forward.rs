@@ -79,9 +79,10 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         *head.extensions_mut() = std::mem::take(&mut parts.extensions);
         hyper::upgrade::on(head)
     });
-    // Taken before the headers are rewritten for the upstream (which asks it for identity).
+    // Taken before the headers are rewritten for the upstream (which asks it for identity), for
+    // the web UI's files and the compressible API routes only (decided on the resolved route).
     // GET only: a HEAD answer has a length but no body to compress.
-    let compress = if target.is_api() || upgrade.is_some() || parts.method != http::Method::GET {
+    let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
         None
     } else {
         super::compress::Ask::take(&parts.headers)

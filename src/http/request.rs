@@ -49,6 +49,12 @@ impl Target {
         self.route.is_some()
     }
 
+    /// Its answer may be compressed: the web UI's files, and the few API routes whose answer
+    /// echoes nothing of the request (`plan::COMPRESSIBLE`), decided on the resolved route.
+    pub fn may_compress(&self) -> bool {
+        self.route.is_none_or(|r| r.compressible)
+    }
+
     /// The table pattern (`/session/*`) or, for the web UI's files, the path.
     pub fn label(&self) -> &str {
         self.route.map_or(&self.upstream_path, |r| r.pattern)

@@ -41,7 +41,8 @@ pub struct Answer<'a> {
     pub terminal_close: Option<super::audit::TerminalClose>,
     /// Where a session create's new id goes, for the audit trail.
     pub created: Option<&'a mut Option<String>>,
-    /// A web UI request's accepted coding (never set for API routes).
+    /// The accepted coding of a request whose answer may be compressed (the web UI's files, the
+    /// compressible API routes; never set for others).
     pub compress: Option<compress::Ask>,
 }
 
@@ -130,8 +131,9 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
             .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
     }
-    // The web UI's own files only (never an API answer: BREACH), after redaction.
-    if !target.is_api() && compress::eligible(false, parts.status, &parts.headers) {
+    // The web UI's own files and the few API routes whose answer echoes nothing of the request
+    // (never another API answer: BREACH), after redaction; decided on the resolved route.
+    if target.may_compress() && compress::eligible(false, parts.status, &parts.headers) {
         parts
             .headers
             .append(header::VARY, HeaderValue::from_static("accept-encoding"));
@@ -162,8 +164,9 @@ fn content_length(headers: &HeaderMap) -> Option<usize> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }
 
-/// A web UI file compressed for the client: a hashed asset from the cache (compressed once per
-/// validator), the HTML document on the fly. A matching `If-None-Match` gets 304.
+/// An answer compressed for the client: a hashed asset from the cache (compressed once per
+/// validator), a catalog API answer from the cache (once per keyed digest of its bytes), the HTML
+/// document on the fly. A matching `If-None-Match` gets 304.
 async fn compressed(
     gw: &Gateway,
     target: &Target,
@@ -175,16 +178,28 @@ async fn compressed(
     if let Some(r) = &endpoint.redactor {
         bytes = r.frame(bytes);
     }
-    let path = target.upstream_path.as_str();
+    let path = target.label();
     let asset = compress::hashed_asset(path);
-    let out = if asset {
+    let cached = match target.route {
+        // Keyed by the route the request was judged on, never by how the client spelled it.
+        Some(route) => Some((route.pattern, gw.compressed.digest(&bytes), compress::Effort::Catalog)),
+        None if asset => Some((
+            path,
+            compress::Key::validator(&parts.headers, &bytes),
+            compress::Effort::Asset,
+        )),
+        None => None,
+    };
+    let out = if let Some((path, validator, effort)) = cached {
         let key = compress::Key {
             project: target.project.name.clone(),
             path: path.to_owned(),
-            validator: compress::Key::validator(&parts.headers, &bytes),
+            validator,
             coding: ask.coding,
+            effort,
         };
-        // OpenCode sends no validator for its assets: the digest one lets a browser revalidate.
+        // OpenCode sends no validator for its assets or catalogs: the digest one lets a browser
+        // revalidate (a 304 instead of the body again).
         if !parts.headers.contains_key(header::ETAG)
             && !parts.headers.contains_key(header::LAST_MODIFIED)
             && let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", key.validator))
@@ -193,14 +208,14 @@ async fn compressed(
         }
         let (out, hit) = gw.compressed.get_or_compress(key, bytes.clone()).await;
         if hit {
-            tracing::debug!(path, "compressed asset served from the cache");
+            tracing::debug!(path, "compressed answer served from the cache");
         }
         out
     } else {
-        compress::compress(&bytes, ask.coding, false)
+        compress::compress(&bytes, ask.coding, compress::Effort::Fly)
     };
     let Some(out) = out else {
-        tracing::warn!(path, "compressing a web UI file failed: sent as it came");
+        tracing::warn!(path, "compressing an answer failed: sent as it came");
         return Response::from_parts(parts, ProxyBody::full(bytes));
     };
     let not_modified = compress::variant_headers(

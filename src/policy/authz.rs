@@ -58,6 +58,8 @@ pub struct ApiRoute {
     pub metric: plan::RouteClass,
     pub body: Option<&'static BodyRule>,
     pub workspace_switch: bool,
+    /// Its 200 answer may be compressed: it echoes nothing of the request (see `plan`).
+    pub compressible: bool,
     /// What the audit trail records for it, if anything.
     pub audit: Option<plan::AuditKind>,
     /// Which parameter (by order) is a session ID: the one right after a `session` segment.
@@ -90,6 +92,7 @@ impl ApiRoute {
             metric: plan::route_class(method, pattern, plan::treatment(method, pattern)),
             body: plan::body_rule(method, pattern),
             workspace_switch: plan::is_workspace_switch(method, pattern),
+            compressible: plan::compressible(method, pattern),
             audit: plan::audit_kind(method, pattern),
             session_param: session_param(&segments),
             segments,
@@ -506,5 +509,46 @@ mod tests {
         assert_eq!(resolved(Method::GET, "/session/status").2, None);
         assert_eq!(resolved(Method::GET, "/api/session/active").2, None);
         assert_eq!(resolved(Method::POST, "/permission/per_1/reply").2, None);
+    }
+
+    /// Whether an answer may be compressed is read from the resolved route: every spelling
+    /// OpenCode's router reads as `/provider` gets the catalog's verdict, and nothing else does.
+    #[test]
+    fn compression_follows_the_resolved_route_not_the_spelling() {
+        let compressible = |method: Method, raw: &str| {
+            let path = CanonicalPath::parse(raw).unwrap();
+            resolve(&method, path.segments()).route.map(|r| r.compressible)
+        };
+        for raw in [
+            "/provider",
+            "/PROVIDER",
+            "/%70rovider",
+            "/%50ROVIDER",
+            "//provider",
+            "/provider/",
+            "/provider;x",
+            "/Config/Providers",
+            "/agent",
+            "/COMMAND",
+        ] {
+            assert_eq!(compressible(Method::GET, raw), Some(true), "{raw}");
+        }
+        for raw in [
+            "/provider/auth",
+            "/session",
+            "/SESSION",
+            "/config",
+            "/event",
+            "/api/provider",
+        ] {
+            assert_eq!(compressible(Method::GET, raw), Some(false), "{raw}");
+        }
+        // Not a GET of the catalog: an OAuth authorize under `/provider` echoes its input.
+        assert_eq!(
+            compressible(Method::POST, "/provider/openai/oauth/authorize"),
+            Some(false)
+        );
+        // The web UI's files have no route (compressed as files, not as API answers).
+        assert_eq!(compressible(Method::GET, "/assets/index-abcdef12.js"), None);
     }
 }

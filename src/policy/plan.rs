@@ -253,6 +253,23 @@ const WORKSPACE_SWITCHES: &[(&str, &str)] = &[
     (POST, "/sync/steal"),
 ];
 
+/// API answers that may be compressed (issue 14): catalog and configuration data whose 200
+/// answer echoes nothing of the request (no query value, path parameter or body; the handlers in
+/// OpenCode 1.18.33 take no argument), so an attacker cannot put chosen text in the compression
+/// window next to a secret, which BREACH needs. `/provider` alone is 6.45 MB of JSON, asked
+/// four times per web UI load. Every other API answer stays identity.
+const COMPRESSIBLE: &[(&str, &str)] = &[
+    (GET, "/provider"),
+    (GET, "/config/providers"),
+    (GET, "/agent"),
+    (GET, "/command"),
+    (GET, "/experimental/tool/ids"),
+];
+
+pub fn compressible(method: &str, pattern: &str) -> bool {
+    COMPRESSIBLE.contains(&(method, pattern))
+}
+
 pub fn treatment(method: &str, pattern: &str) -> Treatment {
     TREATMENTS
         .iter()
@@ -295,6 +312,25 @@ mod tests {
         for (m, p) in PROMPTS {
             assert!(known(m, p), "prompt class for unknown {m} {p}");
         }
+        for (m, p) in COMPRESSIBLE {
+            assert!(known(m, p), "compression for unknown {m} {p}");
+        }
+    }
+
+    /// Compressed API answers are plain GETs: never a stream, a listing the gateway rewrites,
+    /// a ticket or an upgrade.
+    #[test]
+    fn only_plain_catalog_gets_are_compressible() {
+        for (m, p) in COMPRESSIBLE {
+            assert_eq!(*m, GET, "{p}");
+            assert_eq!(treatment(m, p), Treatment::Plain, "{p}");
+            assert!(!p.contains('*'), "{p}: a path parameter could be echoed");
+        }
+        assert!(compressible(GET, "/provider"));
+        assert!(!compressible(GET, "/session"));
+        assert!(!compressible(GET, "/event"));
+        assert!(!compressible(GET, "/provider/auth"));
+        assert!(!compressible(GET, "/config"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The web UI's files come compressed through the gateway (issue 14), from the real OpenCode:
 //! the main script in brotli, exactly the identity bytes once decompressed, a third of them or
-//! less, cached once per validator; `If-None-Match` answers 304; API answers never compressed.
+//! less, cached once per validator; `If-None-Match` answers 304; API answers never compressed,
+//! but for the catalog routes that echo nothing of the request (`/provider`, 6.45 MB of JSON).
 
 use std::io::Read;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 
-use crate::common::client::Https;
+use crate::common::client::{Https, direct_call};
 use crate::common::stack::{alice, setup};
 
 async fn fetch(ui: &Https, path: &str, headers: &[(&str, &str)]) -> (http::response::Parts, Bytes) {
@@ -104,12 +105,12 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
     );
 
     // Again: from the cache, not compressed a second time.
-    let hits = s.gw.logs().matches("compressed asset served from the cache").count();
+    let hits = s.gw.logs().matches("compressed answer served from the cache").count();
     let (again, body_again) = fetch(&ui, &script, &[("accept-encoding", "br")]).await;
     assert_eq!(again.headers["content-encoding"], "br");
     assert_eq!(body_again, body);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while s.gw.logs().matches("compressed asset served from the cache").count() <= hits {
+    while s.gw.logs().matches("compressed answer served from the cache").count() <= hits {
         assert!(
             std::time::Instant::now() < deadline,
             "the second request was not served from the cache"
@@ -156,5 +157,135 @@ async fn the_web_ui_comes_compressed_and_api_answers_never_do() {
             body.starts_with(b"["),
             "{spelling}: the session listing, not the web UI"
         );
+    }
+}
+
+fn ungzip(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(b).read_to_end(&mut out).unwrap();
+    out
+}
+
+fn json(b: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(b)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&b[..b.len().min(200)])))
+}
+
+/// The catalog routes (`plan::COMPRESSIBLE`) come compressed when the client offers it, decided on
+/// the route the gateway resolved (every spelling OpenCode's router reads as `/provider`), and
+/// decompress to exactly what OpenCode answers; other API answers stay identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn catalog_api_answers_come_compressed_and_others_do_not() {
+    let s = setup("echo unused").await;
+    let ui = s.client.host("demo.gw.localhost");
+    let started = std::time::Instant::now();
+    let direct = direct_call(s.oc.port, &s.oc.password, "GET", "/provider", &[], "").await;
+    eprintln!(
+        "/provider from OpenCode direct: {} bytes in {:?}",
+        direct.len(),
+        started.elapsed()
+    );
+    if let Ok(p) = std::env::var("DUMP_PROVIDER") {
+        std::fs::write(p, &direct).unwrap();
+    }
+    let direct = json(direct.as_bytes());
+    let password = s.oc.password.as_bytes();
+    let secretless = |b: &[u8]| !b.windows(password.len()).any(|w| w == password);
+
+    // No coding offered (or only identity): identity, the same JSON.
+    for offer in [None, Some("identity")] {
+        let headers: Vec<(&str, &str)> = offer.map(|o| ("accept-encoding", o)).into_iter().collect();
+        let (plain, body) = fetch(&ui, "/provider", &headers).await;
+        assert_eq!(plain.status, 200);
+        assert!(
+            !plain.headers.contains_key("content-encoding"),
+            "{offer:?}: {:?}",
+            plain.headers
+        );
+        assert!(varies(&plain.headers), "{:?}", plain.headers);
+        assert_eq!(json(&body), direct, "{offer:?}");
+    }
+
+    let mut sizes = Vec::new();
+    for spelling in [
+        "/provider",
+        "/PROVIDER",
+        "/%70rovider",
+        "//provider",
+        "/provider;x",
+        "//provider/",
+    ] {
+        let started = std::time::Instant::now();
+        let (br, body) = fetch(&ui, spelling, &[("accept-encoding", "gzip, deflate, br, zstd")]).await;
+        let took = started.elapsed();
+        assert_eq!(br.status, 200, "{spelling}");
+        assert_eq!(br.headers["content-encoding"], "br", "{spelling}: {:?}", br.headers);
+        assert!(varies(&br.headers), "{spelling}: {:?}", br.headers);
+        assert_eq!(
+            br.headers["content-length"],
+            body.len().to_string().as_str(),
+            "{spelling}"
+        );
+        // Still an API answer: inert, never a page.
+        assert_eq!(br.headers["content-security-policy"], "sandbox", "{spelling}");
+        let unpacked = unbrotli(&body);
+        assert!(
+            secretless(&unpacked),
+            "{spelling}: the upstream's credential in the body"
+        );
+        assert_eq!(json(&unpacked), direct, "{spelling}");
+        sizes.push((spelling, unpacked.len(), body.len(), took));
+    }
+    eprintln!("/provider through the gateway (identity bytes, br bytes, time): {sizes:?}");
+
+    // gzip for a client that takes only gzip; the variant's ETag answers 304.
+    let (gz, gz_body) = fetch(&ui, "/provider", &[("accept-encoding", "gzip")]).await;
+    assert_eq!(gz.headers["content-encoding"], "gzip", "{:?}", gz.headers);
+    assert_eq!(json(&ungzip(&gz_body)), direct);
+    let etag = gz.headers["etag"].to_str().unwrap().to_owned();
+    assert!(etag.ends_with("-gz\""), "{etag}");
+    let (nm, nm_body) = fetch(
+        &ui,
+        "/provider",
+        &[("accept-encoding", "gzip"), ("if-none-match", &etag)],
+    )
+    .await;
+    assert_eq!(nm.status, 304, "{etag}");
+    assert!(nm_body.is_empty());
+    eprintln!("/provider gzip: {} bytes", gz_body.len());
+
+    // The same bytes again come from the cache (one keyed digest, no second compression).
+    let hits = s.gw.logs().matches("compressed answer served from the cache").count();
+    fetch(&ui, "/provider", &[("accept-encoding", "br")]).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.gw.logs().matches("compressed answer served from the cache").count() <= hits {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the repeated /provider was not served from the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    // The other catalog routes.
+    for path in ["/agent", "/command", "/config/providers", "/experimental/tool/ids"] {
+        let direct = json(
+            direct_call(s.oc.port, &s.oc.password, "GET", path, &[], "")
+                .await
+                .as_bytes(),
+        );
+        let (r, body) = fetch(&ui, path, &[("accept-encoding", "br")]).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(r.headers["content-encoding"], "br", "{path}: {:?}", r.headers);
+        assert_eq!(json(&unbrotli(&body)), direct, "{path}");
+    }
+
+    // Every other API answer stays identity, whatever is offered: a listing, the config, a
+    // route under `/provider` that is not the catalog.
+    for path in ["/session", "/SESSION", "/config", "/provider/auth", "/path"] {
+        let (r, body) = fetch(&ui, path, &[("accept-encoding", "br, gzip")]).await;
+        assert_eq!(r.status, 200, "{path}");
+        assert!(!r.headers.contains_key("content-encoding"), "{path}: {:?}", r.headers);
+        json(&body);
     }
 }
