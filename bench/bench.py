@@ -355,7 +355,13 @@ def stand_in(report, certs):
         idle_streams(report, chosen((gw, ngx, caddy)), ca)
     for p in (gw, ngx, caddy):
         p.stop()
+    # Gone before anything else binds its port (the instructions section starts its own there).
     upstream.terminate()
+    try:
+        upstream.wait(10)
+    except subprocess.TimeoutExpired:
+        upstream.kill()
+        upstream.wait()
 
 
 def throughput(report, targets, ca):
