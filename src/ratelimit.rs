@@ -1,16 +1,22 @@
 //! Keyed limits: login attempts per address and per user name (checked before any argon2 work),
 //! requests per user, and counted slots (connections per address, streams per user) held by RAII
 //! guards that give the slot back when the connection or stream ends.
+//!
+//! A login budget that is spent is remembered until it refills ([`Limiters::spent`]): every
+//! answer to a credential that costs less than a login attempt (a cached password, a cached
+//! token) asks it first, so an address over its budget learns nothing, right or wrong, from a
+//! cheaper answer.
 
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
+use governor::clock::{Clock, DefaultClock, Reference};
+use governor::middleware::{NoOpMiddleware, StateInformationMiddleware, StateSnapshot};
 use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
@@ -18,10 +24,16 @@ use crate::config::Limits;
 use crate::ttl_map::TtlMap;
 
 type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+/// A keyed limiter that says, when it lets a cell through, how much of the burst is left.
+type Counted<K, C> = RateLimiter<K, DashMapStateStore<K>, C, StateInformationMiddleware>;
 
 /// How long a successful login keeps an (address, user) pair exempt from the per-user budget.
 const KNOWN_GOOD_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 const KNOWN_GOOD_MAX: usize = 100_000;
+/// Bounds of the spent-budget tables. An entry's own deadline decides; the table's lifetime only
+/// has to outlast the longest refill (one cell at the slowest quota the config allows, a minute).
+const SPENT_MAX: usize = 100_000;
+const SPENT_KEPT: Duration = Duration::from_secs(3600);
 
 /// A refusal and when to try again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +45,22 @@ pub struct Denied {
 
 pub struct Limiters<C: Clock = DefaultClock> {
     clock: C,
-    login_by_address: Keyed<IpAddr, C>,
-    login_by_user: Keyed<Arc<str>, C>,
+    login_by_address: Counted<IpAddr, C>,
+    login_by_user: Counted<Arc<str>, C>,
     requests_by_user: Keyed<Arc<str>, C>,
     /// (address, user) pairs that logged in before: a user name under attack from elsewhere does
     /// not lock its owner out of the places they already use.
     known_good: TtlMap<(IpAddr, Arc<str>), ()>,
+    /// Addresses and user names whose login budget is spent, and when it refills.
+    spent: Spent<C::Instant>,
+}
+
+/// Budgets known to be spent. `live` counts entries since the last purge, so the common case
+/// (nobody over budget) costs one atomic load and takes no lock.
+struct Spent<I> {
+    addresses: TtlMap<IpAddr, I>,
+    users: TtlMap<Arc<str>, I>,
+    live: AtomicUsize,
 }
 
 fn nz(n: u32) -> NonZeroU32 {
@@ -70,11 +92,16 @@ impl<C: Clock + Clone> Limiters<C> {
             Quota::per_minute(nz(limits.user_failures_per_minute)).allow_burst(nz(limits.user_failure_burst));
         let requests = Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
         Limiters {
-            login_by_address: RateLimiter::dashmap_with_clock(login_ip, clock.clone()),
-            login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()),
+            login_by_address: RateLimiter::dashmap_with_clock(login_ip, clock.clone()).with_middleware(),
+            login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()).with_middleware(),
             requests_by_user: RateLimiter::dashmap_with_clock(requests, clock.clone()),
             clock,
             known_good: TtlMap::new(KNOWN_GOOD_MAX, KNOWN_GOOD_FOR),
+            spent: Spent {
+                addresses: TtlMap::new(SPENT_MAX, SPENT_KEPT),
+                users: TtlMap::new(SPENT_MAX, SPENT_KEPT),
+                live: AtomicUsize::new(0),
+            },
         }
     }
 
@@ -88,14 +115,9 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Spend one login attempt (one argon2 run) for this address and user name, or refuse it.
     pub fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
         let ip = address_key(ip);
-        self.login_by_address
-            .check_key(&ip)
-            .map_err(|n| self.denied(n, "address"))?;
+        self.charge(&self.login_by_address, &self.spent.addresses, ip, "address")?;
         if !self.is_known_good(ip, user) {
-            let user: Arc<str> = user.into();
-            self.login_by_user
-                .check_key(&user)
-                .map_err(|n| self.denied(n, "user"))?;
+            self.charge(&self.login_by_user, &self.spent.users, Arc::from(user), "user")?;
         }
         Ok(())
     }
@@ -103,17 +125,86 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Spend one login attempt of this address only (a sign-in that names no user yet: single
     /// sign-on's start, whose flows a flood must not push out of memory).
     pub fn address_attempt(&self, ip: IpAddr) -> Result<(), Denied> {
-        self.login_by_address
-            .check_key(&address_key(ip))
-            .map_err(|n| self.denied(n, "address"))
+        self.charge(
+            &self.login_by_address,
+            &self.spent.addresses,
+            address_key(ip),
+            "address",
+        )
     }
 
+    /// Take one cell of `key`'s budget. Taking the last one, or being refused one, marks the key
+    /// spent until a cell is back: from then on no cheaper answer may tell it right from wrong.
+    fn charge<K: Hash + Eq + Clone>(
+        &self,
+        limiter: &Counted<K, C>,
+        spent: &TtlMap<K, C::Instant>,
+        key: K,
+        reason: &'static str,
+    ) -> Result<(), Denied> {
+        match limiter.check_key(&key) {
+            Ok(left) => {
+                if left.remaining_burst_capacity() == 0 {
+                    // A cell comes back within one replenish interval: a bound, not the exact time.
+                    self.mark_spent(spent, key, refill_bound(&left));
+                }
+                Ok(())
+            }
+            Err(not_until) => {
+                let denied = self.denied(not_until, reason);
+                self.mark_spent(spent, key, denied.retry_after);
+                Err(denied)
+            }
+        }
+    }
+
+    fn mark_spent<K: Hash + Eq>(&self, spent: &TtlMap<K, C::Instant>, key: K, for_: Duration) {
+        spent.insert(key, self.clock.now() + for_.into());
+        self.spent.live.fetch_add(1, Ordering::Release);
+    }
+
+    /// Is this address's login budget spent, or (from an address `user` has not logged in from)
+    /// the user name's? Asked before any answer to a credential that costs less than a login
+    /// attempt: while it refuses, no credential from there gets a yes or no.
+    pub fn spent(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
+        if self.spent.live.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let ip = address_key(ip);
+        let now = self.clock.now();
+        let left = |until: C::Instant| Duration::from(until.duration_since(now));
+        if let Some(until) = self.spent.addresses.get(&ip).filter(|u| *u > now) {
+            return Err(Denied {
+                retry_after: left(until),
+                reason: "address",
+            });
+        }
+        if let Some(user) = user
+            && let Some(until) = self.spent.users.get(user).filter(|u| *u > now)
+            && !self.is_known_good(ip, user)
+        {
+            return Err(Denied {
+                retry_after: left(until),
+                reason: "user",
+            });
+        }
+        Ok(())
+    }
+
+    /// A login verified by a full check (within the budget): the address has shown it holds
+    /// the credential, so its own spent mark goes (a user who mistyped until the last attempt
+    /// is not refused their next connection). The user name's mark stays: it bounds guesses from
+    /// other addresses.
     pub fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
-        self.known_good.insert((address_key(ip), user.clone()), ());
+        let ip = address_key(ip);
+        self.known_good.insert((ip, user.clone()), ());
+        if self.spent.live.load(Ordering::Acquire) != 0 {
+            self.spent.addresses.remove(&ip);
+        }
     }
 
     fn is_known_good(&self, ip: IpAddr, user: &str) -> bool {
-        self.known_good.get(&(ip, Arc::from(user))).is_some()
+        self.known_good.get(&(address_key(ip), Arc::from(user))).is_some()
     }
 
     /// One request by an authenticated user.
@@ -132,7 +223,24 @@ impl<C: Clock + Clone> Limiters<C> {
         self.login_by_user.shrink_to_fit();
         self.requests_by_user.shrink_to_fit();
         self.known_good.purge();
+        // Back to the lock-free answer only when nothing is spent and nothing was marked while
+        // we looked (a mark inserts first, then counts, so the exchange then fails).
+        let seen = self.spent.live.load(Ordering::Acquire);
+        let now = self.clock.now();
+        self.spent.addresses.retain(|_, until| *until > now);
+        self.spent.users.retain(|_, until| *until > now);
+        if self.spent.addresses.is_empty() && self.spent.users.is_empty() {
+            let _ = self
+                .spent
+                .live
+                .compare_exchange(seen, 0, Ordering::AcqRel, Ordering::Acquire);
+        }
     }
+}
+
+/// At most how long until one cell of the quota behind `snapshot` is back.
+fn refill_bound(snapshot: &StateSnapshot) -> Duration {
+    snapshot.quota().replenish_interval()
 }
 
 /// Counted slots per key (connections per address, streams per user).
@@ -259,6 +367,73 @@ mod tests {
         );
         l.login_attempt(home, "alice")
             .expect("the owner's address is exempt from the user budget");
+    }
+
+    #[test]
+    fn a_spent_budget_refuses_cheaper_answers_until_a_cell_is_back() {
+        let clock = FakeRelativeClock::default();
+        let l = Limiters::with_clock(&limits(), clock.clone());
+        let a: IpAddr = "127.0.0.2".parse().unwrap();
+        let elsewhere: IpAddr = "127.0.0.3".parse().unwrap();
+        assert_eq!(l.spent(a, Some("alice")), Ok(()), "nothing spent yet");
+        l.login_attempt(a, "alice").unwrap();
+        l.login_attempt(a, "alice").unwrap();
+        assert_eq!(l.spent(a, Some("alice")), Ok(()), "one attempt is left");
+        // The last attempt of the burst (3) is spent: the next guess, whatever answers it, waits.
+        l.login_attempt(a, "alice").unwrap();
+        let d = l.spent(a, Some("alice")).unwrap_err();
+        assert_eq!(d.reason, "address");
+        assert!(
+            d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_secs(10),
+            "{d:?}"
+        );
+        assert_eq!(l.spent(a, None).unwrap_err().reason, "address", "tokens name no user");
+        assert_eq!(
+            l.spent(elsewhere, Some("alice")),
+            Ok(()),
+            "another address is not affected"
+        );
+        // Refused attempts keep it spent until the refill the refusal named.
+        let refused = l.login_attempt(a, "alice").unwrap_err();
+        clock.advance(refused.retry_after - Duration::from_millis(1));
+        assert_eq!(l.spent(a, Some("alice")).unwrap_err().reason, "address");
+        clock.advance(Duration::from_millis(1));
+        assert_eq!(l.spent(a, Some("alice")), Ok(()), "a cell is back");
+        l.purge();
+        assert_eq!(
+            l.spent.live.load(Ordering::Acquire),
+            0,
+            "purged back to the lock-free answer"
+        );
+    }
+
+    #[test]
+    fn a_login_verified_in_full_clears_its_address_but_not_the_user_name() {
+        let clock = FakeRelativeClock::default();
+        let l = Limiters::with_clock(&limits(), clock.clone());
+        let home: IpAddr = "127.0.0.9".parse().unwrap();
+        for _ in 0..3 {
+            l.login_attempt(home, "alice").unwrap();
+        }
+        assert!(l.spent(home, Some("alice")).is_err());
+        l.login_succeeded(home, &"alice".into());
+        assert_eq!(
+            l.spent(home, Some("alice")),
+            Ok(()),
+            "the owner who mistyped is let back in"
+        );
+        // Guesses at alice from many addresses spend the user name's budget (5).
+        for i in 0..2u8 {
+            l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice").unwrap();
+        }
+        let stranger: IpAddr = "10.0.9.9".parse().unwrap();
+        assert_eq!(l.spent(stranger, Some("alice")).unwrap_err().reason, "user");
+        assert_eq!(l.spent(stranger, Some("bob")), Ok(()), "another name is not affected");
+        assert_eq!(
+            l.spent(home, Some("alice")),
+            Ok(()),
+            "the owner's own address is exempt"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::audit::{Record, Via};
 use crate::config::Secret;
 use crate::gateway::Gateway;
 use crate::http::error::HttpError;
+use crate::ratelimit::Denied;
 use crate::state::{State, UserState};
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
@@ -53,6 +54,26 @@ pub async fn password_until(
     } else {
         "<unknown>"
     };
+    // A spent login budget answers first: no credential from there gets a yes or no, not even
+    // a cached one, until the budget refills (a cache hit before the limiter is an oracle).
+    if let Err(denied) = gw.limiters.spent(peer, Some(user)) {
+        return Err(limited(
+            gw,
+            peer,
+            log_user,
+            method,
+            denied,
+            "login refused: limit reached",
+        ));
+    }
+    // A token typed as a password (the form, SSH) is never a password: charged, refused, and
+    // never sent to argon2.
+    if tokens::is_token(password.expose()) {
+        return Err(match gw.limiters.login_attempt(peer, user) {
+            Ok(()) => refuse_bad(gw, peer, log_user, method),
+            Err(denied) => limited(gw, peer, log_user, method, denied, "login refused: limit reached"),
+        });
+    }
     let fp = known.map_or([0; 32], |u| u.fingerprint);
     let key = gw.cache.key(&fp, user, password.expose().as_bytes());
     if let Some(u) = known
@@ -71,14 +92,14 @@ pub async fn password_until(
     let ok = match verdict {
         Ok(ok) => ok,
         Err(denied) => {
-            gw.metrics.refused(Refusal::Login);
-            tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "login refused before verification: limit reached");
-            gw.audit
-                .record(refused("lockout", log_user, peer, method, denied.reason));
-            return Err(HttpError::LoginLimited {
-                retry_after: denied.retry_after,
-                reason: denied.reason,
-            });
+            return Err(limited(
+                gw,
+                peer,
+                log_user,
+                method,
+                denied,
+                "login refused before verification: limit reached",
+            ));
         }
     };
     match known {
@@ -99,14 +120,36 @@ pub async fn password_until(
             }
             Ok((u.clone(), until))
         }
-        _ => {
-            gw.metrics.login(LoginMethod::Password, false);
-            tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
-            gw.audit
-                .record(refused("login_failed", log_user, peer, method, "bad_credentials"));
-            Err(HttpError::BadCredentials)
-        }
+        _ => Err(refuse_bad(gw, peer, log_user, method)),
     }
+}
+
+/// A login refused because a budget is spent: counted, logged and audited with which one.
+fn limited(
+    gw: &Gateway,
+    peer: IpAddr,
+    log_user: &str,
+    method: &'static str,
+    denied: Denied,
+    message: &'static str,
+) -> HttpError {
+    gw.metrics.refused(Refusal::Login);
+    tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "{message}");
+    gw.audit
+        .record(refused("lockout", log_user, peer, method, denied.reason));
+    HttpError::LoginLimited {
+        retry_after: denied.retry_after,
+        reason: denied.reason,
+    }
+}
+
+/// A wrong password (or a token where a password belongs): counted, logged and audited.
+fn refuse_bad(gw: &Gateway, peer: IpAddr, log_user: &str, method: &'static str) -> HttpError {
+    gw.metrics.login(LoginMethod::Password, false);
+    tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
+    gw.audit
+        .record(refused("login_failed", log_user, peer, method, "bad_credentials"));
+    HttpError::BadCredentials
 }
 
 fn via_of(method: &str) -> Via {

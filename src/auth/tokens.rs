@@ -239,9 +239,6 @@ pub struct Tokens {
     cache: TtlMap<TokenDigest, Arc<Verified>>,
     /// Bumped when the CLI says tokens changed: every cached verification is void at once.
     generation: AtomicU64,
-    /// Addresses the login limiter refused, until when: their next uncached token gets 429
-    /// before the database is asked, right or wrong, as a password would before argon2.
-    limited: TtlMap<IpAddr, std::time::Instant>,
 }
 
 /// Why a token was refused (a stable log field).
@@ -260,15 +257,7 @@ impl Tokens {
             key,
             cache: TtlMap::new(CACHE_ENTRIES, CACHE_TTL),
             generation: AtomicU64::new(0),
-            limited: TtlMap::new(CACHE_ENTRIES, Duration::from_secs(60)),
         }
-    }
-
-    /// How long `peer` must still wait, when the limiter refused it lately.
-    fn limited_for(&self, peer: IpAddr) -> Option<Duration> {
-        let until = self.limited.get(&crate::ratelimit::address_key(peer))?;
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        (!left.is_zero()).then_some(left)
     }
 
     /// Tokens were revoked (or changed): forget every verification.
@@ -341,24 +330,22 @@ pub async fn authenticate(
     token: &Secret,
 ) -> Result<(Arc<UserState>, Arc<str>), HttpError> {
     let tokens = &gw.tokens;
+    // A spent login budget answers first, cached token or not: an address over its budget
+    // learns nothing, from the cache or the database, until the budget refills.
+    if let Err(denied) = gw.limiters.spent(peer, basic_user) {
+        gw.metrics.refused(crate::metrics::Refusal::Login);
+        tracing::warn!(target: "security", peer = %peer, reason = denied.reason, "token refused before lookup: login limit reached");
+        return Err(HttpError::LoginLimited {
+            retry_after: denied.retry_after,
+            reason: denied.reason,
+        });
+    }
     let digest = digest(&tokens.key, token.expose());
     let cached = tokens.cached(&digest);
     let fresh = cached.is_none();
     let verdict = match cached {
         Some(v) => Ok(v),
-        None => {
-            // Charged before the lookup's answer counts: an address over its login budget learns
-            // nothing from the database until the budget refills.
-            if let Some(retry_after) = tokens.limited_for(peer) {
-                gw.metrics.refused(crate::metrics::Refusal::Login);
-                tracing::warn!(target: "security", peer = %peer, reason = "address", "token refused before lookup: login limit reached");
-                return Err(HttpError::LoginLimited {
-                    retry_after,
-                    reason: "address",
-                });
-            }
-            tokens.lookup(digest).await?
-        }
+        None => tokens.lookup(digest).await?,
     };
     let refusal = match verdict {
         Ok(v) if v.expires_at <= now_unix() => Refusal::Expired(v.id.clone(), v.user.clone()),
@@ -413,10 +400,6 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
     };
     let id = id.map_or("-", |i| &**i);
     if let Err(denied) = gw.limiters.login_attempt(peer, user) {
-        if denied.reason == "address" {
-            let until = std::time::Instant::now() + denied.retry_after;
-            gw.tokens.limited.insert(crate::ratelimit::address_key(peer), until);
-        }
         gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
         gw.audit

@@ -69,20 +69,8 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     let user = f.get("user").map(|s| s.trim()).unwrap_or("");
     let password = Secret::new(f.get("password").cloned().unwrap_or_default());
     let next = form::local_path(f.get("next").map_or("/", String::as_str)).to_string();
-    let verdict = if crate::auth::tokens::is_token(password.expose()) {
-        match ctx.gw.limiters.login_attempt(ctx.client, user) {
-            Ok(()) => Err(HttpError::BadCredentials),
-            Err(d) => {
-                ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
-                Err(HttpError::LoginLimited {
-                    retry_after: d.retry_after,
-                    reason: d.reason,
-                })
-            }
-        }
-    } else {
-        crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password, "form").await
-    };
+    // A token typed as the password is refused there without argon2, like on SSH.
+    let verdict = crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password, "form").await;
     let u = match verdict {
         Ok(u) => u,
         Err(e @ HttpError::LoginLimited { .. }) => {

@@ -526,3 +526,114 @@ async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
         "another client behind the same proxy is not locked out"
     );
 }
+
+/// Issue 21, defect 1: the verified-credential caches answered before the login limiter, so an
+/// address far over its budget still told a right guess (200) from a wrong one (429). Now a spent
+/// budget answers first on every road a credential takes (Basic, Bearer, the form), and only a
+/// credential already proven on the same connection keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_over_its_login_budget_learns_nothing_from_the_caches() {
+    // A burst of 3, then one a minute: the budget cannot refill while the test runs.
+    let (gw, _web, c) = gateway("[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n").await;
+    let token = {
+        let out = std::process::Command::new(crate::common::gateway::BIN)
+            .args(["token", "create", "alice", "-c"])
+            .arg(&gw.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let bearer = format!("Bearer {token}");
+    // alice is active from her own address: her password and her token are in the caches.
+    let owner = c.from("127.0.0.22");
+    assert_eq!(owner.get("/global/health", Some(&alice())).await.status, 200);
+    assert_eq!(owner.get("/global/health", Some(&bearer)).await.status, 200);
+    // The attacker's address once presented the right password on a connection it keeps.
+    let attacker = c.from("127.0.0.21");
+    let mut proven = attacker.http1().await;
+    let health = |auth: &str| {
+        attacker
+            .request("GET", "/global/health", Some(auth))
+            .body(Full::default())
+            .unwrap()
+    };
+    assert_eq!(
+        read(proven.send_request(health(&alice())).await.unwrap()).await.status,
+        200
+    );
+    // Then it guesses until the limiter refuses.
+    let mut guesses = attacker.http1().await;
+    let mut wrong = 0;
+    let first_refusal = loop {
+        let r = read(
+            guesses
+                .send_request(health(&basic("alice", &format!("guess-{wrong}"))))
+                .await
+                .unwrap(),
+        )
+        .await;
+        match r.status.as_u16() {
+            401 => wrong += 1,
+            429 => break r,
+            other => panic!("guess {wrong} answered {other}: {}", r.body),
+        }
+        assert!(wrong <= 3, "more wrong guesses were checked than the burst of 3");
+    };
+    assert!(first_refusal.body.contains("address limit"), "{}", first_refusal.body);
+    let runs = gw.metric("argon2_verifications_total");
+    let expect_limited = |what: &str, r: &crate::common::client::Reply| {
+        assert_eq!(
+            r.status, 429,
+            "{what}: the right credential from a spent address: {}",
+            r.body
+        );
+        let after: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&after), "{what}: Retry-After {after}");
+    };
+    // The right password, on a new connection: the cache must not answer.
+    let r = attacker.get("/global/health", Some(&alice())).await;
+    expect_limited("cached password", &r);
+    assert!(
+        r.body.contains("login_limited") && r.body.contains("address limit"),
+        "{}",
+        r.body
+    );
+    // The right token, cached: the same.
+    expect_limited("cached token", &attacker.get("/global/health", Some(&bearer)).await);
+    // The token as a Basic password: the same.
+    expect_limited(
+        "token as password",
+        &attacker.get("/global/health", Some(&basic("alice", &token))).await,
+    );
+    // The login form with the right password: the same, and no cookie.
+    let login = attacker.host("gw.localhost");
+    let form = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from("user=alice&password=alice-password-1&next=/"))
+        .unwrap();
+    let r = login.call(form).await;
+    expect_limited("login form", &r);
+    assert!(r.headers.get("set-cookie").is_none(), "a refused login sets no cookie");
+    // What was proven on a connection keeps working there.
+    assert_eq!(
+        read(proven.send_request(health(&alice())).await.unwrap()).await.status,
+        200
+    );
+    // alice's own address is not affected.
+    assert_eq!(owner.get("/global/health", Some(&alice())).await.status, 200);
+    assert_eq!(owner.get("/global/health", Some(&bearer)).await.status, 200);
+    assert_eq!(
+        gw.metric("argon2_verifications_total"),
+        runs,
+        "no refusal cost an argon2 run"
+    );
+    assert!(
+        gw.wait_log("login refused: limit reached", Duration::from_secs(5))
+            .await,
+        "the refusals are logged"
+    );
+}

@@ -210,15 +210,29 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
     );
 }
 
+/// The gateway password over SSH goes through the HTTPS path's limiter and caches: once the
+/// address's budget is spent, even the right (cached) password is refused (issue 21, defect 1:
+/// the right one used to be accepted from an address over its budget), and a token typed as the
+/// password never costs an argon2 run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     let web = FakeUpstream::start(PW).await;
     let api = FakeUpstream::start(PW).await;
-    let s = setup_ssh(&projects(&web, &api));
-    let askpass = s.dir.path().join("askpass.sh");
-    std::fs::write(&askpass, "#!/bin/sh\necho alice-password-1\n").unwrap();
+    // A burst of 3, then one a minute: the budget cannot refill while the test runs.
+    let s = setup_ssh(&format!(
+        "[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n\n{}",
+        projects(&web, &api)
+    ));
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let answer = |name: &str, password: &str| {
+        let path = s.dir.path().join(name);
+        std::fs::write(&path, format!("#!/bin/sh\necho '{password}'\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        path
+    };
+    let right = answer("right.sh", "alice-password-1");
+    let wrong = answer("wrong.sh", "not-the-password");
+    let token = answer("token.sh", &format!("ocgw_{}", "A".repeat(43)));
     let with_password = |ask: &Path| {
         let mut cmd = std::process::Command::new("ssh");
         cmd.args([
@@ -232,6 +246,9 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
             "PreferredAuthentications=password",
             "-o",
             "NumberOfPasswordPrompts=1",
+            // An address of its own, so its budget is this test's alone.
+            "-b",
+            "127.0.0.31",
         ])
         .arg("-o")
         .arg(format!("UserKnownHostsFile={}", s.kh.display()))
@@ -242,9 +259,10 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
         .stdin(std::process::Stdio::null());
         cmd
     };
-    let before = s.gw.metric("argon2_verifications_total");
-    let out = tokio::task::block_in_place(|| run(with_password(&askpass)));
-    // Logged in (then the command is refused: there is no shell).
+    let argon2 = || s.gw.metric("argon2_verifications_total");
+    let before = argon2();
+    // Attempt 1 of 3: the right password logs in (then the command is refused: there is no shell).
+    let out = tokio::task::block_in_place(|| run(with_password(&right)));
     assert!(stderr(&out).contains("only forwards to projects"), "{}", stderr(&out));
     // The log reaches the test through a pipe a thread drains: wait for it, bounded.
     assert!(
@@ -252,13 +270,31 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
         "{}",
         s.gw.logs()
     );
-    assert!(s.gw.metric("argon2_verifications_total") > before);
-    let wrong = s.dir.path().join("wrong.sh");
-    std::fs::write(&wrong, "#!/bin/sh\necho not-the-password\n").unwrap();
-    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(argon2(), before + 1, "one argon2 run for the first login");
+    // Attempt 2: a token typed as the password is refused without argon2.
+    let out = tokio::task::block_in_place(|| run(with_password(&token)));
+    assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    assert_eq!(argon2(), before + 1, "a token never goes to argon2");
+    // Attempt 3, the last of the burst: a wrong password.
     let out = tokio::task::block_in_place(|| run(with_password(&wrong)));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
-    assert!(s.gw.metric("logins_total{method=\"password\",outcome=\"failure\"}") >= 1);
+    assert_eq!(s.gw.metric("logins_total{method=\"password\",outcome=\"failure\"}"), 2);
+    // The budget is spent: the right password, cached since attempt 1, is refused too.
+    let runs = argon2();
+    let out = tokio::task::block_in_place(|| run(with_password(&right)));
+    assert!(
+        stderr(&out).contains("Permission denied") && !stderr(&out).contains("only forwards"),
+        "the right password from a spent address: {}",
+        stderr(&out)
+    );
+    assert_eq!(argon2(), runs, "refused before any verification");
+    assert!(
+        s.gw.wait_log("login refused: limit reached", Duration::from_secs(5))
+            .await,
+        "{}",
+        s.gw.logs()
+    );
+    assert!(s.gw.metric("limiter_refusals_total{reason=\"login\"}") >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
