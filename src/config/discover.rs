@@ -1,9 +1,14 @@
 //! Project sets (`directories = "/srv/app/.worktrees/*"`): one project per matching folder, named
 //! `<set name>-<folder>`, with the set's settings. Read at load and again by the gateway's watcher
 //! (`serve`), which swaps in a new state when the folders change.
+//!
+//! Anyone who can write the set's folder (a developer, the agent of any project in the set) can
+//! put an entry there, so an entry becomes a project only when it is a real directory whose
+//! canonical path is that folder's child: a symbolic link (to another project, to `/etc`) would
+//! otherwise serve its target to everyone granted the set's pattern.
 
-use std::collections::HashSet;
-use std::path::Path;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 
 use super::settings::{Project, ProjectSet, Settings};
 use super::validate::valid_project_name;
@@ -14,9 +19,19 @@ pub fn matches(prefix: &str, name: &str) -> bool {
     name.starts_with(prefix) && name.len() > prefix.len() && !name.starts_with('.')
 }
 
-/// The project a set makes of folder `folder`: `<set>-<folder>`.
+/// The project a set makes of folder `folder`: `<set>-<folder>`, the folder's name spelled as a
+/// project name (lower case; every run of other characters, `_` and `.` included, becomes one
+/// `-`), so `Feat_Login.v2` serves as `<set>-feat-login-v2`.
 pub fn project_name(set: &str, folder: &str) -> String {
-    format!("{set}-{folder}")
+    let mut name = format!("{set}-");
+    for c in folder.chars() {
+        if c.is_ascii_alphanumeric() {
+            name.push(c.to_ascii_lowercase());
+        } else if !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    name.trim_end_matches('-').to_string()
 }
 
 /// The projects every set finds now, sorted by name, and why a matching folder was refused.
@@ -42,18 +57,36 @@ pub fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
                 continue;
             }
         };
-        let mut folders: Vec<String> = entries
+        let mut folders: Vec<(String, std::fs::FileType)> = entries
             .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| matches(&set.prefix, n))
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.file_type().ok()?)))
+            .filter(|(n, _)| matches(&set.prefix, n))
             .collect();
-        folders.sort();
-        for folder in folders {
-            if let Some(p) = one(settings, set, &folder, &mut taken, &mut warnings) {
+        folders.sort_by(|a, b| a.0.cmp(&b.0));
+        // Two folders whose names spell one project name: neither is served, so which one a
+        // name means never depends on the order the folders were made in.
+        let mut spelled: HashMap<String, Vec<&str>> = HashMap::new();
+        for (folder, _) in &folders {
+            spelled.entry(project_name(&set.name, folder)).or_default().push(folder);
+        }
+        for (folder, kind) in &folders {
+            let name = project_name(&set.name, folder);
+            if let Some(all) = spelled.get(&name).filter(|f| f.len() > 1) {
+                if all[0] == folder {
+                    warnings.push(format!(
+                        "project set {}: folders {} all spell the project name {name:?}; rename all but one",
+                        set.name,
+                        all.join(", ")
+                    ));
+                }
+                continue;
+            }
+            if let Some(p) = one(settings, set, folder, *kind, name, &mut taken, &mut warnings) {
                 found.push(p);
             }
         }
     }
+    found.sort_by(|a, b| a.name.cmp(&b.name));
     (found, warnings)
 }
 
@@ -61,15 +94,12 @@ fn one(
     settings: &Settings,
     set: &ProjectSet,
     folder: &str,
+    kind: std::fs::FileType,
+    name: String,
     taken: &mut HashSet<String>,
     warnings: &mut Vec<String>,
 ) -> Option<Project> {
     let path = set.parent.join(folder);
-    let Ok(dir) = path.canonicalize() else { return None };
-    if !dir.is_dir() {
-        return None;
-    }
-    let name = project_name(&set.name, folder);
     let refuse = |why: String| {
         format!(
             "project set {}: folder {} is not a project: {why}",
@@ -77,9 +107,27 @@ fn one(
             path.display()
         )
     };
+    if kind.is_symlink() {
+        let target = std::fs::read_link(&path).map_or_else(|_| "?".into(), |t| t.display().to_string());
+        warnings.push(refuse(format!(
+            "it is a symbolic link (to {target}); a set serves only real folders inside {}",
+            set.parent.display()
+        )));
+        return None;
+    }
+    if !kind.is_dir() {
+        return None;
+    }
+    let dir = match real_child(&set.parent, &path) {
+        Ok(dir) => dir,
+        Err(why) => {
+            warnings.push(refuse(why));
+            return None;
+        }
+    };
     if !valid_project_name(&name) {
         warnings.push(refuse(format!(
-            "{name:?} is not a valid project name (lower-case letters, digits and '-', at most 63)"
+            "its name spells {name:?}, not a valid project name (lower-case letters, digits and '-', at most 63); rename the folder"
         )));
         return None;
     }
@@ -96,6 +144,27 @@ fn one(
     p.directory = Some(dir);
     p.set = Some(set.name.clone());
     Some(p)
+}
+
+/// The canonical path of `path`, when it is a directory directly inside the set's folder once
+/// every link is resolved (a link higher up, or a folder swapped for one since it was listed,
+/// is caught here).
+fn real_child(parent: &Path, path: &Path) -> Result<PathBuf, String> {
+    let parent = parent
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+    let dir = path.canonicalize().map_err(|e| format!("cannot resolve it: {e}"))?;
+    if !dir.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    if dir.parent() != Some(parent.as_path()) {
+        return Err(format!(
+            "it resolves to {}, outside {}; a set serves only real folders inside it",
+            dir.display(),
+            parent.display()
+        ));
+    }
+    Ok(dir)
 }
 
 /// The same rule as for configured projects: no gateway secret inside a project's directory, and
@@ -154,13 +223,20 @@ mod tests {
         assert!(!matches("feat-", "feat-"), "the prefix alone is not a match");
         assert!(!matches("feat-", "fix-login"));
         assert_eq!(project_name("app", "feat-login"), "app-feat-login");
+        assert_eq!(project_name("app", "Feat_Login.v2"), "app-feat-login-v2");
+        assert_eq!(project_name("app", "a__b--c."), "app-a-b-c");
+        assert_eq!(
+            project_name("app", "über"),
+            "app-ber",
+            "non-ASCII letters are separators"
+        );
     }
 
     #[test]
     fn discovered_projects_follow_the_folders_and_refuse_bad_ones() {
         let root = tempfile::tempdir().unwrap();
         let wt = root.path().join("wt");
-        for d in ["one", "Two", ".hidden", "state"] {
+        for d in ["one", "Two", ".hidden", "state", "x_y", "x.y"] {
             std::fs::create_dir_all(wt.join(d)).unwrap();
         }
         std::fs::write(wt.join("file"), "").unwrap();
@@ -172,14 +248,17 @@ mod tests {
         );
         let s = crate::config::parse(&config, &root.path().join("gateway.toml")).unwrap();
         let names: Vec<_> = s.projects.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["app-one"], "{:?}", s.discovery_warnings);
+        assert_eq!(names, ["app-one", "app-two"], "{:?}", s.discovery_warnings);
         assert_eq!(
             s.projects[0].directory.as_deref(),
             Some(wt.join("one").canonicalize().unwrap().as_path())
         );
         assert_eq!(s.projects[0].set.as_deref(), Some("app"));
         let w = s.discovery_warnings.join("\n");
-        assert!(w.contains("\"app-Two\" is not a valid project name"), "{w}");
+        assert!(
+            w.contains("folders x.y, x_y all spell the project name \"app-x-y\"; rename all but one"),
+            "two folders, one name: neither is served: {w}"
+        );
         assert!(
             w.contains("folder") && w.contains("state") && w.contains("server.state_dir"),
             "{w}"
@@ -194,10 +273,69 @@ mod tests {
         std::fs::create_dir(wt.join("three")).unwrap();
         let next = refresh(&s).0.expect("a new folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["app-one", "app-three"]);
+        assert_eq!(names, ["app-one", "app-three", "app-two"]);
         std::fs::remove_dir(wt.join("one")).unwrap();
         let next = refresh(&next).0.expect("a removed folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
-        assert_eq!(names, ["app-three"]);
+        assert_eq!(names, ["app-three", "app-two"]);
+    }
+
+    /// Issue 21, defect 2: a link in a set's folder served its target (another project's folder,
+    /// `/etc`) to everyone granted the set's pattern.
+    #[test]
+    fn links_in_a_set_folder_never_become_projects() {
+        let root = tempfile::tempdir().unwrap();
+        let wt = root.path().join("wt");
+        let other = root.path().join("other-project");
+        std::fs::create_dir_all(wt.join("real")).unwrap();
+        std::fs::create_dir_all(other.join("inner")).unwrap();
+        std::os::unix::fs::symlink(&other, wt.join("o")).unwrap();
+        std::os::unix::fs::symlink("/etc", wt.join("etc")).unwrap();
+        std::os::unix::fs::symlink(wt.join("real"), wt.join("alias")).unwrap();
+        std::os::unix::fs::symlink(wt.join("missing"), wt.join("dangling")).unwrap();
+        // A set folder reached through a link is fine: its real children are still its children.
+        let via = root.path().join("via");
+        std::os::unix::fs::symlink(&wt, &via).unwrap();
+        let config = |parent: &Path| {
+            format!(
+                "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"{}\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n\
+                 [[project]]\nname = \"app\"\ndirectories = \"{}/*\"\nspawn = true\nstart = \"on-demand\"\n",
+                root.path().join("state").display(),
+                parent.display()
+            )
+        };
+        let shown = wt.canonicalize().unwrap();
+        for parent in [&wt, &via] {
+            let s = crate::config::parse(&config(parent), &root.path().join("gateway.toml")).unwrap();
+            let found: Vec<_> = s
+                .projects
+                .iter()
+                .map(|p| (p.name.as_str(), p.directory.clone().unwrap()))
+                .collect();
+            assert_eq!(
+                found,
+                [("app-real", wt.join("real").canonicalize().unwrap())],
+                "{:?}",
+                s.discovery_warnings
+            );
+            let w = s.discovery_warnings.join("\n");
+            for (link, target) in [("o", other.display().to_string()), ("etc", "/etc".into())] {
+                assert!(
+                    w.contains(&format!(
+                        "{}/{link} is not a project: it is a symbolic link (to {target})",
+                        shown.display()
+                    )),
+                    "{link}: {w}"
+                );
+            }
+            assert!(w.contains("alias is not a project: it is a symbolic link"), "{w}");
+            assert!(w.contains("dangling is not a project: it is a symbolic link"), "{w}");
+        }
+        // The check that resolves every link catches what a listing cannot see.
+        assert!(real_child(&wt, &wt.join("real")).is_ok());
+        let why = real_child(&wt, &wt.join("o")).unwrap_err();
+        assert!(why.contains("outside") && why.contains("other-project"), "{why}");
+        let why = real_child(&wt, &wt.join("real/../o/inner")).unwrap_err();
+        assert!(why.contains("outside"), "{why}");
     }
 }
