@@ -9,7 +9,9 @@
 //! bits). Codes live in memory only (a restart loses them: ask for another), at most 15 minutes,
 //! single use (taken out under the lock that checks them), and die after [`MAX_TRIES`] wrong
 //! secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
-//! attempt first passes the login limiter (see `submit`), so 40 bits are plenty.
+//! attempt first passes the login limiter (see `submit`), so 40 bits are plenty. Unknown, used,
+//! expired, dead and wrong codes get one answer (status, body, and the same budget charged), so
+//! a guesser cannot find a live id to aim its wrong tries at.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -41,7 +43,7 @@ const GROUP: usize = 4;
 const ID_LEN: usize = GROUP;
 const SECRET_LEN: usize = 2 * GROUP;
 
-/// Charged to the per-user login budget for a code whose id selects nothing.
+/// The user a refused pairing is logged under when its code selects nobody.
 pub const UNKNOWN_USER: &str = "(pairing)";
 
 /// A code just issued (shown once, on the host).
@@ -267,14 +269,15 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let parsed = parse(f.get("code").map_or("", String::as_str));
-    let charged = parsed
-        .as_ref()
-        .and_then(|p| ctx.gw.pairing.user_of(&p.id))
-        .unwrap_or_else(|| UNKNOWN_USER.to_string());
-    if let Err(d) = ctx.gw.limiters.login_attempt(ctx.client, &charged) {
+    // Every attempt is charged to the address alone, whatever its id selects: a budget that
+    // followed the code's user would tell live ids from unknown ones by which budget runs out.
+    // Guessing one code's secret is bounded by the code itself (MAX_TRIES, then it dies).
+    if let Err(d) = ctx.gw.limiters.address_attempt(ctx.client) {
         ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %ctx.client, reason = d.reason, "pairing refused before the code was looked at: limit reached");
-        ctx.gw.audit.record(pairing_refused(ctx, "lockout", &charged, d.reason));
+        ctx.gw
+            .audit
+            .record(pairing_refused(ctx, "lockout", UNKNOWN_USER, d.reason));
         let text = HttpError::LoginLimited {
             retry_after: d.retry_after,
             reason: d.reason,
@@ -285,6 +288,11 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
             .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after.as_secs().max(1)));
         return Ok(r);
     }
+    // Only for the log: the person sees the same answer whichever reason it was.
+    let charged = parsed
+        .as_ref()
+        .and_then(|p| ctx.gw.pairing.user_of(&p.id))
+        .unwrap_or_else(|| UNKNOWN_USER.to_string());
     let verdict = parsed
         .as_ref()
         .ok_or(Refused::Malformed)

@@ -297,6 +297,46 @@ async fn wrong_tries_expiry_and_the_limiter_bound_pairing_codes() {
     cookie_of(&post_code(&c.from("127.0.0.6"), &good).await);
 }
 
+/// Issue 21, defect 4: unknown ids were charged to one budget and live ids to their user's, so
+/// once the first ran out a prober told live ids from unknown ones (429 against 401), and then
+/// killed the live code with wrong tries. Now every kind of refused code gets one answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_and_wrong_codes_get_one_answer_from_one_budget() {
+    let web = FakeUpstream::start(PW).await;
+    // A user-name budget smaller than the address's: a budget that followed the code's user
+    // would run out first and show.
+    let config = base_config(&format!(
+        "[limits]\nauth_failure_burst = 20\nuser_failure_burst = 3\n\n{}{}",
+        external_project("web", &web.url()),
+        users_toml(&[ALICE])
+    ));
+    let gw = Gateway::start_behind(&config, PW);
+    let c = Https::new(gw.https, &gw.ca());
+    let (code, _) = pair(&gw, &["alice"]);
+    let id = if code.starts_with("ZZZZ") { "YYYY" } else { "ZZZZ" };
+    let unknown = |n: usize| format!("{id}-ZZZZ-ZZ{}", 2 + n);
+    let prober = c.from("127.0.0.7");
+    for n in 0..4 {
+        let r = post_code(&prober, &unknown(n)).await;
+        assert_eq!(r.status, 401, "unknown id {n}: {}", r.body);
+    }
+    // The same prober now tries the live id with a wrong secret, then an unknown id again.
+    let wrong = post_code(&prober, &wrong_secret(&code, 0)).await;
+    let unknown_again = post_code(&prober, &unknown(5)).await;
+    assert_eq!(
+        (wrong.status, &wrong.body),
+        (unknown_again.status, &unknown_again.body),
+        "a live id with a wrong secret and an unknown id must look the same"
+    );
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.body.contains("wrong, used or expired"), "{}", wrong.body);
+    // The live code survived the probe and works once, from the phone.
+    cookie_of(&post_code(&c.from("127.0.0.8"), &code).await);
+    // Used now: its answer is the same as an unknown id's.
+    let used = post_code(&prober, &code).await;
+    assert_eq!((used.status, &used.body), (unknown_again.status, &unknown_again.body));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revoking_a_device_ends_its_session_at_once_and_the_other_survives_a_restart() {
     let (mut gw, _web, c) = gateway().await;
