@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod body;
 pub mod compress;
+pub mod discard;
 pub mod error;
 pub mod forward;
 pub mod own_files;

@@ -61,9 +61,20 @@ pub async fn handle(
     // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
     // up a password dialog over the web UI; browsers log in with the form and a cookie.
     let browser = req.headers().contains_key(SEC_FETCH_MODE);
-    let response = match handle_inner(&gw, &state, &conn, client, req, &mut record).await {
+    let (parts, body) = req.into_parts();
+    // Decided while the head is at hand (a GET's empty body answers at once). The body stays
+    // here until a stage takes it (a page, or the forward): a refusal before that reads a small
+    // body first, so an HTTP/2 client sees the refusal instead of a reset stream.
+    let read_before_refusal = super::discard::wanted(&parts.headers, &body);
+    let mut body = Some(body);
+    let response = match handle_inner(&gw, &state, &conn, client, parts, &mut body, &mut record).await {
         Ok(r) => r,
         Err(e) => {
+            if let Some(unread) = body.take()
+                && read_before_refusal
+            {
+                super::discard::discard(unread).await;
+            }
             record.reason = Some(e.code());
             if StatusCode::from(&e).is_server_error() {
                 tracing::warn!(peer = %client, project = record.project.as_ref().map_or("-", |p| &*p.name), reason = e.code(), "{e}");
@@ -113,17 +124,17 @@ async fn handle_inner(
     state: &State,
     conn: &ConnInfo,
     client: IpAddr,
-    req: Request<Incoming>,
+    parts: Parts,
+    body: &mut Option<Incoming>,
     record: &mut AccessRecord,
 ) -> Result<Response<ProxyBody>, HttpError> {
     let limits = &gw.limits;
-    let uri_len = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
+    let uri_len = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
     if uri_len > limits.max_uri_bytes {
         return Err(HttpError::UriTooLong {
             max: limits.max_uri_bytes,
         });
     }
-    let (parts, body) = req.into_parts();
     let Reading {
         host,
         upgrade,
@@ -140,6 +151,7 @@ async fn handle_inner(
             parts: &parts,
             host: host.as_deref(),
         };
+        let body = body.take().expect("the body is taken once, here or by the forward");
         return match crate::web::serve(&ctx, body, page).await {
             Ok(r) => Ok(r),
             Err(e) if html && !matches!(e, HttpError::LoginRedirect { .. }) => {
@@ -306,7 +318,7 @@ async fn handle_inner(
         endpoint: &endpoint,
         user: &user,
         parts,
-        body,
+        body: body.take().expect("the body is taken once, here or by a page"),
         target: &target,
         host: host.as_deref(),
         upgrade,

@@ -32,6 +32,7 @@ mod phone;
 mod pinning;
 mod proxy;
 mod real_opencode;
+mod refusals;
 mod reload;
 mod request_form;
 mod roles;
