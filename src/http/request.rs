@@ -137,6 +137,19 @@ fn target(
         None if bound.is_some() => return Err(HttpError::ProjectGone(name.to_string())),
         None => return Err(HttpError::UnknownProject(name.to_string())),
     };
+    // The gateway's prefix is its own on every host and every road (`/p/<name>/_gw/…` on the
+    // login host, an SSH channel, a project's port): nothing under it reaches OpenCode.
+    if path
+        .tail(start)
+        .iter()
+        .find(|s| !s.is_empty())
+        .is_some_and(|s| s.eq_ignore_ascii_case(crate::web::PREFIX))
+    {
+        return Err(HttpError::NotFound(format!(
+            "/{}/ is reserved for the gateway's own pages; nothing there reaches project {name}",
+            crate::web::PREFIX
+        )));
+    }
     Ok(resolve(state, project, method, path, start))
 }
 

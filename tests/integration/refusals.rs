@@ -67,3 +67,32 @@ async fn a_refused_post_over_http2_gets_its_status_and_reason_every_time() {
     }
     assert!(web.seen().is_empty(), "nothing refused reached the upstream");
 }
+
+/// Issue 21, defect 6: `/p/<project>/_gw/…` on the login host was forwarded to OpenCode. The
+/// gateway's prefix is its own under every project path, in every spelling OpenCode reads as it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
+    let web = FakeUpstream::start(PW).await;
+    let config = base_config(&format!("{}{}", external_project("web", &web.url()), users_toml(&[ALICE])));
+    let gw = Gateway::start_behind(&config, PW);
+    let c = crate::common::client::Https::new(gw.https, &gw.ca());
+    let alice = crate::common::client::basic("alice", "alice-password-1");
+    for path in [
+        "/p/web/_gw/callback?ticket=x",
+        "/p/web/_GW/act",
+        "/p/web/%5Fgw/events",
+        "/p/web//_gw/handoff",
+        "/p/web/_gw",
+    ] {
+        let r = c.get(path, Some(&alice)).await;
+        assert_eq!(r.status, 404, "{path}: {}", r.body);
+        assert!(
+            r.body.contains("\"error\":\"not_found\"") && r.body.contains("reserved for the gateway"),
+            "{path}: {}",
+            r.body
+        );
+    }
+    assert!(web.seen().is_empty(), "nothing under the prefix reached OpenCode: {:?}", web.seen());
+    // A project path that merely contains the prefix later on is the project's.
+    assert_eq!(c.get("/p/web/session/_gw", Some(&alice)).await.status, 200);
+}
