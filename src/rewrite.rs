@@ -148,14 +148,23 @@ fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
     HeaderValue::from_bytes(&buf[..n]).ok()
 }
 
-/// Response headers back to the client. For a 101, the Upgrade pair is kept.
-pub fn response_headers(headers: &mut HeaderMap, upgrade: bool) {
+/// Response headers back to the client. For a 101, the Upgrade pair is kept. `upstream_origin`
+/// is the `Origin` the gateway sent upstream in the client's stead.
+pub fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
     let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
     strip_hop_by_hop(headers);
     headers.remove(header::WWW_AUTHENTICATE);
     // No credentialed CORS through the gateway: the web UI is same-origin with its host and
     // needs none, and a project host must not let a sibling host's page read it with cookies.
     headers.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    // OpenCode reflects the Origin it was sent, which is the upstream's own (`http://127.0.0.1:
+    // <port>`): an answer naming it tells the client the upstream's port and allows nobody.
+    if headers
+        .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+        .is_some_and(|v| v == upstream_origin)
+    {
+        headers.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+    }
     // An upstream may not set (toss) the gateway's own cookie on a project host.
     if headers.contains_key(header::SET_COOKIE) {
         crate::web::cookie::strip_set_cookie(headers);
@@ -295,7 +304,8 @@ mod tests {
             HeaderValue::from_static("__Host-ocgw=forged; Path=/; Secure"),
         );
         h.append(header::SET_COOKIE, HeaderValue::from_static("theme=dark; Path=/"));
-        response_headers(&mut h, false);
+        let upstream = HeaderValue::from_static("http://127.0.0.1:4096");
+        response_headers(&mut h, false, &upstream);
         assert!(h.get(header::ACCESS_CONTROL_ALLOW_CREDENTIALS).is_none());
         let cookies: Vec<_> = h.get_all(header::SET_COOKIE).iter().collect();
         assert_eq!(
@@ -306,6 +316,13 @@ mod tests {
         assert!(
             h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_some(),
             "plain CORS passes"
+        );
+        // OpenCode's reflection of the upstream origin the gateway sent: it names the port.
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, upstream.clone());
+        response_headers(&mut h, false, &upstream);
+        assert!(
+            h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none(),
+            "the upstream's origin never leaves"
         );
     }
 
@@ -324,7 +341,7 @@ mod tests {
         resp.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         resp.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         resp.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic realm=x"));
-        response_headers(&mut resp, true);
+        response_headers(&mut resp, true, &HeaderValue::from_static("http://127.0.0.1:4096"));
         assert_eq!(resp.get(header::UPGRADE).unwrap(), "websocket");
         assert!(resp.get(header::WWW_AUTHENTICATE).is_none());
     }

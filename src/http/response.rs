@@ -70,7 +70,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         let upstream_upgrade = hyper::upgrade::on(&mut response);
         splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
         let (mut parts, _) = response.into_parts();
-        rewrite::response_headers(&mut parts.headers, true);
+        rewrite::response_headers(&mut parts.headers, true, &endpoint.origin_header);
         if let Some(r) = &endpoint.redactor {
             r.headers(&mut parts.headers);
         }
@@ -78,7 +78,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
     }
 
     let (mut parts, body) = response.into_parts();
-    rewrite::response_headers(&mut parts.headers, false);
+    rewrite::response_headers(&mut parts.headers, false, &endpoint.origin_header);
     if let Some(r) = &endpoint.redactor {
         if r.headers(&mut parts.headers) {
             tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");

@@ -213,6 +213,24 @@ async fn a_pty_websocket_through_the_gateway_runs_what_is_typed() {
         .unwrap();
     let r = s.client.call(req).await;
     assert_eq!(r.status, 200, "{}", r.body);
+    // OpenCode reflects the Origin it was sent (the upstream's own): no answer may carry it
+    // (issue 21, defect 6: the upstream's loopback port leaked in Access-Control-Allow-Origin).
+    let preflight = s
+        .client
+        .request("OPTIONS", "/p/demo/session", Some(&alice()))
+        .header("origin", &own)
+        .header("access-control-request-method", "POST")
+        .body(Full::default())
+        .unwrap();
+    let preflight = s.client.call(preflight).await;
+    assert_eq!(preflight.status, 204, "{}", preflight.body);
+    let upstream = format!(":{}", s.oc.port);
+    for answer in [&r, &preflight] {
+        for (name, value) in &answer.headers {
+            let value = value.to_str().unwrap_or_default();
+            assert!(!value.contains(&upstream), "{name}: {value} names the upstream's port");
+        }
+    }
     let ticket = serde_json::from_str::<serde_json::Value>(&r.body).unwrap()["ticket"]
         .as_str()
         .unwrap()

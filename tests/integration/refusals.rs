@@ -73,7 +73,11 @@ async fn a_refused_post_over_http2_gets_its_status_and_reason_every_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
     let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!("{}{}", external_project("web", &web.url()), users_toml(&[ALICE])));
+    let config = base_config(&format!(
+        "{}{}",
+        external_project("web", &web.url()),
+        users_toml(&[ALICE])
+    ));
     let gw = Gateway::start_behind(&config, PW);
     let c = crate::common::client::Https::new(gw.https, &gw.ca());
     let alice = crate::common::client::basic("alice", "alice-password-1");
@@ -92,7 +96,11 @@ async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
             r.body
         );
     }
-    assert!(web.seen().is_empty(), "nothing under the prefix reached OpenCode: {:?}", web.seen());
+    assert!(
+        web.seen().is_empty(),
+        "nothing under the prefix reached OpenCode: {:?}",
+        web.seen()
+    );
     // A project path that merely contains the prefix later on is the project's.
     assert_eq!(c.get("/p/web/session/_gw", Some(&alice)).await.status, 200);
 }
