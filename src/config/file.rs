@@ -120,6 +120,8 @@ pub struct RawOidc {
     pub match_on: Option<String>,
     pub label: Option<String>,
     pub scopes: Option<Vec<String>>,
+    /// Origins other than the issuer's that discovery may name for its endpoints.
+    pub endpoint_origins: Option<Vec<String>>,
 }
 
 pub use super::limits::RawLimits;

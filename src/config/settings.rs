@@ -112,6 +112,9 @@ pub struct Oidc {
     pub scopes: Vec<String>,
     /// Files holding the client secret (`client_secret_file`), for the protected paths.
     pub secret_file: Option<PathBuf>,
+    /// Origins (`https://host[:port]`) besides the issuer's that discovery may name for the
+    /// authorization, token and key endpoints.
+    pub endpoint_origins: Vec<String>,
 }
 
 /// Which ID token claim names the person (`[[user]] oidc = …`).

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::jwks::{Jwk, JwkSet, SUPPORTED};
 use crate::config::Oidc;
-use crate::config::validate::acceptable_oidc_url;
+use crate::config::validate::{acceptable_oidc_url, oidc_endpoint_allowed};
 use crate::web::form::encode;
 
 /// How long discovery and keys are trusted before asking again.
@@ -99,6 +99,8 @@ impl Provider {
             ("jwks_uri", &discovery.jwks_uri),
         ] {
             acceptable_oidc_url(url).map_err(|why| format!("discovery's {name} {url:?} {why}"))?;
+            oidc_endpoint_allowed(&cfg.issuer, &cfg.endpoint_origins, url)
+                .map_err(|why| format!("discovery's {name} {url:?} {why}"))?;
         }
         if !discovery
             .id_token_signing_alg_values_supported
@@ -231,6 +233,7 @@ mod tests {
             label: "Test".into(),
             scopes: vec!["openid".into()],
             secret_file: None,
+            endpoint_origins: Vec::new(),
         }
     }
 
@@ -260,5 +263,55 @@ mod tests {
         let e = Provider::default().metadata(&cfg(&base), false).await.err().unwrap();
         assert!(e.contains("jwks_uri") && e.contains("plain http"), "{e}");
         assert_eq!(hits.load(Ordering::SeqCst), 1, "the keys were not fetched");
+    }
+
+    /// Issue 21, defect 6: discovery could point the key and token endpoints at any loopback
+    /// port, and the code exchange (with the client secret) went there.
+    #[tokio::test]
+    async fn endpoints_on_another_origin_are_refused_unless_the_config_lists_it() {
+        let (other, other_hits) = serve(None, None).await;
+        let jwks: &'static str = Box::leak(format!("{other}/jwks").into_boxed_str());
+        let (base, _) = serve(None, Some(jwks)).await;
+        let e = Provider::default().metadata(&cfg(&base), false).await.err().unwrap();
+        assert!(
+            e.contains("jwks_uri") && e.contains("neither the issuer's origin"),
+            "{e}"
+        );
+        assert_eq!(
+            other_hits.load(Ordering::SeqCst),
+            0,
+            "nothing was asked of the other port"
+        );
+        let mut listed = cfg(&base);
+        listed.endpoint_origins = vec![crate::config::validate::oidc::origin_of(&other).unwrap()];
+        let m = Provider::default().metadata(&listed, false).await.unwrap();
+        assert_eq!(m.discovery.jwks_uri, jwks);
+        assert_eq!(
+            other_hits.load(Ordering::SeqCst),
+            1,
+            "the listed origin's keys were fetched"
+        );
+    }
+
+    #[test]
+    fn origins_compare_by_scheme_host_and_port() {
+        use crate::config::validate::oidc::{endpoint_allowed, origin_of};
+        assert_eq!(
+            origin_of("https://Login.Example.com:443/a").as_deref(),
+            Some("https://login.example.com")
+        );
+        assert_eq!(origin_of("http://127.0.0.1:9/x").as_deref(), Some("http://127.0.0.1:9"));
+        let issuer = "https://login.example.com";
+        assert!(endpoint_allowed(issuer, &[], "https://login.example.com/token").is_ok());
+        for bad in [
+            "http://login.example.com/token",
+            "https://login.example.com:8443/token",
+            "https://login.example.com.evil.net/token",
+            "https://127.0.0.1/token",
+        ] {
+            assert!(endpoint_allowed(issuer, &[], bad).is_err(), "{bad}");
+        }
+        let listed = ["https://oauth2.example.com".to_string()];
+        assert!(endpoint_allowed(issuer, &listed, "https://oauth2.example.com/token").is_ok());
     }
 }

@@ -265,7 +265,9 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let user = match found {
         Ok(u) => u,
         Err(reason) => {
-            tracing::warn!(target: "security", peer = %ctx.client, reason, identity = %claim, subject = %identity.sub, "single sign-on: an account that is not a user of this gateway refused");
+            // The claims are the provider's (or its users') text: quoted and escaped, so a
+            // newline in an email or subject cannot forge a log line.
+            tracing::warn!(target: "security", peer = %ctx.client, reason, identity = %quoted(claim), subject = %quoted(&identity.sub), "single sign-on: an account that is not a user of this gateway refused");
             ctx.gw
                 .audit
                 .record(sso_record(ctx, "login_failed", None).field("reason", reason));
@@ -306,4 +308,28 @@ fn find_user(ctx: &Ctx<'_>, matches: impl Fn(&str) -> bool) -> Result<String, &'
         .find(|u| u.oidc.as_deref().is_some_and(&matches) && ctx.state.users.contains_key(u.name.as_str()))
         .map(|u| u.name.clone())
         .ok_or("oidc_unknown_user")
+}
+
+/// Text from outside (a claim) fit for one log field: quoted, control characters escaped, at most
+/// 200 characters.
+fn quoted(text: &str) -> String {
+    let cut: String = text.chars().take(200).collect();
+    format!("{cut:?}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quoted;
+
+    #[test]
+    fn a_claim_cannot_forge_a_log_line() {
+        let forged = "eve@example.com\n2026-12-01T00:00:00Z INFO security: browser login user=alice";
+        let shown = quoted(forged);
+        assert!(!shown.contains('\n'), "{shown}");
+        assert!(
+            shown.starts_with('"') && shown.ends_with('"') && shown.contains("\\n2026"),
+            "{shown}"
+        );
+        assert_eq!(quoted(&"a".repeat(500)).len(), 202, "bounded");
+    }
 }

@@ -261,7 +261,8 @@ async fn chromium_signs_in_through_a_real_provider_and_strangers_are_refused() {
             "{reason} not logged:\n{logs}"
         );
     }
-    assert!(logs.contains("identity=mallory@example.com"), "{logs}");
+    // Quoted and escaped: a claim is the provider's text, and may not forge a log line.
+    assert!(logs.contains("identity=\"mallory@example.com\""), "{logs}");
     assert!(logs.contains("method=\"oidc\""), "{logs}");
     assert!(!logs.contains(CLIENT_SECRET), "the client secret is in the log");
     // The audit trail: alice's sign-in, and the stranger refused without naming them.

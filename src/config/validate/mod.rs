@@ -12,12 +12,13 @@ use super::{ConfigError, Problem, ProtectedPaths};
 
 mod audit;
 mod notify;
-mod oidc;
+pub(crate) mod oidc;
 mod project;
 mod route_role;
 mod user;
 
 pub use oidc::acceptable_url as acceptable_oidc_url;
+pub use oidc::endpoint_allowed as oidc_endpoint_allowed;
 pub use project::split_pattern;
 use project::{project, project_set};
 use user::user;

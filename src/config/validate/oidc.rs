@@ -9,6 +9,33 @@ use super::super::settings::{Oidc, OidcMatch, User};
 use super::Checker;
 use crate::config::Secret;
 
+/// The origin of an absolute URL, lower-cased, with the scheme's default port left out:
+/// `https://Login.Example.com:443/x` → `https://login.example.com`.
+pub fn origin_of(url: &str) -> Option<String> {
+    let uri = url.parse::<http::Uri>().ok()?;
+    let scheme = uri.scheme_str()?.to_ascii_lowercase();
+    let host = uri.host()?.to_ascii_lowercase();
+    let port = match (scheme.as_str(), uri.port_u16()) {
+        ("https", Some(443)) | ("http", Some(80)) | (_, None) => String::new(),
+        (_, Some(p)) => format!(":{p}"),
+    };
+    Some(format!("{scheme}://{host}{port}"))
+}
+
+/// May discovery name `url` as one of its endpoints? The issuer's own origin, or one the config
+/// lists (`endpoint_origins`): the token endpoint receives the client secret and the JWKS decides
+/// which signatures count, so a document that pointed them anywhere else (another port on this
+/// machine, plain http) would hand both to whoever listens there.
+pub fn endpoint_allowed(issuer: &str, allowed: &[String], url: &str) -> Result<(), String> {
+    let origin = origin_of(url).ok_or_else(|| "is not a URL".to_string())?;
+    if Some(&origin) == origin_of(issuer).as_ref() || allowed.contains(&origin) {
+        return Ok(());
+    }
+    Err(format!(
+        "is on {origin}, neither the issuer's origin nor one of oidc.endpoint_origins (add {origin:?} there if the provider really serves it)"
+    ))
+}
+
 /// `https://…`, or `http://` to a loopback host; no query or fragment (the issuer is compared
 /// byte for byte with the ID token's `iss`).
 pub fn acceptable_url(url: &str) -> Result<(), &'static str> {
@@ -84,6 +111,28 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
             .trim_start_matches("http://")
             .into()
     });
+    let mut endpoint_origins = Vec::new();
+    for o in raw.endpoint_origins.iter().flatten() {
+        // Plain http only where the issuer itself is on plain http (a loopback test provider).
+        let plain_ok = issuer.starts_with("http://");
+        match (acceptable_url(o), origin_of(o)) {
+            (Ok(()), Some(origin)) if origin == o.trim_end_matches('/').to_ascii_lowercase() => {
+                if origin.starts_with("http://") && !plain_ok {
+                    c.problem(
+                        "oidc.endpoint_origins",
+                        format!("{o:?} is plain http:// while the issuer is https://"),
+                        "list https:// origins only",
+                    );
+                }
+                endpoint_origins.push(origin);
+            }
+            _ => c.problem(
+                "oidc.endpoint_origins",
+                format!("{o:?} is not an origin"),
+                "write origins only, scheme and host (and port when not the default): endpoint_origins = [\"https://oauth2.example.com\"]",
+            ),
+        }
+    }
     Some(Oidc {
         issuer,
         client_id: raw.client_id.trim().to_string(),
@@ -92,6 +141,7 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
         label,
         scopes,
         secret_file,
+        endpoint_origins,
     })
 }
 
