@@ -114,6 +114,7 @@ impl Gateway {
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let web = crate::web::session::WebSessions::new(store, digest_key);
         let state = State::build(settings, tls, &supervisor, &metrics)?;
+        end_sessions_of_new_passwords(&web, &audit, &state);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::listen::open_file_limit();
         let connection_cap = crate::listen::connection_cap(limits.max_connections, nofile);
@@ -274,6 +275,7 @@ impl Gateway {
         self.cache.retain_users(|name| {
             matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
         });
+        end_sessions_of_new_passwords(&self.web, &self.audit, &state);
         self.state.store(Arc::new(state));
         Ok(())
     }
@@ -362,4 +364,18 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     http1_settings!(b.http1(), limits);
     http2_settings!(b.http2(), limits);
     b
+}
+
+/// A changed password ends the browser logins made under the old one (not paired devices, not
+/// API tokens: neither was made from the password). Logged and audited per user.
+fn end_sessions_of_new_passwords(web: &crate::web::session::WebSessions, audit: &crate::audit::Audit, state: &State) {
+    for (user, n) in web.passwords_are(&state.users) {
+        tracing::warn!(target: "security", user = %user, sessions = n, reason = "password_changed", "a user's password changed: their browser logins ended");
+        audit.record(
+            crate::audit::Record::new("sessions_ended")
+                .user(&*user)
+                .field("reason", "password_changed")
+                .field("sessions", n as u64),
+        );
+    }
 }

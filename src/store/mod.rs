@@ -117,6 +117,11 @@ pub trait BrowserStore: Send + Sync {
     /// when there is no such live device.
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError>;
     fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError>;
+    /// `user`'s password hash is now the one `fingerprint` digests. When it was another before,
+    /// the user's login sessions made without a device (and their project-host children) end;
+    /// returns how many sessions ended. Paired devices keep theirs: pairing proved presence on
+    /// the host, not knowledge of the password.
+    fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError>;
 
     fn insert_web_session(&self, session: &WebSessionRecord) -> Result<(), StoreError>;
     fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError>;

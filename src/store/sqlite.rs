@@ -15,6 +15,7 @@ use super::{BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, Web
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_tokens.sql"),
     include_str!("migrations/0002_browser.sql"),
+    include_str!("migrations/0003_passwords.sql"),
 ];
 
 pub struct SqliteStore {
@@ -220,6 +221,41 @@ impl BrowserStore for SqliteStore {
         )?;
         tx.commit()?;
         Ok(n == 1)
+    }
+
+    fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let known: Option<Vec<u8>> = tx
+            .query_row(
+                "SELECT fingerprint FROM password_fingerprints WHERE user = ?1",
+                [user],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if known.as_deref() == Some(&fingerprint[..]) {
+            return Ok(0);
+        }
+        tx.execute(
+            "INSERT INTO password_fingerprints (user, fingerprint) VALUES (?1, ?2)
+               ON CONFLICT(user) DO UPDATE SET fingerprint = excluded.fingerprint",
+            params![user, &fingerprint[..]],
+        )?;
+        // First sight of this user's password: nothing was made under another one.
+        let ended = if known.is_none() {
+            0
+        } else {
+            // Login-host sessions that no device owns (password and single sign-on logins), and
+            // the project-host sessions handed off from them.
+            tx.execute(
+                "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND user = ?1 AND (
+                   (device_id IS NULL AND parent IS NULL)
+                   OR parent IN (SELECT id FROM web_sessions WHERE user = ?1 AND device_id IS NULL AND parent IS NULL))",
+                params![user, at],
+            )?
+        };
+        tx.commit()?;
+        Ok(ended)
     }
 
     fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {

@@ -225,6 +225,28 @@ impl WebSessions {
         Ok(())
     }
 
+    /// The config's password hashes as they are now. A user whose hash changed since the last
+    /// look (`user passwd`, whether the gateway was running then or not) loses the login sessions
+    /// made under the old one; returns each such user with the number of sessions that ended.
+    /// Blocking (a few small SQLite writes): called at start and on reload, never per request.
+    pub fn passwords_are(&self, users: &crate::state::NameMap<Arc<crate::state::UserState>>) -> Vec<(Arc<str>, usize)> {
+        let now = now_unix();
+        let mut ended = Vec::new();
+        for u in users.values().filter(|u| u.hash.is_some()) {
+            match self.store.password_is(&u.name, &u.fingerprint, now) {
+                Ok(0) => {}
+                Ok(n) => ended.push((u.name.clone(), n)),
+                Err(e) => {
+                    tracing::error!(user = %u.name, error = %e, "cannot record a user's password change; their browser sessions were not ended")
+                }
+            }
+        }
+        if !ended.is_empty() {
+            self.invalidate();
+        }
+        ended
+    }
+
     /// Sessions or devices changed elsewhere (the CLI): forget every verification.
     pub fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);

@@ -331,3 +331,94 @@ async fn a_kept_alive_connection_to_a_removed_projects_port_gets_404_not_a_dropp
     assert_eq!(r.status, 404, "{}", r.body);
     assert!(r.body.contains("no longer exists"), "{}", r.body);
 }
+
+/// Log in with the form on the login host; the `__Host-ocgw=…` cookie pair.
+async fn form_login(c: &Https, user: &str, password: &str) -> String {
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from(format!("user={user}&password={password}&next=/")))
+        .unwrap();
+    let r = login.call(req).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Is this cookie logged in on the login host? (`GET /login` sends a logged-in browser on.)
+async fn logged_in(c: &Https, cookie: &str) -> bool {
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("GET", "/login", None)
+        .header("cookie", cookie)
+        .body(Full::default())
+        .unwrap();
+    let r = login.call(req).await;
+    match r.status.as_u16() {
+        303 => true,
+        200 => {
+            assert!(r.body.contains("name=\"password\""), "{}", r.body);
+            false
+        }
+        other => panic!("GET /login answered {other}: {}", r.body),
+    }
+}
+
+/// Issue 21, defect 6: a changed password ended neither the user's browser logins nor anything
+/// else. Now the logins made under the old password end, on reload and across a restart; other
+/// users' logins and the user's API tokens (not made from the password) stay.
+#[tokio::test]
+async fn a_changed_password_ends_the_browser_logins_made_under_the_old_one() {
+    let web = FakeUpstream::start(PW).await;
+    let bob = || TestUser {
+        name: "bob",
+        password: "bob-password-22",
+        projects: "[\"web\"]",
+        role: "operator",
+    };
+    let mut gw = Gateway::start_behind(&config(&web, None, &[ALICE, bob()]), PW);
+    let c = Https::new(gw.https, &gw.ca());
+    let token = {
+        let out = std::process::Command::new(crate::common::gateway::BIN)
+            .args(["token", "create", "alice", "-c"])
+            .arg(&gw.config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        format!("Bearer {}", String::from_utf8(out.stdout).unwrap().trim())
+    };
+    let alice_cookie = form_login(&c, "alice", "alice-password-1").await;
+    let bob_cookie = form_login(&c, "bob", "bob-password-22").await;
+    assert!(logged_in(&c, &alice_cookie).await && logged_in(&c, &bob_cookie).await);
+
+    let changed = |pw| TestUser { password: pw, ..ALICE };
+    gw.write_config(&config(&web, None, &[changed("alice-password-2"), bob()]));
+    reloaded(&gw, "sighup").await;
+    assert!(
+        !logged_in(&c, &alice_cookie).await,
+        "alice's login under the old password ended"
+    );
+    assert!(logged_in(&c, &bob_cookie).await, "bob's password did not change");
+    assert_eq!(
+        c.get("/p/web/global/health", Some(&token)).await.status,
+        200,
+        "tokens stay"
+    );
+    assert!(gw.wait_log("reason=\"password_changed\"", Duration::from_secs(5)).await);
+
+    // Changed while the gateway was stopped: the login ends all the same.
+    let second = form_login(&c, "alice", "alice-password-2").await;
+    gw.write_config(&config(&web, None, &[changed("alice-password-3"), bob()]));
+    gw.restart();
+    let c = Https::new(gw.https, &gw.ca());
+    assert!(!logged_in(&c, &second).await, "changed while stopped: ended at start");
+    assert!(logged_in(&c, &bob_cookie).await, "bob's login survived the restart");
+}
