@@ -25,6 +25,9 @@ pub struct Conn {
     user: Option<Arc<str>>,
     pub authenticated: Arc<AtomicBool>,
     channels: Arc<AtomicUsize>,
+    /// A key refusal of this connection is in the audit trail already: a client offers every key
+    /// its agent holds, so one line per connection (the security log has each).
+    key_refusal_audited: bool,
 }
 
 /// Counts a connection's open channels; the count drops when the channel's task ends.
@@ -52,6 +55,7 @@ impl Conn {
             user: None,
             authenticated: Arc::new(AtomicBool::new(false)),
             channels: Arc::new(AtomicUsize::new(0)),
+            key_refusal_audited: false,
         }
     }
 
@@ -71,18 +75,36 @@ impl Conn {
         }
     }
 
-    /// Is this key one of `user`'s? Logs why not.
-    fn key_allowed(&self, user: &str, key: &russh::keys::PublicKey) -> bool {
+    /// Is this key one of `user`'s? Logs why not, and audits the connection's first refusal.
+    fn key_allowed(&mut self, user: &str, key: &russh::keys::PublicKey) -> bool {
         let state = self.gw.state();
-        let Some(u) = state.users.get(user) else {
-            tracing::warn!(target: "security", peer = %self.peer, user = "<unknown>", reason = "unknown_user", "ssh login refused: no such user");
-            return false;
+        let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256);
+        let (known, reason) = match state.users.get(user) {
+            None => (false, "unknown_user"),
+            Some(u) if u.ssh_keys.iter().any(|k| k.key_data() == key.key_data()) => return true,
+            Some(_) => (true, "key_not_authorized"),
         };
-        let ok = u.ssh_keys.iter().any(|k| k.key_data() == key.key_data());
-        if !ok {
-            tracing::warn!(target: "security", peer = %self.peer, user, reason = "key_not_authorized", fingerprint = %key.fingerprint(russh::keys::HashAlg::Sha256), "ssh key not accepted for this user");
+        if known {
+            tracing::warn!(target: "security", peer = %self.peer, user, reason, fingerprint = %fingerprint, "ssh key not accepted for this user");
+        } else {
+            tracing::warn!(target: "security", peer = %self.peer, user = "<unknown>", reason, "ssh login refused: no such user");
         }
-        ok
+        if !self.key_refusal_audited {
+            self.key_refusal_audited = true;
+            // An unknown name may be anything typed: never written down.
+            let mut r = crate::audit::Record::new("login_failed")
+                .address(self.peer.ip())
+                .via(crate::audit::Via::Ssh, None)
+                .field("method", "ssh")
+                .field("credential", "publickey")
+                .field("reason", reason)
+                .field("fingerprint", fingerprint.to_string());
+            if known {
+                r = r.user(user);
+            }
+            self.gw.audit.record(r);
+        }
+        false
     }
 
     fn logged_in(&mut self, user: &str, how: &'static str) {

@@ -179,6 +179,25 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
     let out = tokio::task::block_in_place(|| run(ssh(&s.gw, &s.kh, &s.alice.private, "mallory", &["-N"], &[])));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
+    // Both refusals are in the audit trail (issue 21, defect 6: key refusals were not), the
+    // unknown name not written down.
+    use crate::common::audit::{file, find};
+    let f = file(&s.gw);
+    let refused = find(&f, "login_failed", |r| r["reason"] == "key_not_authorized").await;
+    assert_eq!(refused["user"], "alice", "{refused}");
+    assert_eq!(refused["credential"], "publickey", "{refused}");
+    assert!(
+        refused["fingerprint"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("SHA256:")),
+        "{refused}"
+    );
+    let unknown = find(&f, "login_failed", |r| r["reason"] == "unknown_user").await;
+    assert!(unknown.get("user").is_none_or(|u| u.is_null()), "{unknown}");
+    assert!(
+        !std::fs::read_to_string(&f).unwrap().contains("mallory"),
+        "an unknown name is never recorded"
+    );
     // The last refusal's line, then all of them (the log reaches the test through a pipe).
     assert!(
         s.gw.wait_log("reason=\"unknown_user\"", Duration::from_secs(5)).await,
