@@ -493,3 +493,56 @@ async fn a_client_that_stalls_before_logging_in_is_closed_at_the_login_deadline(
         s.gw.logs()
     );
 }
+
+/// Issue 21, defect 6: on one SSH connection a second password try got no answer until the
+/// login deadline. A person who mistypes must get in on a later try of the same connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_password_try_on_one_connection_is_answered() {
+    let web = FakeUpstream::start(PW).await;
+    let api = FakeUpstream::start(PW).await;
+    let s = setup_ssh(&projects(&web, &api));
+    use std::os::unix::fs::PermissionsExt;
+    // Wrong the first two times it is asked (the same typo twice), right the third.
+    let count = s.dir.path().join("asked");
+    let ask = s.dir.path().join("thrice.sh");
+    std::fs::write(
+        &ask,
+        format!(
+            "#!/bin/sh\necho x >> '{0}'\nif [ $(wc -l < '{0}') -ge 3 ]; then echo alice-password-1; else echo typo; fi\n",
+            count.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&ask, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut cmd = std::process::Command::new("ssh");
+    cmd.args([
+        "-F",
+        "/dev/null",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "PubkeyAuthentication=no",
+        "-o",
+        "PreferredAuthentications=password",
+        "-o",
+        "NumberOfPasswordPrompts=3",
+        "-b",
+        "127.0.0.32",
+    ])
+    .arg("-o")
+    .arg(format!("UserKnownHostsFile={}", s.kh.display()))
+    .args(["-p", &s.gw.ssh.unwrap().port().to_string(), "alice@127.0.0.1", "id"])
+    .env("SSH_ASKPASS", &ask)
+    .env("SSH_ASKPASS_REQUIRE", "force")
+    .env("DISPLAY", ":0")
+    .stdin(std::process::Stdio::null());
+    let started = std::time::Instant::now();
+    let out = tokio::task::block_in_place(|| run(cmd));
+    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3, "three tries were asked");
+    assert!(
+        stderr(&out).contains("only forwards to projects"),
+        "the second try logged in after {:?}: {}",
+        started.elapsed(),
+        stderr(&out)
+    );
+}
