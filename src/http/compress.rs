@@ -22,6 +22,9 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The cache's bound on compressed bytes held.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// The bound on answers read whole to be compressed, all requests together (each may be up to
+/// [`MAX_BODY`]): past it an eligible answer streams as it came, uncompressed, rather than wait.
+pub const BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 /// Catalog levels, measured on OpenCode's 6.45 MB `/provider` (docs/performance.md).
 const CATALOG_BR: i32 = 6;
 const CATALOG_GZIP: u32 = 6;
@@ -269,6 +272,8 @@ pub struct AssetCache {
     inner: Mutex<Inner>,
     /// Keys the digest of catalog answers: a client cannot aim a body at another's cache entry.
     secret: [u8; 32],
+    /// Bytes of answers being read whole to be compressed, all requests together.
+    buffered: tokio::sync::Semaphore,
 }
 
 #[derive(Default)]
@@ -292,6 +297,7 @@ impl AssetCache {
             cap,
             inner: Mutex::default(),
             secret,
+            buffered: tokio::sync::Semaphore::new(BUFFERED_BYTES),
         }
     }
 
@@ -346,6 +352,12 @@ impl AssetCache {
             inner.slots.remove(&old);
             inner.bytes -= n;
         }
+    }
+
+    /// Room to read an answer of `len` bytes whole, held until the permit drops; `None` when the
+    /// answers being compressed already hold [`BUFFERED_BYTES`] (the answer then streams).
+    pub fn room_for(&self, len: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.buffered.try_acquire_many(u32::try_from(len).ok()?).ok()
     }
 
     pub fn held_bytes(&self) -> usize {
@@ -511,6 +523,26 @@ mod tests {
         assert_eq!([a.1, b.1].iter().filter(|h| **h).count(), 1);
         assert_eq!(a.0, b.0);
         assert_eq!(cache.held_bytes(), a.0.as_ref().unwrap().len());
+    }
+
+    /// Issue 21, defect 6: each eligible answer could hold up to 16 MiB with no bound on all of
+    /// them together.
+    #[test]
+    fn answers_read_whole_share_one_bound_and_give_it_back() {
+        let cache = AssetCache::default();
+        let big: Vec<_> = (0..BUFFERED_BYTES / MAX_BODY)
+            .map(|_| cache.room_for(MAX_BODY).expect("room within the bound"))
+            .collect();
+        assert!(
+            cache.room_for(1).is_none(),
+            "the bound is reached: the next answer streams"
+        );
+        drop(big);
+        assert!(
+            cache.room_for(MAX_BODY).is_some(),
+            "room comes back when the answers are sent"
+        );
+        assert!(cache.room_for(BUFFERED_BYTES + 1).is_none());
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         if let Some(ask) = ask
             && let Some(len) = content_length(&parts.headers)
             && len <= compress::MAX_BODY
+            && let Some(_room) = gw.compressed.room_for(len)
         {
             let bytes = read_whole(body, len)
                 .await

@@ -538,7 +538,11 @@ async fn a_second_password_try_on_one_connection_is_answered() {
     .stdin(std::process::Stdio::null());
     let started = std::time::Instant::now();
     let out = tokio::task::block_in_place(|| run(cmd));
-    assert_eq!(std::fs::read_to_string(&count).unwrap().lines().count(), 3, "three tries were asked");
+    assert_eq!(
+        std::fs::read_to_string(&count).unwrap().lines().count(),
+        3,
+        "three tries were asked"
+    );
     assert!(
         stderr(&out).contains("only forwards to projects"),
         "the second try logged in after {:?}: {}",
