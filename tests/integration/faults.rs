@@ -176,3 +176,145 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     let seen = read_until(&mut again, Duration::from_secs(20), |t| t.contains("server.connected")).await;
     assert!(seen.contains("server.connected"));
 }
+
+/// Log in with the form on the login host; the `__Host-ocgw=…` pair.
+async fn form_login(c: &Https) -> String {
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from("user=alice&password=alice-password-1&next=/"))
+        .unwrap();
+    let r = login.call(req).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Is this cookie logged in on the login host?
+async fn logged_in(c: &Https, cookie: &str) -> bool {
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("GET", "/login", None)
+        .header("cookie", cookie)
+        .body(Full::default())
+        .unwrap();
+    let r = login.call(req).await;
+    assert!(
+        r.status == 303 || r.status == 200,
+        "GET /login: {} {}",
+        r.status,
+        r.body
+    );
+    r.status == 303
+}
+
+fn cli(gw: &Gateway, args: &[&str]) -> String {
+    let out = std::process::Command::new(crate::common::gateway::BIN)
+        .args(args)
+        .arg("-c")
+        .arg(&gw.config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// SIGKILL of the gateway in the middle of use: what it answered before is not lost. Logins
+/// (a browser's, a paired phone's) and tokens live in the state database, committed before the
+/// answer; every audited act the gateway answered is in the audit trail after the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_gateway_keeps_its_logins_tokens_and_every_answered_act() {
+    let web = crate::common::fake_upstream::FakeUpstream::start("faults-upstream-pw").await;
+    let config = crate::common::gateway::base_config(&format!(
+        "{}{}",
+        crate::common::gateway::external_project("web", &web.url()),
+        crate::common::gateway::users_toml(&[crate::common::gateway::ALICE])
+    ));
+    let mut gw = Gateway::start_behind(&config, "faults-upstream-pw");
+    let c = Https::new(gw.https, &gw.ca());
+    let browser = form_login(&c).await;
+    let token = format!("Bearer {}", cli(&gw, &["token", "create", "alice"]).trim());
+    let code = cli(&gw, &["pair", "alice", "--label", "phone"])
+        .lines()
+        .map(str::trim)
+        .find(|l| l.len() == 14 && l.matches('-').count() == 2)
+        .expect("a pairing code")
+        .to_string();
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("POST", "/pair", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from(format!("code={code}")))
+        .unwrap();
+    let paired = login.call(req).await;
+    assert_eq!(paired.status, 303, "{}", paired.body);
+    let phone = paired.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+
+    // Audited acts, each answered, the last one just before the kill.
+    const ACTS: usize = 40;
+    for i in 0..ACTS {
+        let (status, _) = json(
+            &c,
+            "POST",
+            &format!("/p/web/session/ses_fault{i}/prompt_async"),
+            &token,
+            r#"{"parts":[{"type":"text","text":"x"}]}"#,
+        )
+        .await;
+        assert!(status < 300, "prompt {i}: {status}");
+    }
+    let pid = gw.pid();
+    gw.signal(libc::SIGKILL);
+    gw.wait_exit(Duration::from_secs(10));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the gateway is gone"
+    );
+    gw.restart();
+    let c = Https::new(gw.https, &gw.ca());
+    assert!(logged_in(&c, &browser).await, "the browser's login survived the kill");
+    assert!(logged_in(&c, &phone).await, "the paired phone survived the kill");
+    assert_eq!(
+        c.get("/p/web/global/health", Some(&token)).await.status,
+        200,
+        "the token works"
+    );
+    let audit = crate::common::audit::records(&crate::common::audit::file(&gw));
+    let prompts: Vec<_> = audit
+        .iter()
+        .filter(|r| r["event"] == "prompt" && r["project"] == "web")
+        .filter_map(|r| r["session"].as_str())
+        .collect();
+    let missing: Vec<_> = (0..ACTS)
+        .map(|i| format!("ses_fault{i}"))
+        .filter(|s| !prompts.contains(&s.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "answered before the kill but not in the audit trail: {missing:?}"
+    );
+    assert!(
+        audit.iter().any(|r| r["event"] == "device_paired"),
+        "the pairing is in the trail"
+    );
+}
