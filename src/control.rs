@@ -256,5 +256,8 @@ fn status(gw: &Gateway) -> serde_json::Value {
         "projects": projects,
         "users": users,
         "pairing_codes_pending": gw.pairing.pending(),
+        // What cannot be written right now (a full disk): the proxy keeps serving meanwhile.
+        "audit": {"enabled": gw.audit.enabled(), "writing": gw.audit.writing(), "lost": gw.audit.lost()},
+        "state_db": gw.web.store().health(),
     })
 }

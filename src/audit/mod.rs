@@ -26,6 +26,10 @@ const QUEUE: usize = 4096;
 struct Counters {
     dropped: AtomicU64,
     warned: AtomicBool,
+    /// Records the writer could not write (a full disk, a removed directory).
+    lost: AtomicU64,
+    /// The last write failed; cleared by the next one that works.
+    failing: AtomicBool,
 }
 
 /// The handle the gateway records through. Cheap to clone; off (`[audit] enabled = false`, or
@@ -52,10 +56,13 @@ impl Audit {
     pub fn start(cfg: AuditConfig) -> std::io::Result<Audit> {
         let mut appender = writer::Appender::open(cfg.clone())?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(QUEUE);
+        let counters = Arc::new(Counters::default());
+        let seen = counters.clone();
         std::thread::Builder::new()
             .name("audit-writer".into())
             .spawn(move || {
-                let mut failing = false;
+                // Lost since the failure began, for the line that says it works again.
+                let mut lost_now = 0u64;
                 for msg in rx {
                     let record = match msg {
                         Msg::Record(r) => r,
@@ -65,20 +72,25 @@ impl Audit {
                         }
                     };
                     match appender.append(&record.to_line()) {
-                        Ok(()) => failing = false,
-                        // Said once per run of failures, not per record.
-                        Err(e) if !failing => {
-                            failing = true;
-                            tracing::error!(file = %cfg.file.display(), reason = %e, "cannot write the audit log; records are lost until it works again");
+                        Ok(()) => {
+                            if seen.failing.swap(false, Ordering::Relaxed) {
+                                tracing::warn!(file = %cfg.file.display(), lost = lost_now, "the audit log is written again");
+                                lost_now = 0;
+                            }
                         }
-                        Err(_) => {}
+                        Err(e) => {
+                            seen.lost.fetch_add(1, Ordering::Relaxed);
+                            lost_now += 1;
+                            // Said once per run of failures, not per record: a full disk must
+                            // not flood the log that may share it.
+                            if !seen.failing.swap(true, Ordering::Relaxed) {
+                                tracing::error!(file = %cfg.file.display(), reason = %e, "cannot write the audit log; records are lost until it works again (audit_write_failures_total, status)");
+                            }
+                        }
                     }
                 }
             })?;
-        Ok(Audit {
-            tx: Some(tx),
-            counters: Arc::default(),
-        })
+        Ok(Audit { tx: Some(tx), counters })
     }
 
     pub fn enabled(&self) -> bool {
@@ -113,6 +125,16 @@ impl Audit {
     /// Records dropped because the writer could not keep up.
     pub fn dropped(&self) -> u64 {
         self.counters.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records the writer could not write.
+    pub fn lost(&self) -> u64 {
+        self.counters.lost.load(Ordering::Relaxed)
+    }
+
+    /// Is the audit trail being written (on, and its last write worked)?
+    pub fn writing(&self) -> bool {
+        self.enabled() && !self.counters.failing.load(Ordering::Relaxed)
     }
 }
 

@@ -97,12 +97,20 @@ impl Appender {
         if size > 0 && size + line.len() as u64 > self.cfg.max_bytes {
             self.rotate()?;
         }
-        // One write of the whole line; a regular file takes it whole or fails.
-        let n = self.file.write(line)?;
-        if n != line.len() {
-            return Err(std::io::Error::other("the audit line was written short"));
+        // One write of the whole line. A full disk can take part of it: the part is cut off
+        // again (under the lock, so nobody appended since), or the next record would be glued to
+        // half a line and neither would read back.
+        let size = self.file.metadata()?.len();
+        match self.file.write(line) {
+            Ok(n) if n == line.len() => self.file.flush(),
+            result => {
+                let _ = self.file.set_len(size);
+                Err(match result {
+                    Ok(_) => std::io::Error::other("the audit line was written short (is the disk full?)"),
+                    Err(e) => e,
+                })
+            }
         }
-        self.file.flush()
     }
 
     /// `audit.jsonl.(keep-1)` → `.keep`, …, `audit.jsonl` → `.1`; the oldest beyond `keep` goes.

@@ -285,7 +285,9 @@ impl Tokens {
                 && r.revoked_at.is_none()
                 && r.expires_at > now
             {
-                store.touch_token(&r.id, now)?;
+                // Last use is bookkeeping: a full disk must not refuse a valid token (the
+                // store says once that it cannot write).
+                let _ = store.touch_token(&r.id, now);
             }
             Ok::<_, crate::store::StoreError>(record)
         })

@@ -77,6 +77,29 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "Audit records dropped because the writer's queue was full",
         ConstCounter::new(gw.audit.dropped()),
     );
+    r.register(
+        "audit_write_failures",
+        "Audit records the writer could not write (a full disk)",
+        ConstCounter::new(gw.audit.lost()),
+    );
+    gauge(
+        &mut r,
+        "audit_writing",
+        "1 while the audit trail is on and its last write worked",
+        u64::from(gw.audit.writing()),
+    );
+    let db = gw.web.store().health();
+    r.register(
+        "state_db_write_failures",
+        "Writes to the state database that failed (a full disk)",
+        ConstCounter::new(db.failures),
+    );
+    gauge(
+        &mut r,
+        "state_db_writing",
+        "1 while the state database's last write worked",
+        u64::from(db.writing),
+    );
     let up = Family::<ProjectLabel, Gauge>::default();
     for p in gw.state().projects.values() {
         if let Upstream::Supervised(s) = &p.upstream {

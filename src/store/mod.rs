@@ -108,8 +108,24 @@ pub trait TokenStore: Send + Sync {
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError>;
 }
 
+/// Whether writes work (a full disk makes them fail while reads go on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct WriteHealth {
+    /// The last write worked.
+    pub writing: bool,
+    /// Writes that failed since the start.
+    pub failures: u64,
+}
+
 /// The browser logins' half: paired devices and sessions.
 pub trait BrowserStore: Send + Sync {
+    /// Whether writes work now; stores that cannot tell say they do.
+    fn health(&self) -> WriteHealth {
+        WriteHealth {
+            writing: true,
+            failures: 0,
+        }
+    }
     fn insert_device(&self, device: &DeviceRecord) -> Result<(), StoreError>;
     /// Devices, newest first; of one user when `user` is given.
     fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError>;

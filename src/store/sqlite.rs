@@ -9,7 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord};
+use super::{
+    BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
+};
 
 /// Applied in order; a database at `user_version = n` has the first n.
 const MIGRATIONS: &[&str] = &[
@@ -20,6 +22,9 @@ const MIGRATIONS: &[&str] = &[
 
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// The last write failed (a full disk); cleared by the next that works.
+    failing: std::sync::atomic::AtomicBool,
+    failures: std::sync::atomic::AtomicU64,
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -29,6 +34,27 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl SqliteStore {
+    /// Count a write's failure and say it once per run of failures (a full disk must not flood
+    /// the log), and say when writes work again. Reads are not counted: they fail for other
+    /// reasons, and a full disk does not stop them.
+    fn noted<T>(&self, what: &'static str, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        use std::sync::atomic::Ordering;
+        match &result {
+            Ok(_) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("the state database is written again");
+                }
+            }
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(write = what, error = %e, "cannot write the state database; logins and revocations may fail until it works again (state_db_write_failures_total, status)");
+                }
+            }
+        }
+        result
+    }
+
     pub fn open(path: &Path) -> anyhow::Result<SqliteStore> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
@@ -46,7 +72,11 @@ impl SqliteStore {
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let store = SqliteStore { conn: Mutex::new(conn) };
+        let store = SqliteStore {
+            conn: Mutex::new(conn),
+            failing: Default::default(),
+            failures: Default::default(),
+        };
         store
             .migrate()
             .with_context(|| format!("cannot migrate the state database {}", path.display()))?;
@@ -131,22 +161,25 @@ fn web_session(row: &rusqlite::Row<'_>) -> rusqlite::Result<WebSessionRecord> {
 
 impl TokenStore for SqliteStore {
     fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
-        self.lock().execute(
-            &format!("INSERT INTO tokens ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
-            params![
-                t.id,
-                &t.digest[..],
-                t.user,
-                t.label,
-                t.role,
-                t.projects.as_ref().map(|p| p.join(",")),
-                t.created_at,
-                t.expires_at,
-                t.last_used_at,
-                t.revoked_at
-            ],
-        )?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            self.lock().execute(
+                &format!("INSERT INTO tokens ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                params![
+                    t.id,
+                    &t.digest[..],
+                    t.user,
+                    t.label,
+                    t.role,
+                    t.projects.as_ref().map(|p| p.join(",")),
+                    t.created_at,
+                    t.expires_at,
+                    t.last_used_at,
+                    t.revoked_at
+                ],
+            )?;
+            Ok(())
+        })();
+        self.noted("insert_token", result)
     }
 
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
@@ -165,36 +198,53 @@ impl TokenStore for SqliteStore {
     }
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let n = self.lock().execute(
-            "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-            params![id, at],
-        )?;
-        Ok(n == 1)
+        let result = (|| -> Result<bool, StoreError> {
+            let n = self.lock().execute(
+                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                params![id, at],
+            )?;
+            Ok(n == 1)
+        })();
+        self.noted("revoke_token", result)
     }
 
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached("UPDATE tokens SET last_used_at = ?2 WHERE id = ?1")?;
-        stmt.execute(params![id, at])?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            let conn = self.lock();
+            let mut stmt = conn.prepare_cached("UPDATE tokens SET last_used_at = ?2 WHERE id = ?1")?;
+            stmt.execute(params![id, at])?;
+            Ok(())
+        })();
+        self.noted("touch_token", result)
     }
 }
 
 impl BrowserStore for SqliteStore {
+    fn health(&self) -> WriteHealth {
+        use std::sync::atomic::Ordering;
+        WriteHealth {
+            writing: !self.failing.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
-        self.lock().execute(
-            &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-            params![
-                d.id,
-                d.user,
-                d.label,
-                d.created_at,
-                d.last_seen_at,
-                d.last_address,
-                d.revoked_at
-            ],
-        )?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            self.lock().execute(
+                &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                params![
+                    d.id,
+                    d.user,
+                    d.label,
+                    d.created_at,
+                    d.last_seen_at,
+                    d.last_address,
+                    d.revoked_at
+                ],
+            )?;
+            Ok(())
+        })();
+        self.noted("insert_device", result)
     }
 
     fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
@@ -207,84 +257,97 @@ impl BrowserStore for SqliteStore {
     }
 
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = tx.execute(
-            "UPDATE devices SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-            params![id, at],
-        )?;
-        // Its sessions, and the project-host sessions handed off from them.
-        tx.execute(
-            "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND (device_id = ?1
-               OR parent IN (SELECT id FROM web_sessions WHERE device_id = ?1))",
-            params![id, at],
-        )?;
-        tx.commit()?;
-        Ok(n == 1)
+        let result = (|| -> Result<bool, StoreError> {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let n = tx.execute(
+                "UPDATE devices SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+                params![id, at],
+            )?;
+            // Its sessions, and the project-host sessions handed off from them.
+            tx.execute(
+                "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND (device_id = ?1
+                   OR parent IN (SELECT id FROM web_sessions WHERE device_id = ?1))",
+                params![id, at],
+            )?;
+            tx.commit()?;
+            Ok(n == 1)
+        })();
+        self.noted("revoke_device", result)
     }
 
     fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let known: Option<Vec<u8>> = tx
-            .query_row(
-                "SELECT fingerprint FROM password_fingerprints WHERE user = ?1",
-                [user],
-                |r| r.get(0),
-            )
-            .optional()?;
-        if known.as_deref() == Some(&fingerprint[..]) {
-            return Ok(0);
-        }
-        tx.execute(
-            "INSERT INTO password_fingerprints (user, fingerprint) VALUES (?1, ?2)
-               ON CONFLICT(user) DO UPDATE SET fingerprint = excluded.fingerprint",
-            params![user, &fingerprint[..]],
-        )?;
-        // First sight of this user's password: nothing was made under another one.
-        let ended = if known.is_none() {
-            0
-        } else {
-            // Login-host sessions that no device owns (password and single sign-on logins), and
-            // the project-host sessions handed off from them.
+        let result = (|| -> Result<usize, StoreError> {
+            let mut conn = self.lock();
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let known: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT fingerprint FROM password_fingerprints WHERE user = ?1",
+                    [user],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if known.as_deref() == Some(&fingerprint[..]) {
+                return Ok(0);
+            }
             tx.execute(
-                "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND user = ?1 AND (
-                   (device_id IS NULL AND parent IS NULL)
-                   OR parent IN (SELECT id FROM web_sessions WHERE user = ?1 AND device_id IS NULL AND parent IS NULL))",
-                params![user, at],
-            )?
-        };
-        tx.commit()?;
-        Ok(ended)
+                "INSERT INTO password_fingerprints (user, fingerprint) VALUES (?1, ?2)
+                   ON CONFLICT(user) DO UPDATE SET fingerprint = excluded.fingerprint",
+                params![user, &fingerprint[..]],
+            )?;
+            // First sight of this user's password: nothing was made under another one.
+            let ended = if known.is_none() {
+                0
+            } else {
+                // Login-host sessions that no device owns (password and single sign-on logins), and
+                // the project-host sessions handed off from them.
+                tx.execute(
+                    "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND user = ?1 AND (
+                       (device_id IS NULL AND parent IS NULL)
+                       OR parent IN (SELECT id FROM web_sessions WHERE user = ?1 AND device_id IS NULL AND parent IS NULL))",
+                    params![user, at],
+                )?
+            };
+            tx.commit()?;
+            Ok(ended)
+        })();
+        self.noted("password_is", result)
     }
 
     fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached("UPDATE devices SET last_seen_at = ?2, last_address = ?3 WHERE id = ?1")?;
-        stmt.execute(params![id, at, address])?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            let conn = self.lock();
+            let mut stmt =
+                conn.prepare_cached("UPDATE devices SET last_seen_at = ?2, last_address = ?3 WHERE id = ?1")?;
+            stmt.execute(params![id, at, address])?;
+            Ok(())
+        })();
+        self.noted("touch_device", result)
     }
 
     fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
-        self.lock().execute(
-            &format!(
-                "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
-            ),
-            params![
-                w.id,
-                &w.digest[..],
-                w.user,
-                w.device_id,
-                w.parent,
-                w.host,
-                w.created_at,
-                w.last_seen_at,
-                w.idle_secs,
-                w.expires_at,
-                w.revoked_at
-            ],
-        )?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            self.lock().execute(
+                &format!(
+                    "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                ),
+                params![
+                    w.id,
+                    &w.digest[..],
+                    w.user,
+                    w.device_id,
+                    w.parent,
+                    w.host,
+                    w.created_at,
+                    w.last_seen_at,
+                    w.idle_secs,
+                    w.expires_at,
+                    w.revoked_at
+                ],
+            )?;
+            Ok(())
+        })();
+        self.noted("insert_web_session", result)
     }
 
     fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
@@ -321,29 +384,38 @@ impl BrowserStore for SqliteStore {
     }
 
     fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let n = self.lock().execute(
-            "UPDATE web_sessions SET revoked_at = ?2 WHERE (id = ?1 OR parent = ?1) AND revoked_at IS NULL",
-            params![id, at],
-        )?;
-        Ok(n >= 1)
+        let result = (|| -> Result<bool, StoreError> {
+            let n = self.lock().execute(
+                "UPDATE web_sessions SET revoked_at = ?2 WHERE (id = ?1 OR parent = ?1) AND revoked_at IS NULL",
+                params![id, at],
+            )?;
+            Ok(n >= 1)
+        })();
+        self.noted("revoke_web_session", result)
     }
 
     fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(
-            "UPDATE web_sessions SET last_seen_at = ?2 WHERE id = ?1
-               OR id = (SELECT parent FROM web_sessions WHERE id = ?1)",
-        )?;
-        stmt.execute(params![id, at])?;
-        Ok(())
+        let result = (|| -> Result<(), StoreError> {
+            let conn = self.lock();
+            let mut stmt = conn.prepare_cached(
+                "UPDATE web_sessions SET last_seen_at = ?2 WHERE id = ?1
+                   OR id = (SELECT parent FROM web_sessions WHERE id = ?1)",
+            )?;
+            stmt.execute(params![id, at])?;
+            Ok(())
+        })();
+        self.noted("touch_web_session", result)
     }
 
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
-        let n = self.lock().execute(
-            "DELETE FROM web_sessions WHERE revoked_at < ?1 OR expires_at < ?1",
-            params![before],
-        )?;
-        Ok(n)
+        let result = (|| -> Result<usize, StoreError> {
+            let n = self.lock().execute(
+                "DELETE FROM web_sessions WHERE revoked_at < ?1 OR expires_at < ?1",
+                params![before],
+            )?;
+            Ok(n)
+        })();
+        self.noted("prune_web_sessions", result)
     }
 }
 

@@ -172,15 +172,18 @@ impl WebSessions {
                 .parent
                 .as_ref()
                 .map_or(l.session.last_seen_at, |p| p.last_seen_at.min(l.session.last_seen_at));
+            // Use is bookkeeping: a full disk must not log a browser out (the store says once
+            // that it cannot write); the session's idle expiry is then counted from its last
+            // recorded use.
             if now - seen >= TOUCH_EVERY {
-                store.touch_web_session(&l.session.id, now)?;
+                let _ = store.touch_web_session(&l.session.id, now);
                 let device = l
                     .session
                     .device_id
                     .as_ref()
                     .or(l.parent.as_ref().and_then(|p| p.device_id.as_ref()));
                 if let Some(d) = device {
-                    store.touch_device(d, now, &peer.to_string())?;
+                    let _ = store.touch_device(d, now, &peer.to_string());
                 }
             }
             Ok(Some(l))

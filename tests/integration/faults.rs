@@ -318,3 +318,167 @@ async fn a_killed_gateway_keeps_its_logins_tokens_and_every_answered_act() {
         "the pairing is in the trail"
     );
 }
+
+/// Unmounts (lazily: the gateway may still hold files there) when dropped.
+struct Mounted(std::path::PathBuf);
+
+impl Mounted {
+    /// A tmpfs of `size` at `dir`, made by the test (root only; scripts/test.sh runs as root).
+    fn tmpfs(dir: &std::path::Path, size: &str) -> Mounted {
+        assert_eq!(
+            unsafe { libc::geteuid() },
+            0,
+            "this test mounts a small tmpfs and needs root: run it as scripts/test.sh does"
+        );
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {}", String::from_utf8_lossy(&out.stderr));
+        Mounted(dir.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn status(gw: &Gateway) -> serde_json::Value {
+    let (code, body) = gw.control("GET", "/status");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// The disk under the audit log and the state database fills up: authenticated users keep being
+/// served, the failure is said once and shown by `status` and `/metrics`, new logins get a clear
+/// 503, nothing is corrupted, and writing resumes when space returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_the_audit_log_and_the_state_database_stops_no_user() {
+    const PW: &str = "faults-disk-upstream-pw";
+    let web = crate::common::fake_upstream::FakeUpstream::start(PW).await;
+    let config = crate::common::gateway::base_config(&format!(
+        "{}{}",
+        crate::common::gateway::external_project("web", &web.url()),
+        crate::common::gateway::users_toml(&[crate::common::gateway::ALICE])
+    ));
+    let mut mounted = None;
+    let mut gw = Gateway::start_with(&config, &[], |d| {
+        crate::common::write_secret(&d.join("pw"), PW);
+        mounted = Some(Mounted::tmpfs(&d.join("state"), "4m"));
+    });
+    let _mounted = mounted;
+    let c = Https::new(gw.https, &gw.ca());
+    let token = format!("Bearer {}", cli(&gw, &["token", "create", "alice"]).trim());
+    let browser = form_login(&c).await;
+    let prompt = |i: usize| {
+        let c = c.clone();
+        async move {
+            let (status, _) = json(
+                &c,
+                "POST",
+                &format!("/p/web/session/ses_disk{i}/prompt_async"),
+                &alice(),
+                r#"{"parts":[{"type":"text","text":"x"}]}"#,
+            )
+            .await;
+            status
+        }
+    };
+    assert!(prompt(0).await < 300);
+
+    // Fill the disk.
+    let filler = gw.dir.path().join("state/filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    let mut full = false;
+    for _ in 0..1000 {
+        use std::io::Write;
+        if f.write_all(&chunk).and_then(|()| f.sync_all()).is_err() {
+            full = true;
+            break;
+        }
+    }
+    assert!(full, "the 4 MiB tmpfs never filled");
+
+    // Users keep being served (enough audited acts to need a new page of the audit file).
+    for i in 1..=60 {
+        assert!(prompt(i).await < 300, "prompt {i} on a full disk");
+    }
+    assert_eq!(
+        c.get("/p/web/global/health", Some(&token)).await.status,
+        200,
+        "a token on a full disk"
+    );
+    assert!(logged_in(&c, &browser).await, "a browser login on a full disk");
+    // A new login cannot be stored: a clear 503, not a hang or a half-made session.
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from("user=alice&password=alice-password-1&next=/"))
+        .unwrap();
+    let r = login.call(req).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("state database"), "{}", r.body);
+    // Shown by status and /metrics; said once each in the log.
+    until(
+        Duration::from_secs(10),
+        "status shows the audit trail failing",
+        async || status(&gw)["audit"]["writing"] == false,
+    )
+    .await;
+    let s = status(&gw);
+    assert!(s["audit"]["lost"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["state_db"]["writing"], false, "{s}");
+    assert!(gw.metric("audit_write_failures_total") >= 1);
+    assert_eq!(gw.metric("audit_writing"), 0);
+    assert!(gw.metric("state_db_write_failures_total") >= 1);
+    let logs = gw.logs();
+    assert_eq!(
+        logs.matches("cannot write the audit log").count(),
+        1,
+        "said once:\n{logs}"
+    );
+    assert_eq!(
+        logs.matches("cannot write the state database").count(),
+        1,
+        "said once:\n{logs}"
+    );
+
+    // Space returns: writing resumes.
+    drop(f);
+    std::fs::remove_file(&filler).unwrap();
+    assert!(prompt(100).await < 300);
+    until(Duration::from_secs(10), "the audit trail written again", async || {
+        status(&gw)["audit"]["writing"] == true
+    })
+    .await;
+    let second = form_login(&c).await;
+    assert_eq!(status(&gw)["state_db"]["writing"], true);
+    assert!(
+        gw.wait_log("the audit log is written again", Duration::from_secs(5))
+            .await
+    );
+    let audit = crate::common::audit::records(&crate::common::audit::file(&gw));
+    assert!(
+        audit.iter().any(|r| r["session"] == "ses_disk100"),
+        "the record after the recovery"
+    );
+    assert!(
+        audit.iter().any(|r| r["session"] == "ses_disk0"),
+        "the record before the fill"
+    );
+
+    // Nothing was corrupted: after a restart the database serves the same logins and token.
+    gw.restart();
+    let c = Https::new(gw.https, &gw.ca());
+    assert!(logged_in(&c, &browser).await && logged_in(&c, &second).await);
+    assert_eq!(c.get("/p/web/global/health", Some(&token)).await.status, 200);
+    assert!(!gw.logs().contains("cannot write the state database"), "{}", gw.logs());
+}
