@@ -482,3 +482,133 @@ async fn a_full_disk_under_the_audit_log_and_the_state_database_stops_no_user() 
     assert_eq!(c.get("/p/web/global/health", Some(&token)).await.status, 200);
     assert!(!gw.logs().contains("cannot write the state database"), "{}", gw.logs());
 }
+
+/// A reload (a new user) and a certificate change under 1 000 open event streams and 50 open
+/// terminals: none is dropped, each carries what comes after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_and_a_new_certificate_under_a_thousand_streams_drop_none() {
+    const PW: &str = "faults-reload-upstream-pw";
+    const STREAMS: usize = 1000;
+    const TERMINALS: usize = 50;
+    let web = crate::common::fake_upstream::FakeUpstream::start(PW).await;
+    let users = |extra: bool| {
+        let mut u = vec![crate::common::gateway::ALICE];
+        if extra {
+            u.push(crate::common::gateway::TestUser {
+                name: "carol",
+                password: "carol-password-1",
+                projects: "[\"web\"]",
+                role: "viewer",
+            });
+        }
+        crate::common::gateway::users_toml(&u)
+    };
+    let config = |extra: bool| {
+        crate::common::gateway::base_config(&format!(
+            "[limits]\nmax_streams_per_user = 2000\nmax_connections_per_ip = 4000\nrequests_per_second = 10000\nburst = 10000\n\n{}{}",
+            crate::common::gateway::external_project("web", &web.url()),
+            users(extra)
+        ))
+    };
+    let gw = Gateway::start_behind(&config(false), PW);
+    let c = Https::new(gw.https, &gw.ca());
+    let opened = Instant::now();
+    let mut streams = Vec::with_capacity(STREAMS);
+    for batch in 0..STREAMS / 50 {
+        let mut opening = Vec::new();
+        for _ in 0..50 {
+            let c = c.clone();
+            opening.push(tokio::spawn(async move {
+                let resp = c
+                    .send(
+                        c.request("GET", "/p/web/global/event", Some(&alice()))
+                            .body(Full::default())
+                            .unwrap(),
+                    )
+                    .await;
+                assert_eq!(resp.status(), 200);
+                let mut body = resp.into_body();
+                read_until(&mut body, Duration::from_secs(20), |t| t.contains("server.connected")).await;
+                body
+            }));
+        }
+        for o in opening {
+            streams.push(o.await.unwrap_or_else(|e| panic!("stream batch {batch}: {e}")));
+        }
+    }
+    web.wait_subscribers(STREAMS).await;
+    let mut terminals = Vec::with_capacity(TERMINALS);
+    for i in 0..TERMINALS {
+        let mut ws = pty_socket(&c, &format!("/p/web/pty/pty_{i}/connect?cursor=0"), Some(&alice())).await;
+        ws.send(Message::text("before")).await.unwrap();
+        assert!(
+            read_terminal_until(&mut ws, "echo:before")
+                .await
+                .contains("echo:before"),
+            "terminal {i}"
+        );
+        terminals.push(ws);
+    }
+    eprintln!(
+        "{STREAMS} streams and {TERMINALS} terminals open in {:?}",
+        opened.elapsed()
+    );
+    assert!(gw.metric("streams_open{kind=\"events\"}") >= STREAMS as u64);
+
+    // A new certificate on disk, and a reload that adds a user.
+    let first = crate::common::client::served_certificate(&c).await;
+    let paths = opencode_gateway::devcert::DevCertPaths::beside(
+        &gw.dir.path().join("certs/server.crt"),
+        &gw.dir.path().join("certs/server.key"),
+    );
+    std::fs::remove_file(&paths.cert).unwrap();
+    let names = opencode_gateway::devcert::server_names(Some("gw.localhost"), &[]);
+    assert!(opencode_gateway::devcert::ensure(&paths, &names).unwrap());
+    until(Duration::from_secs(15), "the new certificate served", async || {
+        crate::common::client::served_certificate(&c).await != first
+    })
+    .await;
+    gw.write_config(&config(true));
+    gw.signal(libc::SIGHUP);
+    assert!(
+        gw.wait_log("configuration reloaded", Duration::from_secs(10)).await,
+        "{}",
+        gw.logs()
+    );
+    assert_eq!(
+        c.get("/p/web/global/health", Some(&basic("carol", "carol-password-1")))
+            .await
+            .status,
+        200
+    );
+
+    // Every stream carries the next event; every terminal echoes.
+    web.events.send("{\"type\":\"after-the-change\"}".into()).unwrap();
+    let reading: Vec<_> = streams
+        .into_iter()
+        .map(|mut body| {
+            tokio::spawn(async move {
+                read_until(&mut body, Duration::from_secs(30), |t| t.contains("after-the-change"))
+                    .await
+                    .contains("after-the-change")
+            })
+        })
+        .collect();
+    let mut dropped = 0;
+    for r in reading {
+        dropped += usize::from(!r.await.unwrap());
+    }
+    assert_eq!(
+        dropped, 0,
+        "event streams dropped by the reload or the certificate change"
+    );
+    for (i, ws) in terminals.iter_mut().enumerate() {
+        ws.send(Message::text("after"))
+            .await
+            .unwrap_or_else(|e| panic!("terminal {i}: {e}"));
+        assert!(
+            read_terminal_until(ws, "echo:after").await.contains("echo:after"),
+            "terminal {i} dropped"
+        );
+    }
+}
