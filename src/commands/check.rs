@@ -85,7 +85,7 @@ pub fn permission_warnings(s: &Settings) -> Vec<String> {
         };
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            let holds = if e.key == "config file" {
+            let holds = if e.key == "config file" || e.key == "server.users_file" {
                 "it holds password hashes"
             } else {
                 "it is a secret"

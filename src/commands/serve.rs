@@ -25,7 +25,7 @@ pub async fn serve(config: &Path, log_format: Option<crate::telemetry::LogFormat
     }
     ensure_dev_certs(&settings)?;
     let first_user = if settings.users.is_empty() {
-        let created = create_first_user(config)?;
+        let created = create_first_user(config, settings.server.users_file.as_deref())?;
         settings = crate::config::load(config)?;
         Some(created)
     } else {
@@ -74,15 +74,24 @@ fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first user of a fresh config: a random password, shown once; only its hash is written.
-fn create_first_user(config: &Path) -> anyhow::Result<(String, String)> {
+/// The first user of a fresh config: a random password, shown once; only its hash is written, to
+/// the users file when the config names one (a config kept in git stays as committed), else to
+/// the config.
+fn create_first_user(config: &Path, users_file: Option<&Path>) -> anyhow::Result<(String, String)> {
     let name = "dev".to_string();
     let password = super::password::random_password();
     let hash = crate::auth::verifier::hash_password(&password);
-    let text = std::fs::read_to_string(config)?;
+    let target = users_file.unwrap_or(config);
+    let text = match std::fs::read_to_string(target) {
+        Ok(t) => t,
+        Err(e) if users_file.is_some() && e.kind() == std::io::ErrorKind::NotFound => {
+            "# Users made by the gateway and `opencode-gateway user add`: argon2id hashes only.\n".into()
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", target.display())),
+    };
     let updated = edit::add_user(&text, &name, &hash, &["*".to_string()], "admin")?;
-    edit::write_atomically(config, &updated)?;
-    tracing::info!(user = %name, config = %config.display(), "created the first user (its argon2id hash is in the config)");
+    edit::write_atomically(target, &updated)?;
+    tracing::info!(user = %name, file = %target.display(), "created the first user (only its argon2id hash was written)");
     Ok((name, password))
 }
 
@@ -92,9 +101,11 @@ fn print_attach(
     ssh: Option<std::net::SocketAddr>,
     first_user: Option<&(String, String)>,
 ) {
+    // The user the commands name: the one just made, else the only one there is.
+    let only = (settings.users.len() == 1).then(|| settings.users[0].name.as_str());
     let (user, pw) = match first_user {
         Some((u, p)) => (u.as_str(), p.as_str()),
-        None => ("<user>", "<password>"),
+        None => (only.unwrap_or("<user>"), "<password>"),
     };
     let reach = crate::reach::Reach::new(settings, Some(port));
     let url = reach.base();
@@ -108,16 +119,16 @@ fn print_attach(
     } else {
         String::new()
     };
+    // `-c <config>` only where the commands would not find it by themselves.
+    let dash_c = if settings.path.ends_with(crate::config::DEFAULT_PATH) {
+        String::new()
+    } else {
+        format!(" -c {}", settings.path.display())
+    };
     let mut out = String::new();
-    if let Some((u, p)) = first_user {
-        out += &format!(
-            "\nCreated gateway user {u:?} with password: {p}\nThis is the only time it is shown: only its argon2id hash was written to {}.\n",
-            settings.path.display()
-        );
-    }
     out += &format!("\nopencode-gateway is serving {url}\n");
     out += &format!(
-        "control room (log in with the form): {}/   pair a phone: opencode-gateway pair {user}\n",
+        "control room (log in with the form): {}/   pair a phone: opencode-gateway pair {user}{dash_c}\n",
         reach.login()
     );
     for p in &settings.projects {
@@ -141,6 +152,32 @@ fn print_attach(
             crate::ssh::host_key::describe(&cfg.host_key, addr)
         );
     }
+    let recover = format!("opencode-gateway user passwd {user}{dash_c}   (then: opencode-gateway reload{dash_c})");
+    match first_user {
+        // Last, framed: the one thing to copy before it scrolls away.
+        Some((u, p)) => {
+            out += &framed(&[
+                format!("Created gateway user {u:?}. Its password, shown only this once:"),
+                String::new(),
+                format!("    {p}"),
+                String::new(),
+                "Only its argon2id hash was written. Lost it? Set a new one:".into(),
+                format!("    {recover}"),
+            ])
+        }
+        None => out += &format!("\nforgot the password? {recover}\n"),
+    }
     // ok: the password printed here is the one just generated for the operator, shown this once.
     print!("{out}");
+}
+
+/// Lines in a box drawn with ASCII, wide enough for the longest.
+fn framed(lines: &[String]) -> String {
+    let width = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
+    let rule = format!("+{}+\n", "-".repeat(width + 2));
+    let mut out = format!("\n{rule}");
+    for l in lines {
+        out += &format!("| {l}{} |\n", " ".repeat(width - l.chars().count()));
+    }
+    out + &rule
 }

@@ -8,7 +8,21 @@ use crate::cli::UserAction;
 use crate::config::edit;
 
 pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let config = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let named = match &action {
+        UserAction::Add { name, .. } | UserAction::Passwd { name } | UserAction::Remove { name } => Some(name.as_str()),
+        UserAction::List => None,
+    };
+    let target = file_for(path, &config, named)?;
+    let text = if target == path {
+        config.clone()
+    } else {
+        match std::fs::read_to_string(&target) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", target.display())),
+        }
+    };
     let updated = match action {
         UserAction::List => {
             let settings = crate::config::load(path)?;
@@ -37,11 +51,36 @@ pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
         UserAction::Remove { name } => edit::remove_user(&text, &name)?,
     };
     // Refuse to write a file the gateway would then refuse to load.
-    crate::config::parse(&updated, path)?;
-    edit::write_atomically(path, &updated)?;
+    if target == path {
+        crate::config::parse(&updated, path)?;
+    } else {
+        crate::config::parse_with_users(&config, path, Some(&updated))?;
+    }
+    edit::write_atomically(&target, &updated)?;
     println!(
         "updated {} (a running gateway applies it on reload: `opencode-gateway reload` or SIGHUP)",
-        path.display()
+        target.display()
     );
     Ok(())
+}
+
+/// The file a user edit changes: the config when it defines `name` itself or names no users
+/// file, else the users file (`server.users_file`), where new users go.
+fn file_for(config_path: &Path, config: &str, name: Option<&str>) -> anyhow::Result<std::path::PathBuf> {
+    let doc: toml::Value = toml::from_str(config).with_context(|| format!("{} is not TOML", config_path.display()))?;
+    let users_file = doc
+        .get("server")
+        .and_then(|s| s.get("users_file"))
+        .and_then(toml::Value::as_str);
+    let in_config = name.is_some_and(|n| {
+        doc.get("user").and_then(toml::Value::as_array).is_some_and(|users| {
+            users
+                .iter()
+                .any(|u| u.get("name").and_then(toml::Value::as_str) == Some(n))
+        })
+    });
+    Ok(match crate::config::users_file(config_path, users_file) {
+        Some(file) if !in_config => file,
+        _ => config_path.to_path_buf(),
+    })
 }

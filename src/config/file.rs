@@ -51,6 +51,17 @@ pub struct RawServer {
     /// A plain-HTTP listener: ACME HTTP-01 answers, everything else a redirect to HTTPS.
     pub http_listen: Option<String>,
     pub log_format: Option<String>,
+    /// A second file of `[[user]]` tables (relative to the config), for users made by the gateway
+    /// and the CLI, so a config kept in git stays as committed.
+    pub users_file: Option<String>,
+}
+
+/// The users file: `[[user]]` tables only.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUsers {
+    #[serde(default)]
+    pub user: Vec<RawUser>,
 }
 
 #[derive(Debug, Deserialize)]

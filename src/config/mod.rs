@@ -102,10 +102,32 @@ pub fn load(path: &Path) -> Result<Settings, ConfigError> {
 
 /// Parse and validate config text as if read from `path` (relative paths resolve against its folder).
 pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
-    let raw: file::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+    parse_with_users(text, path, None)
+}
+
+/// [`parse`], with the users file's text given (`Some`) instead of read from disk: how the CLI
+/// checks an edit of that file before writing it.
+pub fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>) -> Result<Settings, ConfigError> {
+    let mut raw: file::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
         file: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    if let Some(users) = users_file(path, raw.server.users_file.as_deref()) {
+        // Missing is empty: the first start makes it.
+        let text = match users_text {
+            Some(t) => t.to_string(),
+            None => match std::fs::read_to_string(&users) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+                Err(error) => return Err(ConfigError::Read { file: users, error }),
+            },
+        };
+        let more: file::RawUsers = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            file: users.clone(),
+            message: e.to_string(),
+        })?;
+        raw.user.extend(more.user);
+    }
     let abs = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -114,4 +136,14 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
             .unwrap_or_else(|_| path.to_path_buf())
     };
     validate::validate(raw, &abs)
+}
+
+/// The users file a config names (`server.users_file`), resolved against the config's folder.
+pub fn users_file(config: &Path, named: Option<&str>) -> Option<std::path::PathBuf> {
+    let named = named?;
+    let dir = config
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    Some(dir.join(named))
 }

@@ -28,6 +28,9 @@ impl ProtectedPaths {
     pub fn from_settings(s: &Settings) -> ProtectedPaths {
         let mut p = ProtectedPaths::default();
         p.add("config file", &s.path, false);
+        if let Some(users) = &s.server.users_file {
+            p.add("server.users_file", users, false);
+        }
         p.add("tls.key", &s.tls.key, false);
         p.add("tls.cert", &s.tls.cert, false);
         if s.tls.dev_ca {

@@ -54,6 +54,8 @@ pub struct Server {
     pub http_listen: Option<SocketAddr>,
     /// How log lines are written (`serve --log-format` overrides it); read at start only.
     pub log_format: crate::telemetry::LogFormat,
+    /// `users_file`: where users made by the gateway and the CLI are written.
+    pub users_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]

@@ -73,8 +73,7 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
 type Shared = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
-/// "gateway ready" and has printed its attach commands, which end with the SSH host key's
-/// known_hosts line (one print, so all of it is there then), bounded.
+/// "gateway ready" and has printed its whole banner, bounded.
 fn serve_until_ready(
     config: &std::path::Path,
     root: &std::path::Path,
@@ -93,8 +92,13 @@ fn serve_until_ready(
         .unwrap();
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
     crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
+    // The banner ends with the way to set a new password (after the frame on a first start).
+    let printed = |out: &str| {
+        out.rsplit_once("opencode-gateway user passwd")
+            .is_some_and(|(_, rest)| !out.contains("shown only this once") || rest.contains("\n+-"))
+    };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("gateway ready") || !out.lock().unwrap().contains("known_hosts: ") {
+    while !log.lock().unwrap().contains("gateway ready") || !printed(&out.lock().unwrap()) {
         assert!(
             std::time::Instant::now() < deadline,
             "not ready with its attach commands within 30 s\nlog:\n{}\nstdout:\n{}",
@@ -128,23 +132,66 @@ fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
+/// The one-time password from a first start's banner: the line after the one that announces it.
+fn printed_password(stdout: &str) -> String {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("Its password, shown only this once:"))
+        .unwrap_or_else(|| panic!("no password printed:\n{stdout}"));
+    lines[at + 2]
+        .trim_matches(|c: char| c == '|' || c.is_whitespace())
+        .to_string()
+}
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     use std::os::unix::fs::PermissionsExt;
     let root = tempfile::tempdir().unwrap();
     let config = copy_dev_config(root.path());
-    let repo_bin = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin");
+    // The copy as a repository of its own, with the project's ignore rules: after a first start
+    // its tree must be as committed (issue 22: the first start wrote the user into the config).
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::copy(repo.join(".gitignore"), root.path().join(".gitignore")).unwrap();
+    std::fs::write(root.path().join("demo/README.md"), "the demo project\n").unwrap();
+    git(root.path(), &["init", "-q"]);
+    git(root.path(), &["add", "-A"]);
+    git(root.path(), &["commit", "-q", "-m", "committed tree"]);
+    let committed = std::fs::read_to_string(&config).unwrap();
+    let repo_bin = repo.join("node_modules/.bin");
     let path = format!("{}:{}", repo_bin.display(), std::env::var("PATH").unwrap());
     // The repository's layout (config/ and certs-dev/ side by side), not the harness's one folder.
     let (mut child, log, out) = serve_until_ready(&config, root.path(), &path);
     let stdout = out.lock().unwrap().clone();
-    let password = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Created gateway user \"dev\" with password: "))
-        .unwrap_or_else(|| panic!("no password printed:\n{stdout}"))
-        .trim()
-        .to_string();
+    let password = printed_password(&stdout);
+    assert!(password.len() >= 16, "{password:?}");
+    // Printed last, framed, with the way back beside it.
+    let tail = &stdout[stdout.find("Its password, shown only this once:").unwrap()..];
+    assert!(tail.contains("opencode-gateway user passwd dev"), "{stdout}");
+    assert!(
+        !tail.contains("opencode attach"),
+        "nothing printed after the password:\n{stdout}"
+    );
+    assert!(
+        stdout.trim_end().ends_with('+'),
+        "the frame closes the banner:\n{stdout}"
+    );
     let https: std::net::SocketAddr = log
         .lock()
         .unwrap()
@@ -169,19 +216,27 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         "certs-dev/ca.key",
         "certs-dev/server.key",
         "certs-dev/ssh_host_ed25519_key",
+        "config/gateway.users.toml",
     ] {
         let mode = std::fs::metadata(root.path().join(key)).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{key}");
     }
-    let written = std::fs::read_to_string(&config).unwrap();
-    assert!(
-        written.contains("name = \"dev\"") && written.contains("$argon2id$"),
-        "{written}"
+    // The user went to the git-ignored users file; the config is as committed.
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        committed,
+        "the config was not touched"
     );
-    assert!(!written.contains(&password), "only the hash is written");
+    let users = std::fs::read_to_string(root.path().join("config/gateway.users.toml")).unwrap();
     assert!(
-        written.contains("# On first start the gateway makes"),
-        "comments are kept"
+        users.contains("name = \"dev\"") && users.contains("$argon2id$"),
+        "{users}"
+    );
+    assert!(!users.contains(&password), "only the hash is written");
+    assert_eq!(
+        git(root.path(), &["status", "--porcelain"]),
+        "",
+        "the tree is as committed"
     );
     assert!(!log.lock().unwrap().contains(&password), "the password is not logged");
     // The spawned project answers through the gateway with the printed credentials.
@@ -201,10 +256,24 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
-    // A second start creates no user and prints no password.
+    // A second start creates no user, prints no password, says how to set a new one.
     let (mut child, _log, out) = serve_until_ready(&config, root.path(), &path);
-    assert!(!out.lock().unwrap().contains("Created gateway user"));
-    assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
+    let again = out.lock().unwrap().clone();
+    assert!(!again.contains("shown only this once"), "{again}");
+    assert!(again.contains("opencode attach https://127.0.0.1:"), "{again}");
+    assert!(
+        again.contains(" -u dev -p '<password>'"),
+        "the only user is named: {again}"
+    );
+    assert!(
+        again.contains("forgot the password? opencode-gateway user passwd dev"),
+        "{again}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.path().join("config/gateway.users.toml")).unwrap(),
+        users
+    );
+    assert_eq!(git(root.path(), &["status", "--porcelain"]), "");
     // SAFETY: signalling our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());

@@ -200,6 +200,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             Default::default()
         }),
     };
+    let users_file = raw.server.users_file.as_deref().map(|f| c.path(f));
     let opencode_bin = raw
         .server
         .opencode_bin
@@ -365,6 +366,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             trusted_proxies,
             opencode_bin,
             log_format,
+            users_file,
         },
         tls,
         ssh,
