@@ -43,6 +43,9 @@ pub enum Command {
     Check {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Print only the SSH front door's known_hosts line, ready for `>> ~/.ssh/known_hosts`.
+        #[arg(long)]
+        known_hosts: bool,
     },
     /// Check a configured gateway as its clients see it: certificate names and expiry, the OpenCode
     /// binary, secret-file permissions, free listeners, base_domain resolving; prints each fix.

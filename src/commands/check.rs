@@ -21,6 +21,22 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `check --known-hosts`: the SSH front door's known_hosts line alone, to append as is.
+pub fn known_hosts(path: &Path) -> anyhow::Result<()> {
+    let settings = crate::config::load(path)?;
+    let Some(ssh) = &settings.ssh else {
+        anyhow::bail!("{} has no [ssh] section: there is no SSH front door", path.display());
+    };
+    let line = crate::ssh::host_key::known_hosts_line(&ssh.host_key, ssh.listen).ok_or_else(|| {
+        anyhow::anyhow!(
+            "no host key at {} yet: it is made on the first `serve`",
+            ssh.host_key.display()
+        )
+    })?;
+    println!("{line}");
+    Ok(())
+}
+
 /// Spawned projects that run as the same OS user (the same `run_as`, or both without it) but are
 /// granted to different users: whoever can use one can read and write the other's files and
 /// OpenCode state through it (a shell, the bash tool, the file API), whatever the grants say.

@@ -29,7 +29,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             project,
             project_dir,
         } => init::init(dir.as_deref(), project, project_dir),
-        Command::Check { config } => check::check(&config),
+        Command::Check { config, known_hosts: false } => check::check(&config),
+        Command::Check { config, known_hosts: true } => check::known_hosts(&config),
         Command::Doctor { config } => doctor::doctor(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;

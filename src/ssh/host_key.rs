@@ -32,29 +32,32 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
 
 /// `SHA256:…` and a `known_hosts` line for `listen`, or a note that the key is made on first start.
 pub fn describe(path: &Path, listen: SocketAddr) -> String {
-    match russh::keys::load_secret_key(path, None) {
-        Ok(key) => {
-            let public = key.public_key();
-            let host = if listen.ip().is_unspecified() {
-                crate::devcert::host_name()
-            } else {
-                listen.ip().to_string()
-            };
-            let entry = if listen.port() == 22 {
-                host
-            } else {
-                format!("[{host}]:{}", listen.port())
-            };
-            // The key type and the key; the comment is left out of known_hosts.
-            let full = public.to_openssh().unwrap_or_default();
-            let key_text = full.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
-            format!(
-                "         fingerprint {}\n         known_hosts: {entry} {key_text}\n",
-                public.fingerprint(HashAlg::Sha256)
-            )
-        }
-        Err(_) => "         (the host key is made on first start)\n".to_string(),
+    match (russh::keys::load_secret_key(path, None), known_hosts_line(path, listen)) {
+        (Ok(key), Some(line)) => format!(
+            "         fingerprint {}\n         known_hosts: {line}\n",
+            key.public_key().fingerprint(HashAlg::Sha256)
+        ),
+        _ => "         (the host key is made on first start)\n".to_string(),
     }
+}
+
+/// The line for a client's `~/.ssh/known_hosts`, as is: `[host]:port type key` (the comment left
+/// out). `None` before the key is made.
+pub fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
+    let key = russh::keys::load_secret_key(path, None).ok()?;
+    let public = key.public_key();
+    let host = if listen.ip().is_unspecified() {
+        crate::devcert::host_name()
+    } else {
+        listen.ip().to_string()
+    };
+    let entry = if listen.port() == 22 {
+        host
+    } else {
+        format!("[{host}]:{}", listen.port())
+    };
+    let full = public.to_openssh().ok()?;
+    Some(format!("{entry} {}", full.split_whitespace().take(2).collect::<Vec<_>>().join(" ")))
 }
 
 #[cfg(test)]

@@ -251,6 +251,19 @@ fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
         text(&check).contains("known_hosts: [127.0.0.1]:2222 ssh-ed25519"),
         "check prints the host key too"
     );
+    // The line alone, as OpenSSH reads it (issue 22: the grep of `check` needed editing).
+    let line = cli(&["check", "--known-hosts", "-c", cfg.to_str().unwrap()], None, dir.path());
+    assert!(line.status.success(), "{}", text(&line));
+    let line = String::from_utf8(line.stdout).unwrap();
+    assert!(line.starts_with("[127.0.0.1]:2222 ssh-ed25519 AAAA") && line.lines().count() == 1, "{line}");
+    let kh = dir.path().join("known_hosts");
+    std::fs::write(&kh, &line).unwrap();
+    let found = std::process::Command::new("ssh-keygen")
+        .args(["-F", "[127.0.0.1]:2222", "-f"])
+        .arg(&kh)
+        .output()
+        .unwrap();
+    assert!(found.status.success(), "ssh-keygen does not read it: {line}");
     let mode = std::fs::metadata(dir.path().join("gw/certs/ssh_host_ed25519_key"))
         .unwrap()
         .permissions()
