@@ -222,3 +222,25 @@ mod tests {
         );
     }
 }
+
+impl Command {
+    /// The config file the command names, to be found ([`crate::config::find`]) before it runs.
+    pub fn config_mut(&mut self) -> Option<&mut PathBuf> {
+        match self {
+            Command::Serve { config, .. }
+            | Command::Check { config, .. }
+            | Command::Doctor { config }
+            | Command::User { config, .. }
+            | Command::Token { config, .. }
+            | Command::Pair { config, .. }
+            | Command::Devices { config, .. }
+            | Command::Status { config }
+            | Command::Reload { config }
+            | Command::Audit { config, .. }
+            | Command::Cert {
+                action: CertAction::Dev { config, .. },
+            } => Some(config),
+            Command::Init { .. } | Command::HashPassword => None,
+        }
+    }
+}

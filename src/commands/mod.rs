@@ -17,7 +17,10 @@ use std::path::Path;
 use crate::cli::{CertAction, Cli, Command};
 
 /// Run a parsed command line. `serve` needs the async runtime; the rest are quick and synchronous.
-pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
+pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
+    if let Some(config) = cli.command.config_mut() {
+        *config = crate::config::find(config);
+    }
     match cli.command {
         Command::Serve { config, log_format } => {
             return_large_allocations_to_the_system();
@@ -29,8 +32,14 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<()> {
             project,
             project_dir,
         } => init::init(dir.as_deref(), project, project_dir),
-        Command::Check { config, known_hosts: false } => check::check(&config),
-        Command::Check { config, known_hosts: true } => check::known_hosts(&config),
+        Command::Check {
+            config,
+            known_hosts: false,
+        } => check::check(&config),
+        Command::Check {
+            config,
+            known_hosts: true,
+        } => check::known_hosts(&config),
         Command::Doctor { config } => doctor::doctor(&config),
         Command::HashPassword => {
             let pw = password::read_new_password()?;

@@ -20,6 +20,30 @@ pub use settings::*;
 /// The default config path, relative to the working directory (the repository root in dev).
 pub const DEFAULT_PATH: &str = "config/gateway.toml";
 
+/// The environment variable naming the config file when no `-c` is given.
+pub const CONFIG_ENV: &str = "OPENCODE_GATEWAY_CONFIG";
+
+/// The config file a command uses when it was given no `-c` (its value is the default path):
+/// `$OPENCODE_GATEWAY_CONFIG`, else `config/gateway.toml` in the current folder when it exists (the
+/// repository's dev config is never shadowed by an `init` made elsewhere), else the one `init`
+/// wrote (`$XDG_CONFIG_HOME/opencode-gateway/gateway.toml`) when it exists, else the default path
+/// (whose absence the command then reports).
+pub fn find(given: &Path) -> PathBuf {
+    if given != Path::new(DEFAULT_PATH) {
+        return given.to_path_buf();
+    }
+    if let Some(env) = std::env::var_os(CONFIG_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(env);
+    }
+    if given.exists() {
+        return given.to_path_buf();
+    }
+    config_home()
+        .map(|d| d.join("gateway.toml"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| given.to_path_buf())
+}
+
 /// `$XDG_CONFIG_HOME/opencode-gateway` (default `~/.config/opencode-gateway`): the config and keys
 /// `init` writes.
 pub fn config_home() -> Option<PathBuf> {
@@ -59,7 +83,7 @@ impl fmt::Display for ConfigError {
         match self {
             ConfigError::Read { file, error } => write!(
                 f,
-                "{}: cannot read the config file: {error}. Fix: create it with `opencode-gateway init`, or pass -c <file>",
+                "{}: cannot read the config file: {error}. Fix: create it with `opencode-gateway init`, pass -c <file>, or set OPENCODE_GATEWAY_CONFIG",
                 file.display()
             ),
             ConfigError::Parse { file, message } => {

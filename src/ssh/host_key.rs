@@ -57,7 +57,10 @@ pub fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
         format!("[{host}]:{}", listen.port())
     };
     let full = public.to_openssh().ok()?;
-    Some(format!("{entry} {}", full.split_whitespace().take(2).collect::<Vec<_>>().join(" ")))
+    Some(format!(
+        "{entry} {}",
+        full.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+    ))
 }
 
 #[cfg(test)]

@@ -252,10 +252,17 @@ fn init_writes_a_config_check_accepts_with_certs_and_a_user() {
         "check prints the host key too"
     );
     // The line alone, as OpenSSH reads it (issue 22: the grep of `check` needed editing).
-    let line = cli(&["check", "--known-hosts", "-c", cfg.to_str().unwrap()], None, dir.path());
+    let line = cli(
+        &["check", "--known-hosts", "-c", cfg.to_str().unwrap()],
+        None,
+        dir.path(),
+    );
     assert!(line.status.success(), "{}", text(&line));
     let line = String::from_utf8(line.stdout).unwrap();
-    assert!(line.starts_with("[127.0.0.1]:2222 ssh-ed25519 AAAA") && line.lines().count() == 1, "{line}");
+    assert!(
+        line.starts_with("[127.0.0.1]:2222 ssh-ed25519 AAAA") && line.lines().count() == 1,
+        "{line}"
+    );
     let kh = dir.path().join("known_hosts");
     std::fs::write(&kh, &line).unwrap();
     let found = std::process::Command::new("ssh-keygen")

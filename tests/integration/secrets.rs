@@ -215,6 +215,30 @@ fn init_in_a_project_folder_writes_config_keys_and_state_outside_it_owner_only()
     let check = run(&["check", "-c", cfg.to_str().unwrap()], &root, &[]);
     assert!(check.status.success(), "{}", text(&check));
     assert!(!text(&check).contains("warning"), "{}", text(&check));
+    // After init, commands find its config without -c (issue 22); the variable overrides.
+    let xdg = [
+        ("HOME", root.join("home")),
+        ("XDG_CONFIG_HOME", root.join("xdg-config")),
+        ("XDG_STATE_HOME", root.join("xdg-state")),
+    ];
+    let xdg: Vec<(&str, &Path)> = xdg.iter().map(|(k, v)| (*k, v.as_path())).collect();
+    let found = run(&["check"], &project, &xdg);
+    assert!(found.status.success(), "{}", text(&found));
+    assert!(
+        text(&found).starts_with(&format!("{}: OK", cfg.display())),
+        "{}",
+        text(&found)
+    );
+    let missing = root.join("nowhere.toml");
+    let mut with_env = xdg.clone();
+    with_env.push(("OPENCODE_GATEWAY_CONFIG", missing.as_path()));
+    let refused = run(&["check"], &project, &with_env);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused).contains("nowhere.toml"),
+        "the variable wins: {}",
+        text(&refused)
+    );
 
     // Edits by `user` leave the config owner-only, even one an editor made 0644.
     chmod(&cfg, 0o644);
