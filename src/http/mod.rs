@@ -79,7 +79,8 @@ impl ConnInfo {
 
 /// Answer every request on a connection to a removed project's own port with 404 and the reason
 /// (reload does not close listeners). Such a connection lives at most twice `request_head_timeout`.
-pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I)
+/// Served by the protocol's own builder, as every TLS connection is (see [`Alpn::from_tls`]).
+pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I, alpn: Alpn)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -93,11 +94,23 @@ where
             Ok::<_, std::convert::Infallible>(r)
         }
     });
-    let connection = gw.http.serve_connection(TokioIo::new(io), service);
     let limit = gw.limits.request_head_timeout.saturating_mul(2);
-    tokio::select! {
-        _ = tokio::time::timeout(limit, connection) => {}
-        _ = gw.shutdown.cancelled() => {}
+    let io = TokioIo::new(io);
+    match alpn {
+        Alpn::Http1 => {
+            let connection = gw.http1.serve_connection(io, service);
+            tokio::select! {
+                _ = tokio::time::timeout(limit, connection) => {}
+                _ = gw.shutdown.cancelled() => {}
+            }
+        }
+        Alpn::H2 => {
+            let connection = gw.http2.serve_connection(io, service);
+            tokio::select! {
+                _ = tokio::time::timeout(limit, connection) => {}
+                _ = gw.shutdown.cancelled() => {}
+            }
+        }
     }
 }
 
@@ -194,11 +207,14 @@ pub enum Alpn {
 }
 
 impl Alpn {
-    pub fn from_tls(protocol: Option<&[u8]>) -> Option<Alpn> {
+    /// h2 only when the handshake chose it; anything else (http/1.1, or no ALPN at all) is
+    /// HTTP/1.1. h2 over TLS requires ALPN (RFC 9113 section 3.2), so no client is owed h2
+    /// without it, and serving such clients with the auto builder (which sniffs the preface)
+    /// would leave them without the bound on the parsed head that only the HTTP/1 builder has.
+    pub fn from_tls(protocol: Option<&[u8]>) -> Alpn {
         match protocol {
-            Some(b"http/1.1") => Some(Alpn::Http1),
-            Some(b"h2") => Some(Alpn::H2),
-            _ => None,
+            Some(b"h2") => Alpn::H2,
+            _ => Alpn::Http1,
         }
     }
 }
@@ -210,8 +226,8 @@ impl Alpn {
 /// per request), on the auto builder's preface read (which has no timer), on the keep-alive idle
 /// time, and on an h2 connection whose peer answers pings.
 ///
-/// A protocol chosen by ALPN is served directly. The auto builder (kept for SSH channels and TLS
-/// clients that offer no ALPN) reads the first 24 bytes to tell h2 from HTTP/1.1 and hands them
+/// A TLS connection (`alpn` is `Some`) is served by the HTTP/1 or h2 builder directly. The auto
+/// builder (kept for SSH channels, `alpn` is `None`) reads the first 24 bytes to tell h2 from HTTP/1.1 and hands them
 /// back; hyper's read buffer then grows from 8 to 16 KiB on the first request, and keeps that for
 /// the connection's life. On h2 each request's future is boxed: hyper runs every h2 request as
 /// its own task, sized for the pipeline's future (about 6 KiB), and that task lives as long as the

@@ -211,15 +211,15 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
             }
             // A project removed by a reload keeps its port until a restart (listeners are not
             // re-bound): new connections there get a plain 404 saying so.
+            let alpn = crate::http::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
             if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
-                // Boxed: inline, this rare path's connection (the auto builder's) would size the
-                // task of every connection served here.
-                Box::pin(crate::http::serve_gone(gw.clone(), name.into(), stream)).await;
+                // Boxed: inline, this rare path's connection would size the task of every
+                // connection served here.
+                Box::pin(crate::http::serve_gone(gw.clone(), name.into(), stream, alpn)).await;
                 return;
             }
-            let alpn = crate::http::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
             let conn = Arc::new(ConnInfo::new(peer, Front::Tls { bound }));
-            crate::http::serve_connection(gw, conn, stream, alpn).await;
+            crate::http::serve_connection(gw, conn, stream, Some(alpn)).await;
         }));
     })
     .await;

@@ -169,12 +169,13 @@ async fn the_global_connection_cap_refuses_extra_connections_and_keeps_accepting
     }
 }
 
-/// The protocol TLS chose by ALPN is the one served (the gateway skips the auto builder's preface
-/// sniffing then, to keep a smaller read buffer per connection); a client that offered no ALPN
-/// may speak either, as before. An h2 preface on a connection that chose http/1.1 is not served
-/// as h2.
+/// The protocol TLS chose by ALPN is the one served; a client that offered no ALPN is served
+/// HTTP/1.1 (h2 over TLS needs ALPN: RFC 9113 section 3.2), by the same builder as ALPN
+/// http/1.1, so the bound on the parsed head holds for it too (hyper-util's auto builder, which
+/// sniffs the preface, has none). An h2 preface on a connection that chose http/1.1 or nothing is
+/// not served as h2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn alpn_decides_the_protocol_and_a_client_without_alpn_may_speak_either() {
+async fn alpn_decides_the_protocol_and_a_client_without_alpn_is_served_http1() {
     use tokio::io::AsyncWriteExt;
     let (gw, _web, c) = gateway("").await;
     let h2_request = |client: &Https| {
@@ -194,20 +195,19 @@ async fn alpn_decides_the_protocol_and_a_client_without_alpn_may_speak_either() 
                 .await
                 .map_err(|e| e.to_string())?;
         tokio::spawn(conn);
-        let resp = send
-            .send_request(h2_request(&client))
+        let resp = tokio::time::timeout(Duration::from_secs(10), send.send_request(h2_request(&client)))
             .await
+            .map_err(|_| "no h2 answer in 10 s".to_string())?
             .map_err(|e| e.to_string())?;
         Ok::<_, String>(read(resp).await.status)
     };
 
-    // ALPN h2, and no ALPN at all with h2's preface: both served as h2.
+    // ALPN h2: served as h2.
     let h2 = Https::with_alpn(c.addr, &gw.ca(), vec![b"h2".to_vec()]);
     assert_eq!(h2_status(h2).await, Ok(http::StatusCode::OK));
-    let none = Https::with_alpn(c.addr, &gw.ca(), vec![]);
-    assert_eq!(h2_status(none.clone()).await, Ok(http::StatusCode::OK));
 
     // No ALPN, HTTP/1.1; and ALPN http/1.1: served as HTTP/1.1.
+    let none = Https::with_alpn(c.addr, &gw.ca(), vec![]);
     for client in [&none, &c] {
         let mut tls = client.tls().await;
         let head = format!(
@@ -224,9 +224,46 @@ async fn alpn_decides_the_protocol_and_a_client_without_alpn_may_speak_either() 
         assert!(out.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&out));
     }
 
-    // ALPN http/1.1, then h2's preface: not an h2 connection.
+    // No ALPN or ALPN http/1.1, then h2's preface: not an h2 connection.
+    assert!(
+        h2_status(none.clone()).await.is_err(),
+        "a connection without ALPN was served as h2"
+    );
     assert!(
         h2_status(c.clone()).await.is_err(),
         "an http/1.1 connection was served as h2"
+    );
+}
+
+/// A 70 KiB head arriving at once from a client that offered no ALPN is refused on the parsed
+/// head (431), as it is with ALPN http/1.1 (abuse.rs), and never reaches the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_70_kib_head_without_alpn_gets_431() {
+    use tokio::io::AsyncWriteExt;
+    let (gw, web, c) = gateway("").await;
+    let none = Https::with_alpn(c.addr, &gw.ca(), vec![]);
+    let mut tls = none.tls().await;
+    let head = format!(
+        "GET /global/health HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nX-Big: {}\r\nConnection: close\r\n\r\n",
+        none.authority(),
+        alice(),
+        "x".repeat(70 * 1024)
+    );
+    // One write: the whole head can arrive in one read, past the read buffer's own bound.
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out))
+        .await
+        .expect("no answer in 10 s")
+        .ok();
+    assert!(
+        out.starts_with(b"HTTP/1.1 431"),
+        "a 70 KiB head without ALPN got: {:?}",
+        String::from_utf8_lossy(&out[..out.len().min(200)])
+    );
+    assert!(
+        web.seen().iter().all(|s| !s.headers.contains_key("x-big")),
+        "the oversized request reached the upstream"
     );
 }
