@@ -40,8 +40,9 @@ pub struct Gateway {
     pub verifier: Verifier,
     pub limiters: Limiters,
     pub connections: Arc<Slots<IpAddr>>,
-    /// Every open HTTPS and SSH connection holds one (see `listen::connection_cap`).
-    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
+    /// unauthenticated HTTPS connections only a share, and they are shed first (`listen/table.rs`).
+    pub conn_table: Arc<crate::listen::table::ConnTable>,
     pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
@@ -132,7 +133,10 @@ impl Gateway {
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
             connections: Arc::default(),
-            connection_slots: Arc::new(tokio::sync::Semaphore::new(connection_cap as usize)),
+            conn_table: Arc::new(crate::listen::table::ConnTable::new(
+                connection_cap,
+                limits.unauthenticated_connection_share,
+            )),
             connection_cap,
             streams: Arc::default(),
             tickets: Tickets::default(),

@@ -4,7 +4,8 @@
 //! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
 //!   `Settings` (`validate`), secrets, the gateway's own files (`protected`), and comment-keeping
 //!   edits (`edit`).
-//! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
+//! - `listen/`: accept loops (backoff, per-address slots), the connection table (`table`: a share for
+//!   unauthenticated connections, shed oldest idle first) and TLS (`tls`). `ssh/`: the SSH front door.
 //! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
 //!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
 //!   (`response`), the gateway's own files (`own_files`), errors and their statuses (`error`), the
@@ -162,7 +163,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
         loop {
             tokio::select! {
-                _ = tick.tick() => janitor.limiters.purge(),
+                _ = tick.tick() => {
+                    janitor.limiters.purge();
+                    janitor.conn_table.purge();
+                }
                 _ = janitor.shutdown.cancelled() => break,
             }
         }
