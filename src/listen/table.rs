@@ -97,6 +97,8 @@ pub struct ConnTable {
     unauthenticated: AtomicU32,
     shedding: AtomicU32,
     shed_total: AtomicU64,
+    /// The most connections open at once since [`ConnTable::take_peak`] last looked.
+    peak: AtomicU32,
     queue: Mutex<Queue>,
 }
 
@@ -120,6 +122,7 @@ impl ConnTable {
             unauthenticated: AtomicU32::new(0),
             shedding: AtomicU32::new(0),
             shed_total: AtomicU64::new(0),
+            peak: AtomicU32::new(0),
             queue: Mutex::default(),
         }
     }
@@ -156,7 +159,8 @@ impl ConnTable {
         let unauthenticated = self.unauthenticated.load(Ordering::Acquire);
         let room = open < self.cap && (class == Class::Held || unauthenticated < self.share);
         if room {
-            self.open.fetch_add(1, Ordering::AcqRel);
+            let now_open = self.open.fetch_add(1, Ordering::AcqRel) + 1;
+            self.peak.fetch_max(now_open, Ordering::Relaxed);
             if class == Class::Unauthenticated {
                 self.unauthenticated.fetch_add(1, Ordering::AcqRel);
             }
@@ -224,6 +228,13 @@ impl ConnTable {
         {
             self.unauthenticated.fetch_sub(1, Ordering::AcqRel);
         }
+    }
+
+    /// The most connections open at once since the last call, and the number open now (the
+    /// janitor's tick: a flood that ended is when the allocator has memory to give back).
+    pub fn take_peak(&self) -> (u32, u32) {
+        let open = self.open();
+        (self.peak.swap(open, Ordering::Relaxed).max(open), open)
     }
 
     /// Forget shed addresses whose memory has passed (the janitor's tick).
@@ -357,6 +368,19 @@ mod tests {
         drop((b, c, d, s, s2));
         assert_eq!((t.open(), t.unauthenticated()), (0, 0));
         assert_eq!(t.shedding.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn the_peak_since_the_last_look_is_reported_once() {
+        let t = Arc::new(ConnTable::new(8, 100));
+        let held: Vec<_> = (1..=5)
+            .map(|n| t.admit(ip(n), Class::Unauthenticated).unwrap())
+            .collect();
+        drop(held);
+        assert_eq!(t.take_peak(), (5, 0), "five were open at once, none now");
+        assert_eq!(t.take_peak(), (0, 0), "a second look starts from what was open then");
+        let _one = t.admit(ip(1), Class::Held).unwrap();
+        assert_eq!(t.take_peak(), (1, 1));
     }
 
     #[test]
