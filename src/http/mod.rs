@@ -366,6 +366,12 @@ async fn drive<C, E>(
             }
             _ = shed.as_mut() => {
                 tracing::debug!("closing an unauthenticated idle connection to make room");
+                // The table chose it idle, but a request may have begun since: let that one
+                // finish, briefly, rather than cut it. An idle one is dropped at once.
+                if !activity.is_idle() {
+                    shutdown(connection.as_mut());
+                    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
+                }
                 return;
             }
             _ = gw.shutdown.cancelled() => break,

@@ -67,11 +67,10 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "The share of connections_cap unauthenticated connections may hold",
         u64::from(gw.conn_table.share()),
     );
-    gauge(
-        &mut r,
-        "connections_shed_total",
+    r.register(
+        "connections_shed",
         "Idle unauthenticated connections closed to make room for new ones",
-        gw.conn_table.shed_total(),
+        ConstCounter::new(gw.conn_table.shed_total()),
     );
     gauge(
         &mut r,
