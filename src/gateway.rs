@@ -40,8 +40,9 @@ pub struct Gateway {
     pub verifier: Verifier,
     pub limiters: Limiters,
     pub connections: Arc<Slots<IpAddr>>,
-    /// Every open HTTPS and SSH connection holds one (see `listen::connection_cap`).
-    pub connection_slots: Arc<tokio::sync::Semaphore>,
+    /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
+    /// unauthenticated HTTPS connections only a share, and they are shed first (`listen/table.rs`).
+    pub conn_table: Arc<crate::listen::table::ConnTable>,
     pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
@@ -63,9 +64,9 @@ pub struct Gateway {
     pub metrics: Metrics,
     /// The audit trail (fixed at start: `[audit]` changes need a restart).
     pub audit: crate::audit::Audit,
-    /// Connections whose protocol is not known (SSH channels, TLS without ALPN).
+    /// Connections whose protocol is not known: SSH channels only (and the ACME HTTP-01 port).
     pub http: auto::Builder<TokioExecutor>,
-    /// The same settings, for connections whose TLS handshake chose HTTP/1.1 or h2 (ALPN).
+    /// The same settings, for TLS connections: h2 when the handshake chose it (ALPN), else HTTP/1.1.
     pub http1: hyper::server::conn::http1::Builder,
     pub http2: hyper::server::conn::http2::Builder<TokioExecutor>,
     /// Stop accepting and let connections finish.
@@ -133,7 +134,10 @@ impl Gateway {
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
             connections: Arc::default(),
-            connection_slots: Arc::new(tokio::sync::Semaphore::new(connection_cap as usize)),
+            conn_table: Arc::new(crate::listen::table::ConnTable::new(
+                connection_cap,
+                limits.unauthenticated_connection_share,
+            )),
             connection_cap,
             streams: Arc::default(),
             tickets: Tickets::default(),
@@ -155,8 +159,8 @@ impl Gateway {
                 // The head's size, checked on the parsed head: `max_buf_size` alone is only
                 // checked while a head is incomplete, and one read may bring more than it (the
                 // read buffer grows past it), so a 70 KiB head that arrived at once got through.
-                // hyper-util's auto builder has no such setting; it serves only SSH channels and
-                // TLS clients that offer no ALPN.
+                // hyper-util's auto builder has no such setting; it serves no TLS connection
+                // (a client without ALPN gets this builder too).
                 b.max_header_size(limits.max_head_bytes);
                 b
             },

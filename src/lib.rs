@@ -4,7 +4,8 @@
 //! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
 //!   `Settings` (`validate`), secrets, the gateway's own files (`protected`), and comment-keeping
 //!   edits (`edit`).
-//! - `listen/`: accept loops (backoff, per-address slots) and TLS (`tls`). `ssh/`: the SSH front door.
+//! - `listen/`: accept loops (backoff, per-address slots), the connection table (`table`: a share for
+//!   unauthenticated connections, shed oldest idle first) and TLS (`tls`). `ssh/`: the SSH front door.
 //! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
 //!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
 //!   (`response`), the gateway's own files (`own_files`), errors and their statuses (`error`), the
@@ -49,6 +50,7 @@ pub mod gateway;
 pub mod http;
 pub mod inbox;
 pub mod listen;
+pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod oidc;
@@ -156,13 +158,26 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tokio::spawn(server.serve(l));
     }
     gw.probe_external_upstreams();
-    // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity.
+    // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity
+    // (every minute). Every 10 s, a flood of connections that ended gives its memory back.
     let janitor = gw.clone();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+        let mut ticks = 0u32;
         loop {
             tokio::select! {
-                _ = tick.tick() => janitor.limiters.purge(),
+                _ = tick.tick() => {
+                    ticks = ticks.wrapping_add(1);
+                    if ticks.is_multiple_of(6) {
+                        janitor.limiters.purge();
+                        janitor.conn_table.purge();
+                    }
+                    let (peak, open) = janitor.conn_table.take_peak();
+                    if peak.saturating_sub(open) >= memory::TRIM_AFTER_CLOSED {
+                        // Off the runtime: trimming walks every arena and may take milliseconds.
+                        tokio::task::spawn_blocking(memory::give_back_free_memory);
+                    }
+                }
                 _ = janitor.shutdown.cancelled() => break,
             }
         }

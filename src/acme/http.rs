@@ -19,9 +19,12 @@ const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
     let tasks = gw.tasks.clone();
     let gw2 = gw.clone();
-    crate::listen::accept_loop(gw, listener, "http", move |tcp, _peer, slot| {
+    // Nothing here is ever authenticated: these connections stay in the unauthenticated share.
+    let class = crate::listen::table::Class::Unauthenticated;
+    crate::listen::accept_loop(gw, listener, "http", class, move |tcp, _peer, slot| {
         let gw = gw2.clone();
         tokio::spawn(tasks.track_future(async move {
+            let shed = slot.place.lease().shed.clone();
             let _slot = slot;
             let svc_gw = gw.clone();
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
@@ -33,6 +36,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
             tokio::select! {
                 _ = tokio::time::timeout(limit, conn) => {}
                 _ = gw.shutdown.cancelled() => {}
+                _ = shed.cancelled() => {}
             }
         }));
     })

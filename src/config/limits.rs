@@ -11,7 +11,8 @@ use serde::Deserialize;
 use super::validate::Checker;
 
 /// Kinds: `count` (u32, positive), `size` (u32 in the file, usize in use, positive), `bytes`
-/// (u64, at least 1), `duration` ("500ms", "10s", "5m", "1h"), `optional_count` (absent or positive).
+/// (u64, at least 1), `duration` ("500ms", "10s", "5m", "1h"), `optional_count` (absent or positive),
+/// `percent` (1 to 100).
 macro_rules! define_limits {
     ($( $(#[doc = $doc:literal])* $name:ident : $kind:ident = $default:expr ; )*) => {
         /// Every limit as written, each with its default.
@@ -45,6 +46,7 @@ macro_rules! raw_type {
     (bytes) => { u64 };
     (duration) => { String };
     (optional_count) => { Option<u32> };
+    (percent) => { u32 };
 }
 
 macro_rules! settings_type {
@@ -53,6 +55,7 @@ macro_rules! settings_type {
     (bytes) => { u64 };
     (duration) => { Duration };
     (optional_count) => { Option<u32> };
+    (percent) => { u32 };
 }
 
 macro_rules! raw_default {
@@ -80,6 +83,9 @@ macro_rules! check {
     (optional_count, $c:expr, $key:expr, $v:expr) => {
         $v.map(|n| positive($c, $key, n))
     };
+    (percent, $c:expr, $key:expr, $v:expr) => {
+        percent($c, $key, *$v)
+    };
 }
 
 fn positive(c: &mut Checker<'_>, key: &str, v: u32) -> u32 {
@@ -88,6 +94,17 @@ fn positive(c: &mut Checker<'_>, key: &str, v: u32) -> u32 {
             format!("limits.{key}"),
             "0 would refuse everything",
             format!("remove limits.{key} to use the default, or give a positive number"),
+        );
+    }
+    v
+}
+
+fn percent(c: &mut Checker<'_>, key: &str, v: u32) -> u32 {
+    if !(1..=100).contains(&v) {
+        c.problem(
+            format!("limits.{key}"),
+            format!("{v} is not a percentage from 1 to 100"),
+            format!("give limits.{key} a whole number from 1 to 100, or remove it to use the default"),
         );
     }
     v
@@ -106,6 +123,9 @@ define_limits! {
     max_connections_per_ip: count = 256;
     /// All HTTPS and SSH connections; absent means half the open-file limit (`listen::connection_cap`).
     max_connections: optional_count = None;
+    /// The percentage of `max_connections` that HTTPS connections which have not yet presented a
+    /// valid credential may hold (1 to 100); past it, or at the cap, the oldest idle one is shed.
+    unauthenticated_connection_share: percent = 50;
     /// Concurrent SSE streams, terminals and SSH channels per user.
     max_streams_per_user: count = 64;
     max_ssh_channels_per_connection: count = 64;
@@ -163,5 +183,23 @@ mod tests {
                 "limits.{key} is not in config/gateway.example.toml"
             );
         }
+    }
+
+    #[test]
+    fn a_share_that_is_not_a_percentage_is_refused_with_the_key_and_the_fix() {
+        let config = |share: u32| {
+            format!(
+                "[server]\nlisten=\"127.0.0.1:0\"\n[tls]\ncert=\"c\"\nkey=\"k\"\ndev_ca=true\n[limits]\nunauthenticated_connection_share={share}\n"
+            )
+        };
+        let path = std::path::Path::new("/tmp/x.toml");
+        for bad in [0, 101] {
+            let e = crate::config::parse(&config(bad), path).unwrap_err().to_string();
+            assert!(e.contains("limits.unauthenticated_connection_share"), "{e}");
+            assert!(e.contains(&format!("{bad} is not a percentage from 1 to 100")), "{e}");
+            assert!(e.contains("a whole number from 1 to 100"), "{e}");
+        }
+        let ok = crate::config::parse(&config(100), path).unwrap();
+        assert_eq!(ok.limits.unauthenticated_connection_share, 100);
     }
 }

@@ -43,6 +43,10 @@ pub struct ConnInfo {
     pub front: Front,
     /// The last password credential verified on this connection (`auth/memo.rs`).
     pub auth_memo: crate::auth::memo::AuthMemo,
+    /// An HTTPS connection's place in the connection table (`listen/table.rs`): promoted by its
+    /// first authenticated request, shed (its token cancelled) while it is idle and still
+    /// unauthenticated. SSH channels have none: their connection's place is held by the session.
+    pub lease: Option<Arc<crate::listen::table::Lease>>,
 }
 
 impl ConnInfo {
@@ -51,6 +55,22 @@ impl ConnInfo {
             peer,
             front,
             auth_memo: Default::default(),
+            lease: None,
+        }
+    }
+
+    pub fn with_lease(peer: SocketAddr, front: Front, lease: Arc<crate::listen::table::Lease>) -> ConnInfo {
+        ConnInfo {
+            lease: Some(lease),
+            ..ConnInfo::new(peer, front)
+        }
+    }
+
+    /// A request on this connection presented a valid credential: the connection leaves the
+    /// unauthenticated share. After the first, one relaxed load.
+    pub fn authenticated(&self, gw: &Gateway) {
+        if let Some(lease) = &self.lease {
+            gw.conn_table.promote(lease);
         }
     }
 }
@@ -80,7 +100,8 @@ impl ConnInfo {
 
 /// Answer every request on a connection to a removed project's own port with 404 and the reason
 /// (reload does not close listeners). Such a connection lives at most twice `request_head_timeout`.
-pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I)
+/// Served by the protocol's own builder, as every TLS connection is (see [`Alpn::from_tls`]).
+pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I, alpn: Alpn)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -94,11 +115,23 @@ where
             Ok::<_, std::convert::Infallible>(r)
         }
     });
-    let connection = gw.http.serve_connection(TokioIo::new(io), service);
     let limit = gw.limits.request_head_timeout.saturating_mul(2);
-    tokio::select! {
-        _ = tokio::time::timeout(limit, connection) => {}
-        _ = gw.shutdown.cancelled() => {}
+    let io = TokioIo::new(io);
+    match alpn {
+        Alpn::Http1 => {
+            let connection = gw.http1.serve_connection(io, service);
+            tokio::select! {
+                _ = tokio::time::timeout(limit, connection) => {}
+                _ = gw.shutdown.cancelled() => {}
+            }
+        }
+        Alpn::H2 => {
+            let connection = gw.http2.serve_connection(io, service);
+            tokio::select! {
+                _ = tokio::time::timeout(limit, connection) => {}
+                _ = gw.shutdown.cancelled() => {}
+            }
+        }
     }
 }
 
@@ -107,11 +140,28 @@ where
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Requests in flight on one connection (a request counts until its response body ends or is
-/// dropped), and whether one started or ended since the idle watcher last looked.
+/// dropped), and whether one started or ended since the idle watcher last looked. The connection
+/// table reads it too: a connection with a request in flight is not shed.
 #[derive(Default)]
-struct Activity {
+pub struct Activity {
     active: AtomicUsize,
     touched: AtomicBool,
+}
+
+impl Activity {
+    pub fn start(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.active.load(Ordering::Relaxed) == 0
+    }
 }
 
 /// One request in flight; dropping it (body ended, or request abandoned) marks the end.
@@ -119,16 +169,14 @@ struct Busy(Arc<Activity>);
 
 impl Busy {
     fn new(a: &Arc<Activity>) -> Busy {
-        a.active.fetch_add(1, Ordering::Relaxed);
-        a.touched.store(true, Ordering::Relaxed);
+        a.start();
         Busy(a.clone())
     }
 }
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::Relaxed);
-        self.0.touched.store(true, Ordering::Relaxed);
+        self.0.end();
     }
 }
 
@@ -195,11 +243,14 @@ pub enum Alpn {
 }
 
 impl Alpn {
-    pub fn from_tls(protocol: Option<&[u8]>) -> Option<Alpn> {
+    /// h2 only when the handshake chose it; anything else (http/1.1, or no ALPN at all) is
+    /// HTTP/1.1. h2 over TLS requires ALPN (RFC 9113 section 3.2), so no client is owed h2
+    /// without it, and serving such clients with the auto builder (which sniffs the preface)
+    /// would leave them without the bound on the parsed head that only the HTTP/1 builder has.
+    pub fn from_tls(protocol: Option<&[u8]>) -> Alpn {
         match protocol {
-            Some(b"http/1.1") => Some(Alpn::Http1),
-            Some(b"h2") => Some(Alpn::H2),
-            _ => None,
+            Some(b"h2") => Alpn::H2,
+            _ => Alpn::Http1,
         }
     }
 }
@@ -211,8 +262,8 @@ impl Alpn {
 /// per request), on the auto builder's preface read (which has no timer), on the keep-alive idle
 /// time, and on an h2 connection whose peer answers pings.
 ///
-/// A protocol chosen by ALPN is served directly. The auto builder (kept for SSH channels and TLS
-/// clients that offer no ALPN) reads the first 24 bytes to tell h2 from HTTP/1.1 and hands them
+/// A TLS connection (`alpn` is `Some`) is served by the HTTP/1 or h2 builder directly. The auto
+/// builder (kept for SSH channels, `alpn` is `None`) reads the first 24 bytes to tell h2 from HTTP/1.1 and hands them
 /// back; hyper's read buffer then grows from 8 to 16 KiB on the first request, and keeps that for
 /// the connection's life. On h2 each request's future is boxed: hyper runs every h2 request as
 /// its own task, sized for the pipeline's future (about 6 KiB), and that task lives as long as the
@@ -227,7 +278,11 @@ pub fn serve_connection<I>(
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let activity = Arc::new(Activity::default());
+    // An HTTPS connection's activity lives on its lease, where the connection table sees it.
+    let (activity, shed) = match &conn.lease {
+        Some(lease) => (lease.activity.clone(), Some(lease.shed.clone())),
+        None => (Arc::new(Activity::default()), None),
+    };
     let svc_gw = gw.clone();
     let svc_activity = activity.clone();
     let handle = move |req| {
@@ -244,25 +299,34 @@ where
     match alpn {
         Some(Alpn::Http1) => {
             let connection = gw.http1.serve_connection(io, service_fn(handle)).with_upgrades();
-            Box::pin(drive(gw, activity, Box::pin(connection), |c| c.graceful_shutdown()))
+            Box::pin(drive(gw, activity, shed, Box::pin(connection), |c| {
+                c.graceful_shutdown()
+            }))
         }
         Some(Alpn::H2) => {
             let connection = gw
                 .http2
                 .serve_connection(io, service_fn(move |req| Box::pin(handle(req))));
-            Box::pin(drive(gw, activity, Box::pin(connection), |c| c.graceful_shutdown()))
+            Box::pin(drive(gw, activity, shed, Box::pin(connection), |c| {
+                c.graceful_shutdown()
+            }))
         }
         None => Box::pin(async move {
             let connection = gw.http.serve_connection_with_upgrades(io, service_fn(handle));
-            drive(gw.clone(), activity, Box::pin(connection), |c| c.graceful_shutdown()).await
+            drive(gw.clone(), activity, shed, Box::pin(connection), |c| {
+                c.graceful_shutdown()
+            })
+            .await
         }),
     }
 }
 
-/// Run a served connection under the idle watcher, the drain and the deadline.
+/// Run a served connection under the idle watcher, the drain and the deadline; a connection the
+/// connection table sheds (`shed` cancelled: it was idle and unauthenticated) is dropped at once.
 async fn drive<C, E>(
     gw: Arc<Gateway>,
     activity: Arc<Activity>,
+    shed: Option<tokio_util::sync::CancellationToken>,
     mut connection: Pin<Box<C>>,
     shutdown: impl Fn(Pin<&mut C>),
 ) where
@@ -274,6 +338,13 @@ async fn drive<C, E>(
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
     // Ticks in a row that saw no request in flight and none starting or ending.
     let mut quiet = 0u8;
+    // Made once, not per turn of the loop: the future registers with the token once.
+    let mut shed = std::pin::pin!(async move {
+        match shed {
+            Some(token) => token.cancelled_owned().await,
+            None => std::future::pending().await,
+        }
+    });
     loop {
         tokio::select! {
             res = connection.as_mut() => {
@@ -293,6 +364,16 @@ async fn drive<C, E>(
                     let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
                     return;
                 }
+            }
+            _ = shed.as_mut() => {
+                tracing::debug!("closing an unauthenticated idle connection to make room");
+                // The table chose it idle, but a request may have begun since: let that one
+                // finish, briefly, rather than cut it. An idle one is dropped at once.
+                if !activity.is_idle() {
+                    shutdown(connection.as_mut());
+                    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
+                }
+                return;
             }
             _ = gw.shutdown.cancelled() => break,
         }

@@ -174,6 +174,8 @@ async fn handle_inner(
     )
     .await?;
     record.user = Some(user.name.clone());
+    // A valid credential: the connection leaves the unauthenticated share (listen/table.rs).
+    conn.authenticated(gw);
 
     if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host) {
         tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");

@@ -1,9 +1,11 @@
-//! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a global and
-//! a per-address connection slot before doing any work (closing the connection at once when either
-//! is full), and runs the TLS handshake under a timeout.
+//! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a place in
+//! the connection table (`table.rs`: unauthenticated HTTPS connections get a share of it and are
+//! shed first) and a per-address connection slot before doing any work (closing the connection at
+//! once when either is refused), and runs the TLS handshake under a timeout.
 
 pub mod certs;
 pub mod der;
+pub mod table;
 pub mod tls;
 
 use crate::metrics::Refusal;
@@ -12,7 +14,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::Gateway;
@@ -59,10 +60,11 @@ pub fn open_file_limit() -> u64 {
     lim.rlim_cur
 }
 
-/// What an accepted connection holds until it ends: its address's slot and a global slot.
+/// What an accepted connection holds until it ends: its address's slot and its place in the
+/// connection table.
 pub struct ConnSlot {
     _address: SlotGuard<std::net::IpAddr>,
-    _global: OwnedSemaphorePermit,
+    pub place: table::LeaseGuard,
 }
 
 /// Logs refusals at most once per [`REFUSAL_LOG_INTERVAL`], counting the ones in between.
@@ -115,19 +117,20 @@ pub async fn accept_next(
 
 /// Accept until shutdown, backing off on errors instead of spinning or giving up. A connection
 /// over a cap is closed at once and the loop goes on accepting, so a full table never stops it.
-pub async fn accept_loop<F>(gw: Arc<Gateway>, listener: TcpListener, what: &'static str, mut on_conn: F)
-where
+/// `class` says whether the listener's connections start unauthenticated (HTTPS, plain HTTP) or
+/// hold their place from the start (SSH, whose login comes before anything is served).
+pub async fn accept_loop<F>(
+    gw: Arc<Gateway>,
+    listener: TcpListener,
+    what: &'static str,
+    class: table::Class,
+    mut on_conn: F,
+) where
     F: FnMut(TcpStream, SocketAddr, ConnSlot),
 {
     let mut backoff = Duration::from_millis(5);
     let mut refusals = RefusalLog::default();
     while let Some((tcp, peer)) = accept_next(&gw, &listener, what, &mut backoff).await {
-        let Ok(global) = gw.connection_slots.clone().try_acquire_owned() else {
-            gw.metrics.refused(Refusal::Connections);
-            refusals.refused(what, peer, "global_connection_limit");
-            drop(tcp);
-            continue;
-        };
         let ip = crate::ratelimit::address_key(peer.ip());
         // A trusted proxy carries many clients on its connections: it gets no per-address cap.
         let trusted = gw
@@ -142,10 +145,27 @@ where
         } else {
             gw.limits.max_connections_per_ip
         };
+        // The address's slot first: a connection its address may not have must not shed
+        // another's on its way to being refused.
         let Some(address) = gw.connections.try_acquire(ip, max) else {
             gw.metrics.refused(Refusal::ConnectionsPerAddress);
             refusals.refused(what, peer, "connection_limit");
             continue;
+        };
+        // A trusted proxy's connections are many people's: one of them being shed must not stop
+        // the others from making room (the table's memory of shed addresses skips it).
+        let place = match gw.conn_table.admit((!trusted).then_some(ip), class) {
+            Ok(p) => p,
+            Err(table::Refused::Full) => {
+                gw.metrics.refused(Refusal::Connections);
+                refusals.refused(what, peer, "global_connection_limit");
+                continue;
+            }
+            Err(table::Refused::Share) => {
+                gw.metrics.refused(Refusal::UnauthenticatedConnections);
+                refusals.refused(what, peer, "unauthenticated_connection_share");
+                continue;
+            }
         };
         gw.metrics.connections.inc();
         let _ = tcp.set_nodelay(true);
@@ -154,7 +174,7 @@ where
             peer,
             ConnSlot {
                 _address: address,
-                _global: global,
+                place,
             },
         );
     }
@@ -164,64 +184,76 @@ where
 pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Arc<str>>) {
     let tasks = gw.tasks.clone();
     let gw2 = gw.clone();
-    accept_loop(gw, listener, "https", move |tcp, peer, slot| {
-        let gw = gw2.clone();
-        let bound = bound.clone();
-        // Served on a worker runtime (see workers.rs): the socket moves to that runtime's reactor.
-        let tcp = match tcp.into_std() {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::debug!(peer = %peer, error = %e, "accepted socket could not be handed to a worker");
-                return;
-            }
-        };
-        let worker_gw = gw.clone();
-        gw.workers.spawn(tasks.track_future(async move {
-            let gw = worker_gw;
-            let _slot = slot;
-            let Ok(tcp) = TcpStream::from_std(tcp) else {
-                return;
-            };
-            let acceptor = TlsAcceptor::from(gw.state().tls.clone());
-            // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
-            // task, which then lives as long as the connection (1.4 KiB more for each).
-            let handshake = Box::pin(tokio::time::timeout(
-                gw.limits.tls_handshake_timeout,
-                acceptor.accept(tcp),
-            ));
-            let stream = match handshake.await {
-                Ok(Ok(s)) => {
-                    gw.metrics.tls_handshake(true);
-                    s
-                }
-                Ok(Err(e)) => {
-                    gw.metrics.tls_handshake(false);
-                    tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    gw.metrics.tls_handshake(false);
-                    tracing::debug!(peer = %peer, "TLS handshake timed out");
+    accept_loop(
+        gw,
+        listener,
+        "https",
+        table::Class::Unauthenticated,
+        move |tcp, peer, slot| {
+            let gw = gw2.clone();
+            let bound = bound.clone();
+            // Served on a worker runtime (see workers.rs): the socket moves to that runtime's reactor.
+            let tcp = match tcp.into_std() {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(peer = %peer, error = %e, "accepted socket could not be handed to a worker");
                     return;
                 }
             };
-            // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
-            if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
-                return;
-            }
-            // A project removed by a reload keeps its port until a restart (listeners are not
-            // re-bound): new connections there get a plain 404 saying so.
-            if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
-                // Boxed: inline, this rare path's connection (the auto builder's) would size the
-                // task of every connection served here.
-                Box::pin(crate::http::serve_gone(gw.clone(), name.into(), stream)).await;
-                return;
-            }
-            let alpn = crate::http::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
-            let conn = Arc::new(ConnInfo::new(peer, Front::Tls { bound }));
-            crate::http::serve_connection(gw, conn, stream, alpn).await;
-        }));
-    })
+            let worker_gw = gw.clone();
+            gw.workers.spawn(tasks.track_future(async move {
+                let gw = worker_gw;
+                let lease = slot.place.lease().clone();
+                let _slot = slot;
+                let Ok(tcp) = TcpStream::from_std(tcp) else {
+                    return;
+                };
+                let acceptor = TlsAcceptor::from(gw.state().tls.clone());
+                // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
+                // task, which then lives as long as the connection (1.4 KiB more for each).
+                let handshake = Box::pin(tokio::time::timeout(
+                    gw.limits.tls_handshake_timeout,
+                    acceptor.accept(tcp),
+                ));
+                // Shed (the table needed its place) before the handshake ended: close.
+                let handshake = tokio::select! {
+                    r = handshake => r,
+                    _ = lease.shed.cancelled() => return,
+                };
+                let stream = match handshake {
+                    Ok(Ok(s)) => {
+                        gw.metrics.tls_handshake(true);
+                        s
+                    }
+                    Ok(Err(e)) => {
+                        gw.metrics.tls_handshake(false);
+                        tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        gw.metrics.tls_handshake(false);
+                        tracing::debug!(peer = %peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+                // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
+                if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
+                    return;
+                }
+                // A project removed by a reload keeps its port until a restart (listeners are not
+                // re-bound): new connections there get a plain 404 saying so.
+                let alpn = crate::http::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
+                if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
+                    // Boxed: inline, this rare path's connection would size the task of every
+                    // connection served here.
+                    Box::pin(crate::http::serve_gone(gw.clone(), name.into(), stream, alpn)).await;
+                    return;
+                }
+                let conn = Arc::new(ConnInfo::with_lease(peer, Front::Tls { bound }, lease));
+                crate::http::serve_connection(gw, conn, stream, Some(alpn)).await;
+            }));
+        },
+    )
     .await;
 }
 

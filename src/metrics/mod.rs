@@ -95,8 +95,17 @@ pub enum Refusal {
     ConnectionsPerAddress,
     /// The gateway-wide connection cap.
     Connections,
+    /// The share of the cap that connections without a credential yet may hold.
+    UnauthenticatedConnections,
 }
-const REFUSALS: [&str; 5] = ["login", "requests", "streams", "connections_per_address", "connections"];
+const REFUSALS: [&str; 6] = [
+    "login",
+    "requests",
+    "streams",
+    "connections_per_address",
+    "connections",
+    "unauthenticated_connections",
+];
 
 /// What a long-lived request holds open.
 #[derive(Clone, Copy, Debug)]

@@ -57,6 +57,23 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     );
     gauge(
         &mut r,
+        "connections_unauthenticated",
+        "HTTPS connections that have not presented a valid credential yet",
+        u64::from(gw.conn_table.unauthenticated()),
+    );
+    gauge(
+        &mut r,
+        "connections_unauthenticated_cap",
+        "The share of connections_cap unauthenticated connections may hold",
+        u64::from(gw.conn_table.share()),
+    );
+    r.register(
+        "connections_shed",
+        "Idle unauthenticated connections closed to make room for new ones",
+        ConstCounter::new(gw.conn_table.shed_total()),
+    );
+    gauge(
+        &mut r,
         "connections_cap",
         "HTTPS and SSH connections allowed at once",
         u64::from(gw.connection_cap),

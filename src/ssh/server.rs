@@ -64,7 +64,9 @@ impl SshServer {
     pub async fn serve(self, listener: TcpListener) {
         let tasks = self.gw.tasks.clone();
         let gw = self.gw.clone();
-        crate::listen::accept_loop(self.gw.clone(), listener, "ssh", move |tcp, peer, slot| {
+        // SSH holds its place from accept: its own login timeout bounds a session that never logs in,
+        // and the front door must not be shed to make room for HTTPS clients.
+        crate::listen::accept_loop(self.gw.clone(), listener, "ssh", crate::listen::table::Class::Held, move |tcp, peer, slot| {
             let gw = gw.clone();
             let config = self.config.clone();
             let password_auth = self.password_auth;

@@ -155,7 +155,13 @@ impl Ctx<'_> {
             return Ok(None);
         };
         let live = self.gw.web.check(value, self.client).await?;
-        Ok(live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user)))
+        let live = live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user));
+        if live.is_some() {
+            // A live login session is a valid credential: the connection leaves the
+            // unauthenticated share (listen/table.rs).
+            self.conn.authenticated(self.gw);
+        }
+        Ok(live)
     }
 }
 
