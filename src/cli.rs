@@ -193,6 +193,28 @@ pub enum CertAction {
     },
 }
 
+impl Command {
+    /// The config file the command names, to be found ([`crate::config::find`]) before it runs.
+    pub fn config_mut(&mut self) -> Option<&mut PathBuf> {
+        match self {
+            Command::Serve { config, .. }
+            | Command::Check { config, .. }
+            | Command::Doctor { config }
+            | Command::User { config, .. }
+            | Command::Token { config, .. }
+            | Command::Pair { config, .. }
+            | Command::Devices { config, .. }
+            | Command::Status { config }
+            | Command::Reload { config }
+            | Command::Audit { config, .. }
+            | Command::Cert {
+                action: CertAction::Dev { config, .. },
+            } => Some(config),
+            Command::Init { .. } | Command::HashPassword => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -220,27 +242,5 @@ mod tests {
             parse(&["gw", "serve", "--log-format", "xml"]),
             Err(clap::error::ErrorKind::InvalidValue)
         );
-    }
-}
-
-impl Command {
-    /// The config file the command names, to be found ([`crate::config::find`]) before it runs.
-    pub fn config_mut(&mut self) -> Option<&mut PathBuf> {
-        match self {
-            Command::Serve { config, .. }
-            | Command::Check { config, .. }
-            | Command::Doctor { config }
-            | Command::User { config, .. }
-            | Command::Token { config, .. }
-            | Command::Pair { config, .. }
-            | Command::Devices { config, .. }
-            | Command::Status { config }
-            | Command::Reload { config }
-            | Command::Audit { config, .. }
-            | Command::Cert {
-                action: CertAction::Dev { config, .. },
-            } => Some(config),
-            Command::Init { .. } | Command::HashPassword => None,
-        }
     }
 }

@@ -336,10 +336,18 @@ pub async fn authenticate(
     // learns nothing, from the cache or the database, until the budget refills.
     if let Err(denied) = gw.limiters.spent(peer, basic_user) {
         gw.metrics.refused(crate::metrics::Refusal::Login);
-        let log_user = basic_user.filter(|u| state.users.contains_key(*u)).unwrap_or("<unknown>");
+        let log_user = basic_user
+            .filter(|u| state.users.contains_key(*u))
+            .unwrap_or("<unknown>");
         tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "token refused before lookup: login limit reached");
-        gw.audit
-            .record(refusal_record("lockout", log_user, peer, basic_user, "-", denied.reason));
+        gw.audit.record(refusal_record(
+            "lockout",
+            log_user,
+            peer,
+            basic_user,
+            "-",
+            denied.reason,
+        ));
         return Err(HttpError::LoginLimited {
             retry_after: denied.retry_after,
             reason: denied.reason,
