@@ -239,6 +239,7 @@ fn status(gw: &Gateway) -> serde_json::Value {
                         Status::Starting => "starting".into(),
                         Status::Ready(e) => format!("ready at {}", e.authority),
                         Status::Failed(why) => format!("failed: {why}"),
+                        Status::NotRunning(why) => format!("NOT RUNNING: {why}"),
                         Status::Stopped => "stopped".into(),
                     },
                 ),
@@ -256,6 +257,7 @@ fn status(gw: &Gateway) -> serde_json::Value {
         "projects": projects,
         "users": users,
         "pairing_codes_pending": gw.pairing.pending(),
+        "pid": std::process::id(),
         // What cannot be written right now (a full disk): the proxy keeps serving meanwhile.
         "audit": {"enabled": gw.audit.enabled(), "writing": gw.audit.writing(), "lost": gw.audit.lost()},
         "state_db": gw.web.store().health(),

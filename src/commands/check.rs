@@ -162,6 +162,9 @@ pub fn summary(s: &Settings) -> String {
             UpstreamKind::Spawned => "spawned `opencode serve`".to_string(),
         };
         out += &format!("  {}  {upstream}\n", p.name);
+        if let Some(why) = crate::upstream::supervise::cannot_start(s, p) {
+            out += &format!("      NOT RUNNING: {why}\n");
+        }
         if let Some(d) = &p.directory {
             out += &format!("      directory {}\n", d.display());
         }

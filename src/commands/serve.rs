@@ -23,6 +23,12 @@ pub async fn serve(config: &Path, log_format: Option<crate::telemetry::LogFormat
     {
         tracing::warn!("{w}");
     }
+    if let Some(other) = already_running(config) {
+        anyhow::bail!(
+            "a gateway is already running on {} ({other}); stop it first (kill -TERM its pid), or ask it with `opencode-gateway status`",
+            config.display()
+        );
+    }
     ensure_dev_certs(&settings)?;
     let first_user = if settings.users.is_empty() {
         let created = create_first_user(config, settings.server.users_file.as_deref())?;
@@ -59,6 +65,17 @@ pub async fn serve(config: &Path, log_format: Option<crate::telemetry::LogFormat
     running.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Another gateway answering on this config's control socket: its pid and HTTPS listener.
+fn already_running(config: &Path) -> Option<String> {
+    let (code, body) = super::admin_client::request(config, "GET", "/status").ok()?;
+    let v: serde_json::Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+    Some(format!(
+        "pid {}, serving {}",
+        v["pid"].as_u64().map_or_else(|| "?".into(), |p| p.to_string()),
+        v["listen"].as_str().unwrap_or("?")
+    ))
 }
 
 fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
@@ -132,6 +149,10 @@ fn print_attach(
         reach.login()
     );
     for p in &settings.projects {
+        if let Some(why) = crate::upstream::supervise::cannot_start(settings, p) {
+            out += &format!("\nproject {}: NOT RUNNING\n  {why}\n", p.name);
+            continue;
+        }
         out += &format!("\nproject {}:\n", p.name);
         let at = reach.project(&p.name);
         out += &format!("  {ca}opencode attach {at} -u {user} -p '{pw}'\n");

@@ -15,6 +15,10 @@ pub enum ServerState {
     Failed {
         reason: String,
     },
+    /// It could not be started at all.
+    NotRunning {
+        reason: String,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]

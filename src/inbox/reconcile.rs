@@ -80,6 +80,12 @@ fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
                             reason: why.to_string(),
                         },
                     ),
+                    Status::NotRunning(why) => (
+                        None,
+                        ServerState::NotRunning {
+                            reason: why.to_string(),
+                        },
+                    ),
                     Status::Stopped => (
                         None,
                         ServerState::Stopped {

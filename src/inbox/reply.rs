@@ -106,7 +106,7 @@ pub(super) fn target(gw: &Gateway, project: &str) -> Result<(Arc<Endpoint>, Opti
         Upstream::Fixed(e) => Ok((e.clone(), dir)),
         Upstream::Supervised(s) => match s.status() {
             Status::Ready(e) => Ok((e, dir)),
-            Status::Failed(why) => Err(InboxError::NotRunning(why.to_string())),
+            Status::Failed(why) | Status::NotRunning(why) => Err(InboxError::NotRunning(why.to_string())),
             Status::Starting => Err(InboxError::NotRunning("starting".into())),
             Status::Waiting | Status::Stopped => Err(InboxError::NotRunning("stopped".into())),
         },

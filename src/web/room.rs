@@ -43,6 +43,8 @@ pub struct ProjectRow {
     pub name: String,
     pub state_class: &'static str,
     pub state_text: String,
+    /// Why the server is not serving, shown as a sentence beside the badge (never inside it).
+    pub state_reason: Option<String>,
     pub pending: usize,
     pub sessions: Vec<SessionRow>,
     pub web_ui: Option<String>,
@@ -197,11 +199,12 @@ pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
 }
 
 fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: u64) -> ProjectRow {
-    let (state_class, state_text) = match &v.server {
-        ServerState::Running => ("running", "running".to_string()),
-        ServerState::Starting => ("busy", "starting".to_string()),
-        ServerState::Stopped { reason } => ("idle", format!("stopped ({reason})")),
-        ServerState::Failed { reason } => ("failed", format!("failed: {reason}")),
+    let (state_class, state_text, state_reason) = match &v.server {
+        ServerState::Running => ("running", "running".to_string(), None),
+        ServerState::Starting => ("busy", "starting".to_string(), None),
+        ServerState::Stopped { reason } => ("idle", format!("stopped ({reason})"), None),
+        ServerState::Failed { reason } => ("failed", "restarting".to_string(), Some(reason.clone())),
+        ServerState::NotRunning { reason } => ("failed", "NOT RUNNING".to_string(), Some(reason.clone())),
     };
     let sessions = v
         .sessions
@@ -246,6 +249,7 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
         name: v.name.clone(),
         state_class,
         state_text,
+        state_reason,
         pending: v.pending.len(),
         sessions,
         web_ui: origin.as_ref().map(|o| format!("{o}/")),

@@ -278,3 +278,35 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
 }
+
+/// Issue 22: a second `serve` on the same config said only "is another process using it?".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_serve_on_the_same_config_names_the_gateway_already_running() {
+    let (gw, _web, _api, _c) = two_projects("").await;
+    let mut second = std::process::Command::new(crate::common::gateway::BIN)
+        .args(["serve", "-c"])
+        .arg(&gw.config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = second.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("the second serve did not refuse within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = second.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!status.success());
+    assert!(
+        err.contains("a gateway is already running on") && err.contains(&format!("pid {}", gw.pid())),
+        "{err}"
+    );
+}

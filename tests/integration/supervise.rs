@@ -198,3 +198,106 @@ async fn a_server_that_cannot_start_gives_503_with_the_reason() {
         "the stderr tail is logged"
     );
 }
+
+/// Issue 22: without OpenCode the banner said "serving" and printed attach commands, requests hung
+/// 30 s before a 503, and each retry was audited as a crash. Now it is NOT RUNNING everywhere with
+/// the fix, and a request gets its 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_opencode_is_not_running_everywhere_and_answers_503_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = base_config(&format!(
+        "[limits]\nspawn_ready_timeout = \"30s\"\n\n[[project]]\nname = \"demo\"\ndirectory = \"{}\"\nspawn = true\n\n{}",
+        dir.path().display(),
+        admin_user()
+    ))
+    .replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\nopencode_bin = \"/nonexistent/opencode\"\n",
+    );
+    let gw = Gateway::start(&config);
+    let c = Https::new(gw.https, &gw.ca());
+    let fix = "server.opencode_bin /nonexistent/opencode does not exist";
+    // The banner: NOT RUNNING with the reason, no attach commands for it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gw.stdout.lock().unwrap().contains("project demo") {
+        assert!(Instant::now() < deadline, "no banner: {}", gw.stdout.lock().unwrap());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let banner = gw.stdout.lock().unwrap().clone();
+    assert!(
+        banner.contains("project demo: NOT RUNNING") && banner.contains(fix),
+        "{banner}"
+    );
+    assert!(!banner.contains("/p/demo -u"), "no attach commands for it: {banner}");
+    // A request: 503 with the reason, at once (not after spawn_ready_timeout's 30 s).
+    let asked = Instant::now();
+    let r = c.get("/p/demo/global/health", Some(&alice())).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("project demo") && r.body.contains(fix), "{}", r.body);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the 503 took {:?}",
+        asked.elapsed()
+    );
+    // status and check say it too.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !project_status(&gw, "demo").starts_with("NOT RUNNING") {
+        assert!(Instant::now() < deadline, "status: {}", project_status(&gw, "demo"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(project_status(&gw, "demo").contains(fix));
+    let check = std::process::Command::new(crate::common::gateway::BIN)
+        .args(["check", "-c"])
+        .arg(&gw.config)
+        .output()
+        .unwrap();
+    let check = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(check.contains(&format!("NOT RUNNING: {fix}")), "{check}");
+    // The portal shows it with the reason as a sentence.
+    let login = c.host("gw.localhost");
+    let req = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(http_body_util::Full::from(
+            "user=alice&password=alice-password-1&next=/",
+        ))
+        .unwrap();
+    let r = login.call(req).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let cookie = r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let req = login
+        .request("GET", "/", None)
+        .header("cookie", cookie)
+        .header("accept", "text/html")
+        .header("sec-fetch-mode", "navigate")
+        .body(http_body_util::Full::default())
+        .unwrap();
+    let portal = login.call(req).await;
+    assert_eq!(portal.status, 200, "{}", portal.body);
+    assert!(portal.body.contains(">NOT RUNNING<"), "{}", portal.body);
+    assert!(
+        portal
+            .body
+            .contains("<p class=\"error-text\">server.opencode_bin /nonexistent/opencode does not exist"),
+        "{}",
+        portal.body
+    );
+    // The audit trail calls it a failed start, not a crash.
+    let f = crate::common::audit::file(&gw);
+    let failed = crate::common::audit::find(&f, "server_failed_to_start", |r| r["project"] == "demo").await;
+    assert!(failed["restart_in_s"].is_number(), "{failed}");
+    assert!(
+        !crate::common::audit::records(&f)
+            .iter()
+            .any(|r| r["event"] == "server_crashed"),
+        "it never ran, so it never crashed"
+    );
+}

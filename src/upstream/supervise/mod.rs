@@ -59,8 +59,13 @@ pub enum Status {
     Waiting,
     Starting,
     Ready(Arc<Endpoint>),
-    /// The last attempt failed (why); another attempt follows after a backoff.
+    /// It ran, then died or stopped answering (why); it is being restarted after a backoff. A
+    /// request waits for the restart (bounded by `spawn_ready_timeout`).
     Failed(Arc<str>),
+    /// It could not be started (why: OpenCode missing, exiting at once, never ready). The gateway
+    /// tries again with backoff, but a request is answered 503 with the reason at once: waiting
+    /// would only hide a fault the operator must mend.
+    NotRunning(Arc<str>),
     Stopped,
 }
 
@@ -99,6 +104,16 @@ impl SpawnSpec {
             ready_timeout: settings.limits.spawn_ready_timeout,
         })
     }
+}
+
+/// Why a spawned project's server cannot start, when that is known without trying (its OpenCode
+/// is not to be found): for the banner and `check`, so they say NOT RUNNING instead of printing
+/// attach commands that would only get 503s.
+pub fn cannot_start(settings: &Settings, project: &Project) -> Option<String> {
+    if !matches!(project.upstream, crate::config::UpstreamKind::Spawned) {
+        return None;
+    }
+    launch::find_opencode(&SpawnSpec::new(settings, project)?).err()
 }
 
 pub struct Supervised {
@@ -143,6 +158,7 @@ impl Supervised {
             match &*rx.borrow_and_update() {
                 Status::Ready(e) => return Ok(e.clone()),
                 Status::Stopped => return Err("the project's server was stopped".into()),
+                Status::NotRunning(why) => return Err(why.to_string()),
                 _ => {}
             }
             tokio::select! {
@@ -263,6 +279,8 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
     loop {
         s.status.send_replace(Status::Starting);
         let started = tokio::time::Instant::now();
+        // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
+        let mut ran = false;
         let why = match launch(&s.spec, &client).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
@@ -288,6 +306,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                     Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint, &why),
                 }
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
+                ran = true;
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);
                 stop_process(&mut server.child).await;
@@ -301,17 +320,29 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
         if started.elapsed() > Duration::from_secs(60) {
             backoff = Duration::from_secs(1);
         }
-        tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
+        if ran {
+            tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
+        } else {
+            tracing::error!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server NOT RUNNING: it could not be started; its requests get 503 with this reason");
+        }
         s.restarts.inc();
         // The fact, not the reason: it may quote the server's own output.
         audit.record(
-            Record::new("server_crashed")
-                .project(&*project)
-                .field("restart_in_s", backoff.as_secs()),
+            Record::new(if ran {
+                "server_crashed"
+            } else {
+                "server_failed_to_start"
+            })
+            .project(&*project)
+            .field("restart_in_s", backoff.as_secs()),
         );
         let why: Arc<str> = why.into();
         *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
-        s.status.send_replace(Status::Failed(why));
+        s.status.send_replace(if ran {
+            Status::Failed(why)
+        } else {
+            Status::NotRunning(why)
+        });
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = s.stop.cancelled() => break,
