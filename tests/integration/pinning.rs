@@ -1,7 +1,7 @@
 //! The attack: a client of project "demo" tries every way OpenCode offers to act in another
 //! directory. Each vector is first shown to work against the raw OpenCode server (so the test can
-//! fail), then through the gateway it either lands in the project or gets 403, and /etc/passwd is
-//! never read.
+//! fail), then through the gateway it either lands in the project (proved by what OpenCode answers:
+//! the project's own files) or gets the gateway's 403, and /etc/passwd is never read.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::client::{EventLog, direct_call, json, session_in};
+use crate::common::opencode::OpenCode;
 use crate::common::stack::{alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
@@ -32,6 +33,7 @@ async fn no_directory_selector_reaches_outside_the_project() {
     let s = setup_pinned("echo unused", true).await;
     let project = s.oc.project.display().to_string();
     let escape = format!("{project}/../../../../../../etc");
+    std::fs::write(s.oc.project.join("passwd"), PROJECT_PASSWD).unwrap();
     let vectors: Vec<(String, Vec<(&str, String)>)> = vec![
         ("/file/content?path=/etc/passwd&directory=/etc".into(), vec![]),
         ("/file/content?path=passwd&directory=/etc".into(), vec![]),
@@ -67,16 +69,23 @@ async fn no_directory_selector_reaches_outside_the_project() {
             !body.contains(PASSWD),
             "{path} {h:?} read /etc/passwd through the gateway ({status}): {body}"
         );
-        assert_ne!(status, 502, "{path}: the gateway should not fail here: {body}");
+        assert_landed_in_project(
+            &s.oc,
+            &format!("{path} {h:?}"),
+            path.contains("path=/etc/passwd"),
+            status,
+            &body,
+        );
     }
-    // Workspace selectors are dropped too.
-    let (_, body) = through(
+    // Workspace selectors are dropped too: the project's own passwd is read.
+    let (status, body) = through(
         &s.client,
         "/p/demo/file/content?path=passwd&workspace=/etc&directory=/etc",
         &[("x-opencode-workspace", "/etc")],
     )
     .await;
     assert!(!body.contains(PASSWD), "{body}");
+    assert_landed_in_project(&s.oc, "workspace selectors", false, status, &body);
     // Selectors land in the project: the server says which directory it acted in.
     for (path, headers) in [
         ("/path?directory=/etc", vec![]),
@@ -92,9 +101,74 @@ async fn no_directory_selector_reaches_outside_the_project() {
             "{path} landed in {body}"
         );
     }
-    // Listing the filesystem from another root is pinned too.
-    let (_, listing) = through(&s.client, "/p/demo/file?path=.&directory=/etc", &[]).await;
+    // Listing the filesystem from another root is pinned too: it lists the project's folder.
+    let (status, listing) = through(&s.client, "/p/demo/file?path=.&directory=/etc", &[]).await;
+    assert_eq!(status, 200, "{listing}");
     assert!(!listing.contains("/etc/"), "{listing}");
+    let entries: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    let absolute: Vec<&str> = entries
+        .as_array()
+        .unwrap_or_else(|| panic!("a listing: {listing}"))
+        .iter()
+        .filter_map(|e| e["absolute"].as_str())
+        .collect();
+    assert!(
+        absolute.contains(&format!("{project}/passwd").as_str()),
+        "the listing is of the project's folder: {listing}"
+    );
+}
+
+/// The project's own `passwd`: what a pinned read of `passwd` must return.
+const PROJECT_PASSWD: &str = "project-passwd-marker-5e1";
+
+/// A vector through the gateway either got the gateway's 403 with its reason, or OpenCode acted
+/// in the project's folder: a relative `passwd` is the project's marker file, and the absolute
+/// `/etc/passwd` is OpenCode's own refusal (a 500 whose reference its log files as "Path escapes
+/// the location"), which it gives only when the directory is not `/etc` or above.
+fn assert_landed_in_project(oc: &OpenCode, what: &str, absolute: bool, status: u16, body: &str) {
+    if status == 403 {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        assert_eq!(v["error"], "forbidden", "{what}: a 403 not from the gateway: {body}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.contains("outside the project")),
+            "{what}: a 403 for another reason: {body}"
+        );
+        return;
+    }
+    if !absolute {
+        assert_eq!(status, 200, "{what}: {body}");
+        assert!(
+            body.contains(PROJECT_PASSWD),
+            "{what}: not the project's passwd, so not the project's folder: {body}"
+        );
+        return;
+    }
+    assert_eq!(
+        status, 500,
+        "{what}: OpenCode should refuse a path outside its directory: {body}"
+    );
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let reference = v["data"]["ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no error reference: {body}"));
+    // OpenCode writes its log a moment after it answers.
+    let needle = format!("ref={reference} ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        if let Some(l) = oc.server_log().lines().find(|l| l.contains(&needle)) {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: OpenCode never logged its error {reference}:\n{}",
+            oc.server_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        line.contains("Path escapes the location"),
+        "{what}: OpenCode refused for another reason: {line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -490,6 +490,25 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
         for marker in ["PRIVATE KEY", "$argon2id$", "OPENSSH"] {
             assert!(!r.body.contains(marker), "{name}: {marker} in {}: {}", r.status, r.body);
         }
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+        if name.starts_with('/') || name.starts_with("../") {
+            // A name that reaches a secret: the gateway refuses it, for that reason.
+            assert_eq!(r.status, 403, "{name}: {}", r.body);
+            assert_eq!(v["error"], "forbidden", "{name}: {}", r.body);
+            assert!(
+                v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("one of the gateway's own files")),
+                "{name}: refused for another reason: {}",
+                r.body
+            );
+        } else {
+            // The old layout's names: init put nothing there, so OpenCode reads an empty file of
+            // the project's (and no gateway file is in the project to be read).
+            assert!(!project.join(name).exists(), "{name} is in the project");
+            assert_eq!(r.status, 200, "{name}: {}", r.body);
+            assert_eq!(v["content"], "", "{name}: {}", r.body);
+        }
     }
     drop(child);
 }

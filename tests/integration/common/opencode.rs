@@ -242,6 +242,17 @@ impl OpenCode {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The server's own log file (`$XDG_DATA_HOME/opencode/log/*.log`), where it files the
+    /// reason behind each error reference (`ref=err_…`) it answers with.
+    pub fn server_log(&self) -> String {
+        let dir = self._dir.path().join("data/opencode/log");
+        let mut out = String::new();
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            out += &std::fs::read_to_string(e.path()).unwrap_or_default();
+        }
+        out
+    }
+
     /// A file holding the server's password, for the gateway's `upstream_password_file`.
     pub fn password_file(&self, dir: &std::path::Path) -> PathBuf {
         let p = dir.join("upstream.pw");
