@@ -5,6 +5,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read, read_until};
+use crate::common::process::Guarded;
 use crate::common::stack::two_projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,22 +76,21 @@ type Shared = std::sync::Arc<std::sync::Mutex<String>>;
 /// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
 /// "gateway ready" and has printed its attach commands, which end with the SSH host key's
 /// known_hosts line (one print, so all of it is there then), bounded.
-fn serve_until_ready(
-    config: &std::path::Path,
-    root: &std::path::Path,
-    path: &str,
-) -> (std::process::Child, Shared, Shared) {
+fn serve_until_ready(config: &std::path::Path, root: &std::path::Path, path: &str) -> (Guarded, Shared, Shared) {
     let log = Shared::default();
     let out = Shared::default();
-    let mut child = std::process::Command::new(crate::common::gateway::BIN)
-        .args(["serve", "-c"])
-        .arg(config)
-        .current_dir(root)
-        .env("PATH", path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Stopped and reaped however the test ends (SIGTERM first: it stops the server it spawned).
+    let mut child = Guarded::spawn(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(["serve", "-c"])
+            .arg(config)
+            .current_dir(root)
+            .env("PATH", path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+        Duration::from_secs(15),
+    );
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
     crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -106,9 +106,28 @@ fn serve_until_ready(
     (child, log, out)
 }
 
-fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
+/// The committed `config/gateway.toml` (a local `serve` of the working tree's copy adds a user to
+/// it): `git show HEAD:config/gateway.toml`, or the file when git or the repository is missing.
+fn committed_dev_config() -> String {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
+    let shown = std::process::Command::new("git")
+        .args(["show", "HEAD:config/gateway.toml"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match shown {
+        Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
+        _ => std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap(),
+    }
+}
+
+fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
+    let text = committed_dev_config();
+    assert!(
+        !text.contains("[[user]]\nname = \"dev\""),
+        "the committed dev config has no user yet: it is the first start's to make"
+    );
     for fixed in ["127.0.0.1:8443", "127.0.0.1:9090", "127.0.0.1:2222"] {
         assert!(text.contains(&format!("listen = \"{fixed}\"")), "{fixed}");
     }
@@ -198,14 +217,16 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     )
     .await;
     assert_eq!(r.status, 200, "the only project is also served at /");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let stopped = child.stop();
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "{stopped:?}\n{}",
+        log.lock().unwrap()
+    );
     // A second start creates no user and prints no password.
     let (mut child, _log, out) = serve_until_ready(&config, root.path(), &path);
     assert!(!out.lock().unwrap().contains("Created gateway user"));
     assert_eq!(std::fs::read_to_string(&config).unwrap(), written);
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let stopped = child.stop();
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
 }

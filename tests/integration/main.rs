@@ -23,6 +23,7 @@ mod config_cli;
 mod connections;
 mod doctor;
 mod drift;
+mod harness;
 mod inbox;
 mod isolation;
 mod lifecycle;
