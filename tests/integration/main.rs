@@ -28,6 +28,9 @@ mod inbox;
 mod isolation;
 mod lifecycle;
 mod metrics;
+/// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
+#[path = "../oracle/mod.rs"]
+mod oracle;
 mod pairing;
 mod phone;
 mod pinning;

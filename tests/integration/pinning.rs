@@ -267,3 +267,62 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let all: Vec<String> = events.events("session.created").iter().map(|e| e.to_string()).collect();
     assert!(all.iter().all(|e| !e.contains(foreign_id)), "{all:?}");
 }
+
+/// The reference the properties and fuzz targets judge the gateway by (tests/oracle/), against the
+/// real server: every directory OpenCode acts in for a header is one of the reference's readings
+/// of it, and every query spelling OpenCode takes as `directory` is one the reference reads so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_oracle_reads_queries_and_directories_as_the_real_opencode_does() {
+    use crate::oracle;
+    let s = setup_pinned("echo unused", true).await;
+    let cwd = s.oc.project.display().to_string();
+    let base = tempfile::tempdir().unwrap();
+    let base = base.path().canonicalize().unwrap().display().to_string();
+    let acted_in = |body: String| -> String {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+        v["directory"].as_str().unwrap_or_else(|| panic!("{body}")).to_string()
+    };
+    for value in [
+        format!("{base}/a"),
+        format!("{base}/a/../b"),
+        format!("{base}/a/./b//c/"),
+        format!("{base}/a/../../.."),
+        format!("{base}/%2E%2E/x"),
+        crate::common::client::encode(&format!("{base}/a/../b")),
+        format!("{base}/with%20space"),
+        format!("{base}/100%"),
+    ] {
+        let dir = acted_in(direct(s.oc.port, &s.oc.password, "/path", &[("x-opencode-directory", &value)]).await);
+        let readings = oracle::directories(&cwd, &value);
+        assert!(
+            readings.contains(&dir),
+            "header {value}: OpenCode acted in {dir}, the reference reads {readings:?}"
+        );
+    }
+    let mut read_as_directory = 0;
+    for name in [
+        "directory",
+        "%64irectory",
+        "direc%74ory",
+        "%64%69%72%65%63%74%6F%72%79",
+        "Directory",
+        "directory%20",
+        "dir+ectory",
+        "directory%00",
+    ] {
+        let probe = format!("{base}/probe-{}", name.len());
+        let query = format!("{name}={probe}");
+        let dir = acted_in(direct(s.oc.port, &s.oc.password, &format!("/path?{query}"), &[]).await);
+        if dir == probe {
+            read_as_directory += 1;
+            assert!(
+                oracle::query_names(&query).iter().any(|n| n == "directory"),
+                "OpenCode took {name} as directory; the reference does not"
+            );
+        } else {
+            assert_eq!(dir, cwd, "{name}: {dir}");
+        }
+    }
+    assert!(read_as_directory >= 2, "the encoded spellings work upstream");
+}
