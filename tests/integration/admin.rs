@@ -117,12 +117,7 @@ async fn status_and_reload_go_through_a_socket_only_the_gateways_user_can_open()
     assert_eq!(mode(&sock), 0o600, "the socket");
     assert_eq!(mode(sock.parent().unwrap()), 0o700, "its folder");
     let run = |verb: &str| {
-        std::process::Command::new(BIN)
-            .arg(verb)
-            .arg("-c")
-            .arg(&gw.config)
-            .output()
-            .unwrap()
+        crate::common::process::bounded(std::process::Command::new(BIN).arg(verb).arg("-c").arg(&gw.config))
     };
     let status = run("status");
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));

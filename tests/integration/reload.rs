@@ -26,12 +26,12 @@ async fn reloaded(gw: &Gateway, how: &str) {
         "sighup" => gw.signal(libc::SIGHUP),
         _ => {
             // The CLI, over the control socket.
-            let out = std::process::Command::new(crate::common::gateway::BIN)
-                .arg("reload")
-                .arg("-c")
-                .arg(&gw.config)
-                .output()
-                .unwrap();
+            let out = crate::common::process::bounded(
+                std::process::Command::new(crate::common::gateway::BIN)
+                    .arg("reload")
+                    .arg("-c")
+                    .arg(&gw.config),
+            );
             assert!(
                 out.status.success(),
                 "{}\n{}",

@@ -145,6 +145,12 @@ pub fn output_within(cmd: &mut Command, stdin: Option<&[u8]>, within: Duration) 
     Output { status, stdout, stderr }
 }
 
+/// A command that should end at once (the gateway's CLI: `status`, `reload`, `token`…), run as
+/// [`output_within`] with a minute's deadline.
+pub fn bounded(cmd: &mut Command) -> Output {
+    output_within(cmd, None, Duration::from_secs(60))
+}
+
 /// [`output_within`] from async code: on a blocking thread, its panic the caller's.
 pub async fn output_within_async(mut cmd: Command, within: Duration) -> Output {
     match tokio::task::spawn_blocking(move || output_within(&mut cmd, None, within)).await {
