@@ -21,7 +21,10 @@ for target in "${targets[@]}"; do
   corpus=("corpus/$target")
   mkdir -p "corpus/$target"
   [ "$target" != config_parse ] || corpus+=(../tests/fixtures/valid)
-  cargo fuzz run --dev "$target" "${corpus[@]}" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 >"$log" 2>&1 || status=$?
+  # A dictionary of the names OpenCode reads, where one is kept.
+  dict=()
+  [ ! -f "$target.dict" ] || dict=(-dict="$target.dict")
+  cargo fuzz run --dev "$target" "${corpus[@]}" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 "${dict[@]}" >"$log" 2>&1 || status=$?
   grep -E "^Done|ERROR|panicked" "$log" || true # the summary, shown; the verdict is the status
   if [ "$status" -ne 0 ]; then
     # libFuzzer: "Test unit written to ./artifacts/<target>/crash-…" (or oom-, timeout-, leak-).
