@@ -41,6 +41,31 @@ fn a_command_past_its_deadline_is_killed_and_fails_loudly_with_its_output() {
     assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
     let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     assert!(!alive(pid), "the command {pid} still runs");
+    // What it started is stopped with it (a `serve` starts OpenCode servers, a script Chromium).
+    let grandchild_file = dir.path().join("grandchild");
+    let script = format!("sleep 60 & echo $! > {}; echo spawned; wait", grandchild_file.display());
+    let failed = std::panic::catch_unwind(|| {
+        output_within(
+            Command::new("sh").args(["-c", &script]),
+            None,
+            Duration::from_millis(700),
+        )
+    });
+    assert!(failed.is_err());
+    let grandchild: u32 = std::fs::read_to_string(&grandchild_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // Killed; its parent (reaped) leaves it to init, which reaps it soon.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while alive(grandchild) {
+        assert!(
+            Instant::now() < deadline,
+            "the command's own child {grandchild} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // And a command that finishes gives its output and status.
     let out = output_within(
         Command::new("sh").args(["-c", "cat; echo err >&2; exit 3"]),

@@ -102,6 +102,9 @@ impl Drop for Guarded {
 pub fn output_within(cmd: &mut Command, stdin: Option<&[u8]>, within: Duration) -> Output {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    // Its own process group, so a deadline stops what it started too (a `serve` that should
+    // have refused its config starts OpenCode servers; a browser script starts Chromium).
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
     let mut child = cmd
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start {:?}: {e}", cmd.get_program()));
@@ -118,7 +121,7 @@ pub fn output_within(cmd: &mut Command, stdin: Option<&[u8]>, within: Duration) 
         collect(child.stdout.take().unwrap(), out.clone()),
         collect(child.stderr.take().unwrap(), err.clone()),
     ];
-    let mut child = Guarded::new(child, Duration::from_millis(500));
+    let mut child = Guarded::group(child, Duration::from_millis(500));
     let deadline = Instant::now() + within;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
