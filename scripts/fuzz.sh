@@ -1,20 +1,41 @@
 #!/usr/bin/env bash
 # Bounded coverage-guided fuzzing of the request parsers (cargo-fuzz / libFuzzer).
 # Usage: scripts/fuzz.sh [seconds per target, default 15]
+# Any finding fails the script, naming the input libFuzzer saved: a crash or panic, running out
+# of memory (-rss_limit_mb), one input taking longer than -timeout, a leak.
 # The machine's toolchain is stable; RUSTC_BOOTSTRAP lets cargo-fuzz use libFuzzer's flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-15}"
+targets=(credentials route_and_rewrite directory_pin config_parse)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 export RUSTC_BOOTSTRAP=1
 cd fuzz
 cargo fuzz build --dev
-for target in credentials route_and_rewrite directory_pin; do
+mkdir -p target
+for target in "${targets[@]}"; do
   echo "fuzzing $target for ${secs}s"
-  cargo fuzz run --dev "$target" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | grep -E "^Done|ERROR|panicked" || true
-  # libFuzzer writes crash-* files into artifacts/ when a target fails.
-  if ls "artifacts/$target"/crash-* >/dev/null 2>&1; then
-    echo "fuzz target $target found a crash: fuzz/artifacts/$target/" >&2
+  log="target/fuzz-$target.log"
+  status=0
+  # New inputs go to corpus/<target> (git-ignored); config_parse starts from the valid fixtures.
+  corpus=("corpus/$target")
+  mkdir -p "corpus/$target"
+  [ "$target" != config_parse ] || corpus+=(../tests/fixtures/valid)
+  # A dictionary of the names OpenCode reads, where one is kept.
+  dict=()
+  [ ! -f "$target.dict" ] || dict=(-dict="$target.dict")
+  cargo fuzz run --dev "$target" "${corpus[@]}" -- -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10 "${dict[@]}" >"$log" 2>&1 || status=$?
+  grep -E "^Done|ERROR|panicked" "$log" || true # the summary, shown; the verdict is the status
+  if [ "$status" -ne 0 ]; then
+    # libFuzzer: "Test unit written to ./artifacts/<target>/crash-…" (or oom-, timeout-, leak-).
+    artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -1 | sed 's/^Test unit written to //' || true)
+    kind=$(grep -oE "ERROR: libFuzzer: [a-z-]+|ERROR: AddressSanitizer: [a-z-]+|ERROR: LeakSanitizer|panicked" "$log" | head -1 || true)
+    echo "--- the end of fuzz/$log:" >&2
+    tail -40 "$log" >&2
+    where="no input saved; see fuzz/$log"
+    [ -z "$artifact" ] || where="the input is $artifact"
+    echo "fuzz target $target failed (exit $status${kind:+, $kind}): $where" >&2
+    echo "reproduce: cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run --dev $target ${artifact:-}" >&2
     exit 1
   fi
 done

@@ -21,6 +21,13 @@ use opencode_gateway::rewrite::{self, Forward};
 use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
 
+/// Reference readings of what OpenCode does, written apart from the gateway's code.
+mod oracle;
+
+/// The canonical request, origins, listings, API documents, the config and protected files.
+#[path = "properties/boundaries.rs"]
+mod boundaries;
+
 /// A concrete path for a pattern, with parameter values no route name can be mistaken for.
 fn concrete(pattern: &str) -> String {
     pattern
@@ -135,6 +142,55 @@ fn verdict_with(method: &Method, raw: &str) -> (Option<String>, Option<authz::Cl
 
 fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// `name` with characters percent-encoded (upper or lower hex) where `coins` say so.
+fn percent_spell(name: &str, coins: &[u8]) -> String {
+    let mut coin = coins.iter().copied().cycle();
+    let mut out = String::new();
+    for ch in name.chars() {
+        match coin.next().unwrap_or(0) % 4 {
+            0 => out.push_str(&format!("%{:02X}", ch as u32)),
+            1 => out.push_str(&format!("%{:02x}", ch as u32)),
+            _ => out.push(ch),
+        }
+    }
+    out
+}
+
+/// Names OpenCode acts on that are neither selectors nor credentials: a rewrite must keep them.
+const BENIGN: &[&str] = &["path", "cursor", "limit", "q", "search", "roots", "after"];
+
+/// A project folder that exists (canonical, no symlinks inside), for the pin's file-system steps.
+fn real_root() -> &'static str {
+    static ROOT: std::sync::OnceLock<(tempfile::TempDir, String)> = std::sync::OnceLock::new();
+    &ROOT
+        .get_or_init(|| {
+            let t = tempfile::tempdir().unwrap();
+            let root = t.path().canonicalize().unwrap().join("project");
+            std::fs::create_dir_all(root.join("sub")).unwrap();
+            let root = root.to_str().unwrap().to_string();
+            (t, root)
+        })
+        .1
+}
+
+#[test]
+fn the_oracle_reads_as_opencode_does() {
+    // From the OpenCode facts: `../` is normalised, nonexistent folders are fine.
+    assert_eq!(oracle::node_resolve("/tmp/p", "../../etc"), "/etc");
+    assert_eq!(oracle::node_resolve("/tmp/p", "/tmp/p/../../etc"), "/etc");
+    assert_eq!(oracle::node_resolve("/tmp/p", "a/./b//c/"), "/tmp/p/a/b/c");
+    assert_eq!(oracle::node_resolve("/tmp/p", "/../.."), "/");
+    assert_eq!(oracle::decode_uri_component("%2Fetc").as_deref(), Some("/etc"));
+    assert_eq!(oracle::decode_uri_component("%zz"), None);
+    assert_eq!(oracle::decode_uri_component("%FF"), None, "not UTF-8: it throws");
+    assert_eq!(oracle::form_decode("a+b%20c%"), "a b c%");
+    assert!(oracle::query_names("%64irectory=%2Fetc&x").contains(&"directory".to_string()));
+    assert!(oracle::query_names("location%5Bdirectory%5D=1").contains(&"location[directory]".to_string()));
+    assert!(oracle::directories("/tmp/p", "/tmp/p/%2E%2E/%2E%2E/etc").contains(&"/etc".to_string()));
+    assert!(oracle::is_inside("/tmp/p", "/tmp/p") && oracle::is_inside("/tmp/p", "/tmp/p/x"));
+    assert!(!oracle::is_inside("/tmp/p", "/tmp/px") && !oracle::is_inside("/tmp/p", "/tmp"));
 }
 
 proptest! {
@@ -292,6 +348,87 @@ proptest! {
             for (name, _) in opencode_gateway::policy::query::pairs(&out) {
                 prop_assert!(!rewrite::is_credential_param(&name));
             }
+        }
+    }
+
+    #[test]
+    fn opencode_reads_no_selector_or_credential_in_the_rewritten_query_and_the_rest_survives(
+        params in prop::collection::vec((
+            prop_oneof![
+                prop::sample::select(oracle::PINNED_SELECTORS).prop_map(str::to_string),
+                prop::sample::select(oracle::CREDENTIALS).prop_map(str::to_string),
+                prop::sample::select(BENIGN).prop_map(str::to_string),
+                "[a-zA-Z0-9%+_.\\[\\]-]{0,10}",
+            ],
+            prop::collection::vec(any::<u8>(), 1..24),
+            "[a-zA-Z0-9%/._+-]{0,12}",
+            any::<bool>(),
+        ), 0..10),
+    ) {
+        let mut raw = Vec::new();
+        let (mut benign, mut selectors) = (Vec::new(), Vec::new());
+        for (name, coins, value, with_value) in &params {
+            let pair = if *with_value {
+                format!("{}={value}", percent_spell(name, coins))
+            } else {
+                percent_spell(name, coins)
+            };
+            if BENIGN.contains(&name.as_str()) {
+                benign.push(pair.clone());
+            }
+            if oracle::PINNED_SELECTORS.contains(&name.as_str()) {
+                selectors.push(pair.clone());
+            }
+            raw.push(pair);
+        }
+        let query = raw.join("&");
+        for pinned in [true, false] {
+            let out = rewrite::upstream_query(Some(&query), pinned);
+            let out = out.as_deref().unwrap_or("");
+            let forbidden: Vec<&str> = if pinned {
+                oracle::PINNED_SELECTORS.iter().chain(oracle::CREDENTIALS).copied().collect()
+            } else {
+                oracle::CREDENTIALS.to_vec()
+            };
+            for name in oracle::query_names(out) {
+                prop_assert!(!forbidden.contains(&name.as_str()), "OpenCode reads {name} in {out} (from {query}, pinned {pinned})");
+            }
+            // Nothing OpenCode needs is lost: the benign parameters (and, unpinned, the
+            // selectors) reach it as written, in order.
+            let kept = oracle::raw_pairs(out);
+            let must: Vec<&String> = if pinned { benign.iter().collect() } else {
+                raw.iter().filter(|p| benign.contains(p) || selectors.contains(p)).collect()
+            };
+            let mut rest = kept.iter();
+            for p in must {
+                prop_assert!(rest.any(|k| k == p), "{p} lost from {query} (pinned {pinned}): {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_pin_accepts_a_directory_only_if_opencode_would_act_inside_the_project(
+        segs in prop::collection::vec(prop_oneof![
+            "[a-z]{1,6}",
+            prop::sample::select(vec!["..", ".", "", "%2E%2E", "%2e%2e", "%2E.", ".%2e", "%2F", "%2f..%2f..", "..%2F..", "%252E%252E", "%", "%zz", "x%2Fy", "sub", "+"]).prop_map(str::to_string),
+        ], 0..8),
+        start in 0u8..4,
+    ) {
+        let root = real_root();
+        let rel = segs.join("/");
+        let candidate = match start {
+            0 => format!("{root}/{rel}"),
+            1 => rel,
+            2 => format!("{root}x/{rel}"),
+            _ => format!("/{rel}"),
+        };
+        let readings = oracle::directories(root, &candidate);
+        let all_inside = readings.iter().all(|d| oracle::is_inside(root, d));
+        if pin::inside(Path::new(root), &candidate) {
+            prop_assert!(all_inside, "accepted {candidate}, which OpenCode may read as {readings:?}");
+        } else if !candidate.is_empty() {
+            // Refusing everything would pass the line above: what is inside under every reading is accepted.
+            prop_assert!(!all_inside, "refused {candidate}, inside under every reading: {readings:?}");
         }
     }
 

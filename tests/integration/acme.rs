@@ -6,7 +6,7 @@
 //! serving, the log says why, the order is retried with backoff).
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,24 +14,23 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, plain, read};
 use crate::common::gateway::{ALICE, Gateway, external_project, users_toml};
+use crate::common::process::Guarded;
 
-/// A child process killed (and reaped) when the test ends, however it ends.
-struct Proc(Child, Arc<Mutex<String>>);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A child process stopped (and reaped) when the test ends, however it ends, and its output.
+struct Proc(
+    #[allow(dead_code, reason = "held for its drop, which stops the process")] Guarded,
+    Arc<Mutex<String>>,
+);
 
 fn spawn(cmd: &mut Command) -> Proc {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("pebble is installed (scripts/test.sh)");
+    let mut child = Guarded::new(
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("pebble is installed (scripts/test.sh)"),
+        Duration::from_secs(2),
+    );
     let log = Arc::new(Mutex::new(String::new()));
     crate::common::pump_lines(child.stdout.take().unwrap(), log.clone());
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
@@ -175,7 +174,10 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         "ACME: order failed",
         1,
         Duration::from_secs(20),
-        &Proc(Command::new("true").spawn().unwrap(), Default::default()),
+        &Proc(
+            Guarded::spawn(&mut Command::new("true"), Duration::ZERO),
+            Default::default(),
+        ),
     )
     .await;
     assert!(gw.logs().contains("Connection refused"), "{}", gw.logs());
@@ -289,7 +291,10 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     gw.write_config(&config(api, &["demo", "extra", "third"]));
     let (status, body) = gw.control("POST", "/reload");
     assert_eq!(status, 200, "{body}");
-    let quiet = Proc(Command::new("true").spawn().unwrap(), Default::default());
+    let quiet = Proc(
+        Guarded::spawn(&mut Command::new("true"), Duration::ZERO),
+        Default::default(),
+    );
     wait_count(&gw, "ACME: order failed", failures + 2, Duration::from_secs(30), &quiet).await;
     let logs = gw.logs();
     let tail = &logs[logs.rfind("ACME: ordering a certificate").unwrap()..];

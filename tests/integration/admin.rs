@@ -117,12 +117,7 @@ async fn status_and_reload_go_through_a_socket_only_the_gateways_user_can_open()
     assert_eq!(mode(&sock), 0o600, "the socket");
     assert_eq!(mode(sock.parent().unwrap()), 0o700, "its folder");
     let run = |verb: &str| {
-        std::process::Command::new(BIN)
-            .arg(verb)
-            .arg("-c")
-            .arg(&gw.config)
-            .output()
-            .unwrap()
+        crate::common::process::bounded(std::process::Command::new(BIN).arg(verb).arg("-c").arg(&gw.config))
     };
     let status = run("status");
     assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
@@ -131,4 +126,37 @@ async fn status_and_reload_go_through_a_socket_only_the_gateways_user_can_open()
     let reload = run("reload");
     assert!(reload.status.success(), "{}", String::from_utf8_lossy(&reload.stderr));
     assert!(gw.wait_log("configuration reloaded", Duration::from_secs(5)).await);
+    // Another OS user ("nobody") cannot open it.
+    if !crate::common::os_users::root_or_skip("opening the control socket as another user") {
+        return;
+    }
+    use crate::common::os_users::unix_connect_as;
+    let nobody = 65534;
+    let refused = |what: &str| {
+        let r = unix_connect_as(nobody, nobody, &sock);
+        assert_eq!(
+            r.as_ref().map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EACCES)),
+            "{what}: another user opened the control socket ({r:?})"
+        );
+    };
+    // The test's own folder (0700) lets others through, so only the gateway's modes stand.
+    let open = |p: &std::path::Path, m: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    open(gw.dir.path(), 0o711);
+    refused("as the gateway made it");
+    // With the gateway's folders opened up too, the socket's own mode refuses.
+    let state = gw.dir.path().join("state");
+    open(&state, 0o711);
+    open(sock.parent().unwrap(), 0o711);
+    refused("the socket's own mode");
+    // The probe can connect when the mode lets it: the refusals above are the modes'.
+    open(&sock, 0o666);
+    let allowed = unix_connect_as(nobody, nobody, &sock);
+    open(&sock, 0o600);
+    assert!(
+        allowed.is_ok(),
+        "the probe cannot connect even to an open socket: {allowed:?}"
+    );
+    // The gateway's own user still can.
+    assert!(std::os::unix::net::UnixStream::connect(&sock).is_ok());
 }

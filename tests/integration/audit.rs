@@ -96,12 +96,12 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
         "{config}\n[[user]]\nname = \"zoe\"\npassword_hash = \"{}\"\nprojects = [\"demo\"]\nrole = \"viewer\"\n",
         crate::common::gateway::hash("zoe-password-1")
     ));
-    let out = std::process::Command::new(BIN)
-        .arg("reload")
-        .arg("-c")
-        .arg(&s.gw.config)
-        .output()
-        .unwrap();
+    let out = crate::common::process::bounded(
+        std::process::Command::new(BIN)
+            .arg("reload")
+            .arg("-c")
+            .arg(&s.gw.config),
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // Each act's record, with who, where and what.
@@ -168,11 +168,11 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
     assert_eq!(s.gw.metric("audit_dropped_total"), 0);
 
     // The CLI reads it back, filtered.
-    let out = std::process::Command::new(BIN)
-        .args(["audit", "--user", "alice", "--since", "1h", "-c"])
-        .arg(&s.gw.config)
-        .output()
-        .unwrap();
+    let out = crate::common::process::bounded(
+        std::process::Command::new(BIN)
+            .args(["audit", "--user", "alice", "--since", "1h", "-c"])
+            .arg(&s.gw.config),
+    );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listed = String::from_utf8_lossy(&out.stdout);
     for event in [
@@ -196,11 +196,11 @@ async fn every_audited_act_is_recorded_without_its_text_or_secrets() {
         !listed.contains("permission_answer"),
         "aaron's answer is not alice's:\n{listed}"
     );
-    let out = std::process::Command::new(BIN)
-        .args(["audit", "--event", "permission_answer", "--json", "-c"])
-        .arg(&s.gw.config)
-        .output()
-        .unwrap();
+    let out = crate::common::process::bounded(
+        std::process::Command::new(BIN)
+            .args(["audit", "--event", "permission_answer", "--json", "-c"])
+            .arg(&s.gw.config),
+    );
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())

@@ -1,11 +1,12 @@
 //! The config boundary and the command line: every fixture under tests/fixtures is checked (valid
 //! ones load, invalid ones name their key and fix), and the CLI's commands do what they say.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 use crate::common::gateway::BIN;
+use crate::common::process::output_within;
 
 fn fixtures(kind: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(kind);
@@ -19,22 +20,16 @@ fn fixtures(kind: &str) -> Vec<PathBuf> {
     files
 }
 
+/// The CLI with `args`, to its end: 60 s at most (a `serve` that should refuse its config and
+/// starts serving instead is killed, and the test fails with what it printed).
 fn cli(args: &[&str], stdin: Option<&str>, cwd: &Path) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("OCGW_FIXTURE_UNSET_VAR")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).unwrap();
-    }
-    drop(input);
-    child.wait_with_output().unwrap()
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).current_dir(cwd).env_remove("OCGW_FIXTURE_UNSET_VAR");
+    output_within(
+        &mut cmd,
+        Some(stdin.unwrap_or_default().as_bytes()),
+        Duration::from_secs(60),
+    )
 }
 
 fn text(o: &Output) -> String {

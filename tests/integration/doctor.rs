@@ -40,7 +40,7 @@ fn doctor_names_uncovered_hosts_loose_secrets_and_busy_listeners() {
     let paths = opencode_gateway::devcert::DevCertPaths::beside(&certs.join("server.crt"), &certs.join("server.key"));
     opencode_gateway::devcert::ensure(&paths, &["elsewhere.localhost".to_string()]).unwrap();
 
-    let out = Command::new(BIN).args(["doctor", "-c"]).arg(&path).output().unwrap();
+    let out = crate::common::process::bounded(Command::new(BIN).args(["doctor", "-c"]).arg(&path));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "doctor must fail:\n{stdout}{stderr}");
@@ -84,7 +84,7 @@ fn doctor_names_uncovered_hosts_loose_secrets_and_busy_listeners() {
 
     // Fixed: the secret's mode; the remaining failures are the certificate and the listener.
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let out = Command::new(BIN).args(["doctor", "-c"]).arg(&path).output().unwrap();
+    let out = crate::common::process::bounded(Command::new(BIN).args(["doctor", "-c"]).arg(&path));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("ok   permissions:"), "{stdout}");
     assert!(!stdout.contains("fail permissions"), "{stdout}");

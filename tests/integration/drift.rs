@@ -183,11 +183,7 @@ async fn a_newer_opencode_gets_safe_defaults_a_viewer_cannot_use_and_route_role_
     );
 
     // check shows the table's version and the entry.
-    let out = Command::new(BIN)
-        .args(["check", "-c"])
-        .arg(&gw.config)
-        .output()
-        .unwrap();
+    let out = crate::common::process::bounded(Command::new(BIN).args(["check", "-c"]).arg(&gw.config));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("table of OpenCode 1.18.33"), "{text}");

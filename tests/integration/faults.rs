@@ -217,12 +217,12 @@ async fn logged_in(c: &Https, cookie: &str) -> bool {
 }
 
 fn cli(gw: &Gateway, args: &[&str]) -> String {
-    let out = std::process::Command::new(crate::common::gateway::BIN)
-        .args(args)
-        .arg("-c")
-        .arg(&gw.config)
-        .output()
-        .unwrap();
+    let out = crate::common::process::bounded(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(args)
+            .arg("-c")
+            .arg(&gw.config),
+    );
     assert!(
         out.status.success(),
         "{args:?}: {}",

@@ -695,13 +695,14 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     })
     .await;
     assert_eq!(project(&inbox(&gw, ""), "ext")["server"]["state"], "running");
-    // A live event adds a card.
-    let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties": permission_json("per_live")}});
+    // One event of another directory on the same server is not this project's; a live event of
+    // the project's, after it on the same stream, adds a card: once that card shows, the one
+    // before it has been read too.
     let tx = fake.streams.lock().unwrap()[0].clone();
-    tx.send(format!("data: {event}\n\n")).await.unwrap();
-    // One of another directory on the same server is not this project's.
     let other = serde_json::json!({"directory": "/elsewhere", "payload": {"type": "permission.asked", "properties": permission_json("per_other")}});
     tx.send(format!("data: {other}\n\n")).await.unwrap();
+    let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties": permission_json("per_live")}});
+    tx.send(format!("data: {event}\n\n")).await.unwrap();
     inbox_until(&gw, Duration::from_secs(5), "the live card", |v| {
         has_card(v, "ext", "per_live")
     })

@@ -5,6 +5,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read, read_until};
+use crate::common::process::Guarded;
 use crate::common::stack::two_projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -74,22 +75,21 @@ type Shared = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
 /// "gateway ready" and has printed its whole banner, bounded.
-fn serve_until_ready(
-    config: &std::path::Path,
-    root: &std::path::Path,
-    path: &str,
-) -> (std::process::Child, Shared, Shared) {
+fn serve_until_ready(config: &std::path::Path, root: &std::path::Path, path: &str) -> (Guarded, Shared, Shared) {
     let log = Shared::default();
     let out = Shared::default();
-    let mut child = std::process::Command::new(crate::common::gateway::BIN)
-        .args(["serve", "-c"])
-        .arg(config)
-        .current_dir(root)
-        .env("PATH", path)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    // Stopped and reaped however the test ends (SIGTERM first: it stops the server it spawned).
+    let mut child = Guarded::spawn(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(["serve", "-c"])
+            .arg(config)
+            .current_dir(root)
+            .env("PATH", path)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+        Duration::from_secs(15),
+    );
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
     crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
     // The banner ends with the way to set a new password (after the frame on a first start).
@@ -110,9 +110,27 @@ fn serve_until_ready(
     (child, log, out)
 }
 
-fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
+/// The committed `config/gateway.toml` (whatever the working tree holds): `git show HEAD:config/gateway.toml`, or the file when git or the repository is missing.
+fn committed_dev_config() -> String {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap();
+    let shown = std::process::Command::new("git")
+        .args(["show", "HEAD:config/gateway.toml"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match shown {
+        Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
+        _ => std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap(),
+    }
+}
+
+fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
+    let text = committed_dev_config();
+    assert!(
+        !text.contains("[[user]]\nname = \"dev\""),
+        "the committed dev config has no user yet: it is the first start's to make"
+    );
     for fixed in ["127.0.0.1:8443", "127.0.0.1:9090", "127.0.0.1:2222"] {
         assert!(text.contains(&format!("listen = \"{fixed}\"")), "{fixed}");
     }
@@ -253,9 +271,12 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     )
     .await;
     assert_eq!(r.status, 200, "the only project is also served at /");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let stopped = child.stop();
+    assert!(
+        stopped.is_some_and(|s| s.success()),
+        "{stopped:?}\n{}",
+        log.lock().unwrap()
+    );
     // A second start creates no user, prints no password, says how to set a new one.
     let (mut child, _log, out) = serve_until_ready(&config, root.path(), &path);
     let again = out.lock().unwrap().clone();
@@ -274,37 +295,23 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         users
     );
     assert_eq!(git(root.path(), &["status", "--porcelain"]), "");
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    assert!(child.wait().unwrap().success());
+    let stopped = child.stop();
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
 }
 
 /// Issue 22: a second `serve` on the same config said only "is another process using it?".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_serve_on_the_same_config_names_the_gateway_already_running() {
     let (gw, _web, _api, _c) = two_projects("").await;
-    let mut second = std::process::Command::new(crate::common::gateway::BIN)
-        .args(["serve", "-c"])
-        .arg(&gw.config)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = second.try_wait().unwrap() {
-            break s;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = second.kill();
-            panic!("the second serve did not refuse within 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out = second.wait_with_output().unwrap();
+    let out = crate::common::process::output_within(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(["serve", "-c"])
+            .arg(&gw.config),
+        None,
+        Duration::from_secs(20),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!status.success());
+    assert!(!out.status.success());
     assert!(
         err.contains("a gateway is already running on") && err.contains(&format!("pid {}", gw.pid())),
         "{err}"

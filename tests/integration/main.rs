@@ -24,10 +24,14 @@ mod connections;
 mod doctor;
 mod drift;
 mod faults;
+mod harness;
 mod inbox;
 mod isolation;
 mod lifecycle;
 mod metrics;
+/// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
+#[path = "../oracle/mod.rs"]
+mod oracle;
 mod pairing;
 mod phone;
 mod pinning;

@@ -4,7 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -19,15 +19,12 @@ const PW: &str = "metrics-upstream-pw";
 
 /// `promtool check metrics` on `body`: its complaints, or `Ok` when it has none.
 pub fn promtool_check(body: &str) -> Result<(), String> {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
-    child.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
+    // (promtool: Debian package prometheus; scripts/test.sh installs it.)
+    let out = crate::common::process::output_within(
+        Command::new("promtool").args(["check", "metrics"]),
+        Some(body.as_bytes()),
+        Duration::from_secs(60),
+    );
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -27,7 +27,7 @@ async fn gateway() -> (Gateway, FakeUpstream, Https) {
 }
 
 fn cli(gw: &Gateway, args: &[&str]) -> Output {
-    Command::new(BIN).args(args).arg("-c").arg(&gw.config).output().unwrap()
+    crate::common::process::bounded(Command::new(BIN).args(args).arg("-c").arg(&gw.config))
 }
 
 /// `pair <args>`, asserting success: the code and everything printed.

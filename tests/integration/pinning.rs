@@ -1,7 +1,7 @@
 //! The attack: a client of project "demo" tries every way OpenCode offers to act in another
 //! directory. Each vector is first shown to work against the raw OpenCode server (so the test can
-//! fail), then through the gateway it either lands in the project or gets 403, and /etc/passwd is
-//! never read.
+//! fail), then through the gateway it either lands in the project (proved by what OpenCode answers:
+//! the project's own files) or gets the gateway's 403, and /etc/passwd is never read.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::client::{EventLog, direct_call, json, session_in};
+use crate::common::opencode::OpenCode;
 use crate::common::stack::{alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
@@ -32,6 +33,7 @@ async fn no_directory_selector_reaches_outside_the_project() {
     let s = setup_pinned("echo unused", true).await;
     let project = s.oc.project.display().to_string();
     let escape = format!("{project}/../../../../../../etc");
+    std::fs::write(s.oc.project.join("passwd"), PROJECT_PASSWD).unwrap();
     let vectors: Vec<(String, Vec<(&str, String)>)> = vec![
         ("/file/content?path=/etc/passwd&directory=/etc".into(), vec![]),
         ("/file/content?path=passwd&directory=/etc".into(), vec![]),
@@ -67,16 +69,23 @@ async fn no_directory_selector_reaches_outside_the_project() {
             !body.contains(PASSWD),
             "{path} {h:?} read /etc/passwd through the gateway ({status}): {body}"
         );
-        assert_ne!(status, 502, "{path}: the gateway should not fail here: {body}");
+        assert_landed_in_project(
+            &s.oc,
+            &format!("{path} {h:?}"),
+            path.contains("path=/etc/passwd"),
+            status,
+            &body,
+        );
     }
-    // Workspace selectors are dropped too.
-    let (_, body) = through(
+    // Workspace selectors are dropped too: the project's own passwd is read.
+    let (status, body) = through(
         &s.client,
         "/p/demo/file/content?path=passwd&workspace=/etc&directory=/etc",
         &[("x-opencode-workspace", "/etc")],
     )
     .await;
     assert!(!body.contains(PASSWD), "{body}");
+    assert_landed_in_project(&s.oc, "workspace selectors", false, status, &body);
     // Selectors land in the project: the server says which directory it acted in.
     for (path, headers) in [
         ("/path?directory=/etc", vec![]),
@@ -92,9 +101,74 @@ async fn no_directory_selector_reaches_outside_the_project() {
             "{path} landed in {body}"
         );
     }
-    // Listing the filesystem from another root is pinned too.
-    let (_, listing) = through(&s.client, "/p/demo/file?path=.&directory=/etc", &[]).await;
+    // Listing the filesystem from another root is pinned too: it lists the project's folder.
+    let (status, listing) = through(&s.client, "/p/demo/file?path=.&directory=/etc", &[]).await;
+    assert_eq!(status, 200, "{listing}");
     assert!(!listing.contains("/etc/"), "{listing}");
+    let entries: serde_json::Value = serde_json::from_str(&listing).unwrap();
+    let absolute: Vec<&str> = entries
+        .as_array()
+        .unwrap_or_else(|| panic!("a listing: {listing}"))
+        .iter()
+        .filter_map(|e| e["absolute"].as_str())
+        .collect();
+    assert!(
+        absolute.contains(&format!("{project}/passwd").as_str()),
+        "the listing is of the project's folder: {listing}"
+    );
+}
+
+/// The project's own `passwd`: what a pinned read of `passwd` must return.
+const PROJECT_PASSWD: &str = "project-passwd-marker-5e1";
+
+/// A vector through the gateway either got the gateway's 403 with its reason, or OpenCode acted
+/// in the project's folder: a relative `passwd` is the project's marker file, and the absolute
+/// `/etc/passwd` is OpenCode's own refusal (a 500 whose reference its log files as "Path escapes
+/// the location"), which it gives only when the directory is not `/etc` or above.
+fn assert_landed_in_project(oc: &OpenCode, what: &str, absolute: bool, status: u16, body: &str) {
+    if status == 403 {
+        let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+        assert_eq!(v["error"], "forbidden", "{what}: a 403 not from the gateway: {body}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| m.contains("outside the project")),
+            "{what}: a 403 for another reason: {body}"
+        );
+        return;
+    }
+    if !absolute {
+        assert_eq!(status, 200, "{what}: {body}");
+        assert!(
+            body.contains(PROJECT_PASSWD),
+            "{what}: not the project's passwd, so not the project's folder: {body}"
+        );
+        return;
+    }
+    assert_eq!(
+        status, 500,
+        "{what}: OpenCode should refuse a path outside its directory: {body}"
+    );
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    let reference = v["data"]["ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no error reference: {body}"));
+    // OpenCode writes its log a moment after it answers.
+    let needle = format!("ref={reference} ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        if let Some(l) = oc.server_log().lines().find(|l| l.contains(&needle)) {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: OpenCode never logged its error {reference}:\n{}",
+            oc.server_log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        line.contains("Path escapes the location"),
+        "{what}: OpenCode refused for another reason: {line}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,4 +266,63 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     }
     let all: Vec<String> = events.events("session.created").iter().map(|e| e.to_string()).collect();
     assert!(all.iter().all(|e| !e.contains(foreign_id)), "{all:?}");
+}
+
+/// The reference the properties and fuzz targets judge the gateway by (tests/oracle/), against the
+/// real server: every directory OpenCode acts in for a header is one of the reference's readings
+/// of it, and every query spelling OpenCode takes as `directory` is one the reference reads so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_oracle_reads_queries_and_directories_as_the_real_opencode_does() {
+    use crate::oracle;
+    let s = setup_pinned("echo unused", true).await;
+    let cwd = s.oc.project.display().to_string();
+    let base = tempfile::tempdir().unwrap();
+    let base = base.path().canonicalize().unwrap().display().to_string();
+    let acted_in = |body: String| -> String {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+        v["directory"].as_str().unwrap_or_else(|| panic!("{body}")).to_string()
+    };
+    for value in [
+        format!("{base}/a"),
+        format!("{base}/a/../b"),
+        format!("{base}/a/./b//c/"),
+        format!("{base}/a/../../.."),
+        format!("{base}/%2E%2E/x"),
+        crate::common::client::encode(&format!("{base}/a/../b")),
+        format!("{base}/with%20space"),
+        format!("{base}/100%"),
+    ] {
+        let dir = acted_in(direct(s.oc.port, &s.oc.password, "/path", &[("x-opencode-directory", &value)]).await);
+        let readings = oracle::directories(&cwd, &value);
+        assert!(
+            readings.contains(&dir),
+            "header {value}: OpenCode acted in {dir}, the reference reads {readings:?}"
+        );
+    }
+    let mut read_as_directory = 0;
+    for name in [
+        "directory",
+        "%64irectory",
+        "direc%74ory",
+        "%64%69%72%65%63%74%6F%72%79",
+        "Directory",
+        "directory%20",
+        "dir+ectory",
+        "directory%00",
+    ] {
+        let probe = format!("{base}/probe-{}", name.len());
+        let query = format!("{name}={probe}");
+        let dir = acted_in(direct(s.oc.port, &s.oc.password, &format!("/path?{query}"), &[]).await);
+        if dir == probe {
+            read_as_directory += 1;
+            assert!(
+                oracle::query_names(&query).iter().any(|n| n == "directory"),
+                "OpenCode took {name} as directory; the reference does not"
+            );
+        } else {
+            assert_eq!(dir, cwd, "{name}: {dir}");
+        }
+    }
+    assert!(read_as_directory >= 2, "the encoded spellings work upstream");
 }

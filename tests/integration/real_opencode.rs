@@ -3,7 +3,6 @@
 //! (SSE, permission replies, PTY WebSockets, the web UI's files).
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use futures_util::SinkExt;
@@ -12,24 +11,18 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::{EventLog, basic, json, pty_socket, read_terminal_until};
 use crate::common::opencode::{AFTER_TOOL, ANSWER, opencode_bin};
+use crate::common::process::output_within_async;
 use crate::common::stack::{ALICE_PW, alice, setup};
 
+/// An OpenCode client command (`run --attach`…) trusting `ca`, run to its end: 120 s at most,
+/// or it is killed and the test fails with what it printed.
 pub(crate) async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
-    let child = tokio::process::Command::new(opencode_bin())
-        .args(args)
+    let mut cmd = std::process::Command::new(opencode_bin());
+    cmd.args(args)
         .env("NODE_EXTRA_CA_CERTS", ca)
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("opencode finished within 120 s")
-        .unwrap()
+        .current_dir(cwd);
+    output_within_async(cmd, Duration::from_secs(120)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,14 +90,11 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     // connection failed in the TLS handshake (counted), and no request of it was logged.
     let failures = s.gw.metric("tls_handshakes_total{outcome=\"failed\"}");
     let requests = s.gw.metric("requests_total");
-    let out = tokio::process::Command::new(opencode_bin())
-        .args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
+    let mut cmd = std::process::Command::new(opencode_bin());
+    cmd.args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
         .env("NODE_EXTRA_CA_CERTS", "/dev/null")
-        .current_dir(work.path())
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
+        .current_dir(work.path());
+    let out = output_within_async(cmd, Duration::from_secs(120)).await;
     assert!(!out.status.success());
     assert!(
         s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures && s.gw.metric("requests_total") == requests,

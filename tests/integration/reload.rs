@@ -26,12 +26,12 @@ async fn reloaded(gw: &Gateway, how: &str) {
         "sighup" => gw.signal(libc::SIGHUP),
         _ => {
             // The CLI, over the control socket.
-            let out = std::process::Command::new(crate::common::gateway::BIN)
-                .arg("reload")
-                .arg("-c")
-                .arg(&gw.config)
-                .output()
-                .unwrap();
+            let out = crate::common::process::bounded(
+                std::process::Command::new(crate::common::gateway::BIN)
+                    .arg("reload")
+                    .arg("-c")
+                    .arg(&gw.config),
+            );
             assert!(
                 out.status.success(),
                 "{}\n{}",
@@ -387,11 +387,11 @@ async fn a_changed_password_ends_the_browser_logins_made_under_the_old_one() {
     let mut gw = Gateway::start_behind(&config(&web, None, &[ALICE, bob()]), PW);
     let c = Https::new(gw.https, &gw.ca());
     let token = {
-        let out = std::process::Command::new(crate::common::gateway::BIN)
-            .args(["token", "create", "alice", "-c"])
-            .arg(&gw.config)
-            .output()
-            .unwrap();
+        let out = crate::common::process::bounded(
+            std::process::Command::new(crate::common::gateway::BIN)
+                .args(["token", "create", "alice", "-c"])
+                .arg(&gw.config),
+        );
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         format!("Bearer {}", String::from_utf8(out.stdout).unwrap().trim())
     };

@@ -4,20 +4,20 @@
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::common::gateway::{BIN, hash};
+use crate::common::process::output_within;
 
+/// The CLI with `args`, to its end: 60 s at most (a `serve` that should refuse its config and
+/// starts serving instead is killed, and the test fails with what it printed).
 fn run(args: &[&str], cwd: &Path, env: &[(&str, &Path)]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.args(args).current_dir(cwd);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().unwrap()
+    output_within(&mut cmd, None, Duration::from_secs(60))
 }
 
 fn text(o: &Output) -> String {
@@ -242,16 +242,11 @@ fn init_in_a_project_folder_writes_config_keys_and_state_outside_it_owner_only()
 
     // Edits by `user` leave the config owner-only, even one an editor made 0644.
     chmod(&cfg, 0o644);
-    let mut add = Command::new(BIN)
-        .args(["user", "add", "bob", "-c", cfg.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    add.stdin.take().unwrap().write_all(b"bob-password-1\n").unwrap();
-    let added = add.wait_with_output().unwrap();
+    let added = output_within(
+        Command::new(BIN).args(["user", "add", "bob", "-c", cfg.to_str().unwrap()]),
+        Some(b"bob-password-1\n"),
+        Duration::from_secs(60),
+    );
     assert!(added.status.success(), "{}", text(&added));
     assert_eq!(mode(&cfg), 0o600, "user add rewrote the config 0600");
     let removed = run(&["user", "remove", "bob", "-c", cfg.to_str().unwrap()], &root, &[]);
@@ -382,7 +377,7 @@ fn a_certificate_the_dev_ca_signs_for_another_domain_fails_verification_in_opens
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_after_init() {
     use crate::common::client::{Https, basic};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let project = root.join("webapp");
@@ -417,24 +412,17 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
     )
     .unwrap();
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let mut child = Command::new(BIN)
-        .args(["serve", "-c", cfg.to_str().unwrap()])
-        .current_dir(&project)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    // SIGTERM on drop, so it stops the OpenCode server it spawned.
+    let mut child = crate::common::process::Guarded::spawn(
+        Command::new(BIN)
+            .args(["serve", "-c", cfg.to_str().unwrap()])
+            .current_dir(&project)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped()),
+        Duration::from_secs(15),
+    );
     crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            // SAFETY: signalling our own child so it stops the OpenCode server it spawned.
-            unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-            let _ = self.0.wait();
-        }
-    }
-    let child = Kill(child);
     let deadline = Instant::now() + Duration::from_secs(60);
     let https: std::net::SocketAddr = loop {
         if let Some(a) = log
@@ -513,6 +501,25 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
         }
         for marker in ["PRIVATE KEY", "$argon2id$", "OPENSSH"] {
             assert!(!r.body.contains(marker), "{name}: {marker} in {}: {}", r.status, r.body);
+        }
+        let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
+        if name.starts_with('/') || name.starts_with("../") {
+            // A name that reaches a secret: the gateway refuses it, for that reason.
+            assert_eq!(r.status, 403, "{name}: {}", r.body);
+            assert_eq!(v["error"], "forbidden", "{name}: {}", r.body);
+            assert!(
+                v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("one of the gateway's own files")),
+                "{name}: refused for another reason: {}",
+                r.body
+            );
+        } else {
+            // The old layout's names: init put nothing there, so OpenCode reads an empty file of
+            // the project's (and no gateway file is in the project to be read).
+            assert!(!project.join(name).exists(), "{name} is in the project");
+            assert_eq!(r.status, 200, "{name}: {}", r.body);
+            assert_eq!(v["content"], "", "{name}: {}", r.body);
         }
     }
     drop(child);

@@ -389,14 +389,11 @@ async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
 
     // opencode run, with no gateway password: the SSH login is the identity.
     let work = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(opencode_bin())
-        .args(["run", "--attach", &url, "hello over ssh"])
+    let mut cmd = std::process::Command::new(opencode_bin());
+    cmd.args(["run", "--attach", &url, "hello over ssh"])
         .current_dir(work.path())
-        .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .unwrap();
+        .env("OPENCODE_DISABLE_MODELS_FETCH", "1");
+    let out = crate::common::process::output_within_async(cmd, Duration::from_secs(120)).await;
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}\n{}", gw.logs());
     assert!(

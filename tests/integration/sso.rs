@@ -13,6 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use crate::common::client::Https;
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::process::Guarded;
 use crate::common::stack::UPSTREAM_PW;
 
 const CLIENT_SECRET: &str = "oidc-client-secret-Xv93";
@@ -139,7 +140,7 @@ async fn without_a_usable_provider_or_flow_the_pages_refuse_plainly() {
 
 /// The provider script: its port first; the redirect URI later.
 struct Provider {
-    child: tokio::process::Child,
+    child: Guarded,
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     log: Arc<Mutex<String>>,
@@ -149,19 +150,19 @@ struct Provider {
 impl Provider {
     async fn spawn() -> Provider {
         let repo = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-        let mut child = tokio::process::Command::new("node")
+        // Stopped and reaped however the test ends.
+        let mut child = std::process::Command::new("node");
+        child
             .arg(repo.join("tests/browser/oidc-provider.mjs"))
             .current_dir(&repo)
             .env("CLIENT_ID", "gateway")
             .env("CLIENT_SECRET", CLIENT_SECRET)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        let mut child = Guarded::spawn(&mut child, Duration::from_secs(2));
         let log = Arc::new(Mutex::new(String::new()));
-        let stderr = child.stderr.take().unwrap();
+        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take().unwrap()).unwrap();
         let sink = log.clone();
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
@@ -169,8 +170,9 @@ impl Provider {
                 sink.lock().unwrap().push_str(&format!("{l}\n"));
             }
         });
-        let stdin = child.stdin.take().unwrap();
-        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdin = tokio::process::ChildStdin::from_std(child.stdin.take().unwrap()).unwrap();
+        let lines =
+            BufReader::new(tokio::process::ChildStdout::from_std(child.stdout.take().unwrap()).unwrap()).lines();
         let mut p = Provider {
             child,
             stdin,
@@ -278,9 +280,15 @@ async fn chromium_signs_in_through_a_real_provider_and_strangers_are_refused() {
     let audit = std::fs::read_to_string(&f).unwrap();
     assert!(!audit.contains(CLIENT_SECRET) && !audit.contains("mallory"), "{audit}");
     // The upstream saw alice's request on the project host, never the gateway's cookies.
+    let seen = web.seen();
     assert!(
-        web.seen().iter().all(|s| !format!("{s:?}").contains("__Host-ocgw")),
+        seen.iter().any(|s| s.method == "GET"),
+        "alice's request on the project host never reached it: {:?}",
+        seen.iter().map(|s| &s.target).collect::<Vec<_>>()
+    );
+    assert!(
+        seen.iter().all(|s| !format!("{s:?}").contains("__Host-ocgw")),
         "a gateway cookie reached the upstream"
     );
-    provider.child.start_kill().ok();
+    provider.child.stop();
 }

@@ -246,11 +246,11 @@ async fn a_missing_opencode_is_not_running_everywhere_and_answers_503_at_once() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(project_status(&gw, "demo").contains(fix));
-    let check = std::process::Command::new(crate::common::gateway::BIN)
-        .args(["check", "-c"])
-        .arg(&gw.config)
-        .output()
-        .unwrap();
+    let check = crate::common::process::bounded(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(["check", "-c"])
+            .arg(&gw.config),
+    );
     let check = String::from_utf8_lossy(&check.stdout).into_owned();
     assert!(check.contains(&format!("NOT RUNNING: {fix}")), "{check}");
     // The portal shows it with the reason as a sentence.

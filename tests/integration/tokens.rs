@@ -35,13 +35,7 @@ async fn gateway() -> (Gateway, FakeUpstream, Https) {
 }
 
 fn cli(gw: &Gateway, args: &[&str]) -> Output {
-    Command::new(BIN)
-        .arg("token")
-        .args(args)
-        .arg("-c")
-        .arg(&gw.config)
-        .output()
-        .unwrap()
+    crate::common::process::bounded(Command::new(BIN).arg("token").args(args).arg("-c").arg(&gw.config))
 }
 
 /// `token create …`: the token (stdout), asserting success.

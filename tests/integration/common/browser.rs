@@ -9,19 +9,13 @@ use std::time::Duration;
 /// (and `context`, e.g. the gateway's log) unless it exits 0 having said "ok: every step passed".
 pub async fn run(script: &str, envs: &[(&str, &OsStr)], within: Duration, context: impl Fn() -> String) -> String {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = tokio::process::Command::new("node");
-    cmd.arg(repo.join("tests/browser").join(script))
-        .current_dir(&repo)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg(repo.join("tests/browser").join(script)).current_dir(&repo);
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let out = tokio::time::timeout(within, cmd.spawn().unwrap().wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{script} finished within {within:?}"))
-        .unwrap();
+    // Past `within`, node and the Chromium it started are killed and the test fails with their output.
+    let out = super::process::output_within_async(cmd, within).await;
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

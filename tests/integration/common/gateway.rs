@@ -5,9 +5,11 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use super::process::Guarded;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_opencode-gateway");
 
@@ -54,7 +56,7 @@ pub fn base_config(extra: &str) -> String {
 }
 
 pub struct Gateway {
-    child: Option<Child>,
+    child: Option<Guarded>,
     pub https: SocketAddr,
     pub admin: SocketAddr,
     pub ssh: Option<SocketAddr>,
@@ -66,7 +68,7 @@ pub struct Gateway {
 }
 
 struct Launched {
-    child: Child,
+    child: Guarded,
     https: SocketAddr,
     admin: SocketAddr,
     ssh: Option<SocketAddr>,
@@ -82,12 +84,11 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)]) -> Launched {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Stopped (SIGTERM, so the OpenCode servers it spawned stop too) if the start-up check fails.
+    let mut child = Guarded::spawn(
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null()),
+        Duration::from_secs(15),
+    );
     let log = Arc::new(Mutex::new(String::new()));
     let stdout = Arc::new(Mutex::new(String::new()));
     pump(child.stderr.take().unwrap(), log.clone());
@@ -280,28 +281,6 @@ pub fn http_exchange_json(mut s: impl Read + Write, method: &str, path: &str, ho
             .map(|(_, b)| b.to_string())
             .unwrap_or_default(),
     )
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        if let Ok(None) = child.try_wait() {
-            // SIGTERM first so spawned OpenCode servers are stopped too.
-            // SAFETY: signalling our own child process.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(15);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// The operator most tests log in as.

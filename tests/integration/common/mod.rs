@@ -1,6 +1,7 @@
 //! Shared test fixtures: the gateway binary, a TLS client and request helpers (`client`), an
 //! in-process fake upstream, the real OpenCode server with a fake model, SSH clients, the stacks
-//! tests start (`stack`) and gateway-spawned projects (`supervised`). Helpers more than one test
+//! tests start (`stack`), gateway-spawned projects (`supervised`) and the guard and deadline every
+//! child process of a test runs under (`process`). Helpers more than one test
 //! file uses live here, not in a test file.
 
 #![allow(dead_code)]
@@ -12,6 +13,7 @@ pub mod fake_upstream;
 pub mod gateway;
 pub mod opencode;
 pub mod os_users;
+pub mod process;
 pub mod ssh;
 pub mod stack;
 pub mod supervised;

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +19,8 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+
+use super::process::Guarded;
 
 pub const ANSWER: &str = "FAKE-ANSWER-42";
 pub const AFTER_TOOL: &str = "TOOL-FINISHED-7";
@@ -161,7 +163,7 @@ impl FakeModel {
 
 /// A real `opencode serve` on an ephemeral port with its own password and private folders.
 pub struct OpenCode {
-    child: Child,
+    child: Guarded,
     pub port: u16,
     pub password: String,
     pub project: PathBuf,
@@ -203,7 +205,8 @@ impl OpenCode {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .process_group(0);
-            let mut child = cmd.spawn().unwrap();
+            // Its process group is stopped if the start-up check below fails, too.
+            let mut child = Guarded::group(cmd.spawn().unwrap(), Duration::from_secs(5));
             let log = Arc::new(Mutex::new(String::new()));
             super::pump_lines(child.stdout.take().unwrap(), log.clone());
             super::pump_lines(child.stderr.take().unwrap(), log.clone());
@@ -242,28 +245,21 @@ impl OpenCode {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// The server's own log file (`$XDG_DATA_HOME/opencode/log/*.log`), where it files the
+    /// reason behind each error reference (`ref=err_…`) it answers with.
+    pub fn server_log(&self) -> String {
+        let dir = self._dir.path().join("data/opencode/log");
+        let mut out = String::new();
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            out += &std::fs::read_to_string(e.path()).unwrap_or_default();
+        }
+        out
+    }
+
     /// A file holding the server's password, for the gateway's `upstream_password_file`.
     pub fn password_file(&self, dir: &std::path::Path) -> PathBuf {
         let p = dir.join("upstream.pw");
         std::fs::write(&p, &self.password).unwrap();
         p
-    }
-}
-
-impl Drop for OpenCode {
-    fn drop(&mut self) {
-        let pgid = self.child.id() as i32;
-        // SAFETY: signalling the process group of our own child.
-        unsafe { libc::kill(-pgid, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // SAFETY: as above.
-        unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        let _ = self.child.wait();
     }
 }

@@ -1,7 +1,8 @@
 //! OS users for the `run_as` tests. Creating them needs root: as root they are made (or reused)
 //! with `useradd`; as root without `useradd` the test fails saying so; as another user it fails
 //! with "needs root to create OS users" unless `OCGW_SKIP_OS_USER_TESTS=1` opts out, so a run that
-//! cannot prove isolation never passes silently.
+//! cannot prove isolation never passes silently (the skip is written past the harness's capture,
+//! and scripts/test.sh repeats it at the end). As root the variable is ignored: never skipped.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -39,7 +40,13 @@ pub fn ensure(names: &[&str]) -> Option<Vec<OsUser>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
-            eprintln!("SKIPPED: the run_as isolation test needs root to create OS users ({SKIP_VAR}=1)");
+            // Straight to the process's stderr, not through `eprintln!`, which the test harness
+            // captures and shows only for failing tests: a skip is seen in every run.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: the run_as isolation test needs root to create OS users ({SKIP_VAR}=1): isolation between OS users is not proved by this run"
+            );
             return None;
         }
         panic!(
@@ -86,4 +93,77 @@ pub fn ensure(names: &[&str]) -> Option<Vec<OsUser>> {
 pub fn give(path: &Path, user: &OsUser, mode: u32) {
     std::os::unix::fs::chown(path, Some(user.uid), Some(user.gid)).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Is this process root (so it can act as another OS user)? When not: `false` after saying so
+/// loudly if `OCGW_SKIP_OS_USER_TESTS=1` skips such proofs knowingly, else the test fails.
+pub fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: {what} needs root to act as another OS user ({SKIP_VAR}=1): not proved by this run"
+        );
+        return false;
+    }
+    panic!(
+        "{what} needs root to act as another OS user: run scripts/test.sh as root (CI does), or set {SKIP_VAR}=1 to skip this proof knowingly"
+    );
+}
+
+/// Connect to the Unix socket `path` as OS user `uid`/`gid` (no supplementary groups), from a
+/// forked child that changes its user first (needs root): `Ok` if the connection was accepted,
+/// else the error the other user got.
+pub fn unix_connect_as(uid: u32, gid: u32, path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    // Everything the child needs is made before the fork: it only makes system calls.
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(
+        bytes.len() < addr.sun_path.len(),
+        "socket path too long: {}",
+        path.display()
+    );
+    for (d, s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = *s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: the child calls only async-signal-safe functions (setgroups, setgid, setuid, socket,
+    // connect, _exit) and touches only memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                libc::_exit(200);
+            }
+            if libc::geteuid() != uid {
+                libc::_exit(201);
+            }
+            let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+            if fd < 0 {
+                libc::_exit(202);
+            }
+            let r = libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len);
+            let code = if r == 0 { 0 } else { *libc::__errno_location() };
+            libc::_exit(code.clamp(0, 199));
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for the child just forked.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(waited, pid, "waitpid: {}", std::io::Error::last_os_error());
+    assert!(libc::WIFEXITED(status), "the probe as uid {uid} died: {status}");
+    match libc::WEXITSTATUS(status) {
+        0 => Ok(()),
+        code @ 200.. => panic!("the probe could not become uid {uid} (exit {code})"),
+        errno => Err(std::io::Error::from_raw_os_error(errno)),
+    }
 }

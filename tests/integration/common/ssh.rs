@@ -3,11 +3,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::gateway::Gateway;
+use super::process::{Guarded, output_within};
 
 pub struct Key {
     pub private: PathBuf,
@@ -74,13 +75,13 @@ pub fn ssh(gw: &Gateway, kh: &Path, key: &Path, user: &str, extra: &[&str], comm
     cmd
 }
 
+/// Run an `ssh` command to its end (60 s at most, or it is killed and the test fails).
 pub fn run(mut cmd: Command) -> Output {
-    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    child.wait_with_output().unwrap()
+    output_within(&mut cmd, None, Duration::from_secs(60))
 }
 
 pub struct Tunnel {
-    child: Child,
+    child: Guarded,
     pub local: SocketAddr,
     pub stderr: Arc<Mutex<String>>,
 }
@@ -106,7 +107,7 @@ impl Tunnel {
             ],
             &[],
         );
-        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut child = Guarded::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::piped()), Duration::from_secs(2));
         let stderr = Arc::new(Mutex::new(String::new()));
         super::pump_lines(child.stderr.take().unwrap(), stderr.clone());
         let local: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -126,13 +127,6 @@ impl Tunnel {
     }
 
     pub fn close(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Tunnel {
-    fn drop(&mut self) {
-        self.close();
+        self.child.stop();
     }
 }
