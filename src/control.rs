@@ -219,7 +219,8 @@ fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value,
     tracing::info!(target: "security", user = %r.user, label = %label, expires_at = issued.expires_at, "pairing code issued");
     Ok(serde_json::json!({
         "code": issued.code,
-        "url": format!("{}/pair#{}", base.base(), issued.code),
+        // The login host: pairing, login and the handoff share its one cookie.
+        "url": format!("{}/pair#{}", base.login(), issued.code),
         "expires_at": issued.expires_at,
     }))
 }

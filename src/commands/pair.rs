@@ -39,7 +39,28 @@ pub fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result
         human(ttl.as_secs())
     );
     println!("See and revoke devices with `opencode-gateway devices`.");
+    if let Some(why) = only_here(page) {
+        // Loud, and on stderr too: a QR code no phone can open looks like one that works.
+        eprintln!(
+            "\nWARNING: {page} {why}: a phone cannot open it. Give the gateway a name the phone \
+             resolves (server.base_domain and server.public_url, and a certificate for that name), \
+             then run pair again."
+        );
+    }
     Ok(())
+}
+
+/// Why a URL opens only on this machine (a loopback address, `localhost` or a `*.localhost` name).
+pub fn only_here(url: &str) -> Option<&'static str> {
+    let authority = url.strip_prefix("https://")?.split('/').next()?;
+    let host = crate::policy::route::strip_port(authority)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback()) {
+        return Some("is a loopback address");
+    }
+    let lower = host.to_ascii_lowercase();
+    (lower == "localhost" || lower.ends_with(".localhost")).then_some("names this machine only (*.localhost)")
 }
 
 /// A QR code as half-block characters (two rows of modules per line). The light modules and the
@@ -67,6 +88,25 @@ fn human(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_only_this_machine_opens_are_told_apart() {
+        for url in [
+            "https://127.0.0.1:8443/pair",
+            "https://[::1]:8443/pair",
+            "https://gw.localhost:8443/pair",
+            "https://localhost/pair",
+        ] {
+            assert!(only_here(url).is_some(), "{url}");
+        }
+        for url in [
+            "https://gw.example.com:8443/pair",
+            "https://192.0.2.7:8443/pair",
+            "https://devbox.local/pair",
+        ] {
+            assert_eq!(only_here(url), None, "{url}");
+        }
+    }
 
     #[test]
     fn the_qr_code_is_half_blocks() {

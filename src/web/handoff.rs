@@ -52,7 +52,7 @@ fn digest(ticket: &str) -> [u8; 32] {
 }
 
 /// The port of a `host[:port]` (443 when none).
-fn port_of(host: &str) -> u16 {
+pub(crate) fn port_of(host: &str) -> u16 {
     let h = crate::policy::route::strip_port(host);
     host[h.len()..]
         .strip_prefix(':')

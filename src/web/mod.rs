@@ -118,6 +118,40 @@ pub fn page(
     }
 }
 
+/// A login-host page asked for on another name of the gateway (its address, `localhost`, a LAN
+/// address): the browser goes to the login host (the base domain) first, so that the login,
+/// pairing and the handoff to project hosts share one cookie. A login made on 127.0.0.1 was
+/// unknown to the handoff on the base domain: a second password prompt, and a paired phone could
+/// open no project's web UI. Without a base domain there are no project hosts and any name is
+/// the login host. A navigation is redirected (the browser keeps a pairing code's fragment);
+/// anything else is refused, since only a page served elsewhere could have sent it.
+fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, HttpError>> {
+    let domain = ctx.state.settings.server.base_domain.as_deref()?;
+    if matches!(which, Page::Static(_) | Page::Callback | Page::Missing) {
+        return None;
+    }
+    let host = ctx.host?;
+    // The login host itself, and project hosts (whose only page is the handoff's callback).
+    if crate::policy::route::strip_port(host).eq_ignore_ascii_case(domain)
+        || crate::policy::route::host_label(host, domain).is_some()
+    {
+        return None;
+    }
+    let port = match handoff::port_of(host) {
+        443 => String::new(),
+        p => format!(":{p}"),
+    };
+    let login = format!("https://{domain}{port}");
+    let path = ctx.parts.uri.path_and_query().map_or("/", |pq| pq.as_str());
+    Some(match ctx.parts.method {
+        Method::GET | Method::HEAD => Ok(page::redirect(&format!("{login}{path}"))),
+        _ => Err(HttpError::Forbidden(format!(
+            "the gateway's pages live on its login host: open {login}{} there",
+            ctx.parts.uri.path()
+        ))),
+    })
+}
+
 /// Everything a page handler may need about its request.
 pub struct Ctx<'a> {
     pub gw: &'a Arc<Gateway>,
@@ -167,6 +201,9 @@ impl Ctx<'_> {
 
 /// Serve a gateway page.
 pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Response<ProxyBody>, HttpError> {
+    if let Some(login_host) = elsewhere(ctx, which) {
+        return login_host;
+    }
     let method = &ctx.parts.method;
     match (which, method) {
         (Page::Static(name), &Method::GET | &Method::HEAD) => Ok(page::asset_response(name)),

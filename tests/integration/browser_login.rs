@@ -457,3 +457,50 @@ async fn cookie_requests_from_other_origins_are_refused() {
     }
     drop(gw);
 }
+
+/// Issue 22: a login (or a pairing) on the gateway's address left a cookie the handoff on the
+/// base domain never saw: a second password prompt, and a paired phone opened no web UI. Every
+/// other name of the gateway now sends a browser to the one login host first.
+#[tokio::test]
+async fn every_other_name_of_the_gateway_sends_the_browser_to_the_one_login_host() {
+    let (_gw, web, _api, c) = two_projects("").await;
+    let port = c.authority().rsplit_once(':').unwrap().1.to_string();
+    let login = format!("https://{LOGIN_HOST}:{port}");
+    for name in ["127.0.0.1", "localhost"] {
+        let other = host(&c, name);
+        for path in ["/", "/login?next=%2Finbox", "/pair", "/inbox"] {
+            let r = get(&other, path, None, true).await;
+            assert_eq!(r.status, 303, "{name}{path}: {}", r.body);
+            assert_eq!(location(&r), format!("{login}{path}"), "{name}{path}");
+            assert!(set_cookie(&r).is_none(), "{name}{path}: no cookie elsewhere");
+        }
+        // A form posted to another name is refused: only a page served there could send it.
+        let r = post_form(
+            &other,
+            "/login",
+            "user=alice&password=alice-password-1&next=/",
+            None,
+            Some(&origin(&other)),
+            Some("same-origin"),
+        )
+        .await;
+        assert_eq!(r.status, 403, "{name}: {}", r.body);
+        assert!(r.body.contains(&format!("open {login}/login there")), "{}", r.body);
+        assert!(set_cookie(&r).is_none());
+        // The pages' own files and the API are served on every name.
+        assert_eq!(get(&other, "/_gw/static/app.css", None, false).await.status, 200);
+        assert_eq!(
+            other
+                .get("/p/web/global/health", Some(&basic("alice", "alice-password-1")))
+                .await
+                .status,
+            200
+        );
+    }
+    // On the login host itself, the form is served.
+    assert_eq!(get(&host(&c, LOGIN_HOST), "/login", None, true).await.status, 200);
+    assert!(
+        !web.seen().iter().any(|s| s.target.starts_with("/login")),
+        "no page reached OpenCode"
+    );
+}

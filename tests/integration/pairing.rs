@@ -22,7 +22,7 @@ async fn gateway() -> (Gateway, FakeUpstream, Https) {
         users_toml(&[ALICE])
     ));
     let gw = Gateway::start_behind(&config, PW);
-    let c = Https::new(gw.https, &gw.ca());
+    let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     (gw, web, c)
 }
 
@@ -148,7 +148,7 @@ async fn a_paired_phone_gets_a_persistent_host_cookie_and_the_code_works_once() 
         printed.contains('█') && printed.contains('▀') && printed.contains('▄'),
         "{printed}"
     );
-    let page = format!("https://127.0.0.1:{}/pair", gw.https.port());
+    let page = format!("https://gw.localhost:{}/pair", gw.https.port());
     assert!(printed.contains(&format!("open {page} and type")), "{printed}");
     assert!(!printed.contains('#'), "the fragment is only in the QR code");
     assert!(printed.contains("expires"), "{printed}");
@@ -311,7 +311,7 @@ async fn unknown_and_wrong_codes_get_one_answer_from_one_budget() {
         users_toml(&[ALICE])
     ));
     let gw = Gateway::start_behind(&config, PW);
-    let c = Https::new(gw.https, &gw.ca());
+    let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     let (code, _) = pair(&gw, &["alice"]);
     let id = if code.starts_with("ZZZZ") { "YYYY" } else { "ZZZZ" };
     let unknown = |n: usize| format!("{id}-ZZZZ-ZZ{}", 2 + n);
@@ -372,7 +372,7 @@ async fn revoking_a_device_ends_its_session_at_once_and_the_other_survives_a_res
 
     // A restart on the same state folder: the new phone stays logged in, the old one out.
     gw.restart();
-    let c = Https::new(gw.https, &gw.ca());
+    let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     assert!(logged_in(&c, &second).await, "a paired phone survives a restart");
     assert!(!logged_in(&c, &first).await);
 
@@ -384,7 +384,7 @@ async fn revoking_a_device_ends_its_session_at_once_and_the_other_survives_a_res
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("applies when it next starts"));
     gw.restart();
-    let c = Https::new(gw.https, &gw.ca());
+    let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     assert!(!logged_in(&c, &second).await);
 
     // The audit trail has both pairings and both revocations (the second written by the CLI
@@ -421,7 +421,7 @@ async fn a_phone_browser_pairs_from_the_qr_link_and_the_fragment_leaves_no_trace
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let url = v["url"].as_str().unwrap().to_string();
     assert!(
-        url.starts_with(&format!("https://127.0.0.1:{}/pair#", gw.https.port())),
+        url.starts_with(&format!("https://gw.localhost:{}/pair#", gw.https.port())),
         "{url}"
     );
     let cert = gw.dir.path().join("certs/server.crt");

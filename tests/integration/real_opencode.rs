@@ -96,6 +96,12 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
         .current_dir(work.path());
     let out = output_within_async(cmd, Duration::from_secs(120)).await;
     assert!(!out.status.success());
+    // The gateway counts the failed handshake when its side of the connection ends, which may
+    // come after the client has exited: wait for it, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") == failures && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(
         s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures && s.gw.metric("requests_total") == requests,
         "not refused at the TLS handshake:\n{}{}\ngateway:\n{}",
