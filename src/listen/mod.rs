@@ -5,6 +5,7 @@
 
 pub mod certs;
 pub mod der;
+pub mod handshake_log;
 pub mod table;
 pub mod tls;
 
@@ -227,12 +228,12 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     }
                     Ok(Err(e)) => {
                         gw.metrics.tls_handshake(false);
-                        tracing::debug!(peer = %peer, error = %e, "TLS handshake failed");
+                        handshake_log::failed(peer, &e.to_string());
                         return;
                     }
                     Err(_) => {
                         gw.metrics.tls_handshake(false);
-                        tracing::debug!(peer = %peer, "TLS handshake timed out");
+                        handshake_log::failed(peer, "no handshake within tls_handshake_timeout");
                         return;
                     }
                 };

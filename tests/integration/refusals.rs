@@ -5,6 +5,7 @@
 //! browsers see the status and its reason. Driven by the real curl.
 
 use std::process::Command;
+use std::time::Duration;
 
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
@@ -103,4 +104,56 @@ async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
     );
     // A project path that merely contains the prefix later on is the project's.
     assert_eq!(c.get("/p/web/session/_gw", Some(&alice)).await.status, 200);
+}
+
+/// Issue 22: a failed TLS handshake (a phone that does not trust the dev CA) left no log line.
+/// Now it is said, with the peer and the reason, at most once per 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_tls_handshake_is_logged_with_its_reason_once_per_interval() {
+    let web = FakeUpstream::start(PW).await;
+    let config = base_config(&format!(
+        "{}{}",
+        external_project("web", &web.url()),
+        users_toml(&[ALICE])
+    ));
+    let gw = Gateway::start_behind(&config, PW);
+    // A client that trusts nothing: it refuses the gateway's certificate with an alert.
+    let untrusting = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth(),
+    );
+    let before = gw.metric("tls_handshakes_total{outcome=\"failed\"}");
+    for _ in 0..3 {
+        let tcp = tokio::net::TcpStream::connect(gw.https).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("gw.localhost").unwrap();
+        let refused = tokio_rustls::TlsConnector::from(untrusting.clone())
+            .connect(name, tcp)
+            .await;
+        assert!(refused.is_err(), "a client that trusts nothing completed the handshake");
+    }
+    assert!(
+        gw.wait_log("TLS handshake failed", Duration::from_secs(10)).await,
+        "no line for a failed handshake:\n{}",
+        gw.logs()
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while gw.metric("tls_handshakes_total{outcome=\"failed\"}") < before + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "three failed handshakes were not counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let logs = gw.logs();
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("TLS handshake failed")).collect();
+    assert_eq!(lines.len(), 1, "once per interval, not per handshake:\n{logs}");
+    assert!(lines[0].contains("peer=127.0.0.1"), "{}", lines[0]);
+    assert!(
+        lines[0].to_lowercase().contains("alert"),
+        "the reason rustls gave: {}",
+        lines[0]
+    );
 }
