@@ -107,6 +107,12 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Restart one spawned project's OpenCode server now (it reads an edited opencode.json).
+    Restart {
+        project: String,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
+        config: PathBuf,
+    },
     /// Read the audit log and its rotations, oldest first: one line per record.
     Audit {
         /// Only this user's records.
@@ -206,6 +212,7 @@ impl Command {
             | Command::Devices { config, .. }
             | Command::Status { config }
             | Command::Reload { config }
+            | Command::Restart { config, .. }
             | Command::Audit { config, .. }
             | Command::Cert {
                 action: CertAction::Dev { config, .. },

@@ -160,6 +160,11 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             )
         }
         (&Method::GET, "/status") => reply(StatusCode::OK, "application/json", status(gw).to_string()),
+        (&Method::POST, "/restart") => {
+            let name = crate::policy::query::get(req.uri().query().unwrap_or_default(), "project").unwrap_or_default();
+            let (code, body) = restart(gw, &name);
+            reply(code, "application/json", body.to_string())
+        }
         (&Method::POST, "/reload") => match crate::reload::reload(gw, config) {
             Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),
             Err(why) => reply(
@@ -223,6 +228,30 @@ fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value,
         "url": format!("{}/pair#{}", base.login(), issued.code),
         "expires_at": issued.expires_at,
     }))
+}
+
+/// `restart <project>`: a spawned project's server, stopped and started again now.
+fn restart(gw: &Gateway, name: &str) -> (StatusCode, serde_json::Value) {
+    let state = gw.state();
+    let Some(p) = state.projects.get(name) else {
+        return (
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": format!("there is no project {name:?}")}),
+        );
+    };
+    let Upstream::Supervised(s) = &p.upstream else {
+        return (
+            StatusCode::CONFLICT,
+            serde_json::json!({"error": format!("project {name} is an OpenCode server the gateway does not run; restart it where it runs")}),
+        );
+    };
+    match s.restart() {
+        Ok(()) => (StatusCode::OK, serde_json::json!({"restarting": name})),
+        Err(why) => (
+            StatusCode::CONFLICT,
+            serde_json::json!({"error": format!("project {name}: {why}")}),
+        ),
+    }
 }
 
 fn status(gw: &Gateway) -> serde_json::Value {

@@ -54,6 +54,17 @@ pub fn status(config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+pub fn restart(config: &Path, project: &str) -> anyhow::Result<()> {
+    let path = format!("/restart?project={}", crate::web::form::encode(project));
+    let (code, body) = request(config, "POST", &path)?;
+    if code != 200 {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        bail!("{}", v["error"].as_str().unwrap_or(body.trim()));
+    }
+    println!("restarting project {project}'s server (`opencode-gateway status` shows when it is ready)");
+    Ok(())
+}
+
 pub fn reload(config: &Path) -> anyhow::Result<()> {
     let (code, body) = request(config, "POST", "/reload")?;
     if code != 200 {

@@ -60,6 +60,7 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
         } => cert_dev(&out, &config),
         Command::Status { config } => admin_client::status(&config),
         Command::Reload { config } => admin_client::reload(&config),
+        Command::Restart { project, config } => admin_client::restart(&config, &project),
         Command::Audit {
             user,
             project,

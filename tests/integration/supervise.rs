@@ -301,3 +301,53 @@ async fn a_missing_opencode_is_not_running_everywhere_and_answers_503_at_once() 
         "it never ran, so it never crashed"
     );
 }
+
+/// Issue 22: an edited `opencode.json` needed a restart of the whole gateway. `restart <project>`
+/// starts that project's server again, now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn restart_starts_one_projects_server_again_now() {
+    let model = FakeModel::start("true").await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = Gateway::start(&server_config(&spawned("demo", dir.path(), &model, "")));
+    let c = Https::new(gw.https, &gw.ca());
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
+    let first = server_pid(project_port(&gw, "demo").unwrap());
+    let cli = |args: &[&str]| {
+        crate::common::process::bounded(
+            std::process::Command::new(crate::common::gateway::BIN)
+                .args(args)
+                .arg("-c")
+                .arg(&gw.config),
+        )
+    };
+    let out = cli(&["restart", "demo"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        if let Some(port) = project_port(&gw, "demo") {
+            let pids = pids_with(&format!("--port {port}"));
+            if pids.len() == 1 && pids[0] != first {
+                break pids[0];
+            }
+        }
+        assert!(Instant::now() < deadline, "no new server:\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!alive(first), "the old server is gone");
+    assert_ne!(first, second);
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
+    assert_eq!(
+        gw.metric("upstream_restarts_total{project=\"demo\"}"),
+        0,
+        "asked for, not a failure"
+    );
+    let f = crate::common::audit::file(&gw);
+    crate::common::audit::find(&f, "server_restarted", |r| r["project"] == "demo").await;
+    let out = cli(&["restart", "nope"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("there is no project \"nope\""),
+        "{out:?}"
+    );
+}

@@ -37,6 +37,8 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 const HEALTH_FAILURES_BEFORE_RESTART: u32 = 3;
 const STDERR_TAIL: usize = 30;
+/// The reason `watch_server` gives when an operator asked for a restart.
+const RESTART_ASKED: &str = "a restart was asked for";
 /// Environment variables a spawned server inherits from the gateway; everything else is dropped.
 const INHERITED_ENV: [&str; 12] = [
     "PATH",
@@ -123,6 +125,9 @@ pub struct Supervised {
     last_failure: Mutex<Option<Arc<str>>>,
     demanded: AtomicBool,
     demand: Notify,
+    /// `restart <project>`: stop the running server and start a new one now (an edited
+    /// `opencode.json` is read at start).
+    restart: Notify,
     stop: CancellationToken,
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
@@ -133,6 +138,20 @@ pub struct Supervised {
 impl Supervised {
     pub fn status(&self) -> Status {
         self.status.borrow().clone()
+    }
+
+    /// Restart the server now, without backoff; an error when there is no running server to restart.
+    pub fn restart(&self) -> Result<(), String> {
+        match self.status() {
+            Status::Ready(_) => {
+                self.restart.notify_one();
+                Ok(())
+            }
+            Status::Waiting => Err("its server has not started yet (it starts on the first request)".into()),
+            Status::Starting => Err("its server is starting; try again when it is ready".into()),
+            Status::Failed(why) | Status::NotRunning(why) => Err(format!("its server is not running: {why}")),
+            Status::Stopped => Err("its server was stopped".into()),
+        }
     }
 
     /// The endpoint of a server that is ready and was already asked for, without waiting.
@@ -248,6 +267,7 @@ impl Supervisor {
             status: watch::Sender::new(initial),
             last_failure: Mutex::new(None),
             demand: Notify::new(),
+            restart: Notify::new(),
             stop: self.shutdown.child_token(),
             api: ArcSwapOption::empty(),
         });
@@ -310,6 +330,12 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                 let why = watch_server(&s, &mut server, &client).await;
                 s.status.send_replace(Status::Starting);
                 stop_process(&mut server.child).await;
+                if why == RESTART_ASKED {
+                    tracing::info!(project = %project, "project server restarted on request");
+                    audit.record(Record::new("server_restarted").project(&*project));
+                    backoff = Duration::from_secs(1);
+                    continue;
+                }
                 why
             }
             Err(why) => why,
@@ -377,6 +403,7 @@ async fn watch_server(s: &Supervised, server: &mut Running, client: &UpstreamCli
                 }
             }
             _ = s.stop.cancelled() => return "stopping".into(),
+            _ = s.restart.notified() => return RESTART_ASKED.into(),
         }
     }
 }
