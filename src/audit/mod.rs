@@ -36,7 +36,8 @@ struct Counters {
 /// the file could not be opened at start) it records nothing.
 /// What the writer thread receives.
 enum Msg {
-    Record(Box<Record>),
+    /// A record, and whom to tell once it is written (or could not be).
+    Record(Box<Record>, Option<tokio::sync::oneshot::Sender<()>>),
     /// Answer once everything sent before is written.
     Flush(std::sync::mpsc::Sender<()>),
 }
@@ -64,14 +65,18 @@ impl Audit {
                 // Lost since the failure began, for the line that says it works again.
                 let mut lost_now = 0u64;
                 for msg in rx {
-                    let record = match msg {
-                        Msg::Record(r) => r,
+                    let (record, written) = match msg {
+                        Msg::Record(r, written) => (r, written),
                         Msg::Flush(done) => {
                             let _ = done.send(());
                             continue;
                         }
                     };
-                    match appender.append(&record.to_line()) {
+                    let result = appender.append(&record.to_line());
+                    if let Some(w) = written {
+                        let _ = w.send(());
+                    }
+                    match result {
                         Ok(()) => {
                             if seen.failing.swap(false, Ordering::Relaxed) {
                                 tracing::warn!(file = %cfg.file.display(), lost = lost_now, "the audit log is written again");
@@ -98,9 +103,25 @@ impl Audit {
     }
 
     pub fn record(&self, record: Record) {
-        let Some(tx) = &self.tx else { return };
-        match tx.try_send(Msg::Record(Box::new(record))) {
-            Ok(()) => {}
+        self.send(record, None);
+    }
+
+    /// Record an act and wait, at most `within`, until the writer has written it: the answer to
+    /// an audited act then reaches its client only once its record is in the file (in the kernel:
+    /// a `kill -9` of the gateway right after loses nothing; a machine crash may, as no `fsync`
+    /// is done). A writer more than `within` behind (a slow disk) does not hold the answer back.
+    pub async fn record_written(&self, record: Record, within: std::time::Duration) {
+        let (done, written) = tokio::sync::oneshot::channel();
+        if self.send(record, Some(done)) {
+            let _ = tokio::time::timeout(within, written).await;
+        }
+    }
+
+    /// Queue a record; false when it was dropped (or the trail is off).
+    fn send(&self, record: Record, written: Option<tokio::sync::oneshot::Sender<()>>) -> bool {
+        let Some(tx) = &self.tx else { return false };
+        match tx.try_send(Msg::Record(Box::new(record), written)) {
+            Ok(()) => true,
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
                 self.counters.dropped.fetch_add(1, Ordering::Relaxed);
                 if !self.counters.warned.swap(true, Ordering::Relaxed) {
@@ -108,6 +129,7 @@ impl Audit {
                         "the audit writer is behind: audit records are being dropped (counted in audit_dropped_total)"
                     );
                 }
+                false
             }
         }
     }

@@ -30,6 +30,10 @@ use crate::state::{State, UserState};
 const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
 const SEC_FETCH_SITE: http::HeaderName = http::HeaderName::from_static("sec-fetch-site");
 
+/// How long an audited act's answer waits for its record to be written (a slow disk does not
+/// hold answers back longer).
+const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
 
@@ -96,7 +100,8 @@ pub async fn handle(
     if let Some(pending) = record.audit.take()
         && let Some(r) = pending.finish(record.status)
     {
-        gw.audit.record(r);
+        // Written before the answer goes out: an act the client saw answered is in the trail.
+        gw.audit.record_written(r, AUDIT_WAIT).await;
     }
     let (parts, body) = response.into_parts();
     Ok(Response::from_parts(parts, body.metered(record)))

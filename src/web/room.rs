@@ -467,24 +467,29 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
     } else {
         Via::Cookie
     };
-    ctx.gw.audit.record(
-        Record::new(event)
-            .user(&*live.user)
-            .project(project)
-            .address(ctx.client)
-            .via(via, live.device.as_deref())
-            .field("request", id)
-            .field("answer", answer)
-            .field("from", "control_room")
-            .field(
-                "outcome",
-                match &outcome {
-                    Ok(Outcome::Done) => "done",
-                    Ok(Outcome::AlreadyAnswered) => "already_answered",
-                    Err(_) => "failed",
-                },
-            ),
-    );
+    // Written before the page answers, like a proxied answer (http/pipeline.rs).
+    ctx.gw
+        .audit
+        .record_written(
+            Record::new(event)
+                .user(&*live.user)
+                .project(project)
+                .address(ctx.client)
+                .via(via, live.device.as_deref())
+                .field("request", id)
+                .field("answer", answer)
+                .field("from", "control_room")
+                .field(
+                    "outcome",
+                    match &outcome {
+                        Ok(Outcome::Done) => "done",
+                        Ok(Outcome::AlreadyAnswered) => "already_answered",
+                        Err(_) => "failed",
+                    },
+                ),
+            std::time::Duration::from_millis(250),
+        )
+        .await;
     match outcome {
         Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=answered"))),
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),

@@ -551,15 +551,7 @@ async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
 async fn an_address_over_its_login_budget_learns_nothing_from_the_caches() {
     // A burst of 3, then one a minute: the budget cannot refill while the test runs.
     let (gw, _web, c) = gateway("[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n").await;
-    let token = {
-        let out = crate::common::process::bounded(
-            std::process::Command::new(crate::common::gateway::BIN)
-                .args(["token", "create", "alice", "-c"])
-                .arg(&gw.config),
-        );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap().trim().to_string()
-    };
+    let token = crate::common::login::token_create(&gw, "alice");
     let bearer = format!("Bearer {token}");
     // alice is active from her own address: her password and her token are in the caches.
     let owner = c.from("127.0.0.22");

@@ -11,6 +11,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::{Https, basic, json, pty_socket, read_terminal_until, read_until};
 use crate::common::gateway::Gateway;
+use crate::common::login::{form_login, logged_in, token_create};
 use crate::common::opencode::FakeModel;
 use crate::common::supervised::{project_port, server_config, server_pid, spawned};
 
@@ -177,45 +178,6 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     assert!(seen.contains("server.connected"));
 }
 
-/// Log in with the form on the login host; the `__Host-ocgw=…` pair.
-async fn form_login(c: &Https) -> String {
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("POST", "/login", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", format!("https://{}", login.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from("user=alice&password=alice-password-1&next=/"))
-        .unwrap();
-    let r = login.call(req).await;
-    assert_eq!(r.status, 303, "{}", r.body);
-    r.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string()
-}
-
-/// Is this cookie logged in on the login host?
-async fn logged_in(c: &Https, cookie: &str) -> bool {
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("GET", "/login", None)
-        .header("cookie", cookie)
-        .body(Full::default())
-        .unwrap();
-    let r = login.call(req).await;
-    assert!(
-        r.status == 303 || r.status == 200,
-        "GET /login: {} {}",
-        r.status,
-        r.body
-    );
-    r.status == 303
-}
-
 fn cli(gw: &Gateway, args: &[&str]) -> String {
     let out = crate::common::process::bounded(
         std::process::Command::new(crate::common::gateway::BIN)
@@ -244,8 +206,8 @@ async fn a_killed_gateway_keeps_its_logins_tokens_and_every_answered_act() {
     ));
     let mut gw = Gateway::start_behind(&config, "faults-upstream-pw");
     let c = Https::new(gw.https, &gw.ca());
-    let browser = form_login(&c).await;
-    let token = format!("Bearer {}", cli(&gw, &["token", "create", "alice"]).trim());
+    let browser = form_login(&c, "alice", "alice-password-1").await;
+    let token = format!("Bearer {}", token_create(&gw, "alice"));
     let code = cli(&gw, &["pair", "alice", "--label", "phone"])
         .lines()
         .map(str::trim)
@@ -372,8 +334,8 @@ async fn a_full_disk_under_the_audit_log_and_the_state_database_stops_no_user() 
     });
     let _mounted = mounted;
     let c = Https::new(gw.https, &gw.ca());
-    let token = format!("Bearer {}", cli(&gw, &["token", "create", "alice"]).trim());
-    let browser = form_login(&c).await;
+    let token = format!("Bearer {}", token_create(&gw, "alice"));
+    let browser = form_login(&c, "alice", "alice-password-1").await;
     let prompt = |i: usize| {
         let c = c.clone();
         async move {
@@ -459,7 +421,7 @@ async fn a_full_disk_under_the_audit_log_and_the_state_database_stops_no_user() 
         status(&gw)["audit"]["writing"] == true
     })
     .await;
-    let second = form_login(&c).await;
+    let second = form_login(&c, "alice", "alice-password-1").await;
     assert_eq!(status(&gw)["state_db"]["writing"], true);
     assert!(
         gw.wait_log("the audit log is written again", Duration::from_secs(5))

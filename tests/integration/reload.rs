@@ -9,6 +9,7 @@ use http_body_util::Full;
 use crate::common::client::{Https, basic, read, read_until, try_read_until};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::login::{form_login, logged_in, token_create};
 
 const PW: &str = "reload-upstream-pw";
 
@@ -332,46 +333,6 @@ async fn a_kept_alive_connection_to_a_removed_projects_port_gets_404_not_a_dropp
     assert!(r.body.contains("no longer exists"), "{}", r.body);
 }
 
-/// Log in with the form on the login host; the `__Host-ocgw=…` cookie pair.
-async fn form_login(c: &Https, user: &str, password: &str) -> String {
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("POST", "/login", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", format!("https://{}", login.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from(format!("user={user}&password={password}&next=/")))
-        .unwrap();
-    let r = login.call(req).await;
-    assert_eq!(r.status, 303, "{}", r.body);
-    r.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string()
-}
-
-/// Is this cookie logged in on the login host? (`GET /login` sends a logged-in browser on.)
-async fn logged_in(c: &Https, cookie: &str) -> bool {
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("GET", "/login", None)
-        .header("cookie", cookie)
-        .body(Full::default())
-        .unwrap();
-    let r = login.call(req).await;
-    match r.status.as_u16() {
-        303 => true,
-        200 => {
-            assert!(r.body.contains("name=\"password\""), "{}", r.body);
-            false
-        }
-        other => panic!("GET /login answered {other}: {}", r.body),
-    }
-}
-
 /// Issue 21, defect 6: a changed password ended neither the user's browser logins nor anything
 /// else. Now the logins made under the old password end, on reload and across a restart; other
 /// users' logins and the user's API tokens (not made from the password) stay.
@@ -386,15 +347,7 @@ async fn a_changed_password_ends_the_browser_logins_made_under_the_old_one() {
     };
     let mut gw = Gateway::start_behind(&config(&web, None, &[ALICE, bob()]), PW);
     let c = Https::new(gw.https, &gw.ca());
-    let token = {
-        let out = crate::common::process::bounded(
-            std::process::Command::new(crate::common::gateway::BIN)
-                .args(["token", "create", "alice", "-c"])
-                .arg(&gw.config),
-        );
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        format!("Bearer {}", String::from_utf8(out.stdout).unwrap().trim())
-    };
+    let token = format!("Bearer {}", token_create(&gw, "alice"));
     let alice_cookie = form_login(&c, "alice", "alice-password-1").await;
     let bob_cookie = form_login(&c, "bob", "bob-password-22").await;
     assert!(logged_in(&c, &alice_cookie).await && logged_in(&c, &bob_cookie).await);

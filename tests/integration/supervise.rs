@@ -254,25 +254,8 @@ async fn a_missing_opencode_is_not_running_everywhere_and_answers_503_at_once() 
     let check = String::from_utf8_lossy(&check.stdout).into_owned();
     assert!(check.contains(&format!("NOT RUNNING: {fix}")), "{check}");
     // The portal shows it with the reason as a sentence.
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("POST", "/login", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", format!("https://{}", login.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(http_body_util::Full::from(
-            "user=alice&password=alice-password-1&next=/",
-        ))
-        .unwrap();
-    let r = login.call(req).await;
-    assert_eq!(r.status, 303, "{}", r.body);
-    let cookie = r.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
+    let cookie = crate::common::login::form_login(&c, "alice", "alice-password-1").await;
+    let login = c.host(crate::common::login::LOGIN_HOST);
     let req = login
         .request("GET", "/", None)
         .header("cookie", cookie)

@@ -11,6 +11,7 @@ pub mod browser;
 pub mod client;
 pub mod fake_upstream;
 pub mod gateway;
+pub mod login;
 pub mod opencode;
 pub mod os_users;
 pub mod process;

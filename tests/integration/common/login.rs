@@ -1,0 +1,63 @@
+//! The browser login and the CLI's token, as the tests that need them on the side use them: the
+//! form on the login host (`gw.localhost`, the base domain `base_config` sets), the check that a
+//! cookie is logged in, and `token create`.
+
+use http_body_util::Full;
+
+use crate::common::client::Https;
+use crate::common::gateway::{BIN, Gateway};
+
+/// The login host `base_config` sets up.
+pub const LOGIN_HOST: &str = "gw.localhost";
+
+/// Log `user` in with the form on the login host; the `__Host-ocgw=…` pair its answer set.
+pub async fn form_login(c: &Https, user: &str, password: &str) -> String {
+    let login = c.host(LOGIN_HOST);
+    let req = login
+        .request("POST", "/login", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", login.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from(format!("user={user}&password={password}&next=/")))
+        .unwrap();
+    let r = login.call(req).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Is this cookie (`__Host-ocgw=…`) logged in on the login host? (`GET /login` sends a logged-in
+/// browser on, and shows the form to anyone else.)
+pub async fn logged_in(c: &Https, cookie: &str) -> bool {
+    let login = c.host(LOGIN_HOST);
+    let req = login
+        .request("GET", "/login", None)
+        .header("cookie", cookie)
+        .body(Full::default())
+        .unwrap();
+    let r = login.call(req).await;
+    match r.status.as_u16() {
+        303 => true,
+        200 => {
+            assert!(r.body.contains("name=\"password\""), "{}", r.body);
+            false
+        }
+        other => panic!("GET /login answered {other}: {}", r.body),
+    }
+}
+
+/// `token create <user>` on the gateway's config: the token, asserting success.
+pub fn token_create(gw: &Gateway, user: &str) -> String {
+    let out = crate::common::process::bounded(
+        std::process::Command::new(BIN)
+            .args(["token", "create", user, "-c"])
+            .arg(&gw.config),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
