@@ -114,6 +114,8 @@ pub fn page(
         ["logout"] => Some(Page::Logout),
         ["inbox"] => Some(Page::Inbox),
         ["pair"] => Some(Page::Pair),
+        // Browsers ask for it on their own: the gateway's icon, not a 401 from a project.
+        ["favicon.ico"] => Some(Page::Static("icon.svg")),
         _ => None,
     }
 }

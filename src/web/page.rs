@@ -34,6 +34,7 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/javascript; charset=utf-8",
         include_str!("../../assets/pair.js"),
     ),
+    ("icon.svg", "image/svg+xml", include_str!("../../assets/icon.svg")),
 ];
 
 /// A static asset's name, if there is one by that name.

@@ -257,6 +257,34 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
     }
 }
 
+/// What a permission request asks, in words a person reads on a phone, with OpenCode's own name
+/// for it after (`Run a command (bash)`). The kinds are OpenCode 1.18.33's permission settings;
+/// one it adds later is shown by its name, made readable (`new_thing` → "New thing").
+pub fn permission_title(kind: &str) -> String {
+    let words = match kind {
+        "bash" => "Run a command",
+        "edit" | "write" | "patch" | "multiedit" => "Change files",
+        "read" => "Read a file",
+        "glob" | "grep" | "list" | "codesearch" => "Search the project",
+        "webfetch" => "Fetch a web page",
+        "websearch" => "Search the web",
+        "external_directory" => "Work outside the project's folder",
+        "task" => "Start a subagent",
+        "todowrite" | "todoread" => "Use the to-do list",
+        "doom_loop" => "Repeat the same step again",
+        "lsp" => "Ask the language server",
+        "skill" => "Use a skill",
+        other => {
+            let mut s: String = other.replace(['_', '-'], " ");
+            if let Some(first) = s.get(..1) {
+                s.replace_range(..1, &first.to_ascii_uppercase());
+            }
+            return s;
+        }
+    };
+    format!("{words} ({kind})")
+}
+
 fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool, now: u64) -> CardRow {
     let base = |session_id: &str, title: &Option<String>, subagent: bool, asked: u64| CardRow {
         project: v.name.clone(),
@@ -276,7 +304,7 @@ fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool
     };
     match c {
         Card::Permission(p) => CardRow {
-            tool: p.request.tool.clone(),
+            tool: permission_title(&p.request.tool),
             lines: p.request.lines.clone(),
             truncated: p.request.truncated,
             patterns: p.request.patterns.clone(),
@@ -575,4 +603,18 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn permission_kinds_read_as_words() {
+        assert_eq!(super::permission_title("bash"), "Run a command (bash)");
+        assert_eq!(
+            super::permission_title("external_directory"),
+            "Work outside the project's folder (external_directory)"
+        );
+        assert_eq!(super::permission_title("new_thing"), "New thing");
+        assert_eq!(super::permission_title(""), "");
+    }
 }

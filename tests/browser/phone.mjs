@@ -49,6 +49,26 @@ const api = await request.newContext({ ignoreHTTPSErrors: true, extraHTTPHeaders
 const phone = await browser.newContext(phoneProfile);
 const page = await phone.newPage();
 const shot = (name, p = page) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+// A finger needs 44 px (issue 22: session links and disclosure rows were 19-23 px tall).
+const tapTargets = async (where) => {
+  const small = await page.$$eval('a, button, summary', (els) => els
+    .filter((e) => e.offsetParent !== null)
+    .map((e) => [e.textContent.trim().slice(0, 40), Math.round(e.getBoundingClientRect().height)])
+    .filter(([, h]) => h < 44));
+  if (small.length) throw new Error(`tap targets under 44 px on ${where}: ${JSON.stringify(small)}`);
+  console.log(`${where}: every tap target is at least 44 px tall`);
+};
+// The header on one line, and nothing wider than a 360 px screen (issue 22: the header wrapped).
+const fitsNarrow = async (where) => {
+  await page.setViewportSize({ width: 360, height: 740 });
+  const seen = await page.evaluate(() => ({
+    bar: document.querySelector('.bar').getBoundingClientRect().height,
+    wide: document.documentElement.scrollWidth,
+  }));
+  await page.setViewportSize(phoneProfile.viewport);
+  if (seen.bar > 60 || seen.wide > 360) throw new Error(`${where} at 360 px: header ${seen.bar} px tall, page ${seen.wide} px wide`);
+  console.log(`${where} at 360 px: header ${seen.bar} px tall, page ${seen.wide} px wide`);
+};
 const until = async (what, ms, probe) => {
   const deadline = Date.now() + ms;
   for (;;) {
@@ -103,6 +123,8 @@ try {
   step = 'the portal lists both projects';
   for (const p of ['alpha', 'beta']) await page.locator(`[data-project=${p}]`).first().waitFor({ timeout: 10000 });
   await shot('1-portal');
+  await tapTargets('the portal');
+  await fitsNarrow('the portal');
 
   step = 'a prompt in alpha asks for bash';
   const created = await api.post(`${direct}/p/alpha/session`, { data: {} });
@@ -123,6 +145,9 @@ try {
   const card = page.locator(`[data-card="${first}"]`);
   if (!(await card.innerText()).includes('bash')) throw new Error(`the card does not name the tool: ${await card.innerText()}`);
   if (!(await card.locator('pre').innerText()).includes('ran.txt')) throw new Error('the card does not show the command');
+  if (!(await card.locator('h2').innerText()).startsWith('Run a command (bash)')) throw new Error(`the card's title is not in words: ${await card.locator('h2').innerText()}`);
+  await tapTargets('the inbox');
+  await fitsNarrow('the inbox');
   await shot('2-inbox');
 
   step = 'tap "Allow once": the tool runs and the card goes';

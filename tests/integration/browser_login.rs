@@ -497,8 +497,12 @@ async fn every_other_name_of_the_gateway_sends_the_browser_to_the_one_login_host
             200
         );
     }
-    // On the login host itself, the form is served.
+    // On the login host itself, the form is served, and the icon browsers ask for on their own
+    // (issue 22: /favicon.ico answered 401).
     assert_eq!(get(&host(&c, LOGIN_HOST), "/login", None, true).await.status, 200);
+    let icon = get(&host(&c, LOGIN_HOST), "/favicon.ico", None, false).await;
+    assert_eq!(icon.status, 200, "{}", icon.body);
+    assert_eq!(icon.headers["content-type"], "image/svg+xml");
     assert!(
         !web.seen().iter().any(|s| s.target.starts_with("/login")),
         "no page reached OpenCode"
