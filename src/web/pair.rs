@@ -348,7 +348,8 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
             .field("label", device.label.as_str()),
     );
     let max_age = (live.expires_at - now).max(1);
-    let mut r = page::redirect("/");
+    // The portal confirms it: "This device is paired".
+    let mut r = page::redirect("/?done=paired");
     r.headers_mut()
         .append(header::SET_COOKIE, cookie::set(&value, Some(max_age)));
     Ok(r)

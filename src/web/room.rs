@@ -355,6 +355,14 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
     let q = ctx.parts.uri.query().unwrap_or("");
     match crate::policy::query::get(q, "done").as_deref() {
         Some("answered") => Some("Answered."),
+        Some("once") => Some("Allowed once: the agent goes on."),
+        Some("always") => Some("Allowed, and remembered: the agent will not ask for these patterns again."),
+        Some("reject") => Some("Rejected: the agent was told no."),
+        Some("answer") => Some("Answered: the agent has your reply."),
+        Some("dismiss") => Some("Dismissed: the agent was told you declined."),
+        Some("paired") => {
+            Some("This device is paired: it stays logged in here until it is revoked (opencode-gateway devices).")
+        }
         Some("elsewhere") => Some("That request was already answered elsewhere."),
         Some("aborted") => Some("The session was told to stop."),
         Some("gone") => Some("That session had already stopped."),
@@ -519,7 +527,8 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         )
         .await;
     match outcome {
-        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=answered"))),
+        // The notice says what was answered (allowed once, always, rejected, replied).
+        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done={action}"))),
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),
         Err(e) => Err(inbox_error(project, e)),
     }

@@ -111,6 +111,8 @@ try {
   await page.goto(`${login}/pair#${code}`);
   await page.waitForURL((u) => u.pathname === '/', { timeout: 15000 });
   if (page.url().includes(code) || page.url().includes('#')) throw new Error(`the code stayed in the URL: ${page.url()}`);
+  const paired = await page.locator('p[role=status]').first().innerText();
+  if (!paired.includes('This device is paired')) throw new Error(`no pairing confirmation: ${paired}`);
   const history = await page.evaluate(() => history.length);
   step = 'a pairing code works once';
   const second = await browser.newContext(phoneProfile);
@@ -152,6 +154,9 @@ try {
 
   step = 'tap "Allow once": the tool runs and the card goes';
   await card.locator('button[value=once]').tap();
+  await page.waitForURL((u) => u.searchParams.get('done') === 'once', { timeout: 15000 });
+  const told = await page.locator('#flash').innerText();
+  if (!told.startsWith('Allowed once')) throw new Error(`the notice does not say what was answered: ${told}`);
   await page.locator(`[data-card="${first}"]`).waitFor({ state: 'detached', timeout: 10000 });
   await until('the tool wrote ran.txt', 60000, async () => ranLines() === 1);
   await shot('3-allowed');

@@ -66,7 +66,10 @@ async fn post_code(c: &Https, code: &str) -> Reply {
 /// The cookie value a successful pairing set, checking every attribute.
 fn cookie_of(r: &Reply) -> String {
     assert_eq!(r.status, 303, "{}", r.body);
-    assert_eq!(r.headers["location"], "/");
+    assert_eq!(
+        r.headers["location"], "/?done=paired",
+        "the portal confirms the pairing"
+    );
     let set = r.headers["set-cookie"].to_str().unwrap();
     let attrs: Vec<&str> = set.split(';').map(str::trim).collect();
     let value = attrs[0].strip_prefix("__Host-ocgw=").unwrap_or_else(|| panic!("{set}"));
