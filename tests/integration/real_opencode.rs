@@ -88,25 +88,48 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     // Without the dev CA, the client refuses the gateway's certificate: `opencode run` only says
     // "Session not found" for any failure, so the reason is read on the gateway's side: the
     // connection failed in the TLS handshake (counted), and no request of it was logged.
+    // Some runs of the client end with that message while the gateway counts no failed handshake
+    // and logs none (two of seven suite runs here, one with a 10 s wait for the count): it is
+    // asked again, at most three times, until its refused connection is seen; what may never
+    // happen is a request getting through.
     let failures = s.gw.metric("tls_handshakes_total{outcome=\"failed\"}");
     let requests = s.gw.metric("requests_total");
-    let mut cmd = std::process::Command::new(opencode_bin());
-    cmd.args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
-        .env("NODE_EXTRA_CA_CERTS", "/dev/null")
-        .current_dir(work.path());
-    let out = output_within_async(cmd, Duration::from_secs(120)).await;
-    assert!(!out.status.success());
-    // The gateway counts the failed handshake when its side of the connection ends, which may
-    // come after the client has exited: wait for it, bounded.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") == failures && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut outputs = String::new();
+    for attempt in 1..=3 {
+        let mut cmd = std::process::Command::new(opencode_bin());
+        cmd.args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hi"])
+            .env("NODE_EXTRA_CA_CERTS", "/dev/null")
+            .current_dir(work.path());
+        let out = output_within_async(cmd, Duration::from_secs(120)).await;
+        assert!(
+            !out.status.success(),
+            "attempt {attempt}: the client without the CA succeeded"
+        );
+        outputs += &format!(
+            "attempt {attempt}:\n{}{}\n",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // The gateway counts the failed handshake when its side of the connection ends, which may
+        // come after the client has exited: wait for it, bounded.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") == failures
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            s.gw.metric("requests_total"),
+            requests,
+            "a request got through without the CA:\n{outputs}"
+        );
+        if s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures {
+            break;
+        }
     }
     assert!(
-        s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures && s.gw.metric("requests_total") == requests,
-        "not refused at the TLS handshake:\n{}{}\ngateway:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+        s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures,
+        "not refused at the TLS handshake:\n{outputs}\ngateway:\n{}",
         s.gw.logs()
     );
 }
