@@ -610,15 +610,7 @@ async fn an_address_over_its_login_budget_learns_nothing_from_the_caches() {
         &attacker.get("/global/health", Some(&basic("alice", &token))).await,
     );
     // The login form with the right password: the same, and no cookie.
-    let login = attacker.host("gw.localhost");
-    let form = login
-        .request("POST", "/login", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", format!("https://{}", login.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from("user=alice&password=alice-password-1&next=/"))
-        .unwrap();
-    let r = login.call(form).await;
+    let r = crate::common::login::post_login(&attacker, "alice", "alice-password-1").await;
     expect_limited("login form", &r);
     assert!(r.headers.get("set-cookie").is_none(), "a refused login sets no cookie");
     // What was proven on a connection keeps working there.

@@ -377,15 +377,7 @@ async fn a_full_disk_under_the_audit_log_and_the_state_database_stops_no_user() 
     );
     assert!(logged_in(&c, &browser).await, "a browser login on a full disk");
     // A new login cannot be stored: a clear 503, not a hang or a half-made session.
-    let login = c.host("gw.localhost");
-    let req = login
-        .request("POST", "/login", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("origin", format!("https://{}", login.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from("user=alice&password=alice-password-1&next=/"))
-        .unwrap();
-    let r = login.call(req).await;
+    let r = crate::common::login::post_login(&c, "alice", "alice-password-1").await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert!(r.body.contains("state database"), "{}", r.body);
     // Shown by status and /metrics; said once each in the log.

@@ -58,6 +58,34 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The real `ssh` logging in as alice with the gateway password only (answered by `ask`, asked at
+/// most `prompts` times), from its own loopback `source` address (so the login budget it spends is
+/// its test's alone), running `id` (which the gateway refuses: no shell).
+fn password_login(s: &SshSetup, ask: &Path, prompts: u32, source: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new("ssh");
+    cmd.args([
+        "-F",
+        "/dev/null",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "PubkeyAuthentication=no",
+        "-o",
+        "PreferredAuthentications=password",
+    ])
+    .arg("-o")
+    .arg(format!("NumberOfPasswordPrompts={prompts}"))
+    .args(["-b", source])
+    .arg("-o")
+    .arg(format!("UserKnownHostsFile={}", s.kh.display()))
+    .args(["-p", &s.gw.ssh.unwrap().port().to_string(), "alice@127.0.0.1", "id"])
+    .env("SSH_ASKPASS", ask)
+    .env("SSH_ASKPASS_REQUIRE", "force")
+    .env("DISPLAY", ":0")
+    .stdin(std::process::Stdio::null());
+    cmd
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tunnel_is_served_as_its_ssh_user_with_the_upstream_credential() {
     let web = FakeUpstream::start(PW).await;
@@ -252,32 +280,7 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     let right = answer("right.sh", "alice-password-1");
     let wrong = answer("wrong.sh", "not-the-password");
     let token = answer("token.sh", &format!("ocgw_{}", "A".repeat(43)));
-    let with_password = |ask: &Path| {
-        let mut cmd = std::process::Command::new("ssh");
-        cmd.args([
-            "-F",
-            "/dev/null",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "PubkeyAuthentication=no",
-            "-o",
-            "PreferredAuthentications=password",
-            "-o",
-            "NumberOfPasswordPrompts=1",
-            // An address of its own, so its budget is this test's alone.
-            "-b",
-            "127.0.0.31",
-        ])
-        .arg("-o")
-        .arg(format!("UserKnownHostsFile={}", s.kh.display()))
-        .args(["-p", &s.gw.ssh.unwrap().port().to_string(), "alice@127.0.0.1", "id"])
-        .env("SSH_ASKPASS", ask)
-        .env("SSH_ASKPASS_REQUIRE", "force")
-        .env("DISPLAY", ":0")
-        .stdin(std::process::Stdio::null());
-        cmd
-    };
+    let with_password = |ask: &Path| password_login(&s, ask, 1, "127.0.0.31");
     let argon2 = || s.gw.metric("argon2_verifications_total");
     let before = argon2();
     // Attempt 1 of 3: the right password logs in (then the command is refused: there is no shell).
@@ -511,28 +514,7 @@ async fn a_second_password_try_on_one_connection_is_answered() {
     )
     .unwrap();
     std::fs::set_permissions(&ask, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut cmd = std::process::Command::new("ssh");
-    cmd.args([
-        "-F",
-        "/dev/null",
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "-o",
-        "PubkeyAuthentication=no",
-        "-o",
-        "PreferredAuthentications=password",
-        "-o",
-        "NumberOfPasswordPrompts=3",
-        "-b",
-        "127.0.0.32",
-    ])
-    .arg("-o")
-    .arg(format!("UserKnownHostsFile={}", s.kh.display()))
-    .args(["-p", &s.gw.ssh.unwrap().port().to_string(), "alice@127.0.0.1", "id"])
-    .env("SSH_ASKPASS", &ask)
-    .env("SSH_ASKPASS_REQUIRE", "force")
-    .env("DISPLAY", ":0")
-    .stdin(std::process::Stdio::null());
+    let cmd = password_login(&s, &ask, 3, "127.0.0.32");
     let started = std::time::Instant::now();
     let out = tokio::task::block_in_place(|| run(cmd));
     assert_eq!(

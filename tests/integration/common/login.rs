@@ -4,14 +4,15 @@
 
 use http_body_util::Full;
 
-use crate::common::client::Https;
+use crate::common::client::{Https, Reply};
 use crate::common::gateway::{BIN, Gateway};
 
 /// The login host `base_config` sets up.
 pub const LOGIN_HOST: &str = "gw.localhost";
 
-/// Log `user` in with the form on the login host; the `__Host-ocgw=…` pair its answer set.
-pub async fn form_login(c: &Https, user: &str, password: &str) -> String {
+/// The login form posted on the login host, as the page does (same origin): the answer, whatever
+/// it is.
+pub async fn post_login(c: &Https, user: &str, password: &str) -> Reply {
     let login = c.host(LOGIN_HOST);
     let req = login
         .request("POST", "/login", None)
@@ -20,7 +21,12 @@ pub async fn form_login(c: &Https, user: &str, password: &str) -> String {
         .header("sec-fetch-site", "same-origin")
         .body(Full::from(format!("user={user}&password={password}&next=/")))
         .unwrap();
-    let r = login.call(req).await;
+    login.call(req).await
+}
+
+/// Log `user` in with the form on the login host; the `__Host-ocgw=…` pair its answer set.
+pub async fn form_login(c: &Https, user: &str, password: &str) -> String {
+    let r = post_login(c, user, password).await;
     assert_eq!(r.status, 303, "{}", r.body);
     r.headers["set-cookie"]
         .to_str()
