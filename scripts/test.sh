@@ -32,6 +32,8 @@ fi
 # (a standard client checks the dev CA's name constraints), curl and useradd (the run_as test),
 # pebble and pebble-challtestsrv (the ACME test's CA and its DNS).
 # prometheus (promtool checks /metrics) and systemd (systemd-analyze verifies the unit).
+# iproute2 (the LAN phone test's network namespaces) and libnss3-tools (certutil: the phone's
+# Chromium trusts the dev CA through its own NSS database).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
@@ -42,6 +44,8 @@ command -v curl >/dev/null || need+=(curl)
 command -v pebble >/dev/null || need+=(pebble)
 command -v promtool >/dev/null || need+=(prometheus)
 command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v ip >/dev/null || need+=(iproute2)
+command -v certutil >/dev/null || need+=(libnss3-tools)
 [ "$(id -u)" -ne 0 ] || command -v useradd >/dev/null || need+=(passwd)
 if [ "${#need[@]}" -gt 0 ]; then
   step "installing ${need[*]}"

@@ -8,8 +8,26 @@ use std::time::Duration;
 /// Run `tests/browser/<script>` with `envs` within `within`; panics with everything it printed
 /// (and `context`, e.g. the gateway's log) unless it exits 0 having said "ok: every step passed".
 pub async fn run(script: &str, envs: &[(&str, &OsStr)], within: Duration, context: impl Fn() -> String) -> String {
+    run_wrapped(&[], script, envs, within, context).await
+}
+
+/// [`run`], node started by `wrapper` (e.g. `ip netns exec <namespace>`) when it is not empty.
+pub async fn run_wrapped(
+    wrapper: &[&str],
+    script: &str,
+    envs: &[(&str, &OsStr)],
+    within: Duration,
+    context: impl Fn() -> String,
+) -> String {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let mut cmd = std::process::Command::new("node");
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = std::process::Command::new(program);
+            c.args(args).arg("node");
+            c
+        }
+        None => std::process::Command::new("node"),
+    };
     cmd.arg(repo.join("tests/browser").join(script)).current_dir(&repo);
     for (k, v) in envs {
         cmd.env(k, v);

@@ -60,11 +60,14 @@ pub struct Gateway {
     pub https: SocketAddr,
     pub admin: SocketAddr,
     pub ssh: Option<SocketAddr>,
+    /// The plain-HTTP listener (`server.http_listen`), as its ready line (or the gateway's, `http=`) says.
+    pub http: Option<SocketAddr>,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub stdout: Arc<Mutex<String>>,
     log: Arc<Mutex<String>>,
     env: Vec<(String, String)>,
+    wrapper: Vec<String>,
 }
 
 struct Launched {
@@ -72,13 +75,22 @@ struct Launched {
     https: SocketAddr,
     admin: SocketAddr,
     ssh: Option<SocketAddr>,
+    http: Option<SocketAddr>,
     stdout: Arc<Mutex<String>>,
     log: Arc<Mutex<String>>,
 }
 
-/// Run `serve` on `config` in `dir` and wait (bounded) for its "gateway ready" line.
-fn launch(dir: &Path, config: &Path, env: &[(String, String)]) -> Launched {
-    let mut cmd = Command::new(BIN);
+/// Run `serve` on `config` in `dir` (behind `wrapper`, e.g. `ip netns exec <ns>`, when not
+/// empty; it must exec the gateway) and wait (bounded) for its "gateway ready" line.
+fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String]) -> Launched {
+    let mut cmd = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut c = Command::new(program);
+            c.args(args).arg(BIN);
+            c
+        }
+        None => Command::new(BIN),
+    };
     cmd.arg("serve").arg("-c").arg(config).current_dir(dir);
     cmd.env("RUST_LOG", "info,opencode=debug");
     for (k, v) in env {
@@ -126,6 +138,19 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)]) -> Launched {
         https: field("https").expect("https address in the ready line"),
         admin: field("admin").expect("admin address in the ready line"),
         ssh: field("ssh"),
+        // The plain-HTTP listener logs its own ready line before the gateway's.
+        http: field("http").or_else(|| {
+            let log = log.lock().unwrap();
+            let line = log.lines().find(|l| l.contains("plain HTTP listener ready"))?;
+            match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(j) => j.get("listen")?.as_str()?.parse().ok(),
+                Err(_) => line
+                    .split_whitespace()
+                    .find_map(|w| w.strip_prefix("listen="))?
+                    .parse()
+                    .ok(),
+            }
+        }),
         child,
         stdout,
         log,
@@ -144,22 +169,31 @@ impl Gateway {
 
     /// Like [`Gateway::start`], with environment variables and a chance to add files first.
     pub fn start_with(config: &str, env: &[(&str, &str)], prepare: impl FnOnce(&Path)) -> Gateway {
+        Self::start_wrapped(config, env, &[], prepare)
+    }
+
+    /// Like [`Gateway::start_with`], the gateway run by `wrapper` (a command that execs its
+    /// arguments, e.g. `ip netns exec <namespace>`), on restarts too.
+    pub fn start_wrapped(config: &str, env: &[(&str, &str)], wrapper: &[&str], prepare: impl FnOnce(&Path)) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).unwrap();
         prepare(dir.path());
         let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let run = launch(dir.path(), &path, &env);
+        let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
+        let run = launch(dir.path(), &path, &env, &wrapper);
         Gateway {
             https: run.https,
             admin: run.admin,
             ssh: run.ssh,
+            http: run.http,
             child: Some(run.child),
             config: path,
             dir,
             stdout: run.stdout,
             log: run.log,
             env,
+            wrapper,
         }
     }
 
@@ -175,10 +209,11 @@ impl Gateway {
                 self.logs()
             );
         }
-        let run = launch(self.dir.path(), &self.config, &self.env);
+        let run = launch(self.dir.path(), &self.config, &self.env, &self.wrapper);
         self.https = run.https;
         self.admin = run.admin;
         self.ssh = run.ssh;
+        self.http = run.http;
         self.child = Some(run.child);
         self.stdout = run.stdout;
         self.log = run.log;

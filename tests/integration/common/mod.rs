@@ -12,6 +12,7 @@ pub mod client;
 pub mod fake_upstream;
 pub mod gateway;
 pub mod login;
+pub mod netns;
 pub mod opencode;
 pub mod os_users;
 pub mod process;

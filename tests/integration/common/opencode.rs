@@ -93,6 +93,11 @@ impl FakeModel {
     /// `bash_command` is what the model asks the bash tool to run when a prompt says RUNBASH.
     pub async fn start(bash_command: &str) -> FakeModel {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, bash_command)
+    }
+
+    /// Like [`FakeModel::start`], on a socket the caller bound (inside a network namespace).
+    pub fn start_on(listener: TcpListener, bash_command: &str) -> FakeModel {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));
