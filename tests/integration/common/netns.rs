@@ -109,6 +109,9 @@ impl Lan {
         ]);
         for (ns, dev, addr) in [(&lan.box_ns, &box_if, BOX_ADDR), (&lan.phone_ns, &phone_if, PHONE_ADDR)] {
             check(&["-n", ns, "addr", "add", &format!("{addr}/30"), "dev", dev]);
+            // No IPv6 link-local address: its duplicate detection ends a second after the link
+            // comes up, and Chromium takes that change for a new network (ERR_NETWORK_CHANGED).
+            check(&["-n", ns, "link", "set", dev, "addrgenmode", "none"]);
             check(&["-n", ns, "link", "set", dev, "up"]);
             check(&["-n", ns, "link", "set", "lo", "up"]);
         }
