@@ -17,8 +17,18 @@ const spkiOf = (certPath) => {
     .digest('base64');
 };
 
+// Headless, quiet (no background fetches, no sync or updates), without the sandbox (root in CI).
+const baseArgs = ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync'];
+
 export const launch = (certPath, extraArgs = []) => playwright.chromium.launch({
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', `--ignore-certificate-errors-spki-list=${spkiOf(certPath)}`, ...extraArgs],
+  args: [...baseArgs, `--ignore-certificate-errors-spki-list=${spkiOf(certPath)}`, ...extraArgs],
+});
+
+/// Chromium trusting what its user's NSS database ($HOME/.pki/nssdb) trusts, and nothing else
+/// beyond the system's roots: no pin, no exception (the LAN phone test imports the dev CA there).
+export const launchTrustingNss = (extraArgs = []) => playwright.chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: [...baseArgs, ...extraArgs],
 });

@@ -1,0 +1,128 @@
+// A phone on the LAN (run inside the phone's network namespace by tests/integration/lan_phone.rs):
+// headless Chromium with a phone's viewport whose only extra trust is the dev CA its NSS database
+// ($HOME/.pki/nssdb) holds, which the test imported from the gateway's plain-HTTP CA page. It opens
+// the URL the test decoded from the QR code `pair` printed, pairs, sees the portal list the
+// project, opens the project's web UI from the portal's link without a second login, sends a
+// prompt that asks for bash, and answers the permission from /inbox with "Allow once".
+// Exits non-zero naming the failed step. Env: PAIR_URL, PROJECT, SHOT_DIR; or UNTRUSTED_URL alone:
+// before the import, the same Chromium must refuse that URL's certificate.
+import { env, launchTrustingNss } from './chromium.mjs';
+
+if (process.env.UNTRUSTED_URL) {
+  const browser = await launchTrustingNss();
+  try {
+    const page = await browser.newPage();
+    const error = await page.goto(process.env.UNTRUSTED_URL, { timeout: 30000 }).then(() => null, (e) => e.message.split('\n')[0]);
+    if (!error || !error.includes('ERR_CERT_AUTHORITY_INVALID')) {
+      throw new Error(`before the dev CA is imported, ${process.env.UNTRUSTED_URL} gave ${error || 'a page'}, not ERR_CERT_AUTHORITY_INVALID`);
+    }
+    console.log(`before the import: ${error}`);
+    console.log('ok: every step passed');
+  } catch (e) {
+    console.error(`FAILED at step "the phone does not trust the gateway yet": ${e.message}`);
+    process.exitCode = 1;
+  } finally {
+    await browser.close();
+  }
+  process.exit();
+}
+
+const [pairUrl, project, shots] = ['PAIR_URL', 'PROJECT', 'SHOT_DIR'].map(env);
+const login = new URL(pairUrl).origin;
+
+const phoneProfile = {
+  viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true,
+  userAgent: 'Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Mobile Safari/537.36',
+};
+
+let step = 'launch Chromium';
+const browser = await launchTrustingNss();
+const phone = await browser.newContext(phoneProfile);
+const page = await phone.newPage();
+const shot = (name, p = page) => p.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+// Any Basic challenge would be a pop-up on a phone, and a second login form a second login.
+let challenges = 0;
+const logins = [];
+phone.on('response', (r) => {
+  if (r.status() === 401 && r.headers()['www-authenticate']) challenges++;
+});
+page.on('framenavigated', (f) => { if (f === page.mainFrame() && new URL(f.url()).pathname === '/login') logins.push(f.url()); });
+
+try {
+  step = 'open the QR code\'s URL: TLS to the gateway verifies with the imported dev CA alone';
+  const posted = page.waitForResponse((r) => r.request().method() === 'POST' && new URL(r.url()).pathname === '/pair', { timeout: 30000 });
+  try {
+    await page.goto(pairUrl, { timeout: 30000 });
+  } catch (e) {
+    // net::ERR_CERT_AUTHORITY_INVALID, ERR_CERT_COMMON_NAME_INVALID… name what the phone saw.
+    throw new Error(`${e.message.split('\n')[0]} (is ${new URL(pairUrl).hostname} in the dev certificate and permitted by the CA's name constraints?)`);
+  }
+
+  step = 'the page posts the code from the fragment and pairs the phone';
+  const resp = await posted;
+  if (resp.status() !== 303) throw new Error(`POST /pair answered ${resp.status()}: ${await resp.text().catch(() => '')}`);
+  await page.waitForURL((u) => u.origin === login && u.pathname === '/', { timeout: 30000 });
+  const paired = await page.locator('p[role=status]').first().innerText();
+  if (!paired.includes('This device is paired')) throw new Error(`no pairing confirmation: ${paired}`);
+  const cookie = (await phone.cookies()).find((c) => c.name === '__Host-ocgw');
+  if (!cookie || !cookie.secure) throw new Error(`no secure __Host-ocgw cookie: ${JSON.stringify((await phone.cookies()).map((c) => c.name))}`);
+
+  step = `the portal lists project ${project}`;
+  await page.locator(`[data-project=${project}]`).first().waitFor({ timeout: 15000 });
+  await shot('1-portal');
+  console.log(`paired; the portal at ${page.url()} lists ${project}`);
+
+  step = `the portal links ${project}'s web UI`;
+  const link = page.locator(`[data-project=${project}] h2 a`).first();
+  if (!(await link.count())) {
+    throw new Error(`no web UI link for ${project} on the portal: ${await page.locator(`[data-project=${project}]`).first().innerHTML()}`);
+  }
+  const href = new URL(await link.getAttribute('href'), page.url());
+  console.log(`web UI link: ${href.href}`);
+
+  step = `open ${project}'s web UI from the portal without a second login`;
+  const loginsBefore = logins.length;
+  await link.tap();
+  await page.waitForURL((u) => u.origin === href.origin && !u.pathname.startsWith('/_gw') && u.pathname !== '/login', { timeout: 30000 });
+  if (logins.length !== loginsBefore) throw new Error(`a login form was shown: ${logins.slice(loginsBefore).join(', ')}`);
+  const prompt = page.locator('[data-component=prompt-input]');
+  await prompt.waitFor({ timeout: 60000 });
+  await shot('2-webui');
+
+  step = 'send a prompt in the web UI';
+  await page.getByRole('button', { name: 'Fake' }).first().waitFor({ timeout: 60000 });
+  await prompt.click();
+  await page.keyboard.type('please RUNBASH from the LAN phone');
+  const send = page.getByRole('button', { name: 'Send' });
+  for (let i = 0; i < 300 && !(await send.isEnabled()); i++) await page.waitForTimeout(100);
+  await send.click();
+
+  step = 'the permission waits in /inbox';
+  const inbox = await phone.newPage();
+  await inbox.goto(`${login}/inbox`);
+  const card = inbox.locator('[data-card]').first();
+  await card.waitFor({ timeout: 60000 });
+  const title = await card.locator('h2').innerText();
+  if (!title.includes('bash')) throw new Error(`the card is not bash's: ${title}`);
+  await shot('3-inbox', inbox);
+
+  step = 'tap "Allow once" in /inbox';
+  await card.locator('button[value=once]').tap();
+  await inbox.waitForURL((u) => u.searchParams.get('done') === 'once', { timeout: 15000 });
+  const told = await inbox.locator('#flash').innerText();
+  if (!told.startsWith('Allowed once')) throw new Error(`the notice does not say what was answered: ${told}`);
+
+  step = 'the web UI sees the run finish';
+  await page.getByText('TOOL-FINISHED-7').first().waitFor({ timeout: 60000 });
+  await shot('4-finished');
+
+  step = 'no Basic challenge reached the phone';
+  if (challenges !== 0) throw new Error(`${challenges} Basic challenges`);
+  console.log('ok: every step passed');
+} catch (e) {
+  console.error(`FAILED at step "${step}": ${e.message}`);
+  await shot('failed').catch(() => {});
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}
