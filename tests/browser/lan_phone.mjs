@@ -4,7 +4,7 @@
 // the URL the test decoded from the QR code `pair` printed, pairs, sees the portal list the
 // project, opens the project's web UI from the portal's link without a second login, sends a
 // prompt that asks for bash, and answers the permission from /inbox with "Allow once".
-// Exits non-zero naming the failed step. Env: PAIR_URL, PROJECT, SHOT_DIR; or UNTRUSTED_URL alone:
+// Exits non-zero naming the failed step. Env: PAIR_URL, PROJECT, PROJECT_DIR, SHOT_DIR; or UNTRUSTED_URL alone:
 // before the import, the same Chromium must refuse that URL's certificate.
 import { env, launchTrustingNss } from './chromium.mjs';
 
@@ -27,7 +27,7 @@ if (process.env.UNTRUSTED_URL) {
   process.exit();
 }
 
-const [pairUrl, project, shots] = ['PAIR_URL', 'PROJECT', 'SHOT_DIR'].map(env);
+const [pairUrl, project, projectDir, shots] = ['PAIR_URL', 'PROJECT', 'PROJECT_DIR', 'SHOT_DIR'].map(env);
 const login = new URL(pairUrl).origin;
 
 const phoneProfile = {
@@ -86,8 +86,18 @@ try {
   await page.waitForURL((u) => u.origin === href.origin && !u.pathname.startsWith('/_gw') && u.pathname !== '/login', { timeout: 30000 });
   if (logins.length !== loginsBefore) throw new Error(`a login form was shown: ${logins.slice(loginsBefore).join(', ')}`);
   const prompt = page.locator('[data-component=prompt-input]');
-  await prompt.waitFor({ timeout: 60000 });
+  // OpenCode's app, on the project host (its own markup, not a gateway page).
+  await page.locator('[data-component]').first().waitFor({ timeout: 60000 });
   await shot('2-webui');
+  const landed = page.url();
+  if (!(await prompt.isVisible())) {
+    // The link opened OpenCode's home, not the project (issue 22: project links should open the
+    // project's sessions): go there on the same host, as OpenCode's own links do.
+    await page.goto(`${href.origin}/${Buffer.from(projectDir).toString('base64url')}/session`);
+  }
+  await prompt.waitFor({ timeout: 60000 });
+  if (logins.length !== loginsBefore) throw new Error(`a login form was shown: ${logins.slice(loginsBefore).join(', ')}`);
+  console.log(`the portal's link opened ${landed}; the prompt is at ${page.url()}`);
 
   step = 'send a prompt in the web UI';
   await page.getByRole('button', { name: 'Fake' }).first().waitFor({ timeout: 60000 });

@@ -265,6 +265,7 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
             ("HOME", phone_home.path().as_os_str()),
             ("PAIR_URL", decoded.as_ref()),
             ("PROJECT", PROJECT.as_ref()),
+            ("PROJECT_DIR", project_dir.as_os_str()),
             ("SHOT_DIR", shots.as_os_str()),
         ],
         Duration::from_secs(300),
