@@ -191,11 +191,16 @@ pub enum DevicesAction {
 pub enum CertAction {
     /// Make a development CA and a server certificate with rcgen.
     Dev {
-        #[arg(long, default_value = "certs-dev")]
-        out: PathBuf,
-        /// Read base_domain and project names from this config, when it exists.
+        /// Where to write them (default: beside the config's tls.cert, else certs-dev).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Read base_domain, listeners and project names from this config, when it exists.
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
+        /// Another name or address the certificate must cover (e.g. 192.168.1.20, mybox.local);
+        /// remembered beside the certificate for every later one. Repeat for several.
+        #[arg(long = "name", value_name = "DNS-OR-IP")]
+        names: Vec<String>,
     },
 }
 

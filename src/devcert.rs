@@ -110,6 +110,55 @@ pub fn name_constraints(names: &[String]) -> NameConstraints {
     }
 }
 
+/// `names` split into those the dev CA on disk may vouch for and those its name constraints
+/// refuse (a CA made before a name was wanted: its constraints are fixed, and trusted as they
+/// are). Without a CA yet, every name is fine: the new CA is made for them. IP addresses are never
+/// constrained (see [`name_constraints`]).
+pub fn vouchable(paths: &DevCertPaths, names: &[String]) -> (Vec<String>, Vec<String>) {
+    let Ok(key) = std::fs::read_to_string(&paths.ca_key) else {
+        return (names.to_vec(), Vec::new());
+    };
+    let (Ok(ca_key), true) = (KeyPair::from_pem(&key), paths.ca_cert.exists()) else {
+        return (names.to_vec(), Vec::new());
+    };
+    let issuer = Issuer::new(ca_params(), ca_key);
+    let mut ok = Vec::new();
+    let mut refused = Vec::new();
+    for name in names {
+        let bare = name.trim_start_matches("*.");
+        let fine = bare.parse::<IpAddr>().is_ok()
+            || (|| -> Option<()> {
+                let key = KeyPair::generate().ok()?;
+                let mut params = CertificateParams::new(vec![bare.to_string()]).ok()?;
+                params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+                params.use_authority_key_identifier_extension = true;
+                let cert = params.signed_by(&key, &issuer).ok()?;
+                verify_chain(&paths.ca_cert, &[cert.der().clone()], bare).ok()
+            })()
+            .is_some();
+        if fine {
+            ok.push(name.clone())
+        } else {
+            refused.push(name.clone())
+        }
+    }
+    (ok, refused)
+}
+
+/// The names in `names` the server certificate on disk does not cover (all when it is unreadable).
+pub fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let concrete: Vec<String> = names.iter().filter(|n| !n.starts_with("*.")).cloned().collect();
+    match CertificateDer::pem_file_iter(&paths.cert)
+        .ok()
+        .and_then(|mut i| i.next())
+    {
+        Some(Ok(leaf)) => crate::listen::certs::uncovered(&leaf, &concrete),
+        _ => concrete,
+    }
+}
+
 fn ca_params() -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
@@ -125,9 +174,122 @@ fn ca_params() -> CertificateParams {
     params
 }
 
-/// Make whatever of the CA and server certificate is missing. Returns true when anything was written.
+/// Every name the dev certificate must cover for `settings`: the gateway's names
+/// ([`server_names`]), `<host>.local` (a phone on the same Wi-Fi finds this machine by multicast
+/// DNS), the public URL's host, each listener's address when it is a specific one, this machine's
+/// LAN addresses when a listener takes every address (`0.0.0.0`, `::`), `tls.dev_names`, and the
+/// names added with `cert dev --name`.
+pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
+    let projects: Vec<String> = settings.projects.iter().map(|p| p.name.clone()).collect();
+    let mut names = server_names(settings.server.base_domain.as_deref(), &projects);
+    let host = host_name();
+    if !host.is_empty() && host != "localhost" && !host.contains('.') {
+        names.push(format!("{}.local", host.to_ascii_lowercase()));
+    }
+    names.extend(crate::reach::client_names(settings));
+    let listeners = [Some(settings.server.listen), settings.server.http_listen]
+        .into_iter()
+        .flatten()
+        .chain(settings.projects.iter().filter_map(|p| p.listen));
+    for addr in listeners {
+        if addr.ip().is_unspecified() {
+            names.extend(lan_addresses().iter().map(IpAddr::to_string));
+        } else if !addr.ip().is_loopback() {
+            names.push(addr.ip().to_string());
+        }
+    }
+    names.extend(settings.tls.dev_names.iter().cloned());
+    let paths = DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
+    names.extend(added_names(&paths));
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.to_ascii_lowercase()));
+    names
+}
+
+/// The file beside the certificate that keeps the names `cert dev --name` added, one per line.
+pub fn added_names_file(paths: &DevCertPaths) -> PathBuf {
+    paths.cert.with_file_name("added-names.txt")
+}
+
+/// The names `cert dev --name` added (none when the file is missing).
+pub fn added_names(paths: &DevCertPaths) -> Vec<String> {
+    std::fs::read_to_string(added_names_file(paths))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Remember `name` for every later dev certificate (`cert dev --name`).
+pub fn add_name(paths: &DevCertPaths, name: &str) -> std::io::Result<()> {
+    let mut names = added_names(paths);
+    if names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        return Ok(());
+    }
+    names.push(name.to_ascii_lowercase());
+    if let Some(dir) = paths.cert.parent() {
+        create_private_dir(dir)?;
+    }
+    std::fs::write(
+        added_names_file(paths),
+        format!(
+            "# names added with `opencode-gateway cert dev --name`\n{}\n",
+            names.join("\n")
+        ),
+    )
+}
+
+/// This machine's addresses another device on its network can use: every interface address that
+/// is up and neither loopback nor link-local (an IPv6 link-local address needs a zone a URL
+/// cannot carry portably).
+pub fn lan_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a linked list we free with freeifaddrs below; every
+    // node and its address are read only while the list is alive.
+    unsafe {
+        if libc::getifaddrs(&mut list) != 0 {
+            return out;
+        }
+        let mut node = list;
+        while !node.is_null() {
+            let ifa = &*node;
+            node = ifa.ifa_next;
+            let up = ifa.ifa_flags & (libc::IFF_UP as libc::c_uint) != 0;
+            if ifa.ifa_addr.is_null() || !up {
+                continue;
+            }
+            let ip = match i32::from((*ifa.ifa_addr).sa_family) {
+                libc::AF_INET => {
+                    let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                    IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes())
+                }
+                libc::AF_INET6 => {
+                    let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
+                    IpAddr::from(a.sin6_addr.s6_addr)
+                }
+                _ => continue,
+            };
+            let link_local = match ip {
+                IpAddr::V4(v4) => v4.is_link_local(),
+                IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            };
+            if !ip.is_loopback() && !ip.is_unspecified() && !link_local && !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+        libc::freeifaddrs(list);
+    }
+    out
+}
+
+/// Make whatever of the CA and server certificate is missing, and a new server certificate (same
+/// CA) when the one there does not cover every name in `names`. Returns true when anything was
+/// written.
 pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
-    if paths.cert.exists() && paths.key.exists() {
+    if paths.cert.exists() && paths.key.exists() && missing_names(paths, names).is_empty() {
         return Ok(false);
     }
     if let Some(dir) = paths.cert.parent() {
@@ -184,22 +346,33 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
 /// Verify the server certificate chain for `name` against the dev CA as a TLS client would
 /// (webpki, which enforces name constraints).
 pub fn verify(paths: &DevCertPaths, name: &str) -> Result<(), rustls::Error> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let chain = CertificateDer::pem_file_iter(&paths.cert)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| rustls::Error::General(format!("{}: {e}", paths.cert.display())))?;
+    verify_chain(&paths.ca_cert, &chain, name)
+}
+
+/// Verify `chain` (leaf first) for `name` with the CA in `ca` as the only root.
+fn verify_chain(
+    ca: &Path,
+    chain: &[rustls::pki_types::CertificateDer<'static>],
+    name: &str,
+) -> Result<(), rustls::Error> {
     use rustls::client::danger::ServerCertVerifier;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-    let pem = |p: &Path| -> Result<Vec<CertificateDer<'static>>, rustls::Error> {
-        CertificateDer::pem_file_iter(p)
-            .and_then(|i| i.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| rustls::Error::General(format!("{}: {e}", p.display())))
-    };
     let mut roots = rustls::RootCertStore::empty();
-    for ca in pem(&paths.ca_cert)? {
-        roots.add(ca)?;
+    let cas = CertificateDer::pem_file_iter(ca)
+        .and_then(|i| i.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| rustls::Error::General(format!("{}: {e}", ca.display())))?;
+    for c in cas {
+        roots.add(c)?;
     }
-    let chain = pem(&paths.cert)?;
     let (leaf, rest) = chain
         .split_first()
-        .ok_or_else(|| rustls::Error::General(format!("{} holds no certificate", paths.cert.display())))?;
+        .ok_or_else(|| rustls::Error::General("the chain holds no certificate".into()))?;
     let verifier =
         rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::listen::tls::provider())
             .build()

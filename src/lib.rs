@@ -86,6 +86,8 @@ pub struct Running {
     pub control: std::path::PathBuf,
     pub ssh: Option<SocketAddr>,
     pub project_ports: Vec<(String, SocketAddr)>,
+    /// The plain-HTTP listener (`server.http_listen`).
+    pub http: Option<SocketAddr>,
     pub gateway: Arc<Gateway>,
 }
 
@@ -130,8 +132,17 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             .iter()
             .map(|(n, l)| Ok((n.clone(), l.local_addr()?)))
             .collect::<std::io::Result<_>>()?,
+        http: http.as_ref().map(|l| l.local_addr()).transpose()?,
         gateway: gw.clone(),
     };
+    let _ = gw.ports.set(gateway::BoundPorts {
+        main: running.https.port(),
+        projects: running
+            .project_ports
+            .iter()
+            .map(|(n, a)| (n.as_str().into(), a.port()))
+            .collect(),
+    });
     tokio::spawn(listen::serve_tls(gw.clone(), https, None));
     for (name, l) in project_listeners {
         tracing::info!(project = %name, listen = %l.local_addr()?, "project listener ready");

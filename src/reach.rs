@@ -13,16 +13,26 @@ pub struct Reach {
     base: String,
     port: u16,
     base_domain: Option<String>,
+    /// Projects served on their own port (port mode, `web/front.rs`), with the bound port.
+    own_ports: Vec<(String, u16)>,
 }
 
 impl Reach {
     /// From validated settings; `bound` is the HTTPS port actually bound (when `listen` said 0).
     pub fn new(settings: &Settings, bound: Option<u16>) -> Reach {
-        Reach::from_parts(
+        let mut r = Reach::from_parts(
             &settings.server.public_url,
             settings.server.base_domain.as_deref(),
             bound,
-        )
+        );
+        // Projects' own ports as configured (a port of 0 is known only once bound: `bound`).
+        r.own_ports = settings
+            .projects
+            .iter()
+            .filter_map(|p| Some((p.name.clone(), p.listen?.port())))
+            .filter(|(_, port)| *port != 0)
+            .collect();
+        r
     }
 
     pub fn from_parts(public_url: &str, base_domain: Option<&str>, bound: Option<u16>) -> Reach {
@@ -39,7 +49,22 @@ impl Reach {
             base: format!("https://{host}{}{path}", port_part(port)),
             port,
             base_domain: base_domain.map(str::to_string),
+            own_ports: Vec::new(),
         }
+    }
+
+    /// From validated settings and the ports bound at start (main and projects' own).
+    pub fn bound(settings: &Settings, ports: &crate::gateway::BoundPorts) -> Reach {
+        let mut r = Reach::new(settings, Some(ports.main));
+        r.own_ports = ports.projects.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        r
+    }
+
+    /// The public URL's host (brackets kept for IPv6).
+    pub fn host(&self) -> &str {
+        let authority = self.base.trim_start_matches("https://");
+        let authority = authority.split('/').next().unwrap_or(authority);
+        split_host_port(authority).0
     }
 
     /// The HTTPS port clients use.
@@ -66,11 +91,15 @@ impl Reach {
         format!("{}/p/{name}", self.base)
     }
 
-    /// The web UI's origin for a project (`https://<project>.<base_domain>[:port]`), when there is a
-    /// base domain.
+    /// The web UI's origin for a project: `https://<project>.<base_domain>[:port]` when there is a
+    /// base domain, else the public URL's host on the project's own port when it has one.
     pub fn web_ui_origin(&self, name: &str) -> Option<String> {
-        let d = self.base_domain.as_deref()?;
-        Some(format!("https://{name}.{d}{}", port_part(self.port)))
+        if let Some(d) = self.base_domain.as_deref() {
+            return Some(format!("https://{name}.{d}{}", port_part(self.port)));
+        }
+        // Port mode: the public URL's host on the project's own port.
+        let (_, port) = self.own_ports.iter().find(|(n, _)| n == name)?;
+        Some(format!("https://{}{}", self.host(), port_part(*port)))
     }
 
     /// The web UI's URL for a project (its origin and `/`).

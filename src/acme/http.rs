@@ -43,6 +43,78 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
     .await;
 }
 
+/// `/ca`, `/ca.crt`, `/ca.mobileconfig` when the gateway made its own dev CA (`web/ca_page.rs`).
+fn dev_ca(gw: &Gateway, path: &str, https_port: u16, headers: &http::HeaderMap) -> Option<Response<Full<Bytes>>> {
+    if !matches!(path, "/ca" | "/ca/" | "/ca.crt" | "/ca.mobileconfig") {
+        return None;
+    }
+    let state = gw.state();
+    if !state.settings.tls.dev_ca {
+        return Some(plain(
+            StatusCode::NOT_FOUND,
+            "this gateway has no development CA (tls.dev_ca is off)\n",
+        ));
+    }
+    let ca = crate::devcert::DevCertPaths::beside(&state.settings.tls.cert, &state.settings.tls.key).ca_cert;
+    let Some(der) = std::fs::read_to_string(&ca)
+        .ok()
+        .and_then(|p| crate::web::ca_page::der_from_pem(&p))
+    else {
+        return Some(plain(
+            StatusCode::NOT_FOUND,
+            "the development CA is missing; start the gateway again to make it\n",
+        ));
+    };
+    let fp = crate::web::ca_page::fingerprint(&der);
+    let (body, kind): (Bytes, &'static str) = match path {
+        "/ca.crt" => (Bytes::from(der), "application/x-x509-ca-cert"),
+        "/ca.mobileconfig" => (
+            Bytes::from(crate::web::ca_page::mobileconfig(&der, &fp)),
+            "application/x-apple-aspen-config",
+        ),
+        _ => {
+            // Next: the same host name on the HTTPS port (the name the phone already reached).
+            let host = headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(crate::policy::route::strip_port)
+                .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b)));
+            let reach = crate::reach::Reach::new(&state.settings, Some(https_port));
+            let next = match host {
+                Some(h) => format!(
+                    "https://{h}{}/",
+                    if reach.port() == 443 {
+                        String::new()
+                    } else {
+                        format!(":{}", reach.port())
+                    }
+                ),
+                None => format!("{}/", reach.base()),
+            };
+            (
+                Bytes::from(crate::web::ca_page::page(&fp, &next)),
+                "text/html; charset=utf-8",
+            )
+        }
+    };
+    let mut r = Response::new(Full::new(body));
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+    );
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if path == "/ca.crt" {
+        h.insert(
+            header::CONTENT_DISPOSITION,
+            HeaderValue::from_static("attachment; filename=\"opencode-gateway-dev-ca.crt\""),
+        );
+    }
+    Some(r)
+}
+
 fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *r.status_mut() = status;
@@ -65,6 +137,9 @@ fn answer<B>(gw: &Gateway, req: &http::Request<B>, https_port: u16) -> Response<
             }
             None => plain(StatusCode::NOT_FOUND, "no such ACME challenge\n"),
         };
+    }
+    if let Some(r) = dev_ca(gw, path, https_port, req.headers()) {
+        return r;
     }
     let host = req
         .headers()

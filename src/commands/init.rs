@@ -101,7 +101,7 @@ pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<Pat
     let settings = crate::config::load(&config)?;
     crate::devcert::create_private_dir(&settings.server.state_dir)?;
     let paths = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
-    let names = crate::devcert::server_names(settings.server.base_domain.as_deref(), std::slice::from_ref(&name));
+    let names = crate::devcert::names_for(&settings);
     crate::devcert::ensure(&paths, &names)?;
     let ssh = settings.ssh.as_ref().expect("the template has [ssh]");
     crate::ssh::host_key::load_or_create(&ssh.host_key)?;

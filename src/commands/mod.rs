@@ -56,8 +56,8 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
         } => pair::pair(&config, &user, &label, &ttl),
         Command::Devices { action, user, config } => devices::devices(&config, action, user),
         Command::Cert {
-            action: CertAction::Dev { out, config },
-        } => cert_dev(&out, &config),
+            action: CertAction::Dev { out, config, names },
+        } => cert_dev(out.as_deref(), &config, &names),
         Command::Status { config } => admin_client::status(&config),
         Command::Reload { config } => admin_client::reload(&config),
         Command::Restart { project, config } => admin_client::restart(&config, &project),
@@ -72,16 +72,51 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-fn cert_dev(out: &Path, config: &Path) -> anyhow::Result<()> {
-    let (domain, projects) = match crate::config::load(config) {
-        Ok(s) => (
-            s.server.base_domain.clone(),
-            s.projects.iter().map(|p| p.name.clone()).collect(),
-        ),
-        Err(_) => (Some("gw.localhost".to_string()), Vec::new()),
+fn cert_dev(out: Option<&Path>, config: &Path, added: &[String]) -> anyhow::Result<()> {
+    let settings = crate::config::load(config).ok().filter(|s| s.tls.dev_ca);
+    let paths = match (out, &settings) {
+        (Some(out), _) => crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key")),
+        (None, Some(s)) => crate::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key),
+        (None, None) => {
+            crate::devcert::DevCertPaths::beside(Path::new("certs-dev/server.crt"), Path::new("certs-dev/server.key"))
+        }
     };
-    let paths = crate::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"));
-    let names = crate::devcert::server_names(domain.as_deref(), &projects);
+    for name in added {
+        let bare = name.trim_start_matches("*.");
+        let ok = name.parse::<std::net::IpAddr>().is_ok()
+            || (!bare.is_empty()
+                && bare
+                    .split('.')
+                    .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')));
+        if !ok {
+            anyhow::bail!("--name {name:?} is neither an IP address nor a DNS name (e.g. 192.168.1.20, mybox.local)");
+        }
+    }
+    let mut names = match &settings {
+        Some(s) => crate::devcert::names_for(s),
+        None => crate::devcert::server_names(Some("gw.localhost"), &[]),
+    };
+    for n in crate::devcert::added_names(&paths)
+        .into_iter()
+        .chain(added.iter().cloned())
+    {
+        if !names.iter().any(|m| m.eq_ignore_ascii_case(&n)) {
+            names.push(n);
+        }
+    }
+    let (names, refused) = crate::devcert::vouchable(&paths, &names);
+    if !refused.is_empty() {
+        anyhow::bail!(
+            "the dev CA {} cannot vouch for {}: it was made for other names and its name constraints are fixed. Fix: remove {} and {} and run this again (then trust the new CA)",
+            paths.ca_cert.display(),
+            refused.join(", "),
+            paths.ca_cert.display(),
+            paths.ca_key.display()
+        );
+    }
+    for name in added {
+        crate::devcert::add_name(&paths, name)?;
+    }
     if crate::devcert::ensure(&paths, &names)? {
         println!(
             "wrote {} and {} (CA: {})",
@@ -90,8 +125,13 @@ fn cert_dev(out: &Path, config: &Path) -> anyhow::Result<()> {
             paths.ca_cert.display()
         );
         println!("names: {}", names.join(", "));
+        println!("a running gateway serves the new certificate within seconds (it watches the file)");
     } else {
-        println!("{} already exists; remove it to make a new one", paths.cert.display());
+        println!(
+            "{} already covers every name ({}); remove it to make a new one",
+            paths.cert.display(),
+            names.join(", ")
+        );
     }
     Ok(())
 }

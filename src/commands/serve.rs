@@ -53,7 +53,7 @@ pub async fn serve(config: &Path, log_format: Option<crate::telemetry::LogFormat
         users = settings.users.len(),
         "gateway ready"
     );
-    print_attach(&settings, running.https.port(), running.ssh, first_user.as_ref());
+    print_attach(&settings, &running, first_user.as_ref());
 
     loop {
         tokio::select! {
@@ -83,8 +83,16 @@ fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
         return Ok(());
     }
     let paths = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
-    let projects: Vec<String> = settings.projects.iter().map(|p| p.name.clone()).collect();
-    let names = crate::devcert::server_names(settings.server.base_domain.as_deref(), &projects);
+    let (names, refused) = crate::devcert::vouchable(&paths, &crate::devcert::names_for(settings));
+    if !refused.is_empty() {
+        tracing::warn!(
+            ca = %paths.ca_cert.display(),
+            names = %refused.join(", "),
+            "the dev CA was made before these names were wanted and cannot vouch for them (its name constraints are fixed); the certificate leaves them out. Fix: remove {} and {} and start again (then trust the new CA)",
+            paths.ca_cert.display(),
+            paths.ca_key.display()
+        );
+    }
     if crate::devcert::ensure(&paths, &names).context("making the dev certificate")? {
         tracing::info!(ca = %paths.ca_cert.display(), cert = %paths.cert.display(), "made a development CA and server certificate");
     }
@@ -112,19 +120,18 @@ fn create_first_user(config: &Path, users_file: Option<&Path>) -> anyhow::Result
     Ok((name, password))
 }
 
-fn print_attach(
-    settings: &Settings,
-    port: u16,
-    ssh: Option<std::net::SocketAddr>,
-    first_user: Option<&(String, String)>,
-) {
+fn print_attach(settings: &Settings, running: &crate::Running, first_user: Option<&(String, String)>) {
+    let ssh = running.ssh;
     // The user the commands name: the one just made, else the only one there is.
     let only = (settings.users.len() == 1).then(|| settings.users[0].name.as_str());
     let (user, pw) = match first_user {
         Some((u, p)) => (u.as_str(), p.as_str()),
         None => (only.unwrap_or("<user>"), "<password>"),
     };
-    let reach = crate::reach::Reach::new(settings, Some(port));
+    let reach = running.gateway.ports.get().map_or_else(
+        || crate::reach::Reach::new(settings, Some(running.https.port())),
+        |p| crate::reach::Reach::bound(settings, p),
+    );
     let url = reach.base();
     let ca = if settings.tls.dev_ca {
         let ca = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
@@ -144,6 +151,7 @@ fn print_attach(
     };
     let mut out = String::new();
     out += &format!("\nopencode-gateway is serving {url}\n");
+    out += &trust_the_ca(settings, running, &reach);
     out += &format!(
         "control room (log in with the form): {}/   pair a phone: opencode-gateway pair {user}{dash_c}\n",
         reach.login()
@@ -190,6 +198,33 @@ fn print_attach(
     }
     // ok: the password printed here is the one just generated for the operator, shown this once.
     print!("{out}");
+}
+
+/// Where a phone gets the dev CA (the plain-HTTP listener's `/ca`) and the fingerprint to compare
+/// there, when the gateway made its own CA; nothing otherwise.
+fn trust_the_ca(settings: &Settings, running: &crate::Running, reach: &crate::reach::Reach) -> String {
+    if !settings.tls.dev_ca {
+        return String::new();
+    }
+    let ca = crate::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
+    let Some(der) = std::fs::read_to_string(&ca)
+        .ok()
+        .and_then(|p| crate::web::ca_page::der_from_pem(&p))
+    else {
+        return String::new();
+    };
+    let fp = crate::web::ca_page::fingerprint(&der);
+    match running.http {
+        Some(http) => format!(
+            "trust the dev CA on a phone: http://{}:{}/ca   SHA-256 fingerprint {fp}\n",
+            reach.host(),
+            http.port()
+        ),
+        None => format!(
+            "dev CA: {} (SHA-256 fingerprint {fp}); set server.http_listen to offer it to phones\n",
+            ca.display()
+        ),
+    }
 }
 
 /// Lines in a box drawn with ASCII, wide enough for the longest.

@@ -72,6 +72,9 @@ pub struct RawTls {
     pub key: Option<String>,
     #[serde(default)]
     pub dev_ca: bool,
+    /// More names (DNS names or IP addresses) for the dev certificate, e.g. a LAN address.
+    #[serde(default)]
+    pub dev_names: Vec<String>,
     pub acme: Option<RawAcme>,
 }
 

@@ -63,6 +63,8 @@ pub struct Tls {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub dev_ca: bool,
+    /// `[tls] dev_names`: names and addresses the dev certificate covers besides the gateway's own.
+    pub dev_names: Vec<String>,
     /// `[tls] acme`: obtain and renew `cert`/`key` from an ACME CA (RFC 8555).
     pub acme: Option<Acme>,
 }

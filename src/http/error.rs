@@ -72,7 +72,12 @@ pub enum HttpError {
     /// A browser without a login for a project host: sent to the login host's handoff, with a
     /// state cookie on this host that the handoff's ticket is bound to.
     #[error("log in first")]
-    LoginRedirect { location: String, state: String },
+    LoginRedirect {
+        location: String,
+        state: String,
+        /// The handoff state cookie's name on this front (`web/front.rs`).
+        cookie: String,
+    },
 }
 
 fn retry_secs(d: Duration) -> u64 {
@@ -168,11 +173,15 @@ impl HttpError {
         let h = resp.headers_mut();
         h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        if let HttpError::LoginRedirect { location, state } = &self
+        if let HttpError::LoginRedirect {
+            location,
+            state,
+            cookie,
+        } = &self
             && let Ok(v) = HeaderValue::from_str(location)
         {
             h.insert(header::LOCATION, v);
-            h.insert(header::SET_COOKIE, crate::web::cookie::set_handoff_state(state));
+            h.insert(header::SET_COOKIE, crate::web::cookie::set_handoff_state(cookie, state));
             h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
         }
         if status == StatusCode::UNAUTHORIZED {
@@ -198,6 +207,7 @@ mod tests {
                 HttpError::LoginRedirect {
                     location: "/login".into(),
                     state: "s".into(),
+                    cookie: crate::web::cookie::HANDOFF_STATE.into(),
                 },
                 303,
             ),

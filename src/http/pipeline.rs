@@ -490,9 +490,10 @@ async fn identify(
     }
 }
 
-/// The user of a project host's own cookie, when the request is on that project's host and the
-/// session is live. A browser navigation there without one goes to the login host's handoff
-/// (only on a project host: the handoff can only give a cookie to one).
+/// The user of a project front's own cookie (`web/front.rs`: a project host, or the project's
+/// own port), when the request is on that project's front and the session was handed off to
+/// exactly that project. A browser navigation there without one goes to the login host's
+/// handoff (only on a project front: the handoff can only give a cookie to one).
 async fn by_cookie(
     gw: &Gateway,
     state: &State,
@@ -502,15 +503,14 @@ async fn by_cookie(
     host: Option<&str>,
     t: &Target,
 ) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
-    let (Some(host), Some(domain)) = (host, state.settings.server.base_domain.as_deref()) else {
+    let front = crate::web::front::of(conn, host, state.settings.server.base_domain.as_deref());
+    let crate::web::front::WebFront::Project { name, own_port } = front else {
         return Ok(None);
     };
-    if !matches!(conn.front, Front::Tls { bound: None })
-        || crate::policy::route::host_label(host, domain) != Some(&*t.project.name)
-    {
+    if name != &*t.project.name {
         return Ok(None);
     }
-    if let Some(value) = crate::web::cookie::find(&parts.headers)
+    if let Some(value) = crate::web::cookie::find_named(&parts.headers, &front.session_cookie())
         && let Some(live) = gw.web.check(value, client).await?
         && live.host.as_deref() == Some(&*t.project.name)
         && let Some(user) = state.users.get(&*live.user)
@@ -519,10 +519,22 @@ async fn by_cookie(
     }
     if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let state = crate::web::session::random(16);
+        let handoff_state = crate::web::session::random(16);
+        let here = host.unwrap_or("");
+        let location = match (own_port, state.settings.server.base_domain.as_deref()) {
+            (false, Some(domain)) => crate::web::handoff::login_redirect(domain, here, path, &handoff_state),
+            // A project port sends the browser to the main port of the same host it used, so the
+            // login and the project share a host (and a phone needs no other name).
+            _ => {
+                let main = gw.ports.get().map_or(state.settings.server.listen.port(), |p| p.main);
+                let bare = crate::policy::route::strip_port(here);
+                crate::web::handoff::login_redirect_to(&format!("{bare}:{main}"), here, path, &handoff_state)
+            }
+        };
         return Err(HttpError::LoginRedirect {
-            location: crate::web::handoff::login_redirect(domain, host, path, &state),
-            state,
+            location,
+            state: handoff_state,
+            cookie: front.handoff_cookie().into_owned(),
         });
     }
     Ok(None)

@@ -15,25 +15,28 @@ pub const HANDOFF_STATE: &str = "__Host-ocgw-handoff";
 /// `Set-Cookie` for a new session (a session cookie for a password login, persistent for a
 /// paired device so the phone stays logged in across browser restarts).
 pub fn set(value: &str, max_age_secs: Option<i64>) -> HeaderValue {
+    set_named(NAME, value, max_age_secs)
+}
+
+/// `Set-Cookie` for the session cookie `name` (a project port's own name, `web/front.rs`).
+pub fn set_named(name: &str, value: &str, max_age_secs: Option<i64>) -> HeaderValue {
     let age = max_age_secs.map_or(String::new(), |s| format!("; Max-Age={s}"));
-    HeaderValue::from_str(&format!("{NAME}={value}; Path=/; Secure; HttpOnly; SameSite=Lax{age}"))
+    HeaderValue::from_str(&format!("{name}={value}; Path=/; Secure; HttpOnly; SameSite=Lax{age}"))
         .expect("a cookie of URL-safe characters is a valid header")
 }
 
-/// `Set-Cookie` for a project host's handoff state (lives as long as a login may take).
-pub fn set_handoff_state(value: &str) -> HeaderValue {
+/// `Set-Cookie` for a project front's handoff state `name` (lives as long as a login may take).
+pub fn set_handoff_state(name: &str, value: &str) -> HeaderValue {
     HeaderValue::from_str(&format!(
-        "{HANDOFF_STATE}={value}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=900"
+        "{name}={value}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=900"
     ))
     .expect("a cookie of URL-safe characters is a valid header")
 }
 
-/// `Set-Cookie` that removes the handoff state.
-pub fn clear_handoff_state() -> HeaderValue {
-    HeaderValue::from_str(&format!(
-        "{HANDOFF_STATE}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"
-    ))
-    .expect("static cookie is a valid header")
+/// `Set-Cookie` that removes the handoff state `name`.
+pub fn clear_handoff_state(name: &str) -> HeaderValue {
+    HeaderValue::from_str(&format!("{name}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"))
+        .expect("a cookie name of token characters is a valid header")
 }
 
 /// `Set-Cookie` that removes it.

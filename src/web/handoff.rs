@@ -72,30 +72,62 @@ pub enum BadTarget {
 /// Read a handoff target: `https://<project>.<base_domain>[:port]/path` on this gateway's port.
 /// Returns the authority, the project and the path.
 pub fn parse_target<'a>(to: &'a str, base_domain: &str, port: u16) -> Result<(&'a str, &'a str, &'a str), BadTarget> {
-    let rest = to.strip_prefix("https://").ok_or(BadTarget::NotHttps)?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    if authority.contains(['@', '\\']) {
-        return Err(BadTarget::NotAProjectHost);
-    }
+    let (authority, path) = split_target(to)?;
     let project = crate::policy::route::host_label(authority, base_domain).ok_or(BadTarget::NotAProjectHost)?;
     if port_of(authority) != port {
         return Err(BadTarget::OtherPort);
+    }
+    Ok((authority, project, path))
+}
+
+/// Read a handoff target asked for on the login host `here` (its Host header): a project host
+/// (see [`parse_target`]) or a project's own port on the same host name as `here` (port mode,
+/// `web/front.rs`). Returns the authority, the project and the path.
+pub fn target<'a>(
+    to: &'a str,
+    here: &str,
+    base_domain: Option<&str>,
+    ports: &crate::gateway::BoundPorts,
+) -> Result<(&'a str, String, &'a str), BadTarget> {
+    if let Some(d) = base_domain
+        && let Ok((authority, project, path)) = parse_target(to, d, port_of(here))
+    {
+        return Ok((authority, project.to_string(), path));
+    }
+    let (authority, path) = split_target(to)?;
+    if let Some(d) = base_domain
+        && crate::policy::route::host_label(authority, d).is_some()
+    {
+        return Err(BadTarget::OtherPort);
+    }
+    let same_name =
+        crate::policy::route::strip_port(authority).eq_ignore_ascii_case(crate::policy::route::strip_port(here));
+    let project = ports
+        .project_on(port_of(authority))
+        .filter(|_| same_name)
+        .ok_or(BadTarget::NotAProjectHost)?;
+    Ok((authority, project.to_string(), path))
+}
+
+/// `https://authority/path` → the authority and the path (`/` when empty), refusing user info,
+/// backslashes and any path that is not a plain local one.
+fn split_target(to: &str) -> Result<(&str, &str), BadTarget> {
+    let rest = to.strip_prefix("https://").ok_or(BadTarget::NotHttps)?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.is_empty() || authority.contains(['@', '\\']) {
+        return Err(BadTarget::NotAProjectHost);
     }
     let path = if path.is_empty() { "/" } else { path };
     if form::local_path(path) != path || path.contains('#') {
         return Err(BadTarget::BadPath);
     }
-    Ok((authority, project, path))
+    Ok((authority, path))
 }
 
 /// Login host: `GET /_gw/handoff?to=…`.
 pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
-    let Some(base_domain) = ctx.state.settings.server.base_domain.as_deref() else {
-        return Err(HttpError::NotFound(
-            "this gateway has no base_domain, so no project hosts".into(),
-        ));
-    };
+    let base_domain = ctx.state.settings.server.base_domain.as_deref();
     let query = ctx.parts.uri.query().unwrap_or("");
     let Some(login) = ctx.login_session().await? else {
         let here = format!("/_gw/handoff?{query}");
@@ -108,8 +140,8 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             "this login link has no state; open the project's address again".into(),
         ));
     }
-    let port = port_of(ctx.host.unwrap_or(""));
-    let (authority, project, path) = parse_target(&to, base_domain, port).map_err(|e| {
+    let ports = ctx.gw.ports.get().cloned().unwrap_or_default();
+    let (authority, project, path) = target(&to, ctx.host.unwrap_or(""), base_domain, &ports).map_err(|e| {
         tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
         HttpError::BadRequest(format!("cannot hand off to that address ({e:?})"))
     })?;
@@ -117,11 +149,11 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         .state
         .users
         .get(&*login.user)
-        .is_some_and(|u| u.grants.role_in(project).is_some());
-    if !granted || !ctx.state.projects.contains_key(project) {
+        .is_some_and(|u| u.grants.role_in(&project).is_some());
+    if !granted || !ctx.state.projects.contains_key(project.as_str()) {
         return Err(HttpError::NotGranted {
             user: login.user.to_string(),
-            project: project.to_string(),
+            project,
         });
     }
     let ticket = super::session::random(32);
@@ -129,7 +161,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         digest(&ticket),
         Arc::new(Ticket {
             login,
-            project: project.to_string(),
+            project,
             path: path.to_string(),
             state: digest(&state),
         }),
@@ -141,17 +173,14 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 
 /// Project host: `GET /_gw/callback?ticket=…`.
 pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
-    let base_domain = ctx.state.settings.server.base_domain.as_deref().unwrap_or("");
-    let here = ctx
-        .host
-        .and_then(|h| crate::policy::route::host_label(h, base_domain))
-        .unwrap_or("");
+    let front = super::front::of(ctx.conn, ctx.host, ctx.state.settings.server.base_domain.as_deref());
+    let here = front.project().unwrap_or("");
     let query = ctx.parts.uri.query().unwrap_or("");
     let ticket = crate::policy::query::get(query, "ticket").unwrap_or_default();
     let key = digest(&ticket);
     // The browser that started this handoff holds its state as a cookie on this host; a ticket
     // brought by another browser (a link an attacker made with their own login) does not match.
-    let state = super::cookie::find_named(&ctx.parts.headers, super::cookie::HANDOFF_STATE).map(digest);
+    let state = super::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
     // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
     // browser stays unusable there and cannot be burnt by it either.
     let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| {
@@ -196,9 +225,12 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         .await?;
     tracing::info!(target: "security", peer = %ctx.client, user = %child.user, project = %t.project, session = %child.id, login = %child.login_id, "project host handoff");
     let mut r = page::redirect(&t.path);
-    r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
+    r.headers_mut().append(
+        header::SET_COOKIE,
+        cookie::set_named(&front.session_cookie(), &value, None),
+    );
     r.headers_mut()
-        .append(header::SET_COOKIE, cookie::clear_handoff_state());
+        .append(header::SET_COOKIE, cookie::clear_handoff_state(&front.handoff_cookie()));
     Ok(r)
 }
 
@@ -207,11 +239,14 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 pub fn login_redirect(base_domain: &str, host: &str, path_and_query: &str, state: &str) -> String {
     let port = port_of(host);
     let port = if port == 443 { String::new() } else { format!(":{port}") };
+    login_redirect_to(&format!("{base_domain}{port}"), host, path_and_query, state)
+}
+
+/// The handoff on the login host `login` (`host[:port]`) for `https://<host><path_and_query>`.
+pub fn login_redirect_to(login: &str, host: &str, path_and_query: &str, state: &str) -> String {
+    let login = login.strip_suffix(":443").unwrap_or(login);
     let to = format!("https://{host}{path_and_query}");
-    format!(
-        "https://{base_domain}{port}/_gw/handoff?to={}&state={state}",
-        form::encode(&to)
-    )
+    format!("https://{login}/_gw/handoff?to={}&state={state}", form::encode(&to))
 }
 
 #[cfg(test)]
@@ -252,6 +287,49 @@ mod tests {
         for (to, want) in refused {
             assert_eq!(parse_target(to, d, 8443), Err(want), "{to}");
         }
+    }
+
+    #[test]
+    fn a_project_port_is_a_target_only_on_the_same_host_name_and_a_bound_port() {
+        let ports = crate::gateway::BoundPorts {
+            main: 8443,
+            projects: vec![("demo".into(), 8444), ("api".into(), 8445)],
+        };
+        let here = "198.18.0.1:8443";
+        assert_eq!(
+            target("https://198.18.0.1:8444/s?x=1", here, None, &ports),
+            Ok(("198.18.0.1:8444", "demo".to_string(), "/s?x=1"))
+        );
+        assert_eq!(target("https://198.18.0.1:8445", here, None, &ports).unwrap().1, "api");
+        for (to, want) in [
+            ("https://198.18.0.1:8443/", BadTarget::NotAProjectHost),
+            ("https://198.18.0.1:9999/", BadTarget::NotAProjectHost),
+            ("https://198.18.0.9:8444/", BadTarget::NotAProjectHost),
+            ("https://evil.example:8444/", BadTarget::NotAProjectHost),
+            ("https://198.18.0.1:8444@evil.example/", BadTarget::NotAProjectHost),
+            ("http://198.18.0.1:8444/", BadTarget::NotHttps),
+            ("https://198.18.0.1:8444//evil.example/", BadTarget::BadPath),
+        ] {
+            assert_eq!(target(to, here, None, &ports), Err(want), "{to}");
+        }
+        // With a base domain, project hosts keep their rules and ports work beside them.
+        let d = Some("gw.localhost");
+        assert_eq!(
+            target("https://web.gw.localhost:8443/", "gw.localhost:8443", d, &ports)
+                .unwrap()
+                .1,
+            "web"
+        );
+        assert_eq!(
+            target("https://web.gw.localhost:9443/", "gw.localhost:8443", d, &ports),
+            Err(BadTarget::OtherPort)
+        );
+        assert_eq!(
+            target("https://gw.localhost:8444/", "gw.localhost:8443", d, &ports)
+                .unwrap()
+                .1,
+            "demo"
+        );
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! it gets the control room. The other page paths (`/login`, `/logout`, `/inbox`, `/pair`) are
 //! OpenCode web-UI routes nobody uses, and always the gateway's.
 
+pub mod ca_page;
 pub mod cookie;
 pub mod csrf;
 pub mod form;
+pub mod front;
 pub mod handoff;
 pub mod login;
 pub mod page;
@@ -71,9 +73,11 @@ pub fn page(
     has_authorization: bool,
     only_project: bool,
 ) -> Option<Page> {
-    if !matches!(conn.front, Front::Tls { bound: None }) {
-        return None;
-    }
+    let own_port = match &conn.front {
+        Front::Tls { bound: None } => false,
+        Front::Tls { bound: Some(_) } => true,
+        Front::Ssh { .. } => return None,
+    };
     // The first few non-empty segments, without allocating (this runs for every request).
     let mut buf = [""; 4];
     let mut n = 0;
@@ -87,8 +91,9 @@ pub fn page(
     }
     let segs = &buf[..n.min(buf.len())];
     let too_long = n > buf.len();
-    let project_host =
-        matches!((host, base_domain), (Some(h), Some(d)) if crate::policy::route::host_label(h, d).is_some());
+    // A project's own port is a project front like a project host: only the handoff's callback.
+    let project_host = own_port
+        || matches!((host, base_domain), (Some(h), Some(d)) if crate::policy::route::host_label(h, d).is_some());
     if segs.first().is_some_and(|s| s.eq_ignore_ascii_case(PREFIX)) {
         let rest = if too_long { &["", "", ""][..] } else { &segs[1..] };
         return Some(match (project_host, rest) {

@@ -127,12 +127,20 @@ fn ago(ms: u64, now: u64) -> String {
     }
 }
 
-/// `https://<project>.<base_domain>[:port]` on the port this request came to.
-fn project_origin(state: &State, host: Option<&str>, project: &str) -> Option<String> {
-    let d = state.settings.server.base_domain.as_deref()?;
-    let host = host.unwrap_or("");
+/// A project's web UI origin as this browser reaches it: `https://<project>.<base_domain>[:port]`
+/// on the port this request came to, else the project's own port on the host name this request
+/// used (port mode, `web/front.rs`: a phone on a LAN needs no other name).
+fn project_origin(ctx: &Ctx<'_>, project: &str) -> Option<String> {
+    let host = ctx.host.unwrap_or("");
     let bare = crate::policy::route::strip_port(host);
-    Some(format!("https://{project}.{d}{}", &host[bare.len()..]))
+    if let Some(d) = ctx.state.settings.server.base_domain.as_deref() {
+        return Some(format!("https://{project}.{d}{}", &host[bare.len()..]));
+    }
+    let port = ctx.gw.ports.get()?.port_of(project)?;
+    Some(format!(
+        "https://{bare}{}",
+        if port == 443 { String::new() } else { format!(":{port}") }
+    ))
 }
 
 /// The web UI's address for a session: `/<base64url(directory)>/session/<id>`.
@@ -163,7 +171,7 @@ pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
     for v in &views {
         let can_answer = role_of(state, user, &v.name).is_some_and(|r| r >= Class::Respond.least_role());
         viewer_only &= !can_answer;
-        let origin = project_origin(state, ctx.host, &v.name);
+        let origin = project_origin(ctx, &v.name);
         projects.push(project_row(v, &origin, can_answer, now));
         for c in &v.pending {
             cards.push(card_row(v, c, &origin, can_answer, now));

@@ -306,6 +306,7 @@ fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
         cert: dir.path().join("c/server.crt"),
         key: dir.path().join("c/server.key"),
         dev_ca: false,
+        dev_names: Vec::new(),
         acme: None,
     };
     if let Err(e) = opencode_gateway::listen::tls::server_config(&settings) {

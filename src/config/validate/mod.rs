@@ -148,9 +148,13 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     }
     let public_url = match (&raw.server.public_url, listen) {
         (Some(u), _) => u.trim_end_matches('/').to_string(),
-        (None, Some(a)) if a.ip().is_unspecified() => {
-            format!("https://{}:{}", crate::devcert::host_name(), a.port())
-        }
+        // Listening on every address: the address another device on this network can use (a
+        // phone cannot resolve a bare host name; see `lan_address`).
+        (None, Some(a)) if a.ip().is_unspecified() => match lan_address() {
+            Some(std::net::IpAddr::V6(v6)) => format!("https://[{v6}]:{}", a.port()),
+            Some(ip) => format!("https://{ip}:{}", a.port()),
+            None => format!("https://{}:{}", crate::devcert::host_name(), a.port()),
+        },
         (None, Some(a)) => format!("https://{a}"),
         (None, None) => String::new(),
     };
@@ -254,6 +258,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         cert,
         key,
         dev_ca: raw.tls.dev_ca,
+        dev_names: dev_names(&mut c, &raw.tls.dev_names),
         acme,
     };
     if !tls.dev_ca && tls.acme.is_none() {
@@ -394,6 +399,46 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         });
     }
     Ok(settings)
+}
+
+/// The LAN address to print for a gateway listening on every address: a private IPv4 address
+/// (RFC 1918: the home or office network) first, then any other IPv4, then IPv6. Read when the
+/// config is loaded, so a DHCP change is picked up by the next reload or start.
+fn lan_address() -> Option<std::net::IpAddr> {
+    let all = crate::devcert::lan_addresses();
+    let private = |ip: &std::net::IpAddr| matches!(ip, std::net::IpAddr::V4(v4) if v4.is_private());
+    all.iter()
+        .find(|ip| private(ip))
+        .or_else(|| all.iter().find(|ip| ip.is_ipv4()))
+        .or_else(|| all.first())
+        .copied()
+}
+
+/// `tls.dev_names`: each an IP address or a DNS name (a leading `*.` allowed), lower-cased.
+fn dev_names(c: &mut Checker<'_>, raw: &[String]) -> Vec<String> {
+    let mut names = Vec::new();
+    for n in raw {
+        let bare = n.trim_start_matches("*.");
+        let dns_ok = !bare.is_empty()
+            && bare.len() <= 253
+            && bare.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if n.parse::<std::net::IpAddr>().is_ok() || dns_ok {
+            names.push(n.to_ascii_lowercase());
+        } else {
+            c.problem(
+                "tls.dev_names",
+                format!("{n:?} is neither an IP address nor a DNS name"),
+                "write addresses such as \"192.168.1.20\" and names such as \"mybox.local\"",
+            );
+        }
+    }
+    names
 }
 
 fn move_out(key: &str) -> String {

@@ -1,0 +1,109 @@
+//! Which browser front a request arrived at: the login host, or one project's web UI, either as
+//! `<project>.<base_domain>` on the main listener (host mode) or on the project's own port (port
+//! mode, for a LAN without wildcard DNS: the phone needs only the gateway's address). The one place
+//! that decides it, so the cookie a front reads, the cookie names it sets and the handoff target
+//! it accepts cannot disagree.
+//!
+//! Browsers do not isolate cookies by port (RFC 6265 §8.5): every port of `192.168.1.20` sees
+//! every cookie of that host. A project port therefore uses cookie names of its own
+//! (`__Host-ocgw-p-<project>`), so no port overwrites another's, and a session it accepts must have
+//! been handed off to exactly its project ([`crate::web::session::Live::host`]); a cookie minted on
+//! the login port or for another project's port is refused there. Scripts on a sibling port are
+//! the same site but not the same origin, so the cross-site rule (Sec-Fetch-Site, Origin exactly)
+//! refuses their writes as it refuses a sibling host's.
+
+use crate::http::{ConnInfo, Front};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WebFront<'a> {
+    /// The main listener on a name that is not a project host: the login host's pages.
+    Login,
+    /// A project's web UI.
+    Project { name: &'a str, own_port: bool },
+    /// An SSH channel: no browser cookies at all.
+    Ssh,
+}
+
+/// The front of a request on `conn` addressed to `host`.
+pub fn of<'a>(conn: &'a ConnInfo, host: Option<&'a str>, base_domain: Option<&str>) -> WebFront<'a> {
+    match &conn.front {
+        Front::Ssh { .. } => WebFront::Ssh,
+        Front::Tls { bound: Some(name) } => WebFront::Project { name, own_port: true },
+        Front::Tls { bound: None } => match (host, base_domain) {
+            (Some(h), Some(d)) => match crate::policy::route::host_label(h, d) {
+                Some(name) => WebFront::Project { name, own_port: false },
+                None => WebFront::Login,
+            },
+            _ => WebFront::Login,
+        },
+    }
+}
+
+impl WebFront<'_> {
+    /// The session cookie's name here.
+    pub fn session_cookie(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            WebFront::Project { name, own_port: true } => format!("{}-p-{name}", super::cookie::NAME).into(),
+            _ => super::cookie::NAME.into(),
+        }
+    }
+
+    /// The handoff state cookie's name here.
+    pub fn handoff_cookie(&self) -> std::borrow::Cow<'static, str> {
+        match self {
+            WebFront::Project { name, own_port: true } => format!("{}-p-{name}", super::cookie::HANDOFF_STATE).into(),
+            _ => super::cookie::HANDOFF_STATE.into(),
+        }
+    }
+
+    /// The project whose web UI this is.
+    pub fn project(&self) -> Option<&str> {
+        match self {
+            WebFront::Project { name, .. } => Some(name),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn conn(front: Front) -> ConnInfo {
+        ConnInfo::new("198.18.0.2:5000".parse().unwrap(), front)
+    }
+
+    #[test]
+    fn a_project_port_has_cookie_names_of_its_own_and_hosts_share_the_plain_ones() {
+        let main = conn(Front::Tls { bound: None });
+        let port = conn(Front::Tls {
+            bound: Some(Arc::from("demo")),
+        });
+        let login = of(&main, Some("198.18.0.1:8443"), None);
+        assert_eq!(login, WebFront::Login);
+        assert_eq!(login.session_cookie(), "__Host-ocgw");
+        let host = of(&main, Some("demo.gw.localhost:8443"), Some("gw.localhost"));
+        assert_eq!(
+            host,
+            WebFront::Project {
+                name: "demo",
+                own_port: false
+            }
+        );
+        assert_eq!(host.session_cookie(), "__Host-ocgw");
+        let own = of(&port, Some("198.18.0.1:8444"), Some("gw.localhost"));
+        assert_eq!(
+            own,
+            WebFront::Project {
+                name: "demo",
+                own_port: true
+            }
+        );
+        assert_eq!(own.session_cookie(), "__Host-ocgw-p-demo");
+        assert_eq!(own.handoff_cookie(), "__Host-ocgw-handoff-p-demo");
+        // The Host header does not move a request off its port's project.
+        let lying = of(&port, Some("api.gw.localhost:8444"), Some("gw.localhost"));
+        assert_eq!(lying.project(), Some("demo"));
+    }
+}
