@@ -90,14 +90,15 @@ try {
   await page.locator('[data-component]').first().waitFor({ timeout: 60000 });
   await shot('2-webui');
   const landed = page.url();
-  if (!(await prompt.isVisible())) {
+  const promptThere = await prompt.isVisible();
+  if (!promptThere) {
     // The link opened OpenCode's home, not the project (issue 22: project links should open the
     // project's sessions): go there on the same host, as OpenCode's own links do.
     await page.goto(`${href.origin}/${Buffer.from(projectDir).toString('base64url')}/session`);
   }
   await prompt.waitFor({ timeout: 60000 });
   if (logins.length !== loginsBefore) throw new Error(`a login form was shown: ${logins.slice(loginsBefore).join(', ')}`);
-  console.log(`the portal's link opened ${landed}; the prompt is at ${page.url()}`);
+  console.log(`the portal's link opened ${landed} (${promptThere ? 'with' : 'without'} a prompt); the prompt is at ${page.url()}`);
 
   step = 'send a prompt in the web UI';
   await page.getByRole('button', { name: 'Fake' }).first().waitFor({ timeout: 60000 });

@@ -120,7 +120,7 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
          [tls]\ncert = \"certs/server.crt\"\nkey = \"certs/server.key\"\ndev_ca = true\n\n\
          [admin]\nlisten = \"127.0.0.1:0\"\n\n{}{}",
         opencode_bin().display(),
-        spawned(PROJECT, &project_dir, &model, ""),
+        spawned(PROJECT, &project_dir, &model, &format!("listen = \"{BOX_ADDR}:0\"\n")),
         users_toml(&[TestUser {
             name: "alice",
             password: "alice-password-1",
@@ -196,51 +196,61 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
     )
     .await;
 
-    // The phone gets the CA from the gateway's plain-HTTP page (at the address the gateway told
-    // the person, else the listener's) and compares fingerprints with the terminal's.
-    let http_origin = printed_http_origin(&gw, Duration::from_secs(10))
-        .or_else(|| gw.http.map(|a| format!("http://{a}")))
-        .unwrap_or_else(|| {
-            panic!(
-                "the gateway names no plain-HTTP address for the CA page (none in its output, no http listener in its log):\n{}",
-                context()
-            )
-        });
-    let ca_page = format!("{http_origin}/ca.crt");
+    // The phone opens the CA page the gateway's terminal names (plain HTTP: nothing to trust yet),
+    // compares the fingerprint it shows with the terminal's, and downloads the certificate it links.
+    let http_origin = printed_http_origin(&gw, Duration::from_secs(10)).unwrap_or_else(|| {
+        panic!(
+            "the gateway's terminal names no http://{BOX_ADDR}:<port>/ page for the phone to get the dev CA from:\n{}",
+            context()
+        )
+    });
+    let terminal = printed_fingerprints(&gw.stdout.lock().unwrap());
+    assert_eq!(
+        terminal.len(),
+        1,
+        "the gateway's terminal prints one SHA-256 fingerprint of the dev CA: {terminal:?}\n{}",
+        context()
+    );
     let ca_file = phone_home.path().join("ca.crt");
-    let out = output_within(
-        Lan::command(&lan.phone_ns, "curl")
-            .args(["-sS", "--max-time", "15", "-w", "%{http_code} %{content_type}", "-o"])
-            .arg(&ca_file)
-            .arg(&ca_page),
-        None,
-        Duration::from_secs(30),
+    let fetch = |path: &str, to: &Path| -> String {
+        let url = format!("{http_origin}{path}");
+        let out = output_within(
+            Lan::command(&lan.phone_ns, "curl")
+                .args(["-sS", "--max-time", "15", "-w", "%{http_code}", "-o"])
+                .arg(to)
+                .arg(&url),
+            None,
+            Duration::from_secs(30),
+        );
+        assert!(
+            out.status.success(),
+            "the phone could not reach {url}: {}\n{}",
+            text(&out),
+            context()
+        );
+        let status = String::from_utf8_lossy(&out.stdout).to_string();
+        let body = String::from_utf8_lossy(&std::fs::read(to).unwrap_or_default()).to_string();
+        assert_eq!(status, "200", "{url} answered {status}: {body}\n{}", context());
+        body
+    };
+    let page = fetch("/ca", &phone_home.path().join("ca.html"));
+    assert_eq!(
+        printed_fingerprints(&page),
+        terminal,
+        "the CA page shows the fingerprint the terminal printed:\n{page}"
     );
-    assert!(
-        out.status.success(),
-        "the phone could not reach the CA page {ca_page}: {}\n{}",
-        text(&out),
-        context()
-    );
-    let answer = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        answer.starts_with("200 "),
-        "the CA page {ca_page} answered {answer:?}, not 200 with the certificate: {}\n{}",
-        String::from_utf8_lossy(&std::fs::read(&ca_file).unwrap_or_default()),
-        context()
-    );
+    assert!(page.contains("href=\"/ca.crt\""), "the CA page links /ca.crt:\n{page}");
+    fetch("/ca.crt", &ca_file);
     let ca = std::fs::read(&ca_file).unwrap();
+    assert_eq!(
+        vec![fingerprint(&ca)],
+        terminal,
+        "the certificate the phone downloaded has the fingerprint the terminal printed"
+    );
     assert_eq!(
         fingerprint(&ca),
         fingerprint(&std::fs::read(gw.ca()).unwrap()),
         "the CA page serves the gateway's dev CA"
-    );
-    let banner = gw.stdout.lock().unwrap().clone();
-    let shown = printed_fingerprints(&format!("{banner}\n{}", gw.logs()));
-    assert!(
-        shown.contains(&fingerprint(&ca)),
-        "the gateway's terminal output does not print the fetched CA's SHA-256 fingerprint {} (it printed {shown:?}):\n{banner}",
-        fingerprint(&ca)
     );
 
     // The phone's own NSS database, trusting the fetched CA for TLS servers and nothing else.
@@ -258,7 +268,7 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
         "the phone's NSS database does not trust the CA: {listed}"
     );
 
-    crate::common::browser::run_wrapped(
+    let said = crate::common::browser::run_wrapped(
         &phone,
         "lan_phone.mjs",
         &[
@@ -269,15 +279,11 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
             ("SHOT_DIR", shots.as_os_str()),
         ],
         Duration::from_secs(300),
-        || {
-            format!(
-                "gateway output:\n{}\ngateway log:\n{}",
-                gw.stdout.lock().unwrap(),
-                gw.logs()
-            )
-        },
+        context,
     )
     .await;
+
+    eprintln!("{said}");
 
     // What only the box sees: the tool ran once, in the project.
     let ran = std::fs::read_to_string(project_dir.join("ran.txt")).unwrap_or_default();

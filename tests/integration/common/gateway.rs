@@ -60,8 +60,6 @@ pub struct Gateway {
     pub https: SocketAddr,
     pub admin: SocketAddr,
     pub ssh: Option<SocketAddr>,
-    /// The plain-HTTP listener (`server.http_listen`), as its ready line (or the gateway's, `http=`) says.
-    pub http: Option<SocketAddr>,
     pub dir: tempfile::TempDir,
     pub config: PathBuf,
     pub stdout: Arc<Mutex<String>>,
@@ -75,7 +73,6 @@ struct Launched {
     https: SocketAddr,
     admin: SocketAddr,
     ssh: Option<SocketAddr>,
-    http: Option<SocketAddr>,
     stdout: Arc<Mutex<String>>,
     log: Arc<Mutex<String>>,
 }
@@ -138,19 +135,6 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String
         https: field("https").expect("https address in the ready line"),
         admin: field("admin").expect("admin address in the ready line"),
         ssh: field("ssh"),
-        // The plain-HTTP listener logs its own ready line before the gateway's.
-        http: field("http").or_else(|| {
-            let log = log.lock().unwrap();
-            let line = log.lines().find(|l| l.contains("plain HTTP listener ready"))?;
-            match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(j) => j.get("listen")?.as_str()?.parse().ok(),
-                Err(_) => line
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("listen="))?
-                    .parse()
-                    .ok(),
-            }
-        }),
         child,
         stdout,
         log,
@@ -186,7 +170,6 @@ impl Gateway {
             https: run.https,
             admin: run.admin,
             ssh: run.ssh,
-            http: run.http,
             child: Some(run.child),
             config: path,
             dir,
@@ -213,7 +196,6 @@ impl Gateway {
         self.https = run.https;
         self.admin = run.admin;
         self.ssh = run.ssh;
-        self.http = run.http;
         self.child = Some(run.child);
         self.stdout = run.stdout;
         self.log = run.log;
