@@ -16,6 +16,9 @@ use super::process::bounded;
 pub const BOX_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
 pub const PHONE_ADDR: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
 
+/// Pairs made by this process so far (a suffix of their names).
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
 /// The two namespaces and the veth pair between them.
 pub struct Lan {
     /// The gateway's namespace (198.18.0.1).
@@ -63,19 +66,13 @@ impl Lan {
             skipped(what, "iproute2's `ip` is not installed: apt-get install iproute2");
             return None;
         }
-        static RUN: AtomicUsize = AtomicUsize::new(0);
-        let n = RUN.fetch_add(1, Ordering::SeqCst);
+        let n = RUNS.fetch_add(1, Ordering::SeqCst);
         let id = format!("{}-{n}", std::process::id());
         let lan = Lan {
             box_ns: format!("ocgw-box-{id}"),
             phone_ns: format!("ocgw-phone-{id}"),
         };
-        // Names are this process's: one left by a process with the same pid is stale.
-        for ns in [&lan.box_ns, &lan.phone_ns] {
-            if std::path::Path::new("/run/netns").join(ns).exists() {
-                let _ = ip(&["netns", "del", ns]);
-            }
-        }
+        remove_stale();
         let out = ip(&["netns", "add", &lan.box_ns]);
         if !out.status.success() {
             skipped(
@@ -142,6 +139,31 @@ impl Lan {
         })
         .join()
         .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+}
+
+/// Namespaces of earlier runs that could not clean up (killed with SIGKILL): those named for a
+/// process that no longer runs, or for this one (a pid reused).
+fn remove_stale() {
+    let Ok(entries) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    let me = std::process::id();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(rest) = name
+            .strip_prefix("ocgw-box-")
+            .or_else(|| name.strip_prefix("ocgw-phone-"))
+        else {
+            continue;
+        };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let ours_now = pid == me && RUNS.load(Ordering::SeqCst) == 1;
+        if ours_now || !std::path::Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = ip(&["netns", "del", &name]);
+        }
     }
 }
 
