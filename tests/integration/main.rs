@@ -35,6 +35,7 @@ mod oracle;
 mod pairing;
 mod phone;
 mod pinning;
+mod project_ports;
 mod proxy;
 mod real_opencode;
 mod refusals;
