@@ -36,6 +36,7 @@ mod oracle;
 mod pairing;
 mod phone;
 mod pinning;
+mod project_ports;
 mod proxy;
 mod real_opencode;
 mod refusals;

@@ -122,3 +122,69 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
         assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
     }
 }
+
+/// Port mode (issue 22, LAN): a project's web UI on its own port, reached from the portal without
+/// a second login, and the sibling attacker moved from a sibling host to a sibling port of the
+/// same host (tests/browser/ports.mjs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_project_on_its_own_port_opens_without_a_second_login_and_a_sibling_port_cannot_act() {
+    let model = FakeModel::start("echo RAN >> ran.txt").await;
+    let alpha = tempfile::tempdir().unwrap();
+    let alpha_dir = alpha.path().canonicalize().unwrap();
+    let users = users_toml(&[TestUser {
+        name: "alice",
+        password: "alice-password-1",
+        projects: "[\"*\"]",
+        role: "operator",
+    }]);
+    let config = base_config(&format!(
+        "{}{users}",
+        spawned("alpha", &alpha_dir, &model, "listen = \"127.0.0.1:0\"")
+    ))
+    .replace("base_domain = \"gw.localhost\"\n", "")
+    .replace(
+        "state_dir = \"state\"\n",
+        &format!(
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            opencode_bin().display()
+        ),
+    );
+    let gw = Gateway::start(&config);
+    let alpha_port = crate::project_ports::own_port(&gw, "alpha").port().to_string();
+    let shots = crate::common::browser::shots("ports");
+    let (port, cert, key) = (
+        gw.https.port().to_string(),
+        gw.dir.path().join("certs/server.crt"),
+        gw.dir.path().join("certs/server.key"),
+    );
+    crate::common::browser::run(
+        "ports.mjs",
+        &[
+            ("GW_PORT", port.as_ref()),
+            ("ALPHA_PORT", alpha_port.as_ref()),
+            ("CERT", cert.as_os_str()),
+            ("KEY", key.as_os_str()),
+            ("ALPHA_DIR", alpha_dir.as_os_str()),
+            ("SHOT_DIR", shots.as_os_str()),
+        ],
+        Duration::from_secs(240),
+        || format!("gateway log:\n{}", gw.logs()),
+    )
+    .await;
+    let logs = gw.logs();
+    // The refusals the browser could only see as failures, by their reasons.
+    assert!(
+        logs.contains("reason=\"cross_site_fetch\" path=\"/_gw/act\""),
+        "the control room's refusal:\n{logs}"
+    );
+    // The sibling port's credentialed write reached the gateway with alpha's cookie and was
+    // refused for the cross-site rule (the browser sees only an opaque answer).
+    let refused = logs
+        .lines()
+        .filter(|l| l.contains("with a project host's cookie refused") && l.contains("project=alpha"))
+        .count();
+    assert!(refused >= 1, "no refusal of the sibling port's write:\n{logs}");
+    assert!(!logs.contains("alice-password-1"), "a password in the log");
+    assert!(shots.join("1-alpha-on-its-port.png").exists());
+}
