@@ -13,7 +13,7 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 
 use crate::common::gateway::{BIN, Gateway, TestUser, users_toml};
-use crate::common::netns::{BOX_ADDR, Lan};
+use crate::common::netns::{BOX_ADDR, Lan, PHONE_ADDR};
 use crate::common::opencode::{FakeModel, opencode_bin};
 use crate::common::process::{bounded, output_within};
 use crate::common::qr;
@@ -285,7 +285,32 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
 
     eprintln!("{said}");
 
-    // What only the box sees: the tool ran once, in the project.
+    // What only the box sees: the pairing and the answer came from the phone's address, by the
+    // paired device, and the tool ran once, in the project.
+    use crate::common::audit::{file, find};
+    let f = file(&gw);
+    let paired = find(&f, "device_paired", |r| r["user"] == "alice").await;
+    assert_eq!(
+        paired["address"],
+        PHONE_ADDR.to_string(),
+        "the phone paired from its namespace's address: {paired}"
+    );
+    let answered = find(&f, "permission_answer", |r| r["answer"] == "once").await;
+    assert_eq!(
+        (
+            answered["from"].as_str(),
+            answered["project"].as_str(),
+            answered["via_id"].as_str(),
+            answered["address"].as_str()
+        ),
+        (
+            Some("control_room"),
+            Some(PROJECT),
+            paired["via_id"].as_str(),
+            Some(PHONE_ADDR.to_string().as_str())
+        ),
+        "the answer was the paired phone's, from /inbox: {answered}"
+    );
     let ran = std::fs::read_to_string(project_dir.join("ran.txt")).unwrap_or_default();
     assert_eq!(
         ran.lines().count(),
