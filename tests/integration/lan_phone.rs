@@ -138,7 +138,7 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
             .arg(&gw.config),
     );
     assert!(out.status.success(), "pair failed: {}", text(&out));
-    let printed = String::from_utf8(out.stdout.clone()).unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         !String::from_utf8_lossy(&out.stderr).contains("WARNING"),
         "pair warns that the phone cannot open its URL: {}",
@@ -183,13 +183,12 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
             gw.logs()
         )
     };
-    let page_only = decoded.split('#').next().unwrap().to_string();
     crate::common::browser::run_wrapped(
         &phone,
         "lan_phone.mjs",
         &[
             ("HOME", phone_home.path().as_os_str()),
-            ("UNTRUSTED_URL", page_only.as_ref()),
+            ("UNTRUSTED_URL", page.as_ref()),
         ],
         Duration::from_secs(60),
         context,
