@@ -27,6 +27,7 @@ mod faults;
 mod harness;
 mod inbox;
 mod isolation;
+mod lan;
 mod lifecycle;
 mod metrics;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
