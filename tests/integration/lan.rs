@@ -243,3 +243,41 @@ fn doctor_says_when_another_device_could_not_reach_what_the_gateway_prints() {
     );
     assert!(out.contains("Fix: set server.http_listen"), "{out}");
 }
+
+/// The committed LAN variant of the dev config (the README's phone path) validates beside the dev
+/// config, listens on every address, and names this machine's LAN address, not loopback.
+#[test]
+fn the_committed_lan_config_serves_every_address_under_this_machines_lan_address() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shown = Command::new("git")
+        .args(["show", "HEAD:config/gateway.lan.toml"])
+        .current_dir(repo)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap());
+    let text = shown.unwrap_or_else(|| std::fs::read_to_string(repo.join("config/gateway.lan.toml")).unwrap());
+    assert!(
+        !text.contains("[[user]]"),
+        "users are the first start's to make, in the users file"
+    );
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("config")).unwrap();
+    std::fs::create_dir_all(root.path().join("demo")).unwrap();
+    let path = root.path().join("config/gateway.lan.toml");
+    std::fs::write(&path, &text).unwrap();
+    let out = cli(&["check", "-c", path.to_str().unwrap()], root.path());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("https  0.0.0.0:8443"), "{stdout}");
+    let lan = opencode_gateway::devcert::lan_addresses();
+    if let Some(ip) = lan.iter().find(|ip| ip.is_ipv4()) {
+        assert!(
+            stdout.contains(&format!("(https://{ip}:8443)"))
+                || lan.iter().any(|a| stdout.contains(&format!("(https://{a}:8443)"))),
+            "the public URL is a LAN address of this machine ({lan:?}):\n{stdout}"
+        );
+        assert!(stdout.contains(":8444/"), "demo's web UI on its own port:\n{stdout}");
+    }
+    assert!(!stdout.contains("(https://127.0.0.1"), "{stdout}");
+}
