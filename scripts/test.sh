@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+# The README's two commands must work in either order: this one may not change the tree the
+# other (`cargo run --release -- serve`) runs on. Compared at the end (ignored files aside).
+tree_before=$(git status --porcelain 2>/dev/null || true)
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -77,6 +80,13 @@ fi
 # cold took 5 minutes on 2 cores, while tests ran too; then 10 s per target). A finding fails the run.
 step "fuzzing (10 s per target)"
 scripts/fuzz.sh 10
+
+tree_after=$(git status --porcelain 2>/dev/null || true)
+if [ "$tree_before" != "$tree_after" ]; then
+  echo "scripts/test.sh: the suite changed the working tree (the README's serve would then run on another tree):" >&2
+  diff <(printf '%s\n' "$tree_before") <(printf '%s\n' "$tree_after") >&2 || true
+  exit 1
+fi
 
 echo "scripts/test.sh: passed in $(( $(date +%s) - started )) s"
 if [ -n "$skipped_os_users" ]; then

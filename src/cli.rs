@@ -38,6 +38,10 @@ pub enum Command {
         /// The project's folder (default: the current folder).
         #[arg(long)]
         project_dir: Option<PathBuf>,
+        /// For a phone on the same network: listen on every address, the project's web UI on a
+        /// port of its own (no wildcard DNS needed), the dev CA offered on plain HTTP (`/ca`).
+        #[arg(long)]
+        lan: bool,
     },
     /// Validate a config file and print what it would serve.
     Check {

@@ -145,6 +145,22 @@ pub fn vouchable(paths: &DevCertPaths, names: &[String]) -> (Vec<String>, Vec<St
     (ok, refused)
 }
 
+/// The DNS names of the server certificate on disk (none when there is none).
+fn dns_names(paths: &DevCertPaths) -> Vec<String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let Some(Ok(leaf)) = CertificateDer::pem_file_iter(&paths.cert)
+        .ok()
+        .and_then(|mut i| i.next())
+    else {
+        return Vec::new();
+    };
+    match webpki::EndEntityCert::try_from(&leaf) {
+        Ok(cert) => cert.valid_dns_names().map(str::to_string).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The names in `names` the server certificate on disk does not cover (all when it is unreadable).
 pub fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<String> {
     use rustls::pki_types::CertificateDer;
@@ -292,6 +308,16 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     if paths.cert.exists() && paths.key.exists() && missing_names(paths, names).is_empty() {
         return Ok(false);
     }
+    // A new certificate keeps the DNS names the one it replaces had (the same CA vouched for
+    // them), so configs sharing the dev certificates (config/gateway.toml and its LAN variant)
+    // do not take each other's names away when they are served in turn.
+    let mut names = names.to_vec();
+    for kept in dns_names(paths) {
+        if !names.iter().any(|n| n.eq_ignore_ascii_case(&kept)) {
+            names.push(kept);
+        }
+    }
+    let names = &names[..];
     if let Some(dir) = paths.cert.parent() {
         create_private_dir(dir)?;
     }
@@ -472,6 +498,33 @@ mod tests {
                 .contains(&GeneralSubtree::DnsName("demo.gw.localhost".into())),
             "covered by gw.localhost"
         );
+    }
+
+    #[test]
+    fn a_new_name_gets_a_new_certificate_from_the_same_ca_and_the_old_names_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
+        assert!(ensure(&paths, &server_names(Some("gw.localhost"), &["demo".into()])).unwrap());
+        let ca = std::fs::read(&paths.ca_cert).unwrap();
+        verify(&paths, "198.18.0.1").expect_err("not yet");
+        // The LAN variant of the config: an address and no base domain.
+        let lan = vec!["localhost".to_string(), "198.18.0.1".into()];
+        assert!(ensure(&paths, &lan).unwrap(), "a name was missing: a new certificate");
+        for name in ["198.18.0.1", "demo.gw.localhost", "localhost"] {
+            verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca, "the same CA");
+        assert!(!ensure(&paths, &lan).unwrap(), "covered now: nothing to do");
+        // A DNS name the CA was not made for cannot be added: it says so before writing anything.
+        let (ok, refused) = vouchable(
+            &paths,
+            &["198.18.0.9".into(), "other.example".into(), "gw.localhost".into()],
+        );
+        assert_eq!(ok, vec!["198.18.0.9".to_string(), "gw.localhost".into()]);
+        assert_eq!(refused, vec!["other.example".to_string()]);
+        // Without a CA yet, any name is fine (the CA is made for it).
+        let fresh = DevCertPaths::beside(&dir.path().join("n/server.crt"), &dir.path().join("n/server.key"));
+        assert_eq!(vouchable(&fresh, &["other.example".into()]).1, Vec::<String>::new());
     }
 
     #[test]

@@ -110,10 +110,16 @@ impl Reach {
 
 /// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`).
 pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr) -> String {
-    let host = if ssh.ip().is_unspecified() {
-        crate::devcert::host_name()
-    } else {
-        ssh.ip().to_string()
+    ssh_forward_via(name, user, ssh, None)
+}
+
+/// [`ssh_forward`]; a listener on every address is named by `public_host` (the public URL's host,
+/// e.g. the LAN address) when given, else by this machine's host name.
+pub fn ssh_forward_via(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
+    let host = match (ssh.ip().is_unspecified(), public_host) {
+        (true, Some(h)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+        (true, None) => crate::devcert::host_name(),
+        (false, _) => ssh.ip().to_string(),
     };
     let port = if ssh.port() == 22 {
         String::new()

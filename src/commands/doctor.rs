@@ -87,8 +87,74 @@ pub fn run(s: &Settings) -> Report {
     opencode(s, &mut r);
     permissions(s, &mut r);
     listeners(s, &mut r);
+    reachability(s, &mut r);
     base_domain(s, &mut r);
     r
+}
+
+/// Can another device (a phone on the same Wi-Fi) reach what the gateway prints? Loopback hosts,
+/// loopback listeners behind a LAN public URL, `*.localhost` project hosts and a missing CA page
+/// all look fine from this machine and fail on the phone.
+fn reachability(s: &Settings, r: &mut Report) {
+    let reach = crate::reach::Reach::new(s, None);
+    let host = reach
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let loopback_name = |h: &str| {
+        h == "localhost" || h.ends_with(".localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    };
+    let lan_fix = "for a phone on your network: `opencode-gateway serve -c config/gateway.lan.toml` (the dev config) or `opencode-gateway init --lan`; or set listen = \"0.0.0.0:8443\" and public_url to this machine's LAN address";
+    if loopback_name(&host) {
+        r.warn(format!(
+            "reach: the public URL {} is this machine only: another device cannot open it, nor the pairing QR code that carries it. Fix: {lan_fix}",
+            reach.base()
+        ));
+    } else if s.server.listen.ip().is_loopback() {
+        r.fail(format!(
+            "reach: the public URL {} names {host}, but server.listen {} takes connections from this machine only. Fix: listen on 0.0.0.0:{} (or on {host})",
+            reach.base(),
+            s.server.listen,
+            s.server.listen.port()
+        ));
+    } else if let Ok(ip) = host.parse::<std::net::IpAddr>()
+        && std::net::UdpSocket::bind((ip, 0)).is_err()
+    {
+        r.warn(format!(
+            "reach: the public URL's address {ip} is not an address of this machine (its addresses: {:?}). Fix: set public_url to one of them, unless a port forward in front of the gateway owns {ip}",
+            crate::devcert::lan_addresses()
+        ));
+    } else {
+        r.ok(format!("reach: other devices use {}", reach.base()));
+    }
+    let lan = !s.server.listen.ip().is_loopback();
+    if lan
+        && s.server
+            .base_domain
+            .as_deref()
+            .is_some_and(|d| d == "localhost" || d.ends_with(".localhost"))
+    {
+        r.warn(format!(
+            "reach: base_domain {} is a .localhost name, which every device resolves to itself: a phone cannot open any project host under it. Fix: remove base_domain and give each project a port of its own ([[project]] listen = \"0.0.0.0:8444\"), or use a domain with DNS records for it and its subdomains",
+            s.server.base_domain.as_deref().unwrap_or_default()
+        ));
+    }
+    for p in &s.projects {
+        if let Some(l) = p.listen
+            && lan
+            && l.ip().is_loopback()
+        {
+            r.warn(format!(
+                "reach: project {} listen {l} is this machine only while the gateway serves other devices. Fix: listen = \"0.0.0.0:{}\"",
+                p.name,
+                l.port()
+            ));
+        }
+    }
+    if lan && s.tls.dev_ca && s.server.http_listen.is_none() {
+        r.warn("reach: a phone must trust the dev CA before it can open the gateway, and nothing offers it the CA. Fix: set server.http_listen = \"0.0.0.0:8080\" (http://<address>:8080/ca serves it with its fingerprint)");
+    }
 }
 
 fn certificate(s: &Settings, r: &mut Report) {

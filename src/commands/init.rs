@@ -36,7 +36,33 @@ directory = "{directory}"
 spawn = true                       # the gateway runs `opencode serve` here itself
 "#;
 
-pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<()> {
+/// `init --lan`: the same config for a phone on the same network (see `config/gateway.lan.toml`).
+fn lan_template() -> String {
+    let swaps = [
+        (
+            "listen = \"127.0.0.1:8443\"          # HTTPS; use 0.0.0.0:8443 to reach it from other devices\nbase_domain = \"gw.localhost\"       # <project>.gw.localhost serves that project's web UI\n",
+            "listen = \"0.0.0.0:8443\"            # every address: devices on your network reach it\n# public_url is left out: this machine's LAN address is used (the pairing QR code carries it)\nhttp_listen = \"0.0.0.0:8080\"       # http://<LAN address>:8080/ca offers the dev CA to phones\n",
+        ),
+        ("listen = \"127.0.0.1:2222\"", "listen = \"0.0.0.0:2222\""),
+        (
+            "spawn = true                       # the gateway runs `opencode serve` here itself\n",
+            "spawn = true                       # the gateway runs `opencode serve` here itself\nlisten = \"0.0.0.0:8444\"            # its web UI on a port of its own (a phone has no wildcard DNS)\n",
+        ),
+    ];
+    let mut t = TEMPLATE.to_string();
+    for (from, to) in swaps {
+        assert!(t.contains(from), "the LAN template swaps {from:?}");
+        t = t.replacen(from, to, 1);
+    }
+    t
+}
+
+pub fn init(
+    dir: Option<&Path>,
+    project: Option<String>,
+    project_dir: Option<PathBuf>,
+    lan: bool,
+) -> anyhow::Result<()> {
     let project_dir = match project_dir {
         Some(d) => d,
         None => std::env::current_dir()?,
@@ -90,7 +116,8 @@ pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<Pat
             project_dir.display()
         );
     }
-    let text = TEMPLATE
+    let template = if lan { lan_template() } else { TEMPLATE.to_string() };
+    let text = template
         .replace("{name}", &name)
         .replace("{directory}", &toml_string(&project_dir))
         .replace(
@@ -114,10 +141,25 @@ pub fn init(dir: Option<&Path>, project: Option<String>, project_dir: Option<Pat
     let ca = paths.ca_cert.display();
     let reach = crate::reach::Reach::new(&settings, None);
     let web = reach.web_ui(&name).unwrap_or_default();
-    let ssh_cmd = crate::reach::ssh_forward(&name, "dev", ssh.listen);
+    let ssh_cmd = crate::reach::ssh_forward_via(&name, "dev", ssh.listen, Some(reach.host()));
+    let phone = match settings.server.http_listen {
+        Some(http) => {
+            let fp = std::fs::read_to_string(&paths.ca_cert)
+                .ok()
+                .and_then(|p| crate::web::ca_page::der_from_pem(&p))
+                .map(|d| crate::web::ca_page::fingerprint(&d))
+                .unwrap_or_default();
+            format!(
+                "phone:   trust the dev CA from http://{}:{}/ca (SHA-256 fingerprint {fp}), then scan the code `opencode-gateway pair dev` prints\n",
+                reach.host(),
+                http.port()
+            )
+        }
+        None => String::new(),
+    };
     // ok: the generated password is shown to the operator this once; only its hash is stored.
     println!(
-        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\nssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
+        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\n{phone}ssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
         cfg = config.display(),
         certs = paths.ca_cert.parent().unwrap_or(Path::new(".")).display(),
         state = settings.server.state_dir.display(),

@@ -31,7 +31,8 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
             dir,
             project,
             project_dir,
-        } => init::init(dir.as_deref(), project, project_dir),
+            lan,
+        } => init::init(dir.as_deref(), project, project_dir, lan),
         Command::Check {
             config,
             known_hosts: false,

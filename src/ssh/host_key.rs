@@ -46,16 +46,26 @@ pub fn describe(path: &Path, listen: SocketAddr) -> String {
 pub fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
     let key = russh::keys::load_secret_key(path, None).ok()?;
     let public = key.public_key();
-    let host = if listen.ip().is_unspecified() {
-        crate::devcert::host_name()
+    // A listener on every address is reached by this machine's name or any of its LAN addresses:
+    // one line names them all (comma-separated patterns), so it pastes as is whichever is used.
+    let hosts: Vec<String> = if listen.ip().is_unspecified() {
+        std::iter::once(crate::devcert::host_name())
+            .chain(crate::devcert::lan_addresses().iter().map(|ip| ip.to_string()))
+            .collect()
     } else {
-        listen.ip().to_string()
+        vec![listen.ip().to_string()]
     };
-    let entry = if listen.port() == 22 {
-        host
-    } else {
-        format!("[{host}]:{}", listen.port())
-    };
+    let entry = hosts
+        .iter()
+        .map(|host| {
+            if listen.port() == 22 {
+                host.clone()
+            } else {
+                format!("[{host}]:{}", listen.port())
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",");
     let full = public.to_openssh().ok()?;
     Some(format!(
         "{entry} {}",

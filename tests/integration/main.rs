@@ -27,6 +27,7 @@ mod faults;
 mod harness;
 mod inbox;
 mod isolation;
+mod lan;
 mod lan_phone;
 mod lifecycle;
 mod metrics;
