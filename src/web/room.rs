@@ -556,7 +556,12 @@ pub async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         // there yet, the handoff's round trip), which `form-action` also governs: exactly the
         // origins of the projects the user may create a session in.
         let mut targets = String::new();
-        for o in r.projects.iter().filter(|p| p.can_create).filter_map(|p| p.origin.as_deref()) {
+        for o in r
+            .projects
+            .iter()
+            .filter(|p| p.can_create)
+            .filter_map(|p| p.origin.as_deref())
+        {
             if !targets.split(' ').any(|t| t == o) {
                 targets.push(' ');
                 targets.push_str(o);
