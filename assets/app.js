@@ -30,3 +30,22 @@
   // After a reconnect, what changed in between is unknown: refresh once.
   source.addEventListener('open', refresh);
 })();
+
+// Ages that count: every element with `data-since` (ms since the epoch) shows how long ago that
+// was, in the server's words ("5 s", "3 min", "2 h", "1 d"). Without script the server's text stays.
+(() => {
+  const ago = (ms) => {
+    const s = Math.max(0, Math.floor((Date.now() - ms) / 1000));
+    if (s < 60) return `${s} s`;
+    if (s < 3600) return `${Math.floor(s / 60)} min`;
+    if (s < 86400) return `${Math.floor(s / 3600)} h`;
+    return `${Math.floor(s / 86400)} d`;
+  };
+  const tick = () => {
+    for (const el of document.querySelectorAll('[data-since]')) {
+      const since = Number(el.dataset.since);
+      if (since > 0) el.textContent = ago(since);
+    }
+  };
+  setInterval(tick, 1000);
+})();

@@ -121,6 +121,13 @@ pub struct Resolved {
     pub resolved_at_ms: u64,
     #[serde(flatten)]
     pub how: Resolution,
+    /// How it was answered, when known: `once`, `always`, `reject` (permissions), `reply`,
+    /// `reject` (questions). Unknown for a request found gone after a gap.
+    pub answer: Option<String>,
+    /// What was asked: the permission's kind (`bash`) or `question`.
+    pub tool: String,
+    /// The first line of its command or patch, its first pattern, or the question's text.
+    pub detail: String,
 }
 
 /// A request that just appeared (for notifications).

@@ -81,9 +81,9 @@ pub struct Seed {
 pub struct Model {
     pub projects: BTreeMap<String, ProjectModel>,
     pub resolved: VecDeque<Resolved>,
-    /// Requests the gateway is replying to, and for whom: their `*.replied` event then says
-    /// "answered here".
-    ours: HashMap<(String, String), String>,
+    /// Requests the gateway is replying to, for whom and with what answer: their `*.replied`
+    /// event then says "answered here".
+    ours: HashMap<(String, String), (String, String)>,
 }
 
 /// Keep at most [`MAX_SESSIONS`]: drop the least recently active that is not busy.
@@ -141,10 +141,11 @@ impl Model {
         changed
     }
 
-    /// The gateway is about to reply to `id` for `user`.
-    pub fn replying(&mut self, project: &str, id: &str, user: &str) {
+    /// The gateway is about to reply to `id` for `user` with `answer`.
+    pub fn replying(&mut self, project: &str, id: &str, user: &str, answer: &str) {
         if self.ours.len() < 10_000 {
-            self.ours.insert((project.into(), id.into()), user.into());
+            self.ours
+                .insert((project.into(), id.into()), (user.into(), answer.into()));
         }
     }
 
@@ -162,19 +163,22 @@ impl Model {
         }
     }
 
-    /// Remove a pending card, recording how it went. True if there was one.
-    pub fn resolve(&mut self, project: &str, id: &str, now: u64) -> bool {
-        let how = match self.ours.remove(&(project.into(), id.into())) {
-            Some(by) => Resolution::AnsweredHere { by },
-            None => Resolution::Elsewhere,
+    /// Remove a pending card, recording how it went (`answer`: what the event said, if it said).
+    /// True if there was one.
+    pub fn resolve(&mut self, project: &str, id: &str, now: u64, answer: Option<&str>) -> bool {
+        let (how, answer) = match self.ours.remove(&(project.into(), id.into())) {
+            Some((by, ours)) => (Resolution::AnsweredHere { by }, Some(ours)),
+            None => (Resolution::Elsewhere, answer.map(String::from)),
         };
         let Some(p) = self.projects.get_mut(project) else {
             return false;
         };
-        let kind = if p.permissions.remove(id).is_some() {
-            CardKind::Permission
-        } else if p.questions.remove(id).is_some() {
-            CardKind::Question
+        let (kind, tool, detail) = if let Some(r) = p.permissions.remove(id) {
+            let detail = r.lines.first().or(r.patterns.first()).cloned().unwrap_or_default();
+            (CardKind::Permission, r.tool, detail)
+        } else if let Some(q) = p.questions.remove(id) {
+            let detail = q.questions.first().map(|i| i.question.clone()).unwrap_or_default();
+            (CardKind::Question, "question".to_string(), detail)
         } else {
             return false;
         };
@@ -184,6 +188,9 @@ impl Model {
             kind,
             resolved_at_ms: now,
             how,
+            answer,
+            tool,
+            detail,
         });
         self.prune(now);
         true
@@ -283,11 +290,18 @@ impl Model {
                 Some(q) => self.add_question(project, q),
                 None => Effect::default(),
             },
-            "permission.replied" | "question.replied" | "question.rejected" => changed(
-                props["requestID"]
-                    .as_str()
-                    .is_some_and(|id| self.resolve(project, id, now)),
-            ),
+            kind @ ("permission.replied" | "question.replied" | "question.rejected") => {
+                let answer = match kind {
+                    "permission.replied" => props["reply"].as_str(),
+                    "question.replied" => Some("reply"),
+                    _ => Some("reject"),
+                };
+                changed(
+                    props["requestID"]
+                        .as_str()
+                        .is_some_and(|id| self.resolve(project, id, now, answer)),
+                )
+            }
             "session.created" | "session.updated" => {
                 let sessions = &mut self.project_mut(project).sessions;
                 let old = props["info"]["id"].as_str().and_then(|id| sessions.get(id));
@@ -320,7 +334,7 @@ impl Model {
                     )
                     .collect();
                 for card in cards {
-                    c |= self.resolve(project, &card, now);
+                    c |= self.resolve(project, &card, now, None);
                 }
                 changed(c)
             }
@@ -387,7 +401,7 @@ impl Model {
             .cloned()
             .collect();
         for id in gone {
-            self.resolve(project, &id, now);
+            self.resolve(project, &id, now, None);
         }
         for p in perms {
             effect.merge(self.add_permission(project, p));

@@ -137,6 +137,17 @@ async fn post(
     path: &str,
     body: Option<serde_json::Value>,
 ) -> Result<(u16, String), InboxError> {
+    post_keeping(gw, endpoint, path, body, 300).await
+}
+
+/// [`post`], keeping at most `keep` characters of the answer.
+async fn post_keeping(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    path: &str,
+    body: Option<serde_json::Value>,
+    keep: usize,
+) -> Result<(u16, String), InboxError> {
     let mut req = http::Request::post(format!("http://{}{path}", endpoint.authority))
         .header(http::header::CONTENT_TYPE, "application/json")
         .header(http::header::USER_AGENT, super::INBOX_AGENT)
@@ -161,28 +172,35 @@ async fn post(
         if let Some(r) = &endpoint.redactor {
             text = String::from_utf8_lossy(&r.frame(Bytes::from(text))).into_owned();
         }
-        Ok((status, text.chars().take(300).collect()))
+        Ok((status, text.chars().take(keep).collect()))
     };
     tokio::time::timeout(REPLY_TIMEOUT, exchange)
         .await
         .map_err(|_| InboxError::Unreachable("no answer in 30 s".into()))?
 }
 
+/// One answer to send: where, with what body, and its name for the record (`once`, `reply`, …).
+struct Answer {
+    path: String,
+    body: Option<serde_json::Value>,
+    name: &'static str,
+}
+
 impl Inbox {
-    /// Send one answer for the request `id` of `project`; record who answered.
+    /// Send one answer for the request `id` of `project`; record who answered, and how.
     async fn answer(
         &self,
         gw: &Gateway,
         project: &str,
         id: &str,
-        path: String,
-        body: Option<serde_json::Value>,
+        Answer { path, body, name }: Answer,
         by_user: &str,
     ) -> Result<Outcome, InboxError> {
+        let answer = name;
         check_id(id)?;
         let (endpoint, dir) = target(gw, project)?;
         self.update(|m, _| {
-            m.replying(project, id, by_user);
+            m.replying(project, id, by_user, answer);
             Default::default()
         });
         let result = post(gw, &endpoint, &with_directory(&path, dir.as_deref()), body).await;
@@ -203,7 +221,7 @@ impl Inbox {
             }
             // Answered (by us or, on a 404, by someone else): the card goes now; the event that
             // follows finds nothing to do. On an error the card stays.
-            let gone = outcome.is_ok() && m.resolve(project, id, now);
+            let gone = outcome.is_ok() && m.resolve(project, id, now, Some(answer));
             model_changed(gone)
         });
         outcome
@@ -223,8 +241,18 @@ impl Inbox {
         if let Some(m) = message.filter(|m| !m.is_empty()) {
             body["message"] = m.chars().take(2000).collect::<String>().into();
         }
-        self.answer(gw, project, id, format!("/permission/{id}/reply"), Some(body), by_user)
-            .await
+        self.answer(
+            gw,
+            project,
+            id,
+            Answer {
+                path: format!("/permission/{id}/reply"),
+                body: Some(body),
+                name: reply.as_str(),
+            },
+            by_user,
+        )
+        .await
     }
 
     /// `POST /question/{id}/reply` with `{"answers": [[label, …], …]}`: for each question in
@@ -238,8 +266,18 @@ impl Inbox {
         by_user: &str,
     ) -> Result<Outcome, InboxError> {
         let body = serde_json::json!({ "answers": answers });
-        self.answer(gw, project, id, format!("/question/{id}/reply"), Some(body), by_user)
-            .await
+        self.answer(
+            gw,
+            project,
+            id,
+            Answer {
+                path: format!("/question/{id}/reply"),
+                body: Some(body),
+                name: "reply",
+            },
+            by_user,
+        )
+        .await
     }
 
     /// `POST /question/{id}/reject`: the agent is told the user declined to answer.
@@ -250,8 +288,18 @@ impl Inbox {
         id: &str,
         by_user: &str,
     ) -> Result<Outcome, InboxError> {
-        self.answer(gw, project, id, format!("/question/{id}/reject"), None, by_user)
-            .await
+        self.answer(
+            gw,
+            project,
+            id,
+            Answer {
+                path: format!("/question/{id}/reject"),
+                body: None,
+                name: "reject",
+            },
+            by_user,
+        )
+        .await
     }
 
     /// `POST /session/{id}/abort`: stop what the session is doing.
@@ -263,6 +311,26 @@ impl Inbox {
             (200..=299, _) => Ok(Outcome::Done),
             (404, _) => Ok(Outcome::AlreadyAnswered),
             (status, body) => Err(InboxError::Upstream { status, body }),
+        }
+    }
+}
+
+impl Inbox {
+    /// `POST /session {}` in the project's directory: a new, empty session; its id.
+    pub async fn create_session(&self, gw: &Gateway, project: &str) -> Result<String, InboxError> {
+        let (endpoint, dir) = target(gw, project)?;
+        let path = with_directory("/session", dir.as_deref());
+        match post_keeping(gw, &endpoint, &path, Some(serde_json::json!({})), MAX_ANSWER_BYTES).await? {
+            (200..=299, body) => crate::http::audit::created_session(body.as_bytes())
+                .filter(|id| check_id(id).is_ok())
+                .ok_or(InboxError::Upstream {
+                    status: 200,
+                    body: "the answer named no session".into(),
+                }),
+            (status, body) => Err(InboxError::Upstream {
+                status,
+                body: body.chars().take(300).collect(),
+            }),
         }
     }
 }

@@ -55,6 +55,10 @@ pub enum Page {
     Events,
     /// Answer a pending request, abort a session.
     Act,
+    /// Create a session in a project, then open it in the web UI.
+    NewSession,
+    /// Restart a project's spawned server (operators).
+    Restart,
     Static(&'static str),
     /// Login host: begin single sign-on (`[oidc]`).
     OidcStart,
@@ -101,6 +105,8 @@ pub fn page(
             (false, ["handoff"]) => Page::Handoff,
             (false, ["events"]) => Page::Events,
             (false, ["act"]) => Page::Act,
+            (false, ["new"]) => Page::NewSession,
+            (false, ["restart"]) => Page::Restart,
             (false, ["oidc", "start"]) => Page::OidcStart,
             (false, ["oidc", "callback"]) => Page::OidcCallback,
             (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
@@ -226,6 +232,8 @@ pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Respons
         (Page::Inbox, &Method::GET) => room::inbox(ctx).await,
         (Page::Events, &Method::GET) => room::events(ctx).await,
         (Page::Act, &Method::POST) => room::act(ctx, body).await,
+        (Page::NewSession, &Method::POST) => room::new_session(ctx, body).await,
+        (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
         (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),

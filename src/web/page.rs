@@ -100,11 +100,45 @@ pub fn redirect(to: &str) -> Response<ProxyBody> {
     r
 }
 
+/// A message as a person reads it: the `code` spans the gateway's messages use (backticks around
+/// a command) become `<code>`, every character of the text escaped; a lone backtick is dropped.
+/// Rendered with `|safe` (the escaping is done here).
+pub struct Marked<'a>(pub &'a str);
+
+impl std::fmt::Display for Marked<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<&str> = self.0.split('`').collect();
+        // An odd number of parts pairs every backtick; otherwise the last one is alone.
+        let paired = parts.len() % 2 == 1;
+        for (i, part) in parts.iter().enumerate() {
+            let last_alone = !paired && i == parts.len() - 1;
+            let code = i % 2 == 1 && !last_alone;
+            if code {
+                f.write_str("<code>")?;
+            }
+            for c in part.chars() {
+                match c {
+                    '&' => f.write_str("&amp;")?,
+                    '<' => f.write_str("&lt;")?,
+                    '>' => f.write_str("&gt;")?,
+                    '"' => f.write_str("&quot;")?,
+                    '\'' => f.write_str("&#39;")?,
+                    c => f.write_fmt(format_args!("{c}"))?,
+                }
+            }
+            if code {
+                f.write_str("</code>")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Template)]
 #[template(path = "message.html")]
 struct Message<'a> {
     title: &'a str,
-    text: &'a str,
+    text: Marked<'a>,
 }
 
 /// An error as a page a person reads (the same status and words as the JSON form).
@@ -116,7 +150,13 @@ pub fn error_page(e: HttpError) -> Response<ProxyBody> {
     };
     let text = e.to_string();
     let title = status.canonical_reason().unwrap_or("Error");
-    let mut r = match html(status, &Message { title, text: &text }) {
+    let mut r = match html(
+        status,
+        &Message {
+            title,
+            text: Marked(&text),
+        },
+    ) {
         Ok(r) => r,
         Err(_) => e.into_response(),
     };
@@ -129,7 +169,14 @@ pub fn error_page(e: HttpError) -> Response<ProxyBody> {
 
 /// A page that says why something did not work, with its status.
 pub fn message(status: StatusCode, title: &str, text: &str) -> Response<ProxyBody> {
-    html(status, &Message { title, text }).unwrap_or_else(|e| e.into_response())
+    html(
+        status,
+        &Message {
+            title,
+            text: Marked(text),
+        },
+    )
+    .unwrap_or_else(|e| e.into_response())
 }
 
 /// Does the client want a page rather than JSON (a navigation or a form post)?
@@ -139,4 +186,21 @@ pub fn wants_html(headers: &http::HeaderMap) -> bool {
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|a| a.contains("text/html"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Marked;
+
+    #[test]
+    fn code_spans_become_code_and_everything_is_escaped() {
+        assert_eq!(
+            Marked("Run `opencode-gateway pair <user>` on the host").to_string(),
+            "Run <code>opencode-gateway pair &lt;user&gt;</code> on the host"
+        );
+        assert_eq!(Marked("a `b` c `d").to_string(), "a <code>b</code> c d");
+        assert_eq!(Marked("<script>\"'&").to_string(), "&lt;script&gt;&quot;&#39;&amp;");
+        assert_eq!(Marked("``").to_string(), "<code></code>");
+        assert!(!Marked("x `y` z`").to_string().contains('`'));
+    }
 }

@@ -32,11 +32,22 @@ pub struct SessionRow {
     pub title: String,
     pub status_class: &'static str,
     pub status_text: String,
+    /// Why it retries (OpenCode's error text), as a sentence below the badge.
+    pub status_reason: Option<String>,
     pub ago: String,
+    /// `ago`'s moment (ms since the epoch), for the page's script to count on.
+    pub since_ms: u64,
     pub usage: Option<String>,
     pub link: Option<String>,
     pub subagent: bool,
     pub busy: bool,
+    /// The session's oldest waiting permission request, for the portal's "Approve".
+    pub waiting: Option<WaitingRow>,
+}
+
+pub struct WaitingRow {
+    pub id: String,
+    pub what: String,
 }
 
 pub struct ProjectRow {
@@ -47,8 +58,15 @@ pub struct ProjectRow {
     pub state_reason: Option<String>,
     pub pending: usize,
     pub sessions: Vec<SessionRow>,
+    /// The project's sessions in its web UI (`/<base64url(directory)>/session`).
     pub web_ui: Option<String>,
     pub can_answer: bool,
+    /// The user's role lets them create a session there (`POST /session`).
+    pub can_create: bool,
+    /// An operator (or admin) there, and the gateway runs its server.
+    pub can_restart: bool,
+    /// Its web UI's origin, as this browser reaches it.
+    pub origin: Option<String>,
 }
 
 pub struct QuestionRow {
@@ -72,6 +90,8 @@ pub struct CardRow {
     pub patterns: Vec<String>,
     pub always: Vec<String>,
     pub waited: String,
+    /// When it was asked (ms since the epoch), for the page's script to count on.
+    pub asked_ms: u64,
     pub link: Option<String>,
     pub can_answer: bool,
     pub questions: Vec<QuestionRow>,
@@ -88,8 +108,9 @@ pub struct Room {
     pub cards: Vec<CardRow>,
     pub notes: Vec<NoteRow>,
     pub pending: usize,
-    /// A fixed message after an action (never text a client sent).
-    pub flash: Option<&'static str>,
+    /// A message after an action: what was answered (from the inbox's own record of it), or a
+    /// fixed sentence; never text a client sent.
+    pub flash: Option<String>,
     pub viewer_only: bool,
 }
 
@@ -155,12 +176,77 @@ fn session_link(origin: &Option<String>, directory: Option<&str>, id: &str) -> O
     })
 }
 
+/// The project in its web UI: its sessions, at `/<base64url(directory)>/session` (the path
+/// OpenCode's web UI itself navigates to for a project); `/` (the web UI's home, which lists only
+/// projects opened in that browser before) when the project has no directory.
+fn project_link(origin: &Option<String>, directory: Option<&str>) -> Option<String> {
+    let o = origin.as_ref()?;
+    Some(match directory {
+        Some(d) => format!(
+            "{o}/{}/session",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d)
+        ),
+        None => format!("{o}/"),
+    })
+}
+
+/// May `role` create a session in `project`, by the rule a proxied `POST /session` meets (the
+/// table, the upstream's document, `[[route_role]]`)?
+fn may_create_session(state: &State, role: Role, project: &str) -> bool {
+    let Some(p) = state.projects.get(project) else {
+        return false;
+    };
+    let api = p.api();
+    let extra = crate::policy::authz::Extra {
+        upstream: api.as_deref(),
+        configured: &state.settings.route_roles,
+    };
+    crate::policy::authz::check_path_with(role, &http::Method::POST, "/session", extra).is_ok()
+}
+
+/// Restarting a server: an operator's (or admin's) action, on a server the gateway runs.
+fn may_restart(state: &State, role: Role, project: &str) -> bool {
+    role >= Class::Operate.least_role()
+        && state
+            .projects
+            .get(project)
+            .is_some_and(|p| matches!(p.upstream, crate::state::Upstream::Supervised(_)))
+}
+
+/// "Allowed once", "Always allowed", "Rejected", …: how a request was answered.
+fn answered_words(kind: CardKind, answer: Option<&str>) -> &'static str {
+    match (kind, answer) {
+        (CardKind::Permission, Some("once")) => "Allowed once",
+        (CardKind::Permission, Some("always")) => "Always allowed",
+        (CardKind::Permission, Some("reject")) => "Rejected",
+        (CardKind::Question, Some("reject")) => "Declined",
+        _ => "Answered",
+    }
+}
+
+/// What was asked, in a line: the command's first line (cut), or the request's title.
+fn resolved_what(r: &crate::inbox::Resolved) -> String {
+    let detail = r.detail.trim();
+    if detail.is_empty() {
+        return match r.kind {
+            CardKind::Permission => permission_title(&r.tool),
+            CardKind::Question => "a question".into(),
+        };
+    }
+    let mut cut: String = detail.chars().take(80).collect();
+    if cut.len() < detail.len() {
+        cut.push('…');
+    }
+    cut
+}
+
 fn role_of(state: &State, user: &str, project: &str) -> Option<Role> {
     state.users.get(user)?.grants.role_in(project)
 }
 
 /// Build the room for `user` from the inbox's model: only projects the user has a role in.
 pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
+    let done = flash_key(ctx);
     let state = ctx.state;
     let views = ctx.gw.inbox.view(|p| role_of(state, user, p).is_some());
     let now = crate::inbox::now_ms();
@@ -168,32 +254,64 @@ pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
     let mut cards = Vec::new();
     let mut notes = Vec::new();
     let mut viewer_only = true;
+    let mut answered: Option<String> = None;
     for v in &views {
-        let can_answer = role_of(state, user, &v.name).is_some_and(|r| r >= Class::Respond.least_role());
+        let role = role_of(state, user, &v.name);
+        let can_answer = role.is_some_and(|r| r >= Class::Respond.least_role());
         viewer_only &= !can_answer;
         let origin = project_origin(ctx, &v.name);
-        projects.push(project_row(v, &origin, can_answer, now));
+        let mut row = project_row(v, &origin, can_answer, now);
+        row.can_create = role.is_some_and(|r| may_create_session(state, r, &v.name));
+        row.can_restart = role.is_some_and(|r| may_restart(state, r, &v.name));
+        row.origin = origin.clone();
+        projects.push(row);
         for c in &v.pending {
             cards.push(card_row(v, c, &origin, can_answer, now));
         }
+        // One notice per answer: this user's own answers are said once, by the notice at the
+        // top of the page after the answer (`?done=…&id=…`), and not again in the list.
         for r in &v.resolved {
-            let what = format!(
-                "{} in {}",
-                match r.kind {
-                    CardKind::Permission => "A permission request",
-                    CardKind::Question => "A question",
-                },
-                v.name
-            );
+            let words = answered_words(r.kind, r.answer.as_deref());
+            let what = resolved_what(r);
             let text = match &r.how {
-                Resolution::Elsewhere => format!("{what} was answered elsewhere ({} ago)", ago(r.resolved_at_ms, now)),
-                Resolution::AnsweredHere { by } => {
-                    format!("{what} was answered here by {by} ({} ago)", ago(r.resolved_at_ms, now))
+                Resolution::AnsweredHere { by } if by == user => {
+                    if let Some((_, id)) = &done
+                        && *id == r.id
+                        && answered.is_none()
+                    {
+                        answered = Some(format!("{words}: {what}"));
+                    }
+                    continue;
                 }
+                Resolution::AnsweredHere { by } => {
+                    format!(
+                        "{words} by {by}: {what} (in {}, {} ago)",
+                        v.name,
+                        ago(r.resolved_at_ms, now)
+                    )
+                }
+                Resolution::Elsewhere => format!(
+                    "{what} (in {}): answered elsewhere{} ({} ago)",
+                    v.name,
+                    match r.answer.as_deref() {
+                        Some(_) => format!(", {}", words.to_lowercase()),
+                        None => String::new(),
+                    },
+                    ago(r.resolved_at_ms, now)
+                ),
             };
             notes.push(NoteRow { text });
         }
     }
+    // The fixed sentence after what was answered ("Allowed once: ls. The agent goes on.").
+    let flash = match (answered, flash) {
+        (Some(what), Some(f)) => Some(match f.split_once(": ") {
+            Some((_, tail)) => format!("{what}. {}", capitalize(tail)),
+            None => what,
+        }),
+        (None, f) => f.map(String::from),
+        (Some(what), None) => Some(what),
+    };
     cards.sort_by(|a, b| b.waited.len().cmp(&a.waited.len()).then(a.waited.cmp(&b.waited)));
     Room {
         user: user.to_string(),
@@ -203,6 +321,14 @@ pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
         notes,
         flash,
         viewer_only: viewer_only && !views.is_empty(),
+    }
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => String::new(),
     }
 }
 
@@ -218,13 +344,26 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
         .sessions
         .iter()
         .map(|s| {
-            let (status_class, status_text) = match &s.status {
-                SessionStatus::Idle => ("idle", "idle".to_string()),
-                SessionStatus::Busy => ("busy", "busy".to_string()),
-                SessionStatus::Retry { attempt, message, .. } => {
-                    ("retry", format!("retrying (attempt {attempt}): {message}"))
-                }
+            // The badge says the state in a word; an error's text goes below it, as a sentence.
+            let (status_class, status_text, status_reason) = match &s.status {
+                SessionStatus::Idle => ("idle", "idle".to_string(), None),
+                SessionStatus::Busy => ("busy", "busy".to_string(), None),
+                SessionStatus::Retry { attempt, message, .. } => (
+                    "retry",
+                    format!("retrying (attempt {attempt})"),
+                    Some(message.clone()).filter(|m| !m.trim().is_empty()),
+                ),
             };
+            let waiting = v.pending.iter().find_map(|c| match c {
+                Card::Permission(p) if p.request.session_id == s.id => Some(WaitingRow {
+                    id: p.request.id.clone(),
+                    what: match p.request.lines.first() {
+                        Some(line) => format!("{}: {line}", permission_title(&p.request.tool)),
+                        None => permission_title(&p.request.tool),
+                    },
+                }),
+                _ => None,
+            });
             let usage = match (&s.cost, &s.tokens) {
                 (None, None) => None,
                 (cost, tokens) => Some(format!(
@@ -245,11 +384,14 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
                 },
                 status_class,
                 status_text,
+                status_reason,
                 ago: ago(s.last_activity_ms, now),
+                since_ms: s.last_activity_ms,
                 usage,
                 link: session_link(origin, v.directory.as_deref(), &s.id),
                 subagent: s.parent_id.is_some(),
                 busy: !matches!(s.status, SessionStatus::Idle),
+                waiting,
             }
         })
         .collect();
@@ -260,8 +402,11 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
         state_reason,
         pending: v.pending.len(),
         sessions,
-        web_ui: origin.as_ref().map(|o| format!("{o}/")),
+        web_ui: project_link(origin, v.directory.as_deref()),
         can_answer,
+        can_create: false,
+        can_restart: false,
+        origin: None,
     }
 }
 
@@ -306,6 +451,7 @@ fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool
         patterns: Vec::new(),
         always: Vec::new(),
         waited: ago(asked, now),
+        asked_ms: asked,
         link: session_link(origin, v.directory.as_deref(), session_id),
         can_answer,
         questions: Vec::new(),
@@ -359,6 +505,16 @@ async fn require_login(ctx: &Ctx<'_>, here: &str) -> Result<Result<Arc<Live>, Re
     }
 }
 
+/// `?done=…&id=…`: the action, and the request it answered.
+fn flash_key(ctx: &Ctx<'_>) -> Option<(String, String)> {
+    let q = ctx.parts.uri.query().unwrap_or("");
+    let done = crate::policy::query::get(q, "done")?;
+    Some((
+        done.into_owned(),
+        crate::policy::query::get(q, "id").unwrap_or_default().into_owned(),
+    ))
+}
+
 fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
     let q = ctx.parts.uri.query().unwrap_or("");
     match crate::policy::query::get(q, "done").as_deref() {
@@ -374,6 +530,8 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         Some("elsewhere") => Some("That request was already answered elsewhere."),
         Some("aborted") => Some("The session was told to stop."),
         Some("gone") => Some("That session had already stopped."),
+        Some("created") => Some("A new session was created."),
+        Some("restarting") => Some("Restarting the project's server: its sessions stop; it is back in a few seconds."),
         _ => None,
     }
 }
@@ -394,7 +552,22 @@ pub async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     if fragment(ctx) {
         page::html(StatusCode::OK, &PortalContent { r: &r })
     } else {
-        page::html(StatusCode::OK, &PortalPage { r: &r })
+        // "New session" answers with a redirect to the project's web UI (and, without its cookie
+        // there yet, the handoff's round trip), which `form-action` also governs: exactly the
+        // origins of the projects the user may create a session in.
+        let mut targets = String::new();
+        for o in r
+            .projects
+            .iter()
+            .filter(|p| p.can_create)
+            .filter_map(|p| p.origin.as_deref())
+        {
+            if !targets.split(' ').any(|t| t == o) {
+                targets.push(' ');
+                targets.push_str(o);
+            }
+        }
+        page::html_with(StatusCode::OK, &PortalPage { r: &r }, &targets)
     }
 }
 
@@ -536,10 +709,102 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         .await;
     match outcome {
         // The notice says what was answered (allowed once, always, rejected, replied).
-        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done={action}"))),
+        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done={action}&id={}", form::encode(id)))),
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),
         Err(e) => Err(inbox_error(project, e)),
     }
+}
+
+/// The login behind a state-changing portal form, and its `project` field: cross-origin
+/// requests refused first, then no login, then (as absent) a project the user has no role in.
+async fn portal_form(ctx: &Ctx<'_>, body: Incoming) -> Result<(Arc<Live>, String, Role), HttpError> {
+    ctx.check_csrf()?;
+    let Some(live) = ctx.login_session().await? else {
+        return Err(HttpError::Unauthenticated);
+    };
+    let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
+    let project = f.get("project").cloned().unwrap_or_default();
+    let Some(role) = role_of(ctx.state, &live.user, &project) else {
+        return Err(HttpError::NotFound(format!("no project {project:?} of yours")));
+    };
+    Ok((live, project, role))
+}
+
+fn via_of(live: &Live) -> Via {
+    if live.device.is_some() {
+        Via::Device
+    } else {
+        Via::Cookie
+    }
+}
+
+/// `POST /_gw/new`: create a session in the project (upstream, the way the inbox answers: the
+/// gateway's own credential, the project's directory), then open it in the project's web UI.
+/// Needs the role a proxied `POST /session` needs.
+pub async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+    let (live, project, role) = portal_form(ctx, body).await?;
+    if !may_create_session(ctx.state, role, &project) {
+        tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "a new session from a role that may not create one refused");
+        return Err(HttpError::Forbidden(format!(
+            "creating a session in project {project} needs the operator role; {} has {}",
+            live.user,
+            role.as_str()
+        )));
+    }
+    let created = ctx.gw.inbox.create_session(ctx.gw, &project).await;
+    ctx.gw
+        .audit
+        .record_written(
+            Record::new("session_create")
+                .user(&*live.user)
+                .project(&project)
+                .address(ctx.client)
+                .via(via_of(&live), live.device.as_deref())
+                .field("from", "control_room")
+                .field("session", created.as_ref().ok().cloned())
+                .field("outcome", if created.is_ok() { "done" } else { "failed" }),
+            std::time::Duration::from_millis(250),
+        )
+        .await;
+    let id = created.map_err(|e| inbox_error(&project, e))?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session created from the control room");
+    let origin = project_origin(ctx, &project);
+    let directory = ctx
+        .state
+        .projects
+        .get(&project)
+        .and_then(|p| p.config.directory.as_ref().map(|d| d.display().to_string()));
+    Ok(match session_link(&origin, directory.as_deref(), &id) {
+        Some(link) => page::redirect(&link),
+        None => page::redirect("/?done=created"),
+    })
+}
+
+/// `POST /_gw/restart`: what `opencode-gateway restart <project>` does (the control socket's
+/// `POST /restart`), for an operator (or admin) of the project; audited as `server_restarted`
+/// with the user when the new server is up.
+pub async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+    let (live, project, role) = portal_form(ctx, body).await?;
+    if role < Class::Operate.least_role() {
+        tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "a restart from a role that may not restart refused");
+        return Err(HttpError::Forbidden(format!(
+            "restarting project {project}'s server needs the operator role; {} has {}",
+            live.user,
+            role.as_str()
+        )));
+    }
+    let Some(crate::state::Upstream::Supervised(s)) = ctx.state.projects.get(&project).map(|p| &p.upstream) else {
+        return Err(HttpError::BadRequest(format!(
+            "project {project} is an OpenCode server the gateway does not run; restart it where it runs"
+        )));
+    };
+    s.restart_by(Some(&live.user))
+        .map_err(|reason| HttpError::UpstreamStarting {
+            project: project.clone(),
+            reason,
+        })?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, "server restart asked from the control room");
+    Ok(page::redirect("/?done=restarting"))
 }
 
 /// An inbox failure as the status a person can act on.

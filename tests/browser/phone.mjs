@@ -30,6 +30,11 @@ const cli = (...args) => execFileSync(bin, [...args, '-c', config], { encoding: 
 const attack = (id) => `<!doctype html><form id=f method=post action="${login}/_gw/act">
   <input name=project value=alpha><input name=id value="${id}"><input name=do value=once></form>
   <script>document.getElementById('f').submit()</script>`;
+// The same, for the portal's restart button.
+const attackRestart = `<!doctype html><form id=f method=post action="${login}/_gw/restart">
+  <input name=project value=alpha></form><script>document.getElementById('f').submit()</script>`;
+// Where the portal's project link goes: the project's sessions in OpenCode's web UI.
+const alphaSessions = `${alphaHost}/${Buffer.from(alphaDir).toString('base64url')}/session`;
 let attackId = '';
 const sibling = https.createServer({ key: fs.readFileSync(env('KEY')), cert: fs.readFileSync(certPath) }, (req, res) => {
   res.writeHead(200, { 'content-type': 'text/html' });
@@ -120,11 +125,20 @@ try {
   await p2.goto(`${login}/pair#${code}`);
   await p2.waitForLoadState('networkidle');
   if (new URL(p2.url()).pathname === '/') throw new Error('a used pairing code logged a second phone in');
+  step = 'an error says its command as code, without raw backticks';
+  const error = p2.locator('#error');
+  const errorText = await error.innerText();
+  if (errorText.includes('`')) throw new Error(`raw backticks in the error: ${errorText}`);
+  if ((await error.locator('code').innerText()) !== 'opencode-gateway pair <user>') throw new Error(`the command is not code: ${await error.innerHTML()}`);
+  if (await error.evaluate((e) => !!e.closest('.badge'))) throw new Error('the error sits in a badge');
   await second.close();
 
   step = 'the portal lists both projects';
   for (const p of ['alpha', 'beta']) await page.locator(`[data-project=${p}]`).first().waitFor({ timeout: 10000 });
   await shot('1-portal');
+  step = "a project's link opens its sessions in the web UI";
+  const projectLink = await page.locator('[data-project=alpha] h2 a').first().getAttribute('href');
+  if (projectLink !== alphaSessions) throw new Error(`alpha's link is ${projectLink}, not ${alphaSessions}`);
   await tapTargets('the portal');
   await fitsNarrow('the portal');
 
@@ -148,6 +162,16 @@ try {
   if (!(await card.innerText()).includes('bash')) throw new Error(`the card does not name the tool: ${await card.innerText()}`);
   if (!(await card.locator('pre').innerText()).includes('ran.txt')) throw new Error('the card does not show the command');
   if (!(await card.locator('h2').innerText()).startsWith('Run a command (bash)')) throw new Error(`the card's title is not in words: ${await card.locator('h2').innerText()}`);
+  step = "the card's age counts up while the page is open";
+  const counted = await until('the age to change on the page', 8000, () => page.evaluate(async (id) => {
+    const el = document.querySelector(`[data-card="${id}"] [data-since]`);
+    if (!el) return null;
+    const before = el.textContent;
+    await new Promise((r) => setTimeout(r, 2200));
+    // The same element (not a refreshed copy of the card) shows a later age.
+    return el.isConnected && el.textContent !== before ? [before, el.textContent] : null;
+  }, first));
+  console.log(`the age counted from ${counted[0]} to ${counted[1]}`);
   await tapTargets('the inbox');
   await fitsNarrow('the inbox');
   await shot('2-inbox');
@@ -156,8 +180,13 @@ try {
   await card.locator('button[value=once]').tap();
   await page.waitForURL((u) => u.searchParams.get('done') === 'once', { timeout: 15000 });
   const told = await page.locator('#flash').innerText();
-  if (!told.startsWith('Allowed once')) throw new Error(`the notice does not say what was answered: ${told}`);
+  if (!told.startsWith('Allowed once: echo RAN >> ran.txt')) throw new Error(`the notice does not say what was answered: ${told}`);
   await page.locator(`[data-card="${first}"]`).waitFor({ state: 'detached', timeout: 10000 });
+  step = 'one notice for the answer';
+  // The live list is refreshed when the request's reply event comes: the answer is not said twice.
+  await page.waitForTimeout(1500);
+  const notices = await page.locator('.note').allInnerTexts();
+  if (notices.length !== 1 || notices.some((n) => n.includes('answered here'))) throw new Error(`notices: ${JSON.stringify(notices)}`);
   await until('the tool wrote ran.txt', 60000, async () => ranLines() === 1);
   await shot('3-allowed');
 
@@ -170,6 +199,10 @@ try {
   if (replied.status() !== 200) throw new Error(`reply through the API: ${replied.status()}`);
   await page.locator(`[data-card="${other}"]`).waitFor({ state: 'detached', timeout: 5000 });
   await page.getByText('answered elsewhere').first().waitFor({ timeout: 5000 });
+  const elsewhere = await page.locator('.note.resolved').allInnerTexts();
+  if (elsewhere.length !== 1 || !elsewhere[0].includes('echo RAN >> ran.txt') || !elsewhere[0].includes('allowed once')) {
+    throw new Error(`the note does not say what was answered elsewhere: ${JSON.stringify(elsewhere)}`);
+  }
   await until('the second tool run', 60000, async () => ranLines() === 2);
   await shot('4-elsewhere');
 
@@ -192,6 +225,19 @@ try {
   }
   if (!(await pending()).includes(third)) throw new Error("the viewer's answer went through");
   await shot('5-viewer', viewer);
+  step = 'a viewer gets no approve, new session or restart button, and the endpoints refuse her';
+  await viewer.goto(`${login}/`);
+  await viewer.locator(`[data-session="${session}"]`).waitFor({ timeout: 5000 });
+  for (const sel of [`[data-session="${session}"] button[value=once]`, '#new-alpha', '#restart-alpha']) {
+    if (await viewer.locator(sel).count()) throw new Error(`a viewer is offered ${sel}`);
+  }
+  for (const [path, word] of [['/_gw/restart', 'operator'], ['/_gw/new', 'operator']]) {
+    const r = await viewer.evaluate(async (path) => {
+      const r = await fetch(path, { method: 'POST', body: new URLSearchParams({ project: 'alpha' }) });
+      return { status: r.status, text: await r.text() };
+    }, path);
+    if (r.status !== 403 || !r.text.includes(word)) throw new Error(`a viewer's POST ${path}: ${r.status} ${r.text}`);
+  }
 
   step = 'a user of beta never sees alpha';
   const bobCtx = await browser.newContext(phoneProfile);
@@ -217,6 +263,14 @@ try {
     if (r.status() !== 403) throw new Error(`a form post from ${origin}: ${r.status()}`);
   }
   if (!(await pending()).includes(third)) throw new Error('a cross-site form answered the request');
+  step = 'a page on another site cannot restart a server with the cookie';
+  await evil.route('https://evil.example/restart', (r) => r.fulfill({ contentType: 'text/html', body: attackRestart }));
+  {
+    const answered = evil.waitForResponse((r) => r.url() === `${login}/_gw/restart`);
+    await evil.goto('https://evil.example/restart');
+    const r = await answered;
+    if (r.status() !== 403) throw new Error(`a cross-site restart: ${r.status()}`);
+  }
 
   step = 'a WebSocket from a sibling host cannot use the project cookie';
   await evil.goto(`${evilSibling}/ws`);
@@ -228,6 +282,42 @@ try {
   }), `wss://alpha.${domain}:${port}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
   if (ws !== 'error') throw new Error(`a cross-site WebSocket: ${ws}`);
   await evil.close();
+
+  step = "the project link opens alpha's sessions through the handoff";
+  {
+    const r = await page.goto(projectLink);
+    if (r.url() !== alphaSessions) throw new Error(`the project link ended at ${r.url()}`);
+  }
+
+  step = "the portal's Approve answers the waiting request";
+  await page.goto(`${login}/`);
+  const row = page.locator(`[data-session="${session}"]`);
+  const waitingText = await row.locator('.waiting').innerText();
+  if (!waitingText.includes('Run a command (bash)') || !waitingText.includes('ran.txt')) throw new Error(`the row says ${waitingText}`);
+  await row.locator('button[value=once]').tap();
+  await page.waitForURL((u) => u.searchParams.get('done') === 'once', { timeout: 15000 });
+  if (!(await page.locator('#flash').innerText()).startsWith('Allowed once: echo RAN')) throw new Error('no notice after Approve');
+  await until('the approved tool run', 60000, async () => ranLines() === 3);
+  if ((await pending()).includes(third)) throw new Error('the approved request is still pending');
+  await shot('6-approved');
+
+  step = "the portal's New session creates one upstream and opens it";
+  const before = (await (await api.get(`${direct}/p/alpha/session`)).json()).map((x) => x.id);
+  await page.locator('#new-alpha').tap();
+  await page.waitForURL((u) => u.hostname === `alpha.${domain}` && /\/session\/ses_/.test(u.pathname), { timeout: 15000 });
+  const newId = new URL(page.url()).pathname.match(/ses_[A-Za-z0-9]+/)[0];
+  const after = (await (await api.get(`${direct}/p/alpha/session`)).json()).map((x) => x.id);
+  if (before.includes(newId) || !after.includes(newId)) throw new Error(`${newId} is not a new session upstream: ${JSON.stringify(after)}`);
+  console.log(`new session ${newId} opened at ${page.url()}`);
+
+  step = "the portal's Restart restarts alpha's server";
+  await until('the session is idle', 60000, () => idle(session));
+  await page.goto(`${login}/`);
+  await page.locator('[data-project=alpha] details.restart summary').tap();
+  await page.locator('#restart-alpha').tap();
+  await page.waitForURL((u) => u.searchParams.get('done') === 'restarting', { timeout: 15000 });
+  if (!(await page.locator('#flash').innerText()).startsWith('Restarting')) throw new Error('no notice after Restart');
+  await until('alpha serves again', 60000, async () => (await api.get(`${direct}/p/alpha/session`)).status() === 200);
 
   step = 'a revoked device gets the login page';
   const devices = cli('devices', 'alice');

@@ -83,14 +83,17 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
             .unwrap()
             .lines()
             .count(),
-        2,
-        "the tapped answer and the one given elsewhere ran the tool; the viewer's and the cross-site ones did not"
+        3,
+        "the tapped answer, the one given elsewhere and the portal's Approve ran the tool; the viewer's and the cross-site ones did not"
     );
     // The refusals the browser could only see as failures, by their reasons.
     for reason in [
         "reason=\"cross_site_fetch\" path=\"/_gw/act\"",
+        "reason=\"cross_site_fetch\" path=\"/_gw/restart\"",
         "with a project host's cookie refused",
         "a role that may only watch",
+        "a restart from a role that may not restart refused",
+        "a new session from a role that may not create one refused",
     ] {
         assert!(logs.contains(reason), "no {reason:?} in the gateway log:\n{logs}");
     }
@@ -114,11 +117,50 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
         (Some("device"), Some(device.as_str()))
     );
     find(&f, "login", |r| r["user"] == "vera" && r["method"] == "form").await;
+    // The portal's Approve, New session and Restart, each with the user who tapped it.
+    let approved = find(&f, "permission_answer", |r| {
+        r["from"] == "control_room" && r["answer"] == "once" && r["request"] != tapped["request"]
+    })
+    .await;
+    assert_eq!(
+        (approved["user"].as_str(), approved["outcome"].as_str()),
+        (Some("alice"), Some("done"))
+    );
+    let created = find(&f, "session_create", |r| r["from"] == "control_room").await;
+    assert_eq!(created["user"], "alice");
+    assert!(
+        created["session"].as_str().is_some_and(|s| s.starts_with("ses_")),
+        "{created}"
+    );
+    let restarted = find(&f, "server_restarted", |r| r["project"] == "alpha").await;
+    assert_eq!(restarted["user"], "alice", "{restarted}");
+    // A new server process: alpha started twice, with two different pids.
+    let pids: std::collections::BTreeSet<u64> = std::fs::read_to_string(&f)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "server_started" && r["project"] == "alpha")
+        .filter_map(|r| r["pid"].as_u64())
+        .collect();
+    assert!(pids.len() >= 2, "alpha's server was not started again: pids {pids:?}");
+    // Nobody else restarted anything: the viewer's and the cross-site attempts left no record.
+    let restarts = std::fs::read_to_string(&f)
+        .unwrap()
+        .matches("\"server_restarted\"")
+        .count();
+    assert_eq!(restarts, 1, "one restart, the operator's");
     let text = std::fs::read_to_string(&f).unwrap();
     for secret in ["alice-password-1", "vera-password-1", "bob-password-22"] {
         assert!(!text.contains(secret), "{secret} in the audit log");
     }
-    for shot in ["1-portal", "2-inbox", "3-allowed", "4-elsewhere", "5-viewer"] {
+    for shot in [
+        "1-portal",
+        "2-inbox",
+        "3-allowed",
+        "4-elsewhere",
+        "5-viewer",
+        "6-approved",
+    ] {
         assert!(shots.join(format!("{shot}.png")).exists(), "{shot}");
     }
 }

@@ -68,19 +68,29 @@ fn a_permission_asked_makes_a_card_and_its_reply_resolves_it_elsewhere() {
 fn a_reply_the_gateway_sent_resolves_as_answered_here_by_that_user() {
     let mut m = Model::default();
     m.apply("web", &asked("per_1", "ses_1", "ls"), 1000);
-    m.replying("web", "per_1", "alice");
+    m.replying("web", "per_1", "alice", "always");
     m.apply("web", &replied("per_1"), 2000);
     assert_eq!(m.resolved[0].how, Resolution::AnsweredHere { by: "alice".into() });
+    // It says what was answered, and how: what the gateway sent, not what the event says.
+    assert_eq!(
+        (
+            m.resolved[0].answer.as_deref(),
+            m.resolved[0].tool.as_str(),
+            m.resolved[0].detail.as_str()
+        ),
+        (Some("always"), "bash", "ls")
+    );
     // A failed reply forgets the claim: someone else's later answer is "elsewhere".
     m.apply("web", &asked("per_2", "ses_1", "ls"), 3000);
-    m.replying("web", "per_2", "alice");
+    m.replying("web", "per_2", "alice", "once");
     m.reply_failed("web", "per_2");
     m.apply("web", &replied("per_2"), 4000);
     assert_eq!(m.resolved[1].how, Resolution::Elsewhere);
+    assert_eq!(m.resolved[1].answer.as_deref(), Some("once"), "the event's reply");
     // Someone else's answer raced ours: their event came while ours was on its way, ours then
     // found the request gone (404): it was answered elsewhere after all.
     m.apply("web", &asked("per_3", "ses_1", "ls"), 5000);
-    m.replying("web", "per_3", "alice");
+    m.replying("web", "per_3", "alice", "once");
     m.apply("web", &replied("per_3"), 5001);
     assert_eq!(m.resolved[2].how, Resolution::AnsweredHere { by: "alice".into() });
     m.found_answered("web", "per_3");

@@ -128,6 +128,9 @@ pub struct Supervised {
     /// `restart <project>`: stop the running server and start a new one now (an edited
     /// `opencode.json` is read at start).
     restart: Notify,
+    /// Who asked for the restart (a user on the portal; none from the control socket), for
+    /// the audit record.
+    restart_by: Mutex<Option<String>>,
     stop: CancellationToken,
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
@@ -142,8 +145,14 @@ impl Supervised {
 
     /// Restart the server now, without backoff; an error when there is no running server to restart.
     pub fn restart(&self) -> Result<(), String> {
+        self.restart_by(None)
+    }
+
+    /// [`Supervised::restart`], for `user` (recorded in the audit's `server_restarted`).
+    pub fn restart_by(&self, user: Option<&str>) -> Result<(), String> {
         match self.status() {
             Status::Ready(_) => {
+                *self.restart_by.lock().unwrap_or_else(|e| e.into_inner()) = user.map(String::from);
                 self.restart.notify_one();
                 Ok(())
             }
@@ -268,6 +277,7 @@ impl Supervisor {
             last_failure: Mutex::new(None),
             demand: Notify::new(),
             restart: Notify::new(),
+            restart_by: Mutex::new(None),
             stop: self.shutdown.child_token(),
             api: ArcSwapOption::empty(),
         });
@@ -332,7 +342,11 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                 stop_process(&mut server.child).await;
                 if why == RESTART_ASKED {
                     tracing::info!(project = %project, "project server restarted on request");
-                    audit.record(Record::new("server_restarted").project(&*project));
+                    let mut record = Record::new("server_restarted").project(&*project);
+                    if let Some(user) = s.restart_by.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                        record = record.user(user).field("from", "control_room");
+                    }
+                    audit.record(record);
                     backoff = Duration::from_secs(1);
                     continue;
                 }
