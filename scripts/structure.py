@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""The gateway's structure, counted from its own source: rooms (src/'s top-level folders and
+files), the imports between them (`crate::<room>` paths, `use super::` stays inside), the loops
+between rooms (strongly connected groups) and the arrows inside them (each loop needs at least
+one of those cut), `Gateway`'s pub fields, and request-path functions over 80 lines.
+
+Run from the repository: `python3 scripts/structure.py` (add `--edges` to list every arrow).
+Counts are of text, not of rustc's resolution: a `crate::x` in a comment or string counts too.
+"""
+import os
+import re
+import sys
+from collections import defaultdict
+
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+# The files a request passes through, for the function-length rule.
+REQUEST_PATH = ("http/", "web/", "auth/", "policy/", "rewrite.rs", "upstream/", "inbox/reply.rs")
+
+
+def room_of(rel):
+    head = rel.split("/")[0]
+    return head[:-3] if head.endswith(".rs") else head
+
+
+def strip_comments(text):
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+
+
+def main():
+    files = []
+    for root, _, names in os.walk(SRC):
+        for n in names:
+            if n.endswith(".rs"):
+                path = os.path.join(root, n)
+                files.append((os.path.relpath(path, SRC), path))
+    rooms = sorted({room_of(rel) for rel, _ in files} - {"main", "lib"})
+    edges = defaultdict(set)
+    for rel, path in files:
+        src_room = room_of(rel)
+        if src_room in ("main", "lib"):
+            continue
+        text = strip_comments(open(path, encoding="utf-8").read())
+        for m in re.finditer(r"\bcrate::([a-z_][a-z0-9_]*)", text):
+            dst = m.group(1)
+            if dst in rooms and dst != src_room:
+                edges[src_room].add(dst)
+        # `use crate::{a, b::c}` groups
+        for m in re.finditer(r"\bcrate::\{([^}]*)\}", text):
+            for part in m.group(1).split(","):
+                dst = part.strip().split("::")[0]
+                if dst in rooms and dst != src_room:
+                    edges[src_room].add(dst)
+    sccs = tarjan(rooms, edges)
+    loops = [c for c in sccs if len(c) > 1]
+    inside = sum(1 for a in edges for b in edges[a] for c in loops if a in c and b in c)
+    arrows = sum(len(v) for v in edges.values())
+    print(f"rooms: {len(rooms)}")
+    print(f"arrows between rooms: {arrows}")
+    print(f"loops between rooms: {len(loops)}")
+    for c in loops:
+        print(f"  loop of {len(c)}: {', '.join(sorted(c))}")
+    print(f"arrows inside loops: {inside}")
+    print(f"Gateway pub fields: {gateway_pub_fields()}")
+    long = long_functions(files)
+    print(f"request-path functions over 80 lines: {len(long)}")
+    for n, where in sorted(long, reverse=True):
+        print(f"  {n:4} {where}")
+    if "--edges" in sys.argv:
+        for a in sorted(edges):
+            print(f"{a} -> {', '.join(sorted(edges[a]))}")
+
+
+def tarjan(nodes, edges):
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.add(w)
+                if w == v:
+                    break
+            out.append(comp)
+
+    sys.setrecursionlimit(10000)
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def gateway_pub_fields():
+    for rel in ("gateway.rs", "gateway/mod.rs"):
+        path = os.path.join(SRC, rel)
+        if os.path.exists(path):
+            text = open(path, encoding="utf-8").read()
+            m = re.search(r"pub struct Gateway \{(.*?)\n\}", text, flags=re.S)
+            if m:
+                return len(re.findall(r"^\s*pub [a-z_0-9]+:", m.group(1), flags=re.M))
+    return 0
+
+
+def long_functions(files):
+    out = []
+    for rel, path in files:
+        if not rel.startswith(REQUEST_PATH):
+            continue
+        lines = open(path, encoding="utf-8").read().split("\n")
+        in_tests = False
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            if re.match(r"\s*#\[cfg\(test\)\]", line):
+                in_tests = True
+            m = re.match(r"\s*(pub(\([a-z]+\))? )?(async )?fn ([a-z_0-9]+)", line)
+            if m and not in_tests:
+                depth, j, started = 0, i, False
+                while j < len(lines):
+                    code = re.sub(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])\'', "", lines[j])
+                    depth += code.count("{") - code.count("}")
+                    started = started or "{" in lines[j]
+                    if started and depth <= 0:
+                        break
+                    j += 1
+                length = j - i + 1
+                if length > 80:
+                    out.append((length, f"{rel}:{i + 1} {m.group(4)}"))
+                i = j
+            i += 1
+    return out
+
+
+if __name__ == "__main__":
+    main()
