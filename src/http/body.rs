@@ -18,6 +18,13 @@ use crate::policy::scope::EventFilter;
 use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;
 
+/// A request's body on its way upstream: the client's stream, or bytes the gateway holds for a
+/// request it makes on a user's behalf (`http/internal.rs`).
+pub enum RequestBody {
+    Stream(Incoming),
+    Whole(Bytes),
+}
+
 /// One access-log line, filled in as the request goes through the pipeline.
 /// What a long-lived request holds while it lives: the user's stream slot (none over SSH, whose
 /// channel holds it) and its count in `streams_open`.

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::ConnInfo;
-use super::body::ProxyBody;
+use super::body::{ProxyBody, RequestBody};
 use super::error::HttpError;
 use super::request::Target;
 use super::response::{self, Answer};
@@ -35,7 +35,7 @@ pub struct Forwarding<'a> {
     pub endpoint: &'a Arc<Endpoint>,
     pub user: &'a UserState,
     pub parts: Parts,
-    pub body: Incoming,
+    pub body: RequestBody,
     pub target: &'a Target,
     pub host: Option<&'a str>,
     pub upgrade: Option<HeaderValue>,
@@ -107,11 +107,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     let body = match (pinned, target.route.and_then(|r| r.body)) {
         _ if upgrade.is_some() => UpstreamBody::Empty,
         (Some(root), Some(rule)) => {
-            let bytes = Limited::new(body, SMALL_BODY)
-                .collect()
-                .await
-                .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
-                .to_bytes();
+            let bytes = whole(body, None).await?;
             let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
                 tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
@@ -129,21 +125,18 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
         // size and in time like any client body.
         (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
-            let read = Limited::new(body, SMALL_BODY).collect();
-            let bytes = tokio::time::timeout(limits.body_idle_timeout, read)
-                .await
-                .map_err(|_| HttpError::BodyTimeout {
-                    secs: limits.body_idle_timeout,
-                })?
-                .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
-                .to_bytes();
+            let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
             if let Some(p) = audit.as_deref_mut() {
                 p.answer = super::audit::permission_answer(&bytes);
             }
             UpstreamBody::Full(Some(bytes))
         }
-        _ => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
-            .counting(audit.as_ref().and_then(|p| p.counted.clone())),
+        _ => match body {
+            RequestBody::Stream(body) => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+                .counting(audit.as_ref().and_then(|p| p.counted.clone())),
+            RequestBody::Whole(bytes) if bytes.is_empty() => UpstreamBody::Empty,
+            RequestBody::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
+        },
     };
     let upstream_req = Request::from_parts(parts, body);
 
@@ -198,6 +191,25 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         compress,
     })
     .await
+}
+
+/// A small body read whole (at most [`SMALL_BODY`], within `idle` when given): a client's
+/// stream is read, bytes the gateway holds are taken as they are.
+async fn whole(body: RequestBody, idle: Option<std::time::Duration>) -> Result<Bytes, HttpError> {
+    let body = match body {
+        RequestBody::Whole(bytes) => return Ok(bytes),
+        RequestBody::Stream(body) => body,
+    };
+    let read = Limited::new(body, SMALL_BODY).collect();
+    let collected = match idle {
+        Some(secs) => tokio::time::timeout(secs, read)
+            .await
+            .map_err(|_| HttpError::BodyTimeout { secs })?,
+        None => read.await,
+    };
+    Ok(collected
+        .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
+        .to_bytes())
 }
 
 /// The canonical path with the client's query, less gateway credentials and (pinned) directory

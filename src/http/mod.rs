@@ -8,6 +8,7 @@ pub mod compress;
 pub mod discard;
 pub mod error;
 pub mod forward;
+pub mod internal;
 pub mod own_files;
 pub mod pipeline;
 pub mod request;

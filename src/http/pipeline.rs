@@ -1,18 +1,20 @@
 //! One request through the gateway. [`handle`] keeps the books (access record, metrics, error
-//! response); [`handle_inner`] runs the stages with `?`:
-//! read (the canonical request) → identify → authorize → origin → rate limit → scope →
-//! [`super::forward`] (request phase) → [`super::response`] (response phase).
+//! response); [`handle_inner`] runs the phases with `?`: read (the canonical request, or a
+//! gateway page) → identify → [`proceed`]: admit (role, origin, limits, size, the gateway's
+//! files) → plan (endpoint, session scope, audit) → [`super::forward`] (request phase) →
+//! [`super::response`] (response phase). A request the gateway makes on a user's behalf
+//! (`http/internal.rs`) enters at [`proceed`].
 
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{Method, Request, Response, StatusCode, header, request::Parts};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
 use super::audit::{Pending, Who};
-use super::body::{AccessRecord, ProxyBody, StreamHold};
+use super::body::{AccessRecord, ProxyBody, RequestBody, StreamHold};
 use super::error::HttpError;
 use super::forward::{self, Forwarding};
 use super::request::{self, Reading, Target};
@@ -20,6 +22,7 @@ use super::{ConnInfo, Front};
 use crate::audit::Via;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
+use crate::config::Role;
 use crate::gateway::Gateway;
 use crate::metrics::{Refusal, StreamKind};
 use crate::policy::plan::{RouteClass, Treatment};
@@ -32,7 +35,7 @@ const SEC_FETCH_SITE: http::HeaderName = http::HeaderName::from_static("sec-fetc
 
 /// How long an audited act's answer waits for its record to be written (a slow disk does not
 /// hold answers back longer).
-const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+pub(crate) const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
@@ -147,24 +150,8 @@ async fn handle_inner(
         page,
     } = request::read(state, conn, &parts)?;
     if let Some(page) = page {
-        let html = crate::web::page::wants_html(&parts.headers) || parts.method == Method::POST;
-        let ctx = crate::web::Ctx {
-            gw,
-            state,
-            conn,
-            client,
-            parts: &parts,
-            host: host.as_deref(),
-        };
         let body = body.take().expect("the body is taken once, here or by the forward");
-        return match crate::web::serve(&ctx, body, page).await {
-            Ok(r) => Ok(r),
-            Err(e) if html && !matches!(e, HttpError::LoginRedirect { .. }) => {
-                record.reason = Some(e.code());
-                Ok(crate::web::page::error_page(e))
-            }
-            Err(e) => Err(e),
-        };
+        return serve_page(gw, state, conn, client, &parts, host.as_deref(), body, page, record).await;
     }
 
     let Identified { user, by_cookie, who } = identify(
@@ -188,11 +175,128 @@ async fn handle_inner(
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
         ));
     }
-    let target = target?;
-    let project = target.project.clone();
-    record.project = Some(project.clone());
-    record.class = target.class();
+    let on = Proceeding {
+        gw,
+        state,
+        conn,
+        client,
+        host: host.as_deref(),
+        user: &user,
+        who,
+        origin: if by_cookie {
+            OriginRule::Cookie
+        } else {
+            OriginRule::Credentials
+        },
+    };
+    let body = || RequestBody::Stream(body.take().expect("the body is taken once, here or by a page"));
+    proceed(&on, parts, target?, upgrade, body, record).await
+}
 
+/// A gateway page: its answer, or (for a browser) its error as a page.
+#[allow(clippy::too_many_arguments)]
+async fn serve_page(
+    gw: &Arc<Gateway>,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    body: Incoming,
+    page: crate::web::Page,
+    record: &mut AccessRecord,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let html = crate::web::page::wants_html(&parts.headers) || parts.method == Method::POST;
+    let ctx = crate::web::Ctx {
+        gw,
+        state,
+        conn,
+        client,
+        parts,
+        host,
+    };
+    match crate::web::serve(&ctx, body, page).await {
+        Ok(r) => Ok(r),
+        Err(e) if html && !matches!(e, HttpError::LoginRedirect { .. }) => {
+            record.reason = Some(e.code());
+            Ok(crate::web::page::error_page(e))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Which origin rule a request passes (`check_origin`, `web::csrf`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OriginRule {
+    /// Basic, Bearer, a ticket, an SSH channel: the older origin rule.
+    Credentials,
+    /// A project front's cookie: the stricter cross-site rule, and a WebSocket's exact origin.
+    Cookie,
+    /// A request the gateway makes on a user's behalf from one of its own pages, which passed
+    /// the page's cross-site rule before it was made (`http/internal.rs`).
+    CheckedByPage,
+}
+
+/// Who a request is for and how it arrived, once identified: what the later phases read.
+pub(crate) struct Proceeding<'a> {
+    pub gw: &'a Arc<Gateway>,
+    pub state: &'a State,
+    pub conn: &'a ConnInfo,
+    pub client: IpAddr,
+    pub host: Option<&'a str>,
+    pub user: &'a Arc<UserState>,
+    pub who: Who,
+    pub origin: OriginRule,
+}
+
+/// The phases after identification, the same for a client's request and for one the gateway
+/// makes on a user's behalf: admit (role, origin, limits, size, files), plan (endpoint, the
+/// upstream's own routes, session scope, audit), forward. `body` is taken only by the forward.
+pub(crate) async fn proceed(
+    on: &Proceeding<'_>,
+    parts: Parts,
+    target: Target,
+    upgrade: Option<HeaderValue>,
+    body: impl FnOnce() -> RequestBody,
+    record: &mut AccessRecord,
+) -> Result<Response<ProxyBody>, HttpError> {
+    record.project = Some(target.project.clone());
+    record.class = target.class();
+    let admitted = admit(on, &parts, &target, upgrade.is_some())?;
+    let planned = plan(on, &parts, target, admitted.role, record).await?;
+    let mut audit = planned.audit;
+    let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&on.gw.audit));
+    let result = forward::forward(Forwarding {
+        gw: on.gw,
+        conn: on.conn,
+        client: on.client,
+        endpoint: &planned.endpoint,
+        user: on.user,
+        parts,
+        body: body(),
+        target: &planned.target,
+        host: on.host,
+        upgrade,
+        stream_slot: admitted.stream_slot,
+        audit: audit.as_deref_mut(),
+        terminal_close,
+    })
+    .await;
+    // Finished once the status (the upstream's, or the gateway's error) is known.
+    record.audit = audit;
+    result
+}
+
+struct Admitted {
+    role: Role,
+    stream_slot: Option<StreamHold>,
+}
+
+/// May this user do this here, now? The role the route needs, the origin rule, the request and
+/// stream budgets, the declared size, the gateway's own files, the workspace guard.
+fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade: bool) -> Result<Admitted, HttpError> {
+    let (gw, user, project) = (on.gw, on.user, &target.project);
+    let limits = &gw.limits;
     let role = user
         .grants
         .role_in(&project.name)
@@ -201,66 +305,38 @@ async fn handle_inner(
             project: project.name.to_string(),
         })?;
     crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-    if by_cookie {
-        // The browser's cookie authenticates this: the stricter rule, and a WebSocket must say
-        // the project host's exact origin.
-        let own =
-            crate::policy::origin::normalize(&format!("https://{}", host.as_deref().unwrap_or(""))).unwrap_or_default();
-        crate::web::csrf::check(&parts.method, upgrade.is_some(), &parts.headers, &own, &state.settings.server.allowed_origins)
-            .map_err(|r| {
-                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
-                HttpError::Forbidden(r.message().into())
-            })?;
-    } else {
-        check_origin(
-            state,
-            conn,
-            &parts,
-            host.as_deref(),
-            upgrade.is_some(),
-            &user.name,
-            &project.name,
-        )?;
+    match on.origin {
+        OriginRule::Cookie => {
+            // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
+            // say the project front's exact origin.
+            let own =
+                crate::policy::origin::normalize(&format!("https://{}", on.host.unwrap_or(""))).unwrap_or_default();
+            crate::web::csrf::check(&parts.method, upgrade, &parts.headers, &own, &on.state.settings.server.allowed_origins)
+                .map_err(|r| {
+                    tracing::warn!(target: "security", peer = %on.client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
+                    HttpError::Forbidden(r.message().into())
+                })?;
+        }
+        OriginRule::Credentials => {
+            check_origin(on.state, on.conn, parts, on.host, upgrade, &user.name, &project.name)?;
+        }
+        OriginRule::CheckedByPage => {}
     }
     let treatment = target.treatment();
-    if upgrade.is_some() && treatment != Treatment::TerminalConnect {
+    if upgrade && treatment != Treatment::TerminalConnect {
         return Err(HttpError::BadRequest(format!(
             "{} {} does not switch protocols; only terminal connections do",
             parts.method,
             target.label()
         )));
     }
-
     gw.limiters.request(&user.name).map_err(|d| {
         gw.metrics.refused(Refusal::Requests);
         HttpError::RateLimited {
             retry_after: d.retry_after,
         }
     })?;
-    let long_lived = treatment.long_lived();
-    // An SSH channel already holds the user's stream slot for everything it carries.
-    let slot = if long_lived && !matches!(conn.front, Front::Ssh { .. }) {
-        Some(
-            gw.streams
-                .try_acquire(user.name.clone(), limits.max_streams_per_user)
-                .ok_or_else(|| {
-                    gw.metrics.refused(Refusal::Streams);
-                    HttpError::TooManyStreams {
-                        max: limits.max_streams_per_user,
-                    }
-                })?,
-        )
-    } else {
-        None
-    };
-    let stream_slot = long_lived.then(|| StreamHold {
-        slot,
-        gauge: gw.metrics.stream_open(if treatment == Treatment::TerminalConnect {
-            StreamKind::Terminal
-        } else {
-            StreamKind::Events
-        }),
-    });
+    let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
     if let Some(len) = parts
         .headers
         .get(header::CONTENT_LENGTH)
@@ -271,7 +347,7 @@ async fn handle_inner(
             max: limits.max_body_bytes,
         });
     }
-    super::own_files::check_request(gw, client, &user, &target, &parts)?;
+    super::own_files::check_request(gw, on.client, user, target, parts)?;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
@@ -280,18 +356,67 @@ async fn handle_inner(
             project.name
         )));
     }
+    Ok(Admitted { role, stream_slot })
+}
 
+/// A long-lived request's hold: the user's stream slot (an SSH channel already holds one for
+/// everything it carries) and its count in the open-streams gauge.
+fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<StreamHold, HttpError> {
+    let gw = on.gw;
+    let slot = if matches!(on.conn.front, Front::Ssh { .. }) {
+        None
+    } else {
+        Some(
+            gw.streams
+                .try_acquire(on.user.name.clone(), gw.limits.max_streams_per_user)
+                .ok_or_else(|| {
+                    gw.metrics.refused(Refusal::Streams);
+                    HttpError::TooManyStreams {
+                        max: gw.limits.max_streams_per_user,
+                    }
+                })?,
+        )
+    };
+    let kind = if treatment == Treatment::TerminalConnect {
+        StreamKind::Terminal
+    } else {
+        StreamKind::Events
+    };
+    Ok(StreamHold {
+        slot,
+        gauge: gw.metrics.stream_open(kind),
+    })
+}
+
+struct Planned {
+    endpoint: Arc<crate::upstream::endpoint::Endpoint>,
+    target: Target,
+    audit: Option<Box<Pending>>,
+}
+
+/// Where and how it goes: the project's endpoint (started if it must be), the request judged
+/// again when the upstream's own route table arrived meanwhile, a shared upstream's session
+/// scope, and the audit record the route asks for.
+async fn plan(
+    on: &Proceeding<'_>,
+    parts: &Parts,
+    target: Target,
+    role: Role,
+    record: &mut AccessRecord,
+) -> Result<Planned, HttpError> {
+    let gw = on.gw;
+    let project = target.project.clone();
     let endpoint = match project.ready_endpoint() {
         Some(e) => e,
-        None => project.endpoint(limits.spawn_ready_timeout, &gw.upstream).await?,
+        None => project.endpoint(gw.limits.spawn_ready_timeout, &gw.upstream).await?,
     };
     // A server whose API document was not known when the request was read has it now (or could
     // not be read): judge the request again with it (a route it added may need more than the
     // table's guess).
     let target = if !target.upstream_known && project.api().is_some() {
-        let target = target.with_upstream_api(state, &parts.method, parts.uri.path())?;
+        let target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
         crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-        super::own_files::check_request(gw, client, &user, &target, &parts)?;
+        super::own_files::check_request(gw, on.client, on.user, &target, parts)?;
         record.class = target.class();
         target
     } else {
@@ -303,13 +428,13 @@ async fn handle_inner(
         forward::check_session_scope(gw, &project, &endpoint, id).await?;
     }
     // Decided on the route the request was judged on; nothing allocated for other routes.
-    let mut audit = match target.route.and_then(|r| r.audit) {
+    let audit = match target.route.and_then(|r| r.audit) {
         Some(kind) if gw.audit.enabled() => Some(Box::new(Pending::begin(
             kind,
-            &user.name,
+            &on.user.name,
             &project.name,
-            client,
-            &who,
+            on.client,
+            &on.who,
             target.session.as_deref(),
             target.label(),
             &target.upstream_path,
@@ -317,26 +442,11 @@ async fn handle_inner(
         ))),
         _ => None,
     };
-    let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&gw.audit));
-    let result = forward::forward(Forwarding {
-        gw,
-        conn,
-        client,
-        endpoint: &endpoint,
-        user: &user,
-        parts,
-        body: body.take().expect("the body is taken once, here or by a page"),
-        target: &target,
-        host: host.as_deref(),
-        upgrade,
-        stream_slot,
-        audit: audit.as_deref_mut(),
-        terminal_close,
+    Ok(Planned {
+        endpoint,
+        target,
+        audit,
     })
-    .await;
-    // Finished in `handle`, once the status (the upstream's, or the gateway's error) is known.
-    record.audit = audit;
-    result
 }
 
 /// A browser page from elsewhere may not write or open terminals with the user's credentials

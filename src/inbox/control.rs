@@ -16,9 +16,9 @@ pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value)
         return (400, serde_json::json!({"error": "project, id and reply are required"}));
     };
     let inbox = &gw.inbox;
-    let by = "control";
+    let by = &super::By::ControlSocket;
     let result: Result<Outcome, InboxError> = match (id.starts_with("que_"), how.as_str()) {
-        (_, "abort") => inbox.abort_session(gw, &project, &id).await,
+        (_, "abort") => inbox.abort_session(gw, by, &project, &id).await,
         (true, "reject") => inbox.reject_question(gw, &project, &id, by).await,
         (true, "answer") => {
             let answer = get("answer").unwrap_or_default();

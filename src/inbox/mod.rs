@@ -28,7 +28,7 @@ pub use model::{
     CardKind, NewCard, Permission, Question, QuestionItem, QuestionOption, Resolution, Resolved, ServerState, Session,
     SessionStatus, Tokens,
 };
-pub use reply::{InboxError, Outcome, Reply};
+pub use reply::{By, InboxError, Outcome, Reply};
 pub use view::{Card, PermissionCard, ProjectView, QuestionCard};
 
 use crate::gateway::Gateway;

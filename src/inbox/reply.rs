@@ -69,6 +69,9 @@ pub enum InboxError {
     Upstream { status: u16, body: String },
     #[error("the project's server could not be reached: {0}")]
     Unreachable(String),
+    /// The proxy refused the act (the user's role, the route, the project): its own error.
+    #[error("{0}")]
+    Refused(Box<crate::http::error::HttpError>),
 }
 
 impl InboxError {
@@ -79,6 +82,7 @@ impl InboxError {
             InboxError::BadId(_) => 400,
             InboxError::NotRunning(_) => 503,
             InboxError::Upstream { .. } | InboxError::Unreachable(_) => 502,
+            InboxError::Refused(e) => http::StatusCode::from(&**e).as_u16(),
         }
     }
 }
@@ -130,17 +134,8 @@ pub(super) fn with_directory(path: &str, dir: Option<&str>) -> String {
     out
 }
 
-/// POST `path` with a JSON body; the status and (the start of) the answer.
-async fn post(
-    gw: &Gateway,
-    endpoint: &Endpoint,
-    path: &str,
-    body: Option<serde_json::Value>,
-) -> Result<(u16, String), InboxError> {
-    post_keeping(gw, endpoint, path, body, 300).await
-}
-
-/// [`post`], keeping at most `keep` characters of the answer.
+/// POST `path` with a JSON body to `endpoint` with the gateway's credential; the status and at
+/// most `keep` characters of the answer (the control socket's road, see [`By`]).
 async fn post_keeping(
     gw: &Gateway,
     endpoint: &Endpoint,
@@ -179,6 +174,50 @@ async fn post_keeping(
         .map_err(|_| InboxError::Unreachable("no answer in 30 s".into()))?
 }
 
+/// Who acts, and so which road the request takes.
+pub enum By<'a> {
+    /// A user of the control room: the request goes through the proxy's own phases as theirs
+    /// (`http/internal.rs`): their role, the route table, pinning, redaction, the request audit.
+    User(&'a crate::http::internal::OnBehalf<'a>),
+    /// The gateway's own OS user on the control socket (`control.rs`, 0600): outside the user and
+    /// role model, like the CLI; it posts with the gateway's credential and audits itself.
+    ControlSocket,
+}
+
+impl By<'_> {
+    fn name(&self) -> &str {
+        match self {
+            By::User(on) => &on.user.name,
+            By::ControlSocket => "control",
+        }
+    }
+}
+
+/// POST `path` (without a directory: the road adds the project's) in `project` as `by`; the
+/// status and at most `keep` characters of the answer.
+async fn send(
+    gw: &Gateway,
+    by: &By<'_>,
+    project: &str,
+    path: &str,
+    body: Option<serde_json::Value>,
+    keep: usize,
+) -> Result<(u16, String), InboxError> {
+    match by {
+        By::ControlSocket => {
+            let (endpoint, dir) = target(gw, project)?;
+            post_keeping(gw, &endpoint, &with_directory(path, dir.as_deref()), body, keep).await
+        }
+        By::User(on) => match on.call(http::Method::POST, project, path, body).await {
+            Ok((status, answer)) => Ok((
+                status.as_u16(),
+                String::from_utf8_lossy(&answer).chars().take(keep).collect(),
+            )),
+            Err(e) => Err(InboxError::Refused(Box::new(e))),
+        },
+    }
+}
+
 /// One answer to send: where, with what body, and its name for the record (`once`, `reply`, …).
 struct Answer {
     path: String,
@@ -194,24 +233,22 @@ impl Inbox {
         project: &str,
         id: &str,
         Answer { path, body, name }: Answer,
-        by_user: &str,
+        by: &By<'_>,
     ) -> Result<Outcome, InboxError> {
         let answer = name;
         check_id(id)?;
-        let (endpoint, dir) = target(gw, project)?;
+        // Not started for an answer: a server that is not running has no request to answer.
+        target(gw, project)?;
         self.update(|m, _| {
-            m.replying(project, id, by_user, answer);
+            m.replying(project, id, by.name(), answer);
             Default::default()
         });
-        let result = post(gw, &endpoint, &with_directory(&path, dir.as_deref()), body).await;
-        let outcome = match &result {
+        let result = send(gw, by, project, &path, body, 300).await;
+        let outcome = match result {
             Ok((200..=299, _)) => Ok(Outcome::Done),
             Ok((404, _)) => Ok(Outcome::AlreadyAnswered),
-            Ok((status, body)) => Err(InboxError::Upstream {
-                status: *status,
-                body: body.clone(),
-            }),
-            Err(e) => Err(InboxError::Unreachable(e.to_string())),
+            Ok((status, body)) => Err(InboxError::Upstream { status, body }),
+            Err(e) => Err(e),
         };
         self.update(|m, now| {
             match outcome {
@@ -235,7 +272,7 @@ impl Inbox {
         id: &str,
         reply: Reply,
         message: Option<String>,
-        by_user: &str,
+        by: &By<'_>,
     ) -> Result<Outcome, InboxError> {
         let mut body = serde_json::json!({ "reply": reply.as_str() });
         if let Some(m) = message.filter(|m| !m.is_empty()) {
@@ -250,7 +287,7 @@ impl Inbox {
                 body: Some(body),
                 name: reply.as_str(),
             },
-            by_user,
+            by,
         )
         .await
     }
@@ -263,7 +300,7 @@ impl Inbox {
         project: &str,
         id: &str,
         answers: Vec<Vec<String>>,
-        by_user: &str,
+        by: &By<'_>,
     ) -> Result<Outcome, InboxError> {
         let body = serde_json::json!({ "answers": answers });
         self.answer(
@@ -275,7 +312,7 @@ impl Inbox {
                 body: Some(body),
                 name: "reply",
             },
-            by_user,
+            by,
         )
         .await
     }
@@ -286,7 +323,7 @@ impl Inbox {
         gw: &Gateway,
         project: &str,
         id: &str,
-        by_user: &str,
+        by: &By<'_>,
     ) -> Result<Outcome, InboxError> {
         self.answer(
             gw,
@@ -297,17 +334,22 @@ impl Inbox {
                 body: None,
                 name: "reject",
             },
-            by_user,
+            by,
         )
         .await
     }
 
     /// `POST /session/{id}/abort`: stop what the session is doing.
-    pub async fn abort_session(&self, gw: &Gateway, project: &str, session_id: &str) -> Result<Outcome, InboxError> {
+    pub async fn abort_session(
+        &self,
+        gw: &Gateway,
+        by: &By<'_>,
+        project: &str,
+        session_id: &str,
+    ) -> Result<Outcome, InboxError> {
         check_id(session_id)?;
-        let (endpoint, dir) = target(gw, project)?;
-        let path = with_directory(&format!("/session/{session_id}/abort"), dir.as_deref());
-        match post(gw, &endpoint, &path, None).await? {
+        target(gw, project)?;
+        match send(gw, by, project, &format!("/session/{session_id}/abort"), None, 300).await? {
             (200..=299, _) => Ok(Outcome::Done),
             (404, _) => Ok(Outcome::AlreadyAnswered),
             (status, body) => Err(InboxError::Upstream { status, body }),
@@ -317,10 +359,18 @@ impl Inbox {
 
 impl Inbox {
     /// `POST /session {}` in the project's directory: a new, empty session; its id.
-    pub async fn create_session(&self, gw: &Gateway, project: &str) -> Result<String, InboxError> {
-        let (endpoint, dir) = target(gw, project)?;
-        let path = with_directory("/session", dir.as_deref());
-        match post_keeping(gw, &endpoint, &path, Some(serde_json::json!({})), MAX_ANSWER_BYTES).await? {
+    pub async fn create_session(&self, gw: &Gateway, by: &By<'_>, project: &str) -> Result<String, InboxError> {
+        target(gw, project)?;
+        match send(
+            gw,
+            by,
+            project,
+            "/session",
+            Some(serde_json::json!({})),
+            MAX_ANSWER_BYTES,
+        )
+        .await?
+        {
             (200..=299, body) => crate::http::audit::created_session(body.as_bytes())
                 .filter(|id| check_id(id).is_ok())
                 .ok_or(InboxError::Upstream {

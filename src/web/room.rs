@@ -14,10 +14,13 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page, session::Live};
-use crate::audit::{Record, Via};
+use crate::audit::Via;
 use crate::config::Role;
+use crate::http::audit::Who;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
+use crate::http::internal::OnBehalf;
+use crate::inbox::By;
 use crate::inbox::{Card, ProjectView};
 use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
 use crate::inbox::{InboxError, Outcome, Reply};
@@ -600,20 +603,15 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
     } else {
         "/inbox"
     };
-    // A project the user has no role in is as absent as one that does not exist.
-    let Some(role) = role_of(ctx.state, &live.user, project) else {
+    // A project the user has no role in is as absent as one that does not exist. Whether their
+    // role may answer is the proxy's to say (the answer goes through it as theirs).
+    if role_of(ctx.state, &live.user, project).is_none() {
         return Err(HttpError::NotFound(format!(
             "no pending request {id} in a project of yours"
         )));
-    };
-    if role < Class::Respond.least_role() {
-        tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "an answer from a role that may only watch refused");
-        return Err(HttpError::Forbidden(format!(
-            "answering in project {project} needs the approver role; {} has {}",
-            live.user,
-            role.as_str()
-        )));
     }
+    let on = on_behalf(ctx, &live)?;
+    let by = &By::User(&on);
     let view = ctx.gw.inbox.view(|p| p == project);
     let Some(v) = view.first() else {
         return Ok(page::redirect(&format!("{back}?done=elsewhere")));
@@ -630,9 +628,7 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
             }
             let reply = Reply::parse(action).expect("matched above");
             let message = f.get("message").cloned().filter(|m| !m.trim().is_empty());
-            inbox
-                .reply_permission(ctx.gw, project, id, reply, message, &live.user)
-                .await
+            inbox.reply_permission(ctx.gw, project, id, reply, message, by).await
         }
         "answer" | "dismiss" => {
             let Some(Card::Question(q)) = v
@@ -643,7 +639,7 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
                 return Ok(page::redirect(&format!("{back}?done=elsewhere")));
             };
             if action == "dismiss" {
-                inbox.reject_question(ctx.gw, project, id, &live.user).await
+                inbox.reject_question(ctx.gw, project, id, by).await
             } else {
                 let answers = (0..q.request.questions.len())
                     .map(|i| {
@@ -656,14 +652,14 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
                         chosen
                     })
                     .collect();
-                inbox.reply_question(ctx.gw, project, id, answers, &live.user).await
+                inbox.reply_question(ctx.gw, project, id, answers, by).await
             }
         }
         "abort" => {
             if !v.sessions.iter().any(|s| s.id == id) {
                 return Ok(page::redirect(&format!("{back}?done=gone")));
             }
-            let r = inbox.abort_session(ctx.gw, project, id).await;
+            let r = inbox.abort_session(ctx.gw, by, project, id).await;
             tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
             return match r {
                 Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=aborted"))),
@@ -673,40 +669,8 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         }
         _ => return Err(HttpError::BadRequest("unknown action".into())),
     };
+    // The request audit recorded the answer (`from: control_room`) as the proxy sent it.
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, device = live.device.as_deref().unwrap_or("-"), project, request = id, answer = action, "answered from the control room");
-    let (event, answer) = match action {
-        "answer" => ("question_answer", "reply"),
-        "dismiss" => ("question_answer", "reject"),
-        a => ("permission_answer", a),
-    };
-    let via = if live.device.is_some() {
-        Via::Device
-    } else {
-        Via::Cookie
-    };
-    // Written before the page answers, like a proxied answer (http/pipeline.rs).
-    ctx.gw
-        .audit
-        .record_written(
-            Record::new(event)
-                .user(&*live.user)
-                .project(project)
-                .address(ctx.client)
-                .via(via, live.device.as_deref())
-                .field("request", id)
-                .field("answer", answer)
-                .field("from", "control_room")
-                .field(
-                    "outcome",
-                    match &outcome {
-                        Ok(Outcome::Done) => "done",
-                        Ok(Outcome::AlreadyAnswered) => "already_answered",
-                        Err(_) => "failed",
-                    },
-                ),
-            std::time::Duration::from_millis(250),
-        )
-        .await;
     match outcome {
         // The notice says what was answered (allowed once, always, rejected, replied).
         Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done={action}&id={}", form::encode(id)))),
@@ -730,6 +694,26 @@ async fn portal_form(ctx: &Ctx<'_>, body: Incoming) -> Result<(Arc<Live>, String
     Ok((live, project, role))
 }
 
+/// The user behind a login session, as the proxy knows them, for a request made on their behalf.
+fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<OnBehalf<'a>, HttpError> {
+    let user = ctx
+        .state
+        .users
+        .get(&*live.user)
+        .cloned()
+        .ok_or(HttpError::Unauthenticated)?;
+    Ok(OnBehalf {
+        gw: ctx.gw,
+        user,
+        who: Who {
+            via: via_of(live),
+            id: live.device.clone(),
+        },
+        client: ctx.client,
+        from: "control_room",
+    })
+}
+
 fn via_of(live: &Live) -> Via {
     if live.device.is_some() {
         Via::Device
@@ -742,30 +726,11 @@ fn via_of(live: &Live) -> Via {
 /// gateway's own credential, the project's directory), then open it in the project's web UI.
 /// Needs the role a proxied `POST /session` needs.
 pub async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
-    let (live, project, role) = portal_form(ctx, body).await?;
-    if !may_create_session(ctx.state, role, &project) {
-        tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "a new session from a role that may not create one refused");
-        return Err(HttpError::Forbidden(format!(
-            "creating a session in project {project} needs the operator role; {} has {}",
-            live.user,
-            role.as_str()
-        )));
-    }
-    let created = ctx.gw.inbox.create_session(ctx.gw, &project).await;
-    ctx.gw
-        .audit
-        .record_written(
-            Record::new("session_create")
-                .user(&*live.user)
-                .project(&project)
-                .address(ctx.client)
-                .via(via_of(&live), live.device.as_deref())
-                .field("from", "control_room")
-                .field("session", created.as_ref().ok().cloned())
-                .field("outcome", if created.is_ok() { "done" } else { "failed" }),
-            std::time::Duration::from_millis(250),
-        )
-        .await;
+    let (live, project, _) = portal_form(ctx, body).await?;
+    // The role a `POST /session` needs is the proxy's to check: the create goes through it as
+    // this user, and the request audit records it (`session_create`, `from: control_room`).
+    let on = on_behalf(ctx, &live)?;
+    let created = ctx.gw.inbox.create_session(ctx.gw, &By::User(&on), &project).await;
     let id = created.map_err(|e| inbox_error(&project, e))?;
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session created from the control room");
     let origin = project_origin(ctx, &project);
@@ -810,6 +775,7 @@ pub async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody
 /// An inbox failure as the status a person can act on.
 fn inbox_error(project: &str, e: InboxError) -> HttpError {
     match e {
+        InboxError::Refused(e) => *e,
         InboxError::BadId(_) => HttpError::BadRequest(e.to_string()),
         InboxError::UnknownProject(p) => HttpError::UnknownProject(p),
         InboxError::NotRunning(reason) => HttpError::UpstreamStarting {

@@ -31,6 +31,7 @@ mod lan;
 mod lan_phone;
 mod lifecycle;
 mod metrics;
+mod one_road;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]
 mod oracle;
