@@ -70,9 +70,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         mut audit,
         terminal_close,
     } = f;
-    let limits = &gw.limits;
     let project = &*target.project;
-    let pinned = project.config.directory.as_deref();
     let method = parts.method.clone();
     let client_upgrade = upgrade.as_ref().map(|_| {
         let mut head = Request::new(());
@@ -87,86 +85,21 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     } else {
         super::compress::Ask::take(&parts.headers)
     };
-    parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
-    parts.version = Version::HTTP_11;
-    rewrite::request_headers(
-        &mut parts.headers,
-        &Forward {
-            client_ip: client,
-            proto: conn.scheme(),
-            original_host: host,
-            upstream_host: &endpoint.host_header,
-            upstream_origin: &endpoint.origin_header,
-            upstream_auth: endpoint.auth.as_ref(),
-            upgrade: upgrade.clone(),
-        },
-    );
-    if let Some(dir) = &project.dir_header {
-        crate::policy::pin::pin_headers(&mut parts.headers, dir);
-    }
-    let body = match (pinned, target.route.and_then(|r| r.body)) {
-        _ if upgrade.is_some() => UpstreamBody::Empty,
-        (Some(root), Some(rule)) => {
-            let bytes = whole(body, None).await?;
-            let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
-                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
-                HttpError::Forbidden(why)
-            })?;
-            for path in &names.paths {
-                super::own_files::refuse(gw, client, user, project, path)?;
-            }
-            if project.shared_upstream {
-                for id in &names.sessions {
-                    check_session_scope(gw, project, endpoint, id).await?;
-                }
-            }
-            UpstreamBody::Full(Some(bytes))
-        }
-        // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
-        // size and in time like any client body.
-        (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
-            let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
-            if let Some(p) = audit.as_deref_mut() {
-                p.answer = super::audit::permission_answer(&bytes);
-            }
-            UpstreamBody::Full(Some(bytes))
-        }
-        _ => match body {
-            RequestBody::Stream(body) => UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
-                .counting(audit.as_ref().and_then(|p| p.counted.clone())),
-            RequestBody::Whole(bytes) if bytes.is_empty() => UpstreamBody::Empty,
-            RequestBody::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
-        },
-    };
+    upstream_head(&mut parts, conn, client, host, endpoint, target, upgrade.clone())?;
+    let body = upstream_body(
+        gw,
+        client,
+        user,
+        endpoint,
+        target,
+        body,
+        upgrade.is_some(),
+        audit.as_deref_mut(),
+    )
+    .await?;
     let upstream_req = Request::from_parts(parts, body);
 
-    // Streams may legitimately say nothing for a long time (the per-session event stream sends
-    // no headers until its first event), so only ordinary requests are timed.
-    let asked = std::time::Instant::now();
-    let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
-    let result = if target.treatment().long_lived() {
-        sent.await
-    } else {
-        tokio::time::timeout(limits.upstream_response_timeout, sent)
-            .await
-            .map_err(|_| HttpError::UpstreamTimeout {
-                project: project.name.to_string(),
-                secs: limits.upstream_response_timeout,
-            })?
-    };
-    if result.is_ok() {
-        project.metrics.upstream_latency.observe(asked.elapsed());
-    }
-    let (response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
-        Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
-            max: limits.max_body_bytes,
-        },
-        Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
-            secs: limits.body_idle_timeout,
-        },
-        Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
-        None => unavailable(project, crate::upstream::describe(&*e)),
-    })?;
+    let (response, lease) = send(gw, endpoint, target, upstream_req).await?;
 
     if response.status() == StatusCode::UNAUTHORIZED {
         tracing::error!(project = %project.name, reason = "upstream_rejected_credential", "the OpenCode server refused the gateway's credential");
@@ -191,6 +124,135 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         compress,
     })
     .await
+}
+
+/// The head the upstream gets: the canonical path in origin form with the client's query (less
+/// gateway credentials and, pinned, directory selectors), HTTP/1.1, rewritten headers
+/// (`rewrite.rs`: the gateway's credential, forwarding headers), the project's directory pinned.
+fn upstream_head(
+    parts: &mut Parts,
+    conn: &ConnInfo,
+    client: IpAddr,
+    host: Option<&str>,
+    endpoint: &Endpoint,
+    target: &Target,
+    upgrade: Option<HeaderValue>,
+) -> Result<(), HttpError> {
+    let project = &*target.project;
+    let pinned = project.config.directory.as_deref();
+    parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
+    parts.version = Version::HTTP_11;
+    rewrite::request_headers(
+        &mut parts.headers,
+        &Forward {
+            client_ip: client,
+            proto: conn.scheme(),
+            original_host: host,
+            upstream_host: &endpoint.host_header,
+            upstream_origin: &endpoint.origin_header,
+            upstream_auth: endpoint.auth.as_ref(),
+            upgrade,
+        },
+    );
+    if let Some(dir) = &project.dir_header {
+        crate::policy::pin::pin_headers(&mut parts.headers, dir);
+    }
+    Ok(())
+}
+
+/// The body the upstream gets: none for an upgrade; read whole and checked when the route's
+/// body can choose a directory (pinned projects) or is a permission answer (for the audit);
+/// else the client's stream, bounded in size and idle time (or the bytes the gateway holds).
+#[allow(clippy::too_many_arguments)]
+async fn upstream_body(
+    gw: &Gateway,
+    client: IpAddr,
+    user: &UserState,
+    endpoint: &Endpoint,
+    target: &Target,
+    body: RequestBody,
+    upgrade: bool,
+    mut audit: Option<&mut super::audit::Pending>,
+) -> Result<UpstreamBody, HttpError> {
+    let limits = &gw.limits;
+    let project = &*target.project;
+    Ok(
+        match (project.config.directory.as_deref(), target.route.and_then(|r| r.body)) {
+            _ if upgrade => UpstreamBody::Empty,
+            (Some(root), Some(rule)) => {
+                let bytes = whole(body, None).await?;
+                let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
+                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
+                HttpError::Forbidden(why)
+            })?;
+                for path in &names.paths {
+                    super::own_files::refuse(gw, client, user, project, path)?;
+                }
+                if project.shared_upstream {
+                    for id in &names.sessions {
+                        check_session_scope(gw, project, endpoint, id).await?;
+                    }
+                }
+                UpstreamBody::Full(Some(bytes))
+            }
+            // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
+            // size and in time like any client body.
+            (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
+                let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
+                if let Some(p) = audit.as_deref_mut() {
+                    p.answer = super::audit::permission_answer(&bytes);
+                }
+                UpstreamBody::Full(Some(bytes))
+            }
+            _ => match body {
+                RequestBody::Stream(body) => {
+                    UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+                        .counting(audit.as_ref().and_then(|p| p.counted.clone()))
+                }
+                RequestBody::Whole(bytes) if bytes.is_empty() => UpstreamBody::Empty,
+                RequestBody::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
+            },
+        },
+    )
+}
+
+/// Send on the endpoint's pool: ordinary requests timed (streams may say nothing for long), the
+/// upstream's latency observed, a client body's fault told apart from the upstream's.
+async fn send(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    target: &Target,
+    upstream_req: Request<UpstreamBody>,
+) -> Result<(Response<Incoming>, crate::upstream::pool::Lease), HttpError> {
+    let limits = &gw.limits;
+    let project = &*target.project;
+    // Streams may legitimately say nothing for a long time (the per-session event stream sends
+    // no headers until its first event), so only ordinary requests are timed.
+    let asked = std::time::Instant::now();
+    let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
+    let result = if target.treatment().long_lived() {
+        sent.await
+    } else {
+        tokio::time::timeout(limits.upstream_response_timeout, sent)
+            .await
+            .map_err(|_| HttpError::UpstreamTimeout {
+                project: project.name.to_string(),
+                secs: limits.upstream_response_timeout,
+            })?
+    };
+    if result.is_ok() {
+        project.metrics.upstream_latency.observe(asked.elapsed());
+    }
+    result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
+        Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
+            max: limits.max_body_bytes,
+        },
+        Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
+            secs: limits.body_idle_timeout,
+        },
+        Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
+        None => unavailable(project, crate::upstream::describe(&*e)),
+    })
 }
 
 /// A small body read whole (at most [`SMALL_BODY`], within `idle` when given): a client's

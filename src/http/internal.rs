@@ -38,6 +38,61 @@ pub struct OnBehalf<'a> {
 }
 
 impl OnBehalf<'_> {
+    /// The access record of a request made for this user (its line is written when the answer
+    /// has been read, like a client's).
+    fn record(&self, method: Method, project: &str, path: &str) -> AccessRecord {
+        AccessRecord {
+            peer: self.client,
+            transport: "internal",
+            user: Some(self.user.name.clone()),
+            project: None,
+            class: RouteClass::Other,
+            method,
+            target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
+                format!("/p/{project}{path}")
+            } else {
+                String::new()
+            },
+            status: 0,
+            reason: None,
+            started: Instant::now(),
+            audit: None,
+        }
+    }
+
+    /// The books once the status is known, as `pipeline::handle` keeps them for a client: the
+    /// status and reason, the project's counters, the audit record (noting where it came from).
+    async fn finish(
+        &self,
+        record: &mut AccessRecord,
+        result: &Result<http::Response<super::body::ProxyBody>, HttpError>,
+        project: &str,
+    ) -> StatusCode {
+        let status = match result {
+            Ok(r) => r.status(),
+            Err(e) => StatusCode::from(e),
+        };
+        record.status = status.as_u16();
+        if let Err(e) = result {
+            record.reason = Some(e.code());
+            tracing::warn!(target: "security", peer = %self.client, user = %self.user.name, project, from = self.from, reason = e.code(), "an act on a user's behalf refused: {e}");
+        }
+        record
+            .project
+            .as_ref()
+            .map_or(&self.gw.metrics.unrouted, |p| &p.metrics)
+            .count(record.class, record.status);
+        if let Some(pending) = record.audit.take()
+            && let Some(r) = pending.finish(record.status)
+        {
+            self.gw
+                .audit
+                .record_written(r.field("from", self.from), super::pipeline::AUDIT_WAIT)
+                .await;
+        }
+        status
+    }
+
     /// `method path` in `project` with an optional JSON body, as this user: the status and the
     /// start of the answer, or the gateway's refusal.
     pub async fn call(
@@ -61,23 +116,7 @@ impl OnBehalf<'_> {
             .map_err(|e| HttpError::BadRequest(format!("cannot build the request: {e}")))?;
         let (parts, ()) = req.into_parts();
         let conn = ConnInfo::new(SocketAddr::new(self.client, 0), Front::Tls { bound: None });
-        let mut record = AccessRecord {
-            peer: self.client,
-            transport: "internal",
-            user: Some(self.user.name.clone()),
-            project: None,
-            class: RouteClass::Other,
-            method,
-            target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
-                format!("/p/{project}{path}")
-            } else {
-                String::new()
-            },
-            status: 0,
-            reason: None,
-            started: Instant::now(),
-            audit: None,
-        };
+        let mut record = self.record(method, project, path);
         let reading = super::request::read(&state, &conn, &parts)?;
         let on = Proceeding {
             gw,
@@ -93,27 +132,7 @@ impl OnBehalf<'_> {
             Ok(target) => proceed(&on, parts, target, None, || RequestBody::Whole(body), &mut record).await,
             Err(e) => Err(e),
         };
-        let status = match &result {
-            Ok(r) => r.status(),
-            Err(e) => StatusCode::from(e),
-        };
-        record.status = status.as_u16();
-        if let Err(e) = &result {
-            record.reason = Some(e.code());
-            tracing::warn!(target: "security", peer = %self.client, user = %self.user.name, project, from = self.from, reason = e.code(), "an act on a user's behalf refused: {e}");
-        }
-        record
-            .project
-            .as_ref()
-            .map_or(&gw.metrics.unrouted, |p| &p.metrics)
-            .count(record.class, record.status);
-        if let Some(pending) = record.audit.take()
-            && let Some(r) = pending.finish(record.status)
-        {
-            gw.audit
-                .record_written(r.field("from", self.from), super::pipeline::AUDIT_WAIT)
-                .await;
-        }
+        let status = self.finish(&mut record, &result, project).await;
         let response = result?;
         let answer = http_body_util::Limited::new(response.into_body().metered(record), MAX_ANSWER_BYTES)
             .collect()

@@ -568,35 +568,56 @@ async fn identify(
                 .map(by_token)
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
-        None => {
-            let Ok(t) = target else {
-                return Err(HttpError::Unauthenticated);
-            };
-            if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
-                let via = if device.is_some() { Via::Device } else { Via::Cookie };
-                return Ok(Identified {
-                    user,
-                    by_cookie: true,
-                    who: Who { via, id: device },
-                });
-            }
-            let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
-                return Err(HttpError::Unauthenticated);
-            };
-            if !upgrade || t.treatment() != Treatment::TerminalConnect {
-                return Err(HttpError::Unauthenticated);
-            }
-            check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
-            match gw.tickets.take(&ticket, &t.project.name) {
-                Some(user) => state
-                    .users
-                    .get(&*user)
-                    .cloned()
-                    .map(plain(Via::Ticket))
-                    .ok_or(HttpError::Unauthenticated),
-                None => Err(HttpError::Unauthenticated),
-            }
+        None => by_cookie_or_ticket(gw, state, conn, client, parts, host, target, upgrade).await,
+    }
+}
+
+/// No credential in the request: a project front's own cookie, else (a terminal WebSocket
+/// only) a ticket this gateway relayed to the same project, used up once the origin passes.
+#[allow(clippy::too_many_arguments)]
+async fn by_cookie_or_ticket(
+    gw: &Gateway,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    target: &Result<Target, HttpError>,
+    upgrade: bool,
+) -> Result<Identified, HttpError> {
+    let plain = |via: Via| {
+        move |user| Identified {
+            user,
+            by_cookie: false,
+            who: Who { via, id: None },
         }
+    };
+    let Ok(t) = target else {
+        return Err(HttpError::Unauthenticated);
+    };
+    if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
+        let via = if device.is_some() { Via::Device } else { Via::Cookie };
+        return Ok(Identified {
+            user,
+            by_cookie: true,
+            who: Who { via, id: device },
+        });
+    }
+    let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
+        return Err(HttpError::Unauthenticated);
+    };
+    if !upgrade || t.treatment() != Treatment::TerminalConnect {
+        return Err(HttpError::Unauthenticated);
+    }
+    check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
+    match gw.tickets.take(&ticket, &t.project.name) {
+        Some(user) => state
+            .users
+            .get(&*user)
+            .cloned()
+            .map(plain(Via::Ticket))
+            .ok_or(HttpError::Unauthenticated),
+        None => Err(HttpError::Unauthenticated),
     }
 }
 
