@@ -55,7 +55,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         method: _,
         target,
         endpoint,
-        mut response,
+        response,
         lease,
         client_upgrade,
         stream_slot,
@@ -67,69 +67,30 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let treatment = target.treatment();
 
     if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
-        let upstream_upgrade = hyper::upgrade::on(&mut response);
-        splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
-        let (mut parts, _) = response.into_parts();
-        rewrite::response_headers(&mut parts.headers, true, &endpoint.origin_header);
-        if let Some(r) = &endpoint.redactor {
-            r.headers(&mut parts.headers);
-        }
-        return Ok(Response::from_parts(parts, ProxyBody::empty()));
+        return Ok(upgraded(
+            gw,
+            endpoint,
+            response,
+            client_upgrade,
+            stream_slot,
+            terminal_close,
+        ));
     }
 
     let (mut parts, body) = response.into_parts();
-    rewrite::response_headers(&mut parts.headers, false, &endpoint.origin_header);
-    if let Some(r) = &endpoint.redactor {
-        if r.headers(&mut parts.headers) {
-            tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
-        }
-        // The gateway asks for identity; an encoded body could hide the credential from redaction.
-        if encoded(&parts.headers) {
-            tracing::warn!(target: "security", project = %project.name, reason = "upstream_encoded_body", "the upstream sent an encoded body the gateway cannot redact");
-            return Err(unavailable(
-                project,
-                "it sent a compressed body although the gateway asked for none",
-            ));
-        }
-    }
-    if target.is_api() {
-        inert(&mut parts.headers);
-    }
+    clean_headers(&mut parts.headers, endpoint, target)?;
     let pinned = project.config.directory.as_deref().filter(|_| project.shared_upstream);
 
-    // Small bodies the gateway must read: a terminal ticket to remember, listings to scope.
-    let listing: Option<Filter> = match (treatment, pinned) {
-        (Treatment::ProjectListing, Some(_)) => Some(scope::filter_projects),
-        (Treatment::SessionList, Some(_)) => Some(scope::filter_sessions),
-        (Treatment::SessionPage, Some(_)) => Some(scope::filter_session_page),
-        _ => None,
+    // Small bodies the gateway must read: a terminal ticket, a listing to scope, a created
+    // session's id (audited creates only).
+    let small = Small {
+        ticket: treatment == Treatment::TicketIssue,
+        listing: listing_filter(treatment, pinned),
+        pinned,
+        created,
     };
-    let ticket = treatment == Treatment::TicketIssue;
-    // A session create's answer is small JSON, read for its id (audited creates only).
-    if parts.status.is_success() && (ticket || listing.is_some() || created.is_some()) {
-        let max = if ticket { SMALL_BODY } else { LISTING_BODY };
-        let mut bytes: Bytes = read_whole(body, max)
-            .await
-            .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
-        lease.release();
-        if let Some(slot) = created {
-            *slot = super::audit::created_session(&bytes);
-        }
-        if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
-            gw.tickets.insert(&t, user.name.clone(), project.name.clone());
-        }
-        if let (Some(filter), Some(root)) = (listing, pinned) {
-            bytes = filter(&bytes, root)
-                .map(Bytes::from)
-                .ok_or_else(|| unavailable(project, "the listing is not the JSON the gateway can scope"))?;
-        }
-        if let Some(r) = &endpoint.redactor {
-            bytes = r.frame(bytes);
-        }
-        parts
-            .headers
-            .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        return Ok(Response::from_parts(parts, ProxyBody::full(bytes)));
+    if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
+        return read_small(gw, user, target, endpoint, parts, body, lease, small).await;
     }
     // The web UI's own files and the few API routes whose answer echoes nothing of the request
     // (never another API answer: BREACH), after redaction; decided on the resolved route.
@@ -158,6 +119,117 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),
     };
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// The scope filter a listing's answer needs: only on a pinned project of a shared upstream.
+fn listing_filter(treatment: Treatment, pinned: Option<&Path>) -> Option<Filter> {
+    pinned?;
+    match treatment {
+        Treatment::ProjectListing => Some(scope::filter_projects),
+        Treatment::SessionList => Some(scope::filter_sessions),
+        Treatment::SessionPage => Some(scope::filter_session_page),
+        _ => None,
+    }
+}
+
+/// A terminal the upstream switched protocols for: splice the two upgraded connections and
+/// answer the client's switch with the upstream's cleaned headers.
+fn upgraded(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    mut response: Response<Incoming>,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+    stream_slot: Option<StreamHold>,
+    terminal_close: Option<super::audit::TerminalClose>,
+) -> Response<ProxyBody> {
+    let upstream_upgrade = hyper::upgrade::on(&mut response);
+    splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
+    let (mut parts, _) = response.into_parts();
+    rewrite::response_headers(&mut parts.headers, true, &endpoint.origin_header);
+    if let Some(r) = &endpoint.redactor {
+        r.headers(&mut parts.headers);
+    }
+    Response::from_parts(parts, ProxyBody::empty())
+}
+
+/// What of a small answer the gateway must read before it passes it on.
+struct Small<'a> {
+    /// A terminal ticket to remember for the user.
+    ticket: bool,
+    /// A listing to scope to the pinned directory.
+    listing: Option<Filter>,
+    pinned: Option<&'a Path>,
+    /// Where a session create's new id goes, for the audit trail.
+    created: Option<&'a mut Option<String>>,
+}
+
+/// Read a small answer whole (a ticket, a listing to scope, a created session's id), do what it
+/// asks, redact it and answer it with its new length.
+#[allow(clippy::too_many_arguments)]
+async fn read_small(
+    gw: &Gateway,
+    user: &UserState,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    body: Incoming,
+    lease: Lease,
+    Small {
+        ticket,
+        listing,
+        pinned,
+        created,
+    }: Small<'_>,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let project = &*target.project;
+    let max = if ticket { SMALL_BODY } else { LISTING_BODY };
+    let mut bytes: Bytes = read_whole(body, max)
+        .await
+        .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
+    lease.release();
+    if let Some(slot) = created {
+        *slot = super::audit::created_session(&bytes);
+    }
+    if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
+        gw.tickets.insert(&t, user.name.clone(), project.name.clone());
+    }
+    if let (Some(filter), Some(root)) = (listing, pinned) {
+        bytes = filter(&bytes, root)
+            .map(Bytes::from)
+            .ok_or_else(|| unavailable(project, "the listing is not the JSON the gateway can scope"))?;
+    }
+    if let Some(r) = &endpoint.redactor {
+        bytes = r.frame(bytes);
+    }
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Ok(Response::from_parts(parts, ProxyBody::full(bytes)))
+}
+
+/// An answer's headers as the client may see them: no credentialed CORS or gateway cookie
+/// (`rewrite.rs`), no reflected upstream credential, never an encoded body the gateway cannot
+/// redact, and API answers inert (they never run as pages).
+fn clean_headers(headers: &mut HeaderMap, endpoint: &Endpoint, target: &Target) -> Result<(), HttpError> {
+    let project = &*target.project;
+    rewrite::response_headers(headers, false, &endpoint.origin_header);
+    if let Some(r) = &endpoint.redactor {
+        if r.headers(headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
+        }
+        // The gateway asks for identity; an encoded body could hide the credential from redaction.
+        if encoded(headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_encoded_body", "the upstream sent an encoded body the gateway cannot redact");
+            return Err(unavailable(
+                project,
+                "it sent a compressed body although the gateway asked for none",
+            ));
+        }
+    }
+    if target.is_api() {
+        inert(headers);
+    }
+    Ok(())
 }
 
 /// The declared length of a body (the web UI's files have one; others are not buffered).
