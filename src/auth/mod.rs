@@ -103,25 +103,34 @@ pub async fn password_until(
         }
     };
     match known {
-        Some(u) if ok => {
-            let until = gw.cache.insert(key, u.name.clone());
-            gw.limiters.login_succeeded(peer, &u.name);
-            gw.metrics.login(LoginMethod::Password, true);
-            // Recorded when argon2 verified it: the requests a cached credential serves after
-            // are the same login. SSH records its own (once per connection, either credential).
-            if method != "ssh" {
-                gw.audit.record(
-                    Record::new("login")
-                        .user(&*u.name)
-                        .address(peer)
-                        .via(via_of(method), None)
-                        .field("method", method),
-                );
-            }
-            Ok((u.clone(), until))
-        }
+        Some(u) if ok => Ok(verified(gw, peer, u, key, method)),
         _ => Err(refuse_bad(gw, peer, log_user, method)),
     }
+}
+
+/// A password argon2 just verified: cached, the address's spent mark cleared, counted and (but
+/// for SSH, which records its own once per connection) audited as a login. The requests a
+/// cached credential serves after are the same login.
+fn verified(
+    gw: &Gateway,
+    peer: IpAddr,
+    u: &Arc<UserState>,
+    key: crate::auth::cache::CacheKey,
+    method: &'static str,
+) -> (Arc<UserState>, Instant) {
+    let until = gw.cache.insert(key, u.name.clone());
+    gw.limiters.login_succeeded(peer, &u.name);
+    gw.metrics.login(LoginMethod::Password, true);
+    if method != "ssh" {
+        gw.audit.record(
+            Record::new("login")
+                .user(&*u.name)
+                .address(peer)
+                .via(via_of(method), None)
+                .field("method", method),
+        );
+    }
+    (u.clone(), until)
 }
 
 /// A login refused because a budget is spent: counted, logged and audited with which one.

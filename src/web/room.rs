@@ -641,17 +641,7 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
             if action == "dismiss" {
                 inbox.reject_question(ctx.gw, project, id, by).await
             } else {
-                let answers = (0..q.request.questions.len())
-                    .map(|i| {
-                        let name = format!("q{i}");
-                        let own = format!("q{i}-own");
-                        let mut chosen: Vec<String> = f.all(&name).map(String::from).collect();
-                        if let Some(text) = f.get(&own).filter(|t| !t.trim().is_empty()) {
-                            chosen.push(text.trim().to_string());
-                        }
-                        chosen
-                    })
-                    .collect();
+                let answers = chosen_answers(&f, q.request.questions.len());
                 inbox.reply_question(ctx.gw, project, id, answers, by).await
             }
         }
@@ -677,6 +667,20 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=elsewhere"))),
         Err(e) => Err(inbox_error(project, e)),
     }
+}
+
+/// For each of a question card's `n` questions, the labels ticked (`q<i>`) and the user's own
+/// text (`q<i>-own`), in order.
+fn chosen_answers(f: &form::Form, n: usize) -> Vec<Vec<String>> {
+    (0..n)
+        .map(|i| {
+            let mut chosen: Vec<String> = f.all(&format!("q{i}")).map(String::from).collect();
+            if let Some(text) = f.get(&format!("q{i}-own")).filter(|t| !t.trim().is_empty()) {
+                chosen.push(text.trim().to_string());
+            }
+            chosen
+        })
+        .collect()
 }
 
 /// The login behind a state-changing portal form, and its `project` field: cross-origin

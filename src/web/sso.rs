@@ -159,28 +159,15 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     Ok(r)
 }
 
-/// `GET /_gw/oidc/callback?code&state` (or `?error&state`): back from the provider.
+/// `GET /_gw/oidc/callback?code&state` (or `?error&state`): back from the provider. Each step
+/// answers the browser itself when it refuses (`Err` holds that page).
 pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let cfg = config(ctx)?;
     let q = ctx.parts.uri.query().unwrap_or("");
     let get = |name| crate::policy::query::get(q, name).unwrap_or_default();
-    let key = digest("state", &get("state"));
-    let binding = binding_of(&ctx.parts.headers).map(|b| digest("binding", b));
-    let taken = ctx.gw.sso.flows.remove_if(&key, |f| {
-        binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])))
-    });
-    let Some(flow) = taken else {
-        let reason = if ctx.gw.sso.flows.get(&key).is_some() {
-            "oidc_other_browser"
-        } else {
-            "oidc_unknown_state"
-        };
-        tracing::warn!(target: "security", peer = %ctx.client, reason, "single sign-on: a callback refused");
-        return Ok(refused(
-            StatusCode::FORBIDDEN,
-            "Sign-in link not valid",
-            "This sign-in has expired, was finished already, or was started in another browser. Sign in again.",
-        ));
+    let flow = match take_flow(ctx, &get("state")) {
+        Ok(f) => f,
+        Err(page) => return Ok(*page),
     };
     let error = get("error");
     if !error.is_empty() {
@@ -200,29 +187,73 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             "The identity provider sent no authorization code.",
         ));
     }
-    let provider = &ctx.gw.sso.provider;
-    let meta = match provider.metadata(cfg, false).await {
-        Ok(m) => m,
-        Err(e) => return Ok(unavailable(ctx, &e)),
+    let user = match identify(ctx, cfg, &flow, &code).await {
+        Ok(identity) => match user_of(ctx, cfg, &identity) {
+            Ok(u) => u,
+            Err(page) => return Ok(*page),
+        },
+        Err(page) => return Ok(*page),
     };
-    let token = match provider
+    let (value, live) = ctx.gw.web.create(&user, Origin::Password, LOGIN).await?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %user, session = %live.id, method = "oidc", "browser login");
+    ctx.gw.audit.record(sso_record(ctx, "login", Some(&user)));
+    let mut r = page::redirect(&flow.next);
+    r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
+    r.headers_mut().append(header::SET_COOKIE, binding_cookie("", 0));
+    Ok(r)
+}
+
+/// The flow this callback's `state` names, taken once, only by the browser holding its binding
+/// cookie (another browser's attempt is refused without burning it).
+fn take_flow(ctx: &Ctx<'_>, state: &str) -> Result<Arc<Flow>, Box<Response<ProxyBody>>> {
+    let key = digest("state", state);
+    let binding = binding_of(&ctx.parts.headers).map(|b| digest("binding", b));
+    let taken = ctx.gw.sso.flows.remove_if(&key, |f| {
+        binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])))
+    });
+    taken.ok_or_else(|| {
+        let reason = if ctx.gw.sso.flows.get(&key).is_some() {
+            "oidc_other_browser"
+        } else {
+            "oidc_unknown_state"
+        };
+        tracing::warn!(target: "security", peer = %ctx.client, reason, "single sign-on: a callback refused");
+        Box::new(refused(
+            StatusCode::FORBIDDEN,
+            "Sign-in link not valid",
+            "This sign-in has expired, was finished already, or was started in another browser. Sign in again.",
+        ))
+    })
+}
+
+/// The person the provider vouches for: the code exchanged (PKCE), the ID token verified against
+/// the provider's keys (fetched again once when the token names a key not yet known).
+async fn identify(
+    ctx: &Ctx<'_>,
+    cfg: &Oidc,
+    flow: &Flow,
+    code: &str,
+) -> Result<idtoken::Identity, Box<Response<ProxyBody>>> {
+    let provider = &ctx.gw.sso.provider;
+    let meta = provider
+        .metadata(cfg, false)
+        .await
+        .map_err(|e| Box::new(unavailable(ctx, &e)))?;
+    let token = provider
         .exchange_code(
             cfg,
             &meta.discovery.token_endpoint,
-            &code,
+            code,
             &flow.redirect_uri,
             flow.verifier.expose(),
         )
         .await
-    {
-        Ok(t) => t,
-        Err(e) => return Ok(unavailable(ctx, &e)),
-    };
+        .map_err(|e| Box::new(unavailable(ctx, &e)))?;
     let meta = if idtoken::names_unknown_key(&token, &meta.keys) {
-        match provider.metadata(cfg, true).await {
-            Ok(m) => m,
-            Err(e) => return Ok(unavailable(ctx, &e)),
-        }
+        provider
+            .metadata(cfg, true)
+            .await
+            .map_err(|e| Box::new(unavailable(ctx, &e)))?
     } else {
         meta
     };
@@ -233,23 +264,25 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         algs: &meta.discovery.id_token_signing_alg_values_supported,
         now: crate::auth::tokens::now_unix(),
     };
-    let identity = match idtoken::verify(&token, &meta.keys, &expect) {
-        Ok(i) => i,
-        Err(r) => {
-            tracing::warn!(target: "security", peer = %ctx.client, reason = r.code(), "single sign-on: an ID token refused");
-            ctx.gw
-                .audit
-                .record(sso_record(ctx, "login_failed", None).field("reason", r.code()));
-            return Ok(refused(
-                StatusCode::FORBIDDEN,
-                "Not signed in",
-                &format!(
-                    "The identity provider's answer failed a check ({}). Sign in again.",
-                    r.code()
-                ),
-            ));
-        }
-    };
+    idtoken::verify(&token, &meta.keys, &expect).map_err(|r| {
+        tracing::warn!(target: "security", peer = %ctx.client, reason = r.code(), "single sign-on: an ID token refused");
+        ctx.gw
+            .audit
+            .record(sso_record(ctx, "login_failed", None).field("reason", r.code()));
+        Box::new(refused(
+            StatusCode::FORBIDDEN,
+            "Not signed in",
+            &format!(
+                "The identity provider's answer failed a check ({}). Sign in again.",
+                r.code()
+            ),
+        ))
+    })
+}
+
+/// The gateway user an identity names (`oidc.match`: the subject, or a verified email); anyone
+/// else is refused with a page.
+fn user_of(ctx: &Ctx<'_>, cfg: &Oidc, identity: &idtoken::Identity) -> Result<String, Box<Response<ProxyBody>>> {
     let (claim, found) = match cfg.match_on {
         OidcMatch::Subject => (identity.sub.as_str(), find_user(ctx, |id| id == identity.sub)),
         OidcMatch::Email => {
@@ -262,29 +295,19 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             (email, found)
         }
     };
-    let user = match found {
-        Ok(u) => u,
-        Err(reason) => {
-            // The claims are the provider's (or its users') text: quoted and escaped, so a
-            // newline in an email or subject cannot forge a log line.
-            tracing::warn!(target: "security", peer = %ctx.client, reason, identity = %quoted(claim), subject = %quoted(&identity.sub), "single sign-on: an account that is not a user of this gateway refused");
-            ctx.gw
-                .audit
-                .record(sso_record(ctx, "login_failed", None).field("reason", reason));
-            return Ok(refused(
-                StatusCode::FORBIDDEN,
-                "Not a user here",
-                "You signed in at the identity provider, but this account is not a user of this gateway. Ask its administrator to add it.",
-            ));
-        }
-    };
-    let (value, live) = ctx.gw.web.create(&user, Origin::Password, LOGIN).await?;
-    tracing::info!(target: "security", peer = %ctx.client, user = %user, session = %live.id, method = "oidc", "browser login");
-    ctx.gw.audit.record(sso_record(ctx, "login", Some(&user)));
-    let mut r = page::redirect(&flow.next);
-    r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
-    r.headers_mut().append(header::SET_COOKIE, binding_cookie("", 0));
-    Ok(r)
+    found.map_err(|reason| {
+        // The claims are the provider's (or its users') text: quoted and escaped, so a newline
+        // in an email or subject cannot forge a log line.
+        tracing::warn!(target: "security", peer = %ctx.client, reason, identity = %quoted(claim), subject = %quoted(&identity.sub), "single sign-on: an account that is not a user of this gateway refused");
+        ctx.gw
+            .audit
+            .record(sso_record(ctx, "login_failed", None).field("reason", reason));
+        Box::new(refused(
+            StatusCode::FORBIDDEN,
+            "Not a user here",
+            "You signed in at the identity provider, but this account is not a user of this gateway. Ask its administrator to add it.",
+        ))
+    })
 }
 
 /// An audit record of a sign-in: the user once known (never the provider's identity or token).
