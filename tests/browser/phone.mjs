@@ -146,7 +146,7 @@ try {
   const created = await api.post(`${direct}/p/alpha/session`, { data: {} });
   if (created.status() !== 200) throw new Error(`POST /session: ${created.status()} ${await created.text()}`);
   const session = (await created.json()).id;
-  await page.locator(`[data-session="${session}"]`).waitFor({ timeout: 10000 });
+  await page.locator(`[data-session="${session}"]`).waitFor({ timeout: 30000 });
   await page.goto(`${login}/inbox`);
   await page.locator('#empty').waitFor();
   await prompt(session, 'please RUNBASH from the phone test');
