@@ -191,22 +191,26 @@ fn ca_params() -> CertificateParams {
 }
 
 /// Every name the dev certificate must cover for `settings`: the gateway's names
-/// ([`server_names`]), `<host>.local` (a phone on the same Wi-Fi finds this machine by multicast
-/// DNS), the public URL's host, each listener's address when it is a specific one, this machine's
+/// ([`server_names`]), `<host>.local` when a listener takes other devices (a phone on the same
+/// Wi-Fi may find this machine by multicast DNS), the public URL's host, each listener's address when it is a specific one, this machine's
 /// LAN addresses when a listener takes every address (`0.0.0.0`, `::`), `tls.dev_names`, and the
 /// names added with `cert dev --name`.
 pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
     let projects: Vec<String> = settings.projects.iter().map(|p| p.name.clone()).collect();
     let mut names = server_names(settings.server.base_domain.as_deref(), &projects);
-    let host = host_name();
-    if !host.is_empty() && host != "localhost" && !host.contains('.') {
-        names.push(format!("{}.local", host.to_ascii_lowercase()));
-    }
     names.extend(crate::reach::client_names(settings));
-    let listeners = [Some(settings.server.listen), settings.server.http_listen]
+    let listeners: Vec<std::net::SocketAddr> = [Some(settings.server.listen), settings.server.http_listen]
         .into_iter()
         .flatten()
-        .chain(settings.projects.iter().filter_map(|p| p.listen));
+        .chain(settings.projects.iter().filter_map(|p| p.listen))
+        .collect();
+    // `<host>.local` only when another device may connect: a loopback gateway does not need it
+    // (and a CA made before it was wanted would warn at every start). New CAs permit it anyway.
+    if listeners.iter().any(|a| !a.ip().is_loopback())
+        && let Some(local) = local_name()
+    {
+        names.push(local);
+    }
     for addr in listeners {
         if addr.ip().is_unspecified() {
             names.extend(lan_addresses().iter().map(IpAddr::to_string));
@@ -220,6 +224,13 @@ pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.to_ascii_lowercase()));
     names
+}
+
+/// This machine's multicast-DNS name, `<host>.local` (none for a host name with a dot or none).
+pub fn local_name() -> Option<String> {
+    let host = host_name();
+    (!host.is_empty() && host != "localhost" && !host.contains('.'))
+        .then(|| format!("{}.local", host.to_ascii_lowercase()))
 }
 
 /// The file beside the certificate that keeps the names `cert dev --name` added, one per line.
@@ -327,7 +338,10 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
     } else {
         let key = KeyPair::generate()?;
         let mut params = ca_params();
-        params.name_constraints = Some(name_constraints(names));
+        // A new CA also permits `<host>.local`, so the LAN mode can use it later without a new CA.
+        let mut permitted = names.to_vec();
+        permitted.extend(local_name());
+        params.name_constraints = Some(name_constraints(&permitted));
         params.not_before = now - Duration::days(1);
         params.not_after = now + Duration::days(3650);
         let cert = params.self_signed(&key)?;
@@ -515,6 +529,14 @@ mod tests {
         }
         assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca, "the same CA");
         assert!(!ensure(&paths, &lan).unwrap(), "covered now: nothing to do");
+        // The CA was made without `<host>.local` among the names, yet permits it (LAN mode later).
+        if let Some(local) = local_name() {
+            assert_eq!(
+                vouchable(&paths, std::slice::from_ref(&local)).1,
+                Vec::<String>::new(),
+                "{local}"
+            );
+        }
         // A DNS name the CA was not made for cannot be added: it says so before writing anything.
         let (ok, refused) = vouchable(
             &paths,
