@@ -52,6 +52,28 @@ pub struct AccessRecord {
 }
 
 impl AccessRecord {
+    /// A new record; `target` is asked only when access lines are written (`RUST_LOG` can turn
+    /// them off).
+    pub fn new(peer: IpAddr, transport: &'static str, method: Method, target: impl FnOnce() -> String) -> Self {
+        AccessRecord {
+            peer,
+            transport,
+            user: None,
+            project: None,
+            class: crate::policy::plan::RouteClass::Other,
+            method,
+            target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
+                target()
+            } else {
+                String::new()
+            },
+            status: 0,
+            reason: None,
+            started: Instant::now(),
+            audit: None,
+        }
+    }
+
     fn emit(&self, bytes: u64, outcome: &str) {
         tracing::info!(
             target: "access",

@@ -8,7 +8,6 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
@@ -20,7 +19,6 @@ use super::error::HttpError;
 use super::pipeline::{OriginRule, Proceeding, proceed};
 use super::{ConnInfo, Front};
 use crate::gateway::Gateway;
-use crate::policy::plan::RouteClass;
 use crate::state::UserState;
 
 /// At most this much of an answer is read back.
@@ -41,23 +39,9 @@ impl OnBehalf<'_> {
     /// The access record of a request made for this user (its line is written when the answer
     /// has been read, like a client's).
     fn record(&self, method: Method, project: &str, path: &str) -> AccessRecord {
-        AccessRecord {
-            peer: self.client,
-            transport: "internal",
-            user: Some(self.user.name.clone()),
-            project: None,
-            class: RouteClass::Other,
-            method,
-            target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
-                format!("/p/{project}{path}")
-            } else {
-                String::new()
-            },
-            status: 0,
-            reason: None,
-            started: Instant::now(),
-            audit: None,
-        }
+        let mut r = AccessRecord::new(self.client, "internal", method, || format!("/p/{project}{path}"));
+        r.user = Some(self.user.name.clone());
+        r
     }
 
     /// The books once the status is known, as `pipeline::handle` keeps them for a client: the

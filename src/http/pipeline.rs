@@ -8,7 +8,6 @@
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
@@ -25,7 +24,7 @@ use crate::auth::tokens;
 use crate::config::Role;
 use crate::gateway::Gateway;
 use crate::metrics::{Refusal, StreamKind};
-use crate::policy::plan::{RouteClass, Treatment};
+use crate::policy::plan::Treatment;
 use crate::rewrite;
 use crate::state::{State, UserState};
 
@@ -47,24 +46,7 @@ pub async fn handle(
 ) -> Result<Response<ProxyBody>, Infallible> {
     let state = gw.state();
     let client = crate::client_addr::client_ip(conn.peer.ip(), req.headers(), &state.settings.server.trusted_proxies);
-    let mut record = AccessRecord {
-        peer: client,
-        transport: conn.transport(),
-        user: None,
-        project: None,
-        class: RouteClass::Other,
-        method: req.method().clone(),
-        // Only built when access lines are written (RUST_LOG can turn them off).
-        target: if tracing::enabled!(target: "access", tracing::Level::INFO) {
-            log_target(req.uri())
-        } else {
-            String::new()
-        },
-        status: 0,
-        reason: None,
-        started: Instant::now(),
-        audit: None,
-    };
+    let mut record = AccessRecord::new(client, conn.transport(), req.method().clone(), || log_target(req.uri()));
     // A browser's own fetches (they say Sec-Fetch-Mode) never get a Basic challenge: it would pop
     // up a password dialog over the web UI; browsers log in with the form and a cookie.
     let browser = req.headers().contains_key(SEC_FETCH_MODE);
@@ -488,6 +470,15 @@ fn check_origin(
     )))
 }
 
+/// A user identified by `via`, no device or token id, not by a cookie.
+fn plain(via: Via) -> impl Fn(Arc<UserState>) -> Identified {
+    move |user| Identified {
+        user,
+        by_cookie: false,
+        who: Who { via, id: None },
+    }
+}
+
 struct Identified {
     user: Arc<UserState>,
     /// A project host's cookie authenticated it (so the cookie CSRF rule applies).
@@ -513,13 +504,6 @@ async fn identify(
     target: &Result<Target, HttpError>,
     upgrade: bool,
 ) -> Result<Identified, HttpError> {
-    let plain = |via: Via| {
-        move |user| Identified {
-            user,
-            by_cookie: false,
-            who: Who { via, id: None },
-        }
-    };
     let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
         user,
         by_cookie: false,
@@ -585,13 +569,6 @@ async fn by_cookie_or_ticket(
     target: &Result<Target, HttpError>,
     upgrade: bool,
 ) -> Result<Identified, HttpError> {
-    let plain = |via: Via| {
-        move |user| Identified {
-            user,
-            by_cookie: false,
-            who: Who { via, id: None },
-        }
-    };
     let Ok(t) = target else {
         return Err(HttpError::Unauthenticated);
     };

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, Reply, basic};
+use crate::common::login::location;
 use crate::common::stack::two_projects;
 
 const LOGIN_HOST: &str = "gw.localhost";
@@ -42,15 +43,6 @@ fn handoff_state(r: &Reply) -> String {
         .to_string()
 }
 
-fn location(r: &Reply) -> String {
-    r.headers
-        .get("location")
-        .unwrap_or_else(|| panic!("no Location in a {} answer: {}", r.status, r.body))
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 /// Split `https://host:port/path?q` into the host part and the path part.
 fn split_url(url: &str) -> (String, String) {
     let rest = url
@@ -62,14 +54,7 @@ fn split_url(url: &str) -> (String, String) {
 }
 
 async fn get(c: &Https, path: &str, cookie: Option<&str>, html: bool) -> Reply {
-    let mut b = c.request("GET", path, None);
-    if let Some(k) = cookie {
-        b = b.header("cookie", k);
-    }
-    if html {
-        b = b.header("accept", "text/html").header("sec-fetch-mode", "navigate");
-    }
-    c.call(b.body(Full::default()).unwrap()).await
+    crate::common::login::browser_get(c, path, cookie, html).await
 }
 
 async fn post_form(

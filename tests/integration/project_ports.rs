@@ -12,6 +12,7 @@ use http_body_util::Full;
 use crate::common::client::{Https, Reply};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, users_toml};
+use crate::common::login::location;
 use crate::common::stack::UPSTREAM_PW;
 
 /// Two projects on ports of their own, no base domain: alice may use both, bob only "web".
@@ -71,15 +72,6 @@ fn cookie_named(r: &Reply, name: &str) -> Option<String> {
         .map(|c| c.split(';').next().unwrap().to_string())
 }
 
-fn location(r: &Reply) -> String {
-    r.headers
-        .get("location")
-        .unwrap_or_else(|| panic!("no Location in a {} answer: {}", r.status, r.body))
-        .to_str()
-        .unwrap()
-        .to_string()
-}
-
 /// `https://authority/path` → (authority, path).
 fn split(url: &str) -> (String, String) {
     let rest = url
@@ -90,14 +82,7 @@ fn split(url: &str) -> (String, String) {
 }
 
 async fn get(c: &Https, path: &str, cookie: Option<&str>, html: bool) -> Reply {
-    let mut b = c.request("GET", path, None);
-    if let Some(k) = cookie {
-        b = b.header("cookie", k);
-    }
-    if html {
-        b = b.header("accept", "text/html").header("sec-fetch-mode", "navigate");
-    }
-    c.call(b.body(Full::default()).unwrap()).await
+    crate::common::login::browser_get(c, path, cookie, html).await
 }
 
 async fn post(c: &Https, path: &str, body: &str, cookie: &str, origin: Option<&str>, site: Option<&str>) -> Reply {

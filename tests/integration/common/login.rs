@@ -67,3 +67,26 @@ pub fn token_create(gw: &Gateway, user: &str) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// The `Location` of a redirect, failing the test with the answer when there is none.
+pub fn location(r: &Reply) -> String {
+    r.headers
+        .get("location")
+        .unwrap_or_else(|| panic!("no Location in a {} answer: {}", r.status, r.body))
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A GET as a browser sends it: with the cookie header `cookie`, and, for a navigation (`html`),
+/// `Accept: text/html` and `Sec-Fetch-Mode: navigate`.
+pub async fn browser_get(c: &Https, path: &str, cookie: Option<&str>, html: bool) -> Reply {
+    let mut b = c.request("GET", path, None);
+    if let Some(k) = cookie {
+        b = b.header("cookie", k);
+    }
+    if html {
+        b = b.header("accept", "text/html").header("sec-fetch-mode", "navigate");
+    }
+    c.call(b.body(Full::default()).unwrap()).await
+}
