@@ -97,16 +97,19 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
         audit.as_deref_mut(),
     )
     .await?;
-    let upstream_req = Request::from_parts(parts, body);
-
-    let (response, lease) = send(gw, endpoint, target, upstream_req).await?;
-
-    if response.status() == StatusCode::UNAUTHORIZED {
-        tracing::error!(project = %project.name, reason = "upstream_rejected_credential", "the OpenCode server refused the gateway's credential");
-        return Err(HttpError::UpstreamRejectedCredential {
-            project: project.name.to_string(),
-        });
-    }
+    // Streams may legitimately say nothing for a long time (the per-session event stream sends
+    // no headers until its first event), so only ordinary requests are timed.
+    let asked = std::time::Instant::now();
+    let sent = endpoint
+        .pool
+        .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout);
+    let result = match target.treatment().long_lived() {
+        true => sent.await,
+        false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
+            .await
+            .map_err(|_| timed_out(gw, project))?,
+    };
+    let (response, lease) = received(gw, project, asked, result)?;
     response::answer(Answer {
         gw,
         user,
@@ -216,34 +219,26 @@ async fn upstream_body(
     )
 }
 
-/// Send on the endpoint's pool: ordinary requests timed (streams may say nothing for long), the
-/// upstream's latency observed, a client body's fault told apart from the upstream's.
-async fn send(
+fn timed_out(gw: &Gateway, project: &ProjectState) -> HttpError {
+    HttpError::UpstreamTimeout {
+        project: project.name.to_string(),
+        secs: gw.limits.upstream_response_timeout,
+    }
+}
+
+/// What the endpoint's pool gave back: the upstream's latency observed, a client body's fault
+/// told apart from the upstream's, the upstream's 401 for the gateway's credential a 502.
+fn received(
     gw: &Gateway,
-    endpoint: &Endpoint,
-    target: &Target,
-    upstream_req: Request<UpstreamBody>,
+    project: &ProjectState,
+    asked: std::time::Instant,
+    result: Result<(Response<Incoming>, crate::upstream::pool::Lease), crate::upstream::BoxError>,
 ) -> Result<(Response<Incoming>, crate::upstream::pool::Lease), HttpError> {
     let limits = &gw.limits;
-    let project = &*target.project;
-    // Streams may legitimately say nothing for a long time (the per-session event stream sends
-    // no headers until its first event), so only ordinary requests are timed.
-    let asked = std::time::Instant::now();
-    let sent = endpoint.pool.send(upstream_req, limits.upstream_connect_timeout);
-    let result = if target.treatment().long_lived() {
-        sent.await
-    } else {
-        tokio::time::timeout(limits.upstream_response_timeout, sent)
-            .await
-            .map_err(|_| HttpError::UpstreamTimeout {
-                project: project.name.to_string(),
-                secs: limits.upstream_response_timeout,
-            })?
-    };
     if result.is_ok() {
         project.metrics.upstream_latency.observe(asked.elapsed());
     }
-    result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
+    let (response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
         Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
             max: limits.max_body_bytes,
         },
@@ -252,7 +247,15 @@ async fn send(
         },
         Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
         None => unavailable(project, crate::upstream::describe(&*e)),
-    })
+    })?;
+    // The upstream refused the gateway's own credential: never a login prompt for the client.
+    if response.status() == StatusCode::UNAUTHORIZED {
+        tracing::error!(project = %project.name, reason = "upstream_rejected_credential", "the OpenCode server refused the gateway's credential");
+        return Err(HttpError::UpstreamRejectedCredential {
+            project: project.name.to_string(),
+        });
+    }
+    Ok((response, lease))
 }
 
 /// A small body read whole (at most [`SMALL_BODY`], within `idle` when given): a client's

@@ -245,7 +245,8 @@ pub(crate) async fn proceed(
     record.project = Some(target.project.clone());
     record.class = target.class();
     let admitted = admit(on, &parts, &target, upgrade.is_some())?;
-    let planned = plan(on, &parts, target, admitted.role, record).await?;
+    let mut target = target;
+    let planned = plan(on, &parts, &mut target, admitted.role, record).await?;
     let mut audit = planned.audit;
     let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&on.gw.audit));
     let result = forward::forward(Forwarding {
@@ -256,7 +257,7 @@ pub(crate) async fn proceed(
         user: on.user,
         parts,
         body: body(),
-        target: &planned.target,
+        target: &target,
         host: on.host,
         upgrade,
         stream_slot: admitted.stream_slot,
@@ -372,7 +373,6 @@ fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<StreamHold, 
 
 struct Planned {
     endpoint: Arc<crate::upstream::endpoint::Endpoint>,
-    target: Target,
     audit: Option<Box<Pending>>,
 }
 
@@ -382,7 +382,7 @@ struct Planned {
 async fn plan(
     on: &Proceeding<'_>,
     parts: &Parts,
-    target: Target,
+    target: &mut Target,
     role: Role,
     record: &mut AccessRecord,
 ) -> Result<Planned, HttpError> {
@@ -395,15 +395,12 @@ async fn plan(
     // A server whose API document was not known when the request was read has it now (or could
     // not be read): judge the request again with it (a route it added may need more than the
     // table's guess).
-    let target = if !target.upstream_known && project.api().is_some() {
-        let target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
+    if !target.upstream_known && project.api().is_some() {
+        *target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
         crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-        super::own_files::check_request(gw, on.client, on.user, &target, parts)?;
+        super::own_files::check_request(gw, on.client, on.user, target, parts)?;
         record.class = target.class();
-        target
-    } else {
-        target
-    };
+    }
     if project.shared_upstream
         && let Some(id) = &target.session
     {
@@ -424,11 +421,7 @@ async fn plan(
         ))),
         _ => None,
     };
-    Ok(Planned {
-        endpoint,
-        target,
-        audit,
-    })
+    Ok(Planned { endpoint, audit })
 }
 
 /// A browser page from elsewhere may not write or open terminals with the user's credentials

@@ -67,9 +67,9 @@ impl Target {
 
     /// Resolve again once the upstream's API document is known (a spawned server that was not
     /// ready when the request came): the same path, the same config, now with the document.
-    pub fn with_upstream_api(self, state: &State, method: &Method, raw_path: &str) -> Result<Target, HttpError> {
+    pub fn with_upstream_api(&self, state: &State, method: &Method, raw_path: &str) -> Result<Target, HttpError> {
         let path = CanonicalPath::parse(raw_path).map_err(HttpError::BadPath)?;
-        Ok(resolve(state, self.project, method, &path, self.path_start))
+        Ok(resolve(state, self.project.clone(), method, &path, self.path_start))
     }
 }
 
