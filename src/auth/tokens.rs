@@ -276,7 +276,7 @@ impl Tokens {
         let generation = self.generation.load(Ordering::SeqCst);
         let store = self.store.clone();
         let now = now_unix();
-        let found = tokio::task::spawn_blocking(move || {
+        let found = crate::store::blocking("token lookup", move || {
             let record = store.token_by_digest(&digest)?;
             // Compared again in constant time: the index lookup is an ordinary comparison, and
             // this keeps a future backend that looks up by prefix honest.
@@ -289,14 +289,10 @@ impl Tokens {
                 // store says once that it cannot write).
                 let _ = store.touch_token(&r.id, now);
             }
-            Ok::<_, crate::store::StoreError>(record)
+            Ok(record)
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?
-        .map_err(|e| {
-            tracing::error!(error = %e, "token lookup failed");
-            HttpError::StateUnavailable
-        })?;
+        .map_err(|_| HttpError::StateUnavailable)?;
         let Some(r) = found else {
             return Ok(Err(Refusal::Unknown));
         };

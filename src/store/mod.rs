@@ -19,6 +19,22 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// Run a store call off the async workers (SQLite blocks, and a write may wait on the CLI's
+/// lock); a failure, of the call or of the blocking pool, is logged once here as `what` failed.
+pub async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let result = match tokio::task::spawn_blocking(call).await {
+        Ok(r) => r,
+        Err(e) => Err(StoreError::Backend(format!("the blocking call did not finish: {e}"))),
+    };
+    if let Err(e) = &result {
+        tracing::error!(error = %e, "{what} failed");
+    }
+    result
+}
+
 /// A stored token: everything but the token itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRecord {

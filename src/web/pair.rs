@@ -324,13 +324,9 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     };
     let store = ctx.gw.web.store().clone();
     let record = device.clone();
-    tokio::task::spawn_blocking(move || store.insert_device(&record))
+    crate::store::blocking("storing a paired device", move || store.insert_device(&record))
         .await
-        .map_err(|_| HttpError::StateUnavailable)?
-        .map_err(|e| {
-            tracing::error!(error = %e, "cannot store a paired device");
-            HttpError::StateUnavailable
-        })?;
+        .map_err(|_| HttpError::StateUnavailable)?;
     let (value, live) = ctx
         .gw
         .web

@@ -130,13 +130,9 @@ impl WebSessions {
             revoked_at: None,
         };
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || store.insert_web_session(&record))
+        crate::store::blocking("storing a browser session", move || store.insert_web_session(&record))
             .await
-            .map_err(|_| HttpError::StateUnavailable)?
-            .map_err(|e| {
-                tracing::error!(error = %e, "cannot store a browser session");
-                HttpError::StateUnavailable
-            })?;
+            .map_err(|_| HttpError::StateUnavailable)?;
         let live = Arc::new(Live {
             login_id: parent.map_or_else(|| id.clone(), Into::into),
             id,
@@ -161,7 +157,7 @@ impl WebSessions {
         }
         let store = self.store.clone();
         let now = now_unix();
-        let found = tokio::task::spawn_blocking(move || -> Result<_, crate::store::StoreError> {
+        let found = crate::store::blocking("reading browser sessions", move || {
             let Some(l) = store.web_session_by_digest(&digest)? else {
                 return Ok(None);
             };
@@ -189,11 +185,7 @@ impl WebSessions {
             Ok(Some(l))
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?
-        .map_err(|e| {
-            tracing::error!(error = %e, "cannot read browser sessions");
-            HttpError::StateUnavailable
-        })?;
+        .map_err(|_| HttpError::StateUnavailable)?;
         let Some(l) = found else { return Ok(None) };
         let expires_at = l
             .parent
@@ -220,10 +212,11 @@ impl WebSessions {
     pub async fn revoke(&self, login_id: &str) -> Result<(), HttpError> {
         let store = self.store.clone();
         let id = login_id.to_string();
-        tokio::task::spawn_blocking(move || store.revoke_web_session(&id, now_unix()))
-            .await
-            .map_err(|_| HttpError::StateUnavailable)?
-            .map_err(|_| HttpError::StateUnavailable)?;
+        crate::store::blocking("ending a browser session", move || {
+            store.revoke_web_session(&id, now_unix())
+        })
+        .await
+        .map_err(|_| HttpError::StateUnavailable)?;
         self.invalidate();
         Ok(())
     }
