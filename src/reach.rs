@@ -108,14 +108,10 @@ impl Reach {
     }
 }
 
-/// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`).
-pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr) -> String {
-    ssh_forward_via(name, user, ssh, None)
-}
-
-/// [`ssh_forward`]; a listener on every address is named by `public_host` (the public URL's host,
-/// e.g. the LAN address) when given, else by this machine's host name.
-pub fn ssh_forward_via(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
+/// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`); a listener on
+/// every address is named by `public_host` (the public URL's host, e.g. the LAN address) when
+/// given, else by this machine's host name.
+pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
     let host = match (ssh.ip().is_unspecified(), public_host) {
         (true, Some(h)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
         (true, None) => crate::devcert::host_name(),
@@ -208,12 +204,17 @@ mod tests {
     #[test]
     fn ssh_forwards_name_the_port_unless_22() {
         assert_eq!(
-            ssh_forward("demo", "dev", "127.0.0.1:2222".parse().unwrap()),
+            ssh_forward("demo", "dev", "127.0.0.1:2222".parse().unwrap(), None),
             "ssh -N -L 4096:demo:80 -p 2222 dev@127.0.0.1"
         );
         assert_eq!(
-            ssh_forward("demo", "dev", "[::1]:22".parse().unwrap()),
+            ssh_forward("demo", "dev", "[::1]:22".parse().unwrap(), None),
             "ssh -N -L 4096:demo:80 dev@::1"
+        );
+        // Every address: the LAN address the public URL names, which a phone or laptop can use.
+        assert_eq!(
+            ssh_forward("demo", "dev", "0.0.0.0:2222".parse().unwrap(), Some("192.168.1.20")),
+            "ssh -N -L 4096:demo:80 -p 2222 dev@192.168.1.20"
         );
     }
 }

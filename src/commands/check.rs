@@ -100,15 +100,8 @@ pub fn permission_warnings(s: &Settings) -> Vec<String> {
             continue;
         };
         let mode = meta.permissions().mode() & 0o777;
-        // A config that keeps no secret of its own (users in `users_file`, no inline password or
-        // environment: the committed dev configs) may be readable like any source file.
-        if e.key == "config file"
-            && std::fs::read_to_string(&e.path).is_ok_and(|t| {
-                !["password_hash", "upstream_password", "env", "client_secret"]
-                    .iter()
-                    .any(|k| t.lines().any(|l| l.trim_start().starts_with(k)))
-            })
-        {
+        // A config that keeps no secret of its own may be readable like any source file.
+        if e.key == "config file" && !s.file_holds_secrets {
             continue;
         }
         if mode & 0o077 != 0 {

@@ -141,7 +141,7 @@ pub fn init(
     let ca = paths.ca_cert.display();
     let reach = crate::reach::Reach::new(&settings, None);
     let web = reach.web_ui(&name).unwrap_or_default();
-    let ssh_cmd = crate::reach::ssh_forward_via(&name, "dev", ssh.listen, Some(reach.host()));
+    let ssh_cmd = crate::reach::ssh_forward(&name, "dev", ssh.listen, Some(reach.host()));
     let phone = match settings.server.http_listen {
         Some(http) => {
             let fp = std::fs::read_to_string(&paths.ca_cert)

@@ -171,7 +171,7 @@ fn print_attach(settings: &Settings, running: &crate::Running, first_user: Optio
         if let Some(ssh) = ssh {
             out += &format!(
                 "  {}   then   opencode attach http://127.0.0.1:4096\n",
-                crate::reach::ssh_forward_via(&p.name, user, ssh, Some(reach.host()))
+                crate::reach::ssh_forward(&p.name, user, ssh, Some(reach.host()))
             );
         }
     }

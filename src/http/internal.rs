@@ -87,12 +87,16 @@ impl OnBehalf<'_> {
         json: Option<serde_json::Value>,
     ) -> Result<(StatusCode, Bytes), HttpError> {
         let gw = self.gw;
+        // Only a project's name may shape the path: anything else (`alpha/..`, `a?b`) would
+        // make another request than the one asked for.
+        if !crate::config::validate::valid_project_name(project) {
+            return Err(HttpError::UnknownProject(project.chars().take(64).collect()));
+        }
         let state = gw.state();
         let body = json.map(|j| Bytes::from(j.to_string())).unwrap_or_default();
         let req = Request::builder()
             .method(method.clone())
             .uri(format!("/p/{project}{path}"))
-            .header(header::HOST, "gateway.internal")
             .header(header::CONTENT_TYPE, "application/json")
             .header(header::CONTENT_LENGTH, body.len())
             .header(header::USER_AGENT, crate::inbox::INBOX_AGENT)

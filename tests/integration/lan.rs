@@ -280,4 +280,7 @@ fn the_committed_lan_config_serves_every_address_under_this_machines_lan_address
         assert!(stdout.contains(":8444/"), "demo's web UI on its own port:\n{stdout}");
     }
     assert!(!stdout.contains("(https://127.0.0.1"), "{stdout}");
+    // It keeps no secret (users go to the users file): readable like any source file, no warning.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("(config file) is readable"), "{stderr}");
 }

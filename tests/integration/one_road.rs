@@ -187,6 +187,42 @@ async fn the_control_rooms_answers_take_the_proxys_road_and_its_refusals() {
         }
         assert_eq!(pending(&oc), before, "{who} {form} reached OpenCode");
     }
+    // A new session from the portal, for a user whose grant is every project: only a project's
+    // name shapes the request (a path or query spelled into the field would make another one).
+    let alice = form_login(&lh, "alice", "alice-password-1").await;
+    let sessions = |oc: &OpenCode| {
+        let dir = oc.project.display().to_string();
+        let body = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(crate::common::client::direct_call(
+                oc.port,
+                &oc.password,
+                "GET",
+                &format!("/session?directory={dir}"),
+                &[],
+                "",
+            ))
+        });
+        serde_json::from_str::<Value>(&body)
+            .unwrap_or_default()
+            .as_array()
+            .map_or(0, Vec::len)
+    };
+    let before = sessions(&oc);
+    for project in ["alpha%2F..%2Fbeta", "alpha%3Fx%3D1", "alpha%2Fsession", "ALPHA"] {
+        let own = format!("https://{}", lh.authority());
+        let req = lh
+            .request("POST", "/_gw/new", None)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .header("cookie", &alice)
+            .header("origin", own)
+            .header("sec-fetch-site", "same-origin")
+            .body(Full::from(format!("project={project}")))
+            .unwrap();
+        let r = lh.call(req).await;
+        assert_eq!(r.status, 404, "project={project}: {}", r.body);
+        assert_eq!(sessions(&oc), before, "project={project} created a session");
+    }
+
     // No refused attempt is in the audit trail as an answer.
     assert!(
         audit_records(&gw, "permission_answer", &id)

@@ -359,7 +359,10 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
             problems: c.problems,
         });
     }
+    let file_holds_secrets =
+        raw.user.iter().any(|u| u.password_hash.is_some()) || raw.project.iter().any(|p| !p.env.is_empty());
     let mut settings = Settings {
+        file_holds_secrets,
         path: path.to_path_buf(),
         server: Server {
             listen: listen.expect("checked above"),
