@@ -11,35 +11,19 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, Reply};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, users_toml};
+use crate::common::gateway::Gateway;
 use crate::common::login::location;
-use crate::common::stack::UPSTREAM_PW;
 
 /// Two projects on ports of their own, no base domain: alice may use both, bob only "web".
 pub async fn port_projects() -> (Gateway, FakeUpstream, FakeUpstream) {
-    let web = FakeUpstream::start(UPSTREAM_PW).await;
-    let api = FakeUpstream::start(UPSTREAM_PW).await;
-    let project = |name: &str, url: &str| {
-        format!(
-            "[[project]]\nname = \"{name}\"\nupstream = \"{url}\"\nupstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n\n"
-        )
+    let own_port = |name: &str, url: &str| {
+        crate::common::gateway::external_project(name, url).replace("\n\n", "\nlisten = \"127.0.0.1:0\"\n\n")
     };
-    let config = base_config(&format!(
-        "{}{}{}",
-        project("web", &web.url()),
-        project("api", &api.url()),
-        users_toml(&[
-            ALICE,
-            TestUser {
-                name: "bob",
-                password: "bob-password-22",
-                projects: "[\"web\"]",
-                role: "operator"
-            },
-        ])
-    ))
-    .replace("base_domain = \"gw.localhost\"\n", "");
-    (Gateway::start_behind(&config, UPSTREAM_PW), web, api)
+    // No base domain: without project hosts, each project's web UI is on its port.
+    crate::common::stack::two_projects_as(own_port, "", |config| {
+        config.replace("base_domain = \"gw.localhost\"\n", "")
+    })
+    .await
 }
 
 /// The address of `project`'s own listener, from the gateway's log.

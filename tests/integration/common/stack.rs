@@ -11,12 +11,24 @@ pub const UPSTREAM_PW: &str = "upstream-secret-Zq81";
 
 /// Two projects on fake upstreams: alice may use both, bob only "web".
 pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, Https) {
+    let (gw, web, api) = two_projects_as(external_project, extra, |config| config).await;
+    let client = Https::new(gw.https, &gw.ca());
+    (gw, web, api, client)
+}
+
+/// [`two_projects`] with each `[[project]]` written by `project(name, upstream url)`, `extra`
+/// before them, and the whole config (after `base_config`) passed through `edit`.
+pub async fn two_projects_as(
+    project: impl Fn(&str, &str) -> String,
+    extra: &str,
+    edit: impl FnOnce(String) -> String,
+) -> (Gateway, FakeUpstream, FakeUpstream) {
     let web = FakeUpstream::start(UPSTREAM_PW).await;
     let api = FakeUpstream::start(UPSTREAM_PW).await;
-    let config = base_config(&format!(
+    let body = format!(
         "{extra}\n{}{}{}",
-        external_project("web", &web.url()),
-        external_project("api", &api.url()),
+        project("web", &web.url()),
+        project("api", &api.url()),
         users_toml(&[
             ALICE,
             TestUser {
@@ -26,10 +38,9 @@ pub async fn two_projects(extra: &str) -> (Gateway, FakeUpstream, FakeUpstream, 
                 role: "operator"
             },
         ])
-    ));
-    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
-    let client = Https::new(gw.https, &gw.ca());
-    (gw, web, api, client)
+    );
+    let config = edit(base_config(&body));
+    (Gateway::start_behind(&config, UPSTREAM_PW), web, api)
 }
 
 pub struct Setup {
