@@ -611,7 +611,7 @@ async fn by_cookie(
     if name != &*t.project.name {
         return Ok(None);
     }
-    if let Some(value) = crate::web::cookie::find_named(&parts.headers, &front.session_cookie())
+    if let Some(value) = front.find_session(&parts.headers)
         && let Some(live) = gw.web.check(value, client).await?
         && live.host.as_deref() == Some(&*t.project.name)
         && let Some(user) = state.users.get(&*live.user)

@@ -53,6 +53,12 @@ pub fn find(headers: &HeaderMap) -> Option<&str> {
 
 /// The value of the cookie `name` (exactly once), like [`find`].
 pub fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    find_matching(headers, |n| n == name)
+}
+
+/// The value of the one cookie whose name `is_it` accepts, like [`find`] (no allocation: a
+/// project port's names are matched in their parts, see `web/front.rs`).
+pub fn find_matching<'h>(headers: &'h HeaderMap, is_it: impl Fn(&str) -> bool) -> Option<&'h str> {
     let mut found = None;
     for v in headers.get_all(header::COOKIE) {
         let Ok(v) = v.to_str() else { continue };
@@ -60,7 +66,7 @@ pub fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
             let Some((pair_name, value)) = pair.trim().split_once('=') else {
                 continue;
             };
-            if pair_name == name {
+            if is_it(pair_name) {
                 if found.is_some() {
                     return None;
                 }

@@ -48,6 +48,18 @@ impl WebFront<'_> {
         }
     }
 
+    /// The session cookie's value in `headers` (exactly once), read without building its name:
+    /// this runs for every browser request to a project front.
+    pub fn find_session<'h>(&self, headers: &'h http::HeaderMap) -> Option<&'h str> {
+        let base = super::cookie::NAME;
+        match self {
+            WebFront::Project { name, own_port: true } => super::cookie::find_matching(headers, |n| {
+                n.strip_prefix(base).and_then(|r| r.strip_prefix("-p-")) == Some(*name)
+            }),
+            _ => super::cookie::find_named(headers, base),
+        }
+    }
+
     /// The handoff state cookie's name here.
     pub fn handoff_cookie(&self) -> std::borrow::Cow<'static, str> {
         match self {
@@ -102,6 +114,23 @@ mod tests {
         );
         assert_eq!(own.session_cookie(), "__Host-ocgw-p-demo");
         assert_eq!(own.handoff_cookie(), "__Host-ocgw-handoff-p-demo");
+        // Read without building the name: exactly this port's, exactly once.
+        let jar = |v: &str| {
+            let mut h = http::HeaderMap::new();
+            h.insert(http::header::COOKIE, v.parse().unwrap());
+            h
+        };
+        let cookies = jar("__Host-ocgw=login; __Host-ocgw-p-demox=x; __Host-ocgw-p-demo=mine");
+        assert_eq!(own.find_session(&cookies), Some("mine"));
+        assert_eq!(login.find_session(&cookies), Some("login"));
+        assert_eq!(
+            own.find_session(&jar("__Host-ocgw-p-demo=a; __Host-ocgw-p-demo=b")),
+            None
+        );
+        assert_eq!(
+            own.find_session(&jar("__Host-ocgw-p-dem=a; __host-ocgw-p-demo=b")),
+            None
+        );
         // The Host header does not move a request off its port's project.
         let lying = of(&port, Some("api.gw.localhost:8444"), Some("gw.localhost"));
         assert_eq!(lying.project(), Some("demo"));
