@@ -58,7 +58,7 @@ pub fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 /// The value of the one cookie whose name `is_it` accepts, like [`find`] (no allocation: a
 /// project port's names are matched in their parts, see `web/front.rs`).
-pub fn find_matching<'h>(headers: &'h HeaderMap, is_it: impl Fn(&str) -> bool) -> Option<&'h str> {
+pub fn find_matching(headers: &HeaderMap, is_it: impl Fn(&str) -> bool) -> Option<&str> {
     let mut found = None;
     for v in headers.get_all(header::COOKIE) {
         let Ok(v) = v.to_str() else { continue };
