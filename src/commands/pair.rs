@@ -42,9 +42,11 @@ pub fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result
     if let Some(why) = only_here(page) {
         // Loud, and on stderr too: a QR code no phone can open looks like one that works.
         eprintln!(
-            "\nWARNING: {page} {why}: a phone cannot open it. Give the gateway a name the phone \
-             resolves (server.base_domain and server.public_url, and a certificate for that name), \
-             then run pair again."
+            "\nWARNING: {page} {why}: a phone cannot open it. For a phone on this Wi-Fi, serve the \
+             LAN variant (`opencode-gateway serve -c config/gateway.lan.toml` in the repository, or \
+             a config from `opencode-gateway init --lan`) and run pair again with its -c; or give \
+             the gateway a name the phone resolves (server.base_domain and server.public_url, and \
+             a certificate for that name)."
         );
     }
     Ok(())

@@ -220,6 +220,8 @@ fn trust_the_ca(settings: &Settings, running: &crate::Running, reach: &crate::re
             reach.host(),
             http.port()
         ),
+        // Loopback only: no phone reaches it (the LAN variant offers the CA on plain HTTP).
+        None if settings.server.listen.ip().is_loopback() => String::new(),
         None => format!(
             "dev CA: {} (SHA-256 fingerprint {fp}); set server.http_listen to offer it to phones\n",
             ca.display()
