@@ -4,8 +4,8 @@
 //! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
 //!   `Settings` (`validate`), secrets, the gateway's own files (`protected`), and comment-keeping
 //!   edits (`edit`).
-//! - `listen/`: accept loops (backoff, per-address slots), the connection table (`table`: a share for
-//!   unauthenticated connections, shed oldest idle first) and TLS (`tls`). `ssh/`: the SSH front door.
+//! - `front/listen/`: accept loops (backoff, per-address slots), the connection table (`table`: a share for
+//!   unauthenticated connections, shed oldest idle first) and TLS (`tls`). `front/ssh/`: the SSH front door.
 //! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
 //!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
 //!   (`response`), the gateway's own files (`own_files`), errors and their statuses (`error`), the
@@ -26,7 +26,7 @@
 //! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
 //!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
 //!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
-//!   `telemetry`, `commands/` (the CLI's work).
+//!   `telemetry`, `cli/` (the CLI's work).
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
@@ -36,37 +36,25 @@
 //! origin check → rate limit → pin directory → rewrite → upstream (the endpoint's pool) → stream the
 //! response back unbuffered, or splice a WebSocket → one access-log line when the body ends.
 
-pub mod acme;
-pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod cli;
-pub mod client_addr;
-pub mod commands;
 pub mod config;
-pub mod control;
-pub mod devcert;
+pub mod front;
 pub mod gateway;
 pub mod http;
 pub mod inbox;
-pub mod listen;
-pub mod memory;
 pub mod metrics;
 pub mod notify;
 pub mod oidc;
+pub mod pipeline;
 pub mod policy;
 pub mod ratelimit;
 pub mod reach;
-pub mod reload;
-pub mod rewrite;
-pub mod ssh;
-pub mod state;
 pub mod store;
-pub mod telemetry;
-pub mod ttl_map;
+pub mod support;
 pub mod upstream;
 pub mod web;
-pub mod workers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -82,7 +70,7 @@ use crate::gateway::Gateway;
 pub struct Running {
     pub https: SocketAddr,
     pub admin: Option<SocketAddr>,
-    /// The control socket `status` and `reload` use (`control.rs`).
+    /// The control socket `status` and `reload` use (`front/control.rs`).
     pub control: std::path::PathBuf,
     pub ssh: Option<SocketAddr>,
     pub project_ports: Vec<(String, SocketAddr)>,
@@ -96,10 +84,10 @@ pub struct Running {
 pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let acme = settings.tls.acme.clone();
     let certs = match &acme {
-        Some(a) => acme::initial_store(&settings, a)?,
-        None => listen::certs::CertStore::from_files(&settings.tls)?,
+        Some(a) => front::acme::initial_store(&settings, a)?,
+        None => front::listen::certs::CertStore::from_files(&settings.tls)?,
     };
-    let tls = listen::tls::with_store(certs.clone(), acme.is_some())?;
+    let tls = front::listen::tls::with_store(certs.clone(), acme.is_some())?;
     let config_path = settings.path.clone();
     let https = bind(settings.server.listen, "server.listen").await?;
     let admin = match &settings.admin {
@@ -114,8 +102,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         Some(s) => Some((bind(s.listen, "ssh.listen").await?, s.clone())),
         None => None,
     };
-    let control_path = control::socket_path(&settings);
-    let control = control::bind(&control_path)?;
+    let control_path = front::control::socket_path(&settings);
+    let control = front::control::bind(&control_path)?;
     let mut project_listeners = Vec::new();
     for p in &settings.projects {
         if let Some(addr) = p.listen {
@@ -143,29 +131,34 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             .map(|(n, a)| (n.as_str().into(), a.port()))
             .collect(),
     });
-    tokio::spawn(listen::serve_tls(gw.clone(), https, None));
+    tokio::spawn(front::listen::serve_tls(gw.clone(), https, None));
     for (name, l) in project_listeners {
         tracing::info!(project = %name, listen = %l.local_addr()?, "project listener ready");
-        tokio::spawn(listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
+        tokio::spawn(front::listen::serve_tls(gw.clone(), l, Some(name.as_str().into())));
     }
     if let Some(l) = admin {
-        tokio::spawn(admin::serve(gw.clone(), l));
+        tokio::spawn(front::admin::serve(gw.clone(), l));
     }
-    tokio::spawn(control::serve(gw.clone(), control, config_path, running.https.port()));
-    tokio::spawn(reload::watch_project_sets(gw.clone()));
+    tokio::spawn(front::control::serve(
+        gw.clone(),
+        control,
+        config_path,
+        running.https.port(),
+    ));
+    tokio::spawn(gateway::reload::watch_project_sets(gw.clone()));
     match acme {
-        Some(_) => acme::start(&gw),
+        Some(_) => front::acme::start(&gw),
         None => {
-            tokio::spawn(listen::certs::watch(certs, gw.shutdown.clone()));
+            tokio::spawn(front::listen::certs::watch(certs, gw.shutdown.clone()));
         }
     }
     if let Some(l) = http {
         tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
-        tokio::spawn(acme::http::serve(gw.clone(), l, running.https.port()));
+        tokio::spawn(front::acme::http::serve(gw.clone(), l, running.https.port()));
     }
     inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {
-        let server = ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
+        let server = front::ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));
     }
     gw.probe_external_upstreams();
@@ -184,9 +177,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
                         janitor.conn_table.purge();
                     }
                     let (peak, open) = janitor.conn_table.take_peak();
-                    if peak.saturating_sub(open) >= memory::TRIM_AFTER_CLOSED {
+                    if peak.saturating_sub(open) >= support::memory::TRIM_AFTER_CLOSED {
                         // Off the runtime: trimming walks every arena and may take milliseconds.
-                        tokio::task::spawn_blocking(memory::give_back_free_memory);
+                        tokio::task::spawn_blocking(support::memory::give_back_free_memory);
                     }
                 }
                 _ = janitor.shutdown.cancelled() => break,

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = opencode_gateway::cli::Cli::parse();
-    match opencode_gateway::commands::dispatch(cli) {
+    let cli = opencode_gateway::cli::args::Cli::parse();
+    match opencode_gateway::cli::dispatch(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

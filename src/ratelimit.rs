@@ -21,7 +21,7 @@ use governor::state::keyed::DashMapStateStore;
 use governor::{Quota, RateLimiter};
 
 use crate::config::Limits;
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 /// A keyed limiter that says, when it lets a cell through, how much of the burst is left.

@@ -114,7 +114,7 @@ impl Reach {
 pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
     let host = match (ssh.ip().is_unspecified(), public_host) {
         (true, Some(h)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
-        (true, None) => crate::devcert::host_name(),
+        (true, None) => crate::front::devcert::host_name(),
         (false, _) => ssh.ip().to_string(),
     };
     let port = if ssh.port() == 22 {

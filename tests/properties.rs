@@ -10,6 +10,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use opencode_gateway::auth::credentials::{self, Credentials};
 use opencode_gateway::config::Role;
 use opencode_gateway::config::validate::lexical_clean;
+use opencode_gateway::http::rewrite::{self, Forward};
 use opencode_gateway::policy::authz;
 use opencode_gateway::policy::canonical::CanonicalPath;
 use opencode_gateway::policy::drift::{RouteRoles, UpstreamApi};
@@ -17,7 +18,6 @@ use opencode_gateway::policy::pin;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
 use opencode_gateway::policy::routes::ROUTES;
 use opencode_gateway::policy::scope::EventFilter;
-use opencode_gateway::rewrite::{self, Forward};
 use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
 
@@ -200,14 +200,14 @@ proptest! {
     #[test]
     fn the_auth_memo_recalls_only_the_exact_header(a in proptest::collection::vec(any::<u8>(), 0..80), b in proptest::collection::vec(any::<u8>(), 0..80), same in any::<bool>()) {
         let b = if same { a.clone() } else { b };
-        let user = std::sync::Arc::new(opencode_gateway::state::UserState {
+        let user = std::sync::Arc::new(opencode_gateway::gateway::state::UserState {
             name: "u".into(),
             hash: None,
             fingerprint: [0; 32],
             grants: opencode_gateway::config::Grants::All(Role::Viewer),
             ssh_keys: Vec::new(),
         });
-        let mut users = opencode_gateway::state::NameMap::default();
+        let mut users = opencode_gateway::gateway::state::NameMap::default();
         users.insert("u".to_string(), user.clone());
         let memo = opencode_gateway::auth::memo::AuthMemo::default();
         memo.remember(&a, user, std::time::Instant::now() + std::time::Duration::from_secs(60));
@@ -505,6 +505,6 @@ proptest! {
     fn query_decoding_never_panics(s in "\\PC{0,100}") {
         let _ = opencode_gateway::policy::query::percent_decode(&s, true);
         let _ = opencode_gateway::policy::query::without(&s, |n| n == "x");
-        let _ = opencode_gateway::rewrite::loggable_query(&s);
+        let _ = opencode_gateway::http::rewrite::loggable_query(&s);
     }
 }

@@ -7,7 +7,7 @@ use opencode_gateway::policy::authz;
 use opencode_gateway::policy::canonical::CanonicalPath;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
 use opencode_gateway::policy::{pin, query};
-use opencode_gateway::rewrite;
+use opencode_gateway::http::rewrite;
 
 #[path = "../../tests/oracle/mod.rs"]
 mod oracle;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use blake2::{Blake2b256, Digest};
 
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 pub type CacheKey = [u8; 32];
 

@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use zeroize::Zeroizing;
 
-use crate::state::{NameMap, UserState};
+use crate::gateway::state::{NameMap, UserState};
 
 #[derive(Default)]
 pub struct AuthMemo(Mutex<Option<Entry>>);

@@ -18,9 +18,9 @@ use std::time::Instant;
 use crate::audit::{Record, Via};
 use crate::config::Secret;
 use crate::gateway::Gateway;
+use crate::gateway::state::{State, UserState};
 use crate::http::error::HttpError;
 use crate::ratelimit::Denied;
-use crate::state::{State, UserState};
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
 /// argon2 runs only for a credential not seen before, and only within the login budget.

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 /// OpenCode's tickets live 60 s.
 const TICKET_LIFE: Duration = Duration::from_secs(60);

@@ -26,10 +26,10 @@ use subtle::ConstantTimeEq;
 use crate::audit::{Record, Via};
 use crate::config::{Grants, Role, Secret};
 use crate::gateway::Gateway;
+use crate::gateway::state::{State, UserState};
 use crate::http::error::HttpError;
-use crate::state::{State, UserState};
 use crate::store::{TokenRecord, TokenStore};
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 /// Every token starts with this, so a token is recognisable (secret scanners, the Basic password
 /// path) and never mistaken for a password.

@@ -263,7 +263,7 @@ mod tests {
             w.contains("folder") && w.contains("state") && w.contains("server.state_dir"),
             "{w}"
         );
-        let summary = crate::commands::check::summary(&s);
+        let summary = crate::cli::check::summary(&s);
         assert!(
             summary.contains("app-one  spawned") && summary.contains("discovered by project set app"),
             "{summary}"

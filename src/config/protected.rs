@@ -34,7 +34,7 @@ impl ProtectedPaths {
         p.add("tls.key", &s.tls.key, false);
         p.add("tls.cert", &s.tls.cert, false);
         if s.tls.dev_ca {
-            let dev = crate::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key);
+            let dev = crate::front::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key);
             p.add("tls.dev_ca (CA key)", &dev.ca_key, false);
             p.add("tls.dev_ca (CA certificate)", &dev.ca_cert, false);
         }

@@ -57,7 +57,7 @@ pub struct Server {
     /// `http_listen`: plain HTTP for ACME HTTP-01 and redirects to HTTPS.
     pub http_listen: Option<SocketAddr>,
     /// How log lines are written (`serve --log-format` overrides it); read at start only.
-    pub log_format: crate::telemetry::LogFormat,
+    pub log_format: crate::support::telemetry::LogFormat,
     /// `users_file`: where users made by the gateway and the CLI are written.
     pub users_file: Option<PathBuf>,
 }

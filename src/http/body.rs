@@ -19,7 +19,7 @@ use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;
 
 /// A request's body on its way upstream: the client's stream, or bytes the gateway holds for a
-/// request it makes on a user's behalf (`http/internal.rs`).
+/// request it makes on a user's behalf (`pipeline/internal.rs`).
 pub enum RequestBody {
     Stream(Incoming),
     Whole(Bytes),
@@ -38,7 +38,7 @@ pub struct AccessRecord {
     pub transport: &'static str,
     pub user: Option<Arc<str>>,
     /// The project, once resolved (its name for the log, its counters for the metrics).
-    pub project: Option<Arc<crate::state::ProjectState>>,
+    pub project: Option<Arc<crate::gateway::state::ProjectState>>,
     /// What the request counts as in the metrics, from its resolved route.
     pub class: crate::policy::plan::RouteClass,
     pub method: Method,
@@ -48,7 +48,7 @@ pub struct AccessRecord {
     pub reason: Option<&'static str>,
     pub started: Instant,
     /// The audit record begun for an audited route, finished when the status is known.
-    pub audit: Option<Box<super::audit::Pending>>,
+    pub audit: Option<Box<crate::pipeline::audit::Pending>>,
 }
 
 impl AccessRecord {

@@ -1,4 +1,4 @@
-//! The inbox on the control socket (the gateway's own OS user only, see `control.rs`):
+//! The inbox on the control socket (the gateway's own OS user only, see `front/control.rs`):
 //! `GET /inbox` (every project's view as JSON) and
 //! `POST /inbox/reply?project=P&id=ID&reply=once|always|reject[&message=M]` for a permission,
 //! `…&reply=answer&answer=LABEL` or `…&reply=reject` for a question (id `que_…`), or

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::model::{Effect, ServerState};
 use super::watch::{self, Target};
 use crate::gateway::Gateway;
-use crate::state::Upstream;
+use crate::gateway::state::Upstream;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
 

@@ -16,7 +16,7 @@ use http_body_util::BodyExt;
 
 use super::Inbox;
 use crate::gateway::Gateway;
-use crate::state::Upstream;
+use crate::gateway::state::Upstream;
 use crate::upstream::UpstreamBody;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
@@ -177,9 +177,9 @@ async fn post_keeping(
 /// Who acts, and so which road the request takes.
 pub enum By<'a> {
     /// A user of the control room: the request goes through the proxy's own phases as theirs
-    /// (`http/internal.rs`): their role, the route table, pinning, redaction, the request audit.
-    User(&'a crate::http::internal::OnBehalf<'a>),
-    /// The gateway's own OS user on the control socket (`control.rs`, 0600): outside the user and
+    /// (`pipeline/internal.rs`): their role, the route table, pinning, redaction, the request audit.
+    User(&'a crate::pipeline::internal::OnBehalf<'a>),
+    /// The gateway's own OS user on the control socket (`front/control.rs`, 0600): outside the user and
     /// role model, like the CLI; it posts with the gateway's credential and audits itself.
     ControlSocket,
 }
@@ -371,7 +371,7 @@ impl Inbox {
         )
         .await?
         {
-            (200..=299, body) => crate::http::audit::created_session(body.as_bytes())
+            (200..=299, body) => crate::pipeline::audit::created_session(body.as_bytes())
                 .filter(|id| check_id(id).is_ok())
                 .ok_or(InboxError::Upstream {
                     status: 200,

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use super::ProjectLabel;
 use crate::gateway::Gateway;
-use crate::state::Upstream;
+use crate::gateway::state::Upstream;
 use crate::upstream::supervise::Status;
 
 pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 const MAX_CACHED_SESSIONS: usize = 10_000;
 const SESSION_DIR_LIFE: Duration = Duration::from_secs(600);

@@ -71,12 +71,14 @@ impl Pool {
     pub fn new(authority: String) -> Arc<Self> {
         Arc::new(Pool {
             authority,
-            idle: (0..=crate::workers::count()).map(|_| Mutex::new(Vec::new())).collect(),
+            idle: (0..=crate::support::workers::count())
+                .map(|_| Mutex::new(Vec::new()))
+                .collect(),
         })
     }
 
     fn list(&self) -> usize {
-        crate::workers::current() % self.idle.len()
+        crate::support::workers::current() % self.idle.len()
     }
 
     fn checkout(&self, list: usize) -> Option<SendRequest<UpstreamBody>> {

@@ -21,7 +21,7 @@ use super::session::{LOGIN, Live, Origin};
 use super::{Ctx, cookie, form, page};
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 const MAX_TICKETS: usize = 10_000;
 

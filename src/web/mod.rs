@@ -30,11 +30,11 @@ use http::{Method, Response};
 use hyper::body::Incoming;
 
 use crate::gateway::Gateway;
+use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
-use crate::http::{ConnInfo, Front};
+use crate::pipeline::{ConnInfo, Front};
 use crate::policy::canonical::CanonicalPath;
-use crate::state::State;
 
 /// The reserved first path segment (any case: nothing under it ever reaches OpenCode).
 pub const PREFIX: &str = "_gw";
@@ -205,7 +205,7 @@ impl Ctx<'_> {
         let live = live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user));
         if live.is_some() {
             // A live login session is a valid credential: the connection leaves the
-            // unauthenticated share (listen/table.rs).
+            // unauthenticated share (front/listen/table.rs).
             self.conn.authenticated(self.gw);
         }
         Ok(live)

@@ -16,16 +16,16 @@ use hyper::body::Incoming;
 use super::{Ctx, form, page, session::Live};
 use crate::audit::Via;
 use crate::config::Role;
-use crate::http::audit::Who;
+use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
-use crate::http::internal::OnBehalf;
 use crate::inbox::By;
 use crate::inbox::{Card, ProjectView};
 use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
 use crate::inbox::{InboxError, Outcome, Reply};
+use crate::pipeline::audit::Who;
+use crate::pipeline::internal::OnBehalf;
 use crate::policy::authz::Class;
-use crate::state::State;
 
 /// How often an idle live stream says it is alive (and re-checks its login).
 const KEEPALIVE: Duration = Duration::from_secs(15);
@@ -213,7 +213,7 @@ fn may_restart(state: &State, role: Role, project: &str) -> bool {
         && state
             .projects
             .get(project)
-            .is_some_and(|p| matches!(p.upstream, crate::state::Upstream::Supervised(_)))
+            .is_some_and(|p| matches!(p.upstream, crate::gateway::state::Upstream::Supervised(_)))
 }
 
 /// "Allowed once", "Always allowed", "Rejected", …: how a request was answered.
@@ -762,7 +762,8 @@ pub async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody
             role.as_str()
         )));
     }
-    let Some(crate::state::Upstream::Supervised(s)) = ctx.state.projects.get(&project).map(|p| &p.upstream) else {
+    let Some(crate::gateway::state::Upstream::Supervised(s)) = ctx.state.projects.get(&project).map(|p| &p.upstream)
+    else {
         return Err(HttpError::BadRequest(format!(
             "project {project} is an OpenCode server the gateway does not run; restart it where it runs"
         )));

@@ -16,7 +16,7 @@ use blake2::{Blake2b256, Digest};
 use crate::auth::tokens::{now_unix, same_digest};
 use crate::http::error::HttpError;
 use crate::store::{Store, WebSessionRecord};
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 /// How long sessions live.
 #[derive(Debug, Clone, Copy)]
@@ -225,7 +225,10 @@ impl WebSessions {
     /// look (`user passwd`, whether the gateway was running then or not) loses the login sessions
     /// made under the old one; returns each such user with the number of sessions that ended.
     /// Blocking (a few small SQLite writes): called at start and on reload, never per request.
-    pub fn passwords_are(&self, users: &crate::state::NameMap<Arc<crate::state::UserState>>) -> Vec<(Arc<str>, usize)> {
+    pub fn passwords_are(
+        &self,
+        users: &crate::gateway::state::NameMap<Arc<crate::gateway::state::UserState>>,
+    ) -> Vec<(Arc<str>, usize)> {
         let now = now_unix();
         let mut ended = Vec::new();
         for u in users.values().filter(|u| u.hash.is_some()) {

@@ -26,7 +26,7 @@ use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
 use crate::oidc::idtoken::{self, Expect};
 use crate::oidc::provider::{Provider, printable};
-use crate::ttl_map::TtlMap;
+use crate::support::ttl_map::TtlMap;
 
 /// The browser binding's cookie (`__Host-`: this exact host only; Lax, so the provider's
 /// top-level redirect back carries it).

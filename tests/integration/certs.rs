@@ -13,11 +13,13 @@ use crate::common::gateway::{ALICE, Gateway, base_config, users_toml};
 
 /// A new server certificate from the same dev CA, written over the old pair.
 fn reissue(dir: &Path) {
-    let paths =
-        opencode_gateway::devcert::DevCertPaths::beside(&dir.join("certs/server.crt"), &dir.join("certs/server.key"));
+    let paths = opencode_gateway::front::devcert::DevCertPaths::beside(
+        &dir.join("certs/server.crt"),
+        &dir.join("certs/server.key"),
+    );
     std::fs::remove_file(&paths.cert).unwrap();
-    let names = opencode_gateway::devcert::server_names(Some("gw.localhost"), &[]);
-    assert!(opencode_gateway::devcert::ensure(&paths, &names).unwrap());
+    let names = opencode_gateway::front::devcert::server_names(Some("gw.localhost"), &[]);
+    assert!(opencode_gateway::front::devcert::ensure(&paths, &names).unwrap());
 }
 
 /// A key that belongs to no certificate served here.

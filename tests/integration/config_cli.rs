@@ -309,7 +309,7 @@ fn cert_dev_makes_a_ca_and_a_certificate_for_the_names_clients_use() {
         dev_names: Vec::new(),
         acme: None,
     };
-    if let Err(e) = opencode_gateway::listen::tls::server_config(&settings) {
+    if let Err(e) = opencode_gateway::front::listen::tls::server_config(&settings) {
         panic!("the gateway refuses its dev certificate: {e:#}");
     }
     // The certificate chain verifies, with the CA as the only root, for the names clients use,

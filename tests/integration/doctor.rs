@@ -37,8 +37,9 @@ fn doctor_names_uncovered_hosts_loose_secrets_and_busy_listeners() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     // A dev certificate made for another domain: none of this config's names are in it.
     let certs = dir.path().join("certs");
-    let paths = opencode_gateway::devcert::DevCertPaths::beside(&certs.join("server.crt"), &certs.join("server.key"));
-    opencode_gateway::devcert::ensure(&paths, &["elsewhere.localhost".to_string()]).unwrap();
+    let paths =
+        opencode_gateway::front::devcert::DevCertPaths::beside(&certs.join("server.crt"), &certs.join("server.key"));
+    opencode_gateway::front::devcert::ensure(&paths, &["elsewhere.localhost".to_string()]).unwrap();
 
     let out = crate::common::process::bounded(Command::new(BIN).args(["doctor", "-c"]).arg(&path));
     let stdout = String::from_utf8_lossy(&out.stdout);

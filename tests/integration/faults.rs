@@ -511,13 +511,13 @@ async fn a_reload_and_a_new_certificate_under_a_thousand_streams_drop_none() {
 
     // A new certificate on disk, and a reload that adds a user.
     let first = crate::common::client::served_certificate(&c).await;
-    let paths = opencode_gateway::devcert::DevCertPaths::beside(
+    let paths = opencode_gateway::front::devcert::DevCertPaths::beside(
         &gw.dir.path().join("certs/server.crt"),
         &gw.dir.path().join("certs/server.key"),
     );
     std::fs::remove_file(&paths.cert).unwrap();
-    let names = opencode_gateway::devcert::server_names(Some("gw.localhost"), &[]);
-    assert!(opencode_gateway::devcert::ensure(&paths, &names).unwrap());
+    let names = opencode_gateway::front::devcert::server_names(Some("gw.localhost"), &[]);
+    assert!(opencode_gateway::front::devcert::ensure(&paths, &names).unwrap());
     until(Duration::from_secs(15), "the new certificate served", async || {
         crate::common::client::served_certificate(&c).await != first
     })

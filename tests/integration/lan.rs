@@ -136,12 +136,12 @@ fn cert_dev_name_adds_names_it_remembers_and_refuses_one_the_ca_cannot_vouch_for
     );
     let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    let paths = opencode_gateway::devcert::DevCertPaths::beside(
+    let paths = opencode_gateway::front::devcert::DevCertPaths::beside(
         &dir.path().join("c/server.crt"),
         &dir.path().join("c/server.key"),
     );
     for name in ["198.18.0.7", "mybox.local", "localhost", "gw.localhost"] {
-        opencode_gateway::devcert::verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        opencode_gateway::front::devcert::verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     // Another address later: the same CA, a new certificate, the earlier names kept.
     let ca = std::fs::read(&paths.ca_cert).unwrap();
@@ -160,7 +160,7 @@ fn cert_dev_name_adds_names_it_remembers_and_refuses_one_the_ca_cannot_vouch_for
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for name in ["198.18.0.7", "198.18.0.8", "mybox.local"] {
-        opencode_gateway::devcert::verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        opencode_gateway::front::devcert::verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca);
     // A domain the CA's name constraints do not permit: refused with the reason and the fix,
@@ -270,7 +270,7 @@ fn the_committed_lan_config_serves_every_address_under_this_machines_lan_address
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("https  0.0.0.0:8443"), "{stdout}");
-    let lan = opencode_gateway::devcert::lan_addresses();
+    let lan = opencode_gateway::front::devcert::lan_addresses();
     if let Some(ip) = lan.iter().find(|ip| ip.is_ipv4()) {
         assert!(
             stdout.contains(&format!("(https://{ip}:8443)"))

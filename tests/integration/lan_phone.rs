@@ -326,7 +326,7 @@ fn the_pair_commands_qr_code_decodes_to_its_url() {
     ] {
         let printed = format!(
             "{}\nScan it with the phone's camera\n",
-            opencode_gateway::commands::pair::render(url).unwrap()
+            opencode_gateway::cli::pair::render(url).unwrap()
         );
         assert_eq!(qr::decode_printed(&printed), url);
     }

@@ -9,16 +9,16 @@ use std::sync::{Arc, OnceLock};
 
 use http::Method;
 use opencode_gateway::config::protected::ProtectedPaths;
+use opencode_gateway::gateway::state::State;
 use opencode_gateway::http::error::HttpError;
-use opencode_gateway::http::request::{self, Reading};
-use opencode_gateway::http::{ConnInfo, Front};
+use opencode_gateway::pipeline::request::{self, Reading};
+use opencode_gateway::pipeline::{ConnInfo, Front};
 use opencode_gateway::policy::authz::{self, Class};
 use opencode_gateway::policy::canonical::CanonicalPath;
 use opencode_gateway::policy::drift::UpstreamApi;
 use opencode_gateway::policy::origin;
 use opencode_gateway::policy::routes::ROUTES;
 use opencode_gateway::policy::scope;
-use opencode_gateway::state::State;
 use proptest::prelude::*;
 
 use super::oracle;

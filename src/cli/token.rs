@@ -1,0 +1,124 @@
+//! `token create|list|revoke`: API tokens in the state database. The CLI writes the database
+//! itself (the gateway reads it per token at most once a second) and, on revoke, tells a running
+//! gateway over the control socket so the very next request is refused.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+
+use crate::auth::tokens::{self, Scope};
+use crate::cli::args::TokenAction;
+use crate::config::Role;
+
+pub fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
+    let settings = crate::config::load(config)?;
+    let state_dir = &settings.server.state_dir;
+    let store = crate::store::open(state_dir)?;
+    match action {
+        TokenAction::Create {
+            user,
+            projects,
+            role,
+            ttl,
+            label,
+        } => {
+            let Some(u) = settings.users.iter().find(|u| u.name == user) else {
+                bail!("there is no user {user:?} in {}", config.display());
+            };
+            let role = match role.as_deref() {
+                None => None,
+                Some(r) => Some(
+                    Role::parse(r)
+                        .with_context(|| format!("{r:?} is not a role: use viewer, approver, operator or admin"))?,
+                ),
+            };
+            let ttl = tokens::parse_ttl(&ttl)
+                .with_context(|| format!("--ttl {ttl:?}: use a number and d, h, m or s, as in 30d"))?;
+            let scope = Scope { role, projects };
+            scope
+                .check_within(&u.grants, |p| settings.projects.iter().any(|q| q.name == p))
+                .map_err(|why| anyhow::anyhow!("refused: {why} (a token can only narrow its user's grants)"))?;
+            let key = tokens::load_or_create_key(state_dir)?;
+            let (secret, record) = tokens::issue(&*store, &key, &user, &scope, ttl, &label)?;
+            eprintln!(
+                "token {} for {user} ({}), expires {}; it is shown only this once:",
+                record.id,
+                describe(&scope),
+                when(record.expires_at)
+            );
+            println!("{}", secret.expose()); // ok: printing the new token once is this command's purpose
+            Ok(())
+        }
+        TokenAction::List { user } => {
+            let rows = store.list_tokens(user.as_deref())?;
+            println!(
+                "{:<16} {:<12} {:<10} {:<28} {:<20} {:<20} state",
+                "id", "user", "label", "scope", "expires", "last use"
+            );
+            let now = tokens::now_unix();
+            for t in rows {
+                let state = if t.revoked_at.is_some() {
+                    "revoked"
+                } else if t.expires_at <= now {
+                    "expired"
+                } else {
+                    "active"
+                };
+                println!(
+                    "{:<16} {:<12} {:<10} {:<28} {:<20} {:<20} {state}",
+                    t.id,
+                    t.user,
+                    if t.label.is_empty() { "-" } else { &t.label },
+                    describe(&Scope::of(&t)),
+                    when(t.expires_at),
+                    t.last_used_at.map_or("never".to_string(), when),
+                );
+            }
+            Ok(())
+        }
+        TokenAction::Revoke { id } => {
+            if !store.revoke_token(&id, tokens::now_unix())? {
+                bail!("no active token {id:?} (see `opencode-gateway token list`)");
+            }
+            println!("revoked {id}");
+            crate::audit::append_from_cli(
+                &settings,
+                crate::audit::Record::new("token_revoke").field("token", id.as_str()),
+            );
+            match super::admin_client::request(config, "POST", "/tokens/changed") {
+                Ok((200, _)) => println!("the running gateway refuses it from now on"),
+                _ => println!(
+                    "no running gateway answered on the control socket; a gateway refuses it within {} s of its next use",
+                    tokens::CACHE_TTL.as_secs()
+                ),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn describe(scope: &Scope) -> String {
+    format!(
+        "{} in {}",
+        scope.role.map_or("user's role", Role::as_str),
+        scope
+            .projects
+            .as_ref()
+            .map_or("user's projects".to_string(), |p| p.join(","))
+    )
+}
+
+/// UTC, to the minute.
+pub(crate) fn when(unix: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(unix) {
+        Ok(t) => format!(
+            "{}-{:02}-{:02} {:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute()
+        ),
+        Err(_) => unix.to_string(),
+    }
+}

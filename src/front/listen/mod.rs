@@ -1,0 +1,278 @@
+//! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a place in
+//! the connection table (`table.rs`: unauthenticated HTTPS connections get a share of it and are
+//! shed first) and a per-address connection slot before doing any work (closing the connection at
+//! once when either is refused), and runs the TLS handshake under a timeout.
+
+pub mod certs;
+pub mod der;
+pub mod handshake_log;
+pub mod table;
+pub mod tls;
+
+use crate::metrics::Refusal;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+use crate::gateway::Gateway;
+use crate::pipeline::{ConnInfo, Front};
+use crate::ratelimit::SlotGuard;
+
+/// Descriptors kept back from connections: listeners, the log, spawned servers' pipes, files.
+const RESERVED_FDS: u64 = 64;
+/// A refused connection is logged at most this often per listener (with the count since the last
+/// line), so a flood cannot flood the log too.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The global connection cap: the configured `max_connections`, but never more than half of the
+/// descriptors left after [`RESERVED_FDS`], because a proxied request can hold a second descriptor
+/// (its upstream connection). Past the open-file limit `accept` fails with EMFILE and the gateway
+/// would stop serving everyone; at this cap only new connections are refused.
+pub fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
+    let budget = (open_file_limit.saturating_sub(RESERVED_FDS) / 2).clamp(1, u64::from(u32::MAX)) as u32;
+    configured.map_or(budget, |c| c.min(budget))
+}
+
+/// Raise the soft open-file limit to the hard one (as servers commonly do) and return it.
+pub fn open_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        let wanted = lim.rlim_max.min(1 << 20);
+        if wanted > lim.rlim_cur {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = wanted;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// What an accepted connection holds until it ends: its address's slot and its place in the
+/// connection table.
+pub struct ConnSlot {
+    _address: SlotGuard<std::net::IpAddr>,
+    pub place: table::LeaseGuard,
+}
+
+/// Logs refusals at most once per [`REFUSAL_LOG_INTERVAL`], counting the ones in between.
+#[derive(Default)]
+struct RefusalLog {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RefusalLog {
+    fn refused(&mut self, listener: &'static str, peer: SocketAddr, reason: &'static str) {
+        let now = Instant::now();
+        if self.last.is_some_and(|t| now.duration_since(t) < REFUSAL_LOG_INTERVAL) {
+            self.suppressed += 1;
+            return;
+        }
+        tracing::warn!(target: "security", listener, peer = %peer.ip(), reason, refused_since_last_line = self.suppressed,
+            "connection refused (logged at most once per 10 s)");
+        self.last = Some(now);
+        self.suppressed = 0;
+    }
+}
+
+/// The next connection, or `None` at shutdown. Errors (EMFILE and friends) back off, doubling
+/// to 1 s, instead of spinning or giving up.
+pub async fn accept_next(
+    gw: &Gateway,
+    listener: &TcpListener,
+    what: &'static str,
+    backoff: &mut Duration,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = gw.shutdown.cancelled() => return None,
+        };
+        match accepted {
+            Ok(a) => {
+                *backoff = Duration::from_millis(5);
+                return Some(a);
+            }
+            Err(e) => {
+                tracing::warn!(listener = what, error = %e, backoff_ms = backoff.as_millis() as u64, "accept failed; backing off");
+                tokio::time::sleep(*backoff).await;
+                *backoff = (*backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Accept until shutdown, backing off on errors instead of spinning or giving up. A connection
+/// over a cap is closed at once and the loop goes on accepting, so a full table never stops it.
+/// `class` says whether the listener's connections start unauthenticated (HTTPS, plain HTTP) or
+/// hold their place from the start (SSH, whose login comes before anything is served).
+pub async fn accept_loop<F>(
+    gw: Arc<Gateway>,
+    listener: TcpListener,
+    what: &'static str,
+    class: table::Class,
+    mut on_conn: F,
+) where
+    F: FnMut(TcpStream, SocketAddr, ConnSlot),
+{
+    let mut backoff = Duration::from_millis(5);
+    let mut refusals = RefusalLog::default();
+    while let Some((tcp, peer)) = accept_next(&gw, &listener, what, &mut backoff).await {
+        let ip = crate::ratelimit::address_key(peer.ip());
+        // A trusted proxy carries many clients on its connections: it gets no per-address cap.
+        let trusted = gw
+            .state()
+            .settings
+            .server
+            .trusted_proxies
+            .iter()
+            .any(|c| c.contains(peer.ip()));
+        let max = if trusted {
+            u32::MAX
+        } else {
+            gw.limits.max_connections_per_ip
+        };
+        // The address's slot first: a connection its address may not have must not shed
+        // another's on its way to being refused.
+        let Some(address) = gw.connections.try_acquire(ip, max) else {
+            gw.metrics.refused(Refusal::ConnectionsPerAddress);
+            refusals.refused(what, peer, "connection_limit");
+            continue;
+        };
+        // A trusted proxy's connections are many people's: one of them being shed must not stop
+        // the others from making room (the table's memory of shed addresses skips it).
+        let place = match gw.conn_table.admit((!trusted).then_some(ip), class) {
+            Ok(p) => p,
+            Err(table::Refused::Full) => {
+                gw.metrics.refused(Refusal::Connections);
+                refusals.refused(what, peer, "global_connection_limit");
+                continue;
+            }
+            Err(table::Refused::Share) => {
+                gw.metrics.refused(Refusal::UnauthenticatedConnections);
+                refusals.refused(what, peer, "unauthenticated_connection_share");
+                continue;
+            }
+        };
+        gw.metrics.connections.inc();
+        let _ = tcp.set_nodelay(true);
+        on_conn(
+            tcp,
+            peer,
+            ConnSlot {
+                _address: address,
+                place,
+            },
+        );
+    }
+}
+
+/// HTTPS: the gateway's main listener (`bound = None`) or a project's own port.
+pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Arc<str>>) {
+    let tasks = gw.tasks.clone();
+    let gw2 = gw.clone();
+    accept_loop(
+        gw,
+        listener,
+        "https",
+        table::Class::Unauthenticated,
+        move |tcp, peer, slot| {
+            let gw = gw2.clone();
+            let bound = bound.clone();
+            // Served on a worker runtime (see support/workers.rs): the socket moves to that runtime's reactor.
+            let tcp = match tcp.into_std() {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::debug!(peer = %peer, error = %e, "accepted socket could not be handed to a worker");
+                    return;
+                }
+            };
+            let worker_gw = gw.clone();
+            gw.workers.spawn(tasks.track_future(async move {
+                let gw = worker_gw;
+                let lease = slot.place.lease().clone();
+                let _slot = slot;
+                let Ok(tcp) = TcpStream::from_std(tcp) else {
+                    return;
+                };
+                let acceptor = TlsAcceptor::from(gw.state().tls.clone());
+                // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
+                // task, which then lives as long as the connection (1.4 KiB more for each).
+                let handshake = Box::pin(tokio::time::timeout(
+                    gw.limits.tls_handshake_timeout,
+                    acceptor.accept(tcp),
+                ));
+                // Shed (the table needed its place) before the handshake ended: close.
+                let handshake = tokio::select! {
+                    r = handshake => r,
+                    _ = lease.shed.cancelled() => return,
+                };
+                let stream = match handshake {
+                    Ok(Ok(s)) => {
+                        gw.metrics.tls_handshake(true);
+                        s
+                    }
+                    Ok(Err(e)) => {
+                        gw.metrics.tls_handshake(false);
+                        handshake_log::failed(peer, &e.to_string());
+                        return;
+                    }
+                    Err(_) => {
+                        gw.metrics.tls_handshake(false);
+                        handshake_log::failed(peer, "no handshake within tls_handshake_timeout");
+                        return;
+                    }
+                };
+                // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
+                if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
+                    return;
+                }
+                // A project removed by a reload keeps its port until a restart (listeners are not
+                // re-bound): new connections there get a plain 404 saying so.
+                let alpn = crate::front::connection::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
+                if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
+                    // Boxed: inline, this rare path's connection would size the task of every
+                    // connection served here.
+                    Box::pin(crate::front::connection::serve_gone(
+                        gw.clone(),
+                        name.into(),
+                        stream,
+                        alpn,
+                    ))
+                    .await;
+                    return;
+                }
+                let conn = Arc::new(ConnInfo::with_lease(peer, Front::Tls { bound }, lease));
+                crate::front::connection::serve_connection(gw, conn, stream, Some(alpn)).await;
+            }));
+        },
+    )
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_cap_stays_below_half_the_descriptors() {
+        assert_eq!(connection_cap(None, 1024), 480);
+        assert_eq!(connection_cap(Some(10_000), 1024), 480, "a configured cap is clamped");
+        assert_eq!(connection_cap(Some(100), 1024), 100);
+        assert_eq!(connection_cap(None, 10), 1, "a tiny limit still serves one");
+    }
+}

@@ -1,0 +1,11 @@
+//! The front doors: listeners and TLS (`listen`), the dev CA (`devcert`), ACME (`acme`), the SSH
+//! server (`ssh`), the HTTP connection every byte stream is served on (`connection`), the loopback
+//! admin listener (`admin`) and the control socket (`control`).
+
+pub mod acme;
+pub mod admin;
+pub mod connection;
+pub mod control;
+pub mod devcert;
+pub mod listen;
+pub mod ssh;

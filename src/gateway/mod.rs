@@ -1,0 +1,415 @@
+//! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
+//! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
+
+pub mod reload;
+pub mod state;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::cache::AuthCache;
+use crate::auth::tickets::Tickets;
+use crate::auth::verifier::Verifier;
+use crate::config::{Limits, Settings};
+use crate::gateway::state::{State, Upstream};
+use crate::metrics::Metrics;
+use crate::ratelimit::{Limiters, Slots};
+use crate::upstream::UpstreamClient;
+use crate::upstream::supervise::Supervisor;
+
+/// What [`Gateway::rediscover`] found.
+#[derive(Debug, Default)]
+pub struct Rediscovered {
+    /// The project names added and removed, when the matches changed (and the state was swapped).
+    pub changed: Option<(Vec<String>, Vec<String>)>,
+    /// Matching folders that are not projects, and why.
+    pub refused: Vec<String>,
+}
+
+/// The HTTPS ports actually bound: the main listener's and each project's own (a configured port
+/// of 0 becomes the one the system chose), for the URLs of project web UIs served on their own
+/// port and for checking a handoff's target.
+#[derive(Debug, Clone, Default)]
+pub struct BoundPorts {
+    pub main: u16,
+    pub projects: Vec<(std::sync::Arc<str>, u16)>,
+}
+
+impl BoundPorts {
+    /// The project whose own listener is on `port`.
+    pub fn project_on(&self, port: u16) -> Option<&str> {
+        self.projects.iter().find(|(_, p)| *p == port).map(|(n, _)| &**n)
+    }
+
+    /// The port of `project`'s own listener.
+    pub fn port_of(&self, project: &str) -> Option<u16> {
+        self.projects.iter().find(|(n, _)| &**n == project).map(|(_, p)| *p)
+    }
+}
+
+pub struct Gateway {
+    state: ArcSwap<State>,
+    /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
+    /// never swaps over the other's newer state.
+    swapping: std::sync::Mutex<()>,
+    /// Fixed at start: limits size the limiters and timers (a change needs a restart).
+    pub limits: Limits,
+    pub cache: AuthCache,
+    pub verifier: Verifier,
+    pub limiters: Limiters,
+    pub connections: Arc<Slots<IpAddr>>,
+    /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
+    /// unauthenticated HTTPS connections only a share, and they are shed first (`front/listen/table.rs`).
+    pub conn_table: Arc<crate::front::listen::table::ConnTable>,
+    pub connection_cap: u32,
+    pub streams: Arc<Slots<Arc<str>>>,
+    pub tickets: Tickets,
+    /// The web UI's hashed assets, compressed once (issue 14).
+    pub compressed: crate::http::compress::AssetCache,
+    /// API tokens: the state database, the digest key, a short cache of verified tokens.
+    pub tokens: crate::auth::tokens::Tokens,
+    /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
+    pub web: crate::web::session::WebSessions,
+    pub handoffs: crate::web::handoff::Handoffs,
+    /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
+    pub ports: std::sync::OnceLock<BoundPorts>,
+    /// Single sign-on flows in flight and the provider's metadata.
+    pub sso: crate::web::sso::Sso,
+    /// Pairing codes in flight (memory only: a restart forgets them).
+    pub pairing: crate::web::pair::Pairing,
+    pub upstream: UpstreamClient,
+    pub supervisor: Supervisor,
+    /// Pending permission requests and questions, sessions and server states of every project.
+    pub inbox: Arc<crate::inbox::Inbox>,
+    pub metrics: Metrics,
+    /// The audit trail (fixed at start: `[audit]` changes need a restart).
+    pub audit: crate::audit::Audit,
+    /// Connections whose protocol is not known: SSH channels only (and the ACME HTTP-01 port).
+    pub http: auto::Builder<TokioExecutor>,
+    /// The same settings, for TLS connections: h2 when the handshake chose it (ALPN), else HTTP/1.1.
+    pub http1: hyper::server::conn::http1::Builder,
+    pub http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    /// Stop accepting and let connections finish.
+    pub shutdown: CancellationToken,
+    /// The drain deadline passed: cut what is left (streams, WebSockets).
+    pub abort: CancellationToken,
+    pub tasks: TaskTracker,
+    /// The per-core runtimes HTTPS connections are served on.
+    pub workers: crate::support::workers::Workers,
+    /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
+    pub certs: Arc<crate::front::listen::certs::CertStore>,
+    /// Wakes the ACME task (a reload may have changed the names to order).
+    pub acme_wake: tokio::sync::Notify,
+    /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
+    pub http01: crate::front::acme::challenge::Http01,
+}
+
+impl Gateway {
+    pub fn new(
+        settings: Settings,
+        certs: Arc<crate::front::listen::certs::CertStore>,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> anyhow::Result<Arc<Gateway>> {
+        let limits = settings.limits.clone();
+        let shutdown = CancellationToken::new();
+        let upstream = crate::upstream::client(limits.upstream_connect_timeout);
+        let metrics = Metrics::new();
+        // Opened before anything runs: a path the gateway cannot write fails the start.
+        let audit = match &settings.audit {
+            Some(cfg) => crate::audit::Audit::start(cfg.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot open the audit log {}: {e} (set [audit] file, or enabled = false)",
+                    cfg.file.display()
+                )
+            })?,
+            None => crate::audit::Audit::off(),
+        };
+        let supervisor = Supervisor::new(
+            upstream.clone(),
+            shutdown.child_token(),
+            metrics.upstream_restarts.clone(),
+            audit.clone(),
+        );
+        let store = crate::store::open(&settings.server.state_dir)?;
+        let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
+        let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
+        let web = crate::web::session::WebSessions::new(store, digest_key);
+        let state = State::build(settings, tls, &supervisor, &metrics)?;
+        end_sessions_of_new_passwords(&web, &audit, &state);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let nofile = crate::front::listen::open_file_limit();
+        let connection_cap = crate::front::listen::connection_cap(limits.max_connections, nofile);
+        if limits.max_connections.is_some_and(|c| c > connection_cap) {
+            tracing::warn!(
+                configured = limits.max_connections,
+                cap = connection_cap,
+                open_file_limit = nofile,
+                "limits.max_connections is above half the open-file limit: capped"
+            );
+        }
+        Ok(Arc::new(Gateway {
+            state: ArcSwap::from_pointee(state),
+            swapping: std::sync::Mutex::new(()),
+            cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
+            verifier: Verifier::new(cores),
+            limiters: Limiters::new(&limits),
+            connections: Arc::default(),
+            conn_table: Arc::new(crate::front::listen::table::ConnTable::new(
+                connection_cap,
+                limits.unauthenticated_connection_share,
+            )),
+            connection_cap,
+            streams: Arc::default(),
+            tickets: Tickets::default(),
+            compressed: Default::default(),
+            tokens,
+            web,
+            handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
+            ports: std::sync::OnceLock::new(),
+            sso: Default::default(),
+            pairing: Default::default(),
+            upstream,
+            supervisor,
+            inbox: Arc::new(crate::inbox::Inbox::new()),
+            metrics,
+            audit,
+            http: http_builder(&limits),
+            http1: {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                http1_settings!(b, &limits);
+                // The head's size, checked on the parsed head: `max_buf_size` alone is only
+                // checked while a head is incomplete, and one read may bring more than it (the
+                // read buffer grows past it), so a 70 KiB head that arrived at once got through.
+                // hyper-util's auto builder has no such setting; it serves no TLS connection
+                // (a client without ALPN gets this builder too).
+                b.max_header_size(limits.max_head_bytes);
+                b
+            },
+            http2: {
+                let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                http2_settings!(b, &limits);
+                b
+            },
+            limits,
+            shutdown,
+            abort: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+            workers: crate::support::workers::Workers::start()?,
+            certs,
+            acme_wake: tokio::sync::Notify::new(),
+            http01: Default::default(),
+        }))
+    }
+
+    /// The current state: one atomic load and reference count, no lock.
+    pub fn state(&self) -> Arc<State> {
+        self.state.load_full()
+    }
+
+    /// Build the new state completely, then swap it in. On any error the old state keeps serving.
+    pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        // The pair is read and checked first: a broken one refuses the whole reload. The TLS
+        // configuration stays (its resolver serves whatever the store holds), and so do its
+        // session tickets.
+        // With ACME the ACME task owns the pair: it is woken to order the reloaded names.
+        let pair = match settings.tls.acme {
+            None => Some(crate::front::listen::certs::load_pair(
+                &settings.tls.cert,
+                &settings.tls.key,
+            )?),
+            Some(_) => None,
+        };
+        let tls_settings = settings.tls.clone();
+        let old = self.state();
+        let changes = crate::audit::diff::changes(&old.settings, &settings);
+        drop(old);
+        self.swap(settings, self.state().tls.clone())?;
+        match pair {
+            Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
+            None => self.acme_wake.notify_one(),
+        }
+        self.metrics.reloads.inc();
+        self.audit.record(changes.into_record());
+        Ok(())
+    }
+
+    /// Read the project sets' folders again; when the matches changed, swap in a state with the
+    /// projects found (the TLS configuration and everything else stay). Returns the project names
+    /// added and removed, if any, and the folders refused now (for the caller to log once).
+    pub fn rediscover(&self) -> anyhow::Result<Rediscovered> {
+        let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.state();
+        if old.settings.project_sets.is_empty() {
+            return Ok(Rediscovered::default());
+        }
+        let (settings, warnings) = crate::config::discover::refresh(&old.settings);
+        let Some(settings) = settings else {
+            return Ok(Rediscovered {
+                changed: None,
+                refused: warnings,
+            });
+        };
+        let names = |s: &Settings| -> Vec<String> {
+            s.projects
+                .iter()
+                .filter(|p| p.set.is_some())
+                .map(|p| p.name.clone())
+                .collect()
+        };
+        let (before, after) = (names(&old.settings), names(&settings));
+        let added = after.iter().filter(|n| !before.contains(n)).cloned().collect();
+        let removed = before.iter().filter(|n| !after.contains(n)).cloned().collect();
+        self.swap(settings, old.tls.clone())?;
+        Ok(Rediscovered {
+            changed: Some((added, removed)),
+            refused: warnings,
+        })
+    }
+
+    fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {
+        let old = self.state();
+        if settings.server.listen != old.settings.server.listen
+            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
+            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
+        {
+            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
+        }
+        for p in &old.settings.projects {
+            let Some(port) = p.listen else { continue };
+            match settings.projects.iter().find(|n| n.name == p.name) {
+                None => tracing::warn!(project = %p.name, listen = %port,
+                    "project removed: its own port stays open until a restart and answers 404 (project no longer exists)"),
+                Some(n) if n.listen != p.listen => tracing::warn!(project = %p.name, listen = %port,
+                    "the project's listen address changed: it applies after a restart"),
+                Some(_) => {}
+            }
+        }
+        if settings.limits != self.limits {
+            tracing::warn!("[limits] changed: they apply after a restart");
+        }
+        let state = State::build(settings, tls, &self.supervisor, &self.metrics)?;
+        // An external server at the same address keeps what it said until it is read again.
+        for (name, p) in &state.projects {
+            if let (Upstream::Fixed(new), Some(Upstream::Fixed(old))) =
+                (&p.upstream, old.projects.get(name).map(|o| &o.upstream))
+                && new.authority == old.authority
+            {
+                new.api.store(old.api.load_full());
+            }
+        }
+        // Verified credentials of users who were removed or got a new hash can never match again;
+        // drop them now rather than waiting for eviction.
+        self.cache.retain_users(|name| {
+            matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
+        });
+        end_sessions_of_new_passwords(&self.web, &self.audit, &state);
+        self.state.store(Arc::new(state));
+        Ok(())
+    }
+
+    /// Warn about external upstreams that answer without a password: on a shared machine any
+    /// local user could then use them directly, around the gateway. And read each one's version
+    /// and API document (with the gateway's credential) into its endpoint.
+    pub fn probe_external_upstreams(self: &Arc<Self>) {
+        let state = self.state();
+        for p in state.projects.values() {
+            let crate::gateway::state::Upstream::Fixed(endpoint) = &p.upstream else {
+                continue;
+            };
+            let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
+            let endpoint = endpoint.clone();
+            tokio::spawn(async move {
+                endpoint
+                    .ensure_api(&client, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
+                    .await;
+                let open = crate::upstream::supervise::health(
+                    &client,
+                    &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),
+                )
+                .await;
+                if open.is_ok() {
+                    tracing::warn!(target: "security", project = %name, upstream = %authority, reason = "upstream_without_password",
+                        "the project's OpenCode server answers without a password: any local user can use it directly; start it with OPENCODE_SERVER_PASSWORD and set upstream_password_env");
+                }
+            });
+        }
+    }
+
+    /// Prometheus metrics: OpenMetrics text when `openmetrics`, else the classic text format.
+    pub fn render_metrics(&self, openmetrics: bool) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail; an encoding error would be a bug in a metric's labels.
+        let _ = self.metrics.encode(&mut out);
+        let _ = crate::metrics::snapshot::encode(self, &mut out);
+        if openmetrics {
+            let _ = prometheus_client::encoding::text::encode_eof(&mut out);
+            out
+        } else {
+            crate::metrics::classic::from_openmetrics(&out)
+        }
+    }
+}
+
+// hyper's builders and the auto builder's halves have the same methods but different types.
+macro_rules! http1_settings {
+    ($b:expr, $limits:expr) => {{
+        let limits: &Limits = $limits;
+        // No hyper header-read timer: it arms, boxes and cancels a timer on every request of a
+        // keep-alive connection. The connection's idle watcher (`http::serve_connection`) bounds
+        // the same thing, a head (or the next request of an idle connection) that does not come
+        // within `request_head_timeout`, with one periodic timer per connection. `None` turns
+        // off hyper's 30 s default.
+        $b.timer(TokioTimer::new())
+            .header_read_timeout(None)
+            .max_buf_size(limits.max_head_bytes.max(8192))
+            .keep_alive(true);
+        // hyper parses into an inline array of 100 headers unless told otherwise; any explicit
+        // limit, even 100, makes it build that array element by element on every request.
+        if limits.max_headers != 100 {
+            $b.max_headers(limits.max_headers);
+        }
+    }};
+}
+
+macro_rules! http2_settings {
+    ($b:expr, $limits:expr) => {{
+        let limits: &Limits = $limits;
+        $b.timer(TokioTimer::new())
+            .max_header_list_size(limits.max_head_bytes as u32)
+            // A peer that stops answering pings is dropped; an idle one that answers is closed by
+            // the connection's idle watcher (front/connection.rs).
+            .keep_alive_interval(Some(std::time::Duration::from_secs(30)))
+            .keep_alive_timeout(std::time::Duration::from_secs(20))
+            .max_concurrent_streams(256);
+    }};
+}
+use {http1_settings, http2_settings};
+
+/// One HTTP server configuration for every connection, whatever its transport.
+fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    http1_settings!(b.http1(), limits);
+    http2_settings!(b.http2(), limits);
+    b
+}
+
+/// A changed password ends the browser logins made under the old one (not paired devices, not
+/// API tokens: neither was made from the password). Logged and audited per user.
+fn end_sessions_of_new_passwords(web: &crate::web::session::WebSessions, audit: &crate::audit::Audit, state: &State) {
+    for (user, n) in web.passwords_are(&state.users) {
+        tracing::warn!(target: "security", user = %user, sessions = n, reason = "password_changed", "a user's password changed: their browser logins ended");
+        audit.record(
+            crate::audit::Record::new("sessions_ended")
+                .user(&*user)
+                .field("reason", "password_changed")
+                .field("sessions", n as u64),
+        );
+    }
+}

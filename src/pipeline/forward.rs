@@ -1,0 +1,360 @@
+//! The request phase: rewrite the request for the upstream (the canonical path, credentials,
+//! forwarding headers, directory pinning, checked bodies) and send it on the endpoint's pool.
+//! What comes back is handed to [`super::response`], which follows the route's plan.
+
+use crate::http::body::StreamHold;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+use super::ConnInfo;
+use super::request::Target;
+use super::response::{self, Answer};
+use crate::gateway::Gateway;
+use crate::gateway::state::{ProjectState, UserState};
+use crate::http::body::{ProxyBody, RequestBody};
+use crate::http::error::HttpError;
+use crate::http::rewrite::{self, Forward};
+use crate::policy::plan::AuditKind;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::{ClientBodyFault, UpstreamBody};
+
+/// Bodies the gateway reads whole (directory and session checks) are small JSON.
+pub const SMALL_BODY: usize = 1024 * 1024;
+
+pub struct Forwarding<'a> {
+    pub gw: &'a Arc<Gateway>,
+    pub conn: &'a ConnInfo,
+    /// The client's address (after trusted proxies).
+    pub client: IpAddr,
+    pub endpoint: &'a Arc<Endpoint>,
+    pub user: &'a UserState,
+    pub parts: Parts,
+    pub body: RequestBody,
+    pub target: &'a Target,
+    pub host: Option<&'a str>,
+    pub upgrade: Option<HeaderValue>,
+    pub stream_slot: Option<StreamHold>,
+    /// The audit record begun for this request: a permission answer's once/always/reject is
+    /// read from its small body, a body without a length is counted, a created session noted.
+    pub audit: Option<&'a mut super::audit::Pending>,
+    /// Records the terminal's close when its splice ends.
+    pub terminal_close: Option<super::audit::TerminalClose>,
+}
+
+pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
+    HttpError::UpstreamUnavailable {
+        project: project.name.to_string(),
+        reason: reason.into(),
+    }
+}
+
+pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let Forwarding {
+        gw,
+        conn,
+        client,
+        endpoint,
+        user,
+        mut parts,
+        body,
+        target,
+        host,
+        upgrade,
+        stream_slot,
+        mut audit,
+        terminal_close,
+    } = f;
+    let project = &*target.project;
+    let method = parts.method.clone();
+    let client_upgrade = upgrade.as_ref().map(|_| {
+        let mut head = Request::new(());
+        *head.extensions_mut() = std::mem::take(&mut parts.extensions);
+        hyper::upgrade::on(head)
+    });
+    // Taken before the headers are rewritten for the upstream (which asks it for identity), for
+    // the web UI's files and the compressible API routes only (decided on the resolved route).
+    // GET only: a HEAD answer has a length but no body to compress.
+    let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
+        None
+    } else {
+        crate::http::compress::Ask::take(&parts.headers)
+    };
+    upstream_head(&mut parts, conn, client, host, endpoint, target, upgrade.clone())?;
+    let body = upstream_body(
+        gw,
+        client,
+        user,
+        endpoint,
+        target,
+        body,
+        upgrade.is_some(),
+        audit.as_deref_mut(),
+    )
+    .await?;
+    // Streams may legitimately say nothing for a long time (the per-session event stream sends
+    // no headers until its first event), so only ordinary requests are timed.
+    let asked = std::time::Instant::now();
+    let sent = endpoint
+        .pool
+        .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout);
+    let result = match target.treatment().long_lived() {
+        true => sent.await,
+        false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
+            .await
+            .map_err(|_| timed_out(gw, project))?,
+    };
+    let (response, lease) = received(gw, project, asked, result)?;
+    response::answer(Answer {
+        gw,
+        user,
+        method: &method,
+        target,
+        endpoint,
+        response,
+        lease,
+        client_upgrade,
+        stream_slot,
+        created: audit
+            .filter(|p| p.kind == AuditKind::SessionCreate)
+            .map(|p| &mut p.created),
+        terminal_close,
+        compress,
+    })
+    .await
+}
+
+/// The head the upstream gets: the canonical path in origin form with the client's query (less
+/// gateway credentials and, pinned, directory selectors), HTTP/1.1, rewritten headers
+/// (`http/rewrite.rs`: the gateway's credential, forwarding headers), the project's directory pinned.
+fn upstream_head(
+    parts: &mut Parts,
+    conn: &ConnInfo,
+    client: IpAddr,
+    host: Option<&str>,
+    endpoint: &Endpoint,
+    target: &Target,
+    upgrade: Option<HeaderValue>,
+) -> Result<(), HttpError> {
+    let project = &*target.project;
+    let pinned = project.config.directory.as_deref();
+    parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
+    parts.version = Version::HTTP_11;
+    rewrite::request_headers(
+        &mut parts.headers,
+        &Forward {
+            client_ip: client,
+            proto: conn.scheme(),
+            original_host: host,
+            upstream_host: &endpoint.host_header,
+            upstream_origin: &endpoint.origin_header,
+            upstream_auth: endpoint.auth.as_ref(),
+            upgrade,
+        },
+    );
+    if let Some(dir) = &project.dir_header {
+        crate::policy::pin::pin_headers(&mut parts.headers, dir);
+    }
+    Ok(())
+}
+
+/// The body the upstream gets: none for an upgrade; read whole and checked when the route's
+/// body can choose a directory (pinned projects) or is a permission answer (for the audit);
+/// else the client's stream, bounded in size and idle time (or the bytes the gateway holds).
+#[allow(clippy::too_many_arguments)]
+async fn upstream_body(
+    gw: &Gateway,
+    client: IpAddr,
+    user: &UserState,
+    endpoint: &Endpoint,
+    target: &Target,
+    body: RequestBody,
+    upgrade: bool,
+    mut audit: Option<&mut super::audit::Pending>,
+) -> Result<UpstreamBody, HttpError> {
+    let limits = &gw.limits;
+    let project = &*target.project;
+    Ok(
+        match (project.config.directory.as_deref(), target.route.and_then(|r| r.body)) {
+            _ if upgrade => UpstreamBody::Empty,
+            (Some(root), Some(rule)) => {
+                let bytes = whole(body, None).await?;
+                let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
+                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
+                HttpError::Forbidden(why)
+            })?;
+                for path in &names.paths {
+                    super::own_files::refuse(gw, client, user, project, path)?;
+                }
+                if project.shared_upstream {
+                    for id in &names.sessions {
+                        check_session_scope(gw, project, endpoint, id).await?;
+                    }
+                }
+                UpstreamBody::Full(Some(bytes))
+            }
+            // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
+            // size and in time like any client body.
+            (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
+                let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
+                if let Some(p) = audit.as_deref_mut() {
+                    p.answer = super::audit::permission_answer(&bytes);
+                }
+                UpstreamBody::Full(Some(bytes))
+            }
+            _ => match body {
+                RequestBody::Stream(body) => {
+                    UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+                        .counting(audit.as_ref().and_then(|p| p.counted.clone()))
+                }
+                RequestBody::Whole(bytes) if bytes.is_empty() => UpstreamBody::Empty,
+                RequestBody::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
+            },
+        },
+    )
+}
+
+fn timed_out(gw: &Gateway, project: &ProjectState) -> HttpError {
+    HttpError::UpstreamTimeout {
+        project: project.name.to_string(),
+        secs: gw.limits.upstream_response_timeout,
+    }
+}
+
+/// What the endpoint's pool gave back: the upstream's latency observed, a client body's fault
+/// told apart from the upstream's, the upstream's 401 for the gateway's credential a 502.
+fn received(
+    gw: &Gateway,
+    project: &ProjectState,
+    asked: std::time::Instant,
+    result: Result<(Response<Incoming>, crate::upstream::pool::Lease), crate::upstream::BoxError>,
+) -> Result<(Response<Incoming>, crate::upstream::pool::Lease), HttpError> {
+    let limits = &gw.limits;
+    if result.is_ok() {
+        project.metrics.upstream_latency.observe(asked.elapsed());
+    }
+    let (response, lease) = result.map_err(|e| match crate::upstream::client_body_fault(&*e) {
+        Some(ClientBodyFault::TooLarge) => HttpError::PayloadTooLarge {
+            max: limits.max_body_bytes,
+        },
+        Some(ClientBodyFault::Idle) => HttpError::BodyTimeout {
+            secs: limits.body_idle_timeout,
+        },
+        Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
+        None => unavailable(project, crate::upstream::describe(&*e)),
+    })?;
+    // The upstream refused the gateway's own credential: never a login prompt for the client.
+    if response.status() == StatusCode::UNAUTHORIZED {
+        tracing::error!(project = %project.name, reason = "upstream_rejected_credential", "the OpenCode server refused the gateway's credential");
+        return Err(HttpError::UpstreamRejectedCredential {
+            project: project.name.to_string(),
+        });
+    }
+    Ok((response, lease))
+}
+
+/// A small body read whole (at most [`SMALL_BODY`], within `idle` when given): a client's
+/// stream is read, bytes the gateway holds are taken as they are.
+async fn whole(body: RequestBody, idle: Option<std::time::Duration>) -> Result<Bytes, HttpError> {
+    let body = match body {
+        RequestBody::Whole(bytes) => return Ok(bytes),
+        RequestBody::Stream(body) => body,
+    };
+    let read = Limited::new(body, SMALL_BODY).collect();
+    let collected = match idle {
+        Some(secs) => tokio::time::timeout(secs, read)
+            .await
+            .map_err(|_| HttpError::BodyTimeout { secs })?,
+        None => read.await,
+    };
+    Ok(collected
+        .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
+        .to_bytes())
+}
+
+/// The canonical path with the client's query, less gateway credentials and (pinned) directory
+/// selectors, in origin form: the connection already goes to the upstream, and Host names it.
+fn upstream_uri(path: &str, query: Option<&str>, pinned: bool) -> Result<Uri, HttpError> {
+    let query = rewrite::upstream_query(query, pinned);
+    let mut path_and_query = String::with_capacity(path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
+    path_and_query.push_str(path);
+    if let Some(q) = &query {
+        path_and_query.push('?');
+        path_and_query.push_str(q);
+    }
+    Uri::builder()
+        .path_and_query(path_and_query)
+        .build()
+        .map_err(|_| HttpError::BadRequest("the request target cannot be forwarded".into()))
+}
+
+/// On a shared upstream, a session is usable only if it lives in the project's directory.
+/// Session IDs are global, so one project's client could otherwise name another's session.
+pub async fn check_session_scope(
+    gw: &Gateway,
+    project: &ProjectState,
+    endpoint: &Endpoint,
+    id: &str,
+) -> Result<(), HttpError> {
+    let Some(root) = project.config.directory.as_deref() else {
+        return Ok(());
+    };
+    let dir = match project.sessions.get(id) {
+        Some(d) => d,
+        None => match session_directory(gw, endpoint, id)
+            .await
+            .map_err(|e| unavailable(project, e))?
+        {
+            Some(d) => {
+                project.sessions.insert(id, d.clone());
+                d
+            }
+            // Unknown to the upstream: it will answer 404 itself.
+            None => return Ok(()),
+        },
+    };
+    if dir.starts_with(root) {
+        Ok(())
+    } else {
+        tracing::warn!(target: "security", project = %project.name, reason = "session_outside_project", session = id, "a request named a session of another directory");
+        Err(HttpError::Forbidden(format!(
+            "session {id} does not belong to project {}",
+            project.name
+        )))
+    }
+}
+
+async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Result<Option<PathBuf>, String> {
+    // The ID is decoded; the lookup spells it the way the forwarded request will.
+    let mut path = String::from("/session");
+    crate::policy::canonical::push_segment(&mut path, id);
+    let req = endpoint.get(&path)?;
+    let resp = tokio::time::timeout(gw.limits.upstream_connect_timeout * 2, gw.upstream.request(req))
+        .await
+        .map_err(|_| "no answer about the session in time".to_string())?
+        .map_err(|e| crate::upstream::describe(&e))?;
+    if resp.status() == StatusCode::NOT_FOUND || resp.status() == StatusCode::BAD_REQUEST {
+        return Ok(None);
+    }
+    if !resp.status().is_success() {
+        return Err(format!("the session lookup answered {}", resp.status()));
+    }
+    let bytes = Limited::new(resp.into_body(), SMALL_BODY)
+        .collect()
+        .await
+        .map_err(|_| "the session lookup was cut".to_string())?
+        .to_bytes();
+    let v: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|_| "the session lookup is not JSON".to_string())?;
+    Ok(v.get("directory").and_then(|d| d.as_str()).map(PathBuf::from))
+}
+
+/// The response body read whole, for the few routes the gateway must look into.
+pub async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
+    Some(Limited::new(body, max).collect().await.ok()?.to_bytes())
+}

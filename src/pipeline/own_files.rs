@@ -1,0 +1,70 @@
+//! The gateway's own files (config, keys, dev CA, state) are never served through it, even when a
+//! configuration puts one where a project's server could read it: `check` and `serve` refuse such
+//! a configuration, and this is the defence behind that. A file a request names (a file route's
+//! path, a `path` query parameter, a directory in a checked body) that is one of them is refused
+//! and logged as a security event.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use http::request::Parts;
+
+use super::request::Target;
+use crate::gateway::Gateway;
+use crate::gateway::state::{ProjectState, UserState};
+use crate::http::error::HttpError;
+
+/// Refuse `candidate` (relative to the project's directory, or absolute) if it is a gateway file.
+pub fn refuse(
+    gw: &Gateway,
+    client: IpAddr,
+    user: &UserState,
+    project: &ProjectState,
+    candidate: &str,
+) -> Result<(), HttpError> {
+    let protected = &gw.state().settings.protected;
+    let path = Path::new(candidate);
+    let hit = match project.config.directory.as_deref() {
+        Some(root) => protected.covers_in(root, path),
+        // Without a pinned directory the server's own folder is unknown: absolute paths only.
+        None => path.is_absolute() && protected.covers(path),
+    };
+    if !hit {
+        return Ok(());
+    }
+    tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "gateway_file", "a request named one of the gateway's own files");
+    Err(HttpError::Forbidden(format!(
+        "{candidate} is one of the gateway's own files and is never served"
+    )))
+}
+
+/// Check every file a request names: a file route's path and `path` query parameters.
+pub fn check_request(
+    gw: &Gateway,
+    client: IpAddr,
+    user: &UserState,
+    target: &Target,
+    parts: &Parts,
+) -> Result<(), HttpError> {
+    if !target.is_api() {
+        return Ok(());
+    }
+    if let Some(file) = &target.file {
+        refuse(gw, client, user, &target.project, file)?;
+    }
+    if let Some(q) = parts.uri.query() {
+        for (name, pair) in crate::policy::query::pairs(q) {
+            if name == "path" {
+                let value = pair.split_once('=').map_or("", |(_, v)| v);
+                refuse(
+                    gw,
+                    client,
+                    user,
+                    &target.project,
+                    &crate::policy::query::percent_decode(value, true),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,419 @@
+//! The response phase. What the gateway does with OpenCode's answer follows the plan the route
+//! carries ([`Treatment`]), decided once on the canonical route: splice an upgrade, capture a
+//! terminal ticket, scope a listing or the global event stream on a shared upstream, or stream
+//! it as it comes. Every answer loses the upstream's credential; API answers (never the web UI's
+//! own files) may not render as an active document on a gateway origin.
+
+use crate::http::body::StreamHold;
+use std::path::Path;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+
+use super::forward::{SMALL_BODY, read_whole, unavailable};
+use super::request::Target;
+use crate::auth::tickets;
+use crate::gateway::Gateway;
+use crate::gateway::state::UserState;
+use crate::http::body::ProxyBody;
+use crate::http::compress;
+use crate::http::error::HttpError;
+use crate::http::rewrite;
+use crate::policy::plan::Treatment;
+use crate::policy::scope;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::pool::Lease;
+
+const LISTING_BODY: usize = 16 * 1024 * 1024;
+
+pub struct Answer<'a> {
+    pub gw: &'a Gateway,
+    pub user: &'a UserState,
+    pub method: &'a Method,
+    pub target: &'a Target,
+    pub endpoint: &'a Endpoint,
+    pub response: Response<Incoming>,
+    pub lease: Lease,
+    pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    pub stream_slot: Option<StreamHold>,
+    pub terminal_close: Option<super::audit::TerminalClose>,
+    /// Where a session create's new id goes, for the audit trail.
+    pub created: Option<&'a mut Option<String>>,
+    /// The accepted coding of a request whose answer may be compressed (the web UI's files, the
+    /// compressible API routes; never set for others).
+    pub compress: Option<compress::Ask>,
+}
+
+type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
+
+pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let Answer {
+        gw,
+        user,
+        method: _,
+        target,
+        endpoint,
+        response,
+        lease,
+        client_upgrade,
+        stream_slot,
+        terminal_close,
+        created,
+        compress: ask,
+    } = a;
+    let project = &*target.project;
+    let treatment = target.treatment();
+
+    if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
+        return Ok(upgraded(
+            gw,
+            endpoint,
+            response,
+            client_upgrade,
+            stream_slot,
+            terminal_close,
+        ));
+    }
+
+    let (mut parts, body) = response.into_parts();
+    clean_headers(&mut parts.headers, endpoint, target)?;
+    let pinned = project.config.directory.as_deref().filter(|_| project.shared_upstream);
+
+    // Small bodies the gateway must read: a terminal ticket, a listing to scope, a created
+    // session's id (audited creates only).
+    let small = Small {
+        ticket: treatment == Treatment::TicketIssue,
+        listing: listing_filter(treatment, pinned),
+        pinned,
+        created,
+    };
+    if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
+        return read_small(gw, user, target, endpoint, parts, body, lease, small).await;
+    }
+    // The web UI's own files and the few API routes whose answer echoes nothing of the request
+    // (never another API answer: BREACH), after redaction; decided on the resolved route.
+    if target.may_compress() && compress::eligible(false, parts.status, &parts.headers) {
+        parts
+            .headers
+            .append(header::VARY, HeaderValue::from_static("accept-encoding"));
+        if let Some(ask) = ask
+            && let Some(len) = content_length(&parts.headers)
+            && len <= compress::MAX_BODY
+            && let Some(_room) = gw.compressed.room_for(len)
+        {
+            let bytes = read_whole(body, len)
+                .await
+                .ok_or_else(|| unavailable(project, "the response was cut"))?;
+            lease.release();
+            return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
+        }
+    }
+    let body = match (treatment, pinned) {
+        (Treatment::GlobalEvents, Some(root)) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            let filter = scope::EventFilter::new(root.to_path_buf());
+            ProxyBody::events(body, filter, endpoint.redactor.clone())
+        }
+        _ => ProxyBody::stream(body, endpoint.redactor.clone()),
+    };
+    Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// The scope filter a listing's answer needs: only on a pinned project of a shared upstream.
+fn listing_filter(treatment: Treatment, pinned: Option<&Path>) -> Option<Filter> {
+    pinned?;
+    match treatment {
+        Treatment::ProjectListing => Some(scope::filter_projects),
+        Treatment::SessionList => Some(scope::filter_sessions),
+        Treatment::SessionPage => Some(scope::filter_session_page),
+        _ => None,
+    }
+}
+
+/// A terminal the upstream switched protocols for: splice the two upgraded connections and
+/// answer the client's switch with the upstream's cleaned headers.
+fn upgraded(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    mut response: Response<Incoming>,
+    client_upgrade: hyper::upgrade::OnUpgrade,
+    stream_slot: Option<StreamHold>,
+    terminal_close: Option<super::audit::TerminalClose>,
+) -> Response<ProxyBody> {
+    let upstream_upgrade = hyper::upgrade::on(&mut response);
+    splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
+    let (mut parts, _) = response.into_parts();
+    rewrite::response_headers(&mut parts.headers, true, &endpoint.origin_header);
+    if let Some(r) = &endpoint.redactor {
+        r.headers(&mut parts.headers);
+    }
+    Response::from_parts(parts, ProxyBody::empty())
+}
+
+/// What of a small answer the gateway must read before it passes it on.
+struct Small<'a> {
+    /// A terminal ticket to remember for the user.
+    ticket: bool,
+    /// A listing to scope to the pinned directory.
+    listing: Option<Filter>,
+    pinned: Option<&'a Path>,
+    /// Where a session create's new id goes, for the audit trail.
+    created: Option<&'a mut Option<String>>,
+}
+
+/// Read a small answer whole (a ticket, a listing to scope, a created session's id), do what it
+/// asks, redact it and answer it with its new length.
+#[allow(clippy::too_many_arguments)]
+async fn read_small(
+    gw: &Gateway,
+    user: &UserState,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    body: Incoming,
+    lease: Lease,
+    Small {
+        ticket,
+        listing,
+        pinned,
+        created,
+    }: Small<'_>,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let project = &*target.project;
+    let max = if ticket { SMALL_BODY } else { LISTING_BODY };
+    let mut bytes: Bytes = read_whole(body, max)
+        .await
+        .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
+    lease.release();
+    if let Some(slot) = created {
+        *slot = super::audit::created_session(&bytes);
+    }
+    if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
+        gw.tickets.insert(&t, user.name.clone(), project.name.clone());
+    }
+    if let (Some(filter), Some(root)) = (listing, pinned) {
+        bytes = filter(&bytes, root)
+            .map(Bytes::from)
+            .ok_or_else(|| unavailable(project, "the listing is not the JSON the gateway can scope"))?;
+    }
+    if let Some(r) = &endpoint.redactor {
+        bytes = r.frame(bytes);
+    }
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Ok(Response::from_parts(parts, ProxyBody::full(bytes)))
+}
+
+/// An answer's headers as the client may see them: no credentialed CORS or gateway cookie
+/// (`http/rewrite.rs`), no reflected upstream credential, never an encoded body the gateway cannot
+/// redact, and API answers inert (they never run as pages).
+fn clean_headers(headers: &mut HeaderMap, endpoint: &Endpoint, target: &Target) -> Result<(), HttpError> {
+    let project = &*target.project;
+    rewrite::response_headers(headers, false, &endpoint.origin_header);
+    if let Some(r) = &endpoint.redactor {
+        if r.headers(headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_reflected_credential", "a response header carried the upstream's credential; it was dropped");
+        }
+        // The gateway asks for identity; an encoded body could hide the credential from redaction.
+        if encoded(headers) {
+            tracing::warn!(target: "security", project = %project.name, reason = "upstream_encoded_body", "the upstream sent an encoded body the gateway cannot redact");
+            return Err(unavailable(
+                project,
+                "it sent a compressed body although the gateway asked for none",
+            ));
+        }
+    }
+    if target.is_api() {
+        inert(headers);
+    }
+    Ok(())
+}
+
+/// The declared length of a body (the web UI's files have one; others are not buffered).
+fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
+}
+
+/// An answer compressed for the client: a hashed asset from the cache (compressed once per
+/// validator), a catalog API answer from the cache (once per keyed digest of its bytes), the HTML
+/// document on the fly. A matching `If-None-Match` gets 304.
+async fn compressed(
+    gw: &Gateway,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    mut bytes: Bytes,
+    ask: compress::Ask,
+) -> Response<ProxyBody> {
+    if let Some(r) = &endpoint.redactor {
+        bytes = r.frame(bytes);
+    }
+    let path = target.label();
+    let asset = compress::hashed_asset(path);
+    let cached = match target.route {
+        // Keyed by the route the request was judged on, never by how the client spelled it.
+        Some(route) => Some((route.pattern, gw.compressed.digest(&bytes), compress::Effort::Catalog)),
+        None if asset => Some((
+            path,
+            compress::Key::validator(&parts.headers, &bytes),
+            compress::Effort::Asset,
+        )),
+        None => None,
+    };
+    let out = if let Some((path, validator, effort)) = cached {
+        let key = compress::Key {
+            project: target.project.name.clone(),
+            path: path.to_owned(),
+            validator,
+            coding: ask.coding,
+            effort,
+        };
+        // OpenCode sends no validator for its assets or catalogs: the digest one lets a browser
+        // revalidate (a 304 instead of the body again).
+        if !parts.headers.contains_key(header::ETAG)
+            && !parts.headers.contains_key(header::LAST_MODIFIED)
+            && let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", key.validator))
+        {
+            parts.headers.insert(header::ETAG, etag);
+        }
+        let (out, hit) = gw.compressed.get_or_compress(key, bytes.clone()).await;
+        if hit {
+            tracing::debug!(path, "compressed answer served from the cache");
+        }
+        out
+    } else {
+        compress::compress(&bytes, ask.coding, compress::Effort::Fly)
+    };
+    let Some(out) = out else {
+        tracing::warn!(path, "compressing an answer failed: sent as it came");
+        return Response::from_parts(parts, ProxyBody::full(bytes));
+    };
+    let not_modified = compress::variant_headers(
+        &mut parts.headers,
+        ask.coding,
+        out.len(),
+        asset,
+        ask.if_none_match.as_ref(),
+    );
+    if not_modified {
+        parts.status = StatusCode::NOT_MODIFIED;
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Response::from_parts(parts, ProxyBody::empty());
+    }
+    Response::from_parts(parts, ProxyBody::full(out))
+}
+
+/// A body in any coding but identity.
+fn encoded(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| !v.as_bytes().eq_ignore_ascii_case(b"identity"))
+}
+
+/// API answers carry a project's bytes (files, transcripts, diffs) next to text an attacker may
+/// control: they must never run as a page on a gateway origin, which every `/p/` project shares.
+/// A sandboxed document has a unique origin and no scripts; nosniff stops a browser guessing an
+/// active type; anything but a known inert type is downloaded, not shown.
+fn inert(headers: &mut HeaderMap) {
+    let active = headers
+        .get(header::CONTENT_TYPE)
+        .is_none_or(|t| !is_inert_type(t.as_bytes()));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    if active {
+        headers.insert(header::CONTENT_DISPOSITION, HeaderValue::from_static("attachment"));
+    }
+}
+
+/// Types a browser never runs: what OpenCode's API answers with, and plain data. An allow-list,
+/// compared without allocating (this runs on every API answer).
+fn is_inert_type(content_type: &[u8]) -> bool {
+    const INERT: [&[u8]; 9] = [
+        b"application/json",
+        b"text/event-stream",
+        b"text/plain",
+        b"application/octet-stream",
+        b"image/png",
+        b"image/jpeg",
+        b"image/gif",
+        b"image/webp",
+        b"image/avif",
+    ];
+    let essence = content_type.split(|b| *b == b';').next().unwrap_or(b"").trim_ascii();
+    INERT.iter().any(|t| essence.eq_ignore_ascii_case(t))
+}
+
+/// Copy bytes both ways between the client's and the upstream's upgraded connections until
+/// either side closes or the drain deadline passes; the stream slot is held meanwhile.
+fn splice(
+    gw: &Gateway,
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    slot: Option<StreamHold>,
+    mut closed: Option<super::audit::TerminalClose>,
+) {
+    let abort = gw.abort.clone();
+    if let Some(c) = closed.as_mut() {
+        c.arm();
+    }
+    gw.tasks.spawn(async move {
+        let _slot = slot;
+        // Dropped when the terminal ends, whichever way: records its close and duration.
+        let _closed = closed;
+        let (client, upstream) = tokio::join!(client, upstream);
+        let (Ok(client), Ok(upstream)) = (client, upstream) else {
+            return;
+        };
+        let mut client = TokioIo::new(client);
+        let mut upstream = TokioIo::new(upstream);
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
+            _ = abort.cancelled() => {}
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_answers_cannot_run_as_pages() {
+        for (ctype, attachment) in [
+            (Some("text/html; charset=utf-8"), true),
+            (Some("image/svg+xml"), true),
+            (Some("application/xhtml+xml"), true),
+            (Some("text/javascript"), true),
+            (Some("application/jsonx"), true),
+            (Some("something/unknown"), true),
+            (None, true),
+            (Some("application/json"), false),
+            (Some("Application/JSON; charset=utf-8"), false),
+            (Some("text/plain;charset=utf-8"), false),
+            (Some("image/png"), false),
+        ] {
+            let mut h = HeaderMap::new();
+            if let Some(t) = ctype {
+                h.insert(header::CONTENT_TYPE, HeaderValue::from_static(t));
+            }
+            inert(&mut h);
+            assert_eq!(h[header::CONTENT_SECURITY_POLICY], "sandbox", "{ctype:?}");
+            assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+            assert_eq!(h.contains_key(header::CONTENT_DISPOSITION), attachment, "{ctype:?}");
+        }
+    }
+
+    #[test]
+    fn any_coding_but_identity_is_encoded() {
+        let mut h = HeaderMap::new();
+        assert!(!encoded(&h));
+        h.insert(header::CONTENT_ENCODING, HeaderValue::from_static("identity"));
+        assert!(!encoded(&h));
+        h.append(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        assert!(encoded(&h));
+    }
+}

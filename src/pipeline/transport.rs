@@ -1,0 +1,77 @@
+//! How a request's connection reached the gateway: the transport (TLS on which listener, or an
+//! SSH channel), the peer, and the connection's own memory (its last verified password, its place
+//! in the connection table). Every phase of the pipeline reads it; only the front sets it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::gateway::Gateway;
+
+/// How a connection reached the gateway.
+#[derive(Debug, Clone)]
+pub enum Front {
+    /// HTTPS; `bound` is set on a project's own listener.
+    Tls { bound: Option<Arc<str>> },
+    /// An SSH `direct-tcpip` channel: the SSH login is the identity, the target is the project.
+    Ssh { user: Arc<str>, project: Arc<str> },
+}
+
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub front: Front,
+    /// The last password credential verified on this connection (`auth/memo.rs`).
+    pub auth_memo: crate::auth::memo::AuthMemo,
+    /// An HTTPS connection's place in the connection table (`front/listen/table.rs`): promoted by its
+    /// first authenticated request, shed (its token cancelled) while it is idle and still
+    /// unauthenticated. SSH channels have none: their connection's place is held by the session.
+    pub lease: Option<Arc<crate::front::listen::table::Lease>>,
+}
+
+impl ConnInfo {
+    pub fn new(peer: SocketAddr, front: Front) -> ConnInfo {
+        ConnInfo {
+            peer,
+            front,
+            auth_memo: Default::default(),
+            lease: None,
+        }
+    }
+
+    pub fn with_lease(peer: SocketAddr, front: Front, lease: Arc<crate::front::listen::table::Lease>) -> ConnInfo {
+        ConnInfo {
+            lease: Some(lease),
+            ..ConnInfo::new(peer, front)
+        }
+    }
+
+    /// A request on this connection presented a valid credential: the connection leaves the
+    /// unauthenticated share. After the first, one relaxed load.
+    pub fn authenticated(&self, gw: &Gateway) {
+        if let Some(lease) = &self.lease {
+            gw.conn_table.promote(lease);
+        }
+    }
+}
+
+impl ConnInfo {
+    pub fn scheme(&self) -> &'static str {
+        match self.front {
+            Front::Tls { .. } => "https",
+            Front::Ssh { .. } => "http",
+        }
+    }
+
+    pub fn transport(&self) -> &'static str {
+        match self.front {
+            Front::Tls { .. } => "tls",
+            Front::Ssh { .. } => "ssh",
+        }
+    }
+
+    pub fn bound_project(&self) -> Option<&str> {
+        match &self.front {
+            Front::Tls { bound } => bound.as_deref(),
+            Front::Ssh { project, .. } => Some(project),
+        }
+    }
+}

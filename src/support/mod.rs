@@ -1,0 +1,8 @@
+//! What every room may use and that knows nothing of the gateway: the bounded expiring map
+//! (`ttl_map`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
+//! (`telemetry`).
+
+pub mod memory;
+pub mod telemetry;
+pub mod ttl_map;
+pub mod workers;
