@@ -4,7 +4,12 @@ files), the imports between them (`crate::<room>` paths, `use super::` stays ins
 between rooms (strongly connected groups) and the arrows inside them (each loop needs at least
 one of those cut), `Gateway`'s pub fields, and request-path functions over 80 lines.
 
-Run from the repository: `python3 scripts/structure.py` (add `--edges` to list every arrow).
+It also holds the rooms' intended order, bottom first (`LAYERS`): a room may import the rooms below
+it. Every import of a room above is an arrow pointing up, listed with its file and the names it
+takes (`--up`).
+
+Run from the repository: `python3 scripts/structure.py` (add `--edges` to list every arrow,
+`--up` to list the arrows pointing up).
 Counts are of text, not of rustc's resolution: a `crate::x` in a comment or string counts too.
 """
 import os
@@ -27,6 +32,30 @@ REQUEST_PATH = (
     "upstream/redact.rs",
     "inbox/reply.rs",
 )
+# Bottom first. support knows nothing of the gateway; config is raw settings; the running gateway
+# sits above everything it holds; the pipeline above the pages it serves; the front doors above
+# the pipeline; the CLI on top.
+LAYERS = (
+    "support",
+    "config",
+    "reach",
+    "store",
+    "metrics",
+    "audit",
+    "policy",
+    "ratelimit",
+    "auth",
+    "upstream",
+    "notify",
+    "oidc",
+    "inbox",
+    "http",
+    "gateway",
+    "web",
+    "pipeline",
+    "front",
+    "cli",
+)
 
 
 def room_of(rel):
@@ -48,6 +77,7 @@ def main():
                 files.append((os.path.relpath(path, SRC), path))
     rooms = sorted({room_of(rel) for rel, _ in files} - {"main", "lib"})
     edges = defaultdict(set)
+    up = []
     for rel, path in files:
         src_room = room_of(rel)
         if src_room in ("main", "lib"):
@@ -57,6 +87,8 @@ def main():
             dst = m.group(1)
             if dst in rooms and dst != src_room:
                 edges[src_room].add(dst)
+                if rank(dst) > rank(src_room):
+                    up.append(f"{rel} -> {m.group(0)}")
         # `use crate::{a, b::c}` groups
         for m in re.finditer(r"\bcrate::\{([^}]*)\}", text):
             for part in m.group(1).split(","):
@@ -73,6 +105,11 @@ def main():
     for c in loops:
         print(f"  loop of {len(c)}: {', '.join(sorted(c))}")
     print(f"arrows inside loops: {inside}")
+    up_rooms = {(a, b) for a in edges for b in edges[a] if rank(b) > rank(a)}
+    print(f"arrows pointing up (room to room, by LAYERS): {len(up_rooms)}")
+    if "--up" in sys.argv:
+        for line in sorted(set(up)):
+            print(f"  {line}")
     print(f"Gateway pub fields: {gateway_pub_fields()}")
     long = long_functions(files)
     print(f"request-path functions over 80 lines: {len(long)}")
@@ -81,6 +118,11 @@ def main():
     if "--edges" in sys.argv:
         for a in sorted(edges):
             print(f"{a} -> {', '.join(sorted(edges[a]))}")
+
+
+def rank(room):
+    # A room not in LAYERS (a new one) counts as the top, so its imports never point up unnoticed.
+    return LAYERS.index(room) if room in LAYERS else len(LAYERS)
 
 
 def tarjan(nodes, edges):
