@@ -123,7 +123,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         http: http.as_ref().map(|l| l.local_addr()).transpose()?,
         gateway: gw.clone(),
     };
-    let _ = gw.ports.set(gateway::BoundPorts {
+    let _ = gw.ports.set(reach::BoundPorts {
         main: running.https.port(),
         projects: running
             .project_ports

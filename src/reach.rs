@@ -54,7 +54,7 @@ impl Reach {
     }
 
     /// From validated settings and the ports bound at start (main and projects' own).
-    pub fn bound(settings: &Settings, ports: &crate::gateway::BoundPorts) -> Reach {
+    pub fn bound(settings: &Settings, ports: &BoundPorts) -> Reach {
         let mut r = Reach::new(settings, Some(ports.main));
         r.own_ports = ports.projects.iter().map(|(n, p)| (n.to_string(), *p)).collect();
         r
@@ -114,7 +114,7 @@ impl Reach {
 pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
     let host = match (ssh.ip().is_unspecified(), public_host) {
         (true, Some(h)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
-        (true, None) => crate::front::devcert::host_name(),
+        (true, None) => crate::support::host::host_name(),
         (false, _) => ssh.ip().to_string(),
     };
     let port = if ssh.port() == 22 {
@@ -161,6 +161,27 @@ pub fn client_names(s: &Settings) -> Vec<String> {
     }
     names.dedup();
     names
+}
+
+/// The HTTPS ports actually bound: the main listener's and each project's own (a configured port
+/// of 0 becomes the one the system chose), for the URLs of project web UIs served on their own
+/// port and for checking a handoff's target.
+#[derive(Debug, Clone, Default)]
+pub struct BoundPorts {
+    pub main: u16,
+    pub projects: Vec<(std::sync::Arc<str>, u16)>,
+}
+
+impl BoundPorts {
+    /// The project whose own listener is on `port`.
+    pub fn project_on(&self, port: u16) -> Option<&str> {
+        self.projects.iter().find(|(_, p)| *p == port).map(|(n, _)| &**n)
+    }
+
+    /// The port of `project`'s own listener.
+    pub fn port_of(&self, project: &str) -> Option<u16> {
+        self.projects.iter().find(|(n, _)| &**n == project).map(|(_, p)| *p)
+    }
 }
 
 #[cfg(test)]

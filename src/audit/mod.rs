@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 
+pub use crate::config::AuditConfig;
 pub use record::{Record, Via};
-pub use writer::AuditConfig;
 
 /// Records waiting for the writer before new ones are dropped.
 const QUEUE: usize = 4096;

@@ -123,7 +123,8 @@ pub fn since(ago: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::audit::Record;
-    use crate::audit::writer::{Appender, AuditConfig};
+    use crate::audit::writer::Appender;
+    use crate::config::AuditConfig;
 
     fn rec(ts: &str, event: &'static str, user: &str, project: &str) -> Vec<u8> {
         let mut r = Record::new(event).user(user).project(project);

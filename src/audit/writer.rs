@@ -10,15 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// Where and how much: `[audit]` validated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AuditConfig {
-    pub file: PathBuf,
-    /// Rotate before a line would take the file past this size.
-    pub max_bytes: u64,
-    /// Rotated files kept (`audit.jsonl.1` … `.keep`); 0 keeps none.
-    pub keep: u32,
-}
+use crate::config::AuditConfig;
 
 pub struct Appender {
     cfg: AuditConfig,

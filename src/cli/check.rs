@@ -245,7 +245,7 @@ pub fn routes_summary(s: &Settings) -> String {
         crate::policy::routes::TABLE_VERSION,
         crate::policy::routes::ROUTES.len()
     );
-    for r in s.route_roles.iter() {
+    for r in crate::policy::drift::RouteRoles::compile(&s.route_roles).iter() {
         out += &format!(
             "  [[route_role]] {} {} {}\n",
             r.method,
@@ -254,4 +254,29 @@ pub fn routes_summary(s: &Settings) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_summary_names_discovered_projects_and_their_set() {
+        let root = tempfile::tempdir().unwrap();
+        let wt = root.path().join("wt");
+        for d in ["one", "two"] {
+            std::fs::create_dir_all(wt.join(d)).unwrap();
+        }
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"{}\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n\
+             [[project]]\nname = \"app\"\ndirectories = \"{}/*\"\nspawn = true\nstart = \"on-demand\"\n",
+            root.path().join("state").display(),
+            wt.display()
+        );
+        let s = crate::config::parse(&config, &root.path().join("gateway.toml")).unwrap();
+        let summary = super::summary(&s);
+        assert!(
+            summary.contains("app-one  spawned") && summary.contains("discovered by project set app"),
+            "{summary}"
+        );
+        assert!(summary.contains("app-<folder>  project set"), "{summary}");
+    }
 }

@@ -123,7 +123,7 @@ fn reachability(s: &Settings, r: &mut Report) {
     {
         r.warn(format!(
             "reach: the public URL's address {ip} is not an address of this machine (its addresses: {:?}). Fix: set public_url to one of them, unless a port forward in front of the gateway owns {ip}",
-            crate::front::devcert::lan_addresses()
+            crate::support::host::lan_addresses()
         ));
     } else {
         r.ok(format!("reach: other devices use {}", reach.base()));
@@ -350,7 +350,7 @@ fn base_domain(s: &Settings, r: &mut Report) {
 
 /// How to make each kind of client trust the dev CA.
 pub fn trust_instructions(s: &Settings) -> String {
-    let ca = crate::front::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key).ca_cert;
+    let ca = crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key).ca_cert;
     let ca = ca.display();
     format!(
         "\nThe dev CA ({ca}) is in use: each client must trust it.\n\

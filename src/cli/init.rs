@@ -107,7 +107,7 @@ pub fn init(
             );
         }
     }
-    crate::front::devcert::create_private_dir(&dir)?;
+    crate::support::files::create_private_dir(&dir)?;
     let config = dir.join("gateway.toml");
     if config.exists() {
         bail!(
@@ -124,10 +124,10 @@ pub fn init(
             "{state_dir}",
             &state_dir.as_deref().map(toml_string).unwrap_or_else(|| "state".into()),
         );
-    crate::front::devcert::write_private(&config, &text)?;
+    crate::support::files::write_private(&config, &text)?;
     let settings = crate::config::load(&config)?;
-    crate::front::devcert::create_private_dir(&settings.server.state_dir)?;
-    let paths = crate::front::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
+    crate::support::files::create_private_dir(&settings.server.state_dir)?;
+    let paths = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
     let names = crate::front::devcert::names_for(&settings);
     crate::front::devcert::ensure(&paths, &names)?;
     let ssh = settings.ssh.as_ref().expect("the template has [ssh]");

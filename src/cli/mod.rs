@@ -77,9 +77,11 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
 fn cert_dev(out: Option<&Path>, config: &Path, added: &[String]) -> anyhow::Result<()> {
     let settings = crate::config::load(config).ok().filter(|s| s.tls.dev_ca);
     let paths = match (out, &settings) {
-        (Some(out), _) => crate::front::devcert::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key")),
-        (None, Some(s)) => crate::front::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key),
-        (None, None) => crate::front::devcert::DevCertPaths::beside(
+        (Some(out), _) => {
+            crate::config::protected::DevCertPaths::beside(&out.join("server.crt"), &out.join("server.key"))
+        }
+        (None, Some(s)) => crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key),
+        (None, None) => crate::config::protected::DevCertPaths::beside(
             Path::new("certs-dev/server.crt"),
             Path::new("certs-dev/server.key"),
         ),

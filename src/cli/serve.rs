@@ -82,7 +82,7 @@ fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
     if !settings.tls.dev_ca {
         return Ok(());
     }
-    let paths = crate::front::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
+    let paths = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key);
     let (names, refused) = crate::front::devcert::vouchable(&paths, &crate::front::devcert::names_for(settings));
     if !refused.is_empty() {
         tracing::warn!(
@@ -134,7 +134,7 @@ fn print_attach(settings: &Settings, running: &crate::Running, first_user: Optio
     );
     let url = reach.base();
     let ca = if settings.tls.dev_ca {
-        let ca = crate::front::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
+        let ca = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
         let shown = std::env::current_dir()
             .ok()
             .and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf()))
@@ -206,7 +206,7 @@ fn trust_the_ca(settings: &Settings, running: &crate::Running, reach: &crate::re
     if !settings.tls.dev_ca {
         return String::new();
     }
-    let ca = crate::front::devcert::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
+    let ca = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
     let Some(der) = std::fs::read_to_string(&ca)
         .ok()
         .and_then(|p| crate::web::ca_page::der_from_pem(&p))

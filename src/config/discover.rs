@@ -263,12 +263,7 @@ mod tests {
             w.contains("folder") && w.contains("state") && w.contains("server.state_dir"),
             "{w}"
         );
-        let summary = crate::cli::check::summary(&s);
-        assert!(
-            summary.contains("app-one  spawned") && summary.contains("discovered by project set app"),
-            "{summary}"
-        );
-        assert!(summary.contains("app-<folder>  project set"), "{summary}");
+        // What `check` prints of these projects: cli/check.rs's tests.
         assert!(refresh(&s).0.is_none(), "nothing changed");
         std::fs::create_dir(wt.join("three")).unwrap();
         let next = refresh(&s).0.expect("a new folder");

@@ -85,7 +85,7 @@ pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    crate::front::devcert::write_private(&tmp, text)?;
+    crate::support::files::write_private(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
 

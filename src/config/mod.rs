@@ -8,6 +8,7 @@ pub mod limits;
 pub mod protected;
 mod secret;
 pub mod settings;
+pub mod ssh_key;
 pub mod validate;
 
 use std::fmt;

@@ -34,7 +34,7 @@ impl ProtectedPaths {
         p.add("tls.key", &s.tls.key, false);
         p.add("tls.cert", &s.tls.cert, false);
         if s.tls.dev_ca {
-            let dev = crate::front::devcert::DevCertPaths::beside(&s.tls.cert, &s.tls.key);
+            let dev = crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key);
             p.add("tls.dev_ca (CA key)", &dev.ca_key, false);
             p.add("tls.dev_ca (CA certificate)", &dev.ca_cert, false);
         }
@@ -168,6 +168,28 @@ pub fn resolve(path: &Path) -> PathBuf {
                 existing = parent;
             }
             _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Where the dev CA and the server certificate it signs live: the CA beside the server certificate.
+#[derive(Debug, Clone)]
+pub struct DevCertPaths {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl DevCertPaths {
+    /// The CA lives beside the server certificate.
+    pub fn beside(cert: &Path, key: &Path) -> Self {
+        let dir = cert.parent().unwrap_or(Path::new("."));
+        DevCertPaths {
+            ca_cert: dir.join("ca.crt"),
+            ca_key: dir.join("ca.key"),
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
         }
     }
 }

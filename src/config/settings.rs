@@ -26,7 +26,7 @@ pub struct Settings {
     /// `[notify]`: announce new pending requests.
     pub notify: Option<Notify>,
     /// `[audit]`: `None` when turned off.
-    pub audit: Option<crate::audit::AuditConfig>,
+    pub audit: Option<AuditConfig>,
     /// `[oidc]`: single sign-on for the browser login.
     pub oidc: Option<Oidc>,
     pub limits: Limits,
@@ -38,7 +38,8 @@ pub struct Settings {
     pub discovery_warnings: Vec<String>,
     pub users: Vec<User>,
     /// `[[route_role]]` entries, compiled into routes.
-    pub route_roles: crate::policy::drift::RouteRoles,
+    /// `[[route_role]]` entries as validated; the running state compiles them into routes.
+    pub route_roles: Vec<RouteRoleEntry>,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
 }
@@ -331,4 +332,26 @@ mod tests {
         assert_eq!(g.role_in("apple"), None);
         assert_eq!(g.role_in("web"), None);
     }
+}
+
+/// Where and how much: `[audit]` validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditConfig {
+    pub file: PathBuf,
+    /// Rotate before a line would take the file past this size.
+    pub max_bytes: u64,
+    /// Rotated files kept (`audit.jsonl.1` … `.keep`); 0 keeps none.
+    pub keep: u32,
+}
+
+/// The methods a route may have (the document's other operations are not routes a client uses).
+pub const ROUTE_METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// One `[[route_role]]` entry, validated: method upper case (one of [`ROUTE_METHODS`]), pattern as
+/// the route table writes it (names lower case), the role it grants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRoleEntry {
+    pub method: String,
+    pub pattern: String,
+    pub role: Role,
 }

@@ -274,7 +274,7 @@ fn status(gw: &Gateway) -> serde_json::Value {
                     },
                 ),
             };
-            let api = crate::upstream::api::report(p.api().as_deref(), &state.settings.route_roles);
+            let api = crate::upstream::api::report(p.api().as_deref(), &state.route_roles);
             serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "directory": p.config.directory, "api": api})
         })
         .collect();

@@ -6,11 +6,13 @@
 //! constraints: it can only vouch for the names the gateway's certificate has (see
 //! [`name_constraints`]), so its key, if it ever leaked, cannot impersonate any other site.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use std::net::IpAddr;
+
+pub use crate::config::protected::DevCertPaths;
+use crate::support::files::{create_private_dir, write_private};
+use crate::support::host::{host_name, lan_addresses, local_name};
 use std::sync::Arc;
 
 use rcgen::{
@@ -20,39 +22,6 @@ use rcgen::{
 use time::{Duration, OffsetDateTime};
 
 const CA_NAME: &str = "opencode-gateway development CA";
-
-#[derive(Debug, Clone)]
-pub struct DevCertPaths {
-    pub ca_cert: PathBuf,
-    pub ca_key: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-impl DevCertPaths {
-    /// The CA lives beside the server certificate.
-    pub fn beside(cert: &Path, key: &Path) -> Self {
-        let dir = cert.parent().unwrap_or(Path::new("."));
-        DevCertPaths {
-            ca_cert: dir.join("ca.crt"),
-            ca_key: dir.join("ca.key"),
-            cert: cert.to_path_buf(),
-            key: key.to_path_buf(),
-        }
-    }
-}
-
-/// This machine's host name (for certificate names and printed URLs).
-pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into a buffer we own.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
 
 /// The names a dev server certificate covers: loopback in every spelling, this host, and the
 /// base domain with a wildcard and each project's host spelled out (some clients refuse wildcards
@@ -226,13 +195,6 @@ pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
     names
 }
 
-/// This machine's multicast-DNS name, `<host>.local` (none for a host name with a dot or none).
-pub fn local_name() -> Option<String> {
-    let host = host_name();
-    (!host.is_empty() && host != "localhost" && !host.contains('.'))
-        .then(|| format!("{}.local", host.to_ascii_lowercase()))
-}
-
 /// The file beside the certificate that keeps the names `cert dev --name` added, one per line.
 pub fn added_names_file(paths: &DevCertPaths) -> PathBuf {
     paths.cert.with_file_name("added-names.txt")
@@ -266,50 +228,6 @@ pub fn add_name(paths: &DevCertPaths, name: &str) -> std::io::Result<()> {
             names.join("\n")
         ),
     )
-}
-
-/// This machine's addresses another device on its network can use: every interface address that
-/// is up and neither loopback nor link-local (an IPv6 link-local address needs a zone a URL
-/// cannot carry portably).
-pub fn lan_addresses() -> Vec<IpAddr> {
-    let mut out = Vec::new();
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `list` with a linked list we free with freeifaddrs below; every
-    // node and its address are read only while the list is alive.
-    unsafe {
-        if libc::getifaddrs(&mut list) != 0 {
-            return out;
-        }
-        let mut node = list;
-        while !node.is_null() {
-            let ifa = &*node;
-            node = ifa.ifa_next;
-            let up = ifa.ifa_flags & (libc::IFF_UP as libc::c_uint) != 0;
-            if ifa.ifa_addr.is_null() || !up {
-                continue;
-            }
-            let ip = match i32::from((*ifa.ifa_addr).sa_family) {
-                libc::AF_INET => {
-                    let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-                    IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes())
-                }
-                libc::AF_INET6 => {
-                    let a = &*ifa.ifa_addr.cast::<libc::sockaddr_in6>();
-                    IpAddr::from(a.sin6_addr.s6_addr)
-                }
-                _ => continue,
-            };
-            let link_local = match ip {
-                IpAddr::V4(v4) => v4.is_link_local(),
-                IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
-            };
-            if !ip.is_loopback() && !ip.is_unspecified() && !link_local && !out.contains(&ip) {
-                out.push(ip);
-            }
-        }
-        libc::freeifaddrs(list);
-    }
-    out
 }
 
 /// Make whatever of the CA and server certificate is missing, and a new server certificate (same
@@ -424,27 +342,6 @@ fn verify_chain(
     verifier
         .verify_server_cert(leaf, rest, &server_name, &[], UnixTime::now())
         .map(|_| ())
-}
-
-/// Create a folder (and missing parents) that only its owner can enter (0700); an existing folder
-/// is left as it is.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    if dir.as_os_str().is_empty() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-}
-
-/// Create a file readable by its owner only (0600) from the first byte.
-pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(contents.as_bytes())
 }
 
 #[cfg(test)]

@@ -32,27 +32,6 @@ pub struct Rediscovered {
     pub refused: Vec<String>,
 }
 
-/// The HTTPS ports actually bound: the main listener's and each project's own (a configured port
-/// of 0 becomes the one the system chose), for the URLs of project web UIs served on their own
-/// port and for checking a handoff's target.
-#[derive(Debug, Clone, Default)]
-pub struct BoundPorts {
-    pub main: u16,
-    pub projects: Vec<(std::sync::Arc<str>, u16)>,
-}
-
-impl BoundPorts {
-    /// The project whose own listener is on `port`.
-    pub fn project_on(&self, port: u16) -> Option<&str> {
-        self.projects.iter().find(|(_, p)| *p == port).map(|(n, _)| &**n)
-    }
-
-    /// The port of `project`'s own listener.
-    pub fn port_of(&self, project: &str) -> Option<u16> {
-        self.projects.iter().find(|(n, _)| &**n == project).map(|(_, p)| *p)
-    }
-}
-
 pub struct Gateway {
     state: ArcSwap<State>,
     /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
@@ -78,7 +57,7 @@ pub struct Gateway {
     pub web: crate::web::session::WebSessions,
     pub handoffs: crate::web::handoff::Handoffs,
     /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
-    pub ports: std::sync::OnceLock<BoundPorts>,
+    pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
     /// Single sign-on flows in flight and the provider's metadata.
     pub sso: crate::web::sso::Sso,
     /// Pairing codes in flight (memory only: a restart forgets them).

@@ -46,6 +46,8 @@ pub struct State {
     pub users: NameMap<Arc<UserState>>,
     /// With exactly one project, it is also served at `/`.
     pub only_project: Option<String>,
+    /// The config's `[[route_role]]` entries, compiled.
+    pub route_roles: crate::policy::drift::RouteRoles,
     pub tls: Arc<rustls::ServerConfig>,
 }
 
@@ -176,7 +178,9 @@ impl State {
         // Not with project sets: `/` would change project as folders come and go.
         let only_project = (settings.projects.len() == 1 && settings.project_sets.is_empty())
             .then(|| settings.projects[0].name.clone());
+        let route_roles = crate::policy::drift::RouteRoles::compile(&settings.route_roles);
         Ok(State {
+            route_roles,
             settings: Arc::new(settings),
             projects,
             users,

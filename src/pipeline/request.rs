@@ -164,7 +164,7 @@ fn resolve(
     let api = project.api();
     let extra = Extra {
         upstream: api.as_deref(),
-        configured: &state.settings.route_roles,
+        configured: &state.route_roles,
     };
     let resolved = authz::resolve_with(method, path.tail(start), extra);
     let upstream_known = api.is_some();

@@ -22,8 +22,7 @@ use super::authz::{ApiRoute, Class, Origin, index};
 use super::routes::{ROUTES, TABLE_VERSION};
 use crate::config::Role;
 
-/// The methods a route may have (the document's other operations are not routes a client uses).
-pub const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+use crate::config::{ROUTE_METHODS as METHODS, RouteRoleEntry};
 
 /// Requests carry `&'static ApiRoute`, so routes made at run time live as long as the process.
 /// They are interned by what they are: a server restarted or a config reloaded any number of times
@@ -240,6 +239,11 @@ pub struct RouteRoles {
 
 impl RouteRoles {
     pub const EMPTY: RouteRoles = RouteRoles { routes: Vec::new() };
+
+    /// The config's entries, compiled (once per config, by the running state).
+    pub fn compile(entries: &[RouteRoleEntry]) -> RouteRoles {
+        RouteRoles::new(entries.iter().map(|e| (e.method.as_str(), e.pattern.as_str(), e.role)))
+    }
 
     /// From validated entries: method upper case, pattern as the table writes it.
     pub fn new<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, Role)>) -> RouteRoles {

@@ -1,7 +1,9 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
-//! (`ttl_map`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
+//! (`ttl_map`), private files (`files`), this machine's names and addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
 //! (`telemetry`).
 
+pub mod files;
+pub mod host;
 pub mod memory;
 pub mod telemetry;
 pub mod ttl_map;

@@ -87,7 +87,7 @@ pub fn target<'a>(
     to: &'a str,
     here: &str,
     base_domain: Option<&str>,
-    ports: &crate::gateway::BoundPorts,
+    ports: &crate::reach::BoundPorts,
 ) -> Result<(&'a str, String, &'a str), BadTarget> {
     if let Some(d) = base_domain
         && let Ok((authority, project, path)) = parse_target(to, d, port_of(here))
@@ -291,7 +291,7 @@ mod tests {
 
     #[test]
     fn a_project_port_is_a_target_only_on_the_same_host_name_and_a_bound_port() {
-        let ports = crate::gateway::BoundPorts {
+        let ports = crate::reach::BoundPorts {
             main: 8443,
             projects: vec![("demo".into(), 8444), ("api".into(), 8445)],
         };

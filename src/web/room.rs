@@ -202,7 +202,7 @@ fn may_create_session(state: &State, role: Role, project: &str) -> bool {
     let api = p.api();
     let extra = crate::policy::authz::Extra {
         upstream: api.as_deref(),
-        configured: &state.settings.route_roles,
+        configured: &state.route_roles,
     };
     crate::policy::authz::check_path_with(role, &http::Method::POST, "/session", extra).is_ok()
 }

@@ -270,7 +270,7 @@ fn the_committed_lan_config_serves_every_address_under_this_machines_lan_address
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("https  0.0.0.0:8443"), "{stdout}");
-    let lan = opencode_gateway::front::devcert::lan_addresses();
+    let lan = opencode_gateway::support::host::lan_addresses();
     if let Some(ip) = lan.iter().find(|ip| ip.is_ipv4()) {
         assert!(
             stdout.contains(&format!("(https://{ip}:8443)"))

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::super::file::RawAudit;
 use super::Checker;
-use crate::audit::AuditConfig;
+use crate::config::AuditConfig;
 
 pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
 pub const DEFAULT_KEEP: u32 = 5;

@@ -153,7 +153,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
         (None, Some(a)) if a.ip().is_unspecified() => match lan_address() {
             Some(std::net::IpAddr::V6(v6)) => format!("https://[{v6}]:{}", a.port()),
             Some(ip) => format!("https://{ip}:{}", a.port()),
-            None => format!("https://{}:{}", crate::front::devcert::host_name(), a.port()),
+            None => format!("https://{}:{}", crate::support::host::host_name(), a.port()),
         },
         (None, Some(a)) => format!("https://{a}"),
         (None, None) => String::new(),
@@ -408,7 +408,7 @@ pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
 /// (RFC 1918: the home or office network) first, then any other IPv4, then IPv6. Read when the
 /// config is loaded, so a DHCP change is picked up by the next reload or start.
 fn lan_address() -> Option<std::net::IpAddr> {
-    let all = crate::front::devcert::lan_addresses();
+    let all = crate::support::host::lan_addresses();
     let private = |ip: &std::net::IpAddr| matches!(ip, std::net::IpAddr::V4(v4) if v4.is_private());
     all.iter()
         .find(|ip| private(ip))

@@ -6,15 +6,15 @@ use std::collections::HashSet;
 use super::Checker;
 use crate::config::Role;
 use crate::config::file::RawRouteRole;
-use crate::policy::drift::{METHODS, RouteRoles};
+use crate::config::{ROUTE_METHODS, RouteRoleEntry};
 
-pub(super) fn route_roles(c: &mut Checker<'_>, raw: &[RawRouteRole]) -> RouteRoles {
-    let mut entries: Vec<(String, String, Role)> = Vec::new();
+pub(super) fn route_roles(c: &mut Checker<'_>, raw: &[RawRouteRole]) -> Vec<RouteRoleEntry> {
+    let mut entries = Vec::new();
     let mut seen = HashSet::new();
     for (i, r) in raw.iter().enumerate() {
         let key = format!("route_role[{i}]");
         let method = r.method.to_ascii_uppercase();
-        let method_ok = METHODS.contains(&method.as_str());
+        let method_ok = ROUTE_METHODS.contains(&method.as_str());
         if !method_ok {
             c.problem(
                 format!("{key}.method"),
@@ -46,10 +46,14 @@ pub(super) fn route_roles(c: &mut Checker<'_>, raw: &[RawRouteRole]) -> RouteRol
                     "keep one entry per method and path",
                 );
             }
-            entries.push((method, path, role));
+            entries.push(RouteRoleEntry {
+                method,
+                pattern: path,
+                role,
+            });
         }
     }
-    RouteRoles::new(entries.iter().map(|(m, p, r)| (m.as_str(), p.as_str(), *r)))
+    entries
 }
 
 /// The pattern with its names in lower case (OpenCode matches them in any case).

@@ -127,7 +127,7 @@ pub(super) fn user(
     };
     let mut ssh_keys = Vec::new();
     for (i, line) in u.ssh_keys.iter().enumerate() {
-        match crate::front::ssh::keys::parse_authorized_key(line) {
+        match crate::config::ssh_key::parse_authorized_key(line) {
             Ok(k) => ssh_keys.push(k),
             Err(e) => c.problem(
                 format!("{key}.ssh_keys[{i}]"),

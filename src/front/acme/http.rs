@@ -55,7 +55,7 @@ fn dev_ca(gw: &Gateway, path: &str, https_port: u16, headers: &http::HeaderMap) 
             "this gateway has no development CA (tls.dev_ca is off)\n",
         ));
     }
-    let ca = crate::front::devcert::DevCertPaths::beside(&state.settings.tls.cert, &state.settings.tls.key).ca_cert;
+    let ca = crate::config::protected::DevCertPaths::beside(&state.settings.tls.cert, &state.settings.tls.key).ca_cert;
     let Some(der) = std::fs::read_to_string(&ca)
         .ok()
         .and_then(|p| crate::web::ca_page::der_from_pem(&p))

@@ -22,9 +22,9 @@ use instant_acme::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Acme, Settings};
-use crate::front::devcert::{create_private_dir, write_private};
 use crate::front::listen::certs::{CertStore, load_pair};
 use crate::gateway::Gateway;
+use crate::support::files::{create_private_dir, write_private};
 
 /// The first retry after a failure; doubled after each failure up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_secs(2);

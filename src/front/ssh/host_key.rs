@@ -16,14 +16,14 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
             .with_context(|| format!("ssh.host_key: {} is not an OpenSSH private key", path.display()));
     }
     if let Some(dir) = path.parent() {
-        crate::front::devcert::create_private_dir(dir)?;
+        crate::support::files::create_private_dir(dir)?;
     }
     let mut seed = [0u8; 32];
     getrandom::fill(&mut seed).expect("the OS random source is available");
     let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
     key.set_comment("opencode-gateway host key");
     let text = key.to_openssh(LineEnding::LF)?;
-    crate::front::devcert::write_private(path, &text)?;
+    crate::support::files::write_private(path, &text)?;
     let public = key.public_key().to_openssh()?;
     std::fs::write(path.with_extension("pub"), format!("{public}\n"))?;
     tracing::info!(host_key = %path.display(), fingerprint = %key.fingerprint(HashAlg::Sha256), "made the SSH host key");
@@ -49,8 +49,8 @@ pub fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
     // A listener on every address is reached by this machine's name or any of its LAN addresses:
     // one line names them all (comma-separated patterns), so it pastes as is whichever is used.
     let hosts: Vec<String> = if listen.ip().is_unspecified() {
-        std::iter::once(crate::front::devcert::host_name())
-            .chain(crate::front::devcert::lan_addresses().iter().map(|ip| ip.to_string()))
+        std::iter::once(crate::support::host::host_name())
+            .chain(crate::support::host::lan_addresses().iter().map(|ip| ip.to_string()))
             .collect()
     } else {
         vec![listen.ip().to_string()]

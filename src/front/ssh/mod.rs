@@ -4,5 +4,4 @@
 
 pub mod handler;
 pub mod host_key;
-pub mod keys;
 pub mod server;
