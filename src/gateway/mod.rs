@@ -50,7 +50,7 @@ pub struct Gateway {
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
     /// The web UI's hashed assets, compressed once (issue 14).
-    pub compressed: crate::http::compress::AssetCache,
+    pub compressed: crate::support::compress::AssetCache,
     /// API tokens: the state database, the digest key, a short cache of verified tokens.
     pub tokens: crate::auth::tokens::Tokens,
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).

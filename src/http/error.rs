@@ -181,7 +181,10 @@ impl HttpError {
             && let Ok(v) = HeaderValue::from_str(location)
         {
             h.insert(header::LOCATION, v);
-            h.insert(header::SET_COOKIE, crate::web::cookie::set_handoff_state(cookie, state));
+            h.insert(
+                header::SET_COOKIE,
+                crate::http::cookie::set_handoff_state(cookie, state),
+            );
             h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
         }
         if status == StatusCode::UNAUTHORIZED {
@@ -207,7 +210,7 @@ mod tests {
                 HttpError::LoginRedirect {
                     location: "/login".into(),
                     state: "s".into(),
-                    cookie: crate::web::cookie::HANDOFF_STATE.into(),
+                    cookie: crate::http::cookie::HANDOFF_STATE.into(),
                 },
                 303,
             ),

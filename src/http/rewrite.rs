@@ -86,7 +86,7 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     headers.reserve(8);
     strip_hop_by_hop(headers);
     headers.remove(header::AUTHORIZATION);
-    crate::web::cookie::strip(headers);
+    crate::http::cookie::strip(headers);
     if headers.keys().any(|n| FORWARDING.contains(n)) {
         for name in &FORWARDING {
             headers.remove(name);
@@ -167,7 +167,7 @@ pub fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin:
     }
     // An upstream may not set (toss) the gateway's own cookie on a project host.
     if headers.contains_key(header::SET_COOKIE) {
-        crate::web::cookie::strip_set_cookie(headers);
+        crate::http::cookie::strip_set_cookie(headers);
     }
     if let Some(proto) = proto {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use super::jwks::{Jwk, JwkSet, SUPPORTED};
 use crate::config::Oidc;
 use crate::config::validate::{acceptable_oidc_url, oidc_endpoint_allowed};
-use crate::web::form::encode;
+use crate::support::form::encode;
 
 /// How long discovery and keys are trusted before asking again.
 const FRESH: Duration = Duration::from_secs(3600);

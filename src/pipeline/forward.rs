@@ -83,7 +83,7 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
         None
     } else {
-        crate::http::compress::Ask::take(&parts.headers)
+        crate::support::compress::Ask::take(&parts.headers)
     };
     upstream_head(&mut parts, conn, client, host, endpoint, target, upgrade.clone())?;
     let body = upstream_body(

@@ -18,11 +18,11 @@ use crate::auth::tickets;
 use crate::gateway::Gateway;
 use crate::gateway::state::UserState;
 use crate::http::body::ProxyBody;
-use crate::http::compress;
 use crate::http::error::HttpError;
 use crate::http::rewrite;
 use crate::policy::plan::Treatment;
 use crate::policy::scope;
+use crate::support::compress;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::pool::Lease;
 

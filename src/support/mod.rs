@@ -1,8 +1,10 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
-//! (`ttl_map`), private files (`files`), this machine's names and addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
+//! (`ttl_map`), response compression and the compressed-asset cache (`compress`), private files (`files`), this machine's names and addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
 //! (`telemetry`).
 
+pub mod compress;
 pub mod files;
+pub mod form;
 pub mod host;
 pub mod memory;
 pub mod telemetry;

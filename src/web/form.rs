@@ -5,6 +5,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::http::error::HttpError;
+pub use crate::support::form::encode;
 
 /// The largest form a gateway page takes (a reject message is the longest field).
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -57,18 +58,6 @@ pub fn parse(text: &str) -> Form {
         })
         .collect();
     Form { pairs }
-}
-
-/// Percent-encode everything but RFC 3986's unreserved characters (for a query value).
-pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
 }
 
 /// A path on this host to go to after a step (`next`): it must start with one `/` and name no

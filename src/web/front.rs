@@ -43,28 +43,30 @@ impl WebFront<'_> {
     /// The session cookie's name here.
     pub fn session_cookie(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            WebFront::Project { name, own_port: true } => format!("{}-p-{name}", super::cookie::NAME).into(),
-            _ => super::cookie::NAME.into(),
+            WebFront::Project { name, own_port: true } => format!("{}-p-{name}", crate::http::cookie::NAME).into(),
+            _ => crate::http::cookie::NAME.into(),
         }
     }
 
     /// The session cookie's value in `headers` (exactly once), read without building its name:
     /// this runs for every browser request to a project front.
     pub fn find_session<'h>(&self, headers: &'h http::HeaderMap) -> Option<&'h str> {
-        let base = super::cookie::NAME;
+        let base = crate::http::cookie::NAME;
         match self {
-            WebFront::Project { name, own_port: true } => super::cookie::find_matching(headers, |n| {
+            WebFront::Project { name, own_port: true } => crate::http::cookie::find_matching(headers, |n| {
                 n.strip_prefix(base).and_then(|r| r.strip_prefix("-p-")) == Some(*name)
             }),
-            _ => super::cookie::find_named(headers, base),
+            _ => crate::http::cookie::find_named(headers, base),
         }
     }
 
     /// The handoff state cookie's name here.
     pub fn handoff_cookie(&self) -> std::borrow::Cow<'static, str> {
         match self {
-            WebFront::Project { name, own_port: true } => format!("{}-p-{name}", super::cookie::HANDOFF_STATE).into(),
-            _ => super::cookie::HANDOFF_STATE.into(),
+            WebFront::Project { name, own_port: true } => {
+                format!("{}-p-{name}", crate::http::cookie::HANDOFF_STATE).into()
+            }
+            _ => crate::http::cookie::HANDOFF_STATE.into(),
         }
     }
 

@@ -18,8 +18,9 @@ use blake2::{Blake2b256, Digest};
 use http::{Response, header};
 
 use super::session::{LOGIN, Live, Origin};
-use super::{Ctx, cookie, form, page};
+use super::{Ctx, form, page};
 use crate::http::body::ProxyBody;
+use crate::http::cookie;
 use crate::http::error::HttpError;
 use crate::support::ttl_map::TtlMap;
 
@@ -180,7 +181,7 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let key = digest(&ticket);
     // The browser that started this handoff holds its state as a cookie on this host; a ticket
     // brought by another browser (a link an attacker made with their own login) does not match.
-    let state = super::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
+    let state = crate::http::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
     // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
     // browser stays unusable there and cannot be burnt by it either.
     let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| {

@@ -8,9 +8,10 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::session::{LOGIN, Origin};
-use super::{Ctx, cookie, form, page};
+use super::{Ctx, form, page};
 use crate::config::Secret;
 use crate::http::body::ProxyBody;
+use crate::http::cookie;
 use crate::http::error::HttpError;
 
 #[derive(Template)]

@@ -10,7 +10,6 @@
 //! OpenCode web-UI routes nobody uses, and always the gateway's.
 
 pub mod ca_page;
-pub mod cookie;
 pub mod csrf;
 pub mod form;
 pub mod front;
@@ -32,6 +31,7 @@ use hyper::body::Incoming;
 use crate::gateway::Gateway;
 use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
+use crate::http::cookie;
 use crate::http::error::HttpError;
 use crate::pipeline::{ConnInfo, Front};
 use crate::policy::canonical::CanonicalPath;

@@ -23,10 +23,11 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::session::{DEVICE, Origin};
-use super::{Ctx, cookie, form, page};
+use super::{Ctx, form, page};
 use crate::audit::{Record, Via};
 use crate::auth::tokens::{now_unix, same_digest};
 use crate::http::body::ProxyBody;
+use crate::http::cookie;
 use crate::http::error::HttpError;
 use crate::store::DeviceRecord;
 

@@ -811,7 +811,9 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
                 max: ctx.gw.limits.max_streams_per_user,
             }
         })?;
-    let cookie = super::cookie::find(&ctx.parts.headers).unwrap_or_default().to_string();
+    let cookie = crate::http::cookie::find(&ctx.parts.headers)
+        .unwrap_or_default()
+        .to_string();
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
     let gw = ctx.gw.clone();
     let client = ctx.client;

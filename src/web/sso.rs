@@ -20,9 +20,10 @@ use blake2::{Blake2b256, Digest};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use super::session::{LOGIN, Origin, random};
-use super::{Ctx, cookie, form, page};
+use super::{Ctx, form, page};
 use crate::config::{Oidc, OidcMatch, Secret};
 use crate::http::body::ProxyBody;
+use crate::http::cookie;
 use crate::http::error::HttpError;
 use crate::oidc::idtoken::{self, Expect};
 use crate::oidc::provider::{Provider, printable};
