@@ -209,49 +209,47 @@ impl Model {
     }
 
     fn add_permission(&mut self, project: &str, p: Permission) -> Effect {
-        let pm = self.project_mut(project);
-        if pm.permissions.contains_key(&p.id) {
-            return Effect::default();
-        }
-        if pm.permissions.len() >= MAX_CARDS {
-            pm.hidden_cards += 1;
-            return Effect {
-                changed: true,
-                new_cards: vec![],
-            };
-        }
-        let new = NewCard {
+        let card = NewCard {
             project: project.into(),
             kind: CardKind::Permission,
             tool: p.tool.clone(),
         };
-        pm.permissions.insert(p.id.clone(), p);
-        Effect {
-            changed: true,
-            new_cards: vec![new],
-        }
+        self.add_card(card, p.id.clone(), p, |pm| &mut pm.permissions)
     }
 
     fn add_question(&mut self, project: &str, q: Question) -> Effect {
-        let pm = self.project_mut(project);
-        if pm.questions.contains_key(&q.id) {
+        let card = NewCard {
+            project: project.into(),
+            kind: CardKind::Question,
+            tool: "question".into(),
+        };
+        self.add_card(card, q.id.clone(), q, |pm| &mut pm.questions)
+    }
+
+    /// Keep a pending request `id` among its kind's (`kept`) in `card.project`, announcing `card`.
+    /// One already kept changes nothing; past [`MAX_CARDS`] of its kind it is only counted.
+    fn add_card<T>(
+        &mut self,
+        card: NewCard,
+        id: String,
+        request: T,
+        kept: fn(&mut ProjectModel) -> &mut BTreeMap<String, T>,
+    ) -> Effect {
+        let pm = self.project_mut(&card.project);
+        if kept(pm).contains_key(&id) {
             return Effect::default();
         }
-        if pm.questions.len() >= MAX_CARDS {
+        if kept(pm).len() >= MAX_CARDS {
             pm.hidden_cards += 1;
             return Effect {
                 changed: true,
                 new_cards: vec![],
             };
         }
-        pm.questions.insert(q.id.clone(), q);
+        kept(pm).insert(id, request);
         Effect {
             changed: true,
-            new_cards: vec![NewCard {
-                project: project.into(),
-                kind: CardKind::Question,
-                tool: "question".into(),
-            }],
+            new_cards: vec![card],
         }
     }
 

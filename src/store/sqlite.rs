@@ -106,64 +106,98 @@ impl SqliteStore {
     }
 }
 
-const COLUMNS: &str = "id, digest, user, label, role, projects, created_at, expires_at, last_used_at, revoked_at";
-
-fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
-    let digest: Vec<u8> = row.get(1)?;
-    let projects: Option<String> = row.get(5)?;
-    Ok(TokenRecord {
-        id: row.get(0)?,
-        digest: digest.try_into().unwrap_or([0; 32]),
-        user: row.get(2)?,
-        label: row.get(3)?,
-        role: row.get(4)?,
-        projects: projects.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect()),
-        created_at: row.get(6)?,
-        expires_at: row.get(7)?,
-        last_used_at: row.get(8)?,
-        revoked_at: row.get(9)?,
-    })
+/// A record kept as one row: its columns, named once, in the order [`FromRow::read`] reads them and
+/// the inserts write them.
+trait FromRow: Sized {
+    const COLUMNS: &'static str;
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
 }
 
-const DEVICE_COLUMNS: &str = "id, user, label, created_at, last_seen_at, last_address, revoked_at";
-
-fn device(row: &rusqlite::Row<'_>) -> rusqlite::Result<DeviceRecord> {
-    Ok(DeviceRecord {
-        id: row.get(0)?,
-        user: row.get(1)?,
-        label: row.get(2)?,
-        created_at: row.get(3)?,
-        last_seen_at: row.get(4)?,
-        last_address: row.get(5)?,
-        revoked_at: row.get(6)?,
-    })
+/// The one record `SELECT <its columns> <rest>` finds, if any (a cached statement: these are
+/// the lookups every request makes).
+fn one<T: FromRow>(conn: &Connection, rest: &str, params: impl rusqlite::Params) -> Result<Option<T>, StoreError> {
+    let sql = format!("SELECT {} {rest}", T::COLUMNS);
+    Ok(conn.prepare_cached(&sql)?.query_row(params, T::read).optional()?)
 }
 
-const SESSION_COLUMNS: &str =
-    "id, digest, user, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
+/// Every record `SELECT <its columns> <rest>` finds.
+fn all<T: FromRow>(conn: &Connection, rest: &str, params: impl rusqlite::Params) -> Result<Vec<T>, StoreError> {
+    let sql = format!("SELECT {} {rest}", T::COLUMNS);
+    Ok(conn
+        .prepare(&sql)?
+        .query_map(params, T::read)?
+        .collect::<Result<_, _>>()?)
+}
 
-fn web_session(row: &rusqlite::Row<'_>) -> rusqlite::Result<WebSessionRecord> {
-    let digest: Vec<u8> = row.get(1)?;
-    Ok(WebSessionRecord {
-        id: row.get(0)?,
-        digest: digest.try_into().unwrap_or([0; 32]),
-        user: row.get(2)?,
-        device_id: row.get(3)?,
-        parent: row.get(4)?,
-        host: row.get(5)?,
-        created_at: row.get(6)?,
-        last_seen_at: row.get(7)?,
-        idle_secs: row.get(8)?,
-        expires_at: row.get(9)?,
-        revoked_at: row.get(10)?,
-    })
+/// A digest column; a stored value of another length reads as zeros.
+fn digest(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<[u8; 32]> {
+    let digest: Vec<u8> = row.get(i)?;
+    Ok(digest.try_into().unwrap_or([0; 32]))
+}
+
+impl FromRow for TokenRecord {
+    const COLUMNS: &'static str =
+        "id, digest, user, label, role, projects, created_at, expires_at, last_used_at, revoked_at";
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        let projects: Option<String> = row.get(5)?;
+        Ok(TokenRecord {
+            id: row.get(0)?,
+            digest: digest(row, 1)?,
+            user: row.get(2)?,
+            label: row.get(3)?,
+            role: row.get(4)?,
+            projects: projects.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect()),
+            created_at: row.get(6)?,
+            expires_at: row.get(7)?,
+            last_used_at: row.get(8)?,
+            revoked_at: row.get(9)?,
+        })
+    }
+}
+
+impl FromRow for DeviceRecord {
+    const COLUMNS: &'static str = "id, user, label, created_at, last_seen_at, last_address, revoked_at";
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(DeviceRecord {
+            id: row.get(0)?,
+            user: row.get(1)?,
+            label: row.get(2)?,
+            created_at: row.get(3)?,
+            last_seen_at: row.get(4)?,
+            last_address: row.get(5)?,
+            revoked_at: row.get(6)?,
+        })
+    }
+}
+
+impl FromRow for WebSessionRecord {
+    const COLUMNS: &'static str =
+        "id, digest, user, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
+    fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
+        Ok(WebSessionRecord {
+            id: row.get(0)?,
+            digest: digest(row, 1)?,
+            user: row.get(2)?,
+            device_id: row.get(3)?,
+            parent: row.get(4)?,
+            host: row.get(5)?,
+            created_at: row.get(6)?,
+            last_seen_at: row.get(7)?,
+            idle_secs: row.get(8)?,
+            expires_at: row.get(9)?,
+            revoked_at: row.get(10)?,
+        })
+    }
 }
 
 impl TokenStore for SqliteStore {
     fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
         let result = (|| -> Result<(), StoreError> {
             self.lock().execute(
-                &format!("INSERT INTO tokens ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                &format!(
+                    "INSERT INTO tokens ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    TokenRecord::COLUMNS
+                ),
                 params![
                     t.id,
                     &t.digest[..],
@@ -183,18 +217,15 @@ impl TokenStore for SqliteStore {
     }
 
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tokens WHERE digest = ?1"))?;
-        Ok(stmt.query_row([&digest[..]], record).optional()?)
+        one(&self.lock(), "FROM tokens WHERE digest = ?1", [&digest[..]])
     }
 
     fn list_tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {COLUMNS} FROM tokens WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id"
-        ))?;
-        let rows = stmt.query_map([user], record)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        all(
+            &self.lock(),
+            "FROM tokens WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id",
+            [user],
+        )
     }
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
@@ -231,7 +262,10 @@ impl BrowserStore for SqliteStore {
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
         let result = (|| -> Result<(), StoreError> {
             self.lock().execute(
-                &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                &format!(
+                    "INSERT INTO devices ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    DeviceRecord::COLUMNS
+                ),
                 params![
                     d.id,
                     d.user,
@@ -248,12 +282,11 @@ impl BrowserStore for SqliteStore {
     }
 
     fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
-        let conn = self.lock();
-        let mut stmt = conn.prepare(&format!(
-            "SELECT {DEVICE_COLUMNS} FROM devices WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id"
-        ))?;
-        let rows = stmt.query_map([user], device)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        all(
+            &self.lock(),
+            "FROM devices WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id",
+            [user],
+        )
     }
 
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
@@ -329,7 +362,8 @@ impl BrowserStore for SqliteStore {
         let result = (|| -> Result<(), StoreError> {
             self.lock().execute(
                 &format!(
-                    "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+                    "INSERT INTO web_sessions ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                    WebSessionRecord::COLUMNS
                 ),
                 params![
                     w.id,
@@ -352,15 +386,12 @@ impl BrowserStore for SqliteStore {
 
     fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
         let conn = self.lock();
-        let mut stmt = conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE digest = ?1"))?;
-        let Some(session) = stmt.query_row([&digest[..]], web_session).optional()? else {
+        let Some(session) = one::<WebSessionRecord>(&conn, "FROM web_sessions WHERE digest = ?1", [&digest[..]])?
+        else {
             return Ok(None);
         };
-        let parent = match &session.parent {
-            Some(p) => conn
-                .prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE id = ?1"))?
-                .query_row([p], web_session)
-                .optional()?,
+        let parent: Option<WebSessionRecord> = match &session.parent {
+            Some(p) => one(&conn, "FROM web_sessions WHERE id = ?1", [p])?,
             None => None,
         };
         let device = session

@@ -9,26 +9,19 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::client::{Https, assert_closed_in_handshake, basic, read, read_until};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::gateway::{ALICE, Gateway, TestUser};
+use crate::common::stack::{one_project, one_project_as};
 
 const PW: &str = "abuse-upstream-pw";
 
 async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{limits}\n{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[
-            ALICE,
-            TestUser {
-                name: "bob",
-                password: "bob-password-22",
-                projects: "[\"*\"]",
-                role: "operator"
-            },
-        ])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let bob = TestUser {
+        name: "bob",
+        password: "bob-password-22",
+        projects: "[\"*\"]",
+        role: "operator",
+    };
+    let (gw, web) = one_project(PW, limits, &[ALICE, bob]).await;
     let c = Https::new(gw.https, &gw.ca());
     (gw, web, c)
 }
@@ -490,17 +483,13 @@ async fn connections_per_address_are_capped() {
 #[tokio::test]
 async fn x_forwarded_for_is_believed_only_from_trusted_proxies() {
     // A gateway behind a proxy at 127.0.0.8.
-    let web2 = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{}{}",
-        external_project("web", &web2.url()),
-        users_toml(&[ALICE])
-    ))
-    .replace(
-        "state_dir = \"state\"\n",
-        "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.8\"]\n",
-    );
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, web2) = one_project_as(PW, "", &[ALICE], |config| {
+        config.replace(
+            "state_dir = \"state\"\n",
+            "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.8\"]\n",
+        )
+    })
+    .await;
     let c = Https::new(gw.https, &gw.ca());
     let via = |from: &str, xff: &str| {
         let client = c.from(from);

@@ -10,18 +10,13 @@ use tokio::io::AsyncReadExt;
 
 use crate::common::client::{Https, assert_closed_in_handshake, basic, read, read_until};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, base_config, external_project, users_toml};
+use crate::common::gateway::{ALICE, Gateway};
+use crate::common::stack::one_project;
 
 const PW: &str = "conn-upstream-pw";
 
 async fn gateway(limits: &str) -> (Gateway, FakeUpstream, Https) {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{limits}\n{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, web) = one_project(PW, limits, &[ALICE]).await;
     let c = Https::new(gw.https, &gw.ca());
     (gw, web, c)
 }

@@ -11,11 +11,10 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
 use crate::common::client::{Https, basic, direct_call, json, plain_send};
+use crate::common::fake_upstream::{InboxUpstream, serve};
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::write_secret;
@@ -25,32 +24,21 @@ const ALICE: &str = "alice-password-1";
 /// A webhook receiver on 127.0.0.1:0: answers the statuses in `script` in turn, then 200, and
 /// keeps each request's body.
 async fn receiver(script: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let seen = Arc::new(Mutex::new(Vec::new()));
     let (seen2, script) = (seen.clone(), Arc::new(Mutex::new(script.into_iter())));
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (seen, script) = (seen2.clone(), script.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let (seen, script) = (seen.clone(), script.clone());
-                    async move {
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        seen.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
-                        let status = script.lock().unwrap().next().unwrap_or(200);
-                        let mut r = http::Response::new(Full::new(Bytes::new()));
-                        *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
-                        Ok::<_, Infallible>(r)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
-            });
+    let (addr, _accepting) = serve(move |req: http::Request<hyper::body::Incoming>| {
+        let (seen, script) = (seen2.clone(), script.clone());
+        async move {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            seen.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
+            let status = script.lock().unwrap().next().unwrap_or(200);
+            let mut r = http::Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
+            Ok::<_, Infallible>(r)
         }
-    });
-    (url, seen)
+    })
+    .await;
+    (format!("http://{addr}/hook"), seen)
 }
 
 /// The upstream's own `GET /global/event`, read straight from the server: each event's payload
@@ -596,76 +584,6 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
     assert_eq!(r["outcome"], "Done", "{r}");
 }
 
-/// A stand-in server for the reconnect test: lists what `permissions` holds, streams events to
-/// whoever subscribes until `cut` drops the streams, and records each request's target.
-#[derive(Default)]
-struct Scripted {
-    permissions: Mutex<Value>,
-    streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
-    targets: Mutex<Vec<String>>,
-    password_seen: Mutex<bool>,
-}
-
-async fn scripted(password: &str) -> (std::net::SocketAddr, Arc<Scripted>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let state = Arc::new(Scripted::default());
-    *state.permissions.lock().unwrap() = serde_json::json!([]);
-    let auth = basic("opencode", password);
-    let s2 = state.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (state, auth) = (s2.clone(), auth.clone());
-            tokio::spawn(async move {
-                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                    let (state, auth) = (state.clone(), auth.clone());
-                    async move {
-                        let target = req.uri().to_string();
-                        state.targets.lock().unwrap().push(target.clone());
-                        if req.headers().get("authorization").is_some_and(|a| a == auth.as_str()) {
-                            *state.password_seen.lock().unwrap() = true;
-                        }
-                        let path = req.uri().path();
-                        let body: http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible> = match path {
-                            "/global/event" => {
-                                let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);
-                                tx.send(
-                                    "data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n".into(),
-                                )
-                                .await
-                                .unwrap();
-                                state.streams.lock().unwrap().push(tx);
-                                let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-                                    rx.recv()
-                                        .await
-                                        .map(|e| (Ok::<_, Infallible>(hyper::body::Frame::data(Bytes::from(e))), rx))
-                                });
-                                http_body_util::StreamBody::new(stream).boxed_unsync()
-                            }
-                            "/permission" => {
-                                Full::new(Bytes::from(state.permissions.lock().unwrap().to_string())).boxed_unsync()
-                            }
-                            "/session/status" => Full::new(Bytes::from("{}")).boxed_unsync(),
-                            "/session" | "/question" => Full::new(Bytes::from("[]")).boxed_unsync(),
-                            _ => Full::new(Bytes::from("ok")).boxed_unsync(),
-                        };
-                        let mut r = http::Response::new(body);
-                        if path == "/global/event" {
-                            r.headers_mut()
-                                .insert("content-type", "text/event-stream".parse().unwrap());
-                        }
-                        Ok::<_, Infallible>(r)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tcp), svc)
-                    .await;
-            });
-        }
-    });
-    (addr, state)
-}
-
 fn permission_json(id: &str) -> Value {
     serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
         "metadata": {"command": "ls"}, "always": ["ls *"]})
@@ -674,13 +592,13 @@ fn permission_json(id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
     use crate::common::gateway::external_project;
-    let (addr, fake) = scripted("scripted-pw").await;
-    *fake.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
+    let fake = InboxUpstream::start("scripted-pw").await;
+    *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
     let config = base_config(&format!(
         "{}\ndirectory = \"{}\"\n\n{}",
-        external_project("ext", &format!("http://{addr}")).trim_end(),
+        external_project("ext", &fake.url()).trim_end(),
         dir.display(),
         users_toml(&[TestUser {
             name: "alice",
@@ -698,7 +616,7 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     // One event of another directory on the same server is not this project's; a live event of
     // the project's, after it on the same stream, adds a card: once that card shows, the one
     // before it has been read too.
-    let tx = fake.streams.lock().unwrap()[0].clone();
+    let tx = fake.state.streams.lock().unwrap()[0].clone();
     let other = serde_json::json!({"directory": "/elsewhere", "payload": {"type": "permission.asked", "properties": permission_json("per_other")}});
     tx.send(format!("data: {other}\n\n")).await.unwrap();
     let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties": permission_json("per_live")}});
@@ -710,8 +628,8 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     assert!(!has_card(&inbox(&gw, ""), "ext", "per_other"));
     drop(tx);
     // The stream breaks; meanwhile per_1 and per_live are answered and per_2 is asked.
-    *fake.permissions.lock().unwrap() = serde_json::json!([permission_json("per_2")]);
-    fake.streams.lock().unwrap().clear();
+    *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_2")]);
+    fake.state.streams.lock().unwrap().clear();
     let v = inbox_until(&gw, Duration::from_secs(10), "the re-seed", |v| {
         has_card(v, "ext", "per_2") && !has_card(v, "ext", "per_1") && !has_card(v, "ext", "per_live")
     })
@@ -721,7 +639,7 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     }
     assert_eq!(project(&v, "ext")["server"]["state"], "running");
     assert_eq!(v["subscriptions"], 1);
-    let targets = fake.targets.lock().unwrap().clone();
+    let targets = fake.state.targets.lock().unwrap().clone();
     assert_eq!(
         targets.iter().filter(|t| t.starts_with("/global/event")).count(),
         2,
@@ -734,5 +652,8 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
             .any(|t| *t == format!("/permission?directory={encoded_dir}")),
         "the lists are read for the project's directory: {targets:?}"
     );
-    assert!(*fake.password_seen.lock().unwrap(), "the gateway's credential is sent");
+    assert!(
+        *fake.state.password_seen.lock().unwrap(),
+        "the gateway's credential is sent"
+    );
 }

@@ -12,8 +12,8 @@ use http_body_util::Full;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::client::{EventLog, Https, basic};
-use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, base_config, external_project, metric_in, users_toml};
+use crate::common::gateway::{ALICE, Gateway, metric_in};
+use crate::common::stack::{one_project, one_project_as};
 
 const PW: &str = "metrics-upstream-pw";
 
@@ -64,13 +64,12 @@ fn openmetrics(gw: &Gateway) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn metrics_move_with_real_traffic_and_pass_promtool() {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "[limits]\nauth_failure_burst = 2\nauth_failures_per_minute = 1\n\n{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, _web) = one_project(
+        PW,
+        "[limits]\nauth_failure_burst = 2\nauth_failures_per_minute = 1\n",
+        &[ALICE],
+    )
+    .await;
     let c = Https::new(gw.https, &gw.ca());
     let alice = basic("alice", "alice-password-1");
     // Every series of a project exists from the start, at zero.
@@ -186,14 +185,10 @@ async fn metrics_move_with_real_traffic_and_pass_promtool() {
 /// reads `key=value` lines.)
 #[tokio::test]
 async fn json_logs_are_one_object_a_line_with_the_access_fields() {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ))
-    .replacen("[server]\n", "[server]\nlog_format = \"json\"\n", 1);
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, _web) = one_project_as(PW, "", &[ALICE], |config| {
+        config.replacen("[server]\n", "[server]\nlog_format = \"json\"\n", 1)
+    })
+    .await;
     let c = Https::new(gw.https, &gw.ca());
     assert_eq!(
         c.get("/p/web/global/health", Some(&basic("alice", "alice-password-1")))

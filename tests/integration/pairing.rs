@@ -10,18 +10,13 @@ use http_body_util::Full;
 
 use crate::common::client::{Https, Reply};
 use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, BIN, Gateway, base_config, external_project, users_toml};
+use crate::common::gateway::{ALICE, BIN, Gateway};
+use crate::common::stack::one_project;
 
 const PW: &str = "pairing-upstream-pw";
 
 async fn gateway() -> (Gateway, FakeUpstream, Https) {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, web) = one_project(PW, "", &[ALICE]).await;
     let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     (gw, web, c)
 }
@@ -305,15 +300,14 @@ async fn wrong_tries_expiry_and_the_limiter_bound_pairing_codes() {
 /// killed the live code with wrong tries. Now every kind of refused code gets one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_and_wrong_codes_get_one_answer_from_one_budget() {
-    let web = FakeUpstream::start(PW).await;
     // A user-name budget smaller than the address's: a budget that followed the code's user
     // would run out first and show.
-    let config = base_config(&format!(
-        "[limits]\nauth_failure_burst = 20\nuser_failure_burst = 3\n\n{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, _web) = one_project(
+        PW,
+        "[limits]\nauth_failure_burst = 20\nuser_failure_burst = 3\n",
+        &[ALICE],
+    )
+    .await;
     let c = Https::new(gw.https, &gw.ca()).host("gw.localhost");
     let (code, _) = pair(&gw, &["alice"]);
     let id = if code.starts_with("ZZZZ") { "YYYY" } else { "ZZZZ" };

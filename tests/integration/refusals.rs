@@ -7,29 +7,26 @@
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::fake_upstream::FakeUpstream;
-use crate::common::gateway::{ALICE, Gateway, TestUser, base_config, external_project, users_toml};
+use crate::common::gateway::{ALICE, TestUser};
+use crate::common::stack::one_project;
 
 const PW: &str = "refusals-upstream-pw";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_post_over_http2_gets_its_status_and_reason_every_time() {
-    let web = FakeUpstream::start(PW).await;
+    let vera = TestUser {
+        name: "vera",
+        password: "vera-password-1",
+        projects: "[\"web\"]",
+        role: "viewer",
+    };
     // Room for every wrong password below: each must be a 401, not the limiter's 429.
-    let config = base_config(&format!(
-        "[limits]\nauth_failure_burst = 100\nuser_failure_burst = 100\n\n{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[
-            ALICE,
-            TestUser {
-                name: "vera",
-                password: "vera-password-1",
-                projects: "[\"web\"]",
-                role: "viewer",
-            },
-        ])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, web) = one_project(
+        PW,
+        "[limits]\nauth_failure_burst = 100\nuser_failure_burst = 100\n",
+        &[ALICE, vera],
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     // A small JSON body, as a script creating a session would send.
     let body = dir.path().join("body.json");
@@ -73,13 +70,7 @@ async fn a_refused_post_over_http2_gets_its_status_and_reason_every_time() {
 /// gateway's prefix is its own under every project path, in every spelling OpenCode reads as it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, web) = one_project(PW, "", &[ALICE]).await;
     let c = crate::common::client::Https::new(gw.https, &gw.ca());
     let alice = crate::common::client::basic("alice", "alice-password-1");
     for path in [
@@ -110,13 +101,7 @@ async fn the_gateway_prefix_under_a_project_path_never_reaches_opencode() {
 /// Now it is said, with the peer and the reason, at most once per 10 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_tls_handshake_is_logged_with_its_reason_once_per_interval() {
-    let web = FakeUpstream::start(PW).await;
-    let config = base_config(&format!(
-        "{}{}",
-        external_project("web", &web.url()),
-        users_toml(&[ALICE])
-    ));
-    let gw = Gateway::start_behind(&config, PW);
+    let (gw, _web) = one_project(PW, "", &[ALICE]).await;
     // A client that trusts nothing: it refuses the gateway's certificate with an alert.
     let untrusting = std::sync::Arc::new(
         rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))

@@ -68,26 +68,10 @@ impl FakeUpstream {
     /// Like [`FakeUpstream::start`], reporting `api`'s version and serving its document.
     pub async fn start_with_api(password: &'static str, api: Api) -> FakeUpstream {
         let api = Arc::new(api);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let (events, _) = broadcast::channel(64);
         let (seen2, events2) = (seen.clone(), events.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (seen, events, api) = (seen2.clone(), events2.clone(), api.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| handle(req, password, seen.clone(), events.clone(), api.clone()));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(tcp), svc)
-                        .with_upgrades()
-                        .await;
-                });
-            }
-        });
+        let (addr, task) = serve(move |req| handle(req, password, seen2.clone(), events2.clone(), api.clone())).await;
         FakeUpstream {
             addr,
             seen,
@@ -133,6 +117,113 @@ impl Drop for FakeUpstream {
     }
 }
 
+/// Serve HTTP/1.1 (upgrades too) on 127.0.0.1:0, each request answered by `handle`; the address
+/// and the task that accepts (abort it to stop accepting).
+pub async fn serve<F, Fut, B>(handle: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Result<Response<B>, Infallible>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let handle = handle.clone();
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service_fn(handle))
+                    .with_upgrades()
+                    .await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// A stand-in that answers what the gateway's inbox reads, for tests of the inbox's own
+/// behaviour ([`FakeUpstream`] turns the inbox away): lists what `permissions` holds (no
+/// sessions, statuses or questions), streams `GET /global/event` to each subscriber until its
+/// sender in `streams` is dropped (the stream then ends: a cut), and records each request's target
+/// and whether one carried Basic `opencode:<password>` (it demands none).
+pub struct InboxUpstream {
+    pub addr: SocketAddr,
+    pub state: Arc<InboxState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+pub struct InboxState {
+    pub permissions: Mutex<serde_json::Value>,
+    pub streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
+    pub targets: Mutex<Vec<String>>,
+    pub password_seen: Mutex<bool>,
+}
+
+impl InboxUpstream {
+    pub async fn start(password: &str) -> InboxUpstream {
+        let state = Arc::new(InboxState::default());
+        *state.permissions.lock().unwrap() = serde_json::json!([]);
+        let auth = super::client::basic("opencode", password);
+        let s2 = state.clone();
+        let (addr, task) = serve(move |req| inbox_handle(req, s2.clone(), auth.clone())).await;
+        InboxUpstream { addr, state, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for InboxUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn inbox_handle(
+    req: Request<Incoming>,
+    state: Arc<InboxState>,
+    auth: String,
+) -> Result<Response<http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>>, Infallible> {
+    let target = req.uri().to_string();
+    state.targets.lock().unwrap().push(target.clone());
+    if req.headers().get("authorization").is_some_and(|a| a == auth.as_str()) {
+        *state.password_seen.lock().unwrap() = true;
+    }
+    let path = req.uri().path();
+    let body = match path {
+        "/global/event" => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);
+            tx.send("data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n".into())
+                .await
+                .unwrap();
+            state.streams.lock().unwrap().push(tx);
+            let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+                rx.recv()
+                    .await
+                    .map(|e| (Ok::<_, Infallible>(Frame::data(Bytes::from(e))), rx))
+            });
+            StreamBody::new(stream).boxed_unsync()
+        }
+        "/permission" => Full::new(Bytes::from(state.permissions.lock().unwrap().to_string())).boxed_unsync(),
+        "/session/status" => Full::new(Bytes::from("{}")).boxed_unsync(),
+        "/session" | "/question" => Full::new(Bytes::from("[]")).boxed_unsync(),
+        _ => Full::new(Bytes::from("ok")).boxed_unsync(),
+    };
+    let mut r = Response::new(body);
+    if path == "/global/event" {
+        r.headers_mut()
+            .insert("content-type", "text/event-stream".parse().unwrap());
+    }
+    Ok(r)
+}
+
 async fn handle(
     mut req: Request<Incoming>,
     password: &'static str,
@@ -142,7 +233,7 @@ async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     // The gateway's inbox watches every server; the stand-in is no OpenCode (its lists are not
     // JSON) and its tests count their own requests and subscribers: turn the inbox away
-    // unrecorded (tests/integration/inbox.rs covers it with its own stand-in and the real server).
+    // unrecorded (tests/integration/inbox.rs covers it with [`InboxUpstream`] and the real server).
     if req
         .headers()
         .get("user-agent")

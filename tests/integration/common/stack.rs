@@ -43,6 +43,24 @@ pub async fn two_projects_as(
     (Gateway::start_behind(&config, UPSTREAM_PW), web, api)
 }
 
+/// One project "web" on a fake upstream demanding `password`: `extra` before it, `users` after.
+pub async fn one_project(password: &'static str, extra: &str, users: &[TestUser<'_>]) -> (Gateway, FakeUpstream) {
+    one_project_as(password, extra, users, |config| config).await
+}
+
+/// [`one_project`] with the whole config (after `base_config`) passed through `edit`.
+pub async fn one_project_as(
+    password: &'static str,
+    extra: &str,
+    users: &[TestUser<'_>],
+    edit: impl FnOnce(String) -> String,
+) -> (Gateway, FakeUpstream) {
+    let web = FakeUpstream::start(password).await;
+    let body = format!("{extra}\n{}{}", external_project("web", &web.url()), users_toml(users));
+    let config = edit(base_config(&body));
+    (Gateway::start_behind(&config, password), web)
+}
+
 pub struct Setup {
     pub model: FakeModel,
     pub oc: OpenCode,
