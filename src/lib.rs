@@ -85,7 +85,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     let acme = settings.tls.acme.clone();
     let certs = match &acme {
         Some(a) => front::acme::initial_store(&settings, a)?,
-        None => front::listen::certs::CertStore::from_files(&settings.tls)?,
+        None => gateway::certs::CertStore::from_files(&settings.tls)?,
     };
     let tls = front::listen::tls::with_store(certs.clone(), acme.is_some())?;
     let config_path = settings.path.clone();
@@ -149,7 +149,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     match acme {
         Some(_) => front::acme::start(&gw),
         None => {
-            tokio::spawn(front::listen::certs::watch(certs, gw.shutdown.clone()));
+            tokio::spawn(gateway::certs::watch(certs, gw.shutdown.clone()));
         }
     }
     if let Some(l) = http {

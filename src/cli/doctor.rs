@@ -182,7 +182,7 @@ fn certificate(s: &Settings, r: &mut Report) {
         ));
         return;
     }
-    let missing = crate::front::listen::certs::uncovered(&chain[0], &crate::reach::client_names(s));
+    let missing = crate::gateway::certs::uncovered(&chain[0], &crate::reach::client_names(s));
     if missing.is_empty() {
         r.ok(format!(
             "certificate: covers {}",
@@ -204,14 +204,14 @@ fn certificate(s: &Settings, r: &mut Report) {
             ));
         }
     }
-    match crate::front::listen::der::validity(&chain[0]) {
+    match crate::support::der::validity(&chain[0]) {
         None => r.fail(format!(
             "certificate: the validity period in {} cannot be read",
             path.display()
         )),
         Some((_, until)) => {
             let now = SystemTime::now();
-            let human = crate::front::listen::certs::human;
+            let human = crate::gateway::certs::human;
             match until.duration_since(now) {
                 Err(e) => r.fail(format!(
                     "certificate: expired {} ago. Fix: renew it (or use [tls] acme)",

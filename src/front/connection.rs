@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::gateway::Gateway;
+use crate::gateway::connections::Activity;
 use crate::pipeline::{self, ConnInfo};
 
 /// Answer every request on a connection to a removed project's own port with 404 and the reason
@@ -58,31 +59,6 @@ where
 /// How long a connection whose idle watcher closed it gracefully may take to finish closing (an h2
 /// peer that never acknowledges the GOAWAY) before it is dropped.
 const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// Requests in flight on one connection (a request counts until its response body ends or is
-/// dropped), and whether one started or ended since the idle watcher last looked. The connection
-/// table reads it too: a connection with a request in flight is not shed.
-#[derive(Default)]
-pub struct Activity {
-    active: AtomicUsize,
-    touched: AtomicBool,
-}
-
-impl Activity {
-    pub fn start(&self) {
-        self.active.fetch_add(1, Ordering::Relaxed);
-        self.touched.store(true, Ordering::Relaxed);
-    }
-
-    pub fn end(&self) {
-        self.active.fetch_sub(1, Ordering::Relaxed);
-        self.touched.store(true, Ordering::Relaxed);
-    }
-
-    pub fn is_idle(&self) -> bool {
-        self.active.load(Ordering::Relaxed) == 0
-    }
-}
 
 /// One request in flight; dropping it (body ended, or request abandoned) marks the end.
 struct Busy(Arc<Activity>);

@@ -139,7 +139,7 @@ pub fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<String> {
         .ok()
         .and_then(|mut i| i.next())
     {
-        Some(Ok(leaf)) => crate::front::listen::certs::uncovered(&leaf, &concrete),
+        Some(Ok(leaf)) => crate::gateway::certs::uncovered(&leaf, &concrete),
         _ => concrete,
     }
 }

@@ -1,6 +1,8 @@
 //! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
 //! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
 
+pub mod certs;
+pub mod connections;
 pub mod reload;
 pub mod state;
 
@@ -45,7 +47,7 @@ pub struct Gateway {
     pub connections: Arc<Slots<IpAddr>>,
     /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
     /// unauthenticated HTTPS connections only a share, and they are shed first (`front/listen/table.rs`).
-    pub conn_table: Arc<crate::front::listen::table::ConnTable>,
+    pub conn_table: Arc<crate::gateway::connections::ConnTable>,
     pub connection_cap: u32,
     pub streams: Arc<Slots<Arc<str>>>,
     pub tickets: Tickets,
@@ -82,17 +84,17 @@ pub struct Gateway {
     /// The per-core runtimes HTTPS connections are served on.
     pub workers: crate::support::workers::Workers,
     /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
-    pub certs: Arc<crate::front::listen::certs::CertStore>,
+    pub certs: Arc<crate::gateway::certs::CertStore>,
     /// Wakes the ACME task (a reload may have changed the names to order).
     pub acme_wake: tokio::sync::Notify,
     /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
-    pub http01: crate::front::acme::challenge::Http01,
+    pub http01: crate::gateway::certs::Http01,
 }
 
 impl Gateway {
     pub fn new(
         settings: Settings,
-        certs: Arc<crate::front::listen::certs::CertStore>,
+        certs: Arc<crate::gateway::certs::CertStore>,
         tls: Arc<rustls::ServerConfig>,
     ) -> anyhow::Result<Arc<Gateway>> {
         let limits = settings.limits.clone();
@@ -122,8 +124,8 @@ impl Gateway {
         let state = State::build(settings, tls, &supervisor, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let nofile = crate::front::listen::open_file_limit();
-        let connection_cap = crate::front::listen::connection_cap(limits.max_connections, nofile);
+        let nofile = crate::gateway::connections::open_file_limit();
+        let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
         if limits.max_connections.is_some_and(|c| c > connection_cap) {
             tracing::warn!(
                 configured = limits.max_connections,
@@ -139,7 +141,7 @@ impl Gateway {
             verifier: Verifier::new(cores),
             limiters: Limiters::new(&limits),
             connections: Arc::default(),
-            conn_table: Arc::new(crate::front::listen::table::ConnTable::new(
+            conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
                 connection_cap,
                 limits.unauthenticated_connection_share,
             )),
@@ -199,10 +201,7 @@ impl Gateway {
         // session tickets.
         // With ACME the ACME task owns the pair: it is woken to order the reloaded names.
         let pair = match settings.tls.acme {
-            None => Some(crate::front::listen::certs::load_pair(
-                &settings.tls.cert,
-                &settings.tls.key,
-            )?),
+            None => Some(crate::gateway::certs::load_pair(&settings.tls.cert, &settings.tls.key)?),
             Some(_) => None,
         };
         let tls_settings = settings.tls.clone();

@@ -9,3 +9,4 @@ pub mod cookie;
 pub mod discard;
 pub mod error;
 pub mod rewrite;
+pub mod transport;

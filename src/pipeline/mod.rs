@@ -11,12 +11,11 @@ pub mod internal;
 pub mod own_files;
 pub mod request;
 pub mod response;
-pub mod transport;
 
+pub use crate::http::transport::{ConnInfo, Front};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
-pub use transport::{ConnInfo, Front};
 
 use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;

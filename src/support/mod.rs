@@ -3,6 +3,7 @@
 //! (`telemetry`).
 
 pub mod compress;
+pub mod der;
 pub mod files;
 pub mod form;
 pub mod host;

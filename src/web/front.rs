@@ -12,7 +12,7 @@
 //! the same site but not the same origin, so the cross-site rule (Sec-Fetch-Site, Origin exactly)
 //! refuses their writes as it refuses a sibling host's.
 
-use crate::pipeline::{ConnInfo, Front};
+use crate::http::transport::{ConnInfo, Front};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WebFront<'a> {

@@ -33,7 +33,7 @@ use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
-use crate::pipeline::{ConnInfo, Front};
+use crate::http::transport::{ConnInfo, Front};
 use crate::policy::canonical::CanonicalPath;
 
 /// The reserved first path segment (any case: nothing under it ever reaches OpenCode).

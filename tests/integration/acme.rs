@@ -132,7 +132,7 @@ fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16, http_port: u16) 
 
 fn covered(cert: &[u8], names: &[&str]) -> bool {
     let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-    opencode_gateway::front::listen::certs::uncovered(&cert.to_vec().into(), &names).is_empty()
+    opencode_gateway::gateway::certs::uncovered(&cert.to_vec().into(), &names).is_empty()
 }
 
 async fn wait_count(gw: &Gateway, needle: &str, count: usize, within: Duration, pebble: &Proc) {

@@ -3,8 +3,7 @@
 //! placeholder served until the first certificate is issued (so the listener can answer a
 //! TLS-ALPN-01 validation at all).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rcgen::{CertificateParams, CustomExtension, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -41,22 +40,4 @@ pub fn placeholder(names: &[String]) -> anyhow::Result<CertifiedKey> {
         .distinguished_name
         .push(rcgen::DnType::CommonName, "opencode-gateway: ACME certificate pending");
     certified(params)
-}
-
-/// HTTP-01 key authorizations by token, while an order is being validated.
-#[derive(Default)]
-pub struct Http01(Mutex<HashMap<String, String>>);
-
-impl Http01 {
-    pub fn set(&self, token: &str, key_authorization: Option<String>) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match key_authorization {
-            Some(k) => map.insert(token.to_string(), k),
-            None => map.remove(token),
-        };
-    }
-
-    pub fn get(&self, token: &str) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(token).cloned()
-    }
 }

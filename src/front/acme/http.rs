@@ -20,7 +20,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
     let tasks = gw.tasks.clone();
     let gw2 = gw.clone();
     // Nothing here is ever authenticated: these connections stay in the unauthenticated share.
-    let class = crate::front::listen::table::Class::Unauthenticated;
+    let class = crate::gateway::connections::Class::Unauthenticated;
     crate::front::listen::accept_loop(gw, listener, "http", class, move |tcp, _peer, slot| {
         let gw = gw2.clone();
         tokio::spawn(tasks.track_future(async move {

@@ -22,8 +22,8 @@ use instant_acme::{
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Acme, Settings};
-use crate::front::listen::certs::{CertStore, load_pair};
 use crate::gateway::Gateway;
+use crate::gateway::certs::{CertStore, load_pair};
 use crate::support::files::{create_private_dir, write_private};
 
 /// The first retry after a failure; doubled after each failure up to [`MAX_BACKOFF`].
@@ -67,10 +67,10 @@ fn due_in_files(cert: &std::path::Path, key: &std::path::Path, names: &[String])
     let Some(leaf) = pair.cert.first() else {
         return Duration::ZERO;
     };
-    if !crate::front::listen::certs::uncovered(leaf, names).is_empty() {
+    if !crate::gateway::certs::uncovered(leaf, names).is_empty() {
         return Duration::ZERO;
     }
-    let Some((from, until)) = crate::front::listen::der::validity(leaf) else {
+    let Some((from, until)) = crate::support::der::validity(leaf) else {
         return Duration::ZERO;
     };
     let life = until.duration_since(from).unwrap_or_default();
@@ -88,7 +88,7 @@ async fn run(gw: Arc<Gateway>) {
         let names = wanted_names(&state.settings);
         let due = due_in(&state.settings, &names);
         if !due.is_zero() {
-            tracing::info!(names = ?names, renew_in = %crate::front::listen::certs::human(due), "ACME certificate is current");
+            tracing::info!(names = ?names, renew_in = %crate::gateway::certs::human(due), "ACME certificate is current");
             tokio::select! {
                 _ = tokio::time::sleep(due.min(RECHECK)) => {}
                 _ = gw.acme_wake.notified() => {}

@@ -3,10 +3,7 @@
 //! shed first) and a per-address connection slot before doing any work (closing the connection at
 //! once when either is refused), and runs the TLS handshake under a timeout.
 
-pub mod certs;
-pub mod der;
 pub mod handshake_log;
-pub mod table;
 pub mod tls;
 
 use crate::metrics::Refusal;
@@ -18,54 +15,18 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::gateway::Gateway;
-use crate::pipeline::{ConnInfo, Front};
+use crate::http::transport::{ConnInfo, Front};
 use crate::ratelimit::SlotGuard;
 
-/// Descriptors kept back from connections: listeners, the log, spawned servers' pipes, files.
-const RESERVED_FDS: u64 = 64;
 /// A refused connection is logged at most this often per listener (with the count since the last
 /// line), so a flood cannot flood the log too.
 const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-/// The global connection cap: the configured `max_connections`, but never more than half of the
-/// descriptors left after [`RESERVED_FDS`], because a proxied request can hold a second descriptor
-/// (its upstream connection). Past the open-file limit `accept` fails with EMFILE and the gateway
-/// would stop serving everyone; at this cap only new connections are refused.
-pub fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
-    let budget = (open_file_limit.saturating_sub(RESERVED_FDS) / 2).clamp(1, u64::from(u32::MAX)) as u32;
-    configured.map_or(budget, |c| c.min(budget))
-}
-
-/// Raise the soft open-file limit to the hard one (as servers commonly do) and return it.
-pub fn open_file_limit() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        let wanted = lim.rlim_max.min(1 << 20);
-        if wanted > lim.rlim_cur {
-            let raised = libc::rlimit {
-                rlim_cur: wanted,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = wanted;
-            }
-        }
-    }
-    lim.rlim_cur
-}
 
 /// What an accepted connection holds until it ends: its address's slot and its place in the
 /// connection table.
 pub struct ConnSlot {
     _address: SlotGuard<std::net::IpAddr>,
-    pub place: table::LeaseGuard,
+    pub place: crate::gateway::connections::LeaseGuard,
 }
 
 /// Logs refusals at most once per [`REFUSAL_LOG_INTERVAL`], counting the ones in between.
@@ -124,7 +85,7 @@ pub async fn accept_loop<F>(
     gw: Arc<Gateway>,
     listener: TcpListener,
     what: &'static str,
-    class: table::Class,
+    class: crate::gateway::connections::Class,
     mut on_conn: F,
 ) where
     F: FnMut(TcpStream, SocketAddr, ConnSlot),
@@ -157,12 +118,12 @@ pub async fn accept_loop<F>(
         // the others from making room (the table's memory of shed addresses skips it).
         let place = match gw.conn_table.admit((!trusted).then_some(ip), class) {
             Ok(p) => p,
-            Err(table::Refused::Full) => {
+            Err(crate::gateway::connections::Refused::Full) => {
                 gw.metrics.refused(Refusal::Connections);
                 refusals.refused(what, peer, "global_connection_limit");
                 continue;
             }
-            Err(table::Refused::Share) => {
+            Err(crate::gateway::connections::Refused::Share) => {
                 gw.metrics.refused(Refusal::UnauthenticatedConnections);
                 refusals.refused(what, peer, "unauthenticated_connection_share");
                 continue;
@@ -189,7 +150,7 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
         gw,
         listener,
         "https",
-        table::Class::Unauthenticated,
+        crate::gateway::connections::Class::Unauthenticated,
         move |tcp, peer, slot| {
             let gw = gw2.clone();
             let bound = bound.clone();
@@ -238,7 +199,7 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                     }
                 };
                 // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
-                if stream.get_ref().1.alpn_protocol() == Some(certs::ACME_TLS_ALPN) {
+                if stream.get_ref().1.alpn_protocol() == Some(crate::gateway::certs::ACME_TLS_ALPN) {
                     return;
                 }
                 // A project removed by a reload keeps its port until a restart (listeners are not
@@ -262,17 +223,4 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
         },
     )
     .await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_connection_cap_stays_below_half_the_descriptors() {
-        assert_eq!(connection_cap(None, 1024), 480);
-        assert_eq!(connection_cap(Some(10_000), 1024), 480, "a configured cap is clamped");
-        assert_eq!(connection_cap(Some(100), 1024), 100);
-        assert_eq!(connection_cap(None, 10), 1, "a tiny limit still serves one");
-    }
 }

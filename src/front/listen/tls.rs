@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use rustls::ServerConfig;
 
-use super::certs::{ACME_TLS_ALPN, CertStore};
 use crate::config::Tls;
+use crate::gateway::certs::{ACME_TLS_ALPN, CertStore};
 
 pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())

@@ -13,7 +13,7 @@ use russh::{Channel, ChannelOpenFailure, MethodKind, MethodSet};
 
 use crate::config::Secret;
 use crate::gateway::Gateway;
-use crate::pipeline::{ConnInfo, Front};
+use crate::http::transport::{ConnInfo, Front};
 
 /// RFC 4254: SSH_OPEN_ADMINISTRATIVELY_PROHIBITED.
 const PROHIBITED: u32 = 1;

@@ -66,7 +66,7 @@ impl SshServer {
         let gw = self.gw.clone();
         // SSH holds its place from accept: its own login timeout bounds a session that never logs in,
         // and the front door must not be shed to make room for HTTPS clients.
-        crate::front::listen::accept_loop(self.gw.clone(), listener, "ssh", crate::front::listen::table::Class::Held, move |tcp, peer, slot| {
+        crate::front::listen::accept_loop(self.gw.clone(), listener, "ssh", crate::gateway::connections::Class::Held, move |tcp, peer, slot| {
             let gw = gw.clone();
             let config = self.config.clone();
             let password_auth = self.password_auth;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::front::connection::Activity;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
 
 /// Not yet authenticated: counted in the share, may be shed.
 const UNAUTHENTICATED: u8 = 0;
@@ -320,9 +320,78 @@ impl Drop for LeaseGuard {
     }
 }
 
+/// Requests in flight on one connection (a request counts until its response body ends or is
+/// dropped), and whether one started or ended since the idle watcher last looked. The connection
+/// table reads it too: a connection with a request in flight is not shed.
+#[derive(Default)]
+pub struct Activity {
+    pub(crate) active: AtomicUsize,
+    pub(crate) touched: AtomicBool,
+}
+
+impl Activity {
+    pub fn start(&self) {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    pub fn end(&self) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.touched.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.active.load(Ordering::Relaxed) == 0
+    }
+}
+
+/// Descriptors kept back from connections: listeners, the log, spawned servers' pipes, files.
+const RESERVED_FDS: u64 = 64;
+/// The global connection cap: the configured `max_connections`, but never more than half of the
+/// descriptors left after [`RESERVED_FDS`], because a proxied request can hold a second descriptor
+/// (its upstream connection). Past the open-file limit `accept` fails with EMFILE and the gateway
+/// would stop serving everyone; at this cap only new connections are refused.
+pub fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
+    let budget = (open_file_limit.saturating_sub(RESERVED_FDS) / 2).clamp(1, u64::from(u32::MAX)) as u32;
+    configured.map_or(budget, |c| c.min(budget))
+}
+
+/// Raise the soft open-file limit to the hard one (as servers commonly do) and return it.
+pub fn open_file_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        let wanted = lim.rlim_max.min(1 << 20);
+        if wanted > lim.rlim_cur {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = wanted;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_cap_stays_below_half_the_descriptors() {
+        assert_eq!(connection_cap(None, 1024), 480);
+        assert_eq!(connection_cap(Some(10_000), 1024), 480, "a configured cap is clamped");
+        assert_eq!(connection_cap(Some(100), 1024), 100);
+        assert_eq!(connection_cap(None, 10), 1, "a tiny limit still serves one");
+    }
 
     fn ip(n: u8) -> Option<IpAddr> {
         Some(IpAddr::from([127, 0, 0, n]))

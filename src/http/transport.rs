@@ -24,7 +24,7 @@ pub struct ConnInfo {
     /// An HTTPS connection's place in the connection table (`front/listen/table.rs`): promoted by its
     /// first authenticated request, shed (its token cancelled) while it is idle and still
     /// unauthenticated. SSH channels have none: their connection's place is held by the session.
-    pub lease: Option<Arc<crate::front::listen::table::Lease>>,
+    pub lease: Option<Arc<crate::gateway::connections::Lease>>,
 }
 
 impl ConnInfo {
@@ -37,7 +37,7 @@ impl ConnInfo {
         }
     }
 
-    pub fn with_lease(peer: SocketAddr, front: Front, lease: Arc<crate::front::listen::table::Lease>) -> ConnInfo {
+    pub fn with_lease(peer: SocketAddr, front: Front, lease: Arc<crate::gateway::connections::Lease>) -> ConnInfo {
         ConnInfo {
             lease: Some(lease),
             ..ConnInfo::new(peer, front)

@@ -217,7 +217,7 @@ pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
             key.display()
         )
     })?;
-    CertifiedKey::from_der(chain, der, &super::tls::provider()).map_err(|e| {
+    CertifiedKey::from_der(chain, der, &crate::front::listen::tls::provider()).map_err(|e| {
         anyhow::anyhow!(
             "tls: the key in {} does not belong to the certificate in {} ({e}); write the pair from the same issuance",
             key.display(),
@@ -227,7 +227,7 @@ pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
 }
 
 fn check_validity(leaf: &CertificateDer<'_>, path: &Path) -> anyhow::Result<()> {
-    let Some((from, until)) = super::der::validity(leaf) else {
+    let Some((from, until)) = crate::support::der::validity(leaf) else {
         anyhow::bail!("tls.cert: the first certificate in {} cannot be parsed", path.display());
     };
     let now = SystemTime::now();
@@ -272,6 +272,24 @@ pub fn human(d: Duration) -> String {
         120..=7199 => format!("{}m", s / 60),
         7200..=172_799 => format!("{}h {}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d {}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// HTTP-01 key authorizations by token, while an order is being validated.
+#[derive(Default)]
+pub struct Http01(Mutex<HashMap<String, String>>);
+
+impl Http01 {
+    pub fn set(&self, token: &str, key_authorization: Option<String>) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match key_authorization {
+            Some(k) => map.insert(token.to_string(), k),
+            None => map.remove(token),
+        };
+    }
+
+    pub fn get(&self, token: &str) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).get(token).cloned()
     }
 }
 
