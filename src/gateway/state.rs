@@ -11,7 +11,6 @@ use argon2::PasswordHash;
 
 use crate::auth::cache::fingerprint;
 use crate::config::{Grants, Project, Settings, UpstreamKind};
-use crate::http::error::HttpError;
 use crate::policy::drift::UpstreamApi;
 use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
@@ -101,19 +100,27 @@ impl ProjectState {
     /// Where to send this project's requests now, once the server is ready and its API document
     /// is known (or could not be read): a spawned server may need to start first (it reads its
     /// document before it is ready); an external one may still be having its document read.
-    pub async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, HttpError> {
+    pub async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, NotStarted> {
         match &self.upstream {
             Upstream::Fixed(e) => {
                 e.ensure_api(client, &self.name, crate::upstream::api::FETCH_TIMEOUT * 2)
                     .await;
                 Ok(e.clone())
             }
-            Upstream::Supervised(s) => s.endpoint(wait).await.map_err(|reason| HttpError::UpstreamStarting {
+            Upstream::Supervised(s) => s.endpoint(wait).await.map_err(|reason| NotStarted {
                 project: self.name.to_string(),
                 reason,
             }),
         }
     }
+}
+
+/// A spawned project's server did not become ready in time: which project and why (the HTTP
+/// answer, 503 with the reason, is http/error.rs's).
+#[derive(Debug)]
+pub struct NotStarted {
+    pub project: String,
+    pub reason: String,
 }
 
 impl State {

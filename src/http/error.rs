@@ -197,6 +197,15 @@ impl HttpError {
     }
 }
 
+impl From<crate::gateway::state::NotStarted> for HttpError {
+    fn from(e: crate::gateway::state::NotStarted) -> HttpError {
+        HttpError::UpstreamStarting {
+            project: e.project,
+            reason: e.reason,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
