@@ -5,7 +5,10 @@
 
 pub mod cache;
 pub mod credentials;
+pub mod handoff;
 pub mod memo;
+pub mod pairing;
+pub mod sessions;
 pub mod tickets;
 pub mod tokens;
 pub mod verifier;

@@ -11,7 +11,7 @@ use qrcode::render::unicode::Dense1x2;
 pub fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result<()> {
     let ttl = crate::auth::tokens::parse_ttl(ttl)
         .with_context(|| format!("--ttl {ttl:?}: use a number and m or s, as in 10m"))?;
-    let max = crate::web::pair::MAX_TTL;
+    let max = crate::auth::pairing::MAX_TTL;
     if ttl > max {
         bail!("--ttl: a pairing code lives at most {} minutes", max.as_secs() / 60);
     }

@@ -218,7 +218,9 @@ fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value,
         return Err("the label must be at most 100 characters, without control characters".into());
     }
     let label = if label.is_empty() { "phone" } else { label };
-    let ttl = r.ttl_secs.map_or(crate::web::pair::DEFAULT_TTL, Duration::from_secs);
+    let ttl = r
+        .ttl_secs
+        .map_or(crate::auth::pairing::DEFAULT_TTL, Duration::from_secs);
     let issued = gw.pairing.issue(&r.user, label, ttl)?;
     let base = crate::reach::Reach::new(&state.settings, Some(https_port));
     tracing::info!(target: "security", user = %r.user, label = %label, expires_at = issued.expires_at, "pairing code issued");

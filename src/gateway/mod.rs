@@ -56,14 +56,14 @@ pub struct Gateway {
     /// API tokens: the state database, the digest key, a short cache of verified tokens.
     pub tokens: crate::auth::tokens::Tokens,
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
-    pub web: crate::web::session::WebSessions,
-    pub handoffs: crate::web::handoff::Handoffs,
+    pub web: crate::auth::sessions::WebSessions,
+    pub handoffs: crate::auth::handoff::Handoffs,
     /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
     pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
     /// Single sign-on flows in flight and the provider's metadata.
-    pub sso: crate::web::sso::Sso,
+    pub sso: crate::oidc::flows::Sso,
     /// Pairing codes in flight (memory only: a restart forgets them).
-    pub pairing: crate::web::pair::Pairing,
+    pub pairing: crate::auth::pairing::Pairing,
     pub upstream: UpstreamClient,
     pub supervisor: Supervisor,
     /// Pending permission requests and questions, sessions and server states of every project.
@@ -120,7 +120,7 @@ impl Gateway {
         let store = crate::store::open(&settings.server.state_dir)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
-        let web = crate::web::session::WebSessions::new(store, digest_key);
+        let web = crate::auth::sessions::WebSessions::new(store, digest_key);
         let state = State::build(settings, tls, &supervisor, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -151,7 +151,7 @@ impl Gateway {
             compressed: Default::default(),
             tokens,
             web,
-            handoffs: crate::web::handoff::Handoffs::new(limits.handoff_ttl),
+            handoffs: crate::auth::handoff::Handoffs::new(limits.handoff_ttl),
             ports: std::sync::OnceLock::new(),
             sso: Default::default(),
             pairing: Default::default(),
@@ -380,7 +380,7 @@ fn http_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
 
 /// A changed password ends the browser logins made under the old one (not paired devices, not
 /// API tokens: neither was made from the password). Logged and audited per user.
-fn end_sessions_of_new_passwords(web: &crate::web::session::WebSessions, audit: &crate::audit::Audit, state: &State) {
+fn end_sessions_of_new_passwords(web: &crate::auth::sessions::WebSessions, audit: &crate::audit::Audit, state: &State) {
     for (user, n) in web.passwords_are(&state.users) {
         tracing::warn!(target: "security", user = %user, sessions = n, reason = "password_changed", "a user's password changed: their browser logins ended");
         audit.record(

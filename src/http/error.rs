@@ -206,6 +206,12 @@ impl From<crate::gateway::state::NotStarted> for HttpError {
     }
 }
 
+impl From<crate::auth::sessions::StoreDown> for HttpError {
+    fn from(_: crate::auth::sessions::StoreDown) -> HttpError {
+        HttpError::StateUnavailable
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

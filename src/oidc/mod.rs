@@ -6,6 +6,7 @@
 //! them); the checks are few and written out here against `ring`, which the TLS stack already
 //! uses, and each is tested with crafted tokens.
 
+pub mod flows;
 pub mod idtoken;
 pub mod jwks;
 pub mod provider;

@@ -628,7 +628,7 @@ async fn by_cookie(
     }
     if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let handoff_state = crate::web::session::random(16);
+        let handoff_state = crate::auth::sessions::random(16);
         let here = host.unwrap_or("");
         let location = match (own_port, state.settings.server.base_domain.as_deref()) {
             (false, Some(domain)) => crate::web::handoff::login_redirect(domain, here, path, &handoff_state),

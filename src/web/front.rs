@@ -7,7 +7,7 @@
 //! Browsers do not isolate cookies by port (RFC 6265 §8.5): every port of `192.168.1.20` sees
 //! every cookie of that host. A project port therefore uses cookie names of its own
 //! (`__Host-ocgw-p-<project>`), so no port overwrites another's, and a session it accepts must have
-//! been handed off to exactly its project ([`crate::web::session::Live::host`]); a cookie minted on
+//! been handed off to exactly its project ([`crate::auth::sessions::Live::host`]); a cookie minted on
 //! the login port or for another project's port is refused there. Scripts on a sibling port are
 //! the same site but not the same origin, so the cross-site rule (Sec-Fetch-Site, Origin exactly)
 //! refuses their writes as it refuses a sibling host's.

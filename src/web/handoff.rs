@@ -12,41 +12,16 @@
 //! sent as a Referer (`Referrer-Policy: no-referrer`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use blake2::{Blake2b256, Digest};
 use http::{Response, header};
 
-use super::session::{LOGIN, Live, Origin};
 use super::{Ctx, form, page};
+use crate::auth::handoff::Ticket;
+use crate::auth::sessions::{LOGIN, Origin};
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
-use crate::support::ttl_map::TtlMap;
-
-const MAX_TICKETS: usize = 10_000;
-
-struct Ticket {
-    login: Arc<Live>,
-    project: String,
-    path: String,
-    /// The project host's handoff state this ticket answers (its browser holds it as a cookie).
-    state: [u8; 32],
-}
-
-/// Handoff tickets in flight, by digest.
-pub struct Handoffs {
-    tickets: TtlMap<[u8; 32], Arc<Ticket>>,
-}
-
-impl Handoffs {
-    /// Tickets live `ttl` (`limits.handoff_ttl`).
-    pub fn new(ttl: Duration) -> Handoffs {
-        Handoffs {
-            tickets: TtlMap::new(MAX_TICKETS, ttl),
-        }
-    }
-}
 
 fn digest(ticket: &str) -> [u8; 32] {
     Blake2b256::digest(ticket.as_bytes()).into()
@@ -157,7 +132,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             project,
         });
     }
-    let ticket = super::session::random(32);
+    let ticket = crate::auth::sessions::random(32);
     ctx.gw.handoffs.tickets.insert(
         digest(&ticket),
         Arc::new(Ticket {

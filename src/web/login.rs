@@ -7,8 +7,8 @@ use askama::Template;
 use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
-use super::session::{LOGIN, Origin};
 use super::{Ctx, form, page};
+use crate::auth::sessions::{LOGIN, Origin};
 use crate::config::Secret;
 use crate::http::body::ProxyBody;
 use crate::http::cookie;

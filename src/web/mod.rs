@@ -18,7 +18,6 @@ pub mod login;
 pub mod page;
 pub mod pair;
 pub mod room;
-pub mod session;
 pub mod sso;
 
 use std::net::IpAddr;
@@ -197,7 +196,7 @@ impl Ctx<'_> {
     }
 
     /// The login session behind the request's cookie (a login-host session only).
-    pub async fn login_session(&self) -> Result<Option<Arc<session::Live>>, HttpError> {
+    pub async fn login_session(&self) -> Result<Option<Arc<crate::auth::sessions::Live>>, HttpError> {
         let Some(value) = cookie::find(&self.parts.headers) else {
             return Ok(None);
         };

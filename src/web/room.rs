@@ -13,8 +13,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
-use super::{Ctx, form, page, session::Live};
+use super::{Ctx, form, page};
 use crate::audit::Via;
+use crate::auth::sessions::Live;
 use crate::config::Role;
 use crate::gateway::state::State;
 use crate::http::body::ProxyBody;

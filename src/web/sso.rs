@@ -12,51 +12,25 @@
 //! form, and the project-host handoff works as before.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use blake2::{Blake2b256, Digest};
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
-use super::session::{LOGIN, Origin, random};
 use super::{Ctx, form, page};
+use crate::auth::sessions::{LOGIN, Origin, random};
 use crate::config::{Oidc, OidcMatch, Secret};
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
+use crate::oidc::flows::{FLOW_TTL, Flow};
 use crate::oidc::idtoken::{self, Expect};
-use crate::oidc::provider::{Provider, printable};
-use crate::support::ttl_map::TtlMap;
+use crate::oidc::provider::printable;
 
 /// The browser binding's cookie (`__Host-`: this exact host only; Lax, so the provider's
 /// top-level redirect back carries it).
 const BINDING: &str = "__Host-ocgw-sso";
-const FLOW_TTL: Duration = Duration::from_secs(600);
-const MAX_FLOWS: usize = 10_000;
-
-struct Flow {
-    nonce: [u8; 32],
-    binding: [u8; 32],
-    verifier: Secret,
-    redirect_uri: String,
-    next: String,
-}
-
-/// Flows in flight and the provider's cached metadata.
-pub struct Sso {
-    flows: TtlMap<[u8; 32], Arc<Flow>>,
-    pub provider: Provider,
-}
-
-impl Default for Sso {
-    fn default() -> Self {
-        Sso {
-            flows: TtlMap::new(MAX_FLOWS, FLOW_TTL),
-            provider: Provider::default(),
-        }
-    }
-}
 
 fn digest(domain: &str, value: &str) -> [u8; 32] {
     let mut h = Blake2b256::new();

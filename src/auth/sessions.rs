@@ -14,7 +14,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use blake2::{Blake2b256, Digest};
 
 use crate::auth::tokens::{now_unix, same_digest};
-use crate::http::error::HttpError;
 use crate::store::{Store, WebSessionRecord};
 use crate::support::ttl_map::TtlMap;
 
@@ -100,7 +99,7 @@ impl WebSessions {
         user: &str,
         origin: Origin<'_>,
         life: Lifetime,
-    ) -> Result<(String, Arc<Live>), HttpError> {
+    ) -> Result<(String, Arc<Live>), StoreDown> {
         let value = random(32);
         let id: Arc<str> = format!("ws_{}", random(9)).into();
         let now = now_unix();
@@ -132,7 +131,7 @@ impl WebSessions {
         let store = self.store.clone();
         crate::store::blocking("storing a browser session", move || store.insert_web_session(&record))
             .await
-            .map_err(|_| HttpError::StateUnavailable)?;
+            .map_err(|_| StoreDown)?;
         let live = Arc::new(Live {
             login_id: parent.map_or_else(|| id.clone(), Into::into),
             id,
@@ -147,7 +146,7 @@ impl WebSessions {
 
     /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
     /// parent or device is). `peer` is recorded as the device's last address.
-    pub async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, HttpError> {
+    pub async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, StoreDown> {
         let digest = self.digest(value);
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(live) = self.cache.get(&digest)
@@ -185,7 +184,7 @@ impl WebSessions {
             Ok(Some(l))
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(|_| StoreDown)?;
         let Some(l) = found else { return Ok(None) };
         let expires_at = l
             .parent
@@ -209,14 +208,14 @@ impl WebSessions {
     }
 
     /// Log out: the session and every project-host session handed off from it end now.
-    pub async fn revoke(&self, login_id: &str) -> Result<(), HttpError> {
+    pub async fn revoke(&self, login_id: &str) -> Result<(), StoreDown> {
         let store = self.store.clone();
         let id = login_id.to_string();
         crate::store::blocking("ending a browser session", move || {
             store.revoke_web_session(&id, now_unix())
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(|_| StoreDown)?;
         self.invalidate();
         Ok(())
     }
@@ -259,6 +258,10 @@ pub fn random(n: usize) -> String {
     getrandom::fill(&mut b).expect("the OS random source is available");
     URL_SAFE_NO_PAD.encode(b)
 }
+
+/// The state database did not answer; the request is refused (503, `http/error.rs`), not let in.
+#[derive(Debug)]
+pub struct StoreDown;
 
 #[cfg(test)]
 mod tests {
