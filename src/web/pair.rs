@@ -51,20 +51,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     // followed the code's user would tell live ids from unknown ones by which budget runs out.
     // Guessing one code's secret is bounded by the code itself (MAX_TRIES, then it dies).
     if let Err(d) = ctx.gw.limiters.address_attempt(ctx.client) {
-        ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
-        tracing::warn!(target: "security", peer = %ctx.client, reason = d.reason, "pairing refused before the code was looked at: limit reached");
-        ctx.gw
-            .audit
-            .record(pairing_refused(ctx, "lockout", UNKNOWN_USER, d.reason));
-        let text = HttpError::LoginLimited {
-            retry_after: d.retry_after,
-            reason: d.reason,
-        }
-        .to_string();
-        let mut r = page::html(StatusCode::TOO_MANY_REQUESTS, &PairPage { error: Some(&text) })?;
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after.as_secs().max(1)));
-        return Ok(r);
+        return limited(ctx, d);
     }
     // Only for the log: the person sees the same answer whichever reason it was.
     let charged = parsed
@@ -126,6 +113,25 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     let mut r = page::redirect("/?done=paired");
     r.headers_mut()
         .append(header::SET_COOKIE, cookie::set(&value, Some(max_age)));
+    Ok(r)
+}
+
+/// The address's login budget is spent: 429 with Retry-After, on the pairing page, before the
+/// code is looked at.
+fn limited(ctx: &Ctx<'_>, d: crate::ratelimit::Denied) -> Result<Response<ProxyBody>, HttpError> {
+    ctx.gw.metrics.refused(crate::metrics::Refusal::Login);
+    tracing::warn!(target: "security", peer = %ctx.client, reason = d.reason, "pairing refused before the code was looked at: limit reached");
+    ctx.gw
+        .audit
+        .record(pairing_refused(ctx, "lockout", UNKNOWN_USER, d.reason));
+    let text = HttpError::LoginLimited {
+        retry_after: d.retry_after,
+        reason: d.reason,
+    }
+    .to_string();
+    let mut r = page::html(StatusCode::TOO_MANY_REQUESTS, &PairPage { error: Some(&text) })?;
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after.as_secs().max(1)));
     Ok(r)
 }
 
