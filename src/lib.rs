@@ -1,32 +1,20 @@
 //! opencode-gateway: a secure remote-access gateway for OpenCode servers.
 //!
 //! # Layout
-//! - `config/`: the TOML file (`file`), `[limits]` defined once (`limits`), its validation into
-//!   `Settings` (`validate`), secrets, the gateway's own files (`protected`), and comment-keeping
-//!   edits (`edit`).
-//! - `front/listen/`: accept loops (backoff, per-address slots), the connection table (`table`: a share for
-//!   unauthenticated connections, shed oldest idle first) and TLS (`tls`). `front/ssh/`: the SSH front door.
-//! - `http/`: the HTTP core that serves any byte stream (`mod`), the canonical request (`request`),
-//!   the pipeline's stages (`pipeline`), the request phase (`forward`), the response phase
-//!   (`response`), the gateway's own files (`own_files`), errors and their statuses (`error`), the
-//!   streaming response body (`body`).
-//! - `policy/`: pure functions of the canonical request: the one reading of a path (`canonical`),
-//!   the project (`route`), OpenCode's route table (`routes`) and roles (`authz`), what each route
-//!   needs (`plan`), origins, directory pinning, shared-upstream scoping, query strings.
-//! - `upstream/`: the OpenCode side: endpoints, keep-alive pools, redaction, supervision of
-//!   spawned `opencode serve`, the general client for health checks.
-//! - `auth/`: credentials (pure parsing), the verified-credential cache, argon2 verification,
-//!   PTY tickets, API tokens (`tokens`). `store/`: the state database (SQLite behind one trait;
-//!   tokens now, browser sessions and devices later). `rewrite` (headers and query, pure), `workers` (one runtime per core).
-//! - `inbox/`: what the projects' servers wait for (one event subscription per running server),
-//!   for the phone pages; `notify` announces new requests (webhook, ntfy).
-//! - `web/`: the gateway's own pages (login, handoff, pairing, control room, single sign-on's
-//!   start and callback in `web/sso`); `oidc/`: the OpenID Provider side of single sign-on
-//!   (discovery and code exchange, JWKS, the ID token check).
-//! - `state` (what a reload swaps), `gateway` (what outlives reloads), `reload`, `admin` (loopback
-//!   `/healthz`, `/metrics`), `control` (the Unix socket `status` and `reload` use), `ratelimit`,
-//!   `reach` (where a project is reachable), `ttl_map` (the one bounded expiring map), `devcert`,
-//!   `telemetry`, `cli/` (the CLI's work).
+//! Rooms by job, bottom first (a room imports only rooms below it; `scripts/structure.py --up`
+//! lists any import that points up, docs/architecture.md says why this order):
+//! - `support/`: what knows nothing of the gateway (expiring map, private files, host names and
+//!   LAN addresses, DER, form encoding, compression, worker runtimes, memory, logging).
+//! - `config/`: the file and its validation into `Settings`. `reach`: where a project is reachable.
+//! - `store/` (the state database), `metrics/`, `audit/`.
+//! - `policy/`: pure decisions on the canonical request. `ratelimit`: login budgets and slots.
+//! - `auth/`: credentials, verification, tokens, browser sessions, handoff tickets, pairing codes.
+//! - `upstream/` (OpenCode's side), `notify`, `oidc/` (the provider and SSO flows), `inbox/`.
+//! - `gateway/`: the running gateway (state a reload swaps, reload, connection table, certificates).
+//! - `http/`: transport, body, errors (the one status table), cookies, rewrite, client address.
+//! - `web/`: the gateway's own pages. `pipeline/`: one request, phase by phase.
+//! - `front/`: listeners and TLS, dev CA, ACME, SSH, the HTTP connection, admin, control socket.
+//! - `cli/`: the commands.
 //!
 //! # Request flow
 //! TCP accept → per-address slot → a worker runtime → TLS handshake (timeout) or SSH channel →
