@@ -2,6 +2,7 @@
 //! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
 
 pub mod reload;
+pub mod snapshot;
 pub mod state;
 
 use std::net::IpAddr;
@@ -347,7 +348,7 @@ impl Gateway {
         let mut out = String::new();
         // Writing to a String cannot fail; an encoding error would be a bug in a metric's labels.
         let _ = self.metrics.encode(&mut out);
-        let _ = crate::metrics::snapshot::encode(self, &mut out);
+        let _ = snapshot::encode(self, &mut out);
         if openmetrics {
             let _ = prometheus_client::encoding::text::encode_eof(&mut out);
             out
