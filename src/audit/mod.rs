@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 
-pub use record::{Record, Via};
+pub use record::{Record, Via, Who, created_session};
 pub use writer::AuditConfig;
 
 /// Records waiting for the writer before new ones are dropped.

@@ -371,7 +371,7 @@ impl Inbox {
         )
         .await?
         {
-            (200..=299, body) => crate::pipeline::audit::created_session(body.as_bytes())
+            (200..=299, body) => crate::audit::created_session(body.as_bytes())
                 .filter(|id| check_id(id).is_ok())
                 .ok_or(InboxError::Upstream {
                     status: 200,

@@ -14,7 +14,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page, session::Live};
-use crate::audit::Via;
+use crate::audit::{Via, Who};
 use crate::config::Role;
 use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
@@ -23,7 +23,6 @@ use crate::inbox::By;
 use crate::inbox::{Card, ProjectView};
 use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
 use crate::inbox::{InboxError, Outcome, Reply};
-use crate::pipeline::audit::Who;
 use crate::pipeline::internal::OnBehalf;
 use crate::policy::authz::Class;
 
