@@ -1,6 +1,7 @@
 //! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
 //! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
 
+pub mod inbox;
 pub mod reload;
 pub mod snapshot;
 pub mod state;
@@ -55,7 +56,8 @@ impl BoundPorts {
 }
 
 pub struct Gateway {
-    state: ArcSwap<State>,
+    /// Shared with the inbox, which reads the projects of the current state (`inbox.rs`).
+    state: Arc<ArcSwap<State>>,
     /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
     /// never swaps over the other's newer state.
     swapping: std::sync::Mutex<()>,
@@ -143,6 +145,8 @@ impl Gateway {
         let web = crate::web::session::WebSessions::new(store, digest_key);
         let state = State::build(settings, tls, &supervisor, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
+        let state = Arc::new(ArcSwap::from_pointee(state));
+        let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(&state, &upstream, &shutdown)));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::front::listen::open_file_limit();
         let connection_cap = crate::front::listen::connection_cap(limits.max_connections, nofile);
@@ -155,7 +159,7 @@ impl Gateway {
             );
         }
         Ok(Arc::new(Gateway {
-            state: ArcSwap::from_pointee(state),
+            state,
             swapping: std::sync::Mutex::new(()),
             cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
             verifier: Verifier::new(cores),
@@ -177,7 +181,7 @@ impl Gateway {
             pairing: Default::default(),
             upstream,
             supervisor,
-            inbox: Arc::new(crate::inbox::Inbox::new()),
+            inbox,
             metrics,
             audit,
             http: http_builder(&limits),
