@@ -36,7 +36,7 @@ pub use model::{
     SessionStatus, Tokens,
 };
 pub use queue::Queue;
-pub use reply::{By, InboxError, Outcome, Refusal, Reply, Road};
+pub use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub use view::{Card, PermissionCard, ProjectView, QuestionCard};
 
 use crate::upstream::UpstreamClient;

@@ -194,15 +194,17 @@ pub trait Road: Send + Sync {
 
     /// `method path` in `project` with an optional JSON body, as this user: the status and the
     /// start of the answer, or the proxy's refusal.
-    #[allow(clippy::type_complexity)]
     fn call<'a>(
         &'a self,
         method: http::Method,
         project: &'a str,
         path: &'a str,
         json: Option<serde_json::Value>,
-    ) -> Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
+    ) -> Trip<'a>;
 }
+
+/// A [`Road::call`] under way.
+pub type Trip<'a> = Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
 
 /// Who acts, and so which road the request takes.
 pub enum By<'a> {

@@ -9,9 +9,7 @@
 //! The inbox, which builds these requests, knows this road only as its [`Road`]; the pipeline
 //! hands a page the maker of roads ([`on_behalf`], in `web::Ctx`).
 
-use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,7 +23,7 @@ use crate::gateway::Gateway;
 use crate::gateway::state::UserState;
 use crate::http::body::{AccessRecord, RequestBody};
 use crate::http::error::HttpError;
-use crate::inbox::{Refusal, Road};
+use crate::inbox::{Refusal, Road, Trip};
 
 /// At most this much of an answer is read back.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -148,7 +146,7 @@ impl Road for OnBehalf<'_> {
         project: &'a str,
         path: &'a str,
         json: Option<serde_json::Value>,
-    ) -> Pin<Box<dyn Future<Output = Result<(StatusCode, Bytes), Refusal>> + Send + 'a>> {
+    ) -> Trip<'a> {
         Box::pin(async move {
             OnBehalf::call(self, method, project, path, json)
                 .await
