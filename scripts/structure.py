@@ -46,9 +46,12 @@ LAYERS = (
     "ratelimit",
     "auth",
     "upstream",
+    # The inbox below the notifier: the inbox only queues its new cards (`inbox::Queue`); the
+    # notifier takes them and says so to a webhook or ntfy, so it names the inbox's cards, never
+    # the other way round. Below oidc too, which uses the notifier's HTTPS client.
+    "inbox",
     "notify",
     "oidc",
-    "inbox",
     "gateway",
     "http",
     "web",

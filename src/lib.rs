@@ -144,7 +144,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
         tokio::spawn(front::acme::http::serve(gw.clone(), l, running.https.port()));
     }
-    inbox::start(&gw);
+    gateway::inbox::start(&gw);
     if let Some((l, ssh_settings)) = ssh {
         let server = front::ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));

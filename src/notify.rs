@@ -4,13 +4,11 @@
 //! is read on a lock screen and kept by third parties).
 //!
 //! The inbox queues new requests with `try_send` into a bounded channel (a full channel drops and
-//! counts), so nothing here is ever on a request's path. One task takes the first request, waits
-//! `debounce` for more, sends one message counting them, and retries a failed delivery with
-//! backoff. Plain `http://` is accepted for loopback receivers only; `https://` is verified against
+//! counts: `inbox::Queue`), so nothing here is ever on a request's path. One task takes the first
+//! request, waits `debounce` for more, sends one message counting them, and retries a failed
+//! delivery with backoff. Plain `http://` is accepted for loopback receivers only; `https://` is verified against
 //! the system's CA bundle (`SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,54 +17,12 @@ use tokio::sync::mpsc;
 pub(crate) mod send;
 
 use crate::config::Notify;
-use crate::gateway::Gateway;
 use crate::inbox::{CardKind, NewCard};
 
-const QUEUE: usize = 256;
 const ATTEMPTS: u32 = 6;
 const SEND_TIMEOUT: Duration = Duration::from_secs(15);
 /// Projects named in one message at most.
 const LISTED: usize = 5;
-
-/// The inbox's end of the channel.
-pub struct Queue {
-    tx: mpsc::Sender<NewCard>,
-    rx: Mutex<Option<mpsc::Receiver<NewCard>>>,
-    dropped: AtomicU64,
-}
-
-impl Queue {
-    pub fn new() -> Queue {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        Queue {
-            tx,
-            rx: Mutex::new(Some(rx)),
-            dropped: AtomicU64::new(0),
-        }
-    }
-
-    /// Queue without waiting; a full queue drops the request (and counts it).
-    pub fn push(&self, card: NewCard) {
-        if self.tx.try_send(card).is_err() {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
-
-    /// The receiving end, once (for [`run`]).
-    pub fn take_receiver(&self) -> Option<mpsc::Receiver<NewCard>> {
-        self.rx.lock().unwrap_or_else(|e| e.into_inner()).take()
-    }
-}
-
-impl Default for Queue {
-    fn default() -> Self {
-        Queue::new()
-    }
-}
 
 /// One message about `count` new requests.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,21 +84,15 @@ impl Message {
     }
 }
 
-/// The notifier task: batches, sends, retries; ends with the gateway. The configuration is read
-/// when a batch starts, so a reload applies to the next message.
-pub async fn run(gw: Arc<Gateway>, rx: mpsc::Receiver<NewCard>) {
-    let config = {
-        let gw = gw.clone();
-        move || {
-            let state = gw.state();
-            state
-                .settings
-                .notify
-                .clone()
-                .map(|n| (n, state.settings.server.public_url.clone()))
-        }
-    };
-    pump(rx, config, gw.shutdown.clone(), Duration::from_secs(1)).await;
+/// The notifier task: batches, sends, retries; ends with `stop` (the gateway's shutdown). `config`
+/// is read when a batch starts (the `[notify]` settings and the public URL, if notifications are
+/// on), so a reload applies to the next message.
+pub async fn run(
+    rx: mpsc::Receiver<NewCard>,
+    config: impl Fn() -> Option<(Notify, String)>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    pump(rx, config, stop, Duration::from_secs(1)).await;
 }
 
 /// Take a request, wait `debounce` for more, send one message, retry it with backoff (from
@@ -247,10 +197,13 @@ pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{Arc, Mutex};
+
     use http_body_util::{BodyExt, Full};
     use hyper_util::rt::TokioIo;
 
     use super::*;
+    use crate::inbox::Queue;
 
     fn card(project: &str, tool: &str) -> NewCard {
         NewCard {
@@ -274,17 +227,6 @@ mod tests {
         assert_eq!(m.projects.len(), LISTED, "bounded");
         assert!(m.title().contains("9 requests"));
         assert!(Message::new(&[], "https://gw").is_none());
-    }
-
-    #[test]
-    fn a_full_queue_drops_and_counts() {
-        let q = Queue::new();
-        for _ in 0..QUEUE + 3 {
-            q.push(card("a", "bash"));
-        }
-        assert_eq!(q.dropped(), 3);
-        assert!(q.take_receiver().is_some());
-        assert!(q.take_receiver().is_none(), "one receiver");
     }
 
     /// A receiver on 127.0.0.1:0 that answers the statuses in `script` in turn (then 200) and

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 
 pub use crate::config::AuditConfig;
-pub use record::{Record, Via};
+pub use record::{Record, Via, Who, created_session};
 
 /// Records waiting for the writer before new ones are dropped.
 const QUEUE: usize = 4096;

@@ -3,6 +3,7 @@
 //! output (the constructors take no such argument, and `tests::no_secret_field` checks the JSON).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -20,6 +21,22 @@ pub enum Via {
     Ticket,
     /// Single sign-on at an OpenID provider.
     Oidc,
+}
+
+/// How the acting user was identified: how they proved it, and with which token or device.
+#[derive(Clone)]
+pub struct Who {
+    pub via: Via,
+    /// The token's or device's id.
+    pub id: Option<Arc<str>>,
+}
+
+/// The id of the session a create answered with: `{"id"}` (v1) or `{"data":{"id"}}` (v2). For
+/// `session_create`'s record and for the control room's new session.
+pub fn created_session(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let id = v.get("id").or_else(|| v.get("data")?.get("id"))?.as_str()?;
+    Some(id.to_string())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -113,6 +130,16 @@ pub fn rfc3339(unix: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_created_session_is_read_from_either_api() {
+        assert_eq!(
+            created_session(br#"{"id":"ses_1","title":"t"}"#).as_deref(),
+            Some("ses_1")
+        );
+        assert_eq!(created_session(br#"{"data":{"id":"ses_2"}}"#).as_deref(), Some("ses_2"));
+        assert_eq!(created_session(b"[]"), None);
+    }
 
     #[test]
     fn timestamps_are_fixed_width_rfc3339_utc() {

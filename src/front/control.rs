@@ -152,7 +152,8 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             .to_string(),
         ),
         (&Method::POST, "/inbox/reply") => {
-            let (code, body) = crate::inbox::control::reply(gw, req.uri().query().unwrap_or_default()).await;
+            let (code, body) =
+                crate::inbox::control::reply(&gw.inbox, &gw.audit, req.uri().query().unwrap_or_default()).await;
             reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
                 "application/json",

@@ -331,12 +331,10 @@ fn verify_chain(
     let (leaf, rest) = chain
         .split_first()
         .ok_or_else(|| rustls::Error::General("the chain holds no certificate".into()))?;
-    let verifier = rustls::client::WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots),
-        crate::front::listen::tls::provider(),
-    )
-    .build()
-    .map_err(|e| rustls::Error::General(e.to_string()))?;
+    let verifier =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), crate::support::tls::provider())
+            .build()
+            .map_err(|e| rustls::Error::General(e.to_string()))?;
     let server_name =
         ServerName::try_from(name.to_string()).map_err(|e| rustls::Error::General(format!("{name}: {e}")))?;
     verifier

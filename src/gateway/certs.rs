@@ -217,7 +217,7 @@ pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
             key.display()
         )
     })?;
-    CertifiedKey::from_der(chain, der, &crate::front::listen::tls::provider()).map_err(|e| {
+    CertifiedKey::from_der(chain, der, &crate::support::tls::provider()).map_err(|e| {
         anyhow::anyhow!(
             "tls: the key in {} does not belong to the certificate in {} ({e}); write the pair from the same issuance",
             key.display(),

@@ -3,7 +3,9 @@
 
 pub mod certs;
 pub mod connections;
+pub mod inbox;
 pub mod reload;
+pub mod snapshot;
 pub mod state;
 
 use std::net::IpAddr;
@@ -35,7 +37,8 @@ pub struct Rediscovered {
 }
 
 pub struct Gateway {
-    state: ArcSwap<State>,
+    /// Shared with the inbox, which reads the projects of the current state (`inbox.rs`).
+    state: Arc<ArcSwap<State>>,
     /// Held while a new state is built and swapped (reload, or the project-set watcher), so one
     /// never swaps over the other's newer state.
     swapping: std::sync::Mutex<()>,
@@ -123,6 +126,8 @@ impl Gateway {
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);
         let state = State::build(settings, tls, &supervisor, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
+        let state = Arc::new(ArcSwap::from_pointee(state));
+        let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(&state, &upstream, &shutdown)));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::gateway::connections::open_file_limit();
         let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
@@ -135,7 +140,7 @@ impl Gateway {
             );
         }
         Ok(Arc::new(Gateway {
-            state: ArcSwap::from_pointee(state),
+            state,
             swapping: std::sync::Mutex::new(()),
             cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
             verifier: Verifier::new(cores),
@@ -157,7 +162,7 @@ impl Gateway {
             pairing: Default::default(),
             upstream,
             supervisor,
-            inbox: Arc::new(crate::inbox::Inbox::new()),
+            inbox,
             metrics,
             audit,
             http: http_builder(&limits),
@@ -325,7 +330,7 @@ impl Gateway {
         let mut out = String::new();
         // Writing to a String cannot fail; an encoding error would be a bug in a metric's labels.
         let _ = self.metrics.encode(&mut out);
-        let _ = crate::metrics::snapshot::encode(self, &mut out);
+        let _ = snapshot::encode(self, &mut out);
         if openmetrics {
             let _ = prometheus_client::encoding::text::encode_eof(&mut out);
             out

@@ -4,28 +4,27 @@
 //! `…&reply=answer&answer=LABEL` or `…&reply=reject` for a question (id `que_…`), or
 //! `…&reply=abort` with a session id. Replies are recorded as by `control`.
 
-use crate::gateway::Gateway;
+use crate::audit::Audit;
 use crate::policy::query;
 
-use super::{InboxError, Outcome, Reply};
+use super::{Inbox, InboxError, Outcome, Reply};
 
-/// The status code and JSON answer of `POST /inbox/reply`.
-pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value) {
+/// The status code and JSON answer of `POST /inbox/reply`; the answer recorded in `audit`.
+pub async fn reply(inbox: &Inbox, audit: &Audit, query_string: &str) -> (u16, serde_json::Value) {
     let get = |name: &str| query::get(query_string, name).map(|v| v.into_owned());
     let (Some(project), Some(id), Some(how)) = (get("project"), get("id"), get("reply")) else {
         return (400, serde_json::json!({"error": "project, id and reply are required"}));
     };
-    let inbox = &gw.inbox;
     let by = &super::By::ControlSocket;
     let result: Result<Outcome, InboxError> = match (id.starts_with("que_"), how.as_str()) {
-        (_, "abort") => inbox.abort_session(gw, by, &project, &id).await,
-        (true, "reject") => inbox.reject_question(gw, &project, &id, by).await,
+        (_, "abort") => inbox.abort_session(by, &project, &id).await,
+        (true, "reject") => inbox.reject_question(&project, &id, by).await,
         (true, "answer") => {
             let answer = get("answer").unwrap_or_default();
-            inbox.reply_question(gw, &project, &id, vec![vec![answer]], by).await
+            inbox.reply_question(&project, &id, vec![vec![answer]], by).await
         }
         (false, how) => match Reply::parse(how) {
-            Some(r) => inbox.reply_permission(gw, &project, &id, r, get("message"), by).await,
+            Some(r) => inbox.reply_permission(&project, &id, r, get("message"), by).await,
             None => {
                 return (
                     400,
@@ -47,7 +46,7 @@ pub async fn reply(gw: &Gateway, query_string: &str) -> (u16, serde_json::Value)
             (true, _) => ("question_answer", "reject"),
             (false, a) => ("permission_answer", a),
         };
-        gw.audit.record(
+        audit.record(
             crate::audit::Record::new(event)
                 .project(project.as_str())
                 .field("request", id.as_str())

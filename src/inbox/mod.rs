@@ -7,7 +7,12 @@
 //!   from the server's lists after every (re)connect, reconnecting with backoff.
 //! - `reconcile`: every second, which servers run and which projects they serve; starts and stops
 //!   watchers as the state is reloaded or project sets change.
-//! - `reply`: answering a card or aborting a session, upstream, with the gateway's credential.
+//! - `reply`: answering a card or aborting a session: a user's act on the proxy's own road
+//!   ([`Road`], which the pipeline implements), the control socket's with the gateway's credential.
+//! - `queue`: new cards waiting for the notifier (`notify`, above the inbox, takes them).
+//!
+//! The inbox knows nothing of the running gateway: it is built with its [`Parts`] (the projects
+//! now, the upstream client, the shutdown), which the gateway hands in (`gateway/inbox.rs`).
 //!
 //! Roles are the caller's business: the pages check them before calling `reply_*`.
 
@@ -15,6 +20,7 @@ mod cards;
 pub mod control;
 mod model;
 mod parse;
+mod queue;
 mod reconcile;
 mod reply;
 mod view;
@@ -23,23 +29,62 @@ mod watch;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch as tokio_watch;
+use tokio_util::sync::CancellationToken;
 
 pub use model::{
     CardKind, NewCard, Permission, Question, QuestionItem, QuestionOption, Resolution, Resolved, ServerState, Session,
     SessionStatus, Tokens,
 };
-pub use reply::{By, InboxError, Outcome, Reply};
+pub use queue::Queue;
+pub use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub use view::{Card, PermissionCard, ProjectView, QuestionCard};
 
-use crate::gateway::Gateway;
+use crate::upstream::UpstreamClient;
+use crate::upstream::endpoint::Endpoint;
+use crate::upstream::supervise::Status;
 use model::{Effect, Model};
 
 pub struct Inbox {
     model: Mutex<Model>,
     changes: tokio_watch::Sender<u64>,
-    notify: crate::notify::Queue,
+    notify: Queue,
     /// Upstream event streams open now (one per running server).
     pub(crate) subscriptions: std::sync::atomic::AtomicUsize,
+    parts: Parts,
+}
+
+/// What the inbox needs of the running gateway, handed in when the gateway builds it.
+pub struct Parts {
+    /// The projects now (reloads and project-set changes swap them).
+    pub projects: Arc<dyn Projects>,
+    /// The gateway's client to the projects' servers: event streams, lists, the control socket's
+    /// answers.
+    pub upstream: UpstreamClient,
+    /// The gateway's shutdown: the inbox's tasks end with it.
+    pub shutdown: CancellationToken,
+}
+
+/// The projects the gateway serves now, as the inbox needs them.
+pub trait Projects: Send + Sync {
+    /// Every project.
+    fn all(&self) -> Vec<Served>;
+    /// The project named `name`, if there is one.
+    fn get(&self, name: &str) -> Option<Served>;
+}
+
+/// A project: its name, the directory its server knows it by, and where that server is.
+pub struct Served {
+    pub name: Arc<str>,
+    pub directory: Option<String>,
+    pub server: Server,
+}
+
+/// A project's OpenCode server, now.
+pub enum Server {
+    /// An external server: always there to be asked (its watcher says whether it answers).
+    External(Arc<Endpoint>),
+    /// A server the gateway spawns, and what its supervisor says of it.
+    Spawned(Status),
 }
 
 /// The User-Agent of the inbox's requests upstream (subscriptions, lists, replies), so upstream
@@ -54,12 +99,13 @@ pub fn now_ms() -> u64 {
 }
 
 impl Inbox {
-    pub fn new() -> Inbox {
+    pub fn new(parts: Parts) -> Inbox {
         Inbox {
             model: Mutex::new(Model::default()),
             changes: tokio_watch::Sender::new(0),
-            notify: crate::notify::Queue::new(),
+            notify: Queue::new(),
             subscriptions: Default::default(),
+            parts,
         }
     }
 
@@ -86,6 +132,11 @@ impl Inbox {
         self.notify.dropped()
     }
 
+    /// The new cards, for the notifier: once (the first caller gets the receiving end).
+    pub fn new_cards(&self) -> Option<tokio::sync::mpsc::Receiver<NewCard>> {
+        self.notify.take_receiver()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Model> {
         self.model.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -105,19 +156,10 @@ impl Inbox {
     }
 }
 
-impl Default for Inbox {
-    fn default() -> Self {
-        Inbox::new()
-    }
-}
-
-/// Start the inbox's background tasks (the watcher reconciler and the notifier); they end with
-/// the gateway's shutdown.
-pub fn start(gw: &Arc<Gateway>) {
-    tokio::spawn(reconcile::run(gw.clone()));
-    if let Some(rx) = gw.inbox.notify.take_receiver() {
-        tokio::spawn(crate::notify::run(gw.clone(), rx));
-    }
+/// Start the inbox's background task (the watcher reconciler); it ends with the gateway's
+/// shutdown. The notifier, which takes [`Inbox::new_cards`], is started by the gateway.
+pub fn start(inbox: &Arc<Inbox>) {
+    tokio::spawn(reconcile::run(inbox.clone()));
 }
 
 /// The inbox as JSON (for the control socket's `GET /inbox[?project=NAME]`): every project, or
@@ -131,11 +173,31 @@ pub fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    struct NoProjects;
+
+    impl Projects for NoProjects {
+        fn all(&self) -> Vec<Served> {
+            vec![]
+        }
+        fn get(&self, _: &str) -> Option<Served> {
+            None
+        }
+    }
+
+    /// An inbox whose gateway serves nothing.
+    fn detached() -> Inbox {
+        Inbox::new(Parts {
+            projects: Arc::new(NoProjects),
+            upstream: crate::upstream::client(std::time::Duration::from_secs(1)),
+            shutdown: CancellationToken::new(),
+        })
+    }
+
     #[test]
     fn every_change_bumps_the_counter_and_new_cards_are_queued_for_notification() {
-        let inbox = Inbox::new();
+        let inbox = detached();
         let mut changes = inbox.changes();
-        let mut notes = inbox.notify.take_receiver().unwrap();
+        let mut notes = inbox.new_cards().unwrap();
         let asked = serde_json::json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_1",
             "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
         inbox.update(|m, now| m.apply("web", &asked, now));

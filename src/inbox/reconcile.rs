@@ -1,11 +1,11 @@
-//! Every second: which OpenCode servers run now and which projects each serves, from the current
-//! `State` (reloads and project-set changes swap it) and the supervisor's statuses. A watcher is
+//! Every second: which OpenCode servers run now and which projects each serves, from the projects
+//! now (reloads and project-set changes swap them) and the supervisor's statuses. A watcher is
 //! started for each running server, restarted when the projects it serves (or its endpoint)
 //! change, and stopped when its server stops or its projects go. A spawned server is watched only
 //! while the supervisor says it is ready: an on-demand server is never started to be watched.
 //! External servers are always watched; their watcher says whether they are reachable.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::model::{Effect, ServerState};
 use super::watch::{self, Target};
-use crate::gateway::Gateway;
-use crate::gateway::state::Upstream;
+use super::{Inbox, Server};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
 
@@ -32,29 +31,29 @@ struct Watching {
     stop: CancellationToken,
 }
 
-pub async fn run(gw: Arc<Gateway>) {
+pub async fn run(inbox: Arc<Inbox>) {
     let mut watching: HashMap<String, Watching> = HashMap::new();
     let mut tick = tokio::time::interval(EVERY);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = gw.shutdown.cancelled() => break,
+            _ = inbox.parts.shutdown.cancelled() => break,
         }
-        reconcile(&gw, &mut watching);
+        reconcile(&inbox, &mut watching);
     }
     for w in watching.values() {
         w.stop.cancel();
     }
 }
 
-fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
-    let state = gw.state();
+fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
+    let projects = inbox.parts.projects.all();
     let mut desired: HashMap<String, Desired> = HashMap::new();
     let mut servers: Vec<(String, Option<ServerState>, Option<String>)> = Vec::new();
-    for p in state.projects.values() {
-        let dir = p.config.directory.as_ref().map(|d| d.display().to_string());
-        let (endpoint, external, target, server) = match &p.upstream {
-            Upstream::Fixed(e) => (
+    for p in &projects {
+        let dir = p.directory.clone();
+        let (endpoint, external, target, server) = match &p.server {
+            Server::External(e) => (
                 Some(e.clone()),
                 true,
                 Target {
@@ -64,9 +63,9 @@ fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
                 },
                 None,
             ),
-            Upstream::Supervised(s) => {
-                let (endpoint, server) = match s.status() {
-                    Status::Ready(e) => (Some(e), ServerState::Running),
+            Server::Spawned(status) => {
+                let (endpoint, server) = match status {
+                    Status::Ready(e) => (Some(e.clone()), ServerState::Running),
                     Status::Starting => (None, ServerState::Starting),
                     Status::Waiting => (
                         None,
@@ -129,17 +128,17 @@ fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
         if watching.contains_key(&authority) {
             continue;
         }
-        let stop = gw.shutdown.child_token();
+        let stop = inbox.parts.shutdown.child_token();
         tracing::debug!(upstream = %authority, projects = d.targets.len(), "inbox: watching a server");
         tokio::spawn(watch::run(
-            gw.clone(),
+            inbox.clone(),
             d.endpoint.clone(),
             d.targets.clone(),
             d.external,
             stop.clone(),
         ));
         if d.external {
-            gw.inbox.update(|m, _| {
+            inbox.update(|m, _| {
                 for t in &d.targets {
                     if !matches!(
                         m.projects.get(&t.project).map(|p| &p.server),
@@ -163,8 +162,9 @@ fn reconcile(gw: &Arc<Gateway>, watching: &mut HashMap<String, Watching>) {
             },
         );
     }
-    gw.inbox.update(|m, _| {
-        let mut changed = m.retain_projects(|name| state.projects.contains_key(name));
+    inbox.update(|m, _| {
+        let names: HashSet<&str> = projects.iter().map(|p| &*p.name).collect();
+        let mut changed = m.retain_projects(|name| names.contains(name));
         for (name, server, dir) in servers {
             match server {
                 Some(s) => {

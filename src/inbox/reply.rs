@@ -8,18 +8,18 @@
 //! an unknown or already answered id → 404 `{"_tag":"PermissionNotFoundError"|"QuestionNotFoundError",…}`.
 //! `POST /session/{id}/abort` → 200 `true` (also for an unknown session).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
 
-use super::Inbox;
-use crate::gateway::Gateway;
-use crate::gateway::state::Upstream;
-use crate::upstream::UpstreamBody;
+use super::{Inbox, Projects, Server};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
+use crate::upstream::{UpstreamBody, UpstreamClient};
 
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -71,7 +71,21 @@ pub enum InboxError {
     Unreachable(String),
     /// The proxy refused the act (the user's role, the route, the project): its own error.
     #[error("{0}")]
-    Refused(Box<crate::http::error::HttpError>),
+    Refused(Refusal),
+}
+
+/// The proxy's refusal of an act on a user's behalf: the status it answers with, and its own
+/// error, which the page that asked answers with as it is (the inbox only carries it).
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: u16,
+    pub error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
+    }
 }
 
 impl InboxError {
@@ -82,7 +96,7 @@ impl InboxError {
             InboxError::BadId(_) => 400,
             InboxError::NotRunning(_) => 503,
             InboxError::Upstream { .. } | InboxError::Unreachable(_) => 502,
-            InboxError::Refused(e) => http::StatusCode::from(&**e).as_u16(),
+            InboxError::Refused(r) => r.status,
         }
     }
 }
@@ -99,16 +113,14 @@ fn check_id(id: &str) -> Result<(), InboxError> {
 
 /// Where a project's requests go now, and the directory its server knows it by. A spawned server
 /// that is not running is not started for this.
-pub(super) fn target(gw: &Gateway, project: &str) -> Result<(Arc<Endpoint>, Option<String>), InboxError> {
-    let state = gw.state();
-    let p = state
-        .projects
+pub(super) fn target(projects: &dyn Projects, project: &str) -> Result<(Arc<Endpoint>, Option<String>), InboxError> {
+    let p = projects
         .get(project)
         .ok_or_else(|| InboxError::UnknownProject(project.into()))?;
-    let dir = p.config.directory.as_ref().map(|d| d.display().to_string());
-    match &p.upstream {
-        Upstream::Fixed(e) => Ok((e.clone(), dir)),
-        Upstream::Supervised(s) => match s.status() {
+    let dir = p.directory;
+    match p.server {
+        Server::External(e) => Ok((e, dir)),
+        Server::Spawned(status) => match status {
             Status::Ready(e) => Ok((e, dir)),
             Status::Failed(why) | Status::NotRunning(why) => Err(InboxError::NotRunning(why.to_string())),
             Status::Starting => Err(InboxError::NotRunning("starting".into())),
@@ -137,7 +149,7 @@ pub(super) fn with_directory(path: &str, dir: Option<&str>) -> String {
 /// POST `path` with a JSON body to `endpoint` with the gateway's credential; the status and at
 /// most `keep` characters of the answer (the control socket's road, see [`By`]).
 async fn post_keeping(
-    gw: &Gateway,
+    upstream: &UpstreamClient,
     endpoint: &Endpoint,
     path: &str,
     body: Option<serde_json::Value>,
@@ -152,8 +164,7 @@ async fn post_keeping(
         req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
     }
     let exchange = async {
-        let resp = gw
-            .upstream
+        let resp = upstream
             .request(req)
             .await
             .map_err(|e| InboxError::Unreachable(crate::upstream::describe(&e)))?;
@@ -174,11 +185,32 @@ async fn post_keeping(
         .map_err(|_| InboxError::Unreachable("no answer in 30 s".into()))?
 }
 
+/// The one road to a project's server for an act on a user's behalf: the proxy's own phases as
+/// that user (`pipeline/internal.rs` implements it): their role, the route table, pinning,
+/// redaction, the request audit. The inbox builds the request; the road decides and sends it.
+pub trait Road: Send + Sync {
+    /// The user the acts are made for.
+    fn user(&self) -> &str;
+
+    /// `method path` in `project` with an optional JSON body, as this user: the status and the
+    /// start of the answer, or the proxy's refusal.
+    fn call<'a>(
+        &'a self,
+        method: http::Method,
+        project: &'a str,
+        path: &'a str,
+        json: Option<serde_json::Value>,
+    ) -> Trip<'a>;
+}
+
+/// A [`Road::call`] under way.
+pub type Trip<'a> = Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
+
 /// Who acts, and so which road the request takes.
 pub enum By<'a> {
     /// A user of the control room: the request goes through the proxy's own phases as theirs
-    /// (`pipeline/internal.rs`): their role, the route table, pinning, redaction, the request audit.
-    User(&'a crate::pipeline::internal::OnBehalf<'a>),
+    /// (the [`Road`] the page was handed).
+    User(&'a dyn Road),
     /// The gateway's own OS user on the control socket (`front/control.rs`, 0600): outside the user and
     /// role model, like the CLI; it posts with the gateway's credential and audits itself.
     ControlSocket,
@@ -187,7 +219,7 @@ pub enum By<'a> {
 impl By<'_> {
     fn name(&self) -> &str {
         match self {
-            By::User(on) => &on.user.name,
+            By::User(road) => road.user(),
             By::ControlSocket => "control",
         }
     }
@@ -196,7 +228,7 @@ impl By<'_> {
 /// POST `path` (without a directory: the road adds the project's) in `project` as `by`; the
 /// status and at most `keep` characters of the answer.
 async fn send(
-    gw: &Gateway,
+    inbox: &Inbox,
     by: &By<'_>,
     project: &str,
     path: &str,
@@ -205,15 +237,16 @@ async fn send(
 ) -> Result<(u16, String), InboxError> {
     match by {
         By::ControlSocket => {
-            let (endpoint, dir) = target(gw, project)?;
-            post_keeping(gw, &endpoint, &with_directory(path, dir.as_deref()), body, keep).await
+            let (endpoint, dir) = target(&*inbox.parts.projects, project)?;
+            let path = with_directory(path, dir.as_deref());
+            post_keeping(&inbox.parts.upstream, &endpoint, &path, body, keep).await
         }
-        By::User(on) => match on.call(http::Method::POST, project, path, body).await {
+        By::User(road) => match road.call(http::Method::POST, project, path, body).await {
             Ok((status, answer)) => Ok((
                 status.as_u16(),
                 String::from_utf8_lossy(&answer).chars().take(keep).collect(),
             )),
-            Err(e) => Err(InboxError::Refused(Box::new(e))),
+            Err(refusal) => Err(InboxError::Refused(refusal)),
         },
     }
 }
@@ -229,7 +262,6 @@ impl Inbox {
     /// Send one answer for the request `id` of `project`; record who answered, and how.
     async fn answer(
         &self,
-        gw: &Gateway,
         project: &str,
         id: &str,
         Answer { path, body, name }: Answer,
@@ -238,12 +270,12 @@ impl Inbox {
         let answer = name;
         check_id(id)?;
         // Not started for an answer: a server that is not running has no request to answer.
-        target(gw, project)?;
+        target(&*self.parts.projects, project)?;
         self.update(|m, _| {
             m.replying(project, id, by.name(), answer);
             Default::default()
         });
-        let result = send(gw, by, project, &path, body, 300).await;
+        let result = send(self, by, project, &path, body, 300).await;
         let outcome = match result {
             Ok((200..=299, _)) => Ok(Outcome::Done),
             Ok((404, _)) => Ok(Outcome::AlreadyAnswered),
@@ -267,7 +299,6 @@ impl Inbox {
     /// `POST /permission/{id}/reply` with `{"reply": once|always|reject, "message"?}`.
     pub async fn reply_permission(
         &self,
-        gw: &Gateway,
         project: &str,
         id: &str,
         reply: Reply,
@@ -279,7 +310,6 @@ impl Inbox {
             body["message"] = m.chars().take(2000).collect::<String>().into();
         }
         self.answer(
-            gw,
             project,
             id,
             Answer {
@@ -296,7 +326,6 @@ impl Inbox {
     /// order, the labels chosen (or the user's own text where the question allows it).
     pub async fn reply_question(
         &self,
-        gw: &Gateway,
         project: &str,
         id: &str,
         answers: Vec<Vec<String>>,
@@ -304,7 +333,6 @@ impl Inbox {
     ) -> Result<Outcome, InboxError> {
         let body = serde_json::json!({ "answers": answers });
         self.answer(
-            gw,
             project,
             id,
             Answer {
@@ -318,15 +346,8 @@ impl Inbox {
     }
 
     /// `POST /question/{id}/reject`: the agent is told the user declined to answer.
-    pub async fn reject_question(
-        &self,
-        gw: &Gateway,
-        project: &str,
-        id: &str,
-        by: &By<'_>,
-    ) -> Result<Outcome, InboxError> {
+    pub async fn reject_question(&self, project: &str, id: &str, by: &By<'_>) -> Result<Outcome, InboxError> {
         self.answer(
-            gw,
             project,
             id,
             Answer {
@@ -340,16 +361,10 @@ impl Inbox {
     }
 
     /// `POST /session/{id}/abort`: stop what the session is doing.
-    pub async fn abort_session(
-        &self,
-        gw: &Gateway,
-        by: &By<'_>,
-        project: &str,
-        session_id: &str,
-    ) -> Result<Outcome, InboxError> {
+    pub async fn abort_session(&self, by: &By<'_>, project: &str, session_id: &str) -> Result<Outcome, InboxError> {
         check_id(session_id)?;
-        target(gw, project)?;
-        match send(gw, by, project, &format!("/session/{session_id}/abort"), None, 300).await? {
+        target(&*self.parts.projects, project)?;
+        match send(self, by, project, &format!("/session/{session_id}/abort"), None, 300).await? {
             (200..=299, _) => Ok(Outcome::Done),
             (404, _) => Ok(Outcome::AlreadyAnswered),
             (status, body) => Err(InboxError::Upstream { status, body }),
@@ -359,10 +374,10 @@ impl Inbox {
 
 impl Inbox {
     /// `POST /session {}` in the project's directory: a new, empty session; its id.
-    pub async fn create_session(&self, gw: &Gateway, by: &By<'_>, project: &str) -> Result<String, InboxError> {
-        target(gw, project)?;
+    pub async fn create_session(&self, by: &By<'_>, project: &str) -> Result<String, InboxError> {
+        target(&*self.parts.projects, project)?;
         match send(
-            gw,
+            self,
             by,
             project,
             "/session",
@@ -371,7 +386,7 @@ impl Inbox {
         )
         .await?
         {
-            (200..=299, body) => crate::pipeline::audit::created_session(body.as_bytes())
+            (200..=299, body) => crate::audit::created_session(body.as_bytes())
                 .filter(|id| check_id(id).is_ok())
                 .ok_or(InboxError::Upstream {
                     status: 200,

@@ -14,9 +14,9 @@ use bytes::{Buf, BytesMut};
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
+use super::Inbox;
 use super::model::{Effect, Seed, ServerState};
 use super::reply::with_directory;
-use crate::gateway::Gateway;
 use crate::upstream::endpoint::Endpoint;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -42,7 +42,7 @@ pub struct Target {
 
 /// Watch until `stop`. `external`: the watcher is what tells whether the server is reachable.
 pub async fn run(
-    gw: Arc<Gateway>,
+    inbox: Arc<Inbox>,
     endpoint: Arc<Endpoint>,
     targets: Vec<Target>,
     external: bool,
@@ -52,12 +52,12 @@ pub async fn run(
     loop {
         let started = tokio::time::Instant::now();
         let why = tokio::select! {
-            why = subscription(&gw, &endpoint, &targets, external) => why,
+            why = subscription(&inbox, &endpoint, &targets, external) => why,
             _ = stop.cancelled() => return,
         };
         tracing::debug!(upstream = %endpoint.authority, reason = %why, "inbox: event stream ended; reconnecting");
         // What was pending may be answered while we are away: the next seed says.
-        gw.inbox.update(|m, _| {
+        inbox.update(|m, _| {
             let mut changed = false;
             for t in &targets {
                 if external {
@@ -97,12 +97,12 @@ fn get(endpoint: &Endpoint, path: &str) -> Result<http::Request<crate::upstream:
     Ok(req)
 }
 
-async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], external: bool) -> String {
+async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], external: bool) -> String {
     let req = match get(endpoint, "/global/event") {
         Ok(r) => r,
         Err(e) => return e,
     };
-    let resp = match tokio::time::timeout(CONNECT_TIMEOUT, gw.upstream.request(req)).await {
+    let resp = match tokio::time::timeout(CONNECT_TIMEOUT, inbox.parts.upstream.request(req)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return crate::upstream::describe(&e),
         Err(_) => return "no answer in 10 s".into(),
@@ -111,11 +111,11 @@ async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], ext
         return format!("GET /global/event answered {}", resp.status());
     }
     for t in targets {
-        let seed = match seed(gw, endpoint, t.directory.as_deref()).await {
+        let seed = match seed(inbox, endpoint, t.directory.as_deref()).await {
             Ok(s) => s,
             Err(why) => return format!("reading the lists: {why}"),
         };
-        gw.inbox.update(|m, now| {
+        inbox.update(|m, now| {
             let mut e = m.seed(&t.project, &seed, now);
             if external {
                 m.set_server(&t.project, ServerState::Running, t.directory.clone());
@@ -124,7 +124,7 @@ async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], ext
             e
         });
     }
-    let _open = Open::new(&gw.inbox.subscriptions);
+    let _open = Open::new(&inbox.subscriptions);
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     let mut skipping = false;
@@ -142,7 +142,7 @@ async fn subscription(gw: &Gateway, endpoint: &Endpoint, targets: &[Target], ext
             if std::mem::take(&mut skipping) {
                 continue;
             }
-            dispatch(gw, targets, &event);
+            dispatch(inbox, targets, &event);
         }
         if buf.len() > MAX_EVENT_BYTES {
             // Drop what we have of an oversized event, and the rest of it when it ends.
@@ -168,7 +168,7 @@ const INTERESTING: [&[u8]; 11] = [
     b"\"message.updated\"",
 ];
 
-fn dispatch(gw: &Gateway, targets: &[Target], event: &[u8]) {
+fn dispatch(inbox: &Inbox, targets: &[Target], event: &[u8]) {
     if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some()) {
         return;
     }
@@ -187,14 +187,15 @@ fn dispatch(gw: &Gateway, targets: &[Target], event: &[u8]) {
             (Some(_), None) => false,
         };
         if mine {
-            gw.inbox.update(|m, now| m.apply(&t.project, &v["payload"], now));
+            inbox.update(|m, now| m.apply(&t.project, &v["payload"], now));
         }
     }
 }
 
-async fn get_json(gw: &Gateway, endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, String> {
+async fn get_json(inbox: &Inbox, endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, String> {
     let req = get(endpoint, path)?;
-    let resp = gw
+    let resp = inbox
+        .parts
         .upstream
         .request(req)
         .await
@@ -214,21 +215,21 @@ async fn get_json(gw: &Gateway, endpoint: &Endpoint, path: &str) -> Result<serde
     serde_json::from_slice(&body).map_err(|e| e.to_string())
 }
 
-async fn seed(gw: &Gateway, endpoint: &Endpoint, dir: Option<&str>) -> Result<Seed, String> {
+async fn seed(inbox: &Inbox, endpoint: &Endpoint, dir: Option<&str>) -> Result<Seed, String> {
     let read = async {
         let list = |v: serde_json::Value| v.as_array().cloned().unwrap_or_default();
         Ok(Seed {
             sessions: list(
                 get_json(
-                    gw,
+                    inbox,
                     endpoint,
                     &with_directory(&format!("/session?limit={SEED_SESSIONS}"), dir),
                 )
                 .await?,
             ),
-            statuses: get_json(gw, endpoint, &with_directory("/session/status", dir)).await?,
-            permissions: list(get_json(gw, endpoint, &with_directory("/permission", dir)).await?),
-            questions: list(get_json(gw, endpoint, &with_directory("/question", dir)).await?),
+            statuses: get_json(inbox, endpoint, &with_directory("/session/status", dir)).await?,
+            permissions: list(get_json(inbox, endpoint, &with_directory("/permission", dir)).await?),
+            questions: list(get_json(inbox, endpoint, &with_directory("/question", dir)).await?),
         })
     };
     tokio::time::timeout(SEED_TIMEOUT, read)

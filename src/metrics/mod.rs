@@ -14,9 +14,7 @@ use prometheus_client::registry::Registry;
 
 pub mod classic;
 pub mod histogram;
-pub mod snapshot;
 
-use crate::policy::plan::RouteClass;
 pub use histogram::Latency;
 
 pub const PREFIX: &str = "opencode_gateway";
@@ -54,6 +52,44 @@ struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabel {
     outcome: &'static str,
+}
+
+/// What a request counts as in the metrics (`opencode_gateway_requests_total{class=…}`): decided
+/// once per table route from its (method, pattern) and treatment (`policy::plan::route_class`),
+/// never from the request's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RouteClass {
+    /// Asking the agent to work: messages, prompts, commands, shell runs.
+    Prompt,
+    /// Event streams.
+    Events,
+    /// Terminals: creating, listing, tickets, connections.
+    Terminal,
+    /// Reading files and searching them.
+    Files,
+    /// Everything else, the web UI's files and requests that named no route.
+    #[default]
+    Other,
+}
+
+impl RouteClass {
+    pub const ALL: [RouteClass; 5] = [
+        RouteClass::Prompt,
+        RouteClass::Events,
+        RouteClass::Terminal,
+        RouteClass::Files,
+        RouteClass::Other,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RouteClass::Prompt => "prompt",
+            RouteClass::Events => "events",
+            RouteClass::Terminal => "terminal",
+            RouteClass::Files => "files",
+            RouteClass::Other => "other",
+        }
+    }
 }
 
 const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];

@@ -134,7 +134,7 @@ pub(crate) fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
             if roots.is_empty() {
                 return Err(format!("no CA certificate in {}", path.display()));
             }
-            let config = rustls::ClientConfig::builder_with_provider(crate::front::listen::tls::provider())
+            let config = rustls::ClientConfig::builder_with_provider(crate::support::tls::provider())
                 .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
                 .map_err(|e| e.to_string())?
                 .with_root_certificates(roots)
@@ -158,7 +158,7 @@ mod tests {
         let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
         let cert = rustls::pki_types::CertificateDer::from(ck.cert.der().to_vec());
         let key = rustls::pki_types::PrivateKeyDer::try_from(ck.signing_key.serialize_der()).unwrap();
-        let config = rustls::ServerConfig::builder_with_provider(crate::front::listen::tls::provider())
+        let config = rustls::ServerConfig::builder_with_provider(crate::support::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_no_client_auth()
@@ -200,7 +200,7 @@ mod tests {
         assert_eq!(handshakes.recv().await, Some(false));
         let mut roots = rustls::RootCertStore::empty();
         roots.add(cert).unwrap();
-        let trusting = rustls::ClientConfig::builder_with_provider(crate::front::listen::tls::provider())
+        let trusting = rustls::ClientConfig::builder_with_provider(crate::support::tls::provider())
             .with_safe_default_protocol_versions()
             .unwrap()
             .with_root_certificates(roots)

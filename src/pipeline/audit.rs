@@ -10,16 +10,9 @@ use std::time::Instant;
 
 use http::{HeaderMap, header};
 
-use crate::audit::{Audit, Record, Via};
+use crate::audit::{Audit, Record};
+pub use crate::audit::{Who, created_session};
 use crate::policy::plan::{AuditKind, last_param};
-
-/// How the request's user was identified.
-#[derive(Clone)]
-pub struct Who {
-    pub via: Via,
-    /// The token's or device's id.
-    pub id: Option<Arc<str>>,
-}
 
 pub struct Pending {
     pub kind: AuditKind,
@@ -134,13 +127,6 @@ impl Pending {
     }
 }
 
-/// The id of the session a create answered with: `{"id"}` (v1) or `{"data":{"id"}}` (v2).
-pub fn created_session(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let id = v.get("id").or_else(|| v.get("data")?.get("id"))?.as_str()?;
-    Some(id.to_string())
-}
-
 /// The answer a permission reply's body gives, when it is one OpenCode knows. Anything else
 /// (a message the user typed) is not recorded.
 pub fn permission_answer(body: &[u8]) -> Option<String> {
@@ -177,16 +163,7 @@ impl Drop for TerminalClose {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_created_session_is_read_from_either_api() {
-        assert_eq!(
-            created_session(br#"{"id":"ses_1","title":"t"}"#).as_deref(),
-            Some("ses_1")
-        );
-        assert_eq!(created_session(br#"{"data":{"id":"ses_2"}}"#).as_deref(), Some("ses_2"));
-        assert_eq!(created_session(b"[]"), None);
-    }
+    use crate::audit::Via;
 
     #[test]
     fn a_body_without_a_length_is_counted() {

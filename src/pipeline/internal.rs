@@ -5,6 +5,9 @@
 //! directory is pinned, credentials are the gateway's, answers are redacted, and the request
 //! audit records it once, noting where it came from. There is no second road to the upstream
 //! with rules of its own. The page that makes the request has already passed its cross-site rule.
+//!
+//! The inbox, which builds these requests, knows this road only as its [`Road`]; the pipeline
+//! hands a page the maker of roads ([`on_behalf`], in `web::Ctx`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use crate::gateway::Gateway;
 use crate::gateway::state::UserState;
 use crate::http::body::{AccessRecord, RequestBody};
 use crate::http::error::HttpError;
+use crate::inbox::{Refusal, Road, Trip};
 
 /// At most this much of an answer is read back.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -129,4 +133,45 @@ impl OnBehalf<'_> {
             .unwrap_or_default();
         Ok((status, answer))
     }
+}
+
+impl Road for OnBehalf<'_> {
+    fn user(&self) -> &str {
+        &self.user.name
+    }
+
+    fn call<'a>(
+        &'a self,
+        method: Method,
+        project: &'a str,
+        path: &'a str,
+        json: Option<serde_json::Value>,
+    ) -> Trip<'a> {
+        Box::pin(async move {
+            OnBehalf::call(self, method, project, path, json)
+                .await
+                .map_err(|e| Refusal {
+                    status: StatusCode::from(&e).as_u16(),
+                    error: Box::new(e),
+                })
+        })
+    }
+}
+
+/// The road for requests on `user`'s behalf (`web::Ctx::on_behalf`): through the proxy's own
+/// phases, as [`OnBehalf`].
+pub fn on_behalf<'g>(
+    gw: &'g Arc<Gateway>,
+    user: Arc<UserState>,
+    who: Who,
+    client: IpAddr,
+    from: &'static str,
+) -> Box<dyn Road + 'g> {
+    Box::new(OnBehalf {
+        gw,
+        user,
+        who,
+        client,
+        from,
+    })
 }

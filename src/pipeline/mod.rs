@@ -204,6 +204,7 @@ async fn serve_page(
         client,
         parts,
         host,
+        on_behalf: internal::on_behalf,
     };
     match crate::web::serve(&ctx, body, page).await {
         Ok(r) => Ok(r),

@@ -51,42 +51,8 @@ const TREATMENTS: &[(&str, &str, Treatment)] = &[
     (GET, "/api/pty/*/connect", Treatment::TerminalConnect),
 ];
 
-/// What a request counts as in the metrics (`opencode_gateway_requests_total{class=…}`): decided
-/// once per table route from its (method, pattern) and treatment, never from the request's path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RouteClass {
-    /// Asking the agent to work: messages, prompts, commands, shell runs.
-    Prompt,
-    /// Event streams.
-    Events,
-    /// Terminals: creating, listing, tickets, connections.
-    Terminal,
-    /// Reading files and searching them.
-    Files,
-    /// Everything else, the web UI's files and requests that named no route.
-    #[default]
-    Other,
-}
-
-impl RouteClass {
-    pub const ALL: [RouteClass; 5] = [
-        RouteClass::Prompt,
-        RouteClass::Events,
-        RouteClass::Terminal,
-        RouteClass::Files,
-        RouteClass::Other,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            RouteClass::Prompt => "prompt",
-            RouteClass::Events => "events",
-            RouteClass::Terminal => "terminal",
-            RouteClass::Files => "files",
-            RouteClass::Other => "other",
-        }
-    }
-}
+/// What a request counts as in the metrics: the metrics' own enum, decided here per route.
+pub use crate::metrics::RouteClass;
 
 /// What the audit trail records for a route (see `crate::audit`): decided here, once, on the
 /// canonical route the request was judged on, never by matching paths in the pipeline.

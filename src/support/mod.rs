@@ -1,6 +1,8 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
-//! (`ttl_map`), response compression and the compressed-asset cache (`compress`), private files (`files`), this machine's names and addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
-//! (`telemetry`).
+//! (`ttl_map`), response compression and the compressed-asset cache (`compress`), private files
+//! (`files`), this machine's names and addresses (`host`), DER validity (`der`), form encoding
+//! (`form`), the worker runtimes (`workers`), giving memory back (`memory`), logging
+//! (`telemetry`) and the rustls crypto provider (`tls`).
 
 pub mod compress;
 pub mod der;
@@ -9,5 +11,6 @@ pub mod form;
 pub mod host;
 pub mod memory;
 pub mod telemetry;
+pub mod tls;
 pub mod ttl_map;
 pub mod workers;

@@ -172,7 +172,21 @@ pub struct Ctx<'a> {
     pub client: IpAddr,
     pub parts: &'a Parts,
     pub host: Option<&'a str>,
+    /// The road for a request a page makes on a user's behalf (the control room's answers, aborts
+    /// and new sessions): the pipeline's own phases as that user (`pipeline/internal.rs`), handed
+    /// in by the pipeline, so there is one road to the upstream.
+    pub on_behalf: OnBehalf,
 }
+
+/// Makes the road for requests on a user's behalf: the gateway, the user, how they were
+/// identified, the client's address and where the act came from (for the audit trail).
+pub type OnBehalf = for<'g> fn(
+    &'g Arc<Gateway>,
+    Arc<crate::gateway::state::UserState>,
+    crate::audit::Who,
+    IpAddr,
+    &'static str,
+) -> Box<dyn crate::inbox::Road + 'g>;
 
 impl Ctx<'_> {
     /// This request's own origin, `https://host[:port]`, normalised.

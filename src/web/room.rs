@@ -14,18 +14,16 @@ use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page};
-use crate::audit::Via;
+use crate::audit::{Via, Who};
 use crate::auth::sessions::Live;
 use crate::config::Role;
 use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
-use crate::inbox::By;
+use crate::inbox::{By, Road};
 use crate::inbox::{Card, ProjectView};
 use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
 use crate::inbox::{InboxError, Outcome, Reply};
-use crate::pipeline::audit::Who;
-use crate::pipeline::internal::OnBehalf;
 use crate::policy::authz::Class;
 
 /// How often an idle live stream says it is alive (and re-checks its login).
@@ -612,7 +610,7 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
         )));
     }
     let on = on_behalf(ctx, &live)?;
-    let by = &By::User(&on);
+    let by = &By::User(&*on);
     let view = ctx.gw.inbox.view(|p| p == project);
     let Some(v) = view.first() else {
         return Ok(page::redirect(&format!("{back}?done=elsewhere")));
@@ -629,7 +627,7 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
             }
             let reply = Reply::parse(action).expect("matched above");
             let message = f.get("message").cloned().filter(|m| !m.trim().is_empty());
-            inbox.reply_permission(ctx.gw, project, id, reply, message, by).await
+            inbox.reply_permission(project, id, reply, message, by).await
         }
         "answer" | "dismiss" => {
             let Some(Card::Question(q)) = v
@@ -640,17 +638,17 @@ pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, H
                 return Ok(page::redirect(&format!("{back}?done=elsewhere")));
             };
             if action == "dismiss" {
-                inbox.reject_question(ctx.gw, project, id, by).await
+                inbox.reject_question(project, id, by).await
             } else {
                 let answers = chosen_answers(&f, q.request.questions.len());
-                inbox.reply_question(ctx.gw, project, id, answers, by).await
+                inbox.reply_question(project, id, answers, by).await
             }
         }
         "abort" => {
             if !v.sessions.iter().any(|s| s.id == id) {
                 return Ok(page::redirect(&format!("{back}?done=gone")));
             }
-            let r = inbox.abort_session(ctx.gw, by, project, id).await;
+            let r = inbox.abort_session(by, project, id).await;
             tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
             return match r {
                 Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=aborted"))),
@@ -699,24 +697,20 @@ async fn portal_form(ctx: &Ctx<'_>, body: Incoming) -> Result<(Arc<Live>, String
     Ok((live, project, role))
 }
 
-/// The user behind a login session, as the proxy knows them, for a request made on their behalf.
-fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<OnBehalf<'a>, HttpError> {
+/// The user behind a login session, as the proxy knows them, for a request made on their behalf:
+/// the road through the proxy's own phases as them.
+fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<Box<dyn Road + 'a>, HttpError> {
     let user = ctx
         .state
         .users
         .get(&*live.user)
         .cloned()
         .ok_or(HttpError::Unauthenticated)?;
-    Ok(OnBehalf {
-        gw: ctx.gw,
-        user,
-        who: Who {
-            via: via_of(live),
-            id: live.device.clone(),
-        },
-        client: ctx.client,
-        from: "control_room",
-    })
+    let who = Who {
+        via: via_of(live),
+        id: live.device.clone(),
+    };
+    Ok((ctx.on_behalf)(ctx.gw, user, who, ctx.client, "control_room"))
 }
 
 fn via_of(live: &Live) -> Via {
@@ -735,7 +729,7 @@ pub async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
     // The role a `POST /session` needs is the proxy's to check: the create goes through it as
     // this user, and the request audit records it (`session_create`, `from: control_room`).
     let on = on_behalf(ctx, &live)?;
-    let created = ctx.gw.inbox.create_session(ctx.gw, &By::User(&on), &project).await;
+    let created = ctx.gw.inbox.create_session(&By::User(&*on), &project).await;
     let id = created.map_err(|e| inbox_error(&project, e))?;
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session created from the control room");
     let origin = project_origin(ctx, &project);
@@ -781,7 +775,12 @@ pub async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody
 /// An inbox failure as the status a person can act on.
 fn inbox_error(project: &str, e: InboxError) -> HttpError {
     match e {
-        InboxError::Refused(e) => *e,
+        // The proxy's own refusal, as it answers a client.
+        InboxError::Refused(r) => match r.error.downcast::<HttpError>() {
+            Ok(e) => *e,
+            // Not reached: the pipeline's road refuses with its own error.
+            Err(e) => HttpError::Forbidden(e.to_string()),
+        },
         InboxError::BadId(_) => HttpError::BadRequest(e.to_string()),
         InboxError::UnknownProject(p) => HttpError::UnknownProject(p),
         InboxError::NotRunning(reason) => HttpError::UpstreamStarting {

@@ -15,9 +15,7 @@ fn certified(params: CertificateParams) -> anyhow::Result<CertifiedKey> {
     let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
     // Not `CertifiedKey::from_der`: its key check parses the certificate with webpki, which
     // refuses the critical acmeIdentifier extension a TLS-ALPN-01 certificate must carry.
-    let signing = crate::front::listen::tls::provider()
-        .key_provider
-        .load_private_key(der)?;
+    let signing = crate::support::tls::provider().key_provider.load_private_key(der)?;
     Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }
 

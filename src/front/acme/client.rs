@@ -38,7 +38,7 @@ impl AcmeHttp {
         })? {
             roots.add(cert.context("tls.acme.ca_bundle: not a PEM bundle")?)?;
         }
-        let mut config = rustls::ClientConfig::builder_with_provider(crate::front::listen::tls::provider())
+        let mut config = rustls::ClientConfig::builder_with_provider(crate::support::tls::provider())
             .with_safe_default_protocol_versions()?
             .with_root_certificates(roots)
             .with_no_client_auth();

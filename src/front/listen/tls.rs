@@ -7,10 +7,7 @@ use rustls::ServerConfig;
 
 use crate::config::Tls;
 use crate::gateway::certs::{ACME_TLS_ALPN, CertStore};
-
-pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
+use crate::support::tls::provider;
 
 /// A configuration serving `tls.cert`/`tls.key` (checked: readable, matching, not expired).
 pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<ServerConfig>> {

@@ -1,6 +1,7 @@
-//! Values read at scrape time from where they already live (the connection table, the argon2
+//! Metrics read at scrape time from where they already live (the connection table, the argon2
 //! verifier, the auth cache, the inbox, the supervisor), so nothing on the request path keeps a
-//! second copy of them.
+//! second copy of them. Here, beside the [`Gateway`] that holds them all, not in `metrics/`,
+//! which only keeps counters and knows nothing of the gateway.
 
 use std::sync::atomic::Ordering;
 
@@ -9,13 +10,13 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::registry::Registry;
 
-use super::ProjectLabel;
-use crate::gateway::Gateway;
-use crate::gateway::state::Upstream;
+use super::Gateway;
+use super::state::Upstream;
+use crate::metrics::ProjectLabel;
 use crate::upstream::supervise::Status;
 
 pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
-    let mut r = Registry::with_prefix(super::PREFIX);
+    let mut r = Registry::with_prefix(crate::metrics::PREFIX);
     let c = gw.verifier.counters();
     let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {
         r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));

@@ -1,0 +1,64 @@
+//! The inbox's parts, from the running gateway: the projects of the current state (read at each
+//! look, so reloads and project-set changes apply), the upstream client and the shutdown. And
+//! the start of the inbox's tasks and of the notifier that takes its new cards.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+
+use super::Gateway;
+use super::state::{ProjectState, State, Upstream};
+use crate::inbox::{Parts, Projects, Served, Server};
+use crate::upstream::UpstreamClient;
+
+/// What the inbox needs, for [`crate::inbox::Inbox::new`].
+pub(super) fn parts(state: &Arc<ArcSwap<State>>, upstream: &UpstreamClient, shutdown: &CancellationToken) -> Parts {
+    Parts {
+        projects: Arc::new(Current(state.clone())),
+        upstream: upstream.clone(),
+        shutdown: shutdown.clone(),
+    }
+}
+
+/// Start the inbox's watchers and the notifier; both end with the gateway's shutdown.
+pub fn start(gw: &Arc<Gateway>) {
+    crate::inbox::start(&gw.inbox);
+    if let Some(rx) = gw.inbox.new_cards() {
+        // Read when a batch starts: a reload applies to the next message.
+        let state = gw.state.clone();
+        let config = move || {
+            let state = state.load();
+            state
+                .settings
+                .notify
+                .clone()
+                .map(|n| (n, state.settings.server.public_url.clone()))
+        };
+        tokio::spawn(crate::notify::run(rx, config, gw.shutdown.clone()));
+    }
+}
+
+/// The projects of whatever state is current.
+struct Current(Arc<ArcSwap<State>>);
+
+impl Projects for Current {
+    fn all(&self) -> Vec<Served> {
+        self.0.load().projects.values().map(|p| served(p)).collect()
+    }
+
+    fn get(&self, name: &str) -> Option<Served> {
+        self.0.load().projects.get(name).map(|p| served(p))
+    }
+}
+
+fn served(p: &ProjectState) -> Served {
+    Served {
+        name: p.name.clone(),
+        directory: p.config.directory.as_ref().map(|d| d.display().to_string()),
+        server: match &p.upstream {
+            Upstream::Fixed(e) => Server::External(e.clone()),
+            Upstream::Supervised(s) => Server::Spawned(s.status()),
+        },
+    }
+}

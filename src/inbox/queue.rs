@@ -1,0 +1,73 @@
+//! New cards waiting for the notifier (`notify`, which takes the receiving end). The inbox queues
+//! them with `try_send` into a bounded channel (a full channel drops and counts), so a slow or
+//! failing notification never holds the inbox, let alone a request.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::mpsc;
+
+use super::NewCard;
+
+const QUEUE: usize = 256;
+
+/// The inbox's end of the channel.
+pub struct Queue {
+    tx: mpsc::Sender<NewCard>,
+    rx: Mutex<Option<mpsc::Receiver<NewCard>>>,
+    dropped: AtomicU64,
+}
+
+impl Queue {
+    pub fn new() -> Queue {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        Queue {
+            tx,
+            rx: Mutex::new(Some(rx)),
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Queue without waiting; a full queue drops the request (and counts it).
+    pub fn push(&self, card: NewCard) {
+        if self.tx.try_send(card).is_err() {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// The receiving end, once (for the notifier).
+    pub fn take_receiver(&self) -> Option<mpsc::Receiver<NewCard>> {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+impl Default for Queue {
+    fn default() -> Self {
+        Queue::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::CardKind;
+
+    #[test]
+    fn a_full_queue_drops_and_counts() {
+        let q = Queue::new();
+        for _ in 0..QUEUE + 3 {
+            q.push(NewCard {
+                project: "a".into(),
+                kind: CardKind::Permission,
+                tool: "bash".into(),
+            });
+        }
+        assert_eq!(q.dropped(), 3);
+        assert!(q.take_receiver().is_some());
+        assert!(q.take_receiver().is_none(), "one receiver");
+    }
+}
