@@ -48,7 +48,7 @@ pub struct AccessRecord {
     pub reason: Option<&'static str>,
     pub started: Instant,
     /// The audit record begun for an audited route, finished when the status is known.
-    pub audit: Option<Box<crate::pipeline::audit::Pending>>,
+    pub audit: Option<Box<crate::http::audit::Pending>>,
 }
 
 impl AccessRecord {

@@ -42,9 +42,9 @@ pub struct Forwarding<'a> {
     pub stream_slot: Option<StreamHold>,
     /// The audit record begun for this request: a permission answer's once/always/reject is
     /// read from its small body, a body without a length is counted, a created session noted.
-    pub audit: Option<&'a mut super::audit::Pending>,
+    pub audit: Option<&'a mut crate::http::audit::Pending>,
     /// Records the terminal's close when its splice ends.
-    pub terminal_close: Option<super::audit::TerminalClose>,
+    pub terminal_close: Option<crate::http::audit::TerminalClose>,
 }
 
 pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
@@ -175,7 +175,7 @@ async fn upstream_body(
     target: &Target,
     body: RequestBody,
     upgrade: bool,
-    mut audit: Option<&mut super::audit::Pending>,
+    mut audit: Option<&mut crate::http::audit::Pending>,
 ) -> Result<UpstreamBody, HttpError> {
     let limits = &gw.limits;
     let project = &*target.project;
@@ -203,7 +203,7 @@ async fn upstream_body(
             (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
                 let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
                 if let Some(p) = audit.as_deref_mut() {
-                    p.answer = super::audit::permission_answer(&bytes);
+                    p.answer = crate::http::audit::permission_answer(&bytes);
                 }
                 UpstreamBody::Full(Some(bytes))
             }

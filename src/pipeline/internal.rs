@@ -16,9 +16,9 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 
-use super::audit::Who;
 use super::{ConnInfo, Front};
 use super::{OriginRule, Proceeding, proceed};
+use crate::audit::Who;
 use crate::gateway::Gateway;
 use crate::gateway::state::UserState;
 use crate::http::body::{AccessRecord, RequestBody};

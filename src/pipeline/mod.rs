@@ -5,7 +5,6 @@
 //! [`response`] (response phase). A request the gateway makes on a user's behalf
 //! (`pipeline/internal.rs`) enters at [`proceed`].
 
-pub mod audit;
 pub mod forward;
 pub mod internal;
 pub mod own_files;
@@ -21,17 +20,18 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::
 use hyper::body::Incoming;
 
 use crate::audit::Via;
+use crate::audit::Who;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
 use crate::config::Role;
 use crate::gateway::Gateway;
 use crate::gateway::state::{State, UserState};
+use crate::http::audit::Pending;
 use crate::http::body::{AccessRecord, ProxyBody, RequestBody, StreamHold};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
 use crate::metrics::{Refusal, StreamKind};
 use crate::policy::plan::Treatment;
-use audit::{Pending, Who};
 use forward::Forwarding;
 use request::{Reading, Target};
 

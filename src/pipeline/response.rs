@@ -38,7 +38,7 @@ pub struct Answer<'a> {
     pub lease: Lease,
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub stream_slot: Option<StreamHold>,
-    pub terminal_close: Option<super::audit::TerminalClose>,
+    pub terminal_close: Option<crate::http::audit::TerminalClose>,
     /// Where a session create's new id goes, for the audit trail.
     pub created: Option<&'a mut Option<String>>,
     /// The accepted coding of a request whose answer may be compressed (the web UI's files, the
@@ -140,7 +140,7 @@ fn upgraded(
     mut response: Response<Incoming>,
     client_upgrade: hyper::upgrade::OnUpgrade,
     stream_slot: Option<StreamHold>,
-    terminal_close: Option<super::audit::TerminalClose>,
+    terminal_close: Option<crate::http::audit::TerminalClose>,
 ) -> Response<ProxyBody> {
     let upstream_upgrade = hyper::upgrade::on(&mut response);
     splice(gw, client_upgrade, upstream_upgrade, stream_slot, terminal_close);
@@ -188,7 +188,7 @@ async fn read_small(
         .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
     lease.release();
     if let Some(slot) = created {
-        *slot = super::audit::created_session(&bytes);
+        *slot = crate::audit::created_session(&bytes);
     }
     if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
         gw.tickets.insert(&t, user.name.clone(), project.name.clone());
@@ -354,7 +354,7 @@ fn splice(
     client: hyper::upgrade::OnUpgrade,
     upstream: hyper::upgrade::OnUpgrade,
     slot: Option<StreamHold>,
-    mut closed: Option<super::audit::TerminalClose>,
+    mut closed: Option<crate::http::audit::TerminalClose>,
 ) {
     let abort = gw.abort.clone();
     if let Some(c) = closed.as_mut() {

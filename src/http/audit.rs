@@ -10,8 +10,7 @@ use std::time::Instant;
 
 use http::{HeaderMap, header};
 
-use crate::audit::{Audit, Record};
-pub use crate::audit::{Who, created_session};
+use crate::audit::{Audit, Record, Who};
 use crate::policy::plan::{AuditKind, last_param};
 
 pub struct Pending {
