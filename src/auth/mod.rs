@@ -11,6 +11,7 @@ pub mod pairing;
 pub mod sessions;
 pub mod tickets;
 pub mod tokens;
+pub mod users;
 pub mod verifier;
 
 use crate::metrics::{LoginMethod, Refusal};
@@ -19,9 +20,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::audit::{Record, Via};
+use crate::auth::users::UserState;
 use crate::config::Secret;
 use crate::gateway::Gateway;
-use crate::gateway::state::{State, UserState};
+use crate::gateway::state::State;
 use crate::http::error::HttpError;
 use crate::ratelimit::Denied;
 

@@ -24,9 +24,10 @@ use blake2::{Blake2b256, Digest};
 use subtle::ConstantTimeEq;
 
 use crate::audit::{Record, Via};
+use crate::auth::users::UserState;
 use crate::config::{Grants, Role, Secret};
 use crate::gateway::Gateway;
-use crate::gateway::state::{State, UserState};
+use crate::gateway::state::State;
 use crate::http::error::HttpError;
 use crate::store::{TokenRecord, TokenStore};
 use crate::support::ttl_map::TtlMap;

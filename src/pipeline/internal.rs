@@ -16,8 +16,8 @@ use http_body_util::BodyExt;
 use super::audit::Who;
 use super::{ConnInfo, Front};
 use super::{OriginRule, Proceeding, proceed};
+use crate::auth::users::UserState;
 use crate::gateway::Gateway;
-use crate::gateway::state::UserState;
 use crate::http::body::{AccessRecord, RequestBody};
 use crate::http::error::HttpError;
 

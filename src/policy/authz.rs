@@ -119,7 +119,7 @@ impl ApiRoute {
 /// The table grouped by its first segment (every pattern starts with a literal one).
 /// Keys are the table's own root names, fixed at build: a client can look a name up but never add
 /// one, so FNV-1a (several times cheaper than SipHash on short names) is safe.
-type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::gateway::state::Fnv1a>>;
+type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::support::name_map::Fnv1a>>;
 
 pub(super) fn index() -> &'static Index {
     static INDEX: OnceLock<Index> = OnceLock::new();

@@ -1,5 +1,7 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
-//! (`ttl_map`), response compression and the compressed-asset cache (`compress`), private files (`files`), this machine's names and addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
+//! (`ttl_map`), the map of config names (`name_map`), response compression and the
+//! compressed-asset cache (`compress`), private files (`files`), this machine's names and
+//! addresses (`host`), the worker runtimes (`workers`), giving memory back (`memory`) and logging
 //! (`telemetry`).
 
 pub mod compress;
@@ -8,6 +10,7 @@ pub mod files;
 pub mod form;
 pub mod host;
 pub mod memory;
+pub mod name_map;
 pub mod telemetry;
 pub mod ttl_map;
 pub mod workers;
