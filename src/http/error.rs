@@ -84,6 +84,17 @@ fn retry_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// A route the role may not use (403), or a path the gateway cannot read as OpenCode would (400).
+impl From<crate::policy::authz::Refused> for HttpError {
+    fn from(e: crate::policy::authz::Refused) -> HttpError {
+        use crate::policy::authz::Refused;
+        match e {
+            Refused::Forbidden(why) => HttpError::Forbidden(why),
+            Refused::BadPath(refusal) => HttpError::BadPath(refusal),
+        }
+    }
+}
+
 impl From<&HttpError> for StatusCode {
     fn from(e: &HttpError) -> StatusCode {
         use HttpError::*;
@@ -298,6 +309,21 @@ mod tests {
         for (e, status) in cases {
             assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");
         }
+    }
+
+    /// The route policy says why; this table says how that is answered, as it did when the
+    /// policy returned these errors itself.
+    #[test]
+    fn stage_refusals_become_the_same_errors() {
+        use crate::policy::authz::Refused;
+        assert!(matches!(
+            HttpError::from(Refused::Forbidden("no".into())),
+            HttpError::Forbidden(why) if why == "no"
+        ));
+        assert!(matches!(
+            HttpError::from(Refused::BadPath(crate::policy::canonical::PathRefusal::DotSegment)),
+            HttpError::BadPath(crate::policy::canonical::PathRefusal::DotSegment)
+        ));
     }
 
     #[test]
