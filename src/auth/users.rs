@@ -1,6 +1,6 @@
 //! The configured users as checking a credential needs them. Built by each state (a reload
 //! replaces them all, `gateway::state`), defined here because auth reads them and sits below the
-//! gateway.
+//! gateway: the checks take the users map, not the whole state.
 
 use std::sync::Arc;
 

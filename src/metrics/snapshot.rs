@@ -16,7 +16,7 @@ use crate::upstream::supervise::Status;
 
 pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     let mut r = Registry::with_prefix(super::PREFIX);
-    let c = gw.verifier.counters();
+    let c = gw.auth.verifier.counters();
     let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {
         r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));
     };
@@ -47,7 +47,7 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         &mut r,
         "auth_cache_entries",
         "Verified credentials cached",
-        gw.cache.len() as u64,
+        gw.auth.cache.len() as u64,
     );
     gauge(
         &mut r,
