@@ -161,7 +161,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
                 _ = tick.tick() => {
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(6) {
-                        janitor.limiters.purge();
+                        janitor.auth.limiters.purge();
                         janitor.conn_table.purge();
                     }
                     let (peak, open) = janitor.conn_table.take_peak();

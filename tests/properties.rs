@@ -200,14 +200,14 @@ proptest! {
     #[test]
     fn the_auth_memo_recalls_only_the_exact_header(a in proptest::collection::vec(any::<u8>(), 0..80), b in proptest::collection::vec(any::<u8>(), 0..80), same in any::<bool>()) {
         let b = if same { a.clone() } else { b };
-        let user = std::sync::Arc::new(opencode_gateway::gateway::state::UserState {
+        let user = std::sync::Arc::new(opencode_gateway::auth::users::UserState {
             name: "u".into(),
             hash: None,
             fingerprint: [0; 32],
             grants: opencode_gateway::config::Grants::All(Role::Viewer),
             ssh_keys: Vec::new(),
         });
-        let mut users = opencode_gateway::gateway::state::NameMap::default();
+        let mut users = opencode_gateway::support::name_map::NameMap::default();
         users.insert("u".to_string(), user.clone());
         let memo = opencode_gateway::auth::memo::AuthMemo::default();
         memo.remember(&a, user, std::time::Instant::now() + std::time::Duration::from_secs(60));

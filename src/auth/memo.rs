@@ -21,7 +21,8 @@ use std::time::Instant;
 
 use zeroize::Zeroizing;
 
-use crate::gateway::state::{NameMap, UserState};
+use crate::auth::users::UserState;
+use crate::support::name_map::NameMap;
 
 #[derive(Default)]
 pub struct AuthMemo(Mutex<Option<Entry>>);

@@ -11,31 +11,73 @@ pub mod pairing;
 pub mod sessions;
 pub mod tickets;
 pub mod tokens;
+pub mod users;
 pub mod verifier;
 
-use crate::metrics::{LoginMethod, Refusal};
+use crate::metrics::{LoginMethod, Metrics, Refusal};
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::audit::{Record, Via};
+use crate::audit::{Audit, Record, Via};
+use crate::auth::cache::AuthCache;
+use crate::auth::tokens::Tokens;
+use crate::auth::users::{UserState, Users};
+use crate::auth::verifier::Verifier;
 use crate::config::Secret;
-use crate::gateway::Gateway;
-use crate::gateway::state::{State, UserState};
-use crate::http::error::HttpError;
-use crate::ratelimit::Denied;
+use crate::ratelimit::{Denied, Limiters};
+
+/// The gateway's part that checks credentials, and outlives reloads: the cache of verified
+/// credentials, the argon2 verifier, the limiters (the login budgets, and the per-user request
+/// rate the pipeline asks of the same table) and the API tokens. The gateway holds one; a check
+/// borrows it ([`Check`]) rather than the whole gateway, so auth needs nothing above it.
+pub struct Auth {
+    pub cache: AuthCache,
+    pub verifier: Verifier,
+    pub limiters: Limiters,
+    /// API tokens: the state database, the digest key, a short cache of verified tokens.
+    pub tokens: Tokens,
+}
+
+/// What one credential check borrows: [`Auth`], the counters and audit trail its outcome is
+/// reported to (shared with every other stage, so passed beside it, not held in it), and the
+/// users of the state the request is served with. References only: nothing is cloned per request.
+#[derive(Clone, Copy)]
+pub struct Check<'a> {
+    pub auth: &'a Auth,
+    pub metrics: &'a Metrics,
+    pub audit: &'a Audit,
+    pub users: &'a Users,
+}
+
+/// Why a credential was refused, or could not be checked. Only the reason is said here: the
+/// status, body and headers each one gets are decided with every other error's, in the one
+/// table of `http/error.rs` (`From<AuthError> for HttpError`), so auth knows no HTTP type.
+#[derive(Debug)]
+pub enum AuthError {
+    /// A wrong password, an unknown user, or a token where a password belongs.
+    BadCredentials,
+    /// A wrong, expired or revoked API token (or one of another user).
+    BadToken,
+    /// A login budget is spent: which one, and when it refills.
+    LoginLimited {
+        retry_after: Duration,
+        reason: &'static str,
+    },
+    /// The state database (API tokens) did not answer.
+    StateUnavailable,
+}
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
 /// argon2 runs only for a credential not seen before, and only within the login budget.
 pub async fn password(
-    gw: &Gateway,
-    state: &State,
+    check: &Check<'_>,
     peer: IpAddr,
     user: &str,
     password: &Secret,
     method: &'static str,
-) -> Result<Arc<UserState>, HttpError> {
-    password_until(gw, state, peer, user, password, method)
+) -> Result<Arc<UserState>, AuthError> {
+    password_until(check, peer, user, password, method)
         .await
         .map(|(user, _)| user)
 }
@@ -43,25 +85,25 @@ pub async fn password(
 /// [`password`], and until when its verification stands (the cache entry's expiry), for a
 /// connection's [`memo::AuthMemo`].
 pub async fn password_until(
-    gw: &Gateway,
-    state: &State,
+    check: &Check<'_>,
     peer: IpAddr,
     user: &str,
     password: &Secret,
     method: &'static str,
-) -> Result<(Arc<UserState>, Instant), HttpError> {
-    let known = state.users.get(user).filter(|u| u.hash.is_some());
+) -> Result<(Arc<UserState>, Instant), AuthError> {
+    let auth = check.auth;
+    let known = check.users.get(user).filter(|u| u.hash.is_some());
     // An unknown name may be a password typed in the wrong field: it is never logged.
-    let log_user = if state.users.contains_key(user) {
+    let log_user = if check.users.contains_key(user) {
         user
     } else {
         "<unknown>"
     };
     // A spent login budget answers first: no credential from there gets a yes or no, not even
     // a cached one, until the budget refills (a cache hit before the limiter is an oracle).
-    if let Err(denied) = gw.limiters.spent(peer, Some(user)) {
+    if let Err(denied) = auth.limiters.spent(peer, Some(user)) {
         return Err(limited(
-            gw,
+            check,
             peer,
             log_user,
             method,
@@ -72,31 +114,31 @@ pub async fn password_until(
     // A token typed as a password (the form, SSH) is never a password: charged, refused, and
     // never sent to argon2.
     if tokens::is_token(password.expose()) {
-        return Err(match gw.limiters.login_attempt(peer, user) {
-            Ok(()) => refuse_bad(gw, peer, log_user, method),
-            Err(denied) => limited(gw, peer, log_user, method, denied, "login refused: limit reached"),
+        return Err(match auth.limiters.login_attempt(peer, user) {
+            Ok(()) => refuse_bad(check, peer, log_user, method),
+            Err(denied) => limited(check, peer, log_user, method, denied, "login refused: limit reached"),
         });
     }
     let fp = known.map_or([0; 32], |u| u.fingerprint);
-    let key = gw.cache.key(&fp, user, password.expose().as_bytes());
+    let key = auth.cache.key(&fp, user, password.expose().as_bytes());
     if let Some(u) = known
-        && let Some(until) = gw.cache.hit(&key, user)
+        && let Some(until) = auth.cache.hit(&key, user)
     {
         return Ok((u.clone(), until));
     }
     // The login limiter is asked only when this request would start an argon2 run; a request
     // that joins a run already going for the same credential was paid for by the one that started it.
-    let verdict = gw
+    let verdict = auth
         .verifier
         .verify(key, known.and_then(|u| u.hash.as_ref()), password, || {
-            gw.limiters.login_attempt(peer, user)
+            auth.limiters.login_attempt(peer, user)
         })
         .await;
     let ok = match verdict {
         Ok(ok) => ok,
         Err(denied) => {
             return Err(limited(
-                gw,
+                check,
                 peer,
                 log_user,
                 method,
@@ -106,8 +148,8 @@ pub async fn password_until(
         }
     };
     match known {
-        Some(u) if ok => Ok(verified(gw, peer, u, key, method)),
-        _ => Err(refuse_bad(gw, peer, log_user, method)),
+        Some(u) if ok => Ok(verified(check, peer, u, key, method)),
+        _ => Err(refuse_bad(check, peer, log_user, method)),
     }
 }
 
@@ -115,17 +157,17 @@ pub async fn password_until(
 /// for SSH, which records its own once per connection) audited as a login. The requests a
 /// cached credential serves after are the same login.
 fn verified(
-    gw: &Gateway,
+    check: &Check<'_>,
     peer: IpAddr,
     u: &Arc<UserState>,
     key: crate::auth::cache::CacheKey,
     method: &'static str,
 ) -> (Arc<UserState>, Instant) {
-    let until = gw.cache.insert(key, u.name.clone());
-    gw.limiters.login_succeeded(peer, &u.name);
-    gw.metrics.login(LoginMethod::Password, true);
+    let until = check.auth.cache.insert(key, u.name.clone());
+    check.auth.limiters.login_succeeded(peer, &u.name);
+    check.metrics.login(LoginMethod::Password, true);
     if method != "ssh" {
-        gw.audit.record(
+        check.audit.record(
             Record::new("login")
                 .user(&*u.name)
                 .address(peer)
@@ -138,30 +180,32 @@ fn verified(
 
 /// A login refused because a budget is spent: counted, logged and audited with which one.
 fn limited(
-    gw: &Gateway,
+    check: &Check<'_>,
     peer: IpAddr,
     log_user: &str,
     method: &'static str,
     denied: Denied,
     message: &'static str,
-) -> HttpError {
-    gw.metrics.refused(Refusal::Login);
+) -> AuthError {
+    check.metrics.refused(Refusal::Login);
     tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "{message}");
-    gw.audit
+    check
+        .audit
         .record(refused("lockout", log_user, peer, method, denied.reason));
-    HttpError::LoginLimited {
+    AuthError::LoginLimited {
         retry_after: denied.retry_after,
         reason: denied.reason,
     }
 }
 
 /// A wrong password (or a token where a password belongs): counted, logged and audited.
-fn refuse_bad(gw: &Gateway, peer: IpAddr, log_user: &str, method: &'static str) -> HttpError {
-    gw.metrics.login(LoginMethod::Password, false);
+fn refuse_bad(check: &Check<'_>, peer: IpAddr, log_user: &str, method: &'static str) -> AuthError {
+    check.metrics.login(LoginMethod::Password, false);
     tracing::warn!(target: "security", peer = %peer, user = log_user, reason = "bad_credentials", "login failed");
-    gw.audit
+    check
+        .audit
         .record(refused("login_failed", log_user, peer, method, "bad_credentials"));
-    HttpError::BadCredentials
+    AuthError::BadCredentials
 }
 
 fn via_of(method: &str) -> Via {

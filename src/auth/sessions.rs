@@ -224,10 +224,7 @@ impl WebSessions {
     /// look (`user passwd`, whether the gateway was running then or not) loses the login sessions
     /// made under the old one; returns each such user with the number of sessions that ended.
     /// Blocking (a few small SQLite writes): called at start and on reload, never per request.
-    pub fn passwords_are(
-        &self,
-        users: &crate::gateway::state::NameMap<Arc<crate::gateway::state::UserState>>,
-    ) -> Vec<(Arc<str>, usize)> {
+    pub fn passwords_are(&self, users: &crate::auth::users::Users) -> Vec<(Arc<str>, usize)> {
         let now = now_unix();
         let mut ended = Vec::new();
         for u in users.values().filter(|u| u.hash.is_some()) {

@@ -23,11 +23,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use blake2::{Blake2b256, Digest};
 use subtle::ConstantTimeEq;
 
+use super::users::UserState;
+use super::{AuthError, Check};
 use crate::audit::{Record, Via};
 use crate::config::{Grants, Role, Secret};
-use crate::gateway::Gateway;
-use crate::gateway::state::{State, UserState};
-use crate::http::error::HttpError;
 use crate::store::{TokenRecord, TokenStore};
 use crate::support::ttl_map::TtlMap;
 
@@ -272,7 +271,7 @@ impl Tokens {
     }
 
     /// Ask the database (off the async workers: a write may wait on the CLI's lock).
-    async fn lookup(&self, digest: TokenDigest) -> Result<Result<Arc<Verified>, Refusal>, HttpError> {
+    async fn lookup(&self, digest: TokenDigest) -> Result<Result<Arc<Verified>, Refusal>, AuthError> {
         let generation = self.generation.load(Ordering::SeqCst);
         let store = self.store.clone();
         let now = now_unix();
@@ -292,7 +291,7 @@ impl Tokens {
             Ok(record)
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(|_| AuthError::StateUnavailable)?;
         let Some(r) = found else {
             return Ok(Err(Refusal::Unknown));
         };
@@ -321,22 +320,21 @@ impl Tokens {
 /// The user behind a token, with grants narrowed to the token's scope. `basic_user` is the user
 /// name of Basic credentials (the token must be that user's), `None` for Bearer.
 pub async fn authenticate(
-    gw: &Gateway,
-    state: &State,
+    check: &Check<'_>,
     peer: IpAddr,
     basic_user: Option<&str>,
     token: &Secret,
-) -> Result<(Arc<UserState>, Arc<str>), HttpError> {
-    let tokens = &gw.tokens;
+) -> Result<(Arc<UserState>, Arc<str>), AuthError> {
+    let tokens = &check.auth.tokens;
     // A spent login budget answers first, cached token or not: an address over its budget
     // learns nothing, from the cache or the database, until the budget refills.
-    if let Err(denied) = gw.limiters.spent(peer, basic_user) {
-        gw.metrics.refused(crate::metrics::Refusal::Login);
+    if let Err(denied) = check.auth.limiters.spent(peer, basic_user) {
+        check.metrics.refused(crate::metrics::Refusal::Login);
         let log_user = basic_user
-            .filter(|u| state.users.contains_key(*u))
+            .filter(|u| check.users.contains_key(*u))
             .unwrap_or("<unknown>");
         tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "token refused before lookup: login limit reached");
-        gw.audit.record(refusal_record(
+        check.audit.record(refusal_record(
             "lockout",
             log_user,
             peer,
@@ -344,7 +342,7 @@ pub async fn authenticate(
             "-",
             denied.reason,
         ));
-        return Err(HttpError::LoginLimited {
+        return Err(AuthError::LoginLimited {
             retry_after: denied.retry_after,
             reason: denied.reason,
         });
@@ -359,12 +357,12 @@ pub async fn authenticate(
     let refusal = match verdict {
         Ok(v) if v.expires_at <= now_unix() => Refusal::Expired(v.id.clone(), v.user.clone()),
         Ok(v) if basic_user.is_some_and(|u| u != &*v.user) => Refusal::WrongUser(v.id.clone()),
-        Ok(v) => match state.users.get(&*v.user) {
+        Ok(v) => match check.users.get(&*v.user) {
             Some(user) => {
                 // A login is a verification against the database, not every cached request.
                 if fresh {
-                    gw.metrics.login(LoginMethod::Token, true);
-                    gw.audit.record(
+                    check.metrics.login(LoginMethod::Token, true);
+                    check.audit.record(
                         Record::new("login")
                             .user(&*user.name)
                             .address(peer)
@@ -387,11 +385,11 @@ pub async fn authenticate(
         },
         Err(r) => r,
     };
-    Err(refuse(gw, state, peer, basic_user, refusal))
+    Err(refuse(check, peer, basic_user, refusal))
 }
 
 /// Charge the login limiter and log, without the token: its id when known, never its text.
-fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, refusal: Refusal) -> HttpError {
+fn refuse(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>, refusal: Refusal) -> AuthError {
     let (reason, id, owner) = match &refusal {
         Refusal::Unknown => ("bad_token", None, None),
         Refusal::Expired(id, u) => ("token_expired", Some(id), Some(u)),
@@ -402,27 +400,29 @@ fn refuse(gw: &Gateway, state: &State, peer: IpAddr, basic_user: Option<&str>, r
     // Charged to the name the client gave, else to the token's owner, else to one shared key for
     // unknown bearer tokens (user names cannot contain '<').
     let user = basic_user.or(owner.map(|u| &**u)).unwrap_or("<token>");
-    let log_user = if state.users.contains_key(user) {
+    let log_user = if check.users.contains_key(user) {
         user
     } else {
         "<unknown>"
     };
     let id = id.map_or("-", |i| &**i);
-    if let Err(denied) = gw.limiters.login_attempt(peer, user) {
-        gw.metrics.refused(crate::metrics::Refusal::Login);
+    if let Err(denied) = check.auth.limiters.login_attempt(peer, user) {
+        check.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
-        gw.audit
+        check
+            .audit
             .record(refusal_record("lockout", log_user, peer, basic_user, id, denied.reason));
-        return HttpError::LoginLimited {
+        return AuthError::LoginLimited {
             retry_after: denied.retry_after,
             reason: denied.reason,
         };
     }
-    gw.metrics.login(LoginMethod::Token, false);
+    check.metrics.login(LoginMethod::Token, false);
     tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason, "token refused");
-    gw.audit
+    check
+        .audit
         .record(refusal_record("login_failed", log_user, peer, basic_user, id, reason));
-    HttpError::BadToken
+    AuthError::BadToken
 }
 
 fn login_method(basic_user: Option<&str>) -> &'static str {

@@ -176,7 +176,7 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
         },
         // `token revoke` says so after writing the database: cached verifications end now.
         (&Method::POST, "/tokens/changed") => {
-            gw.tokens.invalidate();
+            gw.auth.tokens.invalidate();
             reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
         }
         // `devices revoke` says so after writing the database: the device's sessions end now.

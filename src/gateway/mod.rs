@@ -1,5 +1,5 @@
 //! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
-//! cache, argon2 verifier, limiters, upstream pool, supervisor, metrics, shutdown tokens).
+//! part: cache, argon2 verifier, limiters, tokens; upstream pool, supervisor, metrics, shutdown tokens).
 
 pub mod certs;
 pub mod connections;
@@ -17,6 +17,7 @@ use hyper_util::server::conn::auto;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::Auth;
 use crate::auth::cache::AuthCache;
 use crate::auth::tickets::Tickets;
 use crate::auth::verifier::Verifier;
@@ -44,9 +45,9 @@ pub struct Gateway {
     swapping: std::sync::Mutex<()>,
     /// Fixed at start: limits size the limiters and timers (a change needs a restart).
     pub limits: Limits,
-    pub cache: AuthCache,
-    pub verifier: Verifier,
-    pub limiters: Limiters,
+    /// Credential checks: the auth cache, the argon2 verifier, the limiters and the API tokens
+    /// (handed to auth as this one part, with the metrics and audit trail beside it).
+    pub auth: Auth,
     pub connections: Arc<Slots<IpAddr>>,
     /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
     /// unauthenticated HTTPS connections only a share, and they are shed first (`front/listen/table.rs`).
@@ -56,8 +57,6 @@ pub struct Gateway {
     pub tickets: Tickets,
     /// The web UI's hashed assets, compressed once (issue 14).
     pub compressed: crate::support::compress::AssetCache,
-    /// API tokens: the state database, the digest key, a short cache of verified tokens.
-    pub tokens: crate::auth::tokens::Tokens,
     /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
     pub web: crate::auth::sessions::WebSessions,
     pub handoffs: crate::auth::handoff::Handoffs,
@@ -142,9 +141,12 @@ impl Gateway {
         Ok(Arc::new(Gateway {
             state,
             swapping: std::sync::Mutex::new(()),
-            cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
-            verifier: Verifier::new(cores),
-            limiters: Limiters::new(&limits),
+            auth: Auth {
+                cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
+                verifier: Verifier::new(cores),
+                limiters: Limiters::new(&limits),
+                tokens,
+            },
             connections: Arc::default(),
             conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
                 connection_cap,
@@ -154,7 +156,6 @@ impl Gateway {
             streams: Arc::default(),
             tickets: Tickets::default(),
             compressed: Default::default(),
-            tokens,
             web,
             handoffs: crate::auth::handoff::Handoffs::new(limits.handoff_ttl),
             ports: std::sync::OnceLock::new(),
@@ -289,7 +290,7 @@ impl Gateway {
         }
         // Verified credentials of users who were removed or got a new hash can never match again;
         // drop them now rather than waiting for eviction.
-        self.cache.retain_users(|name| {
+        self.auth.cache.retain_users(|name| {
             matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
         });
         end_sessions_of_new_passwords(&self.web, &self.audit, &state);

@@ -17,7 +17,7 @@ use crate::upstream::supervise::Status;
 
 pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     let mut r = Registry::with_prefix(crate::metrics::PREFIX);
-    let c = gw.verifier.counters();
+    let c = gw.auth.verifier.counters();
     let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {
         r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));
     };
@@ -48,7 +48,7 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         &mut r,
         "auth_cache_entries",
         "Verified credentials cached",
-        gw.cache.len() as u64,
+        gw.auth.cache.len() as u64,
     );
     gauge(
         &mut r,

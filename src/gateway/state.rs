@@ -2,47 +2,22 @@
 //! projects, routes and the TLS configuration. Connections in flight keep the snapshot they
 //! started with; a config that fails to build changes nothing.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use argon2::PasswordHash;
-
 use crate::auth::cache::fingerprint;
-use crate::config::{Grants, Project, Settings, UpstreamKind};
+use crate::auth::users::{UserState, Users};
+use crate::config::{Project, Settings, UpstreamKind};
 use crate::policy::drift::UpstreamApi;
+use crate::support::name_map::NameMap;
 use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
-/// Users and projects by name. Every request looks both up, and their keys come only from the
-/// config file (a request can look a name up but never add one), so a plain FNV-1a hash is safe
-/// here and several times cheaper than SipHash on short names.
-pub type NameMap<V> = HashMap<String, V, BuildHasherDefault<Fnv1a>>;
-
-#[derive(Default)]
-pub struct Fnv1a(u64);
-
-impl Hasher for Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 pub struct State {
     pub settings: Arc<Settings>,
     pub projects: NameMap<Arc<ProjectState>>,
-    pub users: NameMap<Arc<UserState>>,
+    pub users: Users,
     /// With exactly one project, it is also served at `/`.
     pub only_project: Option<String>,
     /// The config's `[[route_role]]` entries, compiled.
@@ -67,15 +42,6 @@ pub struct ProjectState {
 pub enum Upstream {
     Fixed(Arc<Endpoint>),
     Supervised(Arc<Supervised>),
-}
-
-pub struct UserState {
-    pub name: Arc<str>,
-    pub hash: Option<PasswordHash>,
-    /// Digest of the PHC text: part of every auth-cache key of this user.
-    pub fingerprint: [u8; 32],
-    pub grants: Grants,
-    pub ssh_keys: Vec<russh::keys::PublicKey>,
 }
 
 impl ProjectState {
@@ -130,7 +96,7 @@ impl State {
         supervisor: &Supervisor,
         metrics: &crate::metrics::Metrics,
     ) -> anyhow::Result<State> {
-        let mut users = NameMap::default();
+        let mut users = Users::default();
         for u in &settings.users {
             users.insert(
                 u.name.clone(),

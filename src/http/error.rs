@@ -84,6 +84,31 @@ fn retry_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// A refused credential: the same errors, and so the same status, body and headers (`WWW-Authenticate`,
+/// `Retry-After`), as every other way a request fails.
+impl From<crate::auth::AuthError> for HttpError {
+    fn from(e: crate::auth::AuthError) -> HttpError {
+        use crate::auth::AuthError;
+        match e {
+            AuthError::BadCredentials => HttpError::BadCredentials,
+            AuthError::BadToken => HttpError::BadToken,
+            AuthError::LoginLimited { retry_after, reason } => HttpError::LoginLimited { retry_after, reason },
+            AuthError::StateUnavailable => HttpError::StateUnavailable,
+        }
+    }
+}
+
+/// A route the role may not use (403), or a path the gateway cannot read as OpenCode would (400).
+impl From<crate::policy::authz::Refused> for HttpError {
+    fn from(e: crate::policy::authz::Refused) -> HttpError {
+        use crate::policy::authz::Refused;
+        match e {
+            Refused::Forbidden(why) => HttpError::Forbidden(why),
+            Refused::BadPath(refusal) => HttpError::BadPath(refusal),
+        }
+    }
+}
+
 impl From<&HttpError> for StatusCode {
     fn from(e: &HttpError) -> StatusCode {
         use HttpError::*;
@@ -298,6 +323,39 @@ mod tests {
         for (e, status) in cases {
             assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");
         }
+    }
+
+    /// Auth and the route policy say why; this table says how that is answered, as it did when
+    /// they returned these errors themselves.
+    #[test]
+    fn stage_refusals_become_the_same_errors() {
+        use crate::auth::AuthError;
+        use crate::policy::authz::Refused;
+        let limited = HttpError::from(AuthError::LoginLimited {
+            retry_after: Duration::from_millis(1500),
+            reason: "address",
+        });
+        assert!(matches!(
+            limited,
+            HttpError::LoginLimited { retry_after, reason: "address" } if retry_after == Duration::from_millis(1500)
+        ));
+        assert!(matches!(
+            HttpError::from(AuthError::BadCredentials),
+            HttpError::BadCredentials
+        ));
+        assert!(matches!(HttpError::from(AuthError::BadToken), HttpError::BadToken));
+        assert!(matches!(
+            HttpError::from(AuthError::StateUnavailable),
+            HttpError::StateUnavailable
+        ));
+        assert!(matches!(
+            HttpError::from(Refused::Forbidden("no".into())),
+            HttpError::Forbidden(why) if why == "no"
+        ));
+        assert!(matches!(
+            HttpError::from(Refused::BadPath(crate::policy::canonical::PathRefusal::DotSegment)),
+            HttpError::BadPath(crate::policy::canonical::PathRefusal::DotSegment)
+        ));
     }
 
     #[test]

@@ -23,9 +23,10 @@ use crate::audit::Via;
 use crate::audit::Who;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
+use crate::auth::users::UserState;
 use crate::config::Role;
 use crate::gateway::Gateway;
-use crate::gateway::state::{State, UserState};
+use crate::gateway::state::State;
 use crate::http::audit::Pending;
 use crate::http::body::{AccessRecord, ProxyBody, RequestBody, StreamHold};
 use crate::http::error::HttpError;
@@ -322,7 +323,7 @@ fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade: bool) -> 
             target.label()
         )));
     }
-    gw.limiters.request(&user.name).map_err(|d| {
+    gw.auth.limiters.request(&user.name).map_err(|d| {
         gw.metrics.refused(Refusal::Requests);
         HttpError::RateLimited {
             retry_after: d.retry_after,
@@ -532,15 +533,20 @@ async fn identify(
         Ok(None) => credentials::from_query(parts.uri.query()),
         Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
     };
+    let check = crate::auth::Check {
+        auth: &gw.auth,
+        metrics: &gw.metrics,
+        audit: &gw.audit,
+        users: &state.users,
+    };
     match creds {
         // A token never goes to argon2, whichever way it comes.
         Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
-            tokens::authenticate(gw, state, client, Some(&user), &password)
-                .await
-                .map(by_token)
+            let found = tokens::authenticate(&check, client, Some(&user), &password).await?;
+            Ok(by_token(found))
         }
         Some(Credentials::Basic { user, password }) => {
-            let (user, until) = crate::auth::password_until(gw, state, client, &user, &password, "basic").await?;
+            let (user, until) = crate::auth::password_until(&check, client, &user, &password, "basic").await?;
             // Only a header's credential: one from the query is not what the next request's
             // header will be compared with.
             if let Some(h) = header {
@@ -549,9 +555,8 @@ async fn identify(
             Ok(plain(Via::Password)(user))
         }
         Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
-            tokens::authenticate(gw, state, client, None, &token)
-                .await
-                .map(by_token)
+            let found = tokens::authenticate(&check, client, None, &token).await?;
+            Ok(by_token(found))
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => by_cookie_or_ticket(gw, state, conn, client, parts, host, target, upgrade).await,

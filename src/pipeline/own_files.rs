@@ -10,8 +10,9 @@ use std::path::Path;
 use http::request::Parts;
 
 use super::request::Target;
+use crate::auth::users::UserState;
 use crate::gateway::Gateway;
-use crate::gateway::state::{ProjectState, UserState};
+use crate::gateway::state::ProjectState;
 use crate::http::error::HttpError;
 
 /// Refuse `candidate` (relative to the project's directory, or absolute) if it is a gateway file.

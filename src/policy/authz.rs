@@ -15,12 +15,22 @@ use std::sync::OnceLock;
 
 use http::Method;
 
-use super::canonical::{CanonicalPath, push_segment};
+use super::canonical::{CanonicalPath, PathRefusal, push_segment};
 use super::drift::{RouteRoles, UpstreamApi};
 use super::plan::{self, BodyRule, Treatment};
 use super::routes::ROUTES;
 use crate::config::Role;
-use crate::http::error::HttpError;
+
+/// Why a request may not use a route. Said here; the status and body each gets are decided with
+/// every other error's in the one table of `http/error.rs` (`From<Refused> for HttpError`), so
+/// the policy knows no HTTP type.
+#[derive(Debug)]
+pub enum Refused {
+    /// The role does not reach the route's class, or no role may use it: the sentence says which.
+    Forbidden(String),
+    /// The path cannot be read the way OpenCode would read it.
+    BadPath(PathRefusal),
+}
 
 /// What a route does, in increasing power.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -119,7 +129,7 @@ impl ApiRoute {
 /// The table grouped by its first segment (every pattern starts with a literal one).
 /// Keys are the table's own root names, fixed at build: a client can look a name up but never add
 /// one, so FNV-1a (several times cheaper than SipHash on short names) is safe.
-type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::gateway::state::Fnv1a>>;
+type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::support::name_map::Fnv1a>>;
 
 pub(super) fn index() -> &'static Index {
     static INDEX: OnceLock<Index> = OnceLock::new();
@@ -355,34 +365,28 @@ impl<'a> Lower<'a> {
 
 /// May `role` use a route of this class? `label` names the route in the refusal, `note` says
 /// where its role comes from when that is not the table.
-pub fn check_target(
-    role: Role,
-    method: &Method,
-    class: Option<Class>,
-    label: &str,
-    note: &str,
-) -> Result<(), HttpError> {
+pub fn check_target(role: Role, method: &Method, class: Option<Class>, label: &str, note: &str) -> Result<(), Refused> {
     match class {
         Some(class) if role >= class.least_role() => Ok(()),
-        Some(class) => Err(HttpError::Forbidden(format!(
+        Some(class) => Err(Refused::Forbidden(format!(
             "{method} {label} needs the {} role; you are {}{note}",
             class.least_role().as_str(),
             role.as_str()
         ))),
-        None => Err(HttpError::Forbidden(format!(
+        None => Err(Refused::Forbidden(format!(
             "{method} {label} is not a route the gateway allows"
         ))),
     }
 }
 
 /// Parse and check a raw path in one call: for tests and tools.
-pub fn check_path(role: Role, method: &Method, raw: &str) -> Result<(), HttpError> {
+pub fn check_path(role: Role, method: &Method, raw: &str) -> Result<(), Refused> {
     check_path_with(role, method, raw, Extra::NONE)
 }
 
 /// [`check_path`] with an upstream's document and config entries.
-pub fn check_path_with(role: Role, method: &Method, raw: &str, extra: Extra<'_>) -> Result<(), HttpError> {
-    let path = CanonicalPath::parse(raw).map_err(HttpError::BadPath)?;
+pub fn check_path_with(role: Role, method: &Method, raw: &str, extra: Extra<'_>) -> Result<(), Refused> {
+    let path = CanonicalPath::parse(raw).map_err(Refused::BadPath)?;
     let resolved = resolve_with(method, path.segments(), extra);
     let note = resolved.route.map_or("", |r| r.note());
     check_target(role, method, resolved.class, resolved.label(), note)

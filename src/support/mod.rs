@@ -1,8 +1,9 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
-//! (`ttl_map`), response compression and the compressed-asset cache (`compress`), private files
-//! (`files`), this machine's names and addresses (`host`), DER validity (`der`), form encoding
-//! (`form`), the worker runtimes (`workers`), giving memory back (`memory`), logging
-//! (`telemetry`) and the rustls crypto provider (`tls`).
+//! (`ttl_map`), the map of config names (`name_map`), response compression and the
+//! compressed-asset cache (`compress`), private files (`files`), this machine's names and
+//! addresses (`host`), DER validity (`der`), form encoding (`form`), the worker runtimes
+//! (`workers`), giving memory back (`memory`), logging (`telemetry`) and the rustls crypto
+//! provider (`tls`).
 
 pub mod compress;
 pub mod der;
@@ -10,6 +11,7 @@ pub mod files;
 pub mod form;
 pub mod host;
 pub mod memory;
+pub mod name_map;
 pub mod telemetry;
 pub mod tls;
 pub mod ttl_map;

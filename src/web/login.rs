@@ -71,7 +71,16 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     let password = Secret::new(f.get("password").cloned().unwrap_or_default());
     let next = form::local_path(f.get("next").map_or("/", String::as_str)).to_string();
     // A token typed as the password is refused there without argon2, like on SSH.
-    let verdict = crate::auth::password(ctx.gw, ctx.state, ctx.client, user, &password, "form").await;
+    let check = crate::auth::Check {
+        auth: &ctx.gw.auth,
+        metrics: &ctx.gw.metrics,
+        audit: &ctx.gw.audit,
+        users: &ctx.state.users,
+    };
+    // Read as the error every other request would get (the same message and limit).
+    let verdict = crate::auth::password(&check, ctx.client, user, &password, "form")
+        .await
+        .map_err(HttpError::from);
     let u = match verdict {
         Ok(u) => u,
         Err(e @ HttpError::LoginLimited { .. }) => {

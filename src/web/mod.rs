@@ -182,7 +182,7 @@ pub struct Ctx<'a> {
 /// identified, the client's address and where the act came from (for the audit trail).
 pub type OnBehalf = for<'g> fn(
     &'g Arc<Gateway>,
-    Arc<crate::gateway::state::UserState>,
+    Arc<crate::auth::users::UserState>,
     crate::audit::Who,
     IpAddr,
     &'static str,

@@ -50,7 +50,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     // Every attempt is charged to the address alone, whatever its id selects: a budget that
     // followed the code's user would tell live ids from unknown ones by which budget runs out.
     // Guessing one code's secret is bounded by the code itself (MAX_TRIES, then it dies).
-    if let Err(d) = ctx.gw.limiters.address_attempt(ctx.client) {
+    if let Err(d) = ctx.gw.auth.limiters.address_attempt(ctx.client) {
         return limited(ctx, d);
     }
     // Only for the log: the person sees the same answer whichever reason it was.
@@ -97,7 +97,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         .web
         .create(&device.user, Origin::Device(&device.id), DEVICE)
         .await?;
-    ctx.gw.limiters.login_succeeded(ctx.client, &live.user);
+    ctx.gw.auth.limiters.login_succeeded(ctx.client, &live.user);
     ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, true);
     tracing::info!(target: "security", peer = %ctx.client, user = %device.user, device = %device.id, label = %device.label, session = %live.id, "device paired");
     ctx.gw.audit.record(

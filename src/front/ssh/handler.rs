@@ -177,7 +177,13 @@ impl russh::server::Handler for Conn {
             return Ok(self.reject());
         }
         let state = self.gw.state();
-        match crate::auth::password(&self.gw, &state, self.peer.ip(), user, &Secret::new(password), "ssh").await {
+        let check = crate::auth::Check {
+            auth: &self.gw.auth,
+            metrics: &self.gw.metrics,
+            audit: &self.gw.audit,
+            users: &state.users,
+        };
+        match crate::auth::password(&check, self.peer.ip(), user, &Secret::new(password), "ssh").await {
             Ok(u) => {
                 self.logged_in(&u.name.clone(), "password");
                 Ok(Auth::Accept)
