@@ -110,6 +110,9 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
     if !resp.status().is_success() {
         return format!("GET /global/event answered {}", resp.status());
     }
+    // Counted open from the stream's answer, before the seed is published: whoever sees the
+    // re-seeded inbox also sees the subscription that seeded it.
+    let _open = Open::new(&inbox.subscriptions);
     for t in targets {
         let seed = match seed(inbox, endpoint, t.directory.as_deref()).await {
             Ok(s) => s,
@@ -124,7 +127,6 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
             e
         });
     }
-    let _open = Open::new(&inbox.subscriptions);
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     let mut skipping = false;
