@@ -101,9 +101,12 @@ pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError
     // Streams may legitimately say nothing for a long time (the per-session event stream sends
     // no headers until its first event), so only ordinary requests are timed.
     let asked = std::time::Instant::now();
-    let sent = endpoint
-        .pool
-        .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout);
+    // Pinned where it is made: the time-out wraps a reference, not a copy of the whole future.
+    let sent = std::pin::pin!(
+        endpoint
+            .pool
+            .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout)
+    );
     let result = match target.treatment().long_lived() {
         true => sent.await,
         false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
