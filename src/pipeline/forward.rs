@@ -55,82 +55,77 @@ pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpErr
     }
 }
 
-pub async fn forward(f: Forwarding<'_>) -> Result<Response<ProxyBody>, HttpError> {
-    let Forwarding {
-        gw,
-        conn,
-        client,
-        endpoint,
-        user,
-        mut parts,
-        body,
-        target,
-        host,
-        upgrade,
-        stream_slot,
-        mut audit,
-        terminal_close,
-    } = f;
-    let project = &*target.project;
-    let method = parts.method.clone();
-    let client_upgrade = upgrade.as_ref().map(|_| {
-        let mut head = Request::new(());
-        *head.extensions_mut() = std::mem::take(&mut parts.extensions);
-        hyper::upgrade::on(head)
-    });
-    // Taken before the headers are rewritten for the upstream (which asks it for identity), for
-    // the web UI's files and the compressible API routes only (decided on the resolved route).
-    // GET only: a HEAD answer has a length but no body to compress.
-    let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
-        None
-    } else {
-        crate::support::compress::Ask::take(&parts.headers)
-    };
-    upstream_head(&mut parts, conn, client, host, endpoint, target, upgrade.clone())?;
-    let body = upstream_body(
-        gw,
-        client,
-        user,
-        endpoint,
-        target,
-        body,
-        upgrade.is_some(),
-        audit.as_deref_mut(),
-    )
-    .await?;
-    // Streams may legitimately say nothing for a long time (the per-session event stream sends
-    // no headers until its first event), so only ordinary requests are timed.
-    let asked = std::time::Instant::now();
-    // Pinned where it is made: the time-out wraps a reference, not a copy of the whole future.
-    let sent = std::pin::pin!(
-        endpoint
-            .pool
-            .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout)
-    );
-    let result = match target.treatment().long_lived() {
-        true => sent.await,
-        false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
-            .await
-            .map_err(|_| timed_out(gw, project))?,
-    };
-    let (response, lease) = received(gw, project, asked, result)?;
-    response::answer(Answer {
-        gw,
-        user,
-        method: &method,
-        target,
-        endpoint,
-        response,
-        lease,
-        client_upgrade,
-        stream_slot,
-        created: audit
-            .filter(|p| p.kind == AuditKind::SessionCreate)
-            .map(|p| &mut p.created),
-        terminal_close,
-        compress,
-    })
-    .await
+/// The request phase. Not an `async fn`: an async fn keeps each by-value argument twice in its
+/// future (once as given, once bound inside), and every connection's task holds the largest
+/// request future it may run; the fields of `f` are used where they lie (docs/performance.md).
+#[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
+pub fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
+    async move {
+        let (gw, target) = (f.gw, f.target);
+        let project = &*target.project;
+        let method = f.parts.method.clone();
+        let client_upgrade = f.upgrade.as_ref().map(|_| {
+            let mut head = Request::new(());
+            *head.extensions_mut() = std::mem::take(&mut f.parts.extensions);
+            hyper::upgrade::on(head)
+        });
+        // Taken before the headers are rewritten for the upstream (which asks it for identity),
+        // for the web UI's files and the compressible API routes only (decided on the resolved
+        // route). GET only: a HEAD answer has a length but no body to compress.
+        let compress = if !target.may_compress() || f.upgrade.is_some() || f.parts.method != http::Method::GET {
+            None
+        } else {
+            crate::support::compress::Ask::take(&f.parts.headers)
+        };
+        let upgrade = f.upgrade.take();
+        let upgrading = upgrade.is_some();
+        upstream_head(&mut f.parts, f.conn, f.client, f.host, f.endpoint, target, upgrade)?;
+        let body = upstream_body(
+            gw,
+            f.client,
+            f.user,
+            f.endpoint,
+            target,
+            f.body,
+            upgrading,
+            f.audit.as_deref_mut(),
+        )
+        .await?;
+        // Streams may legitimately say nothing for a long time (the per-session event stream
+        // sends no headers until its first event), so only ordinary requests are timed.
+        let asked = std::time::Instant::now();
+        // Pinned where it is made: the time-out wraps a reference, not a copy of the future.
+        let sent = std::pin::pin!(
+            f.endpoint
+                .pool
+                .send(Request::from_parts(f.parts, body), gw.limits.upstream_connect_timeout)
+        );
+        let result = match target.treatment().long_lived() {
+            true => sent.await,
+            false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
+                .await
+                .map_err(|_| timed_out(gw, project))?,
+        };
+        let (response, lease) = received(gw, project, asked, result)?;
+        response::answer(Answer {
+            gw,
+            user: f.user,
+            method: &method,
+            target,
+            endpoint: f.endpoint,
+            response,
+            lease,
+            client_upgrade,
+            stream_slot: f.stream_slot,
+            created: f
+                .audit
+                .filter(|p| p.kind == AuditKind::SessionCreate)
+                .map(|p| &mut p.created),
+            terminal_close: f.terminal_close,
+            compress,
+        })
+        .await
+    }
 }
 
 /// The head the upstream gets: the canonical path in origin form with the client's query (less

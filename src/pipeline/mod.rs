@@ -118,70 +118,75 @@ fn log_target(uri: &http::Uri) -> String {
     t
 }
 
-async fn handle_inner(
-    gw: &Arc<Gateway>,
-    state: &State,
-    conn: &ConnInfo,
+#[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
+fn handle_inner<'a>(
+    gw: &'a Arc<Gateway>,
+    state: &'a State,
+    conn: &'a ConnInfo,
     client: IpAddr,
     parts: Parts,
-    body: &mut Option<Incoming>,
-    record: &mut AccessRecord,
-) -> Result<Response<ProxyBody>, HttpError> {
-    let limits = &gw.limits;
-    let uri_len = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
-    if uri_len > limits.max_uri_bytes {
-        return Err(HttpError::UriTooLong {
-            max: limits.max_uri_bytes,
-        });
-    }
-    let Reading {
-        host,
-        upgrade,
-        target,
-        page,
-    } = request::read(state, conn, &parts)?;
-    if let Some(page) = page {
-        let body = body.take().expect("the body is taken once, here or by the forward");
-        return serve_page(gw, state, conn, client, &parts, host.as_deref(), body, page, record).await;
-    }
+    body: &'a mut Option<Incoming>,
+    record: &'a mut AccessRecord,
+) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
+    // Not an `async fn`, so `parts` is kept once in the future (see `forward::forward`).
+    async move {
+        let limits = &gw.limits;
+        let uri_len = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
+        if uri_len > limits.max_uri_bytes {
+            return Err(HttpError::UriTooLong {
+                max: limits.max_uri_bytes,
+            });
+        }
+        let Reading {
+            host,
+            upgrade,
+            target,
+            page,
+        } = request::read(state, conn, &parts)?;
+        if let Some(page) = page {
+            let body = body.take().expect("the body is taken once, here or by the forward");
+            return serve_page(gw, state, conn, client, &parts, host.as_deref(), body, page, record).await;
+        }
 
-    let Identified { user, by_cookie, who } = identify(
-        gw,
-        state,
-        conn,
-        client,
-        &parts,
-        host.as_deref(),
-        &target,
-        upgrade.is_some(),
-    )
-    .await?;
-    record.user = Some(user.name.clone());
-    // A valid credential: the connection leaves the unauthenticated share (front/listen/table.rs).
-    conn.authenticated(gw);
+        let Identified { user, by_cookie, who } = identify(
+            gw,
+            state,
+            conn,
+            client,
+            &parts,
+            host.as_deref(),
+            &target,
+            upgrade.is_some(),
+        )
+        .await?;
+        record.user = Some(user.name.clone());
+        // A valid credential: the connection leaves the unauthenticated share (front/listen/table.rs).
+        conn.authenticated(gw);
 
-    if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host) {
-        tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
-        return Err(HttpError::Forbidden(
-            "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
-        ));
+        if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host)
+        {
+            tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
+            return Err(HttpError::Forbidden(
+                "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
+            ));
+        }
+        let on = Proceeding {
+            gw,
+            state,
+            conn,
+            client,
+            host: host.as_deref(),
+            user: &user,
+            who,
+            origin: if by_cookie {
+                OriginRule::Cookie
+            } else {
+                OriginRule::Credentials
+            },
+        };
+        let body = || RequestBody::Stream(body.take().expect("the body is taken once, here or by a page"));
+        proceed(&on, parts, target?, upgrade, body, record).await
     }
-    let on = Proceeding {
-        gw,
-        state,
-        conn,
-        client,
-        host: host.as_deref(),
-        user: &user,
-        who,
-        origin: if by_cookie {
-            OriginRule::Cookie
-        } else {
-            OriginRule::Credentials
-        },
-    };
-    let body = || RequestBody::Stream(body.take().expect("the body is taken once, here or by a page"));
-    proceed(&on, parts, target?, upgrade, body, record).await
 }
 
 /// A gateway page: its answer, or (for a browser) its error as a page.
@@ -244,40 +249,43 @@ pub(crate) struct Proceeding<'a> {
 /// The phases after identification, the same for a client's request and for one the gateway
 /// makes on a user's behalf: admit (role, origin, limits, size, files), plan (endpoint, the
 /// upstream's own routes, session scope, audit), forward. `body` is taken only by the forward.
-pub(crate) async fn proceed(
-    on: &Proceeding<'_>,
+#[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
+pub(crate) fn proceed<'a>(
+    on: &'a Proceeding<'a>,
     parts: Parts,
-    target: Target,
+    mut target: Target,
     upgrade: Option<HeaderValue>,
-    body: impl FnOnce() -> RequestBody,
-    record: &mut AccessRecord,
-) -> Result<Response<ProxyBody>, HttpError> {
-    record.project = Some(target.project.clone());
-    record.class = target.class();
-    let admitted = admit(on, &parts, &target, upgrade.is_some())?;
-    let mut target = target;
-    let planned = plan(on, &parts, &mut target, admitted.role, record).await?;
-    let mut audit = planned.audit;
-    let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&on.gw.audit));
-    let result = forward::forward(Forwarding {
-        gw: on.gw,
-        conn: on.conn,
-        client: on.client,
-        endpoint: &planned.endpoint,
-        user: on.user,
-        parts,
-        body: body(),
-        target: &target,
-        host: on.host,
-        upgrade,
-        stream_slot: admitted.stream_slot,
-        audit: audit.as_deref_mut(),
-        terminal_close,
-    })
-    .await;
-    // Finished once the status (the upstream's, or the gateway's error) is known.
-    record.audit = audit;
-    result
+    body: impl FnOnce() -> RequestBody + 'a,
+    record: &'a mut AccessRecord,
+) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
+    // Not an `async fn`, so the arguments are kept once in the future (see `forward::forward`).
+    async move {
+        record.project = Some(target.project.clone());
+        record.class = target.class();
+        let admitted = admit(on, &parts, &target, upgrade.is_some())?;
+        let planned = plan(on, &parts, &mut target, admitted.role, record).await?;
+        let mut audit = planned.audit;
+        let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&on.gw.audit));
+        let result = forward::forward(Forwarding {
+            gw: on.gw,
+            conn: on.conn,
+            client: on.client,
+            endpoint: &planned.endpoint,
+            user: on.user,
+            parts,
+            body: body(),
+            target: &target,
+            host: on.host,
+            upgrade,
+            stream_slot: admitted.stream_slot,
+            audit: audit.as_deref_mut(),
+            terminal_close,
+        })
+        .await;
+        // Finished once the status (the upstream's, or the gateway's error) is known.
+        record.audit = audit;
+        result
+    }
 }
 
 struct Admitted {
