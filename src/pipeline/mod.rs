@@ -1,17 +1,25 @@
-//! One request through the gateway. [`handle`] keeps the books (access record, metrics, error
-//! response); [`handle_inner`] runs the phases with `?`: read (the canonical request, or a
-//! gateway page) → identify → [`proceed`]: admit (role, origin, limits, size, the gateway's
-//! files) → plan (endpoint, session scope, audit) → [`forward`] (request phase) →
-//! [`response`] (response phase). A request the gateway makes on a user's behalf
-//! (`pipeline/internal.rs`) enters at [`proceed`].
+//! One request through the gateway, a phase a file: [`handle`] keeps the books (access record,
+//! metrics, the audit record, the error response); `handle_inner` reads the request once
+//! (`request`: the canonical request, or one of the gateway's pages) and identifies its user
+//! (`identify`); [`proceed`] then admits it (`admit`: role, origin, limits, size, the gateway's
+//! files), plans it (`plan`: endpoint, the upstream's own routes, session scope, audit) and
+//! forwards it (`forward`: the request phase; `response`: the answer). A request the gateway
+//! makes on a user's behalf (`internal`) enters at [`proceed`].
 
+mod admit;
 pub mod forward;
+mod identify;
 pub mod internal;
 pub mod own_files;
+mod plan;
 pub mod request;
 pub mod response;
 
 pub use crate::http::transport::{ConnInfo, Front};
+
+use admit::admit;
+use identify::{Identified, identify};
+use plan::plan;
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -19,26 +27,18 @@ use std::sync::Arc;
 use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
-use crate::audit::Via;
 use crate::audit::Who;
-use crate::auth::credentials::{self, Credentials};
-use crate::auth::tokens;
 use crate::auth::users::UserState;
-use crate::config::Role;
 use crate::gateway::Gateway;
 use crate::gateway::state::State;
-use crate::http::audit::Pending;
-use crate::http::body::{AccessRecord, ProxyBody, RequestBody, StreamHold};
+use crate::http::body::{AccessRecord, ProxyBody, RequestBody};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
-use crate::metrics::{Refusal, StreamKind};
-use crate::policy::plan::Treatment;
 use forward::Forwarding;
 use request::{Reading, Target};
 
-// Names built at compile time: a `&str` name is parsed and validated on every lookup.
+// Built at compile time: a `&str` name is parsed and validated on every lookup.
 const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
-const SEC_FETCH_SITE: http::HeaderName = http::HeaderName::from_static("sec-fetch-site");
 
 /// How long an audited act's answer waits for its record to be written (a slow disk does not
 /// hold answers back longer).
@@ -286,379 +286,4 @@ pub(crate) fn proceed<'a>(
         record.audit = audit;
         result
     }
-}
-
-struct Admitted {
-    role: Role,
-    stream_slot: Option<StreamHold>,
-}
-
-/// May this user do this here, now? The role the route needs, the origin rule, the request and
-/// stream budgets, the declared size, the gateway's own files, the workspace guard.
-fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade: bool) -> Result<Admitted, HttpError> {
-    let (gw, user, project) = (on.gw, on.user, &target.project);
-    let limits = &gw.limits;
-    let role = user
-        .grants
-        .role_in(&project.name)
-        .ok_or_else(|| HttpError::NotGranted {
-            user: user.name.to_string(),
-            project: project.name.to_string(),
-        })?;
-    crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-    match on.origin {
-        OriginRule::Cookie => {
-            // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
-            // say the project front's exact origin.
-            let own =
-                crate::policy::origin::normalize(&format!("https://{}", on.host.unwrap_or(""))).unwrap_or_default();
-            crate::web::csrf::check(&parts.method, upgrade, &parts.headers, &own, &on.state.settings.server.allowed_origins)
-                .map_err(|r| {
-                    tracing::warn!(target: "security", peer = %on.client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
-                    HttpError::Forbidden(r.message().into())
-                })?;
-        }
-        OriginRule::Credentials => {
-            check_origin(on.state, on.conn, parts, on.host, upgrade, &user.name, &project.name)?;
-        }
-        OriginRule::CheckedByPage => {}
-    }
-    let treatment = target.treatment();
-    if upgrade && treatment != Treatment::TerminalConnect {
-        return Err(HttpError::BadRequest(format!(
-            "{} {} does not switch protocols; only terminal connections do",
-            parts.method,
-            target.label()
-        )));
-    }
-    gw.auth.limiters.request(&user.name).map_err(|d| {
-        gw.metrics.refused(Refusal::Requests);
-        HttpError::RateLimited {
-            retry_after: d.retry_after,
-        }
-    })?;
-    let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
-    if let Some(len) = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        && len > limits.max_body_bytes
-    {
-        return Err(HttpError::PayloadTooLarge {
-            max: limits.max_body_bytes,
-        });
-    }
-    own_files::check_request(gw, on.client, user, target, parts)?;
-    if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
-        return Err(HttpError::Forbidden(format!(
-            "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
-            parts.method,
-            target.label(),
-            project.name
-        )));
-    }
-    Ok(Admitted { role, stream_slot })
-}
-
-/// A long-lived request's hold: the user's stream slot (an SSH channel already holds one for
-/// everything it carries) and its count in the open-streams gauge.
-fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<StreamHold, HttpError> {
-    let gw = on.gw;
-    let slot = if matches!(on.conn.front, Front::Ssh { .. }) {
-        None
-    } else {
-        Some(
-            gw.streams
-                .try_acquire(on.user.name.clone(), gw.limits.max_streams_per_user)
-                .ok_or_else(|| {
-                    gw.metrics.refused(Refusal::Streams);
-                    HttpError::TooManyStreams {
-                        max: gw.limits.max_streams_per_user,
-                    }
-                })?,
-        )
-    };
-    let kind = if treatment == Treatment::TerminalConnect {
-        StreamKind::Terminal
-    } else {
-        StreamKind::Events
-    };
-    Ok(StreamHold {
-        slot,
-        gauge: gw.metrics.stream_open(kind),
-    })
-}
-
-struct Planned {
-    endpoint: Arc<crate::upstream::endpoint::Endpoint>,
-    audit: Option<Box<Pending>>,
-}
-
-/// Where and how it goes: the project's endpoint (started if it must be), the request judged
-/// again when the upstream's own route table arrived meanwhile, a shared upstream's session
-/// scope, and the audit record the route asks for.
-async fn plan(
-    on: &Proceeding<'_>,
-    parts: &Parts,
-    target: &mut Target,
-    role: Role,
-    record: &mut AccessRecord,
-) -> Result<Planned, HttpError> {
-    let gw = on.gw;
-    let project = target.project.clone();
-    let endpoint = match project.ready_endpoint() {
-        Some(e) => e,
-        None => project.endpoint(gw.limits.spawn_ready_timeout, &gw.upstream).await?,
-    };
-    // A server whose API document was not known when the request was read has it now (or could
-    // not be read): judge the request again with it (a route it added may need more than the
-    // table's guess).
-    if !target.upstream_known && project.api().is_some() {
-        *target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
-        crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-        own_files::check_request(gw, on.client, on.user, target, parts)?;
-        record.class = target.class();
-    }
-    if project.shared_upstream
-        && let Some(id) = &target.session
-    {
-        forward::check_session_scope(gw, &project, &endpoint, id).await?;
-    }
-    // Decided on the route the request was judged on; nothing allocated for other routes.
-    let audit = match target.route.and_then(|r| r.audit) {
-        Some(kind) if gw.audit.enabled() => Some(Box::new(Pending::begin(
-            kind,
-            &on.user.name,
-            &project.name,
-            on.client,
-            &on.who,
-            target.session.as_deref(),
-            target.label(),
-            &target.upstream_path,
-            &parts.headers,
-        ))),
-        _ => None,
-    };
-    Ok(Planned { endpoint, audit })
-}
-
-/// A browser page from elsewhere may not write or open terminals with the user's credentials
-/// (browsers attach cached Basic credentials to any request to the gateway's origin). Without an
-/// `Origin`, a browser's own word that the request is cross-site (`Sec-Fetch-Site`) is enough.
-fn check_origin(
-    state: &State,
-    conn: &ConnInfo,
-    parts: &Parts,
-    host: Option<&str>,
-    upgrade: bool,
-    user: &str,
-    project: &str,
-) -> Result<(), HttpError> {
-    let unsafe_method = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    if !unsafe_method && !upgrade {
-        return Ok(());
-    }
-    let Some(origin) = parts.headers.get(header::ORIGIN) else {
-        if parts
-            .headers
-            .get(SEC_FETCH_SITE)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
-        {
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
-            return Err(HttpError::Forbidden(
-                "a cross-site request (Sec-Fetch-Site: cross-site) may not write or open terminals".into(),
-            ));
-        }
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("null");
-    if crate::policy::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
-        return Ok(());
-    }
-    tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
-    Err(HttpError::Forbidden(format!(
-        "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
-    )))
-}
-
-/// A user identified by `via`, no device or token id, not by a cookie.
-fn plain(via: Via) -> impl Fn(Arc<UserState>) -> Identified {
-    move |user| Identified {
-        user,
-        by_cookie: false,
-        who: Who { via, id: None },
-    }
-}
-
-struct Identified {
-    user: Arc<UserState>,
-    /// A project host's cookie authenticated it (so the cookie CSRF rule applies).
-    by_cookie: bool,
-    /// How, for the audit trail.
-    who: Who,
-}
-
-/// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
-/// `auth_token`; the password may be an API token), else a Bearer API token, else a project
-/// host's own cookie (handed off from a browser login), else, for a terminal WebSocket only, a
-/// ticket this gateway relayed to the same project. A ticket is used up only once the request
-/// passes the origin check. A browser navigating to a project host with none of these is sent to
-/// the login host's handoff.
-#[allow(clippy::too_many_arguments)]
-async fn identify(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
-    target: &Result<Target, HttpError>,
-    upgrade: bool,
-) -> Result<Identified, HttpError> {
-    let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
-        user,
-        by_cookie: false,
-        who: Who {
-            via: Via::Token,
-            id: Some(id),
-        },
-    };
-    if let Front::Ssh { user, .. } = &conn.front {
-        return state
-            .users
-            .get(&**user)
-            .cloned()
-            .map(plain(Via::Ssh))
-            .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
-    }
-    // The same Authorization header as the last password verified on this connection.
-    let header = parts.headers.get(header::AUTHORIZATION);
-    if let Some(user) = header.and_then(|h| conn.auth_memo.recall(h.as_bytes(), &state.users)) {
-        return Ok(plain(Via::Password)(user));
-    }
-    let creds = match credentials::from_headers(&parts.headers) {
-        Ok(Some(c)) => Some(c),
-        Ok(None) => credentials::from_query(parts.uri.query()),
-        Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
-    };
-    let check = crate::auth::Check {
-        auth: &gw.auth,
-        metrics: &gw.metrics,
-        audit: &gw.audit,
-        users: &state.users,
-    };
-    match creds {
-        // A token never goes to argon2, whichever way it comes.
-        Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
-            let found = tokens::authenticate(&check, client, Some(&user), &password).await?;
-            Ok(by_token(found))
-        }
-        Some(Credentials::Basic { user, password }) => {
-            let (user, until) = crate::auth::password_until(&check, client, &user, &password, "basic").await?;
-            // Only a header's credential: one from the query is not what the next request's
-            // header will be compared with.
-            if let Some(h) = header {
-                conn.auth_memo.remember(h.as_bytes(), user.clone(), until);
-            }
-            Ok(plain(Via::Password)(user))
-        }
-        Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
-            let found = tokens::authenticate(&check, client, None, &token).await?;
-            Ok(by_token(found))
-        }
-        Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
-        None => by_cookie_or_ticket(gw, state, conn, client, parts, host, target, upgrade).await,
-    }
-}
-
-/// No credential in the request: a project front's own cookie, else (a terminal WebSocket
-/// only) a ticket this gateway relayed to the same project, used up once the origin passes.
-#[allow(clippy::too_many_arguments)]
-async fn by_cookie_or_ticket(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
-    target: &Result<Target, HttpError>,
-    upgrade: bool,
-) -> Result<Identified, HttpError> {
-    let Ok(t) = target else {
-        return Err(HttpError::Unauthenticated);
-    };
-    if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
-        let via = if device.is_some() { Via::Device } else { Via::Cookie };
-        return Ok(Identified {
-            user,
-            by_cookie: true,
-            who: Who { via, id: device },
-        });
-    }
-    let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
-        return Err(HttpError::Unauthenticated);
-    };
-    if !upgrade || t.treatment() != Treatment::TerminalConnect {
-        return Err(HttpError::Unauthenticated);
-    }
-    check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
-    match gw.tickets.take(&ticket, &t.project.name) {
-        Some(user) => state
-            .users
-            .get(&*user)
-            .cloned()
-            .map(plain(Via::Ticket))
-            .ok_or(HttpError::Unauthenticated),
-        None => Err(HttpError::Unauthenticated),
-    }
-}
-
-/// The user of a project front's own cookie (`web/front.rs`: a project host, or the project's
-/// own port), when the request is on that project's front and the session was handed off to
-/// exactly that project. A browser navigation there without one goes to the login host's
-/// handoff (only on a project front: the handoff can only give a cookie to one).
-async fn by_cookie(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
-    t: &Target,
-) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
-    let front = crate::web::front::of(conn, host, state.settings.server.base_domain.as_deref());
-    let crate::web::front::WebFront::Project { name, own_port } = front else {
-        return Ok(None);
-    };
-    if name != &*t.project.name {
-        return Ok(None);
-    }
-    if let Some(value) = front.find_session(&parts.headers)
-        && let Some(live) = gw.web.check(value, client).await?
-        && live.host.as_deref() == Some(&*t.project.name)
-        && let Some(user) = state.users.get(&*live.user)
-    {
-        return Ok(Some((user.clone(), live.device.clone())));
-    }
-    if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let handoff_state = crate::auth::sessions::random(16);
-        let here = host.unwrap_or("");
-        let location = match (own_port, state.settings.server.base_domain.as_deref()) {
-            (false, Some(domain)) => crate::web::handoff::login_redirect(domain, here, path, &handoff_state),
-            // A project port sends the browser to the main port of the same host it used, so the
-            // login and the project share a host (and a phone needs no other name).
-            _ => {
-                let main = gw.ports.get().map_or(state.settings.server.listen.port(), |p| p.main);
-                let bare = crate::policy::route::strip_port(here);
-                crate::web::handoff::login_redirect_to(&format!("{bare}:{main}"), here, path, &handoff_state)
-            }
-        };
-        return Err(HttpError::LoginRedirect {
-            location,
-            state: handoff_state,
-            cookie: front.handoff_cookie().into_owned(),
-        });
-    }
-    Ok(None)
 }

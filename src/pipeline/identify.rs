@@ -1,0 +1,203 @@
+//! Identify: the user behind a request (SSH login, Basic or Bearer credentials, a project host's
+//! cookie, a terminal ticket), before anything else is decided about it.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use http::{Method, header, request::Parts};
+
+use super::request::Target;
+use crate::audit::Via;
+use crate::audit::Who;
+use crate::auth::credentials::{self, Credentials};
+use crate::auth::tokens;
+use crate::auth::users::UserState;
+use crate::gateway::Gateway;
+use crate::gateway::state::State;
+use crate::http::error::HttpError;
+use crate::policy::plan::Treatment;
+
+use super::admit::check_origin;
+use super::{ConnInfo, Front};
+
+/// A user identified by `via`, no device or token id, not by a cookie.
+pub(super) fn plain(via: Via) -> impl Fn(Arc<UserState>) -> Identified {
+    move |user| Identified {
+        user,
+        by_cookie: false,
+        who: Who { via, id: None },
+    }
+}
+
+pub(super) struct Identified {
+    pub(super) user: Arc<UserState>,
+    /// A project host's cookie authenticated it (so the cookie CSRF rule applies).
+    pub(super) by_cookie: bool,
+    /// How, for the audit trail.
+    pub(super) who: Who,
+}
+
+/// The user behind a request: the SSH login for tunnels, else Basic credentials (header or
+/// `auth_token`; the password may be an API token), else a Bearer API token, else a project
+/// host's own cookie (handed off from a browser login), else, for a terminal WebSocket only, a
+/// ticket this gateway relayed to the same project. A ticket is used up only once the request
+/// passes the origin check. A browser navigating to a project host with none of these is sent to
+/// the login host's handoff.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn identify(
+    gw: &Gateway,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    target: &Result<Target, HttpError>,
+    upgrade: bool,
+) -> Result<Identified, HttpError> {
+    let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
+        user,
+        by_cookie: false,
+        who: Who {
+            via: Via::Token,
+            id: Some(id),
+        },
+    };
+    if let Front::Ssh { user, .. } = &conn.front {
+        return state
+            .users
+            .get(&**user)
+            .cloned()
+            .map(plain(Via::Ssh))
+            .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
+    }
+    // The same Authorization header as the last password verified on this connection.
+    let header = parts.headers.get(header::AUTHORIZATION);
+    if let Some(user) = header.and_then(|h| conn.auth_memo.recall(h.as_bytes(), &state.users)) {
+        return Ok(plain(Via::Password)(user));
+    }
+    let creds = match credentials::from_headers(&parts.headers) {
+        Ok(Some(c)) => Some(c),
+        Ok(None) => credentials::from_query(parts.uri.query()),
+        Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
+    };
+    let check = crate::auth::Check {
+        auth: &gw.auth,
+        metrics: &gw.metrics,
+        audit: &gw.audit,
+        users: &state.users,
+    };
+    match creds {
+        // A token never goes to argon2, whichever way it comes.
+        Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
+            let found = tokens::authenticate(&check, client, Some(&user), &password).await?;
+            Ok(by_token(found))
+        }
+        Some(Credentials::Basic { user, password }) => {
+            let (user, until) = crate::auth::password_until(&check, client, &user, &password, "basic").await?;
+            // Only a header's credential: one from the query is not what the next request's
+            // header will be compared with.
+            if let Some(h) = header {
+                conn.auth_memo.remember(h.as_bytes(), user.clone(), until);
+            }
+            Ok(plain(Via::Password)(user))
+        }
+        Some(Credentials::Bearer(token)) if tokens::is_token(token.expose()) => {
+            let found = tokens::authenticate(&check, client, None, &token).await?;
+            Ok(by_token(found))
+        }
+        Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
+        None => by_cookie_or_ticket(gw, state, conn, client, parts, host, target, upgrade).await,
+    }
+}
+
+/// No credential in the request: a project front's own cookie, else (a terminal WebSocket
+/// only) a ticket this gateway relayed to the same project, used up once the origin passes.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn by_cookie_or_ticket(
+    gw: &Gateway,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    target: &Result<Target, HttpError>,
+    upgrade: bool,
+) -> Result<Identified, HttpError> {
+    let Ok(t) = target else {
+        return Err(HttpError::Unauthenticated);
+    };
+    if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
+        let via = if device.is_some() { Via::Device } else { Via::Cookie };
+        return Ok(Identified {
+            user,
+            by_cookie: true,
+            who: Who { via, id: device },
+        });
+    }
+    let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
+        return Err(HttpError::Unauthenticated);
+    };
+    if !upgrade || t.treatment() != Treatment::TerminalConnect {
+        return Err(HttpError::Unauthenticated);
+    }
+    check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
+    match gw.tickets.take(&ticket, &t.project.name) {
+        Some(user) => state
+            .users
+            .get(&*user)
+            .cloned()
+            .map(plain(Via::Ticket))
+            .ok_or(HttpError::Unauthenticated),
+        None => Err(HttpError::Unauthenticated),
+    }
+}
+
+/// The user of a project front's own cookie (`web/front.rs`: a project host, or the project's
+/// own port), when the request is on that project's front and the session was handed off to
+/// exactly that project. A browser navigation there without one goes to the login host's
+/// handoff (only on a project front: the handoff can only give a cookie to one).
+pub(super) async fn by_cookie(
+    gw: &Gateway,
+    state: &State,
+    conn: &ConnInfo,
+    client: IpAddr,
+    parts: &Parts,
+    host: Option<&str>,
+    t: &Target,
+) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
+    let front = crate::web::front::of(conn, host, state.settings.server.base_domain.as_deref());
+    let crate::web::front::WebFront::Project { name, own_port } = front else {
+        return Ok(None);
+    };
+    if name != &*t.project.name {
+        return Ok(None);
+    }
+    if let Some(value) = front.find_session(&parts.headers)
+        && let Some(live) = gw.web.check(value, client).await?
+        && live.host.as_deref() == Some(&*t.project.name)
+        && let Some(user) = state.users.get(&*live.user)
+    {
+        return Ok(Some((user.clone(), live.device.clone())));
+    }
+    if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let handoff_state = crate::auth::sessions::random(16);
+        let here = host.unwrap_or("");
+        let location = match (own_port, state.settings.server.base_domain.as_deref()) {
+            (false, Some(domain)) => crate::web::handoff::login_redirect(domain, here, path, &handoff_state),
+            // A project port sends the browser to the main port of the same host it used, so the
+            // login and the project share a host (and a phone needs no other name).
+            _ => {
+                let main = gw.ports.get().map_or(state.settings.server.listen.port(), |p| p.main);
+                let bare = crate::policy::route::strip_port(here);
+                crate::web::handoff::login_redirect_to(&format!("{bare}:{main}"), here, path, &handoff_state)
+            }
+        };
+        return Err(HttpError::LoginRedirect {
+            location,
+            state: handoff_state,
+            cookie: front.handoff_cookie().into_owned(),
+        });
+    }
+    Ok(None)
+}

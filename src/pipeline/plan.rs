@@ -1,0 +1,66 @@
+//! Plan: where and how an admitted request goes (the endpoint, the upstream's own routes, a
+//! shared upstream's session scope, the audit record).
+
+use std::sync::Arc;
+
+use http::request::Parts;
+
+use super::request::Target;
+use super::{Proceeding, forward, own_files};
+use crate::config::Role;
+use crate::http::audit::Pending;
+use crate::http::body::AccessRecord;
+use crate::http::error::HttpError;
+
+pub(super) struct Planned {
+    pub(super) endpoint: Arc<crate::upstream::endpoint::Endpoint>,
+    pub(super) audit: Option<Box<Pending>>,
+}
+
+/// Where and how it goes: the project's endpoint (started if it must be), the request judged
+/// again when the upstream's own route table arrived meanwhile, a shared upstream's session
+/// scope, and the audit record the route asks for.
+pub(super) async fn plan(
+    on: &Proceeding<'_>,
+    parts: &Parts,
+    target: &mut Target,
+    role: Role,
+    record: &mut AccessRecord,
+) -> Result<Planned, HttpError> {
+    let gw = on.gw;
+    let project = target.project.clone();
+    let endpoint = match project.ready_endpoint() {
+        Some(e) => e,
+        None => project.endpoint(gw.limits.spawn_ready_timeout, &gw.upstream).await?,
+    };
+    // A server whose API document was not known when the request was read has it now (or could
+    // not be read): judge the request again with it (a route it added may need more than the
+    // table's guess).
+    if !target.upstream_known && project.api().is_some() {
+        *target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
+        crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
+        own_files::check_request(gw, on.client, on.user, target, parts)?;
+        record.class = target.class();
+    }
+    if project.shared_upstream
+        && let Some(id) = &target.session
+    {
+        forward::check_session_scope(gw, &project, &endpoint, id).await?;
+    }
+    // Decided on the route the request was judged on; nothing allocated for other routes.
+    let audit = match target.route.and_then(|r| r.audit) {
+        Some(kind) if gw.audit.enabled() => Some(Box::new(Pending::begin(
+            kind,
+            &on.user.name,
+            &project.name,
+            on.client,
+            &on.who,
+            target.session.as_deref(),
+            target.label(),
+            &target.upstream_path,
+            &parts.headers,
+        ))),
+        _ => None,
+    };
+    Ok(Planned { endpoint, audit })
+}
