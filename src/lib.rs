@@ -111,7 +111,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         http: http.as_ref().map(|l| l.local_addr()).transpose()?,
         gateway: gw.clone(),
     };
-    let _ = gw.ports.set(reach::BoundPorts {
+    let _ = gw.doors.ports.set(reach::BoundPorts {
         main: running.https.port(),
         projects: running
             .project_ports
@@ -137,7 +137,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
     match acme {
         Some(_) => front::acme::start(&gw),
         None => {
-            tokio::spawn(gateway::certs::watch(certs, gw.shutdown.clone()));
+            tokio::spawn(gateway::certs::watch(certs, gw.lifecycle.shutdown.clone()));
         }
     }
     if let Some(l) = http {
@@ -162,15 +162,15 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
                     ticks = ticks.wrapping_add(1);
                     if ticks.is_multiple_of(6) {
                         janitor.auth.limiters.purge();
-                        janitor.conn_table.purge();
+                        janitor.doors.conn_table.purge();
                     }
-                    let (peak, open) = janitor.conn_table.take_peak();
+                    let (peak, open) = janitor.doors.conn_table.take_peak();
                     if peak.saturating_sub(open) >= support::memory::TRIM_AFTER_CLOSED {
                         // Off the runtime: trimming walks every arena and may take milliseconds.
                         tokio::task::spawn_blocking(support::memory::give_back_free_memory);
                     }
                 }
-                _ = janitor.shutdown.cancelled() => break,
+                _ = janitor.lifecycle.shutdown.cancelled() => break,
             }
         }
     });
@@ -188,9 +188,9 @@ impl Running {
     /// and stop spawned servers.
     pub async fn stop(self) {
         let gw = self.gateway;
-        gw.shutdown.cancel();
-        gw.tasks.close();
-        let drained = tokio::time::timeout(gw.limits.drain_timeout, gw.tasks.wait())
+        gw.lifecycle.shutdown.cancel();
+        gw.lifecycle.tasks.close();
+        let drained = tokio::time::timeout(gw.limits.drain_timeout, gw.lifecycle.tasks.wait())
             .await
             .is_ok();
         if !drained {
@@ -198,10 +198,10 @@ impl Running {
                 deadline_s = gw.limits.drain_timeout.as_secs(),
                 "drain deadline reached: closing the remaining connections"
             );
-            gw.abort.cancel();
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.tasks.wait()).await;
+            gw.lifecycle.abort.cancel();
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.lifecycle.tasks.wait()).await;
         }
-        gw.supervisor.stop_all().await;
+        gw.lifecycle.supervisor.stop_all().await;
         // The last records (terminals closed by the drain, servers stopped) reach the file first.
         let audit = gw.audit.clone();
         let _ = tokio::task::spawn_blocking(move || audit.flush(std::time::Duration::from_secs(2))).await;

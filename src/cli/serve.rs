@@ -48,7 +48,7 @@ pub async fn serve(config: &Path, log_format: Option<crate::support::telemetry::
         admin = %running.admin.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
         control = %running.control.display(),
         ssh = %running.ssh.map(|a| a.to_string()).unwrap_or_else(|| "-".into()),
-        max_connections = running.gateway.connection_cap,
+        max_connections = running.gateway.doors.connection_cap,
         projects = settings.projects.len(),
         users = settings.users.len(),
         "gateway ready"
@@ -128,7 +128,7 @@ fn print_attach(settings: &Settings, running: &crate::Running, first_user: Optio
         Some((u, p)) => (u.as_str(), p.as_str()),
         None => (only.unwrap_or("<user>"), "<password>"),
     };
-    let reach = running.gateway.ports.get().map_or_else(
+    let reach = running.gateway.doors.ports.get().map_or_else(
         || crate::reach::Reach::new(settings, Some(running.https.port())),
         |p| crate::reach::Reach::bound(settings, p),
     );

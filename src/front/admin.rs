@@ -43,7 +43,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
             continue;
         };
         let gw = gw.clone();
-        gw.tasks.clone().spawn(async move {
+        gw.lifecycle.tasks.clone().spawn(async move {
             let _slot = slot;
             let svc = service_fn(move |req| {
                 let gw = gw.clone();

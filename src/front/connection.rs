@@ -40,17 +40,17 @@ where
     let io = TokioIo::new(io);
     match alpn {
         Alpn::Http1 => {
-            let connection = gw.http1.serve_connection(io, service);
+            let connection = gw.doors.http1.serve_connection(io, service);
             tokio::select! {
                 _ = tokio::time::timeout(limit, connection) => {}
-                _ = gw.shutdown.cancelled() => {}
+                _ = gw.lifecycle.shutdown.cancelled() => {}
             }
         }
         Alpn::H2 => {
-            let connection = gw.http2.serve_connection(io, service);
+            let connection = gw.doors.http2.serve_connection(io, service);
             tokio::select! {
                 _ = tokio::time::timeout(limit, connection) => {}
-                _ = gw.shutdown.cancelled() => {}
+                _ = gw.lifecycle.shutdown.cancelled() => {}
             }
         }
     }
@@ -194,13 +194,14 @@ where
     // own too: an `async fn` keeps an argument it moves into a pinned local twice (1.8 KiB).
     match alpn {
         Some(Alpn::Http1) => {
-            let connection = gw.http1.serve_connection(io, service_fn(handle)).with_upgrades();
+            let connection = gw.doors.http1.serve_connection(io, service_fn(handle)).with_upgrades();
             Box::pin(drive(gw, activity, shed, Box::pin(connection), |c| {
                 c.graceful_shutdown()
             }))
         }
         Some(Alpn::H2) => {
             let connection = gw
+                .doors
                 .http2
                 .serve_connection(io, service_fn(move |req| Box::pin(handle(req))));
             Box::pin(drive(gw, activity, shed, Box::pin(connection), |c| {
@@ -208,7 +209,7 @@ where
             }))
         }
         None => Box::pin(async move {
-            let connection = gw.http.serve_connection_with_upgrades(io, service_fn(handle));
+            let connection = gw.doors.http.serve_connection_with_upgrades(io, service_fn(handle));
             drive(gw.clone(), activity, shed, Box::pin(connection), |c| {
                 c.graceful_shutdown()
             })
@@ -271,13 +272,13 @@ async fn drive<C, E>(
                 }
                 return;
             }
-            _ = gw.shutdown.cancelled() => break,
+            _ = gw.lifecycle.shutdown.cancelled() => break,
         }
     }
     // Draining: finish requests in flight, accept no new ones on this connection.
     shutdown(connection.as_mut());
     tokio::select! {
         _ = connection.as_mut() => {}
-        _ = gw.abort.cancelled() => {}
+        _ = gw.lifecycle.abort.cancelled() => {}
     }
 }

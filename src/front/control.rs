@@ -91,7 +91,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = gw.shutdown.cancelled() => break,
+            _ = gw.lifecycle.shutdown.cancelled() => break,
         };
         let stream = match accepted {
             Ok((s, _)) => s,
@@ -110,7 +110,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBu
             continue;
         };
         let (gw, config_path) = (gw.clone(), config_path.clone());
-        gw.tasks.clone().spawn(async move {
+        gw.lifecycle.tasks.clone().spawn(async move {
             let _slot = slot;
             let svc = service_fn(move |req: Request<Incoming>| {
                 let (gw, config_path) = (gw.clone(), config_path.clone());
@@ -181,7 +181,7 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
         }
         // `devices revoke` says so after writing the database: the device's sessions end now.
         (&Method::POST, "/sessions/changed") => {
-            gw.web.invalidate();
+            gw.browser.sessions.invalidate();
             reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
         }
         (&Method::POST, "/pair") => match pair(gw, https_port, req.body()) {
@@ -222,7 +222,7 @@ fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value,
     let ttl = r
         .ttl_secs
         .map_or(crate::auth::pairing::DEFAULT_TTL, Duration::from_secs);
-    let issued = gw.pairing.issue(&r.user, label, ttl)?;
+    let issued = gw.browser.pairing.issue(&r.user, label, ttl)?;
     let base = crate::reach::Reach::new(&state.settings, Some(https_port));
     tracing::info!(target: "security", user = %r.user, label = %label, expires_at = issued.expires_at, "pairing code issued");
     Ok(serde_json::json!({
@@ -289,10 +289,10 @@ fn status(gw: &Gateway) -> serde_json::Value {
         "public_url": state.settings.server.public_url,
         "projects": projects,
         "users": users,
-        "pairing_codes_pending": gw.pairing.pending(),
+        "pairing_codes_pending": gw.browser.pairing.pending(),
         "pid": std::process::id(),
         // What cannot be written right now (a full disk): the proxy keeps serving meanwhile.
         "audit": {"enabled": gw.audit.enabled(), "writing": gw.audit.writing(), "lost": gw.audit.lost()},
-        "state_db": gw.web.store().health(),
+        "state_db": gw.browser.sessions.store().health(),
     })
 }

@@ -35,7 +35,7 @@ pub fn start(gw: &Arc<Gateway>) {
                 .clone()
                 .map(|n| (n, state.settings.server.public_url.clone()))
         };
-        tokio::spawn(crate::notify::run(rx, config, gw.shutdown.clone()));
+        tokio::spawn(crate::notify::run(rx, config, gw.lifecycle.shutdown.clone()));
     }
 }
 

@@ -48,49 +48,69 @@ pub struct Gateway {
     /// Credential checks: the auth cache, the argon2 verifier, the limiters and the API tokens
     /// (handed to auth as this one part, with the metrics and audit trail beside it).
     pub auth: Auth,
-    pub connections: Arc<Slots<IpAddr>>,
-    /// Every open HTTPS and SSH connection holds a place (cap: `listen::connection_cap`);
-    /// unauthenticated HTTPS connections only a share, and they are shed first (`front/listen/table.rs`).
-    pub conn_table: Arc<crate::gateway::connections::ConnTable>,
-    pub connection_cap: u32,
-    pub streams: Arc<Slots<Arc<str>>>,
-    pub tickets: Tickets,
-    /// The web UI's hashed assets, compressed once (issue 14).
-    pub compressed: crate::support::compress::AssetCache,
-    /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
-    pub web: crate::auth::sessions::WebSessions,
-    pub handoffs: crate::auth::handoff::Handoffs,
-    /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
-    pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
-    /// Single sign-on flows in flight and the provider's metadata.
-    pub sso: crate::oidc::flows::Sso,
-    /// Pairing codes in flight (memory only: a restart forgets them).
-    pub pairing: crate::auth::pairing::Pairing,
+    /// What accepting and serving a connection needs.
+    pub doors: Doors,
+    /// What browsers' flows need: sessions, handoffs, pairing, single sign-on, terminal tickets.
+    pub browser: Browser,
+    /// Starting, supervising and stopping.
+    pub lifecycle: Lifecycle,
     pub upstream: UpstreamClient,
-    pub supervisor: Supervisor,
     /// Pending permission requests and questions, sessions and server states of every project.
     pub inbox: Arc<crate::inbox::Inbox>,
     pub metrics: Metrics,
     /// The audit trail (fixed at start: `[audit]` changes need a restart).
     pub audit: crate::audit::Audit,
+}
+
+/// The doors' part: connection and stream slots, the connection table, the HTTP builders, the
+/// worker runtimes, the bound ports and the certificates served.
+pub struct Doors {
+    pub connections: Arc<Slots<IpAddr>>,
+    /// Every open HTTPS and SSH connection holds a place (cap: `connections::connection_cap`);
+    /// unauthenticated HTTPS connections only a share, and they are shed first (`connections.rs`).
+    pub conn_table: Arc<crate::gateway::connections::ConnTable>,
+    pub connection_cap: u32,
+    pub streams: Arc<Slots<Arc<str>>>,
     /// Connections whose protocol is not known: SSH channels only (and the ACME HTTP-01 port).
     pub http: auto::Builder<TokioExecutor>,
     /// The same settings, for TLS connections: h2 when the handshake chose it (ALPN), else HTTP/1.1.
     pub http1: hyper::server::conn::http1::Builder,
     pub http2: hyper::server::conn::http2::Builder<TokioExecutor>,
-    /// Stop accepting and let connections finish.
-    pub shutdown: CancellationToken,
-    /// The drain deadline passed: cut what is left (streams, WebSockets).
-    pub abort: CancellationToken,
-    pub tasks: TaskTracker,
     /// The per-core runtimes HTTPS connections are served on.
     pub workers: crate::support::workers::Workers,
+    /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
+    pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
     /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
     pub certs: Arc<crate::gateway::certs::CertStore>,
     /// Wakes the ACME task (a reload may have changed the names to order).
     pub acme_wake: tokio::sync::Notify,
     /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
     pub http01: crate::gateway::certs::Http01,
+}
+
+/// The browser's part.
+pub struct Browser {
+    /// Browser sessions (the login form, paired devices, project hosts' handed-off cookies).
+    pub sessions: crate::auth::sessions::WebSessions,
+    pub handoffs: crate::auth::handoff::Handoffs,
+    /// Single sign-on flows in flight and the provider's metadata.
+    pub sso: crate::oidc::flows::Sso,
+    /// Pairing codes in flight (memory only: a restart forgets them).
+    pub pairing: crate::auth::pairing::Pairing,
+    /// Terminal tickets OpenCode issued, relayed to the same project only.
+    pub tickets: Tickets,
+    /// The web UI's hashed assets, compressed once (issue 14).
+    pub compressed: crate::support::compress::AssetCache,
+}
+
+/// The lifecycle part.
+pub struct Lifecycle {
+    pub supervisor: Supervisor,
+    /// Stop accepting and let connections finish.
+    pub shutdown: CancellationToken,
+    /// The drain deadline passed: cut what is left (streams, WebSockets).
+    pub abort: CancellationToken,
+    pub tasks: TaskTracker,
 }
 
 impl Gateway {
@@ -147,50 +167,56 @@ impl Gateway {
                 limiters: Limiters::new(&limits),
                 tokens,
             },
-            connections: Arc::default(),
-            conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
+            doors: Doors {
+                connections: Arc::default(),
+                conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
+                    connection_cap,
+                    limits.unauthenticated_connection_share,
+                )),
                 connection_cap,
-                limits.unauthenticated_connection_share,
-            )),
-            connection_cap,
-            streams: Arc::default(),
-            tickets: Tickets::default(),
-            compressed: Default::default(),
-            web,
-            handoffs: crate::auth::handoff::Handoffs::new(limits.handoff_ttl),
-            ports: std::sync::OnceLock::new(),
-            sso: Default::default(),
-            pairing: Default::default(),
+                streams: Arc::default(),
+                http: http_builder(&limits),
+                http1: {
+                    let mut b = hyper::server::conn::http1::Builder::new();
+                    http1_settings!(b, &limits);
+                    // The head's size, checked on the parsed head: `max_buf_size` alone is only
+                    // checked while a head is incomplete, and one read may bring more than it
+                    // (the read buffer grows past it), so a 70 KiB head that arrived at once got
+                    // through. hyper-util's auto builder has no such setting; it serves no TLS
+                    // connection (a client without ALPN gets this builder too).
+                    b.max_header_size(limits.max_head_bytes);
+                    b
+                },
+                http2: {
+                    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    http2_settings!(b, &limits);
+                    b
+                },
+                workers: crate::support::workers::Workers::start()?,
+                ports: std::sync::OnceLock::new(),
+                certs,
+                acme_wake: tokio::sync::Notify::new(),
+                http01: Default::default(),
+            },
+            browser: Browser {
+                sessions: web,
+                handoffs: crate::auth::handoff::Handoffs::new(limits.handoff_ttl),
+                sso: Default::default(),
+                pairing: Default::default(),
+                tickets: Tickets::default(),
+                compressed: Default::default(),
+            },
+            lifecycle: Lifecycle {
+                supervisor,
+                shutdown,
+                abort: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            },
             upstream,
-            supervisor,
             inbox,
             metrics,
             audit,
-            http: http_builder(&limits),
-            http1: {
-                let mut b = hyper::server::conn::http1::Builder::new();
-                http1_settings!(b, &limits);
-                // The head's size, checked on the parsed head: `max_buf_size` alone is only
-                // checked while a head is incomplete, and one read may bring more than it (the
-                // read buffer grows past it), so a 70 KiB head that arrived at once got through.
-                // hyper-util's auto builder has no such setting; it serves no TLS connection
-                // (a client without ALPN gets this builder too).
-                b.max_header_size(limits.max_head_bytes);
-                b
-            },
-            http2: {
-                let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-                http2_settings!(b, &limits);
-                b
-            },
             limits,
-            shutdown,
-            abort: CancellationToken::new(),
-            tasks: TaskTracker::new(),
-            workers: crate::support::workers::Workers::start()?,
-            certs,
-            acme_wake: tokio::sync::Notify::new(),
-            http01: Default::default(),
         }))
     }
 
@@ -216,8 +242,8 @@ impl Gateway {
         drop(old);
         self.swap(settings, self.state().tls.clone())?;
         match pair {
-            Some(pair) => self.certs.replace_from_files(&tls_settings, pair),
-            None => self.acme_wake.notify_one(),
+            Some(pair) => self.doors.certs.replace_from_files(&tls_settings, pair),
+            None => self.doors.acme_wake.notify_one(),
         }
         self.metrics.reloads.inc();
         self.audit.record(changes.into_record());
@@ -278,7 +304,7 @@ impl Gateway {
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
-        let state = State::build(settings, tls, &self.supervisor, &self.metrics)?;
+        let state = State::build(settings, tls, &self.lifecycle.supervisor, &self.metrics)?;
         // An external server at the same address keeps what it said until it is read again.
         for (name, p) in &state.projects {
             if let (Upstream::Fixed(new), Some(Upstream::Fixed(old))) =
@@ -293,7 +319,7 @@ impl Gateway {
         self.auth.cache.retain_users(|name| {
             matches!((old.users.get(name), state.users.get(name)), (Some(a), Some(b)) if a.fingerprint == b.fingerprint)
         });
-        end_sessions_of_new_passwords(&self.web, &self.audit, &state);
+        end_sessions_of_new_passwords(&self.browser.sessions, &self.audit, &state);
         self.state.store(Arc::new(state));
         Ok(())
     }

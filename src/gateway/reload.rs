@@ -38,7 +38,7 @@ pub async fn watch_project_sets(gw: Arc<Gateway>) {
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = gw.shutdown.cancelled() => return,
+            _ = gw.lifecycle.shutdown.cancelled() => return,
         }
         if gw.state().settings.project_sets.is_empty() {
             refused.clear();

@@ -54,30 +54,30 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         &mut r,
         "connections_open",
         "HTTPS and SSH connections open",
-        gw.connections.total(),
+        gw.doors.connections.total(),
     );
     gauge(
         &mut r,
         "connections_unauthenticated",
         "HTTPS connections that have not presented a valid credential yet",
-        u64::from(gw.conn_table.unauthenticated()),
+        u64::from(gw.doors.conn_table.unauthenticated()),
     );
     gauge(
         &mut r,
         "connections_unauthenticated_cap",
         "The share of connections_cap unauthenticated connections may hold",
-        u64::from(gw.conn_table.share()),
+        u64::from(gw.doors.conn_table.share()),
     );
     r.register(
         "connections_shed",
         "Idle unauthenticated connections closed to make room for new ones",
-        ConstCounter::new(gw.conn_table.shed_total()),
+        ConstCounter::new(gw.doors.conn_table.shed_total()),
     );
     gauge(
         &mut r,
         "connections_cap",
         "HTTPS and SSH connections allowed at once",
-        u64::from(gw.connection_cap),
+        u64::from(gw.doors.connection_cap),
     );
     gauge(
         &mut r,
@@ -106,7 +106,7 @@ pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "1 while the audit trail is on and its last write worked",
         u64::from(gw.audit.writing()),
     );
-    let db = gw.web.store().health();
+    let db = gw.browser.sessions.store().health();
     r.register(
         "state_db_write_failures",
         "Writes to the state database that failed (a full disk)",

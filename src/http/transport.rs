@@ -48,7 +48,7 @@ impl ConnInfo {
     /// unauthenticated share. After the first, one relaxed load.
     pub fn authenticated(&self, gw: &Gateway) {
         if let Some(lease) = &self.lease {
-            gw.conn_table.promote(lease);
+            gw.doors.conn_table.promote(lease);
         }
     }
 }

@@ -94,7 +94,8 @@ pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<S
         None
     } else {
         Some(
-            gw.streams
+            gw.doors
+                .streams
                 .try_acquire(on.user.name.clone(), gw.limits.max_streams_per_user)
                 .ok_or_else(|| {
                     gw.metrics.refused(Refusal::Streams);

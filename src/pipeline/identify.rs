@@ -141,7 +141,7 @@ pub(super) async fn by_cookie_or_ticket(
         return Err(HttpError::Unauthenticated);
     }
     check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
-    match gw.tickets.take(&ticket, &t.project.name) {
+    match gw.browser.tickets.take(&ticket, &t.project.name) {
         Some(user) => state
             .users
             .get(&*user)
@@ -173,7 +173,7 @@ pub(super) async fn by_cookie(
         return Ok(None);
     }
     if let Some(value) = front.find_session(&parts.headers)
-        && let Some(live) = gw.web.check(value, client).await?
+        && let Some(live) = gw.browser.sessions.check(value, client).await?
         && live.host.as_deref() == Some(&*t.project.name)
         && let Some(user) = state.users.get(&*live.user)
     {
@@ -188,7 +188,11 @@ pub(super) async fn by_cookie(
             // A project port sends the browser to the main port of the same host it used, so the
             // login and the project share a host (and a phone needs no other name).
             _ => {
-                let main = gw.ports.get().map_or(state.settings.server.listen.port(), |p| p.main);
+                let main = gw
+                    .doors
+                    .ports
+                    .get()
+                    .map_or(state.settings.server.listen.port(), |p| p.main);
                 let bare = crate::policy::route::strip_port(here);
                 crate::web::handoff::login_redirect_to(&format!("{bare}:{main}"), here, path, &handoff_state)
             }

@@ -101,7 +101,7 @@ pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
         if let Some(ask) = ask
             && let Some(len) = content_length(&parts.headers)
             && len <= compress::MAX_BODY
-            && let Some(_room) = gw.compressed.room_for(len)
+            && let Some(_room) = gw.browser.compressed.room_for(len)
         {
             let bytes = read_whole(body, len)
                 .await
@@ -191,7 +191,7 @@ async fn read_small(
         *slot = crate::audit::created_session(&bytes);
     }
     if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
-        gw.tickets.insert(&t, user.name.clone(), project.name.clone());
+        gw.browser.tickets.insert(&t, user.name.clone(), project.name.clone());
     }
     if let (Some(filter), Some(root)) = (listing, pinned) {
         bytes = filter(&bytes, root)
@@ -255,7 +255,11 @@ async fn compressed(
     let asset = compress::hashed_asset(path);
     let cached = match target.route {
         // Keyed by the route the request was judged on, never by how the client spelled it.
-        Some(route) => Some((route.pattern, gw.compressed.digest(&bytes), compress::Effort::Catalog)),
+        Some(route) => Some((
+            route.pattern,
+            gw.browser.compressed.digest(&bytes),
+            compress::Effort::Catalog,
+        )),
         None if asset => Some((
             path,
             compress::Key::validator(&parts.headers, &bytes),
@@ -279,7 +283,7 @@ async fn compressed(
         {
             parts.headers.insert(header::ETAG, etag);
         }
-        let (out, hit) = gw.compressed.get_or_compress(key, bytes.clone()).await;
+        let (out, hit) = gw.browser.compressed.get_or_compress(key, bytes.clone()).await;
         if hit {
             tracing::debug!(path, "compressed answer served from the cache");
         }
@@ -356,11 +360,11 @@ fn splice(
     slot: Option<StreamHold>,
     mut closed: Option<crate::http::audit::TerminalClose>,
 ) {
-    let abort = gw.abort.clone();
+    let abort = gw.lifecycle.abort.clone();
     if let Some(c) = closed.as_mut() {
         c.arm();
     }
-    gw.tasks.spawn(async move {
+    gw.lifecycle.tasks.spawn(async move {
         let _slot = slot;
         // Dropped when the terminal ends, whichever way: records its close and duration.
         let _closed = closed;

@@ -116,7 +116,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             "this login link has no state; open the project's address again".into(),
         ));
     }
-    let ports = ctx.gw.ports.get().cloned().unwrap_or_default();
+    let ports = ctx.gw.doors.ports.get().cloned().unwrap_or_default();
     let (authority, project, path) = target(&to, ctx.host.unwrap_or(""), base_domain, &ports).map_err(|e| {
         tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
         HttpError::BadRequest(format!("cannot hand off to that address ({e:?})"))
@@ -133,7 +133,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         });
     }
     let ticket = crate::auth::sessions::random(32);
-    ctx.gw.handoffs.tickets.insert(
+    ctx.gw.browser.handoffs.tickets.insert(
         digest(&ticket),
         Arc::new(Ticket {
             login,
@@ -159,10 +159,10 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let state = crate::http::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
     // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
     // browser stays unusable there and cannot be burnt by it either.
-    let Some(t) = ctx.gw.handoffs.tickets.remove_if(&key, |t| {
+    let Some(t) = ctx.gw.browser.handoffs.tickets.remove_if(&key, |t| {
         t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state))
     }) else {
-        let (reason, text) = match ctx.gw.handoffs.tickets.get(&key) {
+        let (reason, text) = match ctx.gw.browser.handoffs.tickets.get(&key) {
             Some(t) if t.project != here => ("handoff_foreign_host", "this login link is for another project's host"),
             Some(_) => (
                 "handoff_other_browser",
@@ -189,7 +189,8 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     }
     let (value, child) = ctx
         .gw
-        .web
+        .browser
+        .sessions
         .create(
             &t.login.user,
             Origin::Handoff {

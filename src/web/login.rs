@@ -114,7 +114,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         }
         Err(e) => return Err(e),
     };
-    let (value, live) = ctx.gw.web.create(&u.name, Origin::Password, LOGIN).await?;
+    let (value, live) = ctx.gw.browser.sessions.create(&u.name, Origin::Password, LOGIN).await?;
     tracing::info!(target: "security", peer = %ctx.client, user = %u.name, session = %live.id, method = "form", "browser login");
     let mut r = page::redirect(&next);
     r.headers_mut().append(header::SET_COOKIE, cookie::set(&value, None));
@@ -125,7 +125,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
 pub async fn logout(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     if let Some(live) = ctx.login_session().await? {
-        ctx.gw.web.revoke(&live.login_id).await?;
+        ctx.gw.browser.sessions.revoke(&live.login_id).await?;
         tracing::info!(target: "security", peer = %ctx.client, user = %live.user, session = %live.id, "browser logout");
     }
     let mut r = page::redirect("/login");

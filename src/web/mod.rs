@@ -214,7 +214,7 @@ impl Ctx<'_> {
         let Some(value) = cookie::find(&self.parts.headers) else {
             return Ok(None);
         };
-        let live = self.gw.web.check(value, self.client).await?;
+        let live = self.gw.browser.sessions.check(value, self.client).await?;
         let live = live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user));
         if live.is_some() {
             // A live login session is a valid credential: the connection leaves the

@@ -56,12 +56,12 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
     // Only for the log: the person sees the same answer whichever reason it was.
     let charged = parsed
         .as_ref()
-        .and_then(|p| ctx.gw.pairing.user_of(&p.id))
+        .and_then(|p| ctx.gw.browser.pairing.user_of(&p.id))
         .unwrap_or_else(|| UNKNOWN_USER.to_string());
     let verdict = parsed
         .as_ref()
         .ok_or(Refused::Malformed)
-        .and_then(|p| ctx.gw.pairing.redeem(p));
+        .and_then(|p| ctx.gw.browser.pairing.redeem(p));
     let redeemed = match verdict {
         Ok(r) if ctx.state.users.contains_key(&r.user) => r,
         Ok(r) => {
@@ -87,14 +87,15 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
         last_address: Some(ctx.client.to_string()),
         revoked_at: None,
     };
-    let store = ctx.gw.web.store().clone();
+    let store = ctx.gw.browser.sessions.store().clone();
     let record = device.clone();
     crate::store::blocking("storing a paired device", move || store.insert_device(&record))
         .await
         .map_err(|_| HttpError::StateUnavailable)?;
     let (value, live) = ctx
         .gw
-        .web
+        .browser
+        .sessions
         .create(&device.user, Origin::Device(&device.id), DEVICE)
         .await?;
     ctx.gw.auth.limiters.login_succeeded(ctx.client, &live.user);

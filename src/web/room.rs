@@ -159,7 +159,7 @@ fn project_origin(ctx: &Ctx<'_>, project: &str) -> Option<String> {
     if let Some(d) = ctx.state.settings.server.base_domain.as_deref() {
         return Some(format!("https://{project}.{d}{}", &host[bare.len()..]));
     }
-    let port = ctx.gw.ports.get()?.port_of(project)?;
+    let port = ctx.gw.doors.ports.get()?.port_of(project)?;
     Some(format!(
         "https://{bare}{}",
         if port == 443 { String::new() } else { format!(":{port}") }
@@ -803,6 +803,7 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     };
     let slot = ctx
         .gw
+        .doors
         .streams
         .try_acquire(live.user.clone(), ctx.gw.limits.max_streams_per_user)
         .ok_or_else(|| {
@@ -841,11 +842,11 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
                     }
                 }
                 _ = tick.tick() => {
-                    if !matches!(gw.web.check(&cookie, client).await, Ok(Some(_))) { return; }
+                    if !matches!(gw.browser.sessions.check(&cookie, client).await, Ok(Some(_))) { return; }
                     if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
                 }
                 _ = tx.closed() => return,
-                _ = gw.shutdown.cancelled() => return,
+                _ = gw.lifecycle.shutdown.cancelled() => return,
             }
         }
     });

@@ -98,7 +98,7 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
             reason: d.reason,
         }
     })?;
-    let meta = match ctx.gw.sso.provider.metadata(cfg, false).await {
+    let meta = match ctx.gw.browser.sso.provider.metadata(cfg, false).await {
         Ok(m) => m,
         Err(e) => return Ok(unavailable(ctx, &e)),
     };
@@ -118,7 +118,7 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         form::encode(&redirect_uri),
         form::encode(&cfg.scopes.join(" ")),
     );
-    ctx.gw.sso.flows.insert(
+    ctx.gw.browser.sso.flows.insert(
         digest("state", &state),
         Arc::new(Flow {
             nonce: idtoken::nonce_digest(&nonce),
@@ -169,7 +169,7 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         },
         Err(page) => return Ok(*page),
     };
-    let (value, live) = ctx.gw.web.create(&user, Origin::Password, LOGIN).await?;
+    let (value, live) = ctx.gw.browser.sessions.create(&user, Origin::Password, LOGIN).await?;
     tracing::info!(target: "security", peer = %ctx.client, user = %user, session = %live.id, method = "oidc", "browser login");
     ctx.gw.audit.record(sso_record(ctx, "login", Some(&user)));
     let mut r = page::redirect(&flow.next);
@@ -183,11 +183,11 @@ pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 fn take_flow(ctx: &Ctx<'_>, state: &str) -> Result<Arc<Flow>, Box<Response<ProxyBody>>> {
     let key = digest("state", state);
     let binding = binding_of(&ctx.parts.headers).map(|b| digest("binding", b));
-    let taken = ctx.gw.sso.flows.remove_if(&key, |f| {
+    let taken = ctx.gw.browser.sso.flows.remove_if(&key, |f| {
         binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])))
     });
     taken.ok_or_else(|| {
-        let reason = if ctx.gw.sso.flows.get(&key).is_some() {
+        let reason = if ctx.gw.browser.sso.flows.get(&key).is_some() {
             "oidc_other_browser"
         } else {
             "oidc_unknown_state"
@@ -209,7 +209,7 @@ async fn identify(
     flow: &Flow,
     code: &str,
 ) -> Result<idtoken::Identity, Box<Response<ProxyBody>>> {
-    let provider = &ctx.gw.sso.provider;
+    let provider = &ctx.gw.browser.sso.provider;
     let meta = provider
         .metadata(cfg, false)
         .await

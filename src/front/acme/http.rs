@@ -17,7 +17,7 @@ const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// `https_port`: the bound HTTPS port, for a `public_url` that says port 0.
 pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
-    let tasks = gw.tasks.clone();
+    let tasks = gw.lifecycle.tasks.clone();
     let gw2 = gw.clone();
     // Nothing here is ever authenticated: these connections stay in the unauthenticated share.
     let class = crate::gateway::connections::Class::Unauthenticated;
@@ -31,11 +31,11 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
                 let r = answer(&svc_gw, &req, https_port);
                 async move { Ok::<_, std::convert::Infallible>(r) }
             });
-            let conn = gw.http.serve_connection(TokioIo::new(tcp), service);
+            let conn = gw.doors.http.serve_connection(TokioIo::new(tcp), service);
             let limit = gw.limits.request_head_timeout.saturating_mul(2);
             tokio::select! {
                 _ = tokio::time::timeout(limit, conn) => {}
-                _ = gw.shutdown.cancelled() => {}
+                _ = gw.lifecycle.shutdown.cancelled() => {}
                 _ = shed.cancelled() => {}
             }
         }));
@@ -126,7 +126,7 @@ fn plain(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 fn answer<B>(gw: &Gateway, req: &http::Request<B>, https_port: u16) -> Response<Full<Bytes>> {
     let path = req.uri().path();
     if let Some(token) = path.strip_prefix(CHALLENGE_PREFIX) {
-        return match gw.http01.get(token) {
+        return match gw.doors.http01.get(token) {
             Some(key_auth) => {
                 let mut r = Response::new(Full::new(Bytes::from(key_auth)));
                 r.headers_mut().insert(

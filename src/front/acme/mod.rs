@@ -91,8 +91,8 @@ async fn run(gw: Arc<Gateway>) {
             tracing::info!(names = ?names, renew_in = %crate::gateway::certs::human(due), "ACME certificate is current");
             tokio::select! {
                 _ = tokio::time::sleep(due.min(RECHECK)) => {}
-                _ = gw.acme_wake.notified() => {}
-                _ = gw.shutdown.cancelled() => return,
+                _ = gw.doors.acme_wake.notified() => {}
+                _ = gw.lifecycle.shutdown.cancelled() => return,
             }
             continue;
         }
@@ -101,8 +101,8 @@ async fn run(gw: Arc<Gateway>) {
                 "tls.acme: no DNS name to order a certificate for; set server.public_url to a host name or server.base_domain"
             );
             tokio::select! {
-                _ = gw.acme_wake.notified() => continue,
-                _ = gw.shutdown.cancelled() => return,
+                _ = gw.doors.acme_wake.notified() => continue,
+                _ = gw.lifecycle.shutdown.cancelled() => return,
             }
         }
         tracing::info!(names = ?names, directory = %acme.directory, "ACME: ordering a certificate");
@@ -116,7 +116,7 @@ async fn run(gw: Arc<Gateway>) {
                     "ACME: order failed; the current certificate keeps serving and the order is retried");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
-                    _ = gw.shutdown.cancelled() => return,
+                    _ = gw.lifecycle.shutdown.cancelled() => return,
                 }
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
@@ -177,10 +177,10 @@ struct Answers<'a> {
 impl Drop for Answers<'_> {
     fn drop(&mut self) {
         for n in &self.tls {
-            self.gw.certs.set_challenge(n, None);
+            self.gw.doors.certs.set_challenge(n, None);
         }
         for t in &self.http {
-            self.gw.http01.set(t, None);
+            self.gw.doors.http01.set(t, None);
         }
     }
 }
@@ -218,11 +218,11 @@ async fn order(gw: &Gateway, s: &Settings, acme: &Acme, names: &[String]) -> any
         match kind {
             ChallengeType::Http01 => {
                 let token = ch.token.clone();
-                gw.http01.set(&token, Some(key_auth.as_str().to_string()));
+                gw.doors.http01.set(&token, Some(key_auth.as_str().to_string()));
                 answers.http.push(token);
             }
             _ => {
-                gw.certs.set_challenge(
+                gw.doors.certs.set_challenge(
                     &name,
                     Some(
                         challenge::tls_alpn_cert(&name, key_auth.digest().as_ref())
@@ -250,7 +250,7 @@ async fn order(gw: &Gateway, s: &Settings, acme: &Acme, names: &[String]) -> any
         .context("ACME: fetching the certificate")?;
     store(s, &chain_pem, &key_pem)?;
     let pair = load_pair(&s.tls.cert, &s.tls.key).context("ACME: the issued pair")?;
-    gw.certs.install(pair);
+    gw.doors.certs.install(pair);
     Ok(())
 }
 

@@ -61,7 +61,7 @@ pub async fn accept_next(
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = gw.shutdown.cancelled() => return None,
+            _ = gw.lifecycle.shutdown.cancelled() => return None,
         };
         match accepted {
             Ok(a) => {
@@ -109,14 +109,14 @@ pub async fn accept_loop<F>(
         };
         // The address's slot first: a connection its address may not have must not shed
         // another's on its way to being refused.
-        let Some(address) = gw.connections.try_acquire(ip, max) else {
+        let Some(address) = gw.doors.connections.try_acquire(ip, max) else {
             gw.metrics.refused(Refusal::ConnectionsPerAddress);
             refusals.refused(what, peer, "connection_limit");
             continue;
         };
         // A trusted proxy's connections are many people's: one of them being shed must not stop
         // the others from making room (the table's memory of shed addresses skips it).
-        let place = match gw.conn_table.admit((!trusted).then_some(ip), class) {
+        let place = match gw.doors.conn_table.admit((!trusted).then_some(ip), class) {
             Ok(p) => p,
             Err(crate::gateway::connections::Refused::Full) => {
                 gw.metrics.refused(Refusal::Connections);
@@ -144,7 +144,7 @@ pub async fn accept_loop<F>(
 
 /// HTTPS: the gateway's main listener (`bound = None`) or a project's own port.
 pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Arc<str>>) {
-    let tasks = gw.tasks.clone();
+    let tasks = gw.lifecycle.tasks.clone();
     let gw2 = gw.clone();
     accept_loop(
         gw,
@@ -163,7 +163,7 @@ pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Ar
                 }
             };
             let worker_gw = gw.clone();
-            gw.workers.spawn(tasks.track_future(async move {
+            gw.doors.workers.spawn(tasks.track_future(async move {
                 let gw = worker_gw;
                 let lease = slot.place.lease().clone();
                 let _slot = slot;

@@ -273,7 +273,12 @@ impl russh::server::Handler for Conn {
             return Ok(());
         }
         let count = ChannelCount(self.channels.clone());
-        let Some(slot) = self.gw.streams.try_acquire(user.clone(), limits.max_streams_per_user) else {
+        let Some(slot) = self
+            .gw
+            .doors
+            .streams
+            .try_acquire(user.clone(), limits.max_streams_per_user)
+        else {
             self.refused("forward", "stream_limit");
             reply.reject(ChannelOpenFailure::ResourceShortage).await;
             return Ok(());
@@ -281,7 +286,7 @@ impl russh::server::Handler for Conn {
         reply.accept().await;
         let conn = Arc::new(ConnInfo::new(self.peer, Front::Ssh { user, project }));
         let gw = self.gw.clone();
-        self.gw.tasks.spawn(async move {
+        self.gw.lifecycle.tasks.spawn(async move {
             let _count = count;
             let _slot = slot;
             crate::front::connection::serve_connection(gw, conn, channel.into_stream(), None).await;

@@ -62,7 +62,7 @@ impl SshServer {
     }
 
     pub async fn serve(self, listener: TcpListener) {
-        let tasks = self.gw.tasks.clone();
+        let tasks = self.gw.lifecycle.tasks.clone();
         let gw = self.gw.clone();
         // SSH holds its place from accept: its own login timeout bounds a session that never logs in,
         // and the front door must not be shed to make room for HTTPS clients.
@@ -110,7 +110,7 @@ impl SshServer {
                                 break;
                             }
                         }
-                        _ = gw.abort.cancelled() => {
+                        _ = gw.lifecycle.abort.cancelled() => {
                             let _ = tokio::time::timeout(Duration::from_millis(100), handle.disconnect(Disconnect::ByApplication, "the gateway is shutting down".into(), "en".into())).await;
                             let _ = socket.shutdown(std::net::Shutdown::Both);
                             break;
