@@ -150,30 +150,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tokio::spawn(server.serve(l));
     }
     gw.probe_external_upstreams();
-    // Keyed limiters keep an entry per recent key; forget idle ones so memory follows activity
-    // (every minute). Every 10 s, a flood of connections that ended gives its memory back.
-    let janitor = gw.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
-        let mut ticks = 0u32;
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {
-                    ticks = ticks.wrapping_add(1);
-                    if ticks.is_multiple_of(6) {
-                        janitor.auth.limiters.purge();
-                        janitor.doors.conn_table.purge();
-                    }
-                    let (peak, open) = janitor.doors.conn_table.take_peak();
-                    if peak.saturating_sub(open) >= support::memory::TRIM_AFTER_CLOSED {
-                        // Off the runtime: trimming walks every arena and may take milliseconds.
-                        tokio::task::spawn_blocking(support::memory::give_back_free_memory);
-                    }
-                }
-                _ = janitor.lifecycle.shutdown.cancelled() => break,
-            }
-        }
-    });
+    gateway::janitor::start(gw.clone());
     Ok(running)
 }
 

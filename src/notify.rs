@@ -26,7 +26,7 @@ const LISTED: usize = 5;
 
 /// One message about `count` new requests.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Message {
+pub(crate) struct Message {
     pub project: String,
     pub tool: String,
     pub kind: CardKind,
@@ -36,7 +36,7 @@ pub struct Message {
 }
 
 impl Message {
-    pub fn new(batch: &[NewCard], public_url: &str) -> Option<Message> {
+    pub(crate) fn new(batch: &[NewCard], public_url: &str) -> Option<Message> {
         let first = batch.first()?;
         let mut projects: Vec<String> = Vec::new();
         for c in batch {
@@ -54,14 +54,14 @@ impl Message {
         })
     }
 
-    pub fn title(&self) -> String {
+    pub(crate) fn title(&self) -> String {
         match self.count {
             1 => format!("OpenCode: {} waits for you", self.project),
             n => format!("OpenCode: {n} requests wait for you"),
         }
     }
 
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let what = |kind: CardKind, tool: &str| match kind {
             CardKind::Permission => format!("permission to use {tool}"),
             CardKind::Question => "a question".to_string(),
@@ -72,7 +72,7 @@ impl Message {
         }
     }
 
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "project": self.project,
             "tool": self.tool,
@@ -87,7 +87,7 @@ impl Message {
 /// The notifier task: batches, sends, retries; ends with `stop` (the gateway's shutdown). `config`
 /// is read when a batch starts (the `[notify]` settings and the public URL, if notifications are
 /// on), so a reload applies to the next message.
-pub async fn run(
+pub(crate) async fn run(
     rx: mpsc::Receiver<NewCard>,
     config: impl Fn() -> Option<(Notify, String)>,
     stop: tokio_util::sync::CancellationToken,
@@ -97,7 +97,7 @@ pub async fn run(
 
 /// Take a request, wait `debounce` for more, send one message, retry it with backoff (from
 /// `first_retry`, doubling); until `stop` or the channel closes.
-pub async fn pump(
+pub(crate) async fn pump(
     mut rx: mpsc::Receiver<NewCard>,
     config: impl Fn() -> Option<(Notify, String)>,
     stop: tokio_util::sync::CancellationToken,
@@ -147,7 +147,7 @@ pub async fn pump(
 }
 
 /// One line for `check`: the receivers' hosts only (an ntfy topic's name is its password).
-pub fn describe(cfg: &Notify) -> String {
+pub(crate) fn describe(cfg: &Notify) -> String {
     let host = |u: &str| {
         u.parse::<http::Uri>()
             .ok()
@@ -170,7 +170,7 @@ pub fn describe(cfg: &Notify) -> String {
 
 /// Send `msg` to every configured receiver; an error if any failed (all are tried again: a
 /// receiver may then see a message twice, which beats never).
-pub async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
+pub(crate) async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
     let mut errors = Vec::new();
     if let Some(url) = &cfg.webhook {
         let body = Bytes::from(msg.json().to_string());

@@ -37,7 +37,7 @@ const SPENT_KEPT: Duration = Duration::from_secs(3600);
 
 /// A refusal and when to try again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Denied {
+pub(crate) struct Denied {
     pub retry_after: Duration,
     /// Which budget ran out: `"address"`, `"user"` or `"rate"` (a stable log field).
     pub reason: &'static str,
@@ -68,7 +68,7 @@ fn nz(n: u32) -> NonZeroU32 {
 }
 
 /// IPv6 clients are keyed by their /64: one host usually owns the whole prefix.
-pub fn address_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn address_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V4(_) => ip,
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -79,13 +79,13 @@ pub fn address_key(ip: IpAddr) -> IpAddr {
 }
 
 impl Limiters<DefaultClock> {
-    pub fn new(limits: &Limits) -> Self {
+    pub(crate) fn new(limits: &Limits) -> Self {
         Self::with_clock(limits, DefaultClock::default())
     }
 }
 
 impl<C: Clock + Clone> Limiters<C> {
-    pub fn with_clock(limits: &Limits, clock: C) -> Self {
+    pub(crate) fn with_clock(limits: &Limits, clock: C) -> Self {
         let login_ip =
             Quota::per_minute(nz(limits.auth_failures_per_minute)).allow_burst(nz(limits.auth_failure_burst));
         let login_user =
@@ -113,7 +113,7 @@ impl<C: Clock + Clone> Limiters<C> {
     }
 
     /// Spend one login attempt (one argon2 run) for this address and user name, or refuse it.
-    pub fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
+    pub(crate) fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
         let ip = address_key(ip);
         self.charge(&self.login_by_address, &self.spent.addresses, ip, "address")?;
         if !self.is_known_good(ip, user) {
@@ -124,7 +124,7 @@ impl<C: Clock + Clone> Limiters<C> {
 
     /// Spend one login attempt of this address only (a sign-in that names no user yet: single
     /// sign-on's start, whose flows a flood must not push out of memory).
-    pub fn address_attempt(&self, ip: IpAddr) -> Result<(), Denied> {
+    pub(crate) fn address_attempt(&self, ip: IpAddr) -> Result<(), Denied> {
         self.charge(
             &self.login_by_address,
             &self.spent.addresses,
@@ -166,7 +166,7 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Is this address's login budget spent, or (from an address `user` has not logged in from)
     /// the user name's? Asked before any answer to a credential that costs less than a login
     /// attempt: while it refuses, no credential from there gets a yes or no.
-    pub fn spent(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
+    pub(crate) fn spent(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
         if self.spent.live.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
@@ -195,7 +195,7 @@ impl<C: Clock + Clone> Limiters<C> {
     /// the credential, so its own spent mark goes (a user who mistyped until the last attempt
     /// is not refused their next connection). The user name's mark stays: it bounds guesses from
     /// other addresses.
-    pub fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
+    pub(crate) fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
         let ip = address_key(ip);
         self.known_good.insert((ip, user.clone()), ());
         if self.spent.live.load(Ordering::Acquire) != 0 {
@@ -208,14 +208,14 @@ impl<C: Clock + Clone> Limiters<C> {
     }
 
     /// One request by an authenticated user.
-    pub fn request(&self, user: &Arc<str>) -> Result<(), Denied> {
+    pub(crate) fn request(&self, user: &Arc<str>) -> Result<(), Denied> {
         self.requests_by_user
             .check_key(user)
             .map_err(|n| self.denied(n, "rate"))
     }
 
     /// Forget keys whose budget is full again, so the maps only hold recent activity.
-    pub fn purge(&self) {
+    pub(crate) fn purge(&self) {
         self.login_by_address.retain_recent();
         self.login_by_user.retain_recent();
         self.requests_by_user.retain_recent();
@@ -249,7 +249,7 @@ pub struct Slots<K: Hash + Eq + Clone> {
 }
 
 /// Holds one slot; dropping it gives the slot back.
-pub struct SlotGuard<K: Hash + Eq + Clone> {
+pub(crate) struct SlotGuard<K: Hash + Eq + Clone> {
     slots: Arc<Slots<K>>,
     key: K,
 }
@@ -263,7 +263,7 @@ impl<K: Hash + Eq + Clone> Default for Slots<K> {
 }
 
 impl<K: Hash + Eq + Clone> Slots<K> {
-    pub fn try_acquire(self: &Arc<Self>, key: K, max: u32) -> Option<SlotGuard<K>> {
+    pub(crate) fn try_acquire(self: &Arc<Self>, key: K, max: u32) -> Option<SlotGuard<K>> {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         let n = counts.entry(key.clone()).or_insert(0);
         if *n >= max {
@@ -276,7 +276,8 @@ impl<K: Hash + Eq + Clone> Slots<K> {
         })
     }
 
-    pub fn count(&self, key: &K) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn count(&self, key: &K) -> u32 {
         self.counts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -285,7 +286,7 @@ impl<K: Hash + Eq + Clone> Slots<K> {
             .unwrap_or(0)
     }
 
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         self.counts
             .lock()
             .unwrap_or_else(|e| e.into_inner())

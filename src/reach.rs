@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use crate::config::Settings;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reach {
+pub(crate) struct Reach {
     /// `https://host[:port]`, no trailing slash.
     base: String,
     port: u16,
@@ -19,7 +19,7 @@ pub struct Reach {
 
 impl Reach {
     /// From validated settings; `bound` is the HTTPS port actually bound (when `listen` said 0).
-    pub fn new(settings: &Settings, bound: Option<u16>) -> Reach {
+    pub(crate) fn new(settings: &Settings, bound: Option<u16>) -> Reach {
         let mut r = Reach::from_parts(
             &settings.server.public_url,
             settings.server.base_domain.as_deref(),
@@ -35,7 +35,7 @@ impl Reach {
         r
     }
 
-    pub fn from_parts(public_url: &str, base_domain: Option<&str>, bound: Option<u16>) -> Reach {
+    pub(crate) fn from_parts(public_url: &str, base_domain: Option<&str>, bound: Option<u16>) -> Reach {
         let rest = public_url.strip_prefix("https://").unwrap_or(public_url);
         let authority = rest.split('/').next().unwrap_or_default();
         let path = rest[authority.len()..].trim_end_matches('/');
@@ -54,32 +54,32 @@ impl Reach {
     }
 
     /// From validated settings and the ports bound at start (main and projects' own).
-    pub fn bound(settings: &Settings, ports: &BoundPorts) -> Reach {
+    pub(crate) fn bound(settings: &Settings, ports: &BoundPorts) -> Reach {
         let mut r = Reach::new(settings, Some(ports.main));
         r.own_ports = ports.projects.iter().map(|(n, p)| (n.to_string(), *p)).collect();
         r
     }
 
     /// The public URL's host (brackets kept for IPv6).
-    pub fn host(&self) -> &str {
+    pub(crate) fn host(&self) -> &str {
         let authority = self.base.trim_start_matches("https://");
         let authority = authority.split('/').next().unwrap_or(authority);
         split_host_port(authority).0
     }
 
     /// The HTTPS port clients use.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// The gateway's URL (`https://host[:port]`).
-    pub fn base(&self) -> &str {
+    pub(crate) fn base(&self) -> &str {
         &self.base
     }
 
     /// The gateway's login host, where the browser login and the control room live:
     /// `https://<base_domain>[:port]`, or the gateway's URL when there is no base domain.
-    pub fn login(&self) -> String {
+    pub(crate) fn login(&self) -> String {
         match &self.base_domain {
             Some(d) => format!("https://{d}{}", port_part(self.port)),
             None => self.base.clone(),
@@ -87,13 +87,13 @@ impl Reach {
     }
 
     /// The URL `opencode attach` takes for a project: `<base>/p/<project>`.
-    pub fn project(&self, name: &str) -> String {
+    pub(crate) fn project(&self, name: &str) -> String {
         format!("{}/p/{name}", self.base)
     }
 
     /// The web UI's origin for a project: `https://<project>.<base_domain>[:port]` when there is a
     /// base domain, else the public URL's host on the project's own port when it has one.
-    pub fn web_ui_origin(&self, name: &str) -> Option<String> {
+    pub(crate) fn web_ui_origin(&self, name: &str) -> Option<String> {
         if let Some(d) = self.base_domain.as_deref() {
             return Some(format!("https://{name}.{d}{}", port_part(self.port)));
         }
@@ -103,7 +103,7 @@ impl Reach {
     }
 
     /// The web UI's URL for a project (its origin and `/`).
-    pub fn web_ui(&self, name: &str) -> Option<String> {
+    pub(crate) fn web_ui(&self, name: &str) -> Option<String> {
         self.web_ui_origin(name).map(|o| format!("{o}/"))
     }
 }
@@ -111,7 +111,7 @@ impl Reach {
 /// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`); a listener on
 /// every address is named by `public_host` (the public URL's host, e.g. the LAN address) when
 /// given, else by this machine's host name.
-pub fn ssh_forward(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
+pub(crate) fn ssh_forward(name: &str, user: &str, ssh: SocketAddr, public_host: Option<&str>) -> String {
     let host = match (ssh.ip().is_unspecified(), public_host) {
         (true, Some(h)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
         (true, None) => crate::support::host::host_name(),
@@ -147,7 +147,7 @@ fn split_host_port(authority: &str) -> (&str, Option<u16>) {
 }
 
 /// Every name clients use: the public URL's host, the base domain and each project's host.
-pub fn client_names(s: &Settings) -> Vec<String> {
+pub(crate) fn client_names(s: &Settings) -> Vec<String> {
     let mut names = Vec::new();
     let host = Reach::new(s, None).base().trim_start_matches("https://").to_string();
     let host = host
@@ -174,12 +174,12 @@ pub struct BoundPorts {
 
 impl BoundPorts {
     /// The project whose own listener is on `port`.
-    pub fn project_on(&self, port: u16) -> Option<&str> {
+    pub(crate) fn project_on(&self, port: u16) -> Option<&str> {
         self.projects.iter().find(|(_, p)| *p == port).map(|(n, _)| &**n)
     }
 
     /// The port of `project`'s own listener.
-    pub fn port_of(&self, project: &str) -> Option<u16> {
+    pub(crate) fn port_of(&self, project: &str) -> Option<u16> {
         self.projects.iter().find(|(n, _)| &**n == project).map(|(_, p)| *p)
     }
 }

@@ -4,7 +4,7 @@
 use crate::config::{Project, Settings, User};
 
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changes {
+pub(crate) struct Changes {
     pub projects_added: Vec<String>,
     pub projects_removed: Vec<String>,
     pub projects_changed: Vec<String>,
@@ -47,7 +47,7 @@ fn compare<T>(
     (added, removed, changed)
 }
 
-pub fn changes(old: &Settings, new: &Settings) -> Changes {
+pub(crate) fn changes(old: &Settings, new: &Settings) -> Changes {
     let (projects_added, projects_removed, projects_changed) =
         compare(&old.projects, &new.projects, |p| &p.name, same_project);
     let (users_added, users_removed, users_changed) = compare(&old.users, &new.users, |u| &u.name, same_user);
@@ -62,7 +62,7 @@ pub fn changes(old: &Settings, new: &Settings) -> Changes {
 }
 
 impl Changes {
-    pub fn into_record(self) -> super::Record {
+    pub(crate) fn into_record(self) -> super::Record {
         super::Record::new("config_reload")
             .field("projects_added", self.projects_added)
             .field("projects_removed", self.projects_removed)

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 
-pub use crate::config::AuditConfig;
-pub use record::{Record, Via, Who, created_session};
+pub(crate) use crate::config::AuditConfig;
+pub(crate) use record::{Record, Via, Who, created_session};
 
 /// Records waiting for the writer before new ones are dropped.
 const QUEUE: usize = 4096;
@@ -54,7 +54,7 @@ impl Audit {
     }
 
     /// Open the file (so a bad path fails the start, not the first record) and start the writer.
-    pub fn start(cfg: AuditConfig) -> std::io::Result<Audit> {
+    pub(crate) fn start(cfg: AuditConfig) -> std::io::Result<Audit> {
         let mut appender = writer::Appender::open(cfg.clone())?;
         let (tx, rx) = std::sync::mpsc::sync_channel::<Msg>(QUEUE);
         let counters = Arc::new(Counters::default());
@@ -98,11 +98,11 @@ impl Audit {
         Ok(Audit { tx: Some(tx), counters })
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.tx.is_some()
     }
 
-    pub fn record(&self, record: Record) {
+    pub(crate) fn record(&self, record: Record) {
         self.send(record, None);
     }
 
@@ -110,7 +110,7 @@ impl Audit {
     /// an audited act then reaches its client only once its record is in the file (in the kernel:
     /// a `kill -9` of the gateway right after loses nothing; a machine crash may, as no `fsync`
     /// is done). A writer more than `within` behind (a slow disk) does not hold the answer back.
-    pub async fn record_written(&self, record: Record, within: std::time::Duration) {
+    pub(crate) async fn record_written(&self, record: Record, within: std::time::Duration) {
         let (done, written) = tokio::sync::oneshot::channel();
         if self.send(record, Some(done)) {
             let _ = tokio::time::timeout(within, written).await;
@@ -135,7 +135,7 @@ impl Audit {
     }
 
     /// Wait (at most `within`) until every record recorded so far is in the file: at shutdown.
-    pub fn flush(&self, within: std::time::Duration) {
+    pub(crate) fn flush(&self, within: std::time::Duration) {
         let Some(tx) = &self.tx else { return };
         let (done, wait) = std::sync::mpsc::channel();
         // Blocking send: at shutdown, waiting behind a full queue is the point.
@@ -145,17 +145,17 @@ impl Audit {
     }
 
     /// Records dropped because the writer could not keep up.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.counters.dropped.load(Ordering::Relaxed)
     }
 
     /// Records the writer could not write.
-    pub fn lost(&self) -> u64 {
+    pub(crate) fn lost(&self) -> u64 {
         self.counters.lost.load(Ordering::Relaxed)
     }
 
     /// Is the audit trail being written (on, and its last write worked)?
-    pub fn writing(&self) -> bool {
+    pub(crate) fn writing(&self) -> bool {
         self.enabled() && !self.counters.failing.load(Ordering::Relaxed)
     }
 }
@@ -163,7 +163,7 @@ impl Audit {
 /// Record a CLI command's act (a revocation): appended by the CLI itself under the writer's lock,
 /// so it is recorded whether or not a gateway runs, and never interleaves with the gateway's
 /// lines. The actor is the operating-system user who ran the command.
-pub fn append_from_cli(settings: &crate::config::Settings, record: Record) {
+pub(crate) fn append_from_cli(settings: &crate::config::Settings, record: Record) {
     let Some(cfg) = &settings.audit else { return };
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };

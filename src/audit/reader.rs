@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 #[derive(Debug, Default, Clone)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub user: Option<String>,
     pub project: Option<String>,
     pub event: Option<String>,
@@ -14,7 +14,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn matches(&self, v: &Value) -> bool {
+    pub(crate) fn matches(&self, v: &Value) -> bool {
         let is = |key: &str, want: &Option<String>| {
             want.as_deref()
                 .is_none_or(|w| v.get(key).and_then(Value::as_str) == Some(w))
@@ -30,7 +30,7 @@ impl Filter {
 }
 
 /// The files to read, oldest first: `audit.jsonl.N` … `.1`, then `audit.jsonl`.
-pub fn files(base: &Path) -> Vec<PathBuf> {
+pub(crate) fn files(base: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut n = 1;
     while super::writer::rotated(base, n).exists() {
@@ -46,7 +46,7 @@ pub fn files(base: &Path) -> Vec<PathBuf> {
 }
 
 /// Every record matching `filter`, oldest first, as parsed JSON with its line.
-pub fn read(base: &Path, filter: &Filter) -> std::io::Result<Vec<(Value, String)>> {
+pub(crate) fn read(base: &Path, filter: &Filter) -> std::io::Result<Vec<(Value, String)>> {
     let mut out = Vec::new();
     for f in files(base) {
         let text = match std::fs::read_to_string(&f) {
@@ -68,7 +68,7 @@ pub fn read(base: &Path, filter: &Filter) -> std::io::Result<Vec<(Value, String)
 }
 
 /// One record as a line for people: time, event, who, where, then the event's own fields.
-pub fn human(v: &Value) -> String {
+pub(crate) fn human(v: &Value) -> String {
     let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("-").to_string();
     let mut line = format!(
         "{} {:<18} user={} project={} address={}",
@@ -102,7 +102,7 @@ pub fn human(v: &Value) -> String {
 }
 
 /// `1h`, `30m`, `2d`, `45s` back from now, as the RFC 3339 cut-off.
-pub fn since(ago: &str) -> Option<String> {
+pub(crate) fn since(ago: &str) -> Option<String> {
     let (num, unit) = ago.split_at(ago.find(|c: char| !c.is_ascii_digit())?);
     let n: i64 = num.parse().ok()?;
     let secs = match unit {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 /// How the actor proved who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Via {
+pub(crate) enum Via {
     Password,
     Token,
     Device,
@@ -25,7 +25,7 @@ pub enum Via {
 
 /// How the acting user was identified: how they proved it, and with which token or device.
 #[derive(Clone)]
-pub struct Who {
+pub(crate) struct Who {
     pub via: Via,
     /// The token's or device's id.
     pub id: Option<Arc<str>>,
@@ -33,14 +33,14 @@ pub struct Who {
 
 /// The id of the session a create answered with: `{"id"}` (v1) or `{"data":{"id"}}` (v2). For
 /// `session_create`'s record and for the control room's new session.
-pub fn created_session(body: &[u8]) -> Option<String> {
+pub(crate) fn created_session(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let id = v.get("id").or_else(|| v.get("data")?.get("id"))?.as_str()?;
     Some(id.to_string())
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Record {
+pub(crate) struct Record {
     pub ts: String,
     pub event: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -59,7 +59,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn new(event: &'static str) -> Record {
+    pub(crate) fn new(event: &'static str) -> Record {
         Record {
             ts: now_rfc3339(),
             event,
@@ -72,33 +72,33 @@ impl Record {
         }
     }
 
-    pub fn user(mut self, user: impl Into<String>) -> Self {
+    pub(crate) fn user(mut self, user: impl Into<String>) -> Self {
         self.user = Some(user.into());
         self
     }
 
-    pub fn address(mut self, ip: IpAddr) -> Self {
+    pub(crate) fn address(mut self, ip: IpAddr) -> Self {
         self.address = Some(ip.to_string());
         self
     }
 
-    pub fn project(mut self, project: impl Into<String>) -> Self {
+    pub(crate) fn project(mut self, project: impl Into<String>) -> Self {
         self.project = Some(project.into());
         self
     }
 
-    pub fn via(mut self, via: Via, id: Option<&str>) -> Self {
+    pub(crate) fn via(mut self, via: Via, id: Option<&str>) -> Self {
         self.via = Some(via);
         self.via_id = id.map(str::to_string);
         self
     }
 
-    pub fn field(mut self, key: &str, value: impl Into<Value>) -> Self {
+    pub(crate) fn field(mut self, key: &str, value: impl Into<Value>) -> Self {
         self.fields.insert(key.to_string(), value.into());
         self
     }
 
-    pub fn to_line(&self) -> Vec<u8> {
+    pub(crate) fn to_line(&self) -> Vec<u8> {
         let mut line = serde_json::to_vec(self).unwrap_or_default();
         line.push(b'\n');
         line
@@ -107,14 +107,14 @@ impl Record {
 
 /// The time now as RFC 3339 UTC with whole seconds (`2026-11-30T15:28:35Z`): fixed width, so
 /// records sort and compare as strings (the reader's `--since` relies on it).
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     rfc3339(secs)
 }
 
-pub fn rfc3339(unix: i64) -> String {
+pub(crate) fn rfc3339(unix: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp(unix).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     format!(
         "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",

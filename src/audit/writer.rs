@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::AuditConfig;
 
-pub struct Appender {
+pub(crate) struct Appender {
     cfg: AuditConfig,
     file: File,
     lock: File,
@@ -29,7 +29,7 @@ fn open_log(path: &Path) -> std::io::Result<File> {
     Ok(file)
 }
 
-pub fn rotated(path: &Path, n: u32) -> PathBuf {
+pub(crate) fn rotated(path: &Path, n: u32) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(format!(".{n}"));
     PathBuf::from(s)
@@ -61,7 +61,7 @@ impl Drop for Locked<'_> {
 }
 
 impl Appender {
-    pub fn open(cfg: AuditConfig) -> std::io::Result<Appender> {
+    pub(crate) fn open(cfg: AuditConfig) -> std::io::Result<Appender> {
         if let Some(dir) = cfg.file.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
@@ -76,7 +76,7 @@ impl Appender {
     }
 
     /// Append one line (it ends with `\n`), rotating first when it would not fit.
-    pub fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+    pub(crate) fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
         let lock = self.lock.try_clone()?;
         let _held = Locked::new(&lock)?;
         // Another writer may have rotated since: follow the path, not the old descriptor.
@@ -131,7 +131,7 @@ fn same_file(a: &std::fs::Metadata, b: &std::fs::Metadata) -> bool {
 }
 
 /// Append one record now, from a CLI command (same lock, same rotation as the gateway's writer).
-pub fn append_once(cfg: &AuditConfig, record: &super::Record) -> std::io::Result<()> {
+pub(crate) fn append_once(cfg: &AuditConfig, record: &super::Record) -> std::io::Result<()> {
     Appender::open(cfg.clone())?.append(&record.to_line())
 }
 

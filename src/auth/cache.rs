@@ -13,7 +13,7 @@ use blake2::{Blake2b256, Digest};
 
 use crate::support::ttl_map::TtlMap;
 
-pub type CacheKey = [u8; 32];
+pub(crate) type CacheKey = [u8; 32];
 
 const SHARDS: usize = 16;
 
@@ -48,12 +48,12 @@ pub struct AuthCache {
 }
 
 /// A digest of a user's PHC hash text; part of every cache key for that user.
-pub fn fingerprint(phc: &str) -> [u8; 32] {
+pub(crate) fn fingerprint(phc: &str) -> [u8; 32] {
     Blake2b256::digest(phc.as_bytes()).into()
 }
 
 impl AuthCache {
-    pub fn new(capacity: usize, ttl: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).expect("the OS random source is available");
         let per_shard = capacity.div_ceil(SHARDS).max(1);
@@ -65,7 +65,7 @@ impl AuthCache {
         }
     }
 
-    pub fn key(&self, fingerprint: &[u8; 32], user: &str, password: &[u8]) -> CacheKey {
+    pub(crate) fn key(&self, fingerprint: &[u8; 32], user: &str, password: &[u8]) -> CacheKey {
         let mut h = Blake2b256::new();
         h.update(self.secret);
         h.update(fingerprint);
@@ -83,29 +83,30 @@ impl AuthCache {
 
     /// When this exact credential was verified for `user`: until when the entry lives (`None`
     /// when it was not, or has expired).
-    pub fn hit(&self, key: &CacheKey, user: &str) -> Option<Instant> {
+    pub(crate) fn hit(&self, key: &CacheKey, user: &str) -> Option<Instant> {
         self.shard(key)
             .get_until(key)
             .and_then(|(u, until)| (&*u == user).then_some(until))
     }
 
     /// Returns when the entry expires.
-    pub fn insert(&self, key: CacheKey, user: Arc<str>) -> Instant {
+    pub(crate) fn insert(&self, key: CacheKey, user: Arc<str>) -> Instant {
         self.shard(&key).insert(key, user)
     }
 
     /// Keep only entries of users for whom `keep` says yes (on reload: users removed or re-hashed).
-    pub fn retain_users(&self, keep: impl Fn(&str) -> bool) {
+    pub(crate) fn retain_users(&self, keep: impl Fn(&str) -> bool) {
         for shard in &self.shards {
             shard.retain(|_, user| keep(user));
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards.iter().map(Shard::len).sum()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -9,7 +9,7 @@ use http::header::AUTHORIZATION;
 use crate::config::Secret;
 
 /// Longest Authorization value we look at; argon2 input is bounded by it too.
-pub const MAX_CREDENTIAL_LEN: usize = 4096;
+pub(crate) const MAX_CREDENTIAL_LEN: usize = 4096;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Credentials {
@@ -26,7 +26,7 @@ pub enum CredentialError {
 }
 
 /// Credentials from the Authorization header, or `Ok(None)` when there is none.
-pub fn from_headers(headers: &HeaderMap) -> Result<Option<Credentials>, CredentialError> {
+pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Option<Credentials>, CredentialError> {
     let Some(value) = headers.get(AUTHORIZATION) else {
         return Ok(None);
     };

@@ -24,7 +24,7 @@ pub struct Handoffs {
 
 impl Handoffs {
     /// Tickets live `ttl` (`limits.handoff_ttl`).
-    pub fn new(ttl: Duration) -> Handoffs {
+    pub(crate) fn new(ttl: Duration) -> Handoffs {
         Handoffs {
             tickets: TtlMap::new(MAX_TICKETS, ttl),
         }

@@ -43,7 +43,7 @@ pub struct Auth {
 /// reported to (shared with every other stage, so passed beside it, not held in it), and the
 /// users of the state the request is served with. References only: nothing is cloned per request.
 #[derive(Clone, Copy)]
-pub struct Check<'a> {
+pub(crate) struct Check<'a> {
     pub auth: &'a Auth,
     pub metrics: &'a Metrics,
     pub audit: &'a Audit,
@@ -54,7 +54,7 @@ pub struct Check<'a> {
 /// status, body and headers each one gets are decided with every other error's, in the one
 /// table of `http/error.rs` (`From<AuthError> for HttpError`), so auth knows no HTTP type.
 #[derive(Debug)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// A wrong password, an unknown user, or a token where a password belongs.
     BadCredentials,
     /// A wrong, expired or revoked API token (or one of another user).
@@ -70,7 +70,7 @@ pub enum AuthError {
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
 /// argon2 runs only for a credential not seen before, and only within the login budget.
-pub async fn password(
+pub(crate) async fn password(
     check: &Check<'_>,
     peer: IpAddr,
     user: &str,
@@ -84,7 +84,7 @@ pub async fn password(
 
 /// [`password`], and until when its verification stands (the cache entry's expiry), for a
 /// connection's [`memo::AuthMemo`].
-pub async fn password_until(
+pub(crate) async fn password_until(
     check: &Check<'_>,
     peer: IpAddr,
     user: &str,

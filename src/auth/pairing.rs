@@ -21,10 +21,10 @@ use blake2::{Blake2b256, Digest};
 
 use crate::auth::tokens::{now_unix, same_digest};
 
-pub const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
-pub const MAX_TTL: Duration = Duration::from_secs(15 * 60);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(15 * 60);
 /// Wrong secrets a code survives; the next one ends it.
-pub const MAX_TRIES: u32 = 5;
+pub(crate) const MAX_TRIES: u32 = 5;
 /// Codes pending at once (each is a `pair` run on the host; this only bounds memory).
 const MAX_PENDING: usize = 1000;
 
@@ -35,11 +35,11 @@ const ID_LEN: usize = GROUP;
 const SECRET_LEN: usize = 2 * GROUP;
 
 /// The user a refused pairing is logged under when its code selects nobody.
-pub const UNKNOWN_USER: &str = "(pairing)";
+pub(crate) const UNKNOWN_USER: &str = "(pairing)";
 
 /// A code just issued (shown once, on the host).
 #[derive(Debug, Clone)]
-pub struct Issued {
+pub(crate) struct Issued {
     /// `K7QM-4M2P-XW9H`.
     pub code: String,
     /// Unix seconds.
@@ -48,7 +48,7 @@ pub struct Issued {
 
 /// What a redeemed code was for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Redeemed {
+pub(crate) struct Redeemed {
     pub user: String,
     pub label: String,
 }
@@ -68,7 +68,7 @@ pub enum Refused {
 }
 
 impl Refused {
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             Refused::Malformed => "pairing_malformed",
             Refused::Unknown => "pairing_unknown",
@@ -106,14 +106,14 @@ impl Default for Pairing {
 
 /// A code split into its id and secret, normalised (upper case, no separators).
 #[derive(Debug, PartialEq, Eq)]
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub id: String,
     secret: String,
 }
 
 /// Read a typed or scanned code: case, spaces and dashes do not matter; `1` and `I` are read as
 /// `L` (the alphabet has neither); `0` and `O` are in no code. `None` when it is not a code.
-pub fn parse(text: &str) -> Option<Parsed> {
+pub(crate) fn parse(text: &str) -> Option<Parsed> {
     let mut chars = String::with_capacity(ID_LEN + SECRET_LEN);
     for c in text.chars() {
         if c == '-' || c.is_whitespace() {
@@ -158,7 +158,7 @@ impl Pairing {
     }
 
     /// Make a code for `user`'s device `label`, living `ttl` (at most [`MAX_TTL`]).
-    pub fn issue(&self, user: &str, label: &str, ttl: Duration) -> Result<Issued, String> {
+    pub(crate) fn issue(&self, user: &str, label: &str, ttl: Duration) -> Result<Issued, String> {
         if ttl.is_zero() || ttl > MAX_TTL {
             return Err(format!(
                 "a pairing code lives at most {} minutes",
@@ -196,14 +196,14 @@ impl Pairing {
     }
 
     /// The user a pending id is for (to charge the limiter before the secret is looked at).
-    pub fn user_of(&self, id: &str) -> Option<String> {
+    pub(crate) fn user_of(&self, id: &str) -> Option<String> {
         let now = Instant::now();
         self.lock().get(id).filter(|p| p.until > now).map(|p| p.user.clone())
     }
 
     /// Use a code: once, before it expires, while it has tries left. A wrong secret spends a try
     /// of the code its id selects and touches no other.
-    pub fn redeem(&self, code: &Parsed) -> Result<Redeemed, Refused> {
+    pub(crate) fn redeem(&self, code: &Parsed) -> Result<Redeemed, Refused> {
         let digest = self.digest(&code.id, &code.secret);
         let mut map = self.lock();
         let Some(p) = map.get_mut(&code.id) else {
@@ -229,7 +229,7 @@ impl Pairing {
     }
 
     /// Pending codes (for tests and status).
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         let now = Instant::now();
         self.lock().values().filter(|p| p.until > now).count()
     }

@@ -19,18 +19,18 @@ use crate::support::ttl_map::TtlMap;
 
 /// How long sessions live.
 #[derive(Debug, Clone, Copy)]
-pub struct Lifetime {
+pub(crate) struct Lifetime {
     pub idle: Duration,
     pub absolute: Duration,
 }
 
 /// A password login: a working day unused, a week at most.
-pub const LOGIN: Lifetime = Lifetime {
+pub(crate) const LOGIN: Lifetime = Lifetime {
     idle: Duration::from_secs(12 * 3600),
     absolute: Duration::from_secs(7 * 24 * 3600),
 };
 /// A paired device: a month unused, a year at most (revoke it with `devices revoke`).
-pub const DEVICE: Lifetime = Lifetime {
+pub(crate) const DEVICE: Lifetime = Lifetime {
     idle: Duration::from_secs(30 * 24 * 3600),
     absolute: Duration::from_secs(365 * 24 * 3600),
 };
@@ -72,7 +72,7 @@ pub enum Origin<'a> {
 }
 
 impl WebSessions {
-    pub fn new(store: Arc<dyn Store>, key: [u8; 32]) -> WebSessions {
+    pub(crate) fn new(store: Arc<dyn Store>, key: [u8; 32]) -> WebSessions {
         WebSessions {
             store,
             key,
@@ -81,7 +81,7 @@ impl WebSessions {
         }
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -94,7 +94,7 @@ impl WebSessions {
     }
 
     /// Make a session; returns the cookie value (shown to the browser only) and the session.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         user: &str,
         origin: Origin<'_>,
@@ -146,7 +146,7 @@ impl WebSessions {
 
     /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
     /// parent or device is). `peer` is recorded as the device's last address.
-    pub async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, StoreDown> {
+    pub(crate) async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, StoreDown> {
         let digest = self.digest(value);
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(live) = self.cache.get(&digest)
@@ -208,7 +208,7 @@ impl WebSessions {
     }
 
     /// Log out: the session and every project-host session handed off from it end now.
-    pub async fn revoke(&self, login_id: &str) -> Result<(), StoreDown> {
+    pub(crate) async fn revoke(&self, login_id: &str) -> Result<(), StoreDown> {
         let store = self.store.clone();
         let id = login_id.to_string();
         crate::store::blocking("ending a browser session", move || {
@@ -224,7 +224,7 @@ impl WebSessions {
     /// look (`user passwd`, whether the gateway was running then or not) loses the login sessions
     /// made under the old one; returns each such user with the number of sessions that ended.
     /// Blocking (a few small SQLite writes): called at start and on reload, never per request.
-    pub fn passwords_are(&self, users: &crate::auth::users::Users) -> Vec<(Arc<str>, usize)> {
+    pub(crate) fn passwords_are(&self, users: &crate::auth::users::Users) -> Vec<(Arc<str>, usize)> {
         let now = now_unix();
         let mut ended = Vec::new();
         for u in users.values().filter(|u| u.hash.is_some()) {
@@ -243,14 +243,14 @@ impl WebSessions {
     }
 
     /// Sessions or devices changed elsewhere (the CLI): forget every verification.
-    pub fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.cache.retain(|_, _| false);
     }
 }
 
 /// `n` random bytes, base64url.
-pub fn random(n: usize) -> String {
+pub(crate) fn random(n: usize) -> String {
     let mut b = vec![0u8; n];
     getrandom::fill(&mut b).expect("the OS random source is available");
     URL_SAFE_NO_PAD.encode(b)
@@ -258,7 +258,7 @@ pub fn random(n: usize) -> String {
 
 /// The state database did not answer; the request is refused (503, `http/error.rs`), not let in.
 #[derive(Debug)]
-pub struct StoreDown;
+pub(crate) struct StoreDown;
 
 #[cfg(test)]
 mod tests {

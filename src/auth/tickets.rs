@@ -27,25 +27,21 @@ impl Default for Tickets {
 }
 
 impl Tickets {
-    pub fn insert(&self, ticket: &str, user: Arc<str>, project: Arc<str>) {
+    pub(crate) fn insert(&self, ticket: &str, user: Arc<str>, project: Arc<str>) {
         self.map.insert(ticket.to_string(), (user, project));
     }
 
     /// The user a live ticket was issued to for `project`; the ticket is used up. A ticket
     /// presented for another project is refused and left as it is.
-    pub fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
+    pub(crate) fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
         self.map
             .remove_if(ticket, |(_, p)| &**p == project)
             .map(|(user, _)| user)
     }
-
-    pub fn purge(&self) {
-        self.map.purge();
-    }
 }
 
 /// The ticket in a connect-token response body (`{"ticket":"…","expires_in":60}`).
-pub fn ticket_from_body(body: &[u8]) -> Option<String> {
+pub(crate) fn ticket_from_body(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     v.get("ticket")?.as_str().map(str::to_string)
 }

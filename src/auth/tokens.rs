@@ -32,25 +32,25 @@ use crate::support::ttl_map::TtlMap;
 
 /// Every token starts with this, so a token is recognisable (secret scanners, the Basic password
 /// path) and never mistaken for a password.
-pub const PREFIX: &str = "ocgw_";
+pub(crate) const PREFIX: &str = "ocgw_";
 /// 256 bits of randomness.
 const RANDOM_BYTES: usize = 32;
 /// The digest key's file under `state_dir`.
-pub const KEY_FILE: &str = "token-digest.key";
+pub(crate) const KEY_FILE: &str = "token-digest.key";
 /// How long a verified token is trusted without asking the database again. Revocation through the
 /// CLI also clears the cache at once (over the control socket); this bounds it when that fails.
-pub const CACHE_TTL: Duration = Duration::from_secs(1);
+pub(crate) const CACHE_TTL: Duration = Duration::from_secs(1);
 const CACHE_ENTRIES: usize = 10_000;
 
-pub type TokenDigest = [u8; 32];
+pub(crate) type TokenDigest = [u8; 32];
 
 /// True when `secret` is meant as a token (and so must not go to argon2).
-pub fn is_token(secret: &str) -> bool {
+pub(crate) fn is_token(secret: &str) -> bool {
     secret.starts_with(PREFIX)
 }
 
 /// A new token and its public id.
-pub fn generate() -> (Secret, String) {
+pub(crate) fn generate() -> (Secret, String) {
     let mut bytes = [0u8; RANDOM_BYTES];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
     let token = format!("{PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes));
@@ -61,7 +61,7 @@ pub fn generate() -> (Secret, String) {
 }
 
 /// The keyed digest a token is stored and looked up by.
-pub fn digest(key: &[u8; 32], token: &str) -> TokenDigest {
+pub(crate) fn digest(key: &[u8; 32], token: &str) -> TokenDigest {
     let mut h = Blake2b256::new();
     h.update(key);
     h.update(token.as_bytes());
@@ -69,13 +69,13 @@ pub fn digest(key: &[u8; 32], token: &str) -> TokenDigest {
 }
 
 /// Digests compared in constant time.
-pub fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
+pub(crate) fn same_digest(a: &TokenDigest, b: &TokenDigest) -> bool {
     bool::from(a.ct_eq(b))
 }
 
 /// Make a token for `user` with `scope` (already checked) and store only its digest. The token is
 /// returned to be shown once.
-pub fn issue(
+pub(crate) fn issue(
     store: &dyn TokenStore,
     key: &[u8; 32],
     user: &str,
@@ -102,7 +102,7 @@ pub fn issue(
 }
 
 /// The digest key, made (owner-only) on first use by whichever of the CLI and the gateway comes first.
-pub fn load_or_create_key(state_dir: &Path) -> anyhow::Result<[u8; 32]> {
+pub(crate) fn load_or_create_key(state_dir: &Path) -> anyhow::Result<[u8; 32]> {
     use anyhow::Context;
     use std::io::Write;
     std::fs::create_dir_all(state_dir)
@@ -138,14 +138,14 @@ pub fn load_or_create_key(state_dir: &Path) -> anyhow::Result<[u8; 32]> {
     )
 }
 
-pub fn now_unix() -> i64 {
+pub(crate) fn now_unix() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// `30d`, `12h`, `90m`, `45s`.
-pub fn parse_ttl(text: &str) -> Option<Duration> {
+pub(crate) fn parse_ttl(text: &str) -> Option<Duration> {
     let text = text.trim();
     let unit = match text.chars().last()? {
         's' => 1,
@@ -161,7 +161,7 @@ pub fn parse_ttl(text: &str) -> Option<Duration> {
 
 /// What a token may do, within its user's grants.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
+pub(crate) struct Scope {
     /// At most this role; `None`: the user's own.
     pub role: Option<Role>,
     /// Only these projects; `None`: all the user's.
@@ -169,7 +169,7 @@ pub struct Scope {
 }
 
 impl Scope {
-    pub fn of(record: &TokenRecord) -> Scope {
+    pub(crate) fn of(record: &TokenRecord) -> Scope {
         Scope {
             role: record.role.as_deref().and_then(Role::parse),
             projects: record.projects.clone(),
@@ -177,7 +177,7 @@ impl Scope {
     }
 
     /// Refuse a scope wider than `grants` (checked at create time). `known` says which projects exist.
-    pub fn check_within(&self, grants: &Grants, known: impl Fn(&str) -> bool) -> Result<(), String> {
+    pub(crate) fn check_within(&self, grants: &Grants, known: impl Fn(&str) -> bool) -> Result<(), String> {
         let within = |project: &str, user_role: Role| match self.role {
             Some(r) if r > user_role => Err(format!(
                 "the token's role {} is wider than the user's role {} in project {project}",
@@ -208,7 +208,7 @@ impl Scope {
     }
 
     /// The grants a request with this token gets: the user's grants of the moment, narrowed.
-    pub fn narrow(&self, grants: &Grants) -> Grants {
+    pub(crate) fn narrow(&self, grants: &Grants) -> Grants {
         let cap = |r: Role| self.role.map_or(r, |t| t.min(r));
         match (&self.projects, grants) {
             (None, Grants::All(r)) => Grants::All(cap(*r)),
@@ -250,7 +250,7 @@ enum Refusal {
 }
 
 impl Tokens {
-    pub fn new(store: Arc<dyn TokenStore>, key: [u8; 32]) -> Tokens {
+    pub(crate) fn new(store: Arc<dyn TokenStore>, key: [u8; 32]) -> Tokens {
         Tokens {
             store,
             key,
@@ -260,7 +260,7 @@ impl Tokens {
     }
 
     /// Tokens were revoked (or changed): forget every verification.
-    pub fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.cache.retain(|_, _| false);
     }
@@ -319,7 +319,7 @@ impl Tokens {
 
 /// The user behind a token, with grants narrowed to the token's scope. `basic_user` is the user
 /// name of Basic credentials (the token must be that user's), `None` for Bearer.
-pub async fn authenticate(
+pub(crate) async fn authenticate(
     check: &Check<'_>,
     peer: IpAddr,
     basic_user: Option<&str>,

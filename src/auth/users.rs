@@ -10,7 +10,7 @@ use crate::config::Grants;
 use crate::support::name_map::NameMap;
 
 /// The users of one state, by name.
-pub type Users = NameMap<Arc<UserState>>;
+pub(crate) type Users = NameMap<Arc<UserState>>;
 
 pub struct UserState {
     pub name: Arc<str>,

@@ -22,7 +22,7 @@ pub struct Verifier {
 
 /// What argon2 has done, for metrics and the tests that count it.
 #[derive(Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     pub runs: AtomicU64,
     pub running: AtomicUsize,
     /// Runs waiting for a core.
@@ -39,7 +39,7 @@ pub fn hash_password(password: &str) -> String {
 }
 
 impl Verifier {
-    pub fn new(max_concurrent: usize) -> Self {
+    pub(crate) fn new(max_concurrent: usize) -> Self {
         let mut pw = [0u8; 24];
         getrandom::fill(&mut pw).expect("the OS random source is available");
         let dummy_text = hash_password(&String::from_utf8_lossy(&pw));
@@ -51,7 +51,7 @@ impl Verifier {
         }
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub(crate) fn counters(&self) -> &Counters {
         &self.counters
     }
 
@@ -65,7 +65,7 @@ impl Verifier {
     /// also when that call is cancelled (its client went away mid-verification): otherwise the next
     /// call would find the entry, skip `admit`, and start an uncharged run. Calls that had joined a
     /// cancelled run start over, and are charged if they start the next one.
-    pub async fn verify<E>(
+    pub(crate) async fn verify<E>(
         &self,
         key: CacheKey,
         hash: Option<&PasswordHash>,

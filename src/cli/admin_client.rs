@@ -44,7 +44,7 @@ pub(crate) fn request_with(config: &Path, method: &str, path: &str, body: &str) 
     Ok((status, body))
 }
 
-pub fn status(config: &Path) -> anyhow::Result<()> {
+pub(crate) fn status(config: &Path) -> anyhow::Result<()> {
     let (code, body) = request(config, "GET", "/status")?;
     if code != 200 {
         bail!("the gateway answered {code}: {body}");
@@ -54,7 +54,7 @@ pub fn status(config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn restart(config: &Path, project: &str) -> anyhow::Result<()> {
+pub(crate) fn restart(config: &Path, project: &str) -> anyhow::Result<()> {
     let path = format!("/restart?project={}", crate::web::form::encode(project));
     let (code, body) = request(config, "POST", &path)?;
     if code != 200 {
@@ -65,7 +65,7 @@ pub fn restart(config: &Path, project: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn reload(config: &Path) -> anyhow::Result<()> {
+pub(crate) fn reload(config: &Path) -> anyhow::Result<()> {
     let (code, body) = request(config, "POST", "/reload")?;
     if code != 200 {
         bail!("reload refused ({code}): {body}");

@@ -210,7 +210,7 @@ pub enum CertAction {
 
 impl Command {
     /// The config file the command names, to be found ([`crate::config::find`]) before it runs.
-    pub fn config_mut(&mut self) -> Option<&mut PathBuf> {
+    pub(crate) fn config_mut(&mut self) -> Option<&mut PathBuf> {
         match self {
             Command::Serve { config, .. }
             | Command::Check { config, .. }

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 use crate::audit::reader::{self, Filter};
 
-pub fn audit(
+pub(crate) fn audit(
     config: &Path,
     user: Option<String>,
     project: Option<String>,

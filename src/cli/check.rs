@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::config::{Grants, Settings, UpstreamKind};
 
-pub fn check(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn check(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;
     let made_later = settings.tls.dev_ca || settings.tls.acme.is_some();
     if !made_later || (settings.tls.cert.exists() && settings.tls.key.exists()) {
@@ -22,7 +22,7 @@ pub fn check(path: &Path) -> anyhow::Result<()> {
 }
 
 /// `check --known-hosts`: the SSH front door's known_hosts line alone, to append as is.
-pub fn known_hosts(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn known_hosts(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;
     let Some(ssh) = &settings.ssh else {
         anyhow::bail!("{} has no [ssh] section: there is no SSH front door", path.display());
@@ -40,7 +40,7 @@ pub fn known_hosts(path: &Path) -> anyhow::Result<()> {
 /// Spawned projects that run as the same OS user (the same `run_as`, or both without it) but are
 /// granted to different users: whoever can use one can read and write the other's files and
 /// OpenCode state through it (a shell, the bash tool, the file API), whatever the grants say.
-pub fn shared_os_user_warnings(s: &Settings) -> Vec<String> {
+pub(crate) fn shared_os_user_warnings(s: &Settings) -> Vec<String> {
     use std::collections::{BTreeMap, BTreeSet};
     let mut by_os_user: BTreeMap<Option<&str>, Vec<(&str, BTreeSet<&str>)>> = BTreeMap::new();
     for p in &s.projects {
@@ -89,7 +89,7 @@ pub fn shared_os_user_warnings(s: &Settings) -> Vec<String> {
 
 /// The config (password hashes) and private keys must be readable by their owner only; a looser
 /// mode is worth a warning, not a refusal (the operator may share the machine with no one).
-pub fn permission_warnings(s: &Settings) -> Vec<String> {
+pub(crate) fn permission_warnings(s: &Settings) -> Vec<String> {
     use std::os::unix::fs::PermissionsExt;
     let mut out = Vec::new();
     for e in s.protected.entries() {
@@ -121,7 +121,7 @@ pub fn permission_warnings(s: &Settings) -> Vec<String> {
     out
 }
 
-pub fn summary(s: &Settings) -> String {
+pub(crate) fn summary(s: &Settings) -> String {
     let mut out = format!(
         "{}: OK\n\nlisteners:\n  https  {}  ({})\n",
         s.path.display(),
@@ -239,7 +239,7 @@ pub fn summary(s: &Settings) -> String {
 
 /// The route table's OpenCode version and the config's `[[route_role]]` entries. What a running
 /// upstream adds (its version, routes that got a default) is in `status`.
-pub fn routes_summary(s: &Settings) -> String {
+pub(crate) fn routes_summary(s: &Settings) -> String {
     let mut out = format!(
         "\nroutes:\n  table of OpenCode {} ({} routes); an upstream of another version: routes it adds get operator (admin under admin-only roots), see `status`\n",
         crate::policy::routes::TABLE_VERSION,

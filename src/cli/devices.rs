@@ -11,7 +11,7 @@ use super::token::when;
 use crate::auth::tokens::now_unix;
 use crate::cli::args::DevicesAction;
 
-pub fn devices(config: &Path, action: Option<DevicesAction>, user: Option<String>) -> anyhow::Result<()> {
+pub(crate) fn devices(config: &Path, action: Option<DevicesAction>, user: Option<String>) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
     let store = crate::store::open(&settings.server.state_dir)?;
     match action {

@@ -15,19 +15,19 @@ use crate::config::{Settings, UpstreamKind};
 const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     Ok,
     Warn,
     Fail,
 }
 
-pub struct Finding {
+pub(crate) struct Finding {
     pub level: Level,
     pub what: String,
 }
 
 #[derive(Default)]
-pub struct Report(pub Vec<Finding>);
+pub(crate) struct Report(pub Vec<Finding>);
 
 impl Report {
     fn ok(&mut self, what: impl Into<String>) {
@@ -49,7 +49,7 @@ impl Report {
         });
     }
 
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         self.0
             .iter()
             .map(|f| {
@@ -63,12 +63,12 @@ impl Report {
             .collect()
     }
 
-    pub fn failures(&self) -> usize {
+    pub(crate) fn failures(&self) -> usize {
         self.0.iter().filter(|f| f.level == Level::Fail).count()
     }
 }
 
-pub fn doctor(path: &Path) -> anyhow::Result<()> {
+pub(crate) fn doctor(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;
     let report = run(&settings);
     print!("{}", report.render());
@@ -81,7 +81,7 @@ pub fn doctor(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-pub fn run(s: &Settings) -> Report {
+pub(crate) fn run(s: &Settings) -> Report {
     let mut r = Report::default();
     certificate(s, &mut r);
     opencode(s, &mut r);
@@ -349,7 +349,7 @@ fn base_domain(s: &Settings, r: &mut Report) {
 }
 
 /// How to make each kind of client trust the dev CA.
-pub fn trust_instructions(s: &Settings) -> String {
+pub(crate) fn trust_instructions(s: &Settings) -> String {
     let ca = crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key).ca_cert;
     let ca = ca.display();
     format!(

@@ -57,7 +57,7 @@ fn lan_template() -> String {
     t
 }
 
-pub fn init(
+pub(crate) fn init(
     dir: Option<&Path>,
     project: Option<String>,
     project_dir: Option<PathBuf>,

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use qrcode::QrCode;
 use qrcode::render::unicode::Dense1x2;
 
-pub fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result<()> {
+pub(crate) fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result<()> {
     let ttl = crate::auth::tokens::parse_ttl(ttl)
         .with_context(|| format!("--ttl {ttl:?}: use a number and m or s, as in 10m"))?;
     let max = crate::auth::pairing::MAX_TTL;
@@ -53,7 +53,7 @@ pub fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow::Result
 }
 
 /// Why a URL opens only on this machine (a loopback address, `localhost` or a `*.localhost` name).
-pub fn only_here(url: &str) -> Option<&'static str> {
+pub(crate) fn only_here(url: &str) -> Option<&'static str> {
     let authority = url.strip_prefix("https://")?.split('/').next()?;
     let host = crate::policy::route::strip_port(authority)
         .trim_start_matches('[')

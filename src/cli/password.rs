@@ -4,7 +4,7 @@ use std::io::{BufRead, IsTerminal};
 
 use anyhow::bail;
 
-pub fn read_new_password() -> anyhow::Result<String> {
+pub(crate) fn read_new_password() -> anyhow::Result<String> {
     let pw = if std::io::stdin().is_terminal() {
         let a = rpassword::prompt_password("Password: ")?;
         let b = rpassword::prompt_password("Again: ")?;
@@ -24,7 +24,7 @@ pub fn read_new_password() -> anyhow::Result<String> {
 }
 
 /// A random password of 24 letters and digits (about 142 bits).
-pub fn random_password() -> String {
+pub(crate) fn random_password() -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz23456789";
     let mut out = String::with_capacity(24);
     while out.len() < 24 {

@@ -8,7 +8,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::config::{Settings, edit};
 
-pub async fn serve(config: &Path, log_format: Option<crate::support::telemetry::LogFormat>) -> anyhow::Result<()> {
+pub(crate) async fn serve(
+    config: &Path,
+    log_format: Option<crate::support::telemetry::LogFormat>,
+) -> anyhow::Result<()> {
     // The config says the log format, so it is read first; its errors go to stderr as text.
     let loaded = crate::config::load(config);
     crate::support::telemetry::init(

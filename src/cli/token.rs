@@ -10,7 +10,7 @@ use crate::auth::tokens::{self, Scope};
 use crate::cli::args::TokenAction;
 use crate::config::Role;
 
-pub fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
+pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
     let state_dir = &settings.server.state_dir;
     let store = crate::store::open(state_dir)?;

@@ -7,7 +7,7 @@ use anyhow::Context;
 use crate::cli::args::UserAction;
 use crate::config::edit;
 
-pub fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
+pub(crate) fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
     let config = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let named = match &action {
         UserAction::Add { name, .. } | UserAction::Passwd { name } | UserAction::Remove { name } => Some(name.as_str()),

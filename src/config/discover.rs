@@ -15,14 +15,14 @@ use super::validate::valid_project_name;
 
 /// Does folder `name` match a set whose pattern's last segment is `<prefix>*`? Hidden folders
 /// never match (`.git`, editors' folders), even with an empty prefix.
-pub fn matches(prefix: &str, name: &str) -> bool {
+pub(crate) fn matches(prefix: &str, name: &str) -> bool {
     name.starts_with(prefix) && name.len() > prefix.len() && !name.starts_with('.')
 }
 
 /// The project a set makes of folder `folder`: `<set>-<folder>`, the folder's name spelled as a
 /// project name (lower case; every run of other characters, `_` and `.` included, becomes one
 /// `-`), so `Feat_Login.v2` serves as `<set>-feat-login-v2`.
-pub fn project_name(set: &str, folder: &str) -> String {
+pub(crate) fn project_name(set: &str, folder: &str) -> String {
     let mut name = format!("{set}-");
     for c in folder.chars() {
         if c.is_ascii_alphanumeric() {
@@ -36,7 +36,7 @@ pub fn project_name(set: &str, folder: &str) -> String {
 
 /// The projects every set finds now, sorted by name, and why a matching folder was refused.
 /// Settings' configured projects (`set == None`) and protected paths must already be final.
-pub fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
+pub(crate) fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
     let mut found = Vec::new();
     let mut warnings = Vec::new();
     let mut taken: HashSet<String> = settings
@@ -186,7 +186,7 @@ fn holds_gateway_files(settings: &Settings, dir: &Path) -> Option<String> {
 
 /// The settings with the sets' projects found again (`None` when they are the same), and the
 /// folders refused now.
-pub fn refresh(settings: &Settings) -> (Option<Settings>, Vec<String>) {
+pub(crate) fn refresh(settings: &Settings) -> (Option<Settings>, Vec<String>) {
     let (found, warnings) = discover(settings);
     let key = |p: &Project| (p.name.clone(), p.directory.clone());
     let before: Vec<_> = settings.projects.iter().filter(|p| p.set.is_some()).map(key).collect();

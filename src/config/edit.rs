@@ -6,7 +6,7 @@ use std::path::Path;
 use toml_edit::{Array, ArrayOfTables, DocumentMut, Item, Table, value};
 
 #[derive(Debug, thiserror::Error)]
-pub enum EditError {
+pub(crate) enum EditError {
     #[error("the config file is not valid TOML: {0}")]
     Parse(String),
     #[error("a user named {0:?} already exists (change their password with `user passwd {0}`)")]
@@ -29,7 +29,13 @@ fn find<'a>(arr: &'a mut ArrayOfTables, name: &str) -> Option<&'a mut Table> {
         .find(|t| t.get("name").and_then(|n| n.as_str()) == Some(name))
 }
 
-pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &str) -> Result<String, EditError> {
+pub(crate) fn add_user(
+    text: &str,
+    name: &str,
+    hash: &str,
+    projects: &[String],
+    role: &str,
+) -> Result<String, EditError> {
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
@@ -50,7 +56,7 @@ pub fn add_user(text: &str, name: &str, hash: &str, projects: &[String], role: &
     Ok(doc.to_string())
 }
 
-pub fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditError> {
+pub(crate) fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditError> {
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
@@ -60,7 +66,7 @@ pub fn set_password(text: &str, name: &str, hash: &str) -> Result<String, EditEr
     Ok(doc.to_string())
 }
 
-pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
+pub(crate) fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
     let mut doc: DocumentMut = text
         .parse()
         .map_err(|e: toml_edit::TomlError| EditError::Parse(e.to_string()))?;
@@ -75,7 +81,7 @@ pub fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
 
 /// Replace a file's content atomically (write a sibling, then rename). The result is 0600 whatever
 /// the old file's mode: the config holds password hashes.
-pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())

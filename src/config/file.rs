@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(crate) struct RawConfig {
     pub server: RawServer,
     pub tls: RawTls,
     pub ssh: Option<RawSsh>,
@@ -30,7 +30,7 @@ pub struct RawConfig {
 /// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRouteRole {
+pub(crate) struct RawRouteRole {
     pub method: String,
     pub path: String,
     pub role: String,
@@ -38,7 +38,7 @@ pub struct RawRouteRole {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawServer {
+pub(crate) struct RawServer {
     pub listen: String,
     pub base_domain: Option<String>,
     pub public_url: Option<String>,
@@ -59,14 +59,14 @@ pub struct RawServer {
 /// The users file: `[[user]]` tables only.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawUsers {
+pub(crate) struct RawUsers {
     #[serde(default)]
     pub user: Vec<RawUser>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTls {
+pub(crate) struct RawTls {
     /// Required unless `acme` is set (then the issued pair lives under `state_dir/acme/`).
     pub cert: Option<String>,
     pub key: Option<String>,
@@ -80,7 +80,7 @@ pub struct RawTls {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAcme {
+pub(crate) struct RawAcme {
     pub directory: String,
     pub email: Option<String>,
     /// PEM roots to trust the ACME server with, instead of the system's (a test CA such as pebble).
@@ -89,7 +89,7 @@ pub struct RawAcme {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawSsh {
+pub(crate) struct RawSsh {
     pub listen: String,
     pub host_key: String,
     #[serde(default = "default_true")]
@@ -98,14 +98,14 @@ pub struct RawSsh {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAdmin {
+pub(crate) struct RawAdmin {
     pub listen: String,
 }
 
 /// `[notify]`: where to announce new pending requests.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawNotify {
+pub(crate) struct RawNotify {
     pub webhook: Option<String>,
     pub ntfy: Option<String>,
     pub debounce: Option<String>,
@@ -114,7 +114,7 @@ pub struct RawNotify {
 /// `[audit]`: the audit trail's file and rotation (on unless `enabled = false`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAudit {
+pub(crate) struct RawAudit {
     #[serde(default = "default_true")]
     pub enabled: bool,
     pub file: Option<String>,
@@ -125,7 +125,7 @@ pub struct RawAudit {
 /// `[oidc]`: single sign-on through an OpenID Provider.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawOidc {
+pub(crate) struct RawOidc {
     pub issuer: String,
     pub client_id: String,
     pub client_secret_env: Option<String>,
@@ -138,11 +138,11 @@ pub struct RawOidc {
     pub endpoint_origins: Option<Vec<String>>,
 }
 
-pub use super::limits::RawLimits;
+pub(crate) use super::limits::RawLimits;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawProject {
+pub(crate) struct RawProject {
     pub name: String,
     pub upstream: Option<String>,
     pub upstream_username: Option<String>,
@@ -163,7 +163,7 @@ pub struct RawProject {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawUser {
+pub(crate) struct RawUser {
     pub name: String,
     pub password_hash: Option<String>,
     /// The identity an OpenID Provider vouches for (an email or a subject, per `oidc.match`).
@@ -178,7 +178,7 @@ pub struct RawUser {
 /// `projects = ["web", "api"]` (with the user's `role`) or `projects = { web = "operator" }`.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-pub enum RawGrants {
+pub(crate) enum RawGrants {
     List(Vec<String>),
     Map(BTreeMap<String, String>),
 }

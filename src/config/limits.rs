@@ -18,7 +18,7 @@ macro_rules! define_limits {
         /// Every limit as written, each with its default.
         #[derive(Debug, Deserialize)]
         #[serde(deny_unknown_fields, default)]
-        pub struct RawLimits {
+        pub(crate) struct RawLimits {
             $( $(#[doc = $doc])* pub $name: raw_type!($kind), )*
         }
 

@@ -14,22 +14,22 @@ pub mod validate;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use protected::ProtectedPaths;
-pub use secret::Secret;
+pub(crate) use protected::ProtectedPaths;
+pub(crate) use secret::Secret;
 pub use settings::*;
 
 /// The default config path, relative to the working directory (the repository root in dev).
-pub const DEFAULT_PATH: &str = "config/gateway.toml";
+pub(crate) const DEFAULT_PATH: &str = "config/gateway.toml";
 
 /// The environment variable naming the config file when no `-c` is given.
-pub const CONFIG_ENV: &str = "OPENCODE_GATEWAY_CONFIG";
+pub(crate) const CONFIG_ENV: &str = "OPENCODE_GATEWAY_CONFIG";
 
 /// The config file a command uses when it was given no `-c` (its value is the default path):
 /// `$OPENCODE_GATEWAY_CONFIG`, else `config/gateway.toml` in the current folder when it exists (the
 /// repository's dev config is never shadowed by an `init` made elsewhere), else the one `init`
 /// wrote (`$XDG_CONFIG_HOME/opencode-gateway/gateway.toml`) when it exists, else the default path
 /// (whose absence the command then reports).
-pub fn find(given: &Path) -> PathBuf {
+pub(crate) fn find(given: &Path) -> PathBuf {
     if given != Path::new(DEFAULT_PATH) {
         return given.to_path_buf();
     }
@@ -47,12 +47,12 @@ pub fn find(given: &Path) -> PathBuf {
 
 /// `$XDG_CONFIG_HOME/opencode-gateway` (default `~/.config/opencode-gateway`): the config and keys
 /// `init` writes.
-pub fn config_home() -> Option<PathBuf> {
+pub(crate) fn config_home() -> Option<PathBuf> {
     xdg_home("XDG_CONFIG_HOME", ".config")
 }
 
 /// `$XDG_STATE_HOME/opencode-gateway` (default `~/.local/state/opencode-gateway`): the gateway's state.
-pub fn state_home() -> Option<PathBuf> {
+pub(crate) fn state_home() -> Option<PathBuf> {
     xdg_home("XDG_STATE_HOME", ".local/state")
 }
 
@@ -132,7 +132,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
 
 /// [`parse`], with the users file's text given (`Some`) instead of read from disk: how the CLI
 /// checks an edit of that file before writing it.
-pub fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>) -> Result<Settings, ConfigError> {
+pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>) -> Result<Settings, ConfigError> {
     let mut raw: file::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
         file: path.to_path_buf(),
         message: e.to_string(),
@@ -164,7 +164,7 @@ pub fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>) -> Re
 }
 
 /// The users file a config names (`server.users_file`), resolved against the config's folder.
-pub fn users_file(config: &Path, named: Option<&str>) -> Option<std::path::PathBuf> {
+pub(crate) fn users_file(config: &Path, named: Option<&str>) -> Option<std::path::PathBuf> {
     let named = named?;
     let dir = config
         .parent()

@@ -10,7 +10,7 @@ use super::settings::Settings;
 /// One protected path: the config key that names it, the path as written (absolute, cleaned)
 /// and the same path with symlinks resolved.
 #[derive(Debug, Clone)]
-pub struct Protected {
+pub(crate) struct Protected {
     pub key: String,
     pub path: PathBuf,
     pub canonical: PathBuf,
@@ -25,7 +25,7 @@ pub struct ProtectedPaths {
 
 impl ProtectedPaths {
     /// Every path the gateway keeps private, from settings the config boundary has validated.
-    pub fn from_settings(s: &Settings) -> ProtectedPaths {
+    pub(crate) fn from_settings(s: &Settings) -> ProtectedPaths {
         let mut p = ProtectedPaths::default();
         p.add("config file", &s.path, false);
         if let Some(users) = &s.server.users_file {
@@ -71,7 +71,7 @@ impl ProtectedPaths {
         });
     }
 
-    pub fn entries(&self) -> &[Protected] {
+    pub(crate) fn entries(&self) -> &[Protected] {
         &self.entries
     }
 
@@ -124,7 +124,7 @@ impl ProtectedPaths {
 }
 
 /// Absolute (against the working directory) and lexically clean (`.` and `..` applied).
-pub fn absolute(p: &Path) -> PathBuf {
+pub(crate) fn absolute(p: &Path) -> PathBuf {
     let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
@@ -151,7 +151,7 @@ fn lexical_clean(p: &Path) -> PathBuf {
 
 /// `path` with symlinks resolved as far as it exists; the missing rest appended as written (a key
 /// made on first start does not exist yet, but its folder may be a symlink).
-pub fn resolve(path: &Path) -> PathBuf {
+pub(crate) fn resolve(path: &Path) -> PathBuf {
     let mut existing = path;
     let mut rest = Vec::new();
     loop {

@@ -9,17 +9,13 @@ use zeroize::Zeroize;
 pub struct Secret(String);
 
 impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
+    pub(crate) fn new(value: impl Into<String>) -> Self {
         Secret(value.into())
     }
 
     /// The clear value. Every caller is a place where the secret leaves this type: keep them few.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// Constant-time equality, so a comparison leaks nothing about how much matched.

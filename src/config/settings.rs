@@ -135,7 +135,7 @@ pub enum OidcMatch {
     Email,
 }
 
-pub use super::limits::Limits;
+pub(crate) use super::limits::Limits;
 
 #[derive(Debug, Clone)]
 pub struct Project {
@@ -229,7 +229,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn parse(s: &str) -> Option<Role> {
+    pub(crate) fn parse(s: &str) -> Option<Role> {
         match s {
             "viewer" => Some(Role::Viewer),
             "approver" => Some(Role::Approver),
@@ -239,7 +239,7 @@ impl Role {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Viewer => "viewer",
             Role::Approver => "approver",
@@ -257,7 +257,7 @@ pub struct Cidr {
 }
 
 impl Cidr {
-    pub fn parse(s: &str) -> Option<Cidr> {
+    pub(crate) fn parse(s: &str) -> Option<Cidr> {
         let (addr, prefix) = match s.split_once('/') {
             Some((a, p)) => (a.parse::<IpAddr>().ok()?, p.parse::<u8>().ok()?),
             None => {
@@ -269,7 +269,7 @@ impl Cidr {
         (prefix <= max).then_some(Cidr { addr, prefix })
     }
 
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => {
                 let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix)).unwrap_or(0);
@@ -345,7 +345,7 @@ pub struct AuditConfig {
 }
 
 /// The methods a route may have (the document's other operations are not routes a client uses).
-pub const ROUTE_METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+pub(crate) const ROUTE_METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 
 /// One `[[route_role]]` entry, validated: method upper case (one of [`ROUTE_METHODS`]), pattern as
 /// the route table writes it (names lower case), the role it grants.

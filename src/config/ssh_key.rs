@@ -3,7 +3,7 @@
 use russh::keys::PublicKey;
 
 /// Parse `ssh-ed25519 AAAA… comment` (options before the key type are not accepted).
-pub fn parse_authorized_key(line: &str) -> Result<PublicKey, String> {
+pub(crate) fn parse_authorized_key(line: &str) -> Result<PublicKey, String> {
     PublicKey::from_openssh(line.trim()).map_err(|e| format!("not an OpenSSH public key line ({e})"))
 }
 

@@ -22,13 +22,13 @@ use tokio::sync::Semaphore;
 use crate::gateway::Gateway;
 
 /// Admin connections open at once; more are closed at accept.
-pub const MAX_CONNECTIONS: usize = 16;
+pub(crate) const MAX_CONNECTIONS: usize = 16;
 /// A request head must arrive within this.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 /// No admin connection lives longer than this, whatever it does.
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
-pub async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
+pub(crate) async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
     let Ok(local) = listener.local_addr() else {
         return;
     };
@@ -58,7 +58,7 @@ pub async fn serve(gw: Arc<Gateway>, listener: TcpListener) {
     }
 }
 
-pub fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r.headers_mut()
@@ -101,7 +101,7 @@ fn route<B>(gw: &Gateway, local: SocketAddr, req: &Request<B>) -> Response<Full<
 }
 
 /// `localhost:<port>`, `127.0.0.1:<port>`, `[::1]:<port>` and the like, with exactly our port.
-pub fn loopback_host(host: &str, port: u16) -> bool {
+pub(crate) fn loopback_host(host: &str, port: u16) -> bool {
     let Some((name, p)) = host.rsplit_once(':') else {
         return false;
     };

@@ -22,7 +22,7 @@ use crate::pipeline::{self, ConnInfo};
 /// Answer every request on a connection to a removed project's own port with 404 and the reason
 /// (reload does not close listeners). Such a connection lives at most twice `request_head_timeout`.
 /// Served by the protocol's own builder, as every TLS connection is (see [`Alpn::from_tls`]).
-pub async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I, alpn: Alpn)
+pub(crate) async fn serve_gone<I>(gw: Arc<Gateway>, project: Arc<str>, io: I, alpn: Alpn)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -104,7 +104,7 @@ where
 
 pin_project_lite::pin_project! {
     /// A response body that holds its request's [`Busy`] mark until hyper drops it.
-    pub struct Tracked<B> {
+    pub(crate) struct Tracked<B> {
         #[pin]
         inner: B,
         busy: Busy,
@@ -133,7 +133,7 @@ impl<B: Body> Body for Tracked<B> {
 
 /// The protocol a TLS handshake settled (ALPN), when it settled one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alpn {
+pub(crate) enum Alpn {
     Http1,
     H2,
 }
@@ -143,7 +143,7 @@ impl Alpn {
     /// HTTP/1.1. h2 over TLS requires ALPN (RFC 9113 section 3.2), so no client is owed h2
     /// without it, and serving such clients with the auto builder (which sniffs the preface)
     /// would leave them without the bound on the parsed head that only the HTTP/1 builder has.
-    pub fn from_tls(protocol: Option<&[u8]>) -> Alpn {
+    pub(crate) fn from_tls(protocol: Option<&[u8]>) -> Alpn {
         match protocol {
             Some(b"h2") => Alpn::H2,
             _ => Alpn::Http1,
@@ -165,7 +165,7 @@ impl Alpn {
 /// its own task, sized for the pipeline's future (about 6 KiB), and that task lives as long as the
 /// response body; boxed, the future's memory goes back when the response starts, and an event
 /// stream's task keeps only the body (docs/performance.md, "Idle streams, round two").
-pub fn serve_connection<I>(
+pub(crate) fn serve_connection<I>(
     gw: Arc<Gateway>,
     conn: Arc<ConnInfo>,
     io: I,

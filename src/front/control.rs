@@ -34,13 +34,13 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 
 /// Where the control socket of a gateway running `settings` lives.
-pub fn socket_path(settings: &Settings) -> PathBuf {
+pub(crate) fn socket_path(settings: &Settings) -> PathBuf {
     settings.server.state_dir.join("control").join("gateway.sock")
 }
 
 /// Make the private folder and bind the socket in it. A socket left by a gateway that died is
 /// replaced; one a running gateway answers on is an error (two gateways, one `state_dir`).
-pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
+pub(crate) fn bind(path: &Path) -> anyhow::Result<UnixListener> {
     let dir = path.parent().context("the control socket path has no folder")?;
     std::fs::create_dir_all(dir).with_context(|| format!("server.state_dir: cannot create {}", dir.display()))?;
     // state_dir itself: nobody else lists or writes it (a project's `run_as` user may only pass
@@ -83,7 +83,7 @@ pub fn bind(path: &Path) -> anyhow::Result<UnixListener> {
 const MAX_BODY: usize = 16 * 1024;
 
 /// `https_port` is the HTTPS port actually bound (for URLs when `public_url` says port 0).
-pub async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBuf, https_port: u16) {
+pub(crate) async fn serve(gw: Arc<Gateway>, listener: UnixListener, config_path: PathBuf, https_port: u16) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };

@@ -53,7 +53,7 @@ pub fn server_names(base_domain: Option<&str>, projects: &[String]) -> Vec<Strin
 /// IP subtrees too), and the CLI is the client that matters most. DNS-only constraints leave IP
 /// addresses unconstrained (RFC 5280 constrains only the name types listed), stated in the threat
 /// model.
-pub fn name_constraints(names: &[String]) -> NameConstraints {
+pub(crate) fn name_constraints(names: &[String]) -> NameConstraints {
     let dns: Vec<String> = names
         .iter()
         .filter(|n| n.parse::<IpAddr>().is_err())
@@ -83,7 +83,7 @@ pub fn name_constraints(names: &[String]) -> NameConstraints {
 /// refuse (a CA made before a name was wanted: its constraints are fixed, and trusted as they
 /// are). Without a CA yet, every name is fine: the new CA is made for them. IP addresses are never
 /// constrained (see [`name_constraints`]).
-pub fn vouchable(paths: &DevCertPaths, names: &[String]) -> (Vec<String>, Vec<String>) {
+pub(crate) fn vouchable(paths: &DevCertPaths, names: &[String]) -> (Vec<String>, Vec<String>) {
     let Ok(key) = std::fs::read_to_string(&paths.ca_key) else {
         return (names.to_vec(), Vec::new());
     };
@@ -131,7 +131,7 @@ fn dns_names(paths: &DevCertPaths) -> Vec<String> {
 }
 
 /// The names in `names` the server certificate on disk does not cover (all when it is unreadable).
-pub fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<String> {
+pub(crate) fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let concrete: Vec<String> = names.iter().filter(|n| !n.starts_with("*.")).cloned().collect();
@@ -164,7 +164,7 @@ fn ca_params() -> CertificateParams {
 /// Wi-Fi may find this machine by multicast DNS), the public URL's host, each listener's address when it is a specific one, this machine's
 /// LAN addresses when a listener takes every address (`0.0.0.0`, `::`), `tls.dev_names`, and the
 /// names added with `cert dev --name`.
-pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
+pub(crate) fn names_for(settings: &crate::config::Settings) -> Vec<String> {
     let projects: Vec<String> = settings.projects.iter().map(|p| p.name.clone()).collect();
     let mut names = server_names(settings.server.base_domain.as_deref(), &projects);
     names.extend(crate::reach::client_names(settings));
@@ -196,12 +196,12 @@ pub fn names_for(settings: &crate::config::Settings) -> Vec<String> {
 }
 
 /// The file beside the certificate that keeps the names `cert dev --name` added, one per line.
-pub fn added_names_file(paths: &DevCertPaths) -> PathBuf {
+pub(crate) fn added_names_file(paths: &DevCertPaths) -> PathBuf {
     paths.cert.with_file_name("added-names.txt")
 }
 
 /// The names `cert dev --name` added (none when the file is missing).
-pub fn added_names(paths: &DevCertPaths) -> Vec<String> {
+pub(crate) fn added_names(paths: &DevCertPaths) -> Vec<String> {
     std::fs::read_to_string(added_names_file(paths))
         .unwrap_or_default()
         .lines()
@@ -212,7 +212,7 @@ pub fn added_names(paths: &DevCertPaths) -> Vec<String> {
 }
 
 /// Remember `name` for every later dev certificate (`cert dev --name`).
-pub fn add_name(paths: &DevCertPaths, name: &str) -> std::io::Result<()> {
+pub(crate) fn add_name(paths: &DevCertPaths, name: &str) -> std::io::Result<()> {
     let mut names = added_names(paths);
     if names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
         return Ok(());

@@ -23,10 +23,10 @@ use rustls::sign::CertifiedKey;
 use crate::config::Tls;
 
 /// How often the certificate files are looked at.
-pub const POLL_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const POLL_EVERY: Duration = Duration::from_secs(1);
 
 /// The ALPN protocol of ACME's TLS-ALPN-01 challenge (RFC 8737).
-pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
 /// Modification time and size of the certificate and the key file (`None`: unreadable).
 type Stamp = [Option<(SystemTime, u64)>; 2];
@@ -82,7 +82,7 @@ impl ResolvesServerCert for CertStore {
 
 impl CertStore {
     /// A store serving `tls.cert`/`tls.key`, followed for changes.
-    pub fn from_files(tls: &Tls) -> anyhow::Result<Arc<CertStore>> {
+    pub(crate) fn from_files(tls: &Tls) -> anyhow::Result<Arc<CertStore>> {
         let tried = stamp(&tls.cert, &tls.key);
         let pair = load_pair(&tls.cert, &tls.key)?;
         Ok(Arc::new(CertStore {
@@ -98,7 +98,7 @@ impl CertStore {
     }
 
     /// A store serving `pair` (ACME's placeholder or issued certificate), not following files.
-    pub fn fixed(pair: CertifiedKey) -> Arc<CertStore> {
+    pub(crate) fn fixed(pair: CertifiedKey) -> Arc<CertStore> {
         Arc::new(CertStore {
             current: ArcSwap::from_pointee(pair),
             source: Mutex::new(None),
@@ -106,19 +106,14 @@ impl CertStore {
         })
     }
 
-    /// The pair new handshakes get.
-    pub fn current(&self) -> Arc<CertifiedKey> {
-        self.current.load_full()
-    }
-
     /// Serve `pair` from now on (ACME issued or renewed it).
-    pub fn install(&self, pair: CertifiedKey) {
+    pub(crate) fn install(&self, pair: CertifiedKey) {
         self.current.store(Arc::new(pair));
     }
 
     /// On reload: serve the pair the (new) config names and follow those files. `pair` was read
     /// by [`load_pair`] before the new state was built, so a broken pair refuses the reload.
-    pub fn replace_from_files(&self, tls: &Tls, pair: CertifiedKey) {
+    pub(crate) fn replace_from_files(&self, tls: &Tls, pair: CertifiedKey) {
         let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = source.as_mut() {
             let now = stamp(&tls.cert, &tls.key);
@@ -132,7 +127,7 @@ impl CertStore {
         }
     }
 
-    pub fn set_challenge(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
+    pub(crate) fn set_challenge(&self, name: &str, cert: Option<Arc<CertifiedKey>>) {
         let mut map = self.challenges.lock().unwrap_or_else(|e| e.into_inner());
         match cert {
             Some(c) => map.insert(name.to_ascii_lowercase(), c),
@@ -142,7 +137,7 @@ impl CertStore {
 
     /// Look at the files once: a change that held still since the last poll is read and, when
     /// sound, served. Returns what happened, for the caller to log.
-    pub fn poll(&self) -> Polled {
+    pub(crate) fn poll(&self) -> Polled {
         let mut source = self.source.lock().unwrap_or_else(|e| e.into_inner());
         let Some(s) = source.as_mut() else {
             return Polled::Unchanged;
@@ -164,14 +159,14 @@ impl CertStore {
     }
 }
 
-pub enum Polled {
+pub(crate) enum Polled {
     Unchanged,
     Replaced(PathBuf),
     Refused(PathBuf, String),
 }
 
 /// Follow the certificate files until shutdown (see the module comment).
-pub async fn watch(store: Arc<CertStore>, shutdown: tokio_util::sync::CancellationToken) {
+pub(crate) async fn watch(store: Arc<CertStore>, shutdown: tokio_util::sync::CancellationToken) {
     let mut tick = tokio::time::interval(POLL_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -194,7 +189,7 @@ pub async fn watch(store: Arc<CertStore>, shutdown: tokio_util::sync::Cancellati
 /// Read a PEM chain and key and check they make a servable pair: they parse, the key matches the
 /// first certificate, and that certificate is within its validity period. Errors name the config
 /// key and the fix; they never contain key material.
-pub fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
+pub(crate) fn load_pair(cert: &Path, key: &Path) -> anyhow::Result<CertifiedKey> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .with_context(|| {
             format!(
@@ -265,7 +260,7 @@ pub fn uncovered(leaf: &CertificateDer<'_>, names: &[String]) -> Vec<String> {
 }
 
 /// `3d 4h`, `5h 2m`, `40s`: for log lines and `doctor`.
-pub fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     let s = d.as_secs();
     match s {
         0..=119 => format!("{s}s"),
@@ -280,7 +275,7 @@ pub fn human(d: Duration) -> String {
 pub struct Http01(Mutex<HashMap<String, String>>);
 
 impl Http01 {
-    pub fn set(&self, token: &str, key_authorization: Option<String>) {
+    pub(crate) fn set(&self, token: &str, key_authorization: Option<String>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match key_authorization {
             Some(k) => map.insert(token.to_string(), k),
@@ -288,7 +283,7 @@ impl Http01 {
         };
     }
 
-    pub fn get(&self, token: &str) -> Option<String> {
+    pub(crate) fn get(&self, token: &str) -> Option<String> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).get(token).cloned()
     }
 }

@@ -47,7 +47,7 @@ const SCAN_MAX: usize = 1024;
 
 /// Who a new connection is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Class {
+pub(crate) enum Class {
     /// HTTPS: unauthenticated until its first authenticated request.
     Unauthenticated,
     /// SSH (its login is checked before any channel) and other listeners: never in the share,
@@ -79,13 +79,13 @@ pub struct Lease {
 
 /// Holds a connection's place; dropping it gives the place back (unless it was shed: the place
 /// then already belongs to the connection that shed it).
-pub struct LeaseGuard {
+pub(crate) struct LeaseGuard {
     table: Arc<ConnTable>,
     lease: Arc<Lease>,
 }
 
 impl LeaseGuard {
-    pub fn lease(&self) -> &Arc<Lease> {
+    pub(crate) fn lease(&self) -> &Arc<Lease> {
         &self.lease
     }
 }
@@ -111,7 +111,7 @@ struct Queue {
 
 impl ConnTable {
     /// `share_percent` of `cap` (at least one place) may be held by unauthenticated connections.
-    pub fn new(cap: u32, share_percent: u32) -> ConnTable {
+    pub(crate) fn new(cap: u32, share_percent: u32) -> ConnTable {
         let share = (u64::from(cap) * u64::from(share_percent.min(100)))
             .div_ceil(100)
             .max(1) as u32;
@@ -127,23 +127,19 @@ impl ConnTable {
         }
     }
 
-    pub fn cap(&self) -> u32 {
-        self.cap
-    }
-
-    pub fn share(&self) -> u32 {
+    pub(crate) fn share(&self) -> u32 {
         self.share
     }
 
-    pub fn open(&self) -> u32 {
+    pub(crate) fn open(&self) -> u32 {
         self.open.load(Ordering::Relaxed)
     }
 
-    pub fn unauthenticated(&self) -> u32 {
+    pub(crate) fn unauthenticated(&self) -> u32 {
         self.unauthenticated.load(Ordering::Relaxed)
     }
 
-    pub fn shed_total(&self) -> u64 {
+    pub(crate) fn shed_total(&self) -> u64 {
         self.shed_total.load(Ordering::Relaxed)
     }
 
@@ -151,7 +147,7 @@ impl ConnTable {
     /// connection when the table or (for an unauthenticated newcomer) the share is full.
     /// `address` is `None` for a trusted proxy: many people's connections come from it, so its
     /// connections being shed does not stop it from shedding.
-    pub fn admit(self: &Arc<Self>, address: Option<IpAddr>, class: Class) -> Result<LeaseGuard, Refused> {
+    pub(crate) fn admit(self: &Arc<Self>, address: Option<IpAddr>, class: Class) -> Result<LeaseGuard, Refused> {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         // Only admissions raise the counts, and they hold the lock: what is read here can only
         // fall (connections ending, promotions) before the counts are raised below.
@@ -217,7 +213,7 @@ impl ConnTable {
 
     /// The connection presented a valid credential: it leaves the unauthenticated share and is
     /// never shed. One relaxed load when it already was (every request after its first).
-    pub fn promote(&self, lease: &Lease) {
+    pub(crate) fn promote(&self, lease: &Lease) {
         if lease.state.load(Ordering::Relaxed) != UNAUTHENTICATED {
             return;
         }
@@ -232,13 +228,13 @@ impl ConnTable {
 
     /// The most connections open at once since the last call, and the number open now (the
     /// janitor's tick: a flood that ended is when the allocator has memory to give back).
-    pub fn take_peak(&self) -> (u32, u32) {
+    pub(crate) fn take_peak(&self) -> (u32, u32) {
         let open = self.open();
         (self.peak.swap(open, Ordering::Relaxed).max(open), open)
     }
 
     /// Forget shed addresses whose memory has passed (the janitor's tick).
-    pub fn purge(&self) {
+    pub(crate) fn purge(&self) {
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         queue.recently_shed.retain(|_, t| now.duration_since(*t) < SHED_MEMORY);
@@ -330,17 +326,17 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         self.active.fetch_add(1, Ordering::Relaxed);
         self.touched.store(true, Ordering::Relaxed);
     }
 
-    pub fn end(&self) {
+    pub(crate) fn end(&self) {
         self.active.fetch_sub(1, Ordering::Relaxed);
         self.touched.store(true, Ordering::Relaxed);
     }
 
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.active.load(Ordering::Relaxed) == 0
     }
 }
@@ -351,13 +347,13 @@ const RESERVED_FDS: u64 = 64;
 /// descriptors left after [`RESERVED_FDS`], because a proxied request can hold a second descriptor
 /// (its upstream connection). Past the open-file limit `accept` fails with EMFILE and the gateway
 /// would stop serving everyone; at this cap only new connections are refused.
-pub fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
+pub(crate) fn connection_cap(configured: Option<u32>, open_file_limit: u64) -> u32 {
     let budget = (open_file_limit.saturating_sub(RESERVED_FDS) / 2).clamp(1, u64::from(u32::MAX)) as u32;
     configured.map_or(budget, |c| c.min(budget))
 }
 
 /// Raise the soft open-file limit to the hard one (as servers commonly do) and return it.
-pub fn open_file_limit() -> u64 {
+pub(crate) fn open_file_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -22,7 +22,7 @@ pub(super) fn parts(state: &Arc<ArcSwap<State>>, upstream: &UpstreamClient, shut
 }
 
 /// Start the inbox's watchers and the notifier; both end with the gateway's shutdown.
-pub fn start(gw: &Arc<Gateway>) {
+pub(crate) fn start(gw: &Arc<Gateway>) {
     crate::inbox::start(&gw.inbox);
     if let Some(rx) = gw.inbox.new_cards() {
         // Read when a batch starts: a reload applies to the next message.

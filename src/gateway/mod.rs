@@ -4,6 +4,7 @@
 pub mod certs;
 pub mod connections;
 pub mod inbox;
+pub(crate) mod janitor;
 pub mod reload;
 pub mod snapshot;
 pub mod state;
@@ -30,7 +31,7 @@ use crate::upstream::supervise::Supervisor;
 
 /// What [`Gateway::rediscover`] found.
 #[derive(Debug, Default)]
-pub struct Rediscovered {
+pub(crate) struct Rediscovered {
     /// The project names added and removed, when the matches changed (and the state was swapped).
     pub changed: Option<(Vec<String>, Vec<String>)>,
     /// Matching folders that are not projects, and why.
@@ -114,7 +115,7 @@ pub struct Lifecycle {
 }
 
 impl Gateway {
-    pub fn new(
+    pub(crate) fn new(
         settings: Settings,
         certs: Arc<crate::gateway::certs::CertStore>,
         tls: Arc<rustls::ServerConfig>,
@@ -221,12 +222,12 @@ impl Gateway {
     }
 
     /// The current state: one atomic load and reference count, no lock.
-    pub fn state(&self) -> Arc<State> {
+    pub(crate) fn state(&self) -> Arc<State> {
         self.state.load_full()
     }
 
     /// Build the new state completely, then swap it in. On any error the old state keeps serving.
-    pub fn reload(&self, settings: Settings) -> anyhow::Result<()> {
+    pub(crate) fn reload(&self, settings: Settings) -> anyhow::Result<()> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         // The pair is read and checked first: a broken one refuses the whole reload. The TLS
         // configuration stays (its resolver serves whatever the store holds), and so do its
@@ -253,7 +254,7 @@ impl Gateway {
     /// Read the project sets' folders again; when the matches changed, swap in a state with the
     /// projects found (the TLS configuration and everything else stay). Returns the project names
     /// added and removed, if any, and the folders refused now (for the caller to log once).
-    pub fn rediscover(&self) -> anyhow::Result<Rediscovered> {
+    pub(crate) fn rediscover(&self) -> anyhow::Result<Rediscovered> {
         let _swapping = self.swapping.lock().unwrap_or_else(|e| e.into_inner());
         let old = self.state();
         if old.settings.project_sets.is_empty() {
@@ -327,7 +328,7 @@ impl Gateway {
     /// Warn about external upstreams that answer without a password: on a shared machine any
     /// local user could then use them directly, around the gateway. And read each one's version
     /// and API document (with the gateway's credential) into its endpoint.
-    pub fn probe_external_upstreams(self: &Arc<Self>) {
+    pub(crate) fn probe_external_upstreams(self: &Arc<Self>) {
         let state = self.state();
         for p in state.projects.values() {
             let crate::gateway::state::Upstream::Fixed(endpoint) = &p.upstream else {
@@ -353,7 +354,7 @@ impl Gateway {
     }
 
     /// Prometheus metrics: OpenMetrics text when `openmetrics`, else the classic text format.
-    pub fn render_metrics(&self, openmetrics: bool) -> String {
+    pub(crate) fn render_metrics(&self, openmetrics: bool) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail; an encoding error would be a bug in a metric's labels.
         let _ = self.metrics.encode(&mut out);

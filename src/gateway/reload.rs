@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::gateway::Gateway;
 
-pub fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
+pub(crate) fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
     let result = crate::config::load(path)
         .map_err(|e| e.to_string())
         .and_then(|settings| gw.reload(settings).map_err(|e| format!("{e:#}")));
@@ -25,12 +25,12 @@ pub fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
 }
 
 /// How often the project sets' folders are read (`git worktree add` shows up within this).
-pub const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const DISCOVER_EVERY: Duration = Duration::from_secs(1);
 
 /// Follow the project sets' folders until shutdown: a new matching folder becomes a project (its
 /// server starts on demand), a removed one's server is stopped and its routes answer 404. Each
 /// change swaps a whole new state, as a reload does; connections keep the snapshot they hold.
-pub async fn watch_project_sets(gw: Arc<Gateway>) {
+pub(crate) async fn watch_project_sets(gw: Arc<Gateway>) {
     let mut tick = tokio::time::interval(DISCOVER_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Refused folders are logged when they first appear (`serve` logged those found at start).

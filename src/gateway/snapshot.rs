@@ -15,7 +15,7 @@ use super::state::Upstream;
 use crate::metrics::ProjectLabel;
 use crate::upstream::supervise::Status;
 
-pub fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
+pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     let mut r = Registry::with_prefix(crate::metrics::PREFIX);
     let c = gw.auth.verifier.counters();
     let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {

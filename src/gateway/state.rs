@@ -46,7 +46,7 @@ pub enum Upstream {
 
 impl ProjectState {
     /// The upstream's version and API document, when read: one atomic load, no lock.
-    pub fn api(&self) -> arc_swap::Guard<Option<Arc<UpstreamApi>>> {
+    pub(crate) fn api(&self) -> arc_swap::Guard<Option<Arc<UpstreamApi>>> {
         match &self.upstream {
             Upstream::Fixed(e) => e.api.load(),
             Upstream::Supervised(s) => s.api.load(),
@@ -56,7 +56,7 @@ impl ProjectState {
     /// The endpoint without waiting, when nothing needs to happen first (the common case): an
     /// external server whose API document was read (or tried recently), or a spawned server
     /// that is ready and already asked for. `None`: take [`Self::endpoint`].
-    pub fn ready_endpoint(&self) -> Option<Arc<Endpoint>> {
+    pub(crate) fn ready_endpoint(&self) -> Option<Arc<Endpoint>> {
         match &self.upstream {
             Upstream::Fixed(e) => e.api_settled().then(|| e.clone()),
             Upstream::Supervised(s) => s.ready(),
@@ -66,7 +66,7 @@ impl ProjectState {
     /// Where to send this project's requests now, once the server is ready and its API document
     /// is known (or could not be read): a spawned server may need to start first (it reads its
     /// document before it is ready); an external one may still be having its document read.
-    pub async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, NotStarted> {
+    pub(crate) async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, NotStarted> {
         match &self.upstream {
             Upstream::Fixed(e) => {
                 e.ensure_api(client, &self.name, crate::upstream::api::FETCH_TIMEOUT * 2)
@@ -84,7 +84,7 @@ impl ProjectState {
 /// A spawned project's server did not become ready in time: which project and why (the HTTP
 /// answer, 503 with the reason, is http/error.rs's).
 #[derive(Debug)]
-pub struct NotStarted {
+pub(crate) struct NotStarted {
     pub project: String,
     pub reason: String,
 }

@@ -13,7 +13,7 @@ use http::{HeaderMap, header};
 use crate::audit::{Audit, Record, Who};
 use crate::policy::plan::{AuditKind, last_param};
 
-pub struct Pending {
+pub(crate) struct Pending {
     pub kind: AuditKind,
     base: Record,
     /// The permission or question the answer is for, or the terminal.
@@ -30,7 +30,7 @@ pub struct Pending {
 
 impl Pending {
     #[allow(clippy::too_many_arguments)]
-    pub fn begin(
+    pub(crate) fn begin(
         kind: AuditKind,
         user: &str,
         project: &str,
@@ -71,7 +71,7 @@ impl Pending {
     }
 
     /// The terminal's close, recorded when its splice ends (armed once it starts).
-    pub fn terminal_close(&self, audit: &Audit) -> Option<TerminalClose> {
+    pub(crate) fn terminal_close(&self, audit: &Audit) -> Option<TerminalClose> {
         (self.kind == AuditKind::Terminal).then(|| TerminalClose {
             audit: audit.clone(),
             record: {
@@ -88,7 +88,7 @@ impl Pending {
     }
 
     /// The record once the status is known. A terminal that did not switch protocols did not open.
-    pub fn finish(self, status: u16) -> Option<Record> {
+    pub(crate) fn finish(self, status: u16) -> Option<Record> {
         if self.kind == AuditKind::Terminal && status != 101 {
             return None;
         }
@@ -128,13 +128,13 @@ impl Pending {
 
 /// The answer a permission reply's body gives, when it is one OpenCode knows. Anything else
 /// (a message the user typed) is not recorded.
-pub fn permission_answer(body: &[u8]) -> Option<String> {
+pub(crate) fn permission_answer(body: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(body).ok()?;
     let a = v.get("response").or_else(|| v.get("reply"))?.as_str()?;
     matches!(a, "once" | "always" | "reject").then(|| a.to_string())
 }
 
-pub struct TerminalClose {
+pub(crate) struct TerminalClose {
     audit: Audit,
     record: Record,
     opened: Instant,
@@ -142,7 +142,7 @@ pub struct TerminalClose {
 }
 
 impl TerminalClose {
-    pub fn arm(&mut self) {
+    pub(crate) fn arm(&mut self) {
         self.opened = Instant::now();
         self.armed = true;
     }

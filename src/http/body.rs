@@ -20,7 +20,7 @@ use crate::upstream::redact::Redactor;
 
 /// A request's body on its way upstream: the client's stream, or bytes the gateway holds for a
 /// request it makes on a user's behalf (`pipeline/internal.rs`).
-pub enum RequestBody {
+pub(crate) enum RequestBody {
     Stream(Incoming),
     Whole(Bytes),
 }
@@ -28,12 +28,13 @@ pub enum RequestBody {
 /// One access-log line, filled in as the request goes through the pipeline.
 /// What a long-lived request holds while it lives: the user's stream slot (none over SSH, whose
 /// channel holds it) and its count in `streams_open`.
-pub struct StreamHold {
-    pub slot: Option<SlotGuard<Arc<str>>>,
-    pub gauge: StreamGauge,
+pub(crate) struct StreamHold {
+    // Held for their Drop: the slot and the gauge are given back when the stream ends.
+    pub _slot: Option<SlotGuard<Arc<str>>>,
+    pub _gauge: StreamGauge,
 }
 
-pub struct AccessRecord {
+pub(crate) struct AccessRecord {
     pub peer: IpAddr,
     pub transport: &'static str,
     pub user: Option<Arc<str>>,
@@ -54,7 +55,7 @@ pub struct AccessRecord {
 impl AccessRecord {
     /// A new record; `target` is asked only when access lines are written (`RUST_LOG` can turn
     /// them off).
-    pub fn new(peer: IpAddr, transport: &'static str, method: Method, target: impl FnOnce() -> String) -> Self {
+    pub(crate) fn new(peer: IpAddr, transport: &'static str, method: Method, target: impl FnOnce() -> String) -> Self {
         AccessRecord {
             peer,
             transport,
@@ -113,7 +114,7 @@ enum Kind {
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
-pub struct ProxyBody {
+pub(crate) struct ProxyBody {
     kind: Kind,
     meter: Option<Box<Meter>>,
     /// The upstream connection the body is read from, given back to its pool at the body's end.
@@ -123,7 +124,7 @@ pub struct ProxyBody {
 }
 
 impl ProxyBody {
-    pub fn full(bytes: impl Into<Bytes>) -> Self {
+    pub(crate) fn full(bytes: impl Into<Bytes>) -> Self {
         let b: Bytes = bytes.into();
         ProxyBody {
             kind: Kind::Full((!b.is_empty()).then_some(b)),
@@ -134,7 +135,7 @@ impl ProxyBody {
     }
 
     /// An event stream filtered to one directory (see [`EventFilter`]).
-    pub fn events(body: Incoming, filter: EventFilter, redactor: Option<Arc<Redactor>>) -> Self {
+    pub(crate) fn events(body: Incoming, filter: EventFilter, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
             kind: Kind::Events(body, Box::new(filter), redactor),
             meter: None,
@@ -144,7 +145,7 @@ impl ProxyBody {
     }
 
     /// A stream the gateway writes itself: each chunk sent on the channel, until it is dropped.
-    pub fn channel(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+    pub(crate) fn channel(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
         ProxyBody {
             kind: Kind::Channel(rx),
             meter: None,
@@ -153,7 +154,7 @@ impl ProxyBody {
         }
     }
 
-    pub fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         ProxyBody {
             kind: Kind::Full(None),
             meter: None,
@@ -163,7 +164,7 @@ impl ProxyBody {
     }
 
     /// The upstream's body, frame by frame, with its credential overwritten if it ever appears.
-    pub fn stream(body: Incoming, redactor: Option<Arc<Redactor>>) -> Self {
+    pub(crate) fn stream(body: Incoming, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
             kind: Kind::Stream(body, redactor),
             meter: None,
@@ -173,7 +174,7 @@ impl ProxyBody {
     }
 
     /// The upstream connection this body comes from: back to the pool once the body is read.
-    pub fn leased(mut self, lease: Lease) -> Self {
+    pub(crate) fn leased(mut self, lease: Lease) -> Self {
         if self.is_end_stream() {
             lease.release();
         } else {
@@ -183,7 +184,7 @@ impl ProxyBody {
     }
 
     /// Hold the user's stream slot until the body ends.
-    pub fn holding(mut self, slot: Option<StreamHold>) -> Self {
+    pub(crate) fn holding(mut self, slot: Option<StreamHold>) -> Self {
         if !self.is_end_stream() {
             self.slot = slot;
         }
@@ -192,7 +193,7 @@ impl ProxyBody {
 
     /// Attach the access record, written when the body ends. With access lines turned off there
     /// is nothing to attach and nothing is allocated.
-    pub fn metered(mut self, record: AccessRecord) -> Self {
+    pub(crate) fn metered(mut self, record: AccessRecord) -> Self {
         if !tracing::enabled!(target: "access", tracing::Level::INFO) {
             return self;
         }

@@ -9,7 +9,7 @@ use http::HeaderMap;
 
 use crate::config::Cidr;
 
-pub fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
+pub(crate) fn client_ip(peer: IpAddr, headers: &HeaderMap, trusted: &[Cidr]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|c| c.contains(ip));
     if trusted.is_empty() || !is_trusted(peer) {
         return peer;

@@ -6,27 +6,27 @@
 
 use http::{HeaderMap, HeaderValue, header};
 
-pub const NAME: &str = "__Host-ocgw";
+pub(crate) const NAME: &str = "__Host-ocgw";
 /// A project host's handoff state: set when it sends a browser to the login host, checked when the
 /// ticket comes back, so a ticket minted for one browser (an attacker's own login) cannot be
 /// redeemed in another (login CSRF into a project host).
-pub const HANDOFF_STATE: &str = "__Host-ocgw-handoff";
+pub(crate) const HANDOFF_STATE: &str = "__Host-ocgw-handoff";
 
 /// `Set-Cookie` for a new session (a session cookie for a password login, persistent for a
 /// paired device so the phone stays logged in across browser restarts).
-pub fn set(value: &str, max_age_secs: Option<i64>) -> HeaderValue {
+pub(crate) fn set(value: &str, max_age_secs: Option<i64>) -> HeaderValue {
     set_named(NAME, value, max_age_secs)
 }
 
 /// `Set-Cookie` for the session cookie `name` (a project port's own name, `web/front.rs`).
-pub fn set_named(name: &str, value: &str, max_age_secs: Option<i64>) -> HeaderValue {
+pub(crate) fn set_named(name: &str, value: &str, max_age_secs: Option<i64>) -> HeaderValue {
     let age = max_age_secs.map_or(String::new(), |s| format!("; Max-Age={s}"));
     HeaderValue::from_str(&format!("{name}={value}; Path=/; Secure; HttpOnly; SameSite=Lax{age}"))
         .expect("a cookie of URL-safe characters is a valid header")
 }
 
 /// `Set-Cookie` for a project front's handoff state `name` (lives as long as a login may take).
-pub fn set_handoff_state(name: &str, value: &str) -> HeaderValue {
+pub(crate) fn set_handoff_state(name: &str, value: &str) -> HeaderValue {
     HeaderValue::from_str(&format!(
         "{name}={value}; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=900"
     ))
@@ -34,31 +34,31 @@ pub fn set_handoff_state(name: &str, value: &str) -> HeaderValue {
 }
 
 /// `Set-Cookie` that removes the handoff state `name`.
-pub fn clear_handoff_state(name: &str) -> HeaderValue {
+pub(crate) fn clear_handoff_state(name: &str) -> HeaderValue {
     HeaderValue::from_str(&format!("{name}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"))
         .expect("a cookie name of token characters is a valid header")
 }
 
 /// `Set-Cookie` that removes it.
-pub fn clear() -> HeaderValue {
+pub(crate) fn clear() -> HeaderValue {
     HeaderValue::from_str(&format!("{NAME}=; Path=/; Secure; HttpOnly; SameSite=Lax; Max-Age=0"))
         .expect("static cookie is a valid header")
 }
 
 /// The gateway cookie's value in the request's `Cookie` headers. When a client sends it more than
 /// once (a cookie-tossing page cannot set `__Host-` cookies, but be strict anyway), none is used.
-pub fn find(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn find(headers: &HeaderMap) -> Option<&str> {
     find_named(headers, NAME)
 }
 
 /// The value of the cookie `name` (exactly once), like [`find`].
-pub fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+pub(crate) fn find_named<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     find_matching(headers, |n| n == name)
 }
 
 /// The value of the one cookie whose name `is_it` accepts, like [`find`] (no allocation: a
 /// project port's names are matched in their parts, see `web/front.rs`).
-pub fn find_matching(headers: &HeaderMap, is_it: impl Fn(&str) -> bool) -> Option<&str> {
+pub(crate) fn find_matching(headers: &HeaderMap, is_it: impl Fn(&str) -> bool) -> Option<&str> {
     let mut found = None;
     for v in headers.get_all(header::COOKIE) {
         let Ok(v) = v.to_str() else { continue };
@@ -79,7 +79,7 @@ pub fn find_matching(headers: &HeaderMap, is_it: impl Fn(&str) -> bool) -> Optio
 
 /// Remove the gateway's cookie from what goes upstream (OpenCode never sees it). Other cookies
 /// pass as they came.
-pub fn strip(headers: &mut HeaderMap) {
+pub(crate) fn strip(headers: &mut HeaderMap) {
     if !headers.contains_key(header::COOKIE) {
         return;
     }
@@ -102,7 +102,7 @@ pub fn strip(headers: &mut HeaderMap) {
 
 /// Drop any `Set-Cookie` that would set the gateway's cookie (an upstream tossing a session
 /// into a project host); others pass.
-pub fn strip_set_cookie(headers: &mut HeaderMap) {
+pub(crate) fn strip_set_cookie(headers: &mut HeaderMap) {
     let kept: Vec<HeaderValue> = headers
         .get_all(header::SET_COOKIE)
         .iter()

@@ -14,21 +14,21 @@ use http_body_util::BodyExt;
 use hyper::body::{Body, Incoming};
 
 /// Bodies up to this size are read before a refusal.
-pub const MAX_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_BYTES: u64 = 64 * 1024;
 /// And for at most this long.
-pub const WITHIN: Duration = Duration::from_secs(2);
+pub(crate) const WITHIN: Duration = Duration::from_secs(2);
 
 /// Should this request's body be read before its refusal is sent? Only a body that says it is
 /// small (Content-Length, or an HTTP/2 body whose frames fit the bound), and never one the client
 /// waits for permission to send.
-pub fn wanted(headers: &HeaderMap, body: &Incoming) -> bool {
+pub(crate) fn wanted(headers: &HeaderMap, body: &Incoming) -> bool {
     !body.is_end_stream()
         && body.size_hint().upper().is_none_or(|n| n <= MAX_BYTES)
         && !headers.contains_key(header::EXPECT)
 }
 
 /// Read and drop up to [`MAX_BYTES`] of `body` within [`WITHIN`]; stop early at either bound.
-pub async fn discard(mut body: Incoming) {
+pub(crate) async fn discard(mut body: Incoming) {
     let read = async {
         let mut seen = 0u64;
         while let Some(Ok(frame)) = body.frame().await {

@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 
 use super::body::ProxyBody;
 
-pub const REALM: &str = "Basic realm=\"opencode-gateway\", charset=\"UTF-8\"";
+pub(crate) const REALM: &str = "Basic realm=\"opencode-gateway\", charset=\"UTF-8\"";
 
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
@@ -133,7 +133,7 @@ impl From<&HttpError> for StatusCode {
 
 impl HttpError {
     /// A stable, short name for logs and the JSON `error` field.
-    pub fn code(&self) -> &'static str {
+    pub(crate) fn code(&self) -> &'static str {
         use HttpError::*;
         match self {
             Unauthenticated => "unauthenticated",
@@ -187,7 +187,7 @@ impl HttpError {
         }
     }
 
-    pub fn into_response(self) -> Response<ProxyBody> {
+    pub(crate) fn into_response(self) -> Response<ProxyBody> {
         let status = StatusCode::from(&self);
         let mut body = serde_json::json!({ "error": self.code(), "message": self.to_string() });
         if let Some(p) = self.project() {

@@ -60,7 +60,7 @@ pub struct Forward<'a> {
 }
 
 /// Remove hop-by-hop headers, including any the Connection header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the few headers a request has beats a hashed removal per listed name, and
     // almost no request carries any of them (HTTP/1.1 keep-alive is the default).
     if !headers.keys().any(|n| HOP_BY_HOP.contains(n)) {
@@ -150,7 +150,7 @@ fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
 
 /// Response headers back to the client. For a 101, the Upgrade pair is kept. `upstream_origin`
 /// is the `Origin` the gateway sent upstream in the client's stead.
-pub fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
+pub(crate) fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
     let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
     strip_hop_by_hop(headers);
     headers.remove(header::WWW_AUTHENTICATE);
@@ -207,7 +207,7 @@ pub fn loggable_query(query: &str) -> Cow<'_, str> {
 }
 
 /// Is this request asking to switch protocols (WebSocket)?
-pub fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
+pub(crate) fn upgrade_protocol(headers: &HeaderMap) -> Option<HeaderValue> {
     let wants = headers
         .get_all(header::CONNECTION)
         .iter()

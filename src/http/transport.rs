@@ -37,7 +37,11 @@ impl ConnInfo {
         }
     }
 
-    pub fn with_lease(peer: SocketAddr, front: Front, lease: Arc<crate::gateway::connections::Lease>) -> ConnInfo {
+    pub(crate) fn with_lease(
+        peer: SocketAddr,
+        front: Front,
+        lease: Arc<crate::gateway::connections::Lease>,
+    ) -> ConnInfo {
         ConnInfo {
             lease: Some(lease),
             ..ConnInfo::new(peer, front)
@@ -46,7 +50,7 @@ impl ConnInfo {
 
     /// A request on this connection presented a valid credential: the connection leaves the
     /// unauthenticated share. After the first, one relaxed load.
-    pub fn authenticated(&self, gw: &Gateway) {
+    pub(crate) fn authenticated(&self, gw: &Gateway) {
         if let Some(lease) = &self.lease {
             gw.doors.conn_table.promote(lease);
         }
@@ -54,21 +58,21 @@ impl ConnInfo {
 }
 
 impl ConnInfo {
-    pub fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> &'static str {
         match self.front {
             Front::Tls { .. } => "https",
             Front::Ssh { .. } => "http",
         }
     }
 
-    pub fn transport(&self) -> &'static str {
+    pub(crate) fn transport(&self) -> &'static str {
         match self.front {
             Front::Tls { .. } => "tls",
             Front::Ssh { .. } => "ssh",
         }
     }
 
-    pub fn bound_project(&self) -> Option<&str> {
+    pub(crate) fn bound_project(&self) -> Option<&str> {
         match &self.front {
             Front::Tls { bound } => bound.as_deref(),
             Front::Ssh { project, .. } => Some(project),

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum ServerState {
+pub(crate) enum ServerState {
     Running,
     Starting,
     /// Not running, and not failing: an on-demand server nobody asked for yet, or stopped.
@@ -23,7 +23,7 @@ pub enum ServerState {
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum SessionStatus {
+pub(crate) enum SessionStatus {
     Idle,
     Busy,
     Retry { attempt: u64, message: String, next: u64 },
@@ -39,7 +39,7 @@ pub struct Tokens {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Session {
+pub(crate) struct Session {
     pub id: String,
     pub title: String,
     /// Set for subagent (child) sessions.
@@ -53,7 +53,7 @@ pub struct Session {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Permission {
+pub(crate) struct Permission {
     pub id: String,
     pub session_id: String,
     /// OpenCode's `permission` (`bash`, `edit`, …).
@@ -69,14 +69,14 @@ pub struct Permission {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QuestionOption {
+pub(crate) struct QuestionOption {
     pub label: String,
     #[serde(default)]
     pub description: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QuestionItem {
+pub(crate) struct QuestionItem {
     pub question: String,
     #[serde(default)]
     pub header: String,
@@ -90,7 +90,7 @@ pub struct QuestionItem {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Question {
+pub(crate) struct Question {
     pub id: String,
     pub session_id: String,
     pub questions: Vec<QuestionItem>,
@@ -99,14 +99,14 @@ pub struct Question {
 
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
-pub enum CardKind {
+pub(crate) enum CardKind {
     Permission,
     Question,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(tag = "how", rename_all = "snake_case")]
-pub enum Resolution {
+pub(crate) enum Resolution {
     /// The gateway sent the reply (for this user).
     AnsweredHere { by: String },
     /// Answered in the TUI, the web UI, another client, or during a gap in the event stream.
@@ -132,7 +132,7 @@ pub struct Resolved {
 
 /// A request that just appeared (for notifications).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewCard {
+pub(crate) struct NewCard {
     pub project: String,
     pub kind: CardKind,
     /// `bash`, `edit`, … for permissions; `question` for questions.

@@ -10,7 +10,7 @@ use crate::policy::query;
 use super::{Inbox, InboxError, Outcome, Reply};
 
 /// The status code and JSON answer of `POST /inbox/reply`; the answer recorded in `audit`.
-pub async fn reply(inbox: &Inbox, audit: &Audit, query_string: &str) -> (u16, serde_json::Value) {
+pub(crate) async fn reply(inbox: &Inbox, audit: &Audit, query_string: &str) -> (u16, serde_json::Value) {
     let get = |name: &str| query::get(query_string, name).map(|v| v.into_owned());
     let (Some(project), Some(id), Some(how)) = (get("project"), get("id"), get("reply")) else {
         return (400, serde_json::json!({"error": "project, id and reply are required"}));

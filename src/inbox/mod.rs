@@ -31,13 +31,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
 
-pub use model::{
-    CardKind, NewCard, Permission, Question, QuestionItem, QuestionOption, Resolution, Resolved, ServerState, Session,
-    SessionStatus, Tokens,
-};
-pub use queue::Queue;
-pub use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
-pub use view::{Card, PermissionCard, ProjectView, QuestionCard};
+pub(crate) use model::{CardKind, NewCard, Resolution, Resolved, ServerState, SessionStatus};
+pub(crate) use queue::Queue;
+pub(crate) use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
+pub(crate) use view::{Card, ProjectView};
 
 use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
@@ -54,7 +51,7 @@ pub struct Inbox {
 }
 
 /// What the inbox needs of the running gateway, handed in when the gateway builds it.
-pub struct Parts {
+pub(crate) struct Parts {
     /// The projects now (reloads and project-set changes swap them).
     pub projects: Arc<dyn Projects>,
     /// The gateway's client to the projects' servers: event streams, lists, the control socket's
@@ -65,7 +62,7 @@ pub struct Parts {
 }
 
 /// The projects the gateway serves now, as the inbox needs them.
-pub trait Projects: Send + Sync {
+pub(crate) trait Projects: Send + Sync {
     /// Every project.
     fn all(&self) -> Vec<Served>;
     /// The project named `name`, if there is one.
@@ -73,7 +70,7 @@ pub trait Projects: Send + Sync {
 }
 
 /// A project: its name, the directory its server knows it by, and where that server is.
-pub struct Served {
+pub(crate) struct Served {
     pub name: Arc<str>,
     pub directory: Option<String>,
     pub server: Server,
@@ -92,14 +89,14 @@ pub enum Server {
 pub const INBOX_AGENT: &str = "opencode-gateway-inbox";
 
 /// Milliseconds since the Unix epoch (the unit OpenCode uses for times).
-pub fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl Inbox {
-    pub fn new(parts: Parts) -> Inbox {
+    pub(crate) fn new(parts: Parts) -> Inbox {
         Inbox {
             model: Mutex::new(Model::default()),
             changes: tokio_watch::Sender::new(0),
@@ -111,29 +108,29 @@ impl Inbox {
 
     /// The projects `may_see` allows (the page passes the user's grants), sorted by name, each
     /// with its server state, sessions, pending cards and recently resolved requests.
-    pub fn view(&self, may_see: impl Fn(&str) -> bool) -> Vec<ProjectView> {
+    pub(crate) fn view(&self, may_see: impl Fn(&str) -> bool) -> Vec<ProjectView> {
         let model = self.lock();
         view::build(&model, may_see, now_ms())
     }
 
     /// A counter that goes up on every change (for a page's live stream: wait for `changed()`,
     /// then call [`Inbox::view`] again).
-    pub fn changes(&self) -> tokio_watch::Receiver<u64> {
+    pub(crate) fn changes(&self) -> tokio_watch::Receiver<u64> {
         self.changes.subscribe()
     }
 
     /// Upstream event streams open now: one per running OpenCode server, whatever the viewers.
-    pub fn subscriptions(&self) -> usize {
+    pub(crate) fn subscriptions(&self) -> usize {
         self.subscriptions.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Notifications that could not be queued (the queue was full).
-    pub fn notifications_dropped(&self) -> u64 {
+    pub(crate) fn notifications_dropped(&self) -> u64 {
         self.notify.dropped()
     }
 
     /// The new cards, for the notifier: once (the first caller gets the receiving end).
-    pub fn new_cards(&self) -> Option<tokio::sync::mpsc::Receiver<NewCard>> {
+    pub(crate) fn new_cards(&self) -> Option<tokio::sync::mpsc::Receiver<NewCard>> {
         self.notify.take_receiver()
     }
 
@@ -158,13 +155,13 @@ impl Inbox {
 
 /// Start the inbox's background task (the watcher reconciler); it ends with the gateway's
 /// shutdown. The notifier, which takes [`Inbox::new_cards`], is started by the gateway.
-pub fn start(inbox: &Arc<Inbox>) {
+pub(crate) fn start(inbox: &Arc<Inbox>) {
     tokio::spawn(reconcile::run(inbox.clone()));
 }
 
 /// The inbox as JSON (for the control socket's `GET /inbox[?project=NAME]`): every project, or
 /// only the one named, through the same filter a page uses.
-pub fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
+pub(crate) fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
     let projects = inbox.view(|p| only.is_none_or(|o| o == p));
     serde_json::json!({ "projects": projects, "notifications_dropped": inbox.notifications_dropped(), "subscriptions": inbox.subscriptions() })
 }

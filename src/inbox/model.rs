@@ -19,19 +19,19 @@ use super::parse::first_lines;
 use super::parse::{permission, question, session_from_info, status};
 
 /// Sessions kept per project (the most recently active).
-pub const MAX_SESSIONS: usize = 200;
+pub(crate) const MAX_SESSIONS: usize = 200;
 /// Pending cards kept per project and kind; more are counted in `hidden_cards`.
-pub const MAX_CARDS: usize = 100;
+pub(crate) const MAX_CARDS: usize = 100;
 /// Recently resolved entries kept (all projects), and for how long.
-pub const MAX_RESOLVED: usize = 200;
-pub const RESOLVED_FOR_MS: u64 = 120_000;
+pub(crate) const MAX_RESOLVED: usize = 200;
+pub(crate) const RESOLVED_FOR_MS: u64 = 120_000;
 /// A card shows this many lines of the command or patch, each cut to this many characters.
-pub const MAX_LINES: usize = 8;
-pub const MAX_LINE_CHARS: usize = 200;
+pub(crate) const MAX_LINES: usize = 8;
+pub(crate) const MAX_LINE_CHARS: usize = 200;
 
 /// What one change did.
 #[derive(Debug, Default)]
-pub struct Effect {
+pub(crate) struct Effect {
     pub changed: bool,
     pub new_cards: Vec<NewCard>,
 }
@@ -44,7 +44,7 @@ impl Effect {
 }
 
 #[derive(Debug)]
-pub struct ProjectModel {
+pub(crate) struct ProjectModel {
     pub server: ServerState,
     pub directory: Option<String>,
     pub sessions: HashMap<String, Session>,
@@ -69,7 +69,7 @@ impl ProjectModel {
 
 /// The lists read from the upstream after a (re)connect.
 #[derive(Debug, Default)]
-pub struct Seed {
+pub(crate) struct Seed {
     pub sessions: Vec<Value>,
     /// `GET /session/status`: session id → status.
     pub statuses: Value,
@@ -78,7 +78,7 @@ pub struct Seed {
 }
 
 #[derive(Debug, Default)]
-pub struct Model {
+pub(crate) struct Model {
     pub projects: BTreeMap<String, ProjectModel>,
     pub resolved: VecDeque<Resolved>,
     /// Requests the gateway is replying to, for whom and with what answer: their `*.replied`
@@ -105,12 +105,12 @@ fn bound_sessions(sessions: &mut HashMap<String, Session>) {
 }
 
 impl Model {
-    pub fn project_mut(&mut self, name: &str) -> &mut ProjectModel {
+    pub(crate) fn project_mut(&mut self, name: &str) -> &mut ProjectModel {
         self.projects.entry(name.to_string()).or_insert_with(ProjectModel::new)
     }
 
     /// Forget projects that are no longer configured (their cards go without a resolution).
-    pub fn retain_projects(&mut self, keep: impl Fn(&str) -> bool) -> bool {
+    pub(crate) fn retain_projects(&mut self, keep: impl Fn(&str) -> bool) -> bool {
         let before = self.projects.len();
         self.projects.retain(|name, _| keep(name));
         self.ours.retain(|(p, _), _| keep(p));
@@ -118,7 +118,7 @@ impl Model {
     }
 
     /// Set a project's server state and directory; true when it changed.
-    pub fn set_server(&mut self, project: &str, state: ServerState, directory: Option<String>) -> bool {
+    pub(crate) fn set_server(&mut self, project: &str, state: ServerState, directory: Option<String>) -> bool {
         let p = self.project_mut(project);
         let changed = p.server != state || p.directory != directory;
         p.server = state;
@@ -127,7 +127,7 @@ impl Model {
     }
 
     /// The project's server is not running: its requests died with it and its sessions are idle.
-    pub fn forget_pending(&mut self, project: &str) -> bool {
+    pub(crate) fn forget_pending(&mut self, project: &str) -> bool {
         let Some(p) = self.projects.get_mut(project) else {
             return false;
         };
@@ -142,7 +142,7 @@ impl Model {
     }
 
     /// The gateway is about to reply to `id` for `user` with `answer`.
-    pub fn replying(&mut self, project: &str, id: &str, user: &str, answer: &str) {
+    pub(crate) fn replying(&mut self, project: &str, id: &str, user: &str, answer: &str) {
         if self.ours.len() < 10_000 {
             self.ours
                 .insert((project.into(), id.into()), (user.into(), answer.into()));
@@ -150,13 +150,13 @@ impl Model {
     }
 
     /// The gateway's reply did not go through: a later `*.replied` is someone else's.
-    pub fn reply_failed(&mut self, project: &str, id: &str) {
+    pub(crate) fn reply_failed(&mut self, project: &str, id: &str) {
         self.ours.remove(&(project.into(), id.into()));
     }
 
     /// The gateway's reply found the request answered (404): so was the `*.replied` that may
     /// have come while the reply was on its way, by someone else.
-    pub fn found_answered(&mut self, project: &str, id: &str) {
+    pub(crate) fn found_answered(&mut self, project: &str, id: &str) {
         self.ours.remove(&(project.into(), id.into()));
         for r in self.resolved.iter_mut().filter(|r| r.project == project && r.id == id) {
             r.how = Resolution::Elsewhere;
@@ -165,7 +165,7 @@ impl Model {
 
     /// Remove a pending card, recording how it went (`answer`: what the event said, if it said).
     /// True if there was one.
-    pub fn resolve(&mut self, project: &str, id: &str, now: u64, answer: Option<&str>) -> bool {
+    pub(crate) fn resolve(&mut self, project: &str, id: &str, now: u64, answer: Option<&str>) -> bool {
         let (how, answer) = match self.ours.remove(&(project.into(), id.into())) {
             Some((by, ours)) => (Resolution::AnsweredHere { by }, Some(ours)),
             None => (Resolution::Elsewhere, answer.map(String::from)),
@@ -197,7 +197,7 @@ impl Model {
     }
 
     /// Drop resolved entries older than [`RESOLVED_FOR_MS`] or beyond [`MAX_RESOLVED`].
-    pub fn prune(&mut self, now: u64) {
+    pub(crate) fn prune(&mut self, now: u64) {
         while self.resolved.len() > MAX_RESOLVED
             || self
                 .resolved
@@ -273,7 +273,7 @@ impl Model {
     }
 
     /// One event's `payload` (`{"type", "properties"}`) for `project`.
-    pub fn apply(&mut self, project: &str, payload: &Value, now: u64) -> Effect {
+    pub(crate) fn apply(&mut self, project: &str, payload: &Value, now: u64) -> Effect {
         let props = &payload["properties"];
         let changed = |c: bool| Effect {
             changed: c,
@@ -354,7 +354,7 @@ impl Model {
 
     /// Replace what is known of `project` with the lists read after a (re)connect: cards that
     /// are no longer pending were answered during the gap.
-    pub fn seed(&mut self, project: &str, seed: &Seed, now: u64) -> Effect {
+    pub(crate) fn seed(&mut self, project: &str, seed: &Seed, now: u64) -> Effect {
         let mut effect = Effect {
             changed: true,
             new_cards: vec![],

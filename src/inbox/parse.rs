@@ -26,7 +26,7 @@ pub(super) fn strings(v: &Value) -> Vec<String> {
 }
 
 /// The first [`MAX_LINES`] lines of `text`, each at most [`MAX_LINE_CHARS`] characters.
-pub fn first_lines(text: &str) -> (Vec<String>, bool) {
+pub(crate) fn first_lines(text: &str) -> (Vec<String>, bool) {
     let mut truncated = false;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {

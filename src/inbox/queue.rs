@@ -12,14 +12,14 @@ use super::NewCard;
 const QUEUE: usize = 256;
 
 /// The inbox's end of the channel.
-pub struct Queue {
+pub(crate) struct Queue {
     tx: mpsc::Sender<NewCard>,
     rx: Mutex<Option<mpsc::Receiver<NewCard>>>,
     dropped: AtomicU64,
 }
 
 impl Queue {
-    pub fn new() -> Queue {
+    pub(crate) fn new() -> Queue {
         let (tx, rx) = mpsc::channel(QUEUE);
         Queue {
             tx,
@@ -29,18 +29,18 @@ impl Queue {
     }
 
     /// Queue without waiting; a full queue drops the request (and counts it).
-    pub fn push(&self, card: NewCard) {
+    pub(crate) fn push(&self, card: NewCard) {
         if self.tx.try_send(card).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Relaxed)
     }
 
     /// The receiving end, once (for the notifier).
-    pub fn take_receiver(&self) -> Option<mpsc::Receiver<NewCard>> {
+    pub(crate) fn take_receiver(&self) -> Option<mpsc::Receiver<NewCard>> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }

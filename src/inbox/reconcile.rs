@@ -31,7 +31,7 @@ struct Watching {
     stop: CancellationToken,
 }
 
-pub async fn run(inbox: Arc<Inbox>) {
+pub(crate) async fn run(inbox: Arc<Inbox>) {
     let mut watching: HashMap<String, Watching> = HashMap::new();
     let mut tick = tokio::time::interval(EVERY);
     loop {

@@ -25,14 +25,14 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Once,
     Always,
     Reject,
 }
 
 impl Reply {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reply::Once => "once",
             Reply::Always => "always",
@@ -40,7 +40,7 @@ impl Reply {
         }
     }
 
-    pub fn parse(s: &str) -> Option<Reply> {
+    pub(crate) fn parse(s: &str) -> Option<Reply> {
         match s {
             "once" => Some(Reply::Once),
             "always" => Some(Reply::Always),
@@ -51,14 +51,14 @@ impl Reply {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Done,
     /// Someone answered first (or the request is gone): the card disappears as "answered elsewhere".
     AlreadyAnswered,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum InboxError {
+pub(crate) enum InboxError {
     #[error("no project {0}")]
     UnknownProject(String),
     #[error("{0:?} is not a request or session id")]
@@ -77,7 +77,7 @@ pub enum InboxError {
 /// The proxy's refusal of an act on a user's behalf: the status it answers with, and its own
 /// error, which the page that asked answers with as it is (the inbox only carries it).
 #[derive(Debug)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     pub status: u16,
     pub error: Box<dyn std::error::Error + Send + Sync>,
 }
@@ -90,7 +90,7 @@ impl std::fmt::Display for Refusal {
 
 impl InboxError {
     /// The HTTP status a page (or the control socket) answers this error with.
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             InboxError::UnknownProject(_) => 404,
             InboxError::BadId(_) => 400,
@@ -188,7 +188,7 @@ async fn post_keeping(
 /// The one road to a project's server for an act on a user's behalf: the proxy's own phases as
 /// that user (`pipeline/internal.rs` implements it): their role, the route table, pinning,
 /// redaction, the request audit. The inbox builds the request; the road decides and sends it.
-pub trait Road: Send + Sync {
+pub(crate) trait Road: Send + Sync {
     /// The user the acts are made for.
     fn user(&self) -> &str;
 
@@ -204,10 +204,10 @@ pub trait Road: Send + Sync {
 }
 
 /// A [`Road::call`] under way.
-pub type Trip<'a> = Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
+pub(crate) type Trip<'a> = Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
 
 /// Who acts, and so which road the request takes.
-pub enum By<'a> {
+pub(crate) enum By<'a> {
     /// A user of the control room: the request goes through the proxy's own phases as theirs
     /// (the [`Road`] the page was handed).
     User(&'a dyn Road),
@@ -297,7 +297,7 @@ impl Inbox {
     }
 
     /// `POST /permission/{id}/reply` with `{"reply": once|always|reject, "message"?}`.
-    pub async fn reply_permission(
+    pub(crate) async fn reply_permission(
         &self,
         project: &str,
         id: &str,
@@ -324,7 +324,7 @@ impl Inbox {
 
     /// `POST /question/{id}/reply` with `{"answers": [[label, …], …]}`: for each question in
     /// order, the labels chosen (or the user's own text where the question allows it).
-    pub async fn reply_question(
+    pub(crate) async fn reply_question(
         &self,
         project: &str,
         id: &str,
@@ -346,7 +346,7 @@ impl Inbox {
     }
 
     /// `POST /question/{id}/reject`: the agent is told the user declined to answer.
-    pub async fn reject_question(&self, project: &str, id: &str, by: &By<'_>) -> Result<Outcome, InboxError> {
+    pub(crate) async fn reject_question(&self, project: &str, id: &str, by: &By<'_>) -> Result<Outcome, InboxError> {
         self.answer(
             project,
             id,
@@ -361,7 +361,12 @@ impl Inbox {
     }
 
     /// `POST /session/{id}/abort`: stop what the session is doing.
-    pub async fn abort_session(&self, by: &By<'_>, project: &str, session_id: &str) -> Result<Outcome, InboxError> {
+    pub(crate) async fn abort_session(
+        &self,
+        by: &By<'_>,
+        project: &str,
+        session_id: &str,
+    ) -> Result<Outcome, InboxError> {
         check_id(session_id)?;
         target(&*self.parts.projects, project)?;
         match send(self, by, project, &format!("/session/{session_id}/abort"), None, 300).await? {
@@ -374,7 +379,7 @@ impl Inbox {
 
 impl Inbox {
     /// `POST /session {}` in the project's directory: a new, empty session; its id.
-    pub async fn create_session(&self, by: &By<'_>, project: &str) -> Result<String, InboxError> {
+    pub(crate) async fn create_session(&self, by: &By<'_>, project: &str) -> Result<String, InboxError> {
         target(&*self.parts.projects, project)?;
         match send(
             self,

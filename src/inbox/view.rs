@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::model::{Model, Permission, Question, Resolved, ServerState, Session};
 
 #[derive(Clone, Debug, Serialize)]
-pub struct ProjectView {
+pub(crate) struct ProjectView {
     pub name: String,
     /// The directory the project's requests are pinned to (for links into the web UI:
     /// `https://<project-host>/<base64url(directory)>/session/<id>`).
@@ -24,13 +24,13 @@ pub struct ProjectView {
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Card {
+pub(crate) enum Card {
     Permission(PermissionCard),
     Question(QuestionCard),
 }
 
 impl Card {
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         match self {
             Card::Permission(p) => &p.request.id,
             Card::Question(q) => &q.request.id,
@@ -46,7 +46,7 @@ impl Card {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct PermissionCard {
+pub(crate) struct PermissionCard {
     #[serde(flatten)]
     pub request: Permission,
     pub session_title: Option<String>,
@@ -55,14 +55,14 @@ pub struct PermissionCard {
 }
 
 #[derive(Clone, Debug, Serialize)]
-pub struct QuestionCard {
+pub(crate) struct QuestionCard {
     #[serde(flatten)]
     pub request: Question,
     pub session_title: Option<String>,
     pub subagent: bool,
 }
 
-pub fn build(model: &Model, may_see: impl Fn(&str) -> bool, now: u64) -> Vec<ProjectView> {
+pub(crate) fn build(model: &Model, may_see: impl Fn(&str) -> bool, now: u64) -> Vec<ProjectView> {
     // BTreeMap: already sorted by name.
     model
         .projects

@@ -41,7 +41,7 @@ pub struct Target {
 }
 
 /// Watch until `stop`. `external`: the watcher is what tells whether the server is reachable.
-pub async fn run(
+pub(crate) async fn run(
     inbox: Arc<Inbox>,
     endpoint: Arc<Endpoint>,
     targets: Vec<Target>,

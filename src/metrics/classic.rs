@@ -4,7 +4,7 @@
 //! there is no `# EOF`.
 
 /// The OpenMetrics text `om` in the classic text format.
-pub fn from_openmetrics(om: &str) -> String {
+pub(crate) fn from_openmetrics(om: &str) -> String {
     let counters: Vec<&str> = om
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
@@ -36,7 +36,7 @@ pub fn from_openmetrics(om: &str) -> String {
 }
 
 /// Whether the scraper asked for OpenMetrics.
-pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+pub(crate) fn wants_openmetrics(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| a.contains("application/openmetrics-text"))
 }
 

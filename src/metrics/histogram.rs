@@ -9,7 +9,7 @@ use prometheus_client::encoding::{EncodeMetric, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 
 /// Upper bounds in seconds: from a local server's few milliseconds to a model that thinks.
-pub const BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+pub(crate) const BOUNDS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -24,7 +24,7 @@ struct Inner {
 pub struct Latency(Arc<Inner>);
 
 impl Latency {
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let secs = d.as_secs_f64();
         let i = BOUNDS.iter().position(|b| secs <= *b).unwrap_or(BOUNDS.len());
         self.0.buckets[i].fetch_add(1, Ordering::Relaxed);
@@ -34,7 +34,8 @@ impl Latency {
         self.0.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn count(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count(&self) -> u64 {
         self.0.count.load(Ordering::Relaxed)
     }
 }

@@ -15,11 +15,11 @@ use prometheus_client::registry::Registry;
 pub mod classic;
 pub mod histogram;
 
-pub use histogram::Latency;
+pub(crate) use histogram::Latency;
 
-pub const PREFIX: &str = "opencode_gateway";
+pub(crate) const PREFIX: &str = "opencode_gateway";
 /// The project label of requests that named no project (or one that does not exist).
-pub const NO_PROJECT: &str = "-";
+pub(crate) const NO_PROJECT: &str = "-";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProjectLabel {
@@ -73,7 +73,7 @@ pub enum RouteClass {
 }
 
 impl RouteClass {
-    pub const ALL: [RouteClass; 5] = [
+    pub(crate) const ALL: [RouteClass; 5] = [
         RouteClass::Prompt,
         RouteClass::Events,
         RouteClass::Terminal,
@@ -81,7 +81,7 @@ impl RouteClass {
         RouteClass::Other,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             RouteClass::Prompt => "prompt",
             RouteClass::Events => "events",
@@ -106,7 +106,7 @@ fn status_index(status: u16) -> usize {
 
 /// How a login was attempted.
 #[derive(Clone, Copy, Debug)]
-pub enum LoginMethod {
+pub(crate) enum LoginMethod {
     /// A user's password (Basic credentials or the login form), verified with argon2.
     Password,
     /// An API token (Bearer, or as the password).
@@ -120,7 +120,7 @@ const LOGIN_METHODS: [&str; 4] = ["password", "token", "pairing", "ssh_key"];
 
 /// Why a limiter refused something.
 #[derive(Clone, Copy, Debug)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The login limiter (per address or per user name).
     Login,
     /// The per-user request rate.
@@ -145,7 +145,7 @@ const REFUSALS: [&str; 6] = [
 
 /// What a long-lived request holds open.
 #[derive(Clone, Copy, Debug)]
-pub enum StreamKind {
+pub(crate) enum StreamKind {
     Events,
     Terminal,
 }
@@ -159,7 +159,7 @@ pub struct ProjectMetrics {
 }
 
 impl ProjectMetrics {
-    pub fn count(&self, class: RouteClass, status: u16) {
+    pub(crate) fn count(&self, class: RouteClass, status: u16) {
         self.requests[class as usize][status_index(status)].inc();
     }
 
@@ -283,7 +283,7 @@ impl Metrics {
 
     /// Resolve a project's handles (the same counters again for a name seen before, so a
     /// reload keeps counting where it was).
-    pub fn project(&self, name: &Arc<str>) -> ProjectMetrics {
+    pub(crate) fn project(&self, name: &Arc<str>) -> ProjectMetrics {
         let upstream_latency = self
             .upstream_latency
             .get_or_create(&ProjectLabel { project: name.clone() })
@@ -317,33 +317,33 @@ impl Metrics {
         })
     }
 
-    pub fn login(&self, method: LoginMethod, ok: bool) {
+    pub(crate) fn login(&self, method: LoginMethod, ok: bool) {
         self.logins[method as usize][usize::from(!ok)].inc();
     }
 
-    pub fn refused(&self, why: Refusal) {
+    pub(crate) fn refused(&self, why: Refusal) {
         self.refusals[why as usize].inc();
     }
 
-    pub fn tls_handshake(&self, ok: bool) {
+    pub(crate) fn tls_handshake(&self, ok: bool) {
         if ok { &self.tls_ok } else { &self.tls_failed }.inc();
     }
 
     /// Counts one open stream of this kind until dropped.
-    pub fn stream_open(&self, kind: StreamKind) -> StreamGauge {
+    pub(crate) fn stream_open(&self, kind: StreamKind) -> StreamGauge {
         let g = self.streams[kind as usize].clone();
         g.inc();
         StreamGauge(g)
     }
 
     /// The metrics kept here, in the text exposition format.
-    pub fn encode(&self, out: &mut String) -> std::fmt::Result {
+    pub(crate) fn encode(&self, out: &mut String) -> std::fmt::Result {
         prometheus_client::encoding::text::encode_registry(out, &self.registry)
     }
 }
 
 /// One open stream, counted in `streams_open` while it lives.
-pub struct StreamGauge(Gauge);
+pub(crate) struct StreamGauge(Gauge);
 
 impl Drop for StreamGauge {
     fn drop(&mut self) {

@@ -11,10 +11,10 @@ use serde::Deserialize;
 use super::jwks::{Jwk, SUPPORTED};
 
 /// Clock difference tolerated between the gateway and the provider.
-pub const LEEWAY_SECS: i64 = 60;
+pub(crate) const LEEWAY_SECS: i64 = 60;
 
 /// What the token must say.
-pub struct Expect<'a> {
+pub(crate) struct Expect<'a> {
     pub issuer: &'a str,
     pub client_id: &'a str,
     /// [`nonce_digest`] of the nonce the flow sent (the flow keeps no nonce in clear).
@@ -26,7 +26,7 @@ pub struct Expect<'a> {
 
 /// The claims the gateway uses, from a token that passed every check.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     pub sub: String,
     pub email: Option<String>,
     pub email_verified: bool,
@@ -34,7 +34,7 @@ pub struct Identity {
 
 /// Why a token was refused (a stable code for logs and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     Malformed,
     /// `none`, HMAC, or anything discovery does not advertise.
     AlgorithmNotAllowed,
@@ -49,7 +49,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             Refusal::Malformed => "id_token_malformed",
             Refusal::AlgorithmNotAllowed => "id_token_alg_not_allowed",
@@ -104,7 +104,7 @@ enum EmailVerified {
 
 /// Does the JWKS need fetching again for this token (its `kid` is not in `keys`)? Lets the
 /// caller refresh once when the provider rotated its keys.
-pub fn names_unknown_key(token: &str, keys: &[Jwk]) -> bool {
+pub(crate) fn names_unknown_key(token: &str, keys: &[Jwk]) -> bool {
     let Some(header) = token.split('.').next().and_then(|h| decode::<Header>(h).ok()) else {
         return false;
     };
@@ -114,7 +114,7 @@ pub fn names_unknown_key(token: &str, keys: &[Jwk]) -> bool {
 }
 
 /// What a flow keeps of its nonce.
-pub fn nonce_digest(nonce: &str) -> [u8; 32] {
+pub(crate) fn nonce_digest(nonce: &str) -> [u8; 32] {
     use blake2::{Blake2b256, Digest};
     let mut h = Blake2b256::new();
     h.update(b"oidc-nonce\0");
@@ -128,7 +128,7 @@ fn decode<T: for<'de> Deserialize<'de>>(part: &str) -> Result<T, Refusal> {
 }
 
 /// Check `token` against `keys` and `expect`; the identity it vouches for.
-pub fn verify(token: &str, keys: &[Jwk], expect: &Expect<'_>) -> Result<Identity, Refusal> {
+pub(crate) fn verify(token: &str, keys: &[Jwk], expect: &Expect<'_>) -> Result<Identity, Refusal> {
     let mut parts = token.split('.');
     let (Some(h), Some(p), Some(s), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
         return Err(Refusal::Malformed);

@@ -8,17 +8,17 @@ use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey, Verificat
 use serde::Deserialize;
 
 /// The JWS algorithms this gateway can verify.
-pub const SUPPORTED: [&str; 9] = [
+pub(crate) const SUPPORTED: [&str; 9] = [
     "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA",
 ];
 
 #[derive(Debug, Deserialize)]
-pub struct JwkSet {
+pub(crate) struct JwkSet {
     pub keys: Vec<Jwk>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct Jwk {
+pub(crate) struct Jwk {
     pub kty: String,
     pub kid: Option<String>,
     #[serde(rename = "use")]
@@ -50,7 +50,7 @@ fn b64(v: &Option<String>) -> Option<Vec<u8>> {
 impl Jwk {
     /// Can this key verify `alg` (its type and curve fit, it is a signing key, and any `alg` it
     /// names is this one)?
-    pub fn fits(&self, alg: &str) -> bool {
+    pub(crate) fn fits(&self, alg: &str) -> bool {
         if self.use_.as_deref().is_some_and(|u| u != "sig") || self.alg.as_deref().is_some_and(|a| a != alg) {
             return false;
         }
@@ -64,7 +64,7 @@ impl Jwk {
     }
 
     /// Verify `sig` over `message` with this key and `alg` (checked with [`Jwk::fits`] first).
-    pub fn verify(&self, alg: &str, message: &[u8], sig: &[u8]) -> bool {
+    pub(crate) fn verify(&self, alg: &str, message: &[u8], sig: &[u8]) -> bool {
         if !self.fits(alg) {
             return false;
         }

@@ -25,7 +25,7 @@ const MAX_DOCUMENT: usize = 256 * 1024;
 
 /// What discovery told us (the fields the gateway uses).
 #[derive(Debug, Clone, Deserialize)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     pub issuer: String,
     pub authorization_endpoint: String,
     pub token_endpoint: String,
@@ -40,7 +40,7 @@ fn rs256() -> Vec<String> {
 }
 
 /// Discovery and keys for one issuer.
-pub struct Metadata {
+pub(crate) struct Metadata {
     pub discovery: Discovery,
     pub keys: Vec<Jwk>,
     fetched: Instant,
@@ -67,7 +67,7 @@ async fn get_json<T: for<'de> Deserialize<'de>>(url: &str) -> Result<T, String> 
 impl Provider {
     /// Discovery and keys for `cfg.issuer`; `refresh_keys`: the keys are missing one a token
     /// names.
-    pub async fn metadata(&self, cfg: &Oidc, refresh_keys: bool) -> Result<Arc<Metadata>, String> {
+    pub(crate) async fn metadata(&self, cfg: &Oidc, refresh_keys: bool) -> Result<Arc<Metadata>, String> {
         let current = |m: &Arc<Metadata>| m.discovery.issuer == cfg.issuer && m.fetched.elapsed() < FRESH;
         let stale = |m: &Arc<Metadata>| !current(m) || (refresh_keys && m.fetched.elapsed() >= REFETCH_EVERY);
         let cached = self.cached.lock().expect("not poisoned").clone();
@@ -123,7 +123,7 @@ impl Provider {
     }
 
     /// Trade an authorization code for the ID token (`client_secret_basic`, PKCE verifier).
-    pub async fn exchange_code(
+    pub(crate) async fn exchange_code(
         &self,
         cfg: &Oidc,
         token_endpoint: &str,
@@ -172,7 +172,7 @@ impl Provider {
 }
 
 /// A provider's error code, fit for a log line or a page (letters, digits, `_`, `-`, `.`).
-pub fn printable(s: &str) -> String {
+pub(crate) fn printable(s: &str) -> String {
     s.chars()
         .filter(|c| c.is_ascii_alphanumeric() || "_-. ".contains(*c))
         .take(80)

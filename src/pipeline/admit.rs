@@ -111,8 +111,8 @@ pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<S
         StreamKind::Events
     };
     Ok(StreamHold {
-        slot,
-        gauge: gw.metrics.stream_open(kind),
+        _slot: slot,
+        _gauge: gw.metrics.stream_open(kind),
     })
 }
 

@@ -26,9 +26,9 @@ use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
 /// Bodies the gateway reads whole (directory and session checks) are small JSON.
-pub const SMALL_BODY: usize = 1024 * 1024;
+pub(crate) const SMALL_BODY: usize = 1024 * 1024;
 
-pub struct Forwarding<'a> {
+pub(crate) struct Forwarding<'a> {
     pub gw: &'a Arc<Gateway>,
     pub conn: &'a ConnInfo,
     /// The client's address (after trusted proxies).
@@ -48,7 +48,7 @@ pub struct Forwarding<'a> {
     pub terminal_close: Option<crate::http::audit::TerminalClose>,
 }
 
-pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
+pub(crate) fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
     HttpError::UpstreamUnavailable {
         project: project.name.to_string(),
         reason: reason.into(),
@@ -59,11 +59,10 @@ pub fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpErr
 /// future (once as given, once bound inside), and every connection's task holds the largest
 /// request future it may run; the fields of `f` are used where they lie (docs/performance.md).
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
-pub fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
+pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
     async move {
         let (gw, target) = (f.gw, f.target);
         let project = &*target.project;
-        let method = f.parts.method.clone();
         let client_upgrade = f.upgrade.as_ref().map(|_| {
             let mut head = Request::new(());
             *head.extensions_mut() = std::mem::take(&mut f.parts.extensions);
@@ -110,7 +109,6 @@ pub fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<Pr
         response::answer(Answer {
             gw,
             user: f.user,
-            method: &method,
             target,
             endpoint: f.endpoint,
             response,
@@ -294,7 +292,7 @@ fn upstream_uri(path: &str, query: Option<&str>, pinned: bool) -> Result<Uri, Ht
 
 /// On a shared upstream, a session is usable only if it lives in the project's directory.
 /// Session IDs are global, so one project's client could otherwise name another's session.
-pub async fn check_session_scope(
+pub(crate) async fn check_session_scope(
     gw: &Gateway,
     project: &ProjectState,
     endpoint: &Endpoint,
@@ -354,6 +352,6 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
 }
 
 /// The response body read whole, for the few routes the gateway must look into.
-pub async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
+pub(crate) async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
     Some(Limited::new(body, max).collect().await.ok()?.to_bytes())
 }

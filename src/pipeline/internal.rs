@@ -29,7 +29,7 @@ use crate::inbox::{Refusal, Road, Trip};
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
 
 /// A user, as the page that acts for them knows them.
-pub struct OnBehalf<'a> {
+pub(crate) struct OnBehalf<'a> {
     pub gw: &'a Arc<Gateway>,
     pub user: Arc<UserState>,
     pub who: Who,
@@ -83,7 +83,7 @@ impl OnBehalf<'_> {
 
     /// `method path` in `project` with an optional JSON body, as this user: the status and the
     /// start of the answer, or the gateway's refusal.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         project: &str,
@@ -160,7 +160,7 @@ impl Road for OnBehalf<'_> {
 
 /// The road for requests on `user`'s behalf (`web::Ctx::on_behalf`): through the proxy's own
 /// phases, as [`OnBehalf`].
-pub fn on_behalf<'g>(
+pub(crate) fn on_behalf<'g>(
     gw: &'g Arc<Gateway>,
     user: Arc<UserState>,
     who: Who,

@@ -47,7 +47,7 @@ pub(crate) const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_mil
 /// Longest request target kept in the access log.
 const LOG_TARGET_MAX: usize = 512;
 
-pub async fn handle(
+pub(crate) async fn handle(
     gw: Arc<Gateway>,
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,

@@ -16,7 +16,7 @@ use crate::gateway::state::ProjectState;
 use crate::http::error::HttpError;
 
 /// Refuse `candidate` (relative to the project's directory, or absolute) if it is a gateway file.
-pub fn refuse(
+pub(crate) fn refuse(
     gw: &Gateway,
     client: IpAddr,
     user: &UserState,
@@ -40,7 +40,7 @@ pub fn refuse(
 }
 
 /// Check every file a request names: a file route's path and `path` query parameters.
-pub fn check_request(
+pub(crate) fn check_request(
     gw: &Gateway,
     client: IpAddr,
     user: &UserState,

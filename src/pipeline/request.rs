@@ -35,39 +35,44 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn treatment(&self) -> Treatment {
+    pub(crate) fn treatment(&self) -> Treatment {
         self.route.map_or(Treatment::Plain, |r| r.treatment)
     }
 
     /// What the request counts as in the metrics (the web UI's files: other).
-    pub fn class(&self) -> crate::policy::plan::RouteClass {
+    pub(crate) fn class(&self) -> crate::policy::plan::RouteClass {
         self.route.map_or(Default::default(), |r| r.metric)
     }
 
     /// An OpenCode API route (as opposed to the web UI's files).
-    pub fn is_api(&self) -> bool {
+    pub(crate) fn is_api(&self) -> bool {
         self.route.is_some()
     }
 
     /// Its answer may be compressed: the web UI's files, and the few API routes whose answer
     /// echoes nothing of the request (`plan::COMPRESSIBLE`), decided on the resolved route.
-    pub fn may_compress(&self) -> bool {
+    pub(crate) fn may_compress(&self) -> bool {
         self.route.is_none_or(|r| r.compressible)
     }
 
     /// The table pattern (`/session/*`) or, for the web UI's files, the path.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         self.route.map_or(&self.upstream_path, |r| r.pattern)
     }
 
     /// Where the route's role comes from, for a refusal (empty for table routes).
-    pub fn note(&self) -> &'static str {
+    pub(crate) fn note(&self) -> &'static str {
         self.route.map_or("", |r| r.note())
     }
 
     /// Resolve again once the upstream's API document is known (a spawned server that was not
     /// ready when the request came): the same path, the same config, now with the document.
-    pub fn with_upstream_api(&self, state: &State, method: &Method, raw_path: &str) -> Result<Target, HttpError> {
+    pub(crate) fn with_upstream_api(
+        &self,
+        state: &State,
+        method: &Method,
+        raw_path: &str,
+    ) -> Result<Target, HttpError> {
         let path = CanonicalPath::parse(raw_path).map_err(HttpError::BadPath)?;
         Ok(resolve(state, self.project.clone(), method, &path, self.path_start))
     }

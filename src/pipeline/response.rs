@@ -8,7 +8,7 @@ use crate::http::body::StreamHold;
 use std::path::Path;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
@@ -28,10 +28,9 @@ use crate::upstream::pool::Lease;
 
 const LISTING_BODY: usize = 16 * 1024 * 1024;
 
-pub struct Answer<'a> {
+pub(crate) struct Answer<'a> {
     pub gw: &'a Gateway,
     pub user: &'a UserState,
-    pub method: &'a Method,
     pub target: &'a Target,
     pub endpoint: &'a Endpoint,
     pub response: Response<Incoming>,
@@ -48,11 +47,10 @@ pub struct Answer<'a> {
 
 type Filter = fn(&[u8], &Path) -> Option<Vec<u8>>;
 
-pub async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let Answer {
         gw,
         user,
-        method: _,
         target,
         endpoint,
         response,

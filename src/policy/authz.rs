@@ -46,7 +46,7 @@ pub enum Class {
 }
 
 impl Class {
-    pub fn least_role(self) -> Role {
+    pub(crate) fn least_role(self) -> Role {
         match self {
             Class::Read => Role::Viewer,
             Class::Respond => Role::Approver,
@@ -111,7 +111,7 @@ impl ApiRoute {
     }
 
     /// Why the role is what it is, for a refusal (empty for table routes).
-    pub fn note(&self) -> &'static str {
+    pub(crate) fn note(&self) -> &'static str {
         match self.origin {
             Origin::Table => "",
             Origin::Defaulted => {
@@ -121,7 +121,7 @@ impl ApiRoute {
         }
     }
 
-    pub fn segments(&self) -> &[&'static str] {
+    pub(crate) fn segments(&self) -> &[&'static str] {
         &self.segments
     }
 }
@@ -179,12 +179,8 @@ pub struct Resolved<'p> {
 }
 
 impl Resolved<'_> {
-    pub fn treatment(&self) -> Treatment {
-        self.route.map_or(Treatment::Plain, |r| r.treatment)
-    }
-
     /// What the access log and errors call this request: the table pattern, or the path.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         self.route.map_or(&self.upstream_path, |r| r.pattern)
     }
 }
@@ -279,7 +275,7 @@ pub struct Extra<'a> {
 }
 
 impl Extra<'static> {
-    pub const NONE: Extra<'static> = Extra {
+    pub(crate) const NONE: Extra<'static> = Extra {
         upstream: None,
         configured: &RouteRoles::EMPTY,
     };
@@ -365,7 +361,13 @@ impl<'a> Lower<'a> {
 
 /// May `role` use a route of this class? `label` names the route in the refusal, `note` says
 /// where its role comes from when that is not the table.
-pub fn check_target(role: Role, method: &Method, class: Option<Class>, label: &str, note: &str) -> Result<(), Refused> {
+pub(crate) fn check_target(
+    role: Role,
+    method: &Method,
+    class: Option<Class>,
+    label: &str,
+    note: &str,
+) -> Result<(), Refused> {
     match class {
         Some(class) if role >= class.least_role() => Ok(()),
         Some(class) => Err(Refused::Forbidden(format!(
@@ -385,7 +387,7 @@ pub fn check_path(role: Role, method: &Method, raw: &str) -> Result<(), Refused>
 }
 
 /// [`check_path`] with an upstream's document and config entries.
-pub fn check_path_with(role: Role, method: &Method, raw: &str, extra: Extra<'_>) -> Result<(), Refused> {
+pub(crate) fn check_path_with(role: Role, method: &Method, raw: &str, extra: Extra<'_>) -> Result<(), Refused> {
     let path = CanonicalPath::parse(raw).map_err(Refused::BadPath)?;
     let resolved = resolve_with(method, path.segments(), extra);
     let note = resolved.route.map_or("", |r| r.note());

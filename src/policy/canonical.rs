@@ -37,7 +37,7 @@ pub enum PathRefusal {
 
 impl PathRefusal {
     /// A stable name for logs and tests.
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             PathRefusal::NotAbsolute => "path_not_absolute",
             PathRefusal::DotSegment => "path_dot_segment",
@@ -142,7 +142,7 @@ fn decode(raw: &str) -> Result<String, PathRefusal> {
 /// Append `/` and one decoded segment, escaped so that OpenCode decodes it back to exactly this
 /// segment: unreserved characters and the sub-delimiters other than `;` stay as they are,
 /// everything else (including `%`, `;`, `?`, `#` and non-ASCII) is percent-encoded.
-pub fn push_segment(out: &mut String, segment: &str) {
+pub(crate) fn push_segment(out: &mut String, segment: &str) {
     out.push('/');
     for &b in segment.as_bytes() {
         if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,=:@".contains(&b) {

@@ -50,7 +50,7 @@ fn intern(method: &str, pattern: &str, class: Class, origin: Origin) -> &'static
 }
 
 /// The class a role grants, for `[[route_role]]`.
-pub fn class_for(role: Role) -> Class {
+pub(crate) fn class_for(role: Role) -> Class {
     match role {
         Role::Viewer => Class::Read,
         Role::Approver => Class::Respond,
@@ -171,7 +171,7 @@ impl UpstreamApi {
 
     /// The routes to try for this root (lower case) instead of the table's, when the document
     /// adds some there.
-    pub fn routes(&self, root: &str) -> Option<&[&'static ApiRoute]> {
+    pub(crate) fn routes(&self, root: &str) -> Option<&[&'static ApiRoute]> {
         if self.merged.is_empty() {
             return None;
         }
@@ -179,12 +179,12 @@ impl UpstreamApi {
     }
 
     /// Does the document list a route under this root (lower case)?
-    pub fn is_root(&self, root: &str) -> bool {
+    pub(crate) fn is_root(&self, root: &str) -> bool {
         self.roots.contains(root)
     }
 
     /// The same version with the same defaulted routes (routes are interned: compared by address).
-    pub fn same_as(&self, other: &UpstreamApi) -> bool {
+    pub(crate) fn same_as(&self, other: &UpstreamApi) -> bool {
         self.version == other.version
             && self.defaulted.len() == other.defaulted.len()
             && self
@@ -195,17 +195,17 @@ impl UpstreamApi {
     }
 
     /// The version, or `unknown`.
-    pub fn version(&self) -> &str {
+    pub(crate) fn version(&self) -> &str {
         self.version.as_deref().unwrap_or("unknown")
     }
 
     /// Another version than the table's, or routes the table does not know.
-    pub fn drifted(&self) -> bool {
+    pub(crate) fn drifted(&self) -> bool {
         self.version() != TABLE_VERSION || !self.defaulted.is_empty()
     }
 
     /// One line per defaulted route: `GET /x/* operator (default)` or `… viewer ([[route_role]])`.
-    pub fn defaulted_lines(&self, configured: &RouteRoles) -> Vec<String> {
+    pub(crate) fn defaulted_lines(&self, configured: &RouteRoles) -> Vec<String> {
         self.defaulted
             .iter()
             .map(|r| {
@@ -221,7 +221,7 @@ impl UpstreamApi {
     }
 
     /// For the status report.
-    pub fn report(&self, configured: &RouteRoles) -> serde_json::Value {
+    pub(crate) fn report(&self, configured: &RouteRoles) -> serde_json::Value {
         serde_json::json!({
             "version": self.version(),
             "table_version": TABLE_VERSION,
@@ -238,10 +238,10 @@ pub struct RouteRoles {
 }
 
 impl RouteRoles {
-    pub const EMPTY: RouteRoles = RouteRoles { routes: Vec::new() };
+    pub(crate) const EMPTY: RouteRoles = RouteRoles { routes: Vec::new() };
 
     /// The config's entries, compiled (once per config, by the running state).
-    pub fn compile(entries: &[RouteRoleEntry]) -> RouteRoles {
+    pub(crate) fn compile(entries: &[RouteRoleEntry]) -> RouteRoles {
         RouteRoles::new(entries.iter().map(|e| (e.method.as_str(), e.pattern.as_str(), e.role)))
     }
 
@@ -255,25 +255,21 @@ impl RouteRoles {
         RouteRoles { routes }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &'static ApiRoute> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &'static ApiRoute> + '_ {
         self.routes.iter().copied()
     }
 
     /// Entries under this root (lower case), tried after the table and the document.
-    pub fn under<'s>(&'s self, root: &'s str) -> impl Iterator<Item = &'static ApiRoute> + 's {
+    pub(crate) fn under<'s>(&'s self, root: &'s str) -> impl Iterator<Item = &'static ApiRoute> + 's {
         self.routes.iter().copied().filter(move |r| r.segments()[0] == root)
     }
 
-    pub fn has_root(&self, root: &str) -> bool {
+    pub(crate) fn has_root(&self, root: &str) -> bool {
         self.routes.iter().any(|r| r.segments()[0] == root)
     }
 
     /// The entry for exactly this route, if there is one; else the route itself.
-    pub fn replacing(&self, route: &'static ApiRoute) -> &'static ApiRoute {
+    pub(crate) fn replacing(&self, route: &'static ApiRoute) -> &'static ApiRoute {
         if self.routes.is_empty() {
             return route;
         }

@@ -45,7 +45,7 @@ pub fn is_local_host(host: &str) -> bool {
 }
 
 /// The origins browsers use for a project through this gateway (for the spawned server's `--cors`).
-pub fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
+pub(crate) fn project_origins(settings: &Settings, project: &Project) -> Vec<String> {
     let reach = crate::reach::Reach::new(settings, Some(settings.server.listen.port()));
     let mut out = vec![reach.base().to_string()];
     out.extend(reach.web_ui_origin(&project.name));

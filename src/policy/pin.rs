@@ -16,7 +16,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::plan::BodyRule;
 
-pub const DIRECTORY_HEADER: HeaderName = HeaderName::from_static("x-opencode-directory");
+pub(crate) const DIRECTORY_HEADER: HeaderName = HeaderName::from_static("x-opencode-directory");
 const WORKSPACE_HEADER: HeaderName = HeaderName::from_static("x-opencode-workspace");
 
 /// Is this (decoded) query parameter name a directory or workspace selector?
@@ -26,7 +26,7 @@ pub fn is_selector_param(name: &str) -> bool {
 }
 
 /// The header value naming `dir`, percent-encoded as OpenCode's clients send it.
-pub fn directory_header(dir: &Path) -> HeaderValue {
+pub(crate) fn directory_header(dir: &Path) -> HeaderValue {
     let mut out = String::new();
     for b in dir.as_os_str().as_encoded_bytes() {
         if b.is_ascii_alphanumeric() || b"/._-~".contains(b) {
@@ -39,7 +39,7 @@ pub fn directory_header(dir: &Path) -> HeaderValue {
 }
 
 /// Replace the client's directory and workspace headers with the project's directory.
-pub fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
+pub(crate) fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
     headers.remove(&DIRECTORY_HEADER);
     headers.remove(&WORKSPACE_HEADER);
     headers.insert(DIRECTORY_HEADER, dir.clone());

@@ -28,7 +28,7 @@ pub enum Treatment {
 }
 
 impl Treatment {
-    pub fn long_lived(self) -> bool {
+    pub(crate) fn long_lived(self) -> bool {
         matches!(
             self,
             Treatment::EventStream | Treatment::GlobalEvents | Treatment::TerminalConnect
@@ -52,7 +52,7 @@ const TREATMENTS: &[(&str, &str, Treatment)] = &[
 ];
 
 /// What a request counts as in the metrics: the metrics' own enum, decided here per route.
-pub use crate::metrics::RouteClass;
+pub(crate) use crate::metrics::RouteClass;
 
 /// What the audit trail records for a route (see `crate::audit`): decided here, once, on the
 /// canonical route the request was judged on, never by matching paths in the pipeline.
@@ -75,7 +75,7 @@ pub enum AuditKind {
 }
 
 impl AuditKind {
-    pub fn event(self) -> &'static str {
+    pub(crate) fn event(self) -> &'static str {
         match self {
             AuditKind::SessionCreate => "session_create",
             AuditKind::SessionDelete => "session_delete",
@@ -98,7 +98,7 @@ const PROMPTS: &[(&str, &str)] = &[
     (POST, "/api/session/*/prompt"),
 ];
 
-pub fn route_class(method: &str, pattern: &str, treatment: Treatment) -> RouteClass {
+pub(crate) fn route_class(method: &str, pattern: &str, treatment: Treatment) -> RouteClass {
     let under = |prefix: &str| {
         pattern
             .strip_prefix(prefix)
@@ -148,7 +148,7 @@ const AUDITS: &[(&str, &str, AuditKind)] = &[
     (GET, "/api/pty/*/connect", AuditKind::Terminal),
 ];
 
-pub fn audit_kind(method: &str, pattern: &str) -> Option<AuditKind> {
+pub(crate) fn audit_kind(method: &str, pattern: &str) -> Option<AuditKind> {
     AUDITS
         .iter()
         .find(|(m, p, _)| *m == method && *p == pattern)
@@ -157,7 +157,7 @@ pub fn audit_kind(method: &str, pattern: &str) -> Option<AuditKind> {
 
 /// The last parameter of `pattern` as `path` spells it (a permission's or question's id): the
 /// path was rendered from the pattern, segment for segment.
-pub fn last_param<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
+pub(crate) fn last_param<'p>(pattern: &str, path: &'p str) -> Option<&'p str> {
     let i = pattern.split('/').enumerate().filter(|(_, s)| *s == "*").last()?.0;
     path.split('/').nth(i)
 }
@@ -232,11 +232,11 @@ const COMPRESSIBLE: &[(&str, &str)] = &[
     (GET, "/experimental/tool/ids"),
 ];
 
-pub fn compressible(method: &str, pattern: &str) -> bool {
+pub(crate) fn compressible(method: &str, pattern: &str) -> bool {
     COMPRESSIBLE.contains(&(method, pattern))
 }
 
-pub fn treatment(method: &str, pattern: &str) -> Treatment {
+pub(crate) fn treatment(method: &str, pattern: &str) -> Treatment {
     TREATMENTS
         .iter()
         .find(|(m, p, _)| *m == method && *p == pattern)
@@ -250,7 +250,7 @@ pub fn body_rule(method: &str, pattern: &str) -> Option<&'static BodyRule> {
         .map(|(_, _, r)| r)
 }
 
-pub fn is_workspace_switch(method: &str, pattern: &str) -> bool {
+pub(crate) fn is_workspace_switch(method: &str, pattern: &str) -> bool {
     WORKSPACE_SWITCHES.contains(&(method, pattern))
 }
 

@@ -57,7 +57,7 @@ pub fn pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, &str)> {
 }
 
 /// The decoded value of the first parameter called `name`.
-pub fn get<'a>(query: &'a str, name: &str) -> Option<Cow<'a, str>> {
+pub(crate) fn get<'a>(query: &'a str, name: &str) -> Option<Cow<'a, str>> {
     query.split('&').find_map(|pair| {
         let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
         (percent_decode(n, true) == name).then(|| percent_decode(v, false))

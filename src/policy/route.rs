@@ -66,7 +66,7 @@ pub fn route<'a>(
 
 /// `web` from `web.gw.localhost:8443` when the base domain is `gw.localhost`. Host names compare
 /// case-insensitively; a name with more labels than one below the base domain is not a project.
-pub fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
+pub(crate) fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
     let host = strip_port(host);
     if host.len() <= domain.len() + 1 {
         return None;
@@ -83,7 +83,7 @@ pub fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
 }
 
 /// The host without its port (`[::1]:8443` → `[::1]`).
-pub fn strip_port(host: &str) -> &str {
+pub(crate) fn strip_port(host: &str) -> &str {
     if host.starts_with('[') {
         return host.find(']').map_or(host, |i| &host[..=i]);
     }

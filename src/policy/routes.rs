@@ -7,17 +7,17 @@
 
 use super::authz::Class::{self, *};
 
-pub const GET: &str = "GET";
-pub const POST: &str = "POST";
-pub const PUT: &str = "PUT";
-pub const PATCH: &str = "PATCH";
-pub const DELETE: &str = "DELETE";
+pub(crate) const GET: &str = "GET";
+pub(crate) const POST: &str = "POST";
+pub(crate) const PUT: &str = "PUT";
+pub(crate) const PATCH: &str = "PATCH";
+pub(crate) const DELETE: &str = "DELETE";
 
 /// (method, path pattern, class).
-pub type Route = (&'static str, &'static str, Class);
+pub(crate) type Route = (&'static str, &'static str, Class);
 
 /// The version of OpenCode this table was read from.
-pub const TABLE_VERSION: &str = "1.18.33";
+pub(crate) const TABLE_VERSION: &str = "1.18.33";
 
 pub const ROUTES: &[Route] = &[
     // Terminals are shells whatever the method: even reading one lets you type into it.

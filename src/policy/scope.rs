@@ -28,11 +28,11 @@ impl Default for SessionDirs {
 }
 
 impl SessionDirs {
-    pub fn get(&self, id: &str) -> Option<PathBuf> {
+    pub(crate) fn get(&self, id: &str) -> Option<PathBuf> {
         self.map.get(id)
     }
 
-    pub fn insert(&self, id: &str, dir: PathBuf) {
+    pub(crate) fn insert(&self, id: &str, dir: PathBuf) {
         self.map.insert(id.to_string(), dir);
     }
 }

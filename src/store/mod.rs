@@ -7,21 +7,21 @@ pub mod sqlite;
 use std::path::{Path, PathBuf};
 
 /// The file under `state_dir`.
-pub const DB_FILE: &str = "gateway.db";
+pub(crate) const DB_FILE: &str = "gateway.db";
 
-pub fn db_path(state_dir: &Path) -> PathBuf {
+pub(crate) fn db_path(state_dir: &Path) -> PathBuf {
     state_dir.join(DB_FILE)
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     #[error("state database: {0}")]
     Backend(String),
 }
 
 /// Run a store call off the async workers (SQLite blocks, and a write may wait on the CLI's
 /// lock); a failure, of the call or of the blocking pool, is logged once here as `what` failed.
-pub async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     what: &'static str,
     call: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, StoreError> {
@@ -37,7 +37,7 @@ pub async fn blocking<T: Send + 'static>(
 
 /// A stored token: everything but the token itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TokenRecord {
+pub(crate) struct TokenRecord {
     pub id: String,
     pub digest: [u8; 32],
     pub user: String,
@@ -54,7 +54,7 @@ pub struct TokenRecord {
 
 /// A paired device (a phone).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceRecord {
+pub(crate) struct DeviceRecord {
     pub id: String,
     pub user: String,
     pub label: String,
@@ -66,7 +66,7 @@ pub struct DeviceRecord {
 
 /// A browser session: everything but the cookie value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebSessionRecord {
+pub(crate) struct WebSessionRecord {
     pub id: String,
     pub digest: [u8; 32],
     pub user: String,
@@ -84,7 +84,7 @@ pub struct WebSessionRecord {
 
 impl WebSessionRecord {
     /// Live at `now`: not revoked, not past its absolute expiry, used within its idle time.
-    pub fn live_at(&self, now: i64) -> bool {
+    pub(crate) fn live_at(&self, now: i64) -> bool {
         self.revoked_at.is_none() && now < self.expires_at && now - self.last_seen_at < self.idle_secs
     }
 }
@@ -92,7 +92,7 @@ impl WebSessionRecord {
 /// A session as looked up: itself, the login session it hangs from (if a child), and whether its
 /// device (its own or its parent's) is revoked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebSessionLookup {
+pub(crate) struct WebSessionLookup {
     pub session: WebSessionRecord,
     pub parent: Option<WebSessionRecord>,
     pub device_revoked: bool,
@@ -100,7 +100,7 @@ pub struct WebSessionLookup {
 
 impl WebSessionLookup {
     /// The session may be used at `now`: it and its parent are live and no device of theirs is revoked.
-    pub fn live_at(&self, now: i64) -> bool {
+    pub(crate) fn live_at(&self, now: i64) -> bool {
         !self.device_revoked
             && self.session.live_at(now)
             && match (&self.session.parent, &self.parent) {
@@ -113,7 +113,7 @@ impl WebSessionLookup {
 }
 
 /// The tokens' half of the store.
-pub trait TokenStore: Send + Sync {
+pub(crate) trait TokenStore: Send + Sync {
     fn insert_token(&self, token: &TokenRecord) -> Result<(), StoreError>;
     /// The token whose digest this is, revoked or not.
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError>;
@@ -126,7 +126,7 @@ pub trait TokenStore: Send + Sync {
 
 /// Whether writes work (a full disk makes them fail while reads go on).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct WriteHealth {
+pub(crate) struct WriteHealth {
     /// The last write worked.
     pub writing: bool,
     /// Writes that failed since the start.
@@ -134,7 +134,7 @@ pub struct WriteHealth {
 }
 
 /// The browser logins' half: paired devices and sessions.
-pub trait BrowserStore: Send + Sync {
+pub(crate) trait BrowserStore: Send + Sync {
     /// Whether writes work now; stores that cannot tell say they do.
     fn health(&self) -> WriteHealth {
         WriteHealth {
@@ -166,10 +166,10 @@ pub trait BrowserStore: Send + Sync {
 }
 
 /// The whole state database.
-pub trait Store: TokenStore + BrowserStore {}
+pub(crate) trait Store: TokenStore + BrowserStore {}
 impl<T: TokenStore + BrowserStore> Store for T {}
 
 /// Open (creating and migrating) the state database under `state_dir`.
-pub fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {
+pub(crate) fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {
     Ok(std::sync::Arc::new(sqlite::SqliteStore::open(&db_path(state_dir))?))
 }

@@ -20,7 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_passwords.sql"),
 ];
 
-pub struct SqliteStore {
+pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
     /// The last write failed (a full disk); cleared by the next that works.
     failing: std::sync::atomic::AtomicBool,
@@ -55,7 +55,7 @@ impl SqliteStore {
         result
     }
 
-    pub fn open(path: &Path) -> anyhow::Result<SqliteStore> {
+    pub(crate) fn open(path: &Path) -> anyhow::Result<SqliteStore> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("server.state_dir: cannot create {}", dir.display()))?;

@@ -19,18 +19,18 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 /// Bodies larger than this pass through uncompressed (the web UI's largest file is ~2.7 MB).
-pub const MAX_BODY: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_BODY: usize = 16 * 1024 * 1024;
 /// The cache's bound on compressed bytes held.
 const CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// The bound on answers read whole to be compressed, all requests together (each may be up to
 /// [`MAX_BODY`]): past it an eligible answer streams as it came, uncompressed, rather than wait.
-pub const BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 /// Catalog levels, measured on OpenCode's 6.45 MB `/provider` (docs/performance.md).
 const CATALOG_BR: i32 = 6;
 const CATALOG_GZIP: u32 = 6;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Coding {
+pub(crate) enum Coding {
     Br,
     Gzip,
 }
@@ -52,7 +52,7 @@ impl Coding {
 }
 
 /// What the client asked for, taken before the request headers are rewritten for the upstream.
-pub struct Ask {
+pub(crate) struct Ask {
     pub coding: Coding,
     /// Answered here against the variant's ETag: the upstream only knows the identity one.
     pub if_none_match: Option<HeaderValue>,
@@ -62,7 +62,7 @@ impl Ask {
     /// For a web UI request or a compressible API route: the coding the client accepts, if any, and its
     /// `If-None-Match`, still forwarded: a variant's ETag never matches upstream (so the body
     /// comes, and is answered here), while an identity one keeps working for files left as is.
-    pub fn take(headers: &HeaderMap) -> Option<Ask> {
+    pub(crate) fn take(headers: &HeaderMap) -> Option<Ask> {
         let coding = headers
             .get(header::ACCEPT_ENCODING)
             .and_then(|v| accepted(v.as_bytes()))?;
@@ -75,7 +75,7 @@ impl Ask {
 
 /// The coding to use for an `Accept-Encoding` value: br, then gzip, honouring q-values
 /// (`q=0` refuses; `*` stands for any coding not named).
-pub fn accepted(value: &[u8]) -> Option<Coding> {
+pub(crate) fn accepted(value: &[u8]) -> Option<Coding> {
     let text = std::str::from_utf8(value).ok()?;
     let (mut br, mut gzip, mut star) = (None, None, None);
     for item in text.split(',') {
@@ -109,7 +109,7 @@ pub fn accepted(value: &[u8]) -> Option<Coding> {
 
 /// Whether an answer may be compressed: a complete 200 of a compressible type, not already
 /// encoded, not a stream. The caller has already excluded API routes but the compressible ones.
-pub fn eligible(is_api: bool, status: StatusCode, headers: &HeaderMap) -> bool {
+pub(crate) fn eligible(is_api: bool, status: StatusCode, headers: &HeaderMap) -> bool {
     if is_api || status != StatusCode::OK || headers.contains_key(header::CONTENT_ENCODING) {
         return false;
     }
@@ -136,7 +136,7 @@ pub fn eligible(is_api: bool, status: StatusCode, headers: &HeaderMap) -> bool {
 
 /// A content-hashed build asset: `/assets/<name>-<hash>.<ext>`; its bytes never change under
 /// its name, so it may be cached for a year and its compression kept.
-pub fn hashed_asset(path: &str) -> bool {
+pub(crate) fn hashed_asset(path: &str) -> bool {
     let Some(file) = path.strip_prefix("/assets/") else {
         return false;
     };
@@ -149,7 +149,7 @@ pub fn hashed_asset(path: &str) -> bool {
 
 /// How hard to compress.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Effort {
+pub(crate) enum Effort {
     /// A hashed asset: compressed once for good, so a high level.
     Asset,
     /// A catalog API answer: cached, but its bytes change with the config, and `/provider` is
@@ -161,7 +161,7 @@ pub enum Effort {
 
 /// Compress `bytes` with the effort asked for. `None` when the encoder failed: the caller then
 /// sends the identity bytes (a truncated stream labelled `br` would be a broken page).
-pub fn compress(bytes: &[u8], coding: Coding, effort: Effort) -> Option<Bytes> {
+pub(crate) fn compress(bytes: &[u8], coding: Coding, effort: Effort) -> Option<Bytes> {
     let mut out = Vec::with_capacity(bytes.len() / 3);
     match coding {
         Coding::Br => {
@@ -194,7 +194,7 @@ pub fn compress(bytes: &[u8], coding: Coding, effort: Effort) -> Option<Bytes> {
 
 /// Set the headers of a compressed variant; `true` when the client's `If-None-Match` matches
 /// its ETag (the caller answers 304).
-pub fn variant_headers(
+pub(crate) fn variant_headers(
     headers: &mut HeaderMap,
     coding: Coding,
     len: usize,
@@ -238,7 +238,7 @@ fn matches(inm: &[u8], etag: &[u8]) -> bool {
 
 /// What identifies one compressed asset.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key {
+pub(crate) struct Key {
     pub project: Arc<str>,
     pub path: String,
     /// The upstream's ETag, else Last-Modified, else the body's length and digest (then also
@@ -249,7 +249,7 @@ pub struct Key {
 }
 
 impl Key {
-    pub fn validator(headers: &HeaderMap, body: &[u8]) -> String {
+    pub(crate) fn validator(headers: &HeaderMap, body: &[u8]) -> String {
         if let Some(v) = headers.get(header::ETAG).or(headers.get(header::LAST_MODIFIED))
             && let Ok(s) = v.to_str()
         {
@@ -290,7 +290,7 @@ impl Default for AssetCache {
 }
 
 impl AssetCache {
-    pub fn with_cap(cap: usize) -> AssetCache {
+    pub(crate) fn with_cap(cap: usize) -> AssetCache {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).expect("the OS random source is available");
         AssetCache {
@@ -304,7 +304,7 @@ impl AssetCache {
     /// A keyed digest of a catalog answer's exact bytes (after redaction): its cache validator
     /// and, quoted, its ETag. One pass of BLAKE2b (milliseconds for 6.45 MB) instead of a
     /// compression on every load; keyed, so it says nothing of the bytes but their equality.
-    pub fn digest(&self, body: &[u8]) -> String {
+    pub(crate) fn digest(&self, body: &[u8]) -> String {
         use blake2::{Blake2b256, Digest};
         use std::fmt::Write as _;
         let mut h = Blake2b256::new();
@@ -320,7 +320,7 @@ impl AssetCache {
 
     /// The compressed bytes for `key` (`None`: the encoder failed): from the cache, or compressed
     /// off the async workers. `true` with a hit.
-    pub async fn get_or_compress(&self, key: Key, body: Bytes) -> (Option<Bytes>, bool) {
+    pub(crate) async fn get_or_compress(&self, key: Key, body: Bytes) -> (Option<Bytes>, bool) {
         let slot = {
             let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             inner.slots.entry(key.clone()).or_default().clone()
@@ -356,15 +356,17 @@ impl AssetCache {
 
     /// Room to read an answer of `len` bytes whole, held until the permit drops; `None` when the
     /// answers being compressed already hold [`BUFFERED_BYTES`] (the answer then streams).
-    pub fn room_for(&self, len: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    pub(crate) fn room_for(&self, len: usize) -> Option<tokio::sync::SemaphorePermit<'_>> {
         self.buffered.try_acquire_many(u32::try_from(len).ok()?).ok()
     }
 
-    pub fn held_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
         self.inner.lock().unwrap_or_else(|p| p.into_inner()).bytes
     }
 
-    pub fn contains(&self, key: &Key) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, key: &Key) -> bool {
         let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         inner.slots.get(key).is_some_and(|s| s.initialized())
     }

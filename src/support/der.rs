@@ -51,7 +51,7 @@ fn time(tag: u8, s: &[u8]) -> Option<SystemTime> {
 }
 
 /// A certificate's `(not_before, not_after)`.
-pub fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+pub(crate) fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
     let (_, cert, _) = element(cert_der)?;
     let (_, tbs, _) = element(cert)?;
     let mut rest = tbs;

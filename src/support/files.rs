@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// Create a folder (and missing parents) that only its owner can enter (0700); an existing folder
 /// is left as it is.
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     if dir.as_os_str().is_empty() {
         return Ok(());
@@ -17,7 +17,7 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Create a file readable by its owner only (0600) from the first byte.
-pub fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> std::io::Result<()> {
     let _ = std::fs::remove_file(path);
     let mut f = std::fs::OpenOptions::new()
         .write(true)

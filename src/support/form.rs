@@ -2,7 +2,7 @@
 //! a query (the OpenID Provider's token request, the pages' links).
 
 /// Percent-encode everything but RFC 3986's unreserved characters (for a query value).
-pub fn encode(s: &str) -> String {
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 /// This machine's host name (for certificate names and printed URLs).
-pub fn host_name() -> String {
+pub(crate) fn host_name() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most buf.len() bytes into a buffer we own.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -16,7 +16,7 @@ pub fn host_name() -> String {
 }
 
 /// This machine's multicast-DNS name, `<host>.local` (none for a host name with a dot or none).
-pub fn local_name() -> Option<String> {
+pub(crate) fn local_name() -> Option<String> {
     let host = host_name();
     (!host.is_empty() && host != "localhost" && !host.contains('.'))
         .then(|| format!("{}.local", host.to_ascii_lowercase()))

@@ -12,10 +12,10 @@
 
 /// Connections that must have ended since the janitor's last look (the peak then minus the
 /// number open now) before the free memory is given back.
-pub const TRIM_AFTER_CLOSED: u32 = 1024;
+pub(crate) const TRIM_AFTER_CLOSED: u32 = 1024;
 
 /// Return free heap pages to the system. Blocking: call it off the async runtime.
-pub fn give_back_free_memory() {
+pub(crate) fn give_back_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
         let started = std::time::Instant::now();

@@ -15,7 +15,7 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
-    pub fn parse(s: &str) -> Option<LogFormat> {
+    pub(crate) fn parse(s: &str) -> Option<LogFormat> {
         match s {
             "text" => Some(LogFormat::Text),
             "json" => Some(LogFormat::Json),
@@ -24,7 +24,7 @@ impl LogFormat {
     }
 }
 
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,hyper=warn,russh=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

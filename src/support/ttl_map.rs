@@ -10,20 +10,20 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub struct TtlMap<K, V, S = std::collections::hash_map::RandomState> {
+pub(crate) struct TtlMap<K, V, S = std::collections::hash_map::RandomState> {
     map: Mutex<HashMap<K, (V, Instant), S>>,
     capacity: usize,
     ttl: Duration,
 }
 
 impl<K: Hash + Eq, V: Clone> TtlMap<K, V> {
-    pub fn new(capacity: usize, ttl: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
         Self::with_hasher(capacity, ttl, Default::default())
     }
 }
 
 impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
-    pub fn with_hasher(capacity: usize, ttl: Duration, hasher: S) -> Self {
+    pub(crate) fn with_hasher(capacity: usize, ttl: Duration, hasher: S) -> Self {
         TtlMap {
             map: Mutex::new(HashMap::with_hasher(hasher)),
             capacity: capacity.max(1),
@@ -36,7 +36,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
     }
 
     /// The live value for `key`.
-    pub fn get<Q>(&self, key: &Q) -> Option<V>
+    pub(crate) fn get<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -45,7 +45,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
     }
 
     /// The live value for `key` and when it expires.
-    pub fn get_until<Q>(&self, key: &Q) -> Option<(V, Instant)>
+    pub(crate) fn get_until<Q>(&self, key: &Q) -> Option<(V, Instant)>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -59,7 +59,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
 
     /// Insert (or refresh) `key`, living `ttl` from now.
     /// Returns when the entry expires.
-    pub fn insert(&self, key: K, value: V) -> Instant {
+    pub(crate) fn insert(&self, key: K, value: V) -> Instant {
         let now = Instant::now();
         let mut map = self.lock();
         if map.len() >= self.capacity && !map.contains_key(&key) {
@@ -82,7 +82,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
     }
 
     /// Take the live value for `key` out of the map (an expired one is removed and not returned).
-    pub fn remove<Q>(&self, key: &Q) -> Option<V>
+    pub(crate) fn remove<Q>(&self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -92,7 +92,7 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
     }
 
     /// Take the live value out only when `take` agrees (it sees the value in place).
-    pub fn remove_if<Q>(&self, key: &Q, take: impl FnOnce(&V) -> bool) -> Option<V>
+    pub(crate) fn remove_if<Q>(&self, key: &Q, take: impl FnOnce(&V) -> bool) -> Option<V>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -106,21 +106,21 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
     }
 
     /// Keep only live entries `keep` says yes to.
-    pub fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
         let now = Instant::now();
         self.lock().retain(|k, (v, t)| *t > now && keep(k, v));
     }
 
     /// Drop expired entries (memory follows activity).
-    pub fn purge(&self) {
+    pub(crate) fn purge(&self) {
         self.retain(|_, _| true);
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

@@ -26,20 +26,20 @@ pub struct Workers {
 }
 
 /// How many workers serve connections: one per core.
-pub fn count() -> usize {
+pub(crate) fn count() -> usize {
     static COUNT: OnceLock<usize> = OnceLock::new();
     *COUNT.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// This thread's worker index (1..=count()), or 0 off the workers.
-pub fn current() -> usize {
+pub(crate) fn current() -> usize {
     INDEX.with(Cell::get)
 }
 
 impl Workers {
     /// Start the workers. Their threads live as long as the process; a worker idles when no
     /// connection is given to it.
-    pub fn start() -> std::io::Result<Workers> {
+    pub(crate) fn start() -> std::io::Result<Workers> {
         let mut handles = Vec::with_capacity(count());
         for i in 1..=count() {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -58,7 +58,7 @@ impl Workers {
     }
 
     /// Run `task` on the next worker, round robin.
-    pub fn spawn<F>(&self, task: F)
+    pub(crate) fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {

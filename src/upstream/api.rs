@@ -17,7 +17,7 @@ use crate::policy::routes::TABLE_VERSION;
 
 /// OpenCode 1.18.33's document is about 400 KB.
 const DOC_MAX: usize = 16 << 20;
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result<Bytes, String> {
     let mut req = endpoint.get(path)?;
@@ -41,7 +41,7 @@ async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result
 
 /// Read the upstream's version and API document. An answer that is not JSON (OpenCode answers
 /// unknown paths with its web UI's `index.html`) is an error, never a route.
-pub async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<UpstreamApi, String> {
+pub(crate) async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<UpstreamApi, String> {
     let health = get(client, endpoint, "/global/health").await?;
     let version = serde_json::from_slice::<serde_json::Value>(&health)
         .ok()
@@ -53,13 +53,13 @@ pub async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<Upstr
 }
 
 /// The warning for a server whose version and document could not be read.
-pub fn unreadable(project: &str, endpoint: &Endpoint, why: &str) {
+pub(crate) fn unreadable(project: &str, endpoint: &Endpoint, why: &str) {
     tracing::warn!(project, upstream = %endpoint.authority, reason = %why,
         "could not read the upstream's version and API document; only the gateway's route table (OpenCode {TABLE_VERSION}) applies");
 }
 
 /// Once per upstream (re)start: a version other than the table's, and the routes that got a default.
-pub fn log(project: &str, api: &UpstreamApi) {
+pub(crate) fn log(project: &str, api: &UpstreamApi) {
     if !api.drifted() {
         tracing::info!(
             project,
@@ -82,7 +82,7 @@ pub fn log(project: &str, api: &UpstreamApi) {
 
 /// The status report's `api` entry for one project: version, table version, defaulted routes
 /// (with what `[[route_role]]` makes of them); `null` while unknown.
-pub fn report(api: Option<&UpstreamApi>, configured: &RouteRoles) -> serde_json::Value {
+pub(crate) fn report(api: Option<&UpstreamApi>, configured: &RouteRoles) -> serde_json::Value {
     match api {
         Some(api) => api.report(configured),
         None => {

@@ -41,10 +41,10 @@ pub struct Endpoint {
 }
 
 /// How soon an external server whose API document could not be read is asked again.
-pub const API_RETRY: Duration = Duration::from_secs(10);
+pub(crate) const API_RETRY: Duration = Duration::from_secs(10);
 
 impl Endpoint {
-    pub fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
+    pub(crate) fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
         let token = password.map(|p| STANDARD.encode(format!("{username}:{}", p.expose())));
         let auth = token.as_ref().map(|t| {
             let mut v = HeaderValue::from_str(&format!("Basic {t}")).expect("base64 is a valid header value");
@@ -71,7 +71,7 @@ impl Endpoint {
 
     /// A bodiless `GET path` to this server carrying the gateway's credential (health checks,
     /// version and document reads, session lookups).
-    pub fn get(&self, path: &str) -> Result<http::Request<crate::upstream::UpstreamBody>, String> {
+    pub(crate) fn get(&self, path: &str) -> Result<http::Request<crate::upstream::UpstreamBody>, String> {
         let mut req = http::Request::get(format!("http://{}{path}", self.authority))
             .body(crate::upstream::UpstreamBody::Empty)
             .map_err(|e| e.to_string())?;
@@ -85,11 +85,11 @@ impl Endpoint {
     /// that come while a read is under way wait for it (up to `wait`), so a route the server added
     /// is never judged by the table alone in the moment after start or reload.
     /// Nothing for [`Self::ensure_api`] to do: the document is known, or was tried recently.
-    pub fn api_settled(&self) -> bool {
+    pub(crate) fn api_settled(&self) -> bool {
         self.api.load().is_some() || self.api_tried_recently()
     }
 
-    pub async fn ensure_api(&self, client: &UpstreamClient, project: &str, wait: Duration) {
+    pub(crate) async fn ensure_api(&self, client: &UpstreamClient, project: &str, wait: Duration) {
         if self.api_settled() {
             return;
         }

@@ -23,12 +23,12 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Sleep;
 
-pub type BoxError = Box<dyn StdError + Send + Sync>;
-pub type UpstreamClient = Client<HttpConnector, UpstreamBody>;
+pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
+pub(crate) type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
 /// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; pools let go first
 /// so a request never lands on a socket the server is closing. Shared with `upstream_pool`.
-pub const POOL_IDLE: Duration = Duration::from_secs(4);
+pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
 
 pub fn client(connect_timeout: Duration) -> UpstreamClient {
     let mut http = HttpConnector::new();
@@ -65,22 +65,22 @@ pub struct ClientBody {
 
 #[derive(Debug, thiserror::Error)]
 #[error("the request body is larger than the gateway allows")]
-pub struct BodyTooLarge;
+pub(crate) struct BodyTooLarge;
 
 #[derive(Debug, thiserror::Error)]
 #[error("the request body stopped arriving")]
-pub struct BodyIdle;
+pub(crate) struct BodyIdle;
 
 /// The client's body could not be read (a malformed chunk, a connection cut mid-body): the
 /// client's fault, not the upstream's.
 #[derive(Debug, thiserror::Error)]
 #[error("the request body could not be read: {0}")]
-pub struct BodyBroken(hyper::Error);
+pub(crate) struct BodyBroken(hyper::Error);
 
 impl UpstreamBody {
     /// The client's body, cut off with an error once it passes `max` bytes or goes quiet for `idle`.
     /// A request without a body (most GETs) costs nothing here.
-    pub fn client(body: Incoming, max: u64, idle: Duration) -> Self {
+    pub(crate) fn client(body: Incoming, max: u64, idle: Duration) -> Self {
         if body.is_end_stream() {
             return UpstreamBody::Empty;
         }
@@ -95,7 +95,7 @@ impl UpstreamBody {
 
     /// Count the client's bytes into `counter` as they pass (the audit trail's size of a body
     /// sent without Content-Length).
-    pub fn counting(mut self, counter: Option<Arc<AtomicU64>>) -> Self {
+    pub(crate) fn counting(mut self, counter: Option<Arc<AtomicU64>>) -> Self {
         if let UpstreamBody::Client(c) = &mut self {
             c.counted = counter;
         }
@@ -161,7 +161,7 @@ impl Body for UpstreamBody {
 }
 
 /// A short, secret-free reason for a failed upstream request, for the 502 message and the log.
-pub fn describe(err: &(dyn StdError + 'static)) -> String {
+pub(crate) fn describe(err: &(dyn StdError + 'static)) -> String {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
     let mut last = err.to_string();
     while let Some(e) = cur {
@@ -194,7 +194,7 @@ pub fn describe(err: &(dyn StdError + 'static)) -> String {
 }
 
 /// Did the request fail because of the client's body (too large, or stopped arriving)?
-pub fn client_body_fault(err: &(dyn StdError + 'static)) -> Option<ClientBodyFault> {
+pub(crate) fn client_body_fault(err: &(dyn StdError + 'static)) -> Option<ClientBodyFault> {
     let mut cur = Some(err);
     while let Some(e) = cur {
         if e.downcast_ref::<BodyTooLarge>().is_some() {
@@ -212,7 +212,7 @@ pub fn client_body_fault(err: &(dyn StdError + 'static)) -> Option<ClientBodyFau
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientBodyFault {
+pub(crate) enum ClientBodyFault {
     TooLarge,
     Idle,
     Broken(String),

@@ -51,7 +51,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub fn release(self) {
+    pub(crate) fn release(self) {
         let mut idle = self.pool.idle[self.worker].lock().unwrap_or_else(|e| e.into_inner());
         // Oldest first: drop what has idled too long, then make room.
         let now = Instant::now();
@@ -68,7 +68,7 @@ impl Lease {
 }
 
 impl Pool {
-    pub fn new(authority: String) -> Arc<Self> {
+    pub(crate) fn new(authority: String) -> Arc<Self> {
         Arc::new(Pool {
             authority,
             idle: (0..=crate::support::workers::count())
@@ -110,7 +110,7 @@ impl Pool {
 
     /// Send `req` on an idle connection, or a new one. A request that a pooled connection could
     /// not take (the server had just closed it) is sent again on another, as it never left.
-    pub async fn send(
+    pub(crate) async fn send(
         self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
         connect_timeout: Duration,

@@ -34,7 +34,7 @@ impl Redactor {
     }
 
     /// Drop every header whose value contains a secret; true when one was dropped.
-    pub fn headers(&self, headers: &mut HeaderMap) -> bool {
+    pub(crate) fn headers(&self, headers: &mut HeaderMap) -> bool {
         // The common case, nothing found, allocates nothing.
         if !headers.values().any(|v| self.found_in(v.as_bytes())) {
             return false;

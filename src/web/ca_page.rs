@@ -10,7 +10,7 @@
 use base64::Engine;
 
 /// The CA's SHA-256 fingerprint as browsers and phones show it: `AB:CD:…`, upper case.
-pub fn fingerprint(der: &[u8]) -> String {
+pub(crate) fn fingerprint(der: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, der)
         .as_ref()
         .iter()
@@ -20,7 +20,7 @@ pub fn fingerprint(der: &[u8]) -> String {
 }
 
 /// The CA certificate (DER) from its PEM file.
-pub fn der_from_pem(pem: &str) -> Option<Vec<u8>> {
+pub(crate) fn der_from_pem(pem: &str) -> Option<Vec<u8>> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     CertificateDer::from_pem_slice(pem.as_bytes()).ok().map(|c| c.to_vec())
@@ -34,7 +34,7 @@ fn escape(s: &str) -> String {
 }
 
 /// The `/ca` page: the fingerprint, the two downloads, the steps per platform, and where to go next.
-pub fn page(fingerprint: &str, next: &str) -> String {
+pub(crate) fn page(fingerprint: &str, next: &str) -> String {
     let fp = escape(fingerprint);
     let next = escape(next);
     format!(
@@ -73,7 +73,7 @@ fn uuid_from(fingerprint: &str, salt: &str) -> String {
 }
 
 /// An iOS configuration profile (unsigned; iOS says so) with one root certificate payload.
-pub fn mobileconfig(der: &[u8], fingerprint: &str) -> String {
+pub(crate) fn mobileconfig(der: &[u8], fingerprint: &str) -> String {
     let data = base64::engine::general_purpose::STANDARD.encode(der);
     let cert_uuid = uuid_from(fingerprint, "cert");
     let profile_uuid = uuid_from(fingerprint, "profile");

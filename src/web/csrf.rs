@@ -15,7 +15,7 @@
 use http::{HeaderMap, Method, header};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// `Sec-Fetch-Site` said cross-site or same-site.
     FetchSite,
     /// `Origin` is not this origin.
@@ -25,7 +25,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    pub fn code(self) -> &'static str {
+    pub(crate) fn code(self) -> &'static str {
         match self {
             Refusal::FetchSite => "cross_site_fetch",
             Refusal::ForeignOrigin => "foreign_origin",
@@ -33,7 +33,7 @@ impl Refusal {
         }
     }
 
-    pub fn message(self) -> &'static str {
+    pub(crate) fn message(self) -> &'static str {
         match self {
             Refusal::FetchSite => "a request from another site may not act with this browser's login",
             Refusal::ForeignOrigin => "a request from another origin may not act with this browser's login",
@@ -43,7 +43,7 @@ impl Refusal {
 }
 
 /// `own` is the request's own origin (`https://host[:port]`, normalised).
-pub fn check(
+pub(crate) fn check(
     method: &Method,
     upgrade: bool,
     headers: &HeaderMap,

@@ -5,13 +5,13 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use crate::http::error::HttpError;
-pub use crate::support::form::encode;
+pub(crate) use crate::support::form::encode;
 
 /// The largest form a gateway page takes (a reject message is the longest field).
-pub const MAX_FORM_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// The fields of a posted form (the first of each name).
-pub async fn read(body: Incoming, timeout: std::time::Duration) -> Result<Form, HttpError> {
+pub(crate) async fn read(body: Incoming, timeout: std::time::Duration) -> Result<Form, HttpError> {
     let limited = http_body_util::Limited::new(body, MAX_FORM_BYTES);
     let bytes = match tokio::time::timeout(timeout, limited.collect()).await {
         Err(_) => return Err(HttpError::BodyTimeout { secs: timeout }),
@@ -28,16 +28,16 @@ pub async fn read(body: Incoming, timeout: std::time::Duration) -> Result<Form, 
 
 /// A posted form: the first value of each name, and every value in order (checkboxes).
 #[derive(Debug, Default)]
-pub struct Form {
+pub(crate) struct Form {
     pairs: Vec<(String, String)>,
 }
 
 impl Form {
-    pub fn get(&self, name: &str) -> Option<&String> {
+    pub(crate) fn get(&self, name: &str) -> Option<&String> {
         self.pairs.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
-    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    pub(crate) fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         self.pairs
             .iter()
             .filter(move |(n, _)| n == name)
@@ -45,7 +45,7 @@ impl Form {
     }
 }
 
-pub fn parse(text: &str) -> Form {
+pub(crate) fn parse(text: &str) -> Form {
     let pairs = text
         .split('&')
         .filter(|p| !p.is_empty())
@@ -62,7 +62,7 @@ pub fn parse(text: &str) -> Form {
 
 /// A path on this host to go to after a step (`next`): it must start with one `/` and name no
 /// other host (`//evil`, `/\evil`), and hold no control characters. Anything else becomes `/`.
-pub fn local_path(next: &str) -> &str {
+pub(crate) fn local_path(next: &str) -> &str {
     let ok = next.starts_with('/')
         && !next.starts_with("//")
         && !next.starts_with("/\\")

@@ -15,7 +15,7 @@
 use crate::http::transport::{ConnInfo, Front};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WebFront<'a> {
+pub(crate) enum WebFront<'a> {
     /// The main listener on a name that is not a project host: the login host's pages.
     Login,
     /// A project's web UI.
@@ -25,7 +25,7 @@ pub enum WebFront<'a> {
 }
 
 /// The front of a request on `conn` addressed to `host`.
-pub fn of<'a>(conn: &'a ConnInfo, host: Option<&'a str>, base_domain: Option<&str>) -> WebFront<'a> {
+pub(crate) fn of<'a>(conn: &'a ConnInfo, host: Option<&'a str>, base_domain: Option<&str>) -> WebFront<'a> {
     match &conn.front {
         Front::Ssh { .. } => WebFront::Ssh,
         Front::Tls { bound: Some(name) } => WebFront::Project { name, own_port: true },
@@ -41,7 +41,7 @@ pub fn of<'a>(conn: &'a ConnInfo, host: Option<&'a str>, base_domain: Option<&st
 
 impl WebFront<'_> {
     /// The session cookie's name here.
-    pub fn session_cookie(&self) -> std::borrow::Cow<'static, str> {
+    pub(crate) fn session_cookie(&self) -> std::borrow::Cow<'static, str> {
         match self {
             WebFront::Project { name, own_port: true } => format!("{}-p-{name}", crate::http::cookie::NAME).into(),
             _ => crate::http::cookie::NAME.into(),
@@ -50,7 +50,7 @@ impl WebFront<'_> {
 
     /// The session cookie's value in `headers` (exactly once), read without building its name:
     /// this runs for every browser request to a project front.
-    pub fn find_session<'h>(&self, headers: &'h http::HeaderMap) -> Option<&'h str> {
+    pub(crate) fn find_session<'h>(&self, headers: &'h http::HeaderMap) -> Option<&'h str> {
         let base = crate::http::cookie::NAME;
         match self {
             WebFront::Project { name, own_port: true } => crate::http::cookie::find_matching(headers, |n| {
@@ -61,7 +61,7 @@ impl WebFront<'_> {
     }
 
     /// The handoff state cookie's name here.
-    pub fn handoff_cookie(&self) -> std::borrow::Cow<'static, str> {
+    pub(crate) fn handoff_cookie(&self) -> std::borrow::Cow<'static, str> {
         match self {
             WebFront::Project { name, own_port: true } => {
                 format!("{}-p-{name}", crate::http::cookie::HANDOFF_STATE).into()
@@ -71,7 +71,7 @@ impl WebFront<'_> {
     }
 
     /// The project whose web UI this is.
-    pub fn project(&self) -> Option<&str> {
+    pub(crate) fn project(&self) -> Option<&str> {
         match self {
             WebFront::Project { name, .. } => Some(name),
             _ => None,

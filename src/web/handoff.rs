@@ -38,7 +38,7 @@ pub(crate) fn port_of(host: &str) -> u16 {
 
 /// Why a handoff target is refused (a stable code for logs and tests).
 #[derive(Debug, PartialEq, Eq)]
-pub enum BadTarget {
+pub(crate) enum BadTarget {
     NotHttps,
     NotAProjectHost,
     OtherPort,
@@ -47,7 +47,11 @@ pub enum BadTarget {
 
 /// Read a handoff target: `https://<project>.<base_domain>[:port]/path` on this gateway's port.
 /// Returns the authority, the project and the path.
-pub fn parse_target<'a>(to: &'a str, base_domain: &str, port: u16) -> Result<(&'a str, &'a str, &'a str), BadTarget> {
+pub(crate) fn parse_target<'a>(
+    to: &'a str,
+    base_domain: &str,
+    port: u16,
+) -> Result<(&'a str, &'a str, &'a str), BadTarget> {
     let (authority, path) = split_target(to)?;
     let project = crate::policy::route::host_label(authority, base_domain).ok_or(BadTarget::NotAProjectHost)?;
     if port_of(authority) != port {
@@ -59,7 +63,7 @@ pub fn parse_target<'a>(to: &'a str, base_domain: &str, port: u16) -> Result<(&'
 /// Read a handoff target asked for on the login host `here` (its Host header): a project host
 /// (see [`parse_target`]) or a project's own port on the same host name as `here` (port mode,
 /// `web/front.rs`). Returns the authority, the project and the path.
-pub fn target<'a>(
+pub(crate) fn target<'a>(
     to: &'a str,
     here: &str,
     base_domain: Option<&str>,
@@ -102,7 +106,7 @@ fn split_target(to: &str) -> Result<(&str, &str), BadTarget> {
 }
 
 /// Login host: `GET /_gw/handoff?to=…`.
-pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let base_domain = ctx.state.settings.server.base_domain.as_deref();
     let query = ctx.parts.uri.query().unwrap_or("");
     let Some(login) = ctx.login_session().await? else {
@@ -148,7 +152,7 @@ pub async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 }
 
 /// Project host: `GET /_gw/callback?ticket=…`.
-pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let front = super::front::of(ctx.conn, ctx.host, ctx.state.settings.server.base_domain.as_deref());
     let here = front.project().unwrap_or("");
     let query = ctx.parts.uri.query().unwrap_or("");
@@ -213,14 +217,14 @@ pub async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 
 /// Where a project host sends a browser that has no cookie: the login host's handoff for the
 /// URL it asked for (same port; the login host is `base_domain`).
-pub fn login_redirect(base_domain: &str, host: &str, path_and_query: &str, state: &str) -> String {
+pub(crate) fn login_redirect(base_domain: &str, host: &str, path_and_query: &str, state: &str) -> String {
     let port = port_of(host);
     let port = if port == 443 { String::new() } else { format!(":{port}") };
     login_redirect_to(&format!("{base_domain}{port}"), host, path_and_query, state)
 }
 
 /// The handoff on the login host `login` (`host[:port]`) for `https://<host><path_and_query>`.
-pub fn login_redirect_to(login: &str, host: &str, path_and_query: &str, state: &str) -> String {
+pub(crate) fn login_redirect_to(login: &str, host: &str, path_and_query: &str, state: &str) -> String {
     let login = login.strip_suffix(":443").unwrap_or(login);
     let to = format!("https://{host}{path_and_query}");
     format!("https://{login}/_gw/handoff?to={}&state={state}", form::encode(&to))

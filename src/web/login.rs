@@ -47,7 +47,7 @@ pub(super) fn next_of(ctx: &Ctx<'_>) -> String {
     form::local_path(&next).to_string()
 }
 
-pub async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let next = next_of(ctx);
     if ctx.login_session().await?.is_some() {
         return Ok(page::redirect(&next));
@@ -64,7 +64,7 @@ pub async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     )
 }
 
-pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let user = f.get("user").map(|s| s.trim()).unwrap_or("");
@@ -122,7 +122,7 @@ pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>
 }
 
 /// End the login session and every project-host session handed off from it.
-pub async fn logout(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn logout(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     if let Some(live) = ctx.login_session().await? {
         ctx.gw.browser.sessions.revoke(&live.login_id).await?;

@@ -36,7 +36,7 @@ use crate::http::transport::{ConnInfo, Front};
 use crate::policy::canonical::CanonicalPath;
 
 /// The reserved first path segment (any case: nothing under it ever reaches OpenCode).
-pub const PREFIX: &str = "_gw";
+pub(crate) const PREFIX: &str = "_gw";
 
 /// A gateway page a request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ pub enum Page {
 }
 
 /// Which gateway page, if any, a request is for. Pure (no state beyond its arguments).
-pub fn page(
+pub(crate) fn page(
     conn: &ConnInfo,
     host: Option<&str>,
     base_domain: Option<&str>,
@@ -165,7 +165,7 @@ fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, H
 }
 
 /// Everything a page handler may need about its request.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub gw: &'a Arc<Gateway>,
     pub state: &'a State,
     pub conn: &'a ConnInfo,
@@ -180,7 +180,7 @@ pub struct Ctx<'a> {
 
 /// Makes the road for requests on a user's behalf: the gateway, the user, how they were
 /// identified, the client's address and where the act came from (for the audit trail).
-pub type OnBehalf = for<'g> fn(
+pub(crate) type OnBehalf = for<'g> fn(
     &'g Arc<Gateway>,
     Arc<crate::auth::users::UserState>,
     crate::audit::Who,
@@ -190,12 +190,12 @@ pub type OnBehalf = for<'g> fn(
 
 impl Ctx<'_> {
     /// This request's own origin, `https://host[:port]`, normalised.
-    pub fn own_origin(&self) -> String {
+    pub(crate) fn own_origin(&self) -> String {
         crate::policy::origin::normalize(&format!("https://{}", self.host.unwrap_or("localhost"))).unwrap_or_default()
     }
 
     /// Refuse an unsafe request from another origin (see [`csrf`]).
-    pub fn check_csrf(&self) -> Result<(), HttpError> {
+    pub(crate) fn check_csrf(&self) -> Result<(), HttpError> {
         csrf::check(
             &self.parts.method,
             false,
@@ -210,7 +210,7 @@ impl Ctx<'_> {
     }
 
     /// The login session behind the request's cookie (a login-host session only).
-    pub async fn login_session(&self) -> Result<Option<Arc<crate::auth::sessions::Live>>, HttpError> {
+    pub(crate) async fn login_session(&self) -> Result<Option<Arc<crate::auth::sessions::Live>>, HttpError> {
         let Some(value) = cookie::find(&self.parts.headers) else {
             return Ok(None);
         };
@@ -226,7 +226,7 @@ impl Ctx<'_> {
 }
 
 /// Serve a gateway page.
-pub async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<Response<ProxyBody>, HttpError> {
     if let Some(login_host) = elsewhere(ctx, which) {
         return login_host;
     }

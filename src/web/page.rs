@@ -38,11 +38,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
 ];
 
 /// A static asset's name, if there is one by that name.
-pub fn asset(name: &str) -> Option<&'static str> {
+pub(crate) fn asset(name: &str) -> Option<&'static str> {
     ASSETS.iter().find(|(n, ..)| *n == name).map(|(n, ..)| *n)
 }
 
-pub fn asset_response(name: &str) -> Response<ProxyBody> {
+pub(crate) fn asset_response(name: &str) -> Response<ProxyBody> {
     let (_, kind, body) = ASSETS.iter().find(|(n, ..)| *n == name).expect("asset() found it");
     let mut r = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
     let h = r.headers_mut();
@@ -53,7 +53,7 @@ pub fn asset_response(name: &str) -> Response<ProxyBody> {
 }
 
 /// The headers every gateway page carries.
-pub fn secure(r: &mut Response<ProxyBody>, form_targets: &str) {
+pub(crate) fn secure(r: &mut Response<ProxyBody>, form_targets: &str) {
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -70,11 +70,15 @@ pub fn secure(r: &mut Response<ProxyBody>, form_targets: &str) {
 }
 
 /// A rendered page with its status.
-pub fn html(status: StatusCode, t: &impl Template) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) fn html(status: StatusCode, t: &impl Template) -> Result<Response<ProxyBody>, HttpError> {
     html_with(status, t, "")
 }
 
-pub fn html_with(status: StatusCode, t: &impl Template, form_targets: &str) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) fn html_with(
+    status: StatusCode,
+    t: &impl Template,
+    form_targets: &str,
+) -> Result<Response<ProxyBody>, HttpError> {
     let body = t.render().map_err(|e| {
         tracing::error!(error = %e, "a gateway page failed to render");
         HttpError::BadRequest("the page could not be rendered".into())
@@ -90,7 +94,7 @@ pub fn html_with(status: StatusCode, t: &impl Template, form_targets: &str) -> R
 }
 
 /// 303 to a path or URL the caller built (never one a client supplied unchecked).
-pub fn redirect(to: &str) -> Response<ProxyBody> {
+pub(crate) fn redirect(to: &str) -> Response<ProxyBody> {
     let mut r = Response::new(ProxyBody::empty());
     *r.status_mut() = StatusCode::SEE_OTHER;
     if let Ok(v) = HeaderValue::from_str(to) {
@@ -103,7 +107,7 @@ pub fn redirect(to: &str) -> Response<ProxyBody> {
 /// A message as a person reads it: the `code` spans the gateway's messages use (backticks around
 /// a command) become `<code>`, every character of the text escaped; a lone backtick is dropped.
 /// Rendered with `|safe` (the escaping is done here).
-pub struct Marked<'a>(pub &'a str);
+pub(crate) struct Marked<'a>(pub &'a str);
 
 impl std::fmt::Display for Marked<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -142,7 +146,7 @@ struct Message<'a> {
 }
 
 /// An error as a page a person reads (the same status and words as the JSON form).
-pub fn error_page(e: HttpError) -> Response<ProxyBody> {
+pub(crate) fn error_page(e: HttpError) -> Response<ProxyBody> {
     let status = StatusCode::from(&e);
     let retry = match &e {
         HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
@@ -168,7 +172,7 @@ pub fn error_page(e: HttpError) -> Response<ProxyBody> {
 }
 
 /// A page that says why something did not work, with its status.
-pub fn message(status: StatusCode, title: &str, text: &str) -> Response<ProxyBody> {
+pub(crate) fn message(status: StatusCode, title: &str, text: &str) -> Response<ProxyBody> {
     html(
         status,
         &Message {
@@ -180,7 +184,7 @@ pub fn message(status: StatusCode, title: &str, text: &str) -> Response<ProxyBod
 }
 
 /// Does the client want a page rather than JSON (a navigation or a form post)?
-pub fn wants_html(headers: &http::HeaderMap) -> bool {
+pub(crate) fn wants_html(headers: &http::HeaderMap) -> bool {
     headers.get("sec-fetch-mode").is_some_and(|v| v == "navigate")
         || headers
             .get(header::ACCEPT)

@@ -34,16 +34,16 @@ struct PairPage<'a> {
 }
 
 /// What a person sees for any refused code (which of the reasons it was is only logged).
-pub const REFUSED_TEXT: &str =
+pub(crate) const REFUSED_TEXT: &str =
     "This pairing code is wrong, used or expired. Run `opencode-gateway pair <user>` on the host for a new one.";
 
 /// `GET /pair`: the form (its script fills it from the fragment and submits it).
-pub async fn form(_ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn form(_ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     page::html(StatusCode::OK, &PairPage { error: None })
 }
 
 /// `POST /pair`: redeem the code, make the device and its session, set a persistent cookie.
-pub async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let parsed = parse(f.get("code").map_or("", String::as_str));

@@ -29,7 +29,7 @@ use crate::policy::authz::Class;
 /// How often an idle live stream says it is alive (and re-checks its login).
 const KEEPALIVE: Duration = Duration::from_secs(15);
 
-pub struct SessionRow {
+pub(crate) struct SessionRow {
     pub id: String,
     pub title: String,
     pub status_class: &'static str,
@@ -47,12 +47,12 @@ pub struct SessionRow {
     pub waiting: Option<WaitingRow>,
 }
 
-pub struct WaitingRow {
+pub(crate) struct WaitingRow {
     pub id: String,
     pub what: String,
 }
 
-pub struct ProjectRow {
+pub(crate) struct ProjectRow {
     pub name: String,
     pub state_class: &'static str,
     pub state_text: String,
@@ -71,7 +71,7 @@ pub struct ProjectRow {
     pub origin: Option<String>,
 }
 
-pub struct QuestionRow {
+pub(crate) struct QuestionRow {
     pub index: usize,
     pub header: String,
     pub text: String,
@@ -80,7 +80,7 @@ pub struct QuestionRow {
     pub custom: bool,
 }
 
-pub struct CardRow {
+pub(crate) struct CardRow {
     pub project: String,
     pub id: String,
     pub permission: bool,
@@ -99,13 +99,12 @@ pub struct CardRow {
     pub questions: Vec<QuestionRow>,
 }
 
-pub struct NoteRow {
+pub(crate) struct NoteRow {
     pub text: String,
 }
 
 /// What both pages show, for one user.
-pub struct Room {
-    pub user: String,
+pub(crate) struct Room {
     pub projects: Vec<ProjectRow>,
     pub cards: Vec<CardRow>,
     pub notes: Vec<NoteRow>,
@@ -247,7 +246,7 @@ fn role_of(state: &State, user: &str, project: &str) -> Option<Role> {
 }
 
 /// Build the room for `user` from the inbox's model: only projects the user has a role in.
-pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
+pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
     let done = flash_key(ctx);
     let state = ctx.state;
     let views = ctx.gw.inbox.view(|p| role_of(state, user, p).is_some());
@@ -316,7 +315,6 @@ pub fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
     };
     cards.sort_by(|a, b| b.waited.len().cmp(&a.waited.len()).then(a.waited.cmp(&b.waited)));
     Room {
-        user: user.to_string(),
         pending: cards.len(),
         projects,
         cards,
@@ -415,7 +413,7 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
 /// What a permission request asks, in words a person reads on a phone, with OpenCode's own name
 /// for it after (`Run a command (bash)`). The kinds are OpenCode 1.18.33's permission settings;
 /// one it adds later is shown by its name, made readable (`new_thing` → "New thing").
-pub fn permission_title(kind: &str) -> String {
+pub(crate) fn permission_title(kind: &str) -> String {
     let words = match kind {
         "bash" => "Run a command",
         "edit" | "write" | "patch" | "multiedit" => "Change files",
@@ -545,7 +543,7 @@ fn fragment(ctx: &Ctx<'_>) -> bool {
         .is_some_and(|q| crate::policy::query::get(q, "fragment").is_some())
 }
 
-pub async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let live = match require_login(ctx, "/").await? {
         Ok(l) => l,
         Err(redirect) => return Ok(redirect),
@@ -573,7 +571,7 @@ pub async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     }
 }
 
-pub async fn inbox(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn inbox(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let live = match require_login(ctx, "/inbox").await? {
         Ok(l) => l,
         Err(redirect) => return Ok(redirect),
@@ -588,7 +586,7 @@ pub async fn inbox(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 
 /// `POST /_gw/act`: answer a permission request or a question, or abort a session. Only what
 /// the inbox shows for that project can be acted on, and only by an approver (or above) there.
-pub async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     let Some(live) = ctx.login_session().await? else {
         return Err(HttpError::Unauthenticated);
@@ -724,7 +722,7 @@ fn via_of(live: &Live) -> Via {
 /// `POST /_gw/new`: create a session in the project (upstream, the way the inbox answers: the
 /// gateway's own credential, the project's directory), then open it in the project's web UI.
 /// Needs the role a proxied `POST /session` needs.
-pub async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     let (live, project, _) = portal_form(ctx, body).await?;
     // The role a `POST /session` needs is the proxy's to check: the create goes through it as
     // this user, and the request audit records it (`session_create`, `from: control_room`).
@@ -747,7 +745,7 @@ pub async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
 /// `POST /_gw/restart`: what `opencode-gateway restart <project>` does (the control socket's
 /// `POST /restart`), for an operator (or admin) of the project; audited as `server_restarted`
 /// with the user when the new server is up.
-pub async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn restart(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     let (live, project, role) = portal_form(ctx, body).await?;
     if role < Class::Operate.least_role() {
         tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, project, role = role.as_str(), "a restart from a role that may not restart refused");
@@ -797,7 +795,7 @@ fn inbox_error(project: &str, e: InboxError) -> HttpError {
 /// `GET /_gw/events`: an event stream that says `change` whenever what this user sees changed
 /// (computed per user, so a change in another project is not even hinted at). Holds one of the
 /// user's stream slots; ends when the login ends (checked at each keep-alive) or the gateway stops.
-pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let Some(live) = ctx.login_session().await? else {
         return Err(HttpError::Unauthenticated);
     };
@@ -851,8 +849,8 @@ pub async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
         }
     });
     let mut r = Response::new(ProxyBody::channel(rx).holding(Some(crate::http::body::StreamHold {
-        slot: Some(slot),
-        gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
+        _slot: Some(slot),
+        _gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
     })));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));

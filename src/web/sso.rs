@@ -83,7 +83,7 @@ fn unavailable(ctx: &Ctx<'_>, error: &str) -> Response<ProxyBody> {
 }
 
 /// `GET /_gw/oidc/start?next=…`: off to the provider.
-pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let cfg = config(ctx)?;
     let next = super::login::next_of(ctx);
     if ctx.login_session().await?.is_some() {
@@ -136,7 +136,7 @@ pub async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
 
 /// `GET /_gw/oidc/callback?code&state` (or `?error&state`): back from the provider. Each step
 /// answers the browser itself when it refuses (`Err` holds that page).
-pub async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+pub(crate) async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let cfg = config(ctx)?;
     let q = ctx.parts.uri.query().unwrap_or("");
     let get = |name| crate::policy::query::get(q, name).unwrap_or_default();

@@ -6,8 +6,8 @@ use super::super::file::RawAudit;
 use super::Checker;
 use crate::config::AuditConfig;
 
-pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
-pub const DEFAULT_KEEP: u32 = 5;
+pub(crate) const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+pub(crate) const DEFAULT_KEEP: u32 = 5;
 /// Below this a file would hold a handful of records and rotate constantly.
 const MIN_MAX_BYTES: u64 = 4096;
 

@@ -17,9 +17,10 @@ mod project;
 mod route_role;
 mod user;
 
-pub use oidc::acceptable_url as acceptable_oidc_url;
-pub use oidc::endpoint_allowed as oidc_endpoint_allowed;
-pub use project::split_pattern;
+pub(crate) use oidc::acceptable_url as acceptable_oidc_url;
+pub(crate) use oidc::endpoint_allowed as oidc_endpoint_allowed;
+#[cfg(test)]
+pub(crate) use project::split_pattern;
 use project::{project, project_set};
 use user::user;
 
@@ -95,7 +96,7 @@ pub fn lexical_clean(p: &Path) -> PathBuf {
 }
 
 /// `"500ms"`, `"10s"`, `"5m"`, `"1h"`.
-pub fn parse_duration(s: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit())?;
     let (num, unit) = s.split_at(split);
@@ -110,7 +111,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
 }
 
 /// A project name is one DNS label, because it also names a host (`<project>.<base_domain>`).
-pub fn valid_project_name(name: &str) -> bool {
+pub(crate) fn valid_project_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name
@@ -120,11 +121,11 @@ pub fn valid_project_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
-pub fn valid_user_name(name: &str) -> bool {
+pub(crate) fn valid_user_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
 }
 
-pub fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
+pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let mut c = Checker {
         base: &base,

@@ -11,7 +11,7 @@ use crate::config::Secret;
 
 /// The origin of an absolute URL, lower-cased, with the scheme's default port left out:
 /// `https://Login.Example.com:443/x` → `https://login.example.com`.
-pub fn origin_of(url: &str) -> Option<String> {
+pub(crate) fn origin_of(url: &str) -> Option<String> {
     let uri = url.parse::<http::Uri>().ok()?;
     let scheme = uri.scheme_str()?.to_ascii_lowercase();
     let host = uri.host()?.to_ascii_lowercase();
@@ -26,7 +26,7 @@ pub fn origin_of(url: &str) -> Option<String> {
 /// lists (`endpoint_origins`): the token endpoint receives the client secret and the JWKS decides
 /// which signatures count, so a document that pointed them anywhere else (another port on this
 /// machine, plain http) would hand both to whoever listens there.
-pub fn endpoint_allowed(issuer: &str, allowed: &[String], url: &str) -> Result<(), String> {
+pub(crate) fn endpoint_allowed(issuer: &str, allowed: &[String], url: &str) -> Result<(), String> {
     let origin = origin_of(url).ok_or_else(|| "is not a URL".to_string())?;
     if Some(&origin) == origin_of(issuer).as_ref() || allowed.contains(&origin) {
         return Ok(());
@@ -38,7 +38,7 @@ pub fn endpoint_allowed(issuer: &str, allowed: &[String], url: &str) -> Result<(
 
 /// `https://…`, or `http://` to a loopback host; no query or fragment (the issuer is compared
 /// byte for byte with the ID token's `iss`).
-pub fn acceptable_url(url: &str) -> Result<(), &'static str> {
+pub(crate) fn acceptable_url(url: &str) -> Result<(), &'static str> {
     let uri = url
         .parse::<http::Uri>()
         .ok()

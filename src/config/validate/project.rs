@@ -219,7 +219,7 @@ pub(super) fn project_set(c: &mut Checker<'_>, key: &str, p: &RawProject, templa
 }
 
 /// `/a/b/*` → (`/a/b`, ``), `/a/b/feat-*` → (`/a/b`, `feat-`); a `*` elsewhere is refused.
-pub fn split_pattern(pattern: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_pattern(pattern: &str) -> Option<(&str, &str)> {
     let (parent, last) = pattern.rsplit_once('/')?;
     let prefix = last.strip_suffix('*')?;
     if parent.is_empty() || parent.contains(['*', '?', '[']) || prefix.contains(['*', '?', '[']) {

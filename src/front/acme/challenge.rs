@@ -21,14 +21,14 @@ fn certified(params: CertificateParams) -> anyhow::Result<CertifiedKey> {
 
 /// The self-signed certificate whose acmeIdentifier extension carries the key authorization's
 /// SHA-256 digest for `name`.
-pub fn tls_alpn_cert(name: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
+pub(crate) fn tls_alpn_cert(name: &str, digest: &[u8]) -> anyhow::Result<Arc<CertifiedKey>> {
     let mut params = CertificateParams::new(vec![name.to_string()])?;
     params.custom_extensions = vec![CustomExtension::new_acme_identifier(digest)];
     Ok(Arc::new(certified(params)?))
 }
 
 /// Served until a certificate is issued: no client trusts it, and it says so in its name.
-pub fn placeholder(names: &[String]) -> anyhow::Result<CertifiedKey> {
+pub(crate) fn placeholder(names: &[String]) -> anyhow::Result<CertifiedKey> {
     let mut names = names.to_vec();
     if names.is_empty() {
         names.push("acme-pending.invalid".into());

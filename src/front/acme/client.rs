@@ -22,12 +22,12 @@ const SYSTEM_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// A request that takes longer has failed (the order is retried with backoff).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub struct AcmeHttp {
+pub(crate) struct AcmeHttp {
     tls: TlsConnector,
 }
 
 impl AcmeHttp {
-    pub fn new(ca_bundle: Option<&Path>) -> anyhow::Result<AcmeHttp> {
+    pub(crate) fn new(ca_bundle: Option<&Path>) -> anyhow::Result<AcmeHttp> {
         let path = ca_bundle.unwrap_or(Path::new(SYSTEM_BUNDLE));
         let mut roots = rustls::RootCertStore::empty();
         for cert in CertificateDer::pem_file_iter(path).with_context(|| {

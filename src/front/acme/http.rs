@@ -16,7 +16,7 @@ use crate::gateway::Gateway;
 const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
 /// `https_port`: the bound HTTPS port, for a `public_url` that says port 0.
-pub async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
+pub(crate) async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u16) {
     let tasks = gw.lifecycle.tasks.clone();
     let gw2 = gw.clone();
     // Nothing here is ever authenticated: these connections stay in the unauthenticated share.

@@ -34,7 +34,7 @@ const RECHECK: Duration = Duration::from_secs(3600);
 
 /// The names to order: every DNS name clients use. IP addresses are left out (ACME CAs rarely
 /// issue for them, and not for private ones).
-pub fn wanted_names(s: &Settings) -> Vec<String> {
+pub(crate) fn wanted_names(s: &Settings) -> Vec<String> {
     crate::reach::client_names(s)
         .into_iter()
         .filter(|n| n.parse::<std::net::IpAddr>().is_err())
@@ -42,7 +42,7 @@ pub fn wanted_names(s: &Settings) -> Vec<String> {
 }
 
 /// The store to start with: the pair from an earlier run when there is one, else a placeholder.
-pub fn initial_store(s: &Settings, acme: &Acme) -> anyhow::Result<Arc<CertStore>> {
+pub(crate) fn initial_store(s: &Settings, acme: &Acme) -> anyhow::Result<Arc<CertStore>> {
     create_private_dir(&acme.dir).with_context(|| format!("tls.acme: cannot create {}", acme.dir.display()))?;
     match load_pair(&s.tls.cert, &s.tls.key) {
         Ok(pair) => Ok(CertStore::fixed(pair)),
@@ -50,7 +50,7 @@ pub fn initial_store(s: &Settings, acme: &Acme) -> anyhow::Result<Arc<CertStore>
     }
 }
 
-pub fn start(gw: &Arc<Gateway>) {
+pub(crate) fn start(gw: &Arc<Gateway>) {
     tokio::spawn(run(gw.clone()));
 }
 

@@ -17,7 +17,7 @@ static LAST_MS: AtomicU64 = AtomicU64::new(0);
 static SINCE_LAST: AtomicU64 = AtomicU64::new(0);
 
 /// Say that the handshake with `peer` failed, for `reason`, unless a line was written lately.
-pub fn failed(peer: SocketAddr, reason: &str) {
+pub(crate) fn failed(peer: SocketAddr, reason: &str) {
     let base = *BASE.get_or_init(Instant::now);
     // Never 0, so the first failure always writes.
     let now = base.elapsed().as_millis() as u64 + 1;

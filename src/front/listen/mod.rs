@@ -24,7 +24,7 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What an accepted connection holds until it ends: its address's slot and its place in the
 /// connection table.
-pub struct ConnSlot {
+pub(crate) struct ConnSlot {
     _address: SlotGuard<std::net::IpAddr>,
     pub place: crate::gateway::connections::LeaseGuard,
 }
@@ -52,7 +52,7 @@ impl RefusalLog {
 
 /// The next connection, or `None` at shutdown. Errors (EMFILE and friends) back off, doubling
 /// to 1 s, instead of spinning or giving up.
-pub async fn accept_next(
+pub(crate) async fn accept_next(
     gw: &Gateway,
     listener: &TcpListener,
     what: &'static str,
@@ -81,7 +81,7 @@ pub async fn accept_next(
 /// over a cap is closed at once and the loop goes on accepting, so a full table never stops it.
 /// `class` says whether the listener's connections start unauthenticated (HTTPS, plain HTTP) or
 /// hold their place from the start (SSH, whose login comes before anything is served).
-pub async fn accept_loop<F>(
+pub(crate) async fn accept_loop<F>(
     gw: Arc<Gateway>,
     listener: TcpListener,
     what: &'static str,
@@ -143,7 +143,7 @@ pub async fn accept_loop<F>(
 }
 
 /// HTTPS: the gateway's main listener (`bound = None`) or a project's own port.
-pub async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Arc<str>>) {
+pub(crate) async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Option<Arc<str>>) {
     let tasks = gw.lifecycle.tasks.clone();
     let gw2 = gw.clone();
     accept_loop(

@@ -16,7 +16,7 @@ pub fn server_config(tls: &Tls) -> anyhow::Result<Arc<ServerConfig>> {
 
 /// A configuration whose certificate is whatever `store` holds at each handshake. `acme` also
 /// offers the `acme-tls/1` protocol, which the store answers with a TLS-ALPN-01 challenge.
-pub fn with_store(store: Arc<CertStore>, acme: bool) -> anyhow::Result<Arc<ServerConfig>> {
+pub(crate) fn with_store(store: Arc<CertStore>, acme: bool) -> anyhow::Result<Arc<ServerConfig>> {
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()

@@ -18,7 +18,7 @@ use crate::http::transport::{ConnInfo, Front};
 /// RFC 4254: SSH_OPEN_ADMINISTRATIVELY_PROHIBITED.
 const PROHIBITED: u32 = 1;
 
-pub struct Conn {
+pub(crate) struct Conn {
     gw: Arc<Gateway>,
     peer: SocketAddr,
     password_auth: bool,
@@ -47,7 +47,7 @@ fn refuse(reason: impl Into<String>) -> ChannelOpenFailure {
 }
 
 impl Conn {
-    pub fn new(gw: Arc<Gateway>, peer: SocketAddr, password_auth: bool) -> Self {
+    pub(crate) fn new(gw: Arc<Gateway>, peer: SocketAddr, password_auth: bool) -> Self {
         Conn {
             gw,
             peer,

@@ -10,7 +10,7 @@ use russh::keys::ssh_key::private::Ed25519Keypair;
 use russh::keys::{HashAlg, PrivateKey};
 
 /// Load the host key, making it first when the file does not exist.
-pub fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
+pub(crate) fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
     if path.exists() {
         return russh::keys::load_secret_key(path, None)
             .with_context(|| format!("ssh.host_key: {} is not an OpenSSH private key", path.display()));
@@ -31,7 +31,7 @@ pub fn load_or_create(path: &Path) -> anyhow::Result<PrivateKey> {
 }
 
 /// `SHA256:…` and a `known_hosts` line for `listen`, or a note that the key is made on first start.
-pub fn describe(path: &Path, listen: SocketAddr) -> String {
+pub(crate) fn describe(path: &Path, listen: SocketAddr) -> String {
     match (russh::keys::load_secret_key(path, None), known_hosts_line(path, listen)) {
         (Ok(key), Some(line)) => format!(
             "         fingerprint {}\n         known_hosts: {line}\n",
@@ -43,7 +43,7 @@ pub fn describe(path: &Path, listen: SocketAddr) -> String {
 
 /// The line for a client's `~/.ssh/known_hosts`, as is: `[host]:port type key` (the comment left
 /// out). `None` before the key is made.
-pub fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
+pub(crate) fn known_hosts_line(path: &Path, listen: SocketAddr) -> Option<String> {
     let key = russh::keys::load_secret_key(path, None).ok()?;
     let public = key.public_key();
     // A listener on every address is reached by this machine's name or any of its LAN addresses:

@@ -24,14 +24,14 @@ fn split_off_socket(tcp: tokio::net::TcpStream) -> Option<(tokio::net::TcpStream
     Some((tokio::net::TcpStream::from_std(std).ok()?, dup))
 }
 
-pub struct SshServer {
+pub(crate) struct SshServer {
     gw: Arc<Gateway>,
     config: Arc<Config>,
     password_auth: bool,
 }
 
 impl SshServer {
-    pub fn new(gw: Arc<Gateway>, settings: &Ssh) -> anyhow::Result<SshServer> {
+    pub(crate) fn new(gw: Arc<Gateway>, settings: &Ssh) -> anyhow::Result<SshServer> {
         let key = super::host_key::load_or_create(&settings.host_key)?;
         let mut methods = MethodSet::empty();
         methods.push(MethodKind::PublicKey);
@@ -61,7 +61,7 @@ impl SshServer {
         })
     }
 
-    pub async fn serve(self, listener: TcpListener) {
+    pub(crate) async fn serve(self, listener: TcpListener) {
         let tasks = self.gw.lifecycle.tasks.clone();
         let gw = self.gw.clone();
         // SSH holds its place from accept: its own login timeout bounds a session that never logs in,

@@ -159,7 +159,7 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
 }
 
 /// An authenticated `GET /global/health` answered 200.
-pub async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), String> {
+pub(crate) async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), String> {
     let mut req = endpoint.get("/global/health")?;
     req.headers_mut()
         .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));

@@ -28,7 +28,7 @@ pub(crate) mod launch;
 
 use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
-pub use launch::health;
+pub(crate) use launch::health;
 use launch::{Running, launch, stop_process};
 
 /// The User-Agent of the gateway's own health checks, so upstream logs can tell them apart.
@@ -87,7 +87,7 @@ pub struct SpawnSpec {
 }
 
 impl SpawnSpec {
-    pub fn new(settings: &Settings, project: &Project) -> Option<SpawnSpec> {
+    pub(crate) fn new(settings: &Settings, project: &Project) -> Option<SpawnSpec> {
         let directory = project.directory.clone()?;
         let config_dir = settings.path.parent().unwrap_or(Path::new(".")).to_path_buf();
         Some(SpawnSpec {
@@ -111,7 +111,7 @@ impl SpawnSpec {
 /// Why a spawned project's server cannot start, when that is known without trying (its OpenCode
 /// is not to be found): for the banner and `check`, so they say NOT RUNNING instead of printing
 /// attach commands that would only get 503s.
-pub fn cannot_start(settings: &Settings, project: &Project) -> Option<String> {
+pub(crate) fn cannot_start(settings: &Settings, project: &Project) -> Option<String> {
     if !matches!(project.upstream, crate::config::UpstreamKind::Spawned) {
         return None;
     }
@@ -139,17 +139,17 @@ pub struct Supervised {
 }
 
 impl Supervised {
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         self.status.borrow().clone()
     }
 
     /// Restart the server now, without backoff; an error when there is no running server to restart.
-    pub fn restart(&self) -> Result<(), String> {
+    pub(crate) fn restart(&self) -> Result<(), String> {
         self.restart_by(None)
     }
 
     /// [`Supervised::restart`], for `user` (recorded in the audit's `server_restarted`).
-    pub fn restart_by(&self, user: Option<&str>) -> Result<(), String> {
+    pub(crate) fn restart_by(&self, user: Option<&str>) -> Result<(), String> {
         match self.status() {
             Status::Ready(_) => {
                 *self.restart_by.lock().unwrap_or_else(|e| e.into_inner()) = user.map(String::from);
@@ -164,7 +164,7 @@ impl Supervised {
     }
 
     /// The endpoint of a server that is ready and was already asked for, without waiting.
-    pub fn ready(&self) -> Option<Arc<Endpoint>> {
+    pub(crate) fn ready(&self) -> Option<Arc<Endpoint>> {
         if !self.demanded.load(Ordering::Relaxed) {
             return None;
         }
@@ -175,7 +175,7 @@ impl Supervised {
     }
 
     /// The server's endpoint, starting it if it waits for demand; waits at most `wait`.
-    pub async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, String> {
+    pub(crate) async fn endpoint(&self, wait: Duration) -> Result<Arc<Endpoint>, String> {
         let mut rx = self.status.subscribe();
         if !self.demanded.swap(true, Ordering::SeqCst) {
             self.demand.notify_one();
@@ -231,7 +231,7 @@ impl Supervisor {
     }
 
     /// Start servers for new specs, keep unchanged ones, stop the rest. Returns the live set.
-    pub fn reconcile(&self, specs: Vec<SpawnSpec>) -> HashMap<String, Arc<Supervised>> {
+    pub(crate) fn reconcile(&self, specs: Vec<SpawnSpec>) -> HashMap<String, Arc<Supervised>> {
         let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = HashMap::new();
         for spec in specs {
@@ -287,7 +287,7 @@ impl Supervisor {
     }
 
     /// Stop every server and wait until their processes are gone.
-    pub async fn stop_all(&self) {
+    pub(crate) async fn stop_all(&self) {
         for s in self.servers.lock().unwrap_or_else(|e| e.into_inner()).values() {
             s.stop.cancel();
         }

@@ -1,0 +1,59 @@
+//! The janitor: a tick every 10 s for what keeps memory and the state database following
+//! activity. Every minute, keyed limiters and the connection table forget idle keys; every tick,
+//! a flood of connections that ended gives its memory back; every hour, browser sessions that
+//! ended (revoked or expired) more than a day ago leave the state database.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::Gateway;
+
+const TICK: Duration = Duration::from_secs(10);
+/// Ticks between purges of idle keys (a minute).
+const PURGE_EVERY: u32 = 6;
+/// Ticks between prunes of ended browser sessions (an hour).
+const PRUNE_EVERY: u32 = 360;
+/// How long an ended session's row is kept (seconds): nothing reads it after its end; a day is
+/// a margin for a clock that steps.
+const KEEP_ENDED: i64 = 24 * 60 * 60;
+
+pub(crate) fn start(gw: Arc<Gateway>) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(TICK);
+        let mut ticks = 0u32;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    ticks = ticks.wrapping_add(1);
+                    if ticks.is_multiple_of(PURGE_EVERY) {
+                        gw.auth.limiters.purge();
+                        gw.doors.conn_table.purge();
+                    }
+                    if ticks.is_multiple_of(PRUNE_EVERY) {
+                        prune_ended_sessions(&gw).await;
+                    }
+                    let (peak, open) = gw.doors.conn_table.take_peak();
+                    if peak.saturating_sub(open) >= crate::support::memory::TRIM_AFTER_CLOSED {
+                        // Off the runtime: trimming walks every arena and may take milliseconds.
+                        tokio::task::spawn_blocking(crate::support::memory::give_back_free_memory);
+                    }
+                }
+                _ = gw.lifecycle.shutdown.cancelled() => break,
+            }
+        }
+    });
+}
+
+/// Without it, every login and pairing left a row behind for ever.
+async fn prune_ended_sessions(gw: &Gateway) {
+    let store = gw.browser.sessions.store().clone();
+    let before = crate::auth::tokens::now_unix() - KEEP_ENDED;
+    if let Ok(n) = crate::store::blocking("pruning ended browser sessions", move || {
+        store.prune_web_sessions(before)
+    })
+    .await
+        && n > 0
+    {
+        tracing::info!(sessions = n, "pruned browser sessions that ended more than a day ago");
+    }
+}
