@@ -20,6 +20,20 @@ use crate::policy::plan::Treatment;
 use super::admit::check_origin;
 use super::{ConnInfo, Front};
 
+/// What identification reads of a request, once, for each of its ways.
+#[derive(Clone, Copy)]
+pub(super) struct Asking<'a> {
+    pub(super) gw: &'a Gateway,
+    pub(super) state: &'a State,
+    pub(super) conn: &'a ConnInfo,
+    pub(super) client: IpAddr,
+    pub(super) parts: &'a Parts,
+    pub(super) host: Option<&'a str>,
+    /// Looked at only once a credential is known good (or for a cookie's or ticket's project).
+    pub(super) target: &'a Result<Target, HttpError>,
+    pub(super) upgrade: bool,
+}
+
 /// A user identified by `via`, no device or token id, not by a cookie.
 pub(super) fn plain(via: Via) -> impl Fn(Arc<UserState>) -> Identified {
     move |user| Identified {
@@ -43,17 +57,15 @@ pub(super) struct Identified {
 /// ticket this gateway relayed to the same project. A ticket is used up only once the request
 /// passes the origin check. A browser navigating to a project host with none of these is sent to
 /// the login host's handoff.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn identify(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
-    target: &Result<Target, HttpError>,
-    upgrade: bool,
-) -> Result<Identified, HttpError> {
+pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
+    let Asking {
+        gw,
+        state,
+        conn,
+        client,
+        parts,
+        ..
+    } = *a;
     let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
         user,
         by_cookie: false,
@@ -106,23 +118,23 @@ pub(super) async fn identify(
             Ok(by_token(found))
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
-        None => by_cookie_or_ticket(gw, state, conn, client, parts, host, target, upgrade).await,
+        None => by_cookie_or_ticket(a).await,
     }
 }
 
 /// No credential in the request: a project front's own cookie, else (a terminal WebSocket
 /// only) a ticket this gateway relayed to the same project, used up once the origin passes.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn by_cookie_or_ticket(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
-    target: &Result<Target, HttpError>,
-    upgrade: bool,
-) -> Result<Identified, HttpError> {
+pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, HttpError> {
+    let Asking {
+        gw,
+        state,
+        conn,
+        client,
+        parts,
+        host,
+        target,
+        upgrade,
+    } = *a;
     let Ok(t) = target else {
         return Err(HttpError::Unauthenticated);
     };

@@ -148,16 +148,16 @@ fn handle_inner<'a>(
             return serve_page(gw, state, conn, client, &parts, host.as_deref(), body, page, record).await;
         }
 
-        let Identified { user, by_cookie, who } = identify(
+        let Identified { user, by_cookie, who } = identify(&identify::Asking {
             gw,
             state,
             conn,
             client,
-            &parts,
-            host.as_deref(),
-            &target,
-            upgrade.is_some(),
-        )
+            parts: &parts,
+            host: host.as_deref(),
+            target: &target,
+            upgrade: upgrade.is_some(),
+        })
         .await?;
         record.user = Some(user.name.clone());
         // A valid credential: the connection leaves the unauthenticated share (front/listen/table.rs).
