@@ -32,14 +32,15 @@ async fn act(lh: &Https, cookie: &str, form: &str) -> Reply {
     lh.call(req).await
 }
 
-fn pending(oc: &OpenCode) -> Vec<String> {
+/// The ids OpenCode itself lists at `what` (`permission`, `session`) for the project's directory.
+fn listed(oc: &OpenCode, what: &str) -> Vec<String> {
     let dir = oc.project.display().to_string();
     let body = tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(crate::common::client::direct_call(
             oc.port,
             &oc.password,
             "GET",
-            &format!("/permission?directory={dir}"),
+            &format!("/{what}?directory={dir}"),
             &[],
             "",
         ))
@@ -49,6 +50,10 @@ fn pending(oc: &OpenCode) -> Vec<String> {
         .as_array()
         .map(|a| a.iter().filter_map(|p| p["id"].as_str().map(String::from)).collect())
         .unwrap_or_default()
+}
+
+fn pending(oc: &OpenCode) -> Vec<String> {
+    listed(oc, "permission")
 }
 
 fn audit_records(gw: &Gateway, event: &str, id: &str) -> Vec<Value> {
@@ -190,23 +195,7 @@ async fn the_control_rooms_answers_take_the_proxys_road_and_its_refusals() {
     // A new session from the portal, for a user whose grant is every project: only a project's
     // name shapes the request (a path or query spelled into the field would make another one).
     let alice = form_login(&lh, "alice", "alice-password-1").await;
-    let sessions = |oc: &OpenCode| {
-        let dir = oc.project.display().to_string();
-        let body = tokio::task::block_in_place(|| {
-            tokio::runtime::Handle::current().block_on(crate::common::client::direct_call(
-                oc.port,
-                &oc.password,
-                "GET",
-                &format!("/session?directory={dir}"),
-                &[],
-                "",
-            ))
-        });
-        serde_json::from_str::<Value>(&body)
-            .unwrap_or_default()
-            .as_array()
-            .map_or(0, Vec::len)
-    };
+    let sessions = |oc: &OpenCode| listed(oc, "session").len();
     let before = sessions(&oc);
     for project in ["alpha%2F..%2Fbeta", "alpha%3Fx%3D1", "alpha%2Fsession", "ALPHA"] {
         let own = format!("https://{}", lh.authority());
