@@ -144,6 +144,26 @@ impl WebSessions {
         Ok((value, live))
     }
 
+    /// The live session a cookie value names for `host` (`None`: the login host; else the project
+    /// whose host it was handed off to), with its user, who must still be configured. The one
+    /// reading of a browser's cookie, for the login host's pages and for project hosts alike.
+    pub(crate) async fn for_host(
+        &self,
+        value: &str,
+        peer: IpAddr,
+        host: Option<&str>,
+        users: &crate::auth::users::Users,
+    ) -> Result<Option<(Arc<Live>, Arc<crate::auth::users::UserState>)>, StoreDown> {
+        let Some(live) = self.check(value, peer).await? else {
+            return Ok(None);
+        };
+        if live.host.as_deref() != host {
+            return Ok(None);
+        }
+        let user = users.get(&*live.user).cloned();
+        Ok(user.map(|u| (live, u)))
+    }
+
     /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
     /// parent or device is). `peer` is recorded as the device's last address.
     pub(crate) async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, StoreDown> {

@@ -1,10 +1,9 @@
 //! Identify: the user behind a request (SSH login, Basic or Bearer credentials, a project host's
 //! cookie, a terminal ticket), before anything else is decided about it.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::{Method, header, request::Parts};
+use http::{Method, header};
 
 use super::request::Target;
 use crate::audit::Via;
@@ -12,24 +11,17 @@ use crate::audit::Who;
 use crate::auth::credentials::{self, Credentials};
 use crate::auth::tokens;
 use crate::auth::users::UserState;
-use crate::gateway::Gateway;
-use crate::gateway::state::State;
 use crate::http::error::HttpError;
 use crate::policy::plan::Treatment;
 
+use super::Front;
 use super::admit::check_origin;
-use super::{ConnInfo, Front};
 
-/// What identification reads of a request, once, for each of its ways.
-#[derive(Clone, Copy)]
+/// What identification reads of a request: the request context the pages read too, the target
+/// (looked at only once a credential is known good, or for a cookie's or ticket's project) and
+/// whether it asks for an upgrade.
 pub(super) struct Asking<'a> {
-    pub(super) gw: &'a Gateway,
-    pub(super) state: &'a State,
-    pub(super) conn: &'a ConnInfo,
-    pub(super) client: IpAddr,
-    pub(super) parts: &'a Parts,
-    pub(super) host: Option<&'a str>,
-    /// Looked at only once a credential is known good (or for a cookie's or ticket's project).
+    pub(super) ctx: &'a crate::web::Ctx<'a>,
     pub(super) target: &'a Result<Target, HttpError>,
     pub(super) upgrade: bool,
 }
@@ -58,14 +50,14 @@ pub(super) struct Identified {
 /// passes the origin check. A browser navigating to a project host with none of these is sent to
 /// the login host's handoff.
 pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
-    let Asking {
+    let crate::web::Ctx {
         gw,
         state,
         conn,
         client,
         parts,
         ..
-    } = *a;
+    } = *a.ctx;
     let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
         user,
         by_cookie: false,
@@ -125,20 +117,20 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
 /// No credential in the request: a project front's own cookie, else (a terminal WebSocket
 /// only) a ticket this gateway relayed to the same project, used up once the origin passes.
 pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, HttpError> {
-    let Asking {
+    let crate::web::Ctx {
         gw,
         state,
         conn,
-        client,
+        client: _,
         parts,
         host,
-        target,
-        upgrade,
-    } = *a;
+        ..
+    } = *a.ctx;
+    let (target, upgrade) = (a.target, a.upgrade);
     let Ok(t) = target else {
         return Err(HttpError::Unauthenticated);
     };
-    if let Some((user, device)) = by_cookie(gw, state, conn, client, parts, host, t).await? {
+    if let Some((user, device)) = by_cookie(a.ctx, t).await? {
         let via = if device.is_some() { Via::Device } else { Via::Cookie };
         return Ok(Identified {
             user,
@@ -169,14 +161,18 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
 /// exactly that project. A browser navigation there without one goes to the login host's
 /// handoff (only on a project front: the handoff can only give a cookie to one).
 pub(super) async fn by_cookie(
-    gw: &Gateway,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
+    ctx: &crate::web::Ctx<'_>,
     t: &Target,
 ) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
+    let crate::web::Ctx {
+        gw,
+        state,
+        conn,
+        client,
+        parts,
+        host,
+        ..
+    } = *ctx;
     let front = crate::web::front::of(conn, host, state.settings.server.base_domain.as_deref());
     let crate::web::front::WebFront::Project { name, own_port } = front else {
         return Ok(None);
@@ -185,11 +181,11 @@ pub(super) async fn by_cookie(
         return Ok(None);
     }
     if let Some(value) = front.find_session(&parts.headers)
-        && let Some(live) = gw.browser.sessions.check(value, client).await?
-        && live.host.as_deref() == Some(&*t.project.name)
-        && let Some(user) = state.users.get(&*live.user)
+        && let Some((live, user)) = (gw.browser.sessions)
+            .for_host(value, client, Some(&t.project.name), &state.users)
+            .await?
     {
-        return Ok(Some((user.clone(), live.device.clone())));
+        return Ok(Some((user, live.device.clone())));
     }
     if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());

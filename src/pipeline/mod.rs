@@ -143,18 +143,23 @@ fn handle_inner<'a>(
             target,
             page,
         } = request::read(state, conn, &parts)?;
-        if let Some(page) = page {
-            let body = body.take().expect("the body is taken once, here or by the forward");
-            return serve_page(gw, state, conn, client, &parts, host.as_deref(), body, page, record).await;
-        }
-
-        let Identified { user, by_cookie, who } = identify(&identify::Asking {
+        // The request as the pages and identification read it.
+        let ctx = crate::web::Ctx {
             gw,
             state,
             conn,
             client,
             parts: &parts,
             host: host.as_deref(),
+            on_behalf: internal::on_behalf,
+        };
+        if let Some(page) = page {
+            let body = body.take().expect("the body is taken once, here or by the forward");
+            return serve_page(&ctx, body, page, record).await;
+        }
+
+        let Identified { user, by_cookie, who } = identify(&identify::Asking {
+            ctx: &ctx,
             target: &target,
             upgrade: upgrade.is_some(),
         })
@@ -190,29 +195,14 @@ fn handle_inner<'a>(
 }
 
 /// A gateway page: its answer, or (for a browser) its error as a page.
-#[allow(clippy::too_many_arguments)]
 async fn serve_page(
-    gw: &Arc<Gateway>,
-    state: &State,
-    conn: &ConnInfo,
-    client: IpAddr,
-    parts: &Parts,
-    host: Option<&str>,
+    ctx: &crate::web::Ctx<'_>,
     body: Incoming,
     page: crate::web::Page,
     record: &mut AccessRecord,
 ) -> Result<Response<ProxyBody>, HttpError> {
-    let html = crate::web::page::wants_html(&parts.headers) || parts.method == Method::POST;
-    let ctx = crate::web::Ctx {
-        gw,
-        state,
-        conn,
-        client,
-        parts,
-        host,
-        on_behalf: internal::on_behalf,
-    };
-    match crate::web::serve(&ctx, body, page).await {
+    let html = crate::web::page::wants_html(&ctx.parts.headers) || ctx.parts.method == Method::POST;
+    match crate::web::serve(ctx, body, page).await {
         Ok(r) => Ok(r),
         Err(e) if html && !matches!(e, HttpError::LoginRedirect { .. }) => {
             record.reason = Some(e.code());

@@ -164,7 +164,8 @@ fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, H
     })
 }
 
-/// Everything a page handler may need about its request.
+/// Everything a page handler (and identification) may need about its request.
+#[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
     pub gw: &'a Arc<Gateway>,
     pub state: &'a State,
@@ -214,8 +215,10 @@ impl Ctx<'_> {
         let Some(value) = cookie::find(&self.parts.headers) else {
             return Ok(None);
         };
-        let live = self.gw.browser.sessions.check(value, self.client).await?;
-        let live = live.filter(|l| l.host.is_none() && self.state.users.contains_key(&*l.user));
+        let live = (self.gw.browser.sessions)
+            .for_host(value, self.client, None, &self.state.users)
+            .await?
+            .map(|(live, _)| live);
         if live.is_some() {
             // A live login session is a valid credential: the connection leaves the
             // unauthenticated share (front/listen/table.rs).
