@@ -1,29 +1,37 @@
 //! Admit: may this user do this here, now (role, origin, limits, size, the gateway's files).
 
-use http::{Method, header, request::Parts};
-
-use super::request::Target;
+use super::request::{Canonical, Target};
 use super::{ConnInfo, Front, OriginRule, Proceeding, own_files};
 use crate::config::Role;
 use crate::gateway::state::State;
 use crate::http::body::StreamHold;
 use crate::http::error::HttpError;
 use crate::metrics::{Refusal, StreamKind};
+use crate::policy::csrf;
 use crate::policy::plan::Treatment;
-
-// Built at compile time: a `&str` name is parsed and validated on every lookup.
-const SEC_FETCH_SITE: http::HeaderName = http::HeaderName::from_static("sec-fetch-site");
 
 pub(super) struct Admitted {
     pub(super) role: Role,
     pub(super) stream_slot: Option<StreamHold>,
 }
 
-/// May this user do this here, now? The role the route needs, the origin rule, the request and
-/// stream budgets, the declared size, the gateway's own files, the workspace guard.
-pub(super) fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade: bool) -> Result<Admitted, HttpError> {
-    let (gw, user, project) = (on.gw, on.user, &target.project);
-    let limits = &gw.limits;
+/// May this user do this here, now? The host an SSH tunnel may name, the role the route needs,
+/// the origin rule, the request and stream budgets, the declared size, the gateway's own files,
+/// the workspace guard.
+pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -> Result<Admitted, HttpError> {
+    let (gw, user, project) = (on.here.gw, on.user, &target.project);
+    let (limits, method, upgrade) = (&gw.limits, request.method(), request.upgrade.is_some());
+    if matches!(on.here.conn.front, Front::Ssh { .. })
+        && !request
+            .host
+            .as_deref()
+            .is_some_and(crate::policy::origin::is_local_host)
+    {
+        tracing::warn!(target: "security", peer = %on.here.conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
+        return Err(HttpError::Forbidden(
+            "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
+        ));
+    }
     let role = user
         .grants
         .role_in(&project.name)
@@ -31,21 +39,21 @@ pub(super) fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade
             user: user.name.to_string(),
             project: project.name.to_string(),
         })?;
-    crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
+    crate::policy::authz::check_target(role, method, target.class, target.label(), target.note())?;
     match on.origin {
         OriginRule::Cookie => {
             // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
             // say the project front's exact origin.
-            let own =
-                crate::policy::origin::normalize(&format!("https://{}", on.host.unwrap_or(""))).unwrap_or_default();
-            crate::web::csrf::check(&parts.method, upgrade, &parts.headers, &own, &on.state.settings.server.allowed_origins)
-                .map_err(|r| {
-                    tracing::warn!(target: "security", peer = %on.client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
-                    HttpError::Forbidden(r.message().into())
-                })?;
+            let own = crate::policy::origin::normalize(&format!("https://{}", request.host.as_deref().unwrap_or("")))
+                .unwrap_or_default();
+            let trusted = &on.here.state.settings.server.allowed_origins;
+            csrf::check(method, upgrade, request.browser(), &own, trusted).map_err(|r| {
+                tracing::warn!(target: "security", peer = %on.here.client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
+                HttpError::Forbidden(r.message().into())
+            })?;
         }
         OriginRule::Credentials => {
-            check_origin(on.state, on.conn, parts, on.host, upgrade, &user.name, &project.name)?;
+            check_origin(on.here.state, on.here.conn, request, &user.name, &project.name)?;
         }
         OriginRule::CheckedByPage => {}
     }
@@ -53,7 +61,7 @@ pub(super) fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade
     if upgrade && treatment != Treatment::TerminalConnect {
         return Err(HttpError::BadRequest(format!(
             "{} {} does not switch protocols; only terminal connections do",
-            parts.method,
+            method,
             target.label()
         )));
     }
@@ -64,21 +72,18 @@ pub(super) fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade
         }
     })?;
     let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
-    if let Some(len) = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    if let Some(len) = request.content_length
         && len > limits.max_body_bytes
     {
         return Err(HttpError::PayloadTooLarge {
             max: limits.max_body_bytes,
         });
     }
-    own_files::check_request(gw, on.client, user, target, parts)?;
+    own_files::check_request(gw, on.here.client, user, target, &request.query.paths)?;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
-            parts.method,
+            method,
             target.label(),
             project.name
         )));
@@ -89,8 +94,8 @@ pub(super) fn admit(on: &Proceeding<'_>, parts: &Parts, target: &Target, upgrade
 /// A long-lived request's hold: the user's stream slot (an SSH channel already holds one for
 /// everything it carries) and its count in the open-streams gauge.
 pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<StreamHold, HttpError> {
-    let gw = on.gw;
-    let slot = if matches!(on.conn.front, Front::Ssh { .. }) {
+    let gw = on.here.gw;
+    let slot = if matches!(on.here.conn.front, Front::Ssh { .. }) {
         None
     } else {
         Some(
@@ -117,40 +122,38 @@ pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<S
 }
 
 /// A browser page from elsewhere may not write or open terminals with the user's credentials
-/// (browsers attach cached Basic credentials to any request to the gateway's origin). Without an
-/// `Origin`, a browser's own word that the request is cross-site (`Sec-Fetch-Site`) is enough.
+/// (browsers attach cached Basic credentials to any request to the gateway's origin): the older
+/// origin rule ([`csrf::credentials_rule`]), refused with what to do about it.
 pub(super) fn check_origin(
     state: &State,
     conn: &ConnInfo,
-    parts: &Parts,
-    host: Option<&str>,
-    upgrade: bool,
+    request: &Canonical,
     user: &str,
     project: &str,
 ) -> Result<(), HttpError> {
-    let unsafe_method = !matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    if !unsafe_method && !upgrade {
-        return Ok(());
-    }
-    let Some(origin) = parts.headers.get(header::ORIGIN) else {
-        if parts
-            .headers
-            .get(SEC_FETCH_SITE)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"))
-        {
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
-            return Err(HttpError::Forbidden(
-                "a cross-site request (Sec-Fetch-Site: cross-site) may not write or open terminals".into(),
-            ));
+    let browser = request.browser();
+    let rule = csrf::credentials_rule(
+        request.method(),
+        request.upgrade.is_some(),
+        browser,
+        conn.scheme(),
+        request.host.as_deref(),
+        &state.settings.server.allowed_origins,
+    );
+    match rule {
+        Ok(()) => Ok(()),
+        Err(csrf::Refusal::ForeignOrigin) => {
+            let origin = browser.origin.unwrap_or("null");
+            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
+            Err(HttpError::Forbidden(format!(
+                "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
+            )))
         }
-        return Ok(());
-    };
-    let origin = origin.to_str().unwrap_or("null");
-    if crate::policy::origin::allowed(origin, conn.scheme(), host, &state.settings.server.allowed_origins) {
-        return Ok(());
+        Err(_) => {
+            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
+            Err(HttpError::Forbidden(
+                "a cross-site request (Sec-Fetch-Site: cross-site) may not write or open terminals".into(),
+            ))
+        }
     }
-    tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
-    Err(HttpError::Forbidden(format!(
-        "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
-    )))
 }

@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
+
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::ConnInfo;
-use super::request::Target;
+use super::request::{Canonical, Outgoing, Target};
 use super::response::{self, Answer};
 use crate::auth::users::UserState;
 use crate::gateway::Gateway;
@@ -35,11 +36,10 @@ pub(crate) struct Forwarding<'a> {
     pub client: IpAddr,
     pub endpoint: &'a Arc<Endpoint>,
     pub user: &'a UserState,
-    pub parts: Parts,
+    /// The canonical request; the forward takes its head back to rewrite for the upstream.
+    pub request: Canonical,
     pub body: RequestBody,
     pub target: &'a Target,
-    pub host: Option<&'a str>,
-    pub upgrade: Option<HeaderValue>,
     pub stream_slot: Option<StreamHold>,
     /// The audit record begun for this request: a permission answer's once/always/reject is
     /// read from its small body, a body without a length is counted, a created session noted.
@@ -63,22 +63,34 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
     async move {
         let (gw, target) = (f.gw, f.target);
         let project = &*target.project;
-        let client_upgrade = f.upgrade.as_ref().map(|_| {
+        let Outgoing {
+            head: mut parts,
+            host,
+            upgrade,
+        } = f.request.into_outgoing();
+        let client_upgrade = upgrade.as_ref().map(|_| {
             let mut head = Request::new(());
-            *head.extensions_mut() = std::mem::take(&mut f.parts.extensions);
+            *head.extensions_mut() = std::mem::take(&mut parts.extensions);
             hyper::upgrade::on(head)
         });
         // Taken before the headers are rewritten for the upstream (which asks it for identity),
         // for the web UI's files and the compressible API routes only (decided on the resolved
         // route). GET only: a HEAD answer has a length but no body to compress.
-        let compress = if !target.may_compress() || f.upgrade.is_some() || f.parts.method != http::Method::GET {
+        let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
             None
         } else {
-            crate::support::compress::Ask::take(&f.parts.headers)
+            crate::support::compress::Ask::take(&parts.headers)
         };
-        let upgrade = f.upgrade.take();
         let upgrading = upgrade.is_some();
-        upstream_head(&mut f.parts, f.conn, f.client, f.host, f.endpoint, target, upgrade)?;
+        upstream_head(
+            &mut parts,
+            f.conn,
+            f.client,
+            host.as_deref(),
+            f.endpoint,
+            target,
+            upgrade,
+        )?;
         let body = upstream_body(
             gw,
             f.client,
@@ -97,7 +109,7 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
         let sent = std::pin::pin!(
             f.endpoint
                 .pool
-                .send(Request::from_parts(f.parts, body), gw.limits.upstream_connect_timeout)
+                .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout)
         );
         let result = match target.treatment().long_lived() {
             true => sent.await,

@@ -3,27 +3,27 @@
 
 use std::sync::Arc;
 
-use http::{Method, header};
+use http::Method;
 
-use super::request::Target;
+use super::request::{Canonical, Target};
 use crate::audit::Via;
 use crate::audit::Who;
-use crate::auth::credentials::{self, Credentials};
+use crate::auth::credentials::Credentials;
 use crate::auth::tokens;
 use crate::auth::users::UserState;
 use crate::http::error::HttpError;
 use crate::policy::plan::Treatment;
 
-use super::Front;
 use super::admit::check_origin;
+use super::{Front, Here};
 
-/// What identification reads of a request: the request context the pages read too, the target
-/// (looked at only once a credential is known good, or for a cookie's or ticket's project) and
-/// whether it asks for an upgrade.
+/// What identification reads: where the request is handled, the canonical request, and its
+/// target (looked at only once a credential is known good, or for a cookie's or ticket's
+/// project).
 pub(super) struct Asking<'a> {
-    pub(super) ctx: &'a crate::web::Ctx<'a>,
+    pub(super) here: Here<'a>,
+    pub(super) request: &'a Canonical,
     pub(super) target: &'a Result<Target, HttpError>,
-    pub(super) upgrade: bool,
 }
 
 /// A user identified by `via`, no device or token id, not by a cookie.
@@ -50,14 +50,12 @@ pub(super) struct Identified {
 /// passes the origin check. A browser navigating to a project host with none of these is sent to
 /// the login host's handoff.
 pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
-    let crate::web::Ctx {
+    let Here {
         gw,
         state,
         conn,
         client,
-        parts,
-        ..
-    } = *a.ctx;
+    } = a.here;
     let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
         user,
         by_cookie: false,
@@ -75,15 +73,14 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
             .ok_or_else(|| HttpError::Forbidden(format!("user {user} no longer exists")));
     }
     // The same Authorization header as the last password verified on this connection.
-    let header = parts.headers.get(header::AUTHORIZATION);
+    let header = a.request.authorization();
     if let Some(user) = header.and_then(|h| conn.auth_memo.recall(h.as_bytes(), &state.users)) {
         return Ok(plain(Via::Password)(user));
     }
-    let creds = match credentials::from_headers(&parts.headers) {
-        Ok(Some(c)) => Some(c),
-        Ok(None) => credentials::from_query(parts.uri.query()),
-        Err(e) => return Err(HttpError::MalformedCredentials(e.to_string())),
-    };
+    let creds = a
+        .request
+        .credentials()
+        .map_err(|e| HttpError::MalformedCredentials(e.to_string()))?;
     let check = crate::auth::Check {
         auth: &gw.auth,
         metrics: &gw.metrics,
@@ -117,20 +114,11 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
 /// No credential in the request: a project front's own cookie, else (a terminal WebSocket
 /// only) a ticket this gateway relayed to the same project, used up once the origin passes.
 pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, HttpError> {
-    let crate::web::Ctx {
-        gw,
-        state,
-        conn,
-        client: _,
-        parts,
-        host,
-        ..
-    } = *a.ctx;
-    let (target, upgrade) = (a.target, a.upgrade);
-    let Ok(t) = target else {
+    let (Here { gw, state, conn, .. }, request) = (a.here, a.request);
+    let Ok(t) = a.target else {
         return Err(HttpError::Unauthenticated);
     };
-    if let Some((user, device)) = by_cookie(a.ctx, t).await? {
+    if let Some((user, device)) = by_cookie(a.here, request, t).await? {
         let via = if device.is_some() { Via::Device } else { Via::Cookie };
         return Ok(Identified {
             user,
@@ -138,14 +126,14 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
             who: Who { via, id: device },
         });
     }
-    let Some(ticket) = parts.uri.query().and_then(|q| crate::policy::query::get(q, "ticket")) else {
+    let Some(ticket) = &request.query.ticket else {
         return Err(HttpError::Unauthenticated);
     };
-    if !upgrade || t.treatment() != Treatment::TerminalConnect {
+    if request.upgrade.is_none() || t.treatment() != Treatment::TerminalConnect {
         return Err(HttpError::Unauthenticated);
     }
-    check_origin(state, conn, parts, host, upgrade, "-", &t.project.name)?;
-    match gw.browser.tickets.take(&ticket, &t.project.name) {
+    check_origin(state, conn, request, "-", &t.project.name)?;
+    match gw.browser.tickets.take(ticket, &t.project.name) {
         Some(user) => state
             .users
             .get(&*user)
@@ -161,18 +149,17 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
 /// exactly that project. A browser navigation there without one goes to the login host's
 /// handoff (only on a project front: the handoff can only give a cookie to one).
 pub(super) async fn by_cookie(
-    ctx: &crate::web::Ctx<'_>,
+    here: Here<'_>,
+    request: &Canonical,
     t: &Target,
 ) -> Result<Option<(Arc<UserState>, Option<Arc<str>>)>, HttpError> {
-    let crate::web::Ctx {
+    let Here {
         gw,
         state,
         conn,
         client,
-        parts,
-        host,
-        ..
-    } = *ctx;
+    } = here;
+    let host = request.host.as_deref();
     let front = crate::web::front::of(conn, host, state.settings.server.base_domain.as_deref());
     let crate::web::front::WebFront::Project { name, own_port } = front else {
         return Ok(None);
@@ -180,15 +167,15 @@ pub(super) async fn by_cookie(
     if name != &*t.project.name {
         return Ok(None);
     }
-    if let Some(value) = front.find_session(&parts.headers)
+    if let Some(value) = request.session_cookie(&front)
         && let Some((live, user)) = (gw.browser.sessions)
             .for_host(value, client, Some(&t.project.name), &state.users)
             .await?
     {
         return Ok(Some((user, live.device.clone())));
     }
-    if parts.method == Method::GET && crate::web::page::wants_html(&parts.headers) {
-        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    if request.method() == Method::GET && request.wants_html() {
+        let path = request.path_and_query();
         let handoff_state = crate::auth::sessions::random(16);
         let here = host.unwrap_or("");
         let location = match (own_port, state.settings.server.base_domain.as_deref()) {

@@ -16,8 +16,9 @@ use bytes::Bytes;
 use http::{Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
 
+use super::request::Reading;
 use super::{ConnInfo, Front};
-use super::{OriginRule, Proceeding, proceed};
+use super::{Here, OriginRule, Proceeding, proceed};
 use crate::audit::Who;
 use crate::auth::users::UserState;
 use crate::gateway::Gateway;
@@ -109,20 +110,25 @@ impl OnBehalf<'_> {
         let (parts, ()) = req.into_parts();
         let conn = ConnInfo::new(SocketAddr::new(self.client, 0), Front::Tls { bound: None });
         let mut record = self.record(method, project, path);
-        let reading = super::request::read(&state, &conn, &parts)?;
         let on = Proceeding {
-            gw,
-            state: &state,
-            conn: &conn,
-            client: self.client,
-            host: reading.host.as_deref(),
+            here: Here {
+                gw,
+                state: &state,
+                conn: &conn,
+                client: self.client,
+            },
             user: &self.user,
             who: self.who.clone(),
             origin: OriginRule::CheckedByPage,
         };
-        let result = match reading.target {
-            Ok(target) => proceed(&on, parts, target, None, || RequestBody::Whole(body), &mut record).await,
-            Err(e) => Err(e),
+        let result = match super::request::read(&state, &conn, parts, gw.limits.max_uri_bytes)? {
+            Reading::Project {
+                request,
+                target: Ok(target),
+            } => proceed(&on, request, target, || RequestBody::Whole(body), &mut record).await,
+            Reading::Project { target: Err(e), .. } => Err(e),
+            // The path is `/p/<project>/…` (a valid name): only OpenCode's routes answer there.
+            Reading::Page { .. } => Err(HttpError::NotFound(format!("{path} is not an OpenCode request"))),
         };
         let status = self.finish(&mut record, &result, project).await;
         let response = result?;

@@ -24,7 +24,7 @@ use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use http::{HeaderValue, Method, Request, Response, StatusCode, header, request::Parts};
+use http::{Method, Request, Response, StatusCode, header, request::Parts};
 use hyper::body::Incoming;
 
 use crate::audit::Who;
@@ -35,7 +35,7 @@ use crate::http::body::{AccessRecord, ProxyBody, RequestBody};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
 use forward::Forwarding;
-use request::{Reading, Target};
+use request::{Canonical, Reading, Target};
 
 // Built at compile time: a `&str` name is parsed and validated on every lookup.
 const SEC_FETCH_MODE: http::HeaderName = http::HeaderName::from_static("sec-fetch-mode");
@@ -130,57 +130,39 @@ fn handle_inner<'a>(
 ) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
     // Not an `async fn`, so `parts` is kept once in the future (see `forward::forward`).
     async move {
-        let limits = &gw.limits;
-        let uri_len = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
-        if uri_len > limits.max_uri_bytes {
-            return Err(HttpError::UriTooLong {
-                max: limits.max_uri_bytes,
-            });
-        }
-        let Reading {
-            host,
-            upgrade,
-            target,
-            page,
-        } = request::read(state, conn, &parts)?;
-        // The request as the pages and identification read it.
-        let ctx = crate::web::Ctx {
+        let (request, target) = match request::read(state, conn, parts, gw.limits.max_uri_bytes)? {
+            Reading::Page { page, parts, host } => {
+                let ctx = crate::web::Ctx {
+                    gw,
+                    state,
+                    conn,
+                    client,
+                    parts: &parts,
+                    host: host.as_deref(),
+                    on_behalf: internal::on_behalf,
+                };
+                let body = body.take().expect("the body is taken once, here or by the forward");
+                return serve_page(&ctx, body, page, record).await;
+            }
+            Reading::Project { request, target } => (request, target),
+        };
+        let here = Here {
             gw,
             state,
             conn,
             client,
-            parts: &parts,
-            host: host.as_deref(),
-            on_behalf: internal::on_behalf,
         };
-        if let Some(page) = page {
-            let body = body.take().expect("the body is taken once, here or by the forward");
-            return serve_page(&ctx, body, page, record).await;
-        }
-
         let Identified { user, by_cookie, who } = identify(&identify::Asking {
-            ctx: &ctx,
+            here,
+            request: &request,
             target: &target,
-            upgrade: upgrade.is_some(),
         })
         .await?;
         record.user = Some(user.name.clone());
         // A valid credential: the connection leaves the unauthenticated share (front/listen/table.rs).
         conn.authenticated(gw);
-
-        if matches!(conn.front, Front::Ssh { .. }) && !host.as_deref().is_some_and(crate::policy::origin::is_local_host)
-        {
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
-            return Err(HttpError::Forbidden(
-                "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
-            ));
-        }
         let on = Proceeding {
-            gw,
-            state,
-            conn,
-            client,
-            host: host.as_deref(),
+            here,
             user: &user,
             who,
             origin: if by_cookie {
@@ -190,7 +172,7 @@ fn handle_inner<'a>(
             },
         };
         let body = || RequestBody::Stream(body.take().expect("the body is taken once, here or by a page"));
-        proceed(&on, parts, target?, upgrade, body, record).await
+        proceed(&on, request, target?, body, record).await
     }
 }
 
@@ -212,7 +194,7 @@ async fn serve_page(
     }
 }
 
-/// Which origin rule a request passes (`check_origin`, `web::csrf`).
+/// Which origin rule a request passes (`policy::csrf`: `credentials_rule`, `check`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum OriginRule {
     /// Basic, Bearer, a ticket, an SSH channel: the older origin rule.
@@ -224,13 +206,20 @@ pub(crate) enum OriginRule {
     CheckedByPage,
 }
 
-/// Who a request is for and how it arrived, once identified: what the later phases read.
-pub(crate) struct Proceeding<'a> {
+/// Where a request is handled: the gateway, its running state as the request found it, the
+/// connection it came on and the client's address (after trusted proxies).
+#[derive(Clone, Copy)]
+pub(crate) struct Here<'a> {
     pub gw: &'a Arc<Gateway>,
     pub state: &'a State,
     pub conn: &'a ConnInfo,
     pub client: IpAddr,
-    pub host: Option<&'a str>,
+}
+
+/// Who a request is for and how it arrived, once identified: what the later phases read
+/// beside the canonical request.
+pub(crate) struct Proceeding<'a> {
+    pub here: Here<'a>,
     pub user: &'a Arc<UserState>,
     pub who: Who,
     pub origin: OriginRule,
@@ -242,9 +231,8 @@ pub(crate) struct Proceeding<'a> {
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
 pub(crate) fn proceed<'a>(
     on: &'a Proceeding<'a>,
-    parts: Parts,
+    request: Canonical,
     mut target: Target,
-    upgrade: Option<HeaderValue>,
     body: impl FnOnce() -> RequestBody + 'a,
     record: &'a mut AccessRecord,
 ) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
@@ -252,21 +240,20 @@ pub(crate) fn proceed<'a>(
     async move {
         record.project = Some(target.project.clone());
         record.class = target.class();
-        let admitted = admit(on, &parts, &target, upgrade.is_some())?;
-        let planned = plan(on, &parts, &mut target, admitted.role, record).await?;
+        let admitted = admit(on, &request, &target)?;
+        let planned = plan(on, &request, &mut target, admitted.role, record).await?;
         let mut audit = planned.audit;
-        let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&on.gw.audit));
+        let here = on.here;
+        let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&here.gw.audit));
         let result = forward::forward(Forwarding {
-            gw: on.gw,
-            conn: on.conn,
-            client: on.client,
+            gw: here.gw,
+            conn: here.conn,
+            client: here.client,
             endpoint: &planned.endpoint,
             user: on.user,
-            parts,
+            request,
             body: body(),
             target: &target,
-            host: on.host,
-            upgrade,
             stream_slot: admitted.stream_slot,
             audit: audit.as_deref_mut(),
             terminal_close,

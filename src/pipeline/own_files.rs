@@ -7,8 +7,6 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use http::request::Parts;
-
 use super::request::Target;
 use crate::auth::users::UserState;
 use crate::gateway::Gateway;
@@ -39,13 +37,13 @@ pub(crate) fn refuse(
     )))
 }
 
-/// Check every file a request names: a file route's path and `path` query parameters.
+/// Check every file a request names: a file route's path and its `path` query parameters.
 pub(crate) fn check_request(
     gw: &Gateway,
     client: IpAddr,
     user: &UserState,
     target: &Target,
-    parts: &Parts,
+    query_paths: &[String],
 ) -> Result<(), HttpError> {
     if !target.is_api() {
         return Ok(());
@@ -53,19 +51,8 @@ pub(crate) fn check_request(
     if let Some(file) = &target.file {
         refuse(gw, client, user, &target.project, file)?;
     }
-    if let Some(q) = parts.uri.query() {
-        for (name, pair) in crate::policy::query::pairs(q) {
-            if name == "path" {
-                let value = pair.split_once('=').map_or("", |(_, v)| v);
-                refuse(
-                    gw,
-                    client,
-                    user,
-                    &target.project,
-                    &crate::policy::query::percent_decode(value, true),
-                )?;
-            }
-        }
+    for path in query_paths {
+        refuse(gw, client, user, &target.project, path)?;
     }
     Ok(())
 }

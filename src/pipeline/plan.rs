@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use http::request::Parts;
-
-use super::request::Target;
+use super::request::{Canonical, Target};
 use super::{Proceeding, forward, own_files};
 use crate::config::Role;
 use crate::http::audit::Pending;
@@ -22,12 +20,12 @@ pub(super) struct Planned {
 /// scope, and the audit record the route asks for.
 pub(super) async fn plan(
     on: &Proceeding<'_>,
-    parts: &Parts,
+    request: &Canonical,
     target: &mut Target,
     role: Role,
     record: &mut AccessRecord,
 ) -> Result<Planned, HttpError> {
-    let gw = on.gw;
+    let gw = on.here.gw;
     let project = target.project.clone();
     let endpoint = match project.ready_endpoint() {
         Some(e) => e,
@@ -37,9 +35,9 @@ pub(super) async fn plan(
     // not be read): judge the request again with it (a route it added may need more than the
     // table's guess).
     if !target.upstream_known && project.api().is_some() {
-        *target = target.with_upstream_api(on.state, &parts.method, parts.uri.path())?;
-        crate::policy::authz::check_target(role, &parts.method, target.class, target.label(), target.note())?;
-        own_files::check_request(gw, on.client, on.user, target, parts)?;
+        *target = request.resolve_again(on.here.state, target)?;
+        crate::policy::authz::check_target(role, request.method(), target.class, target.label(), target.note())?;
+        own_files::check_request(gw, on.here.client, on.user, target, &request.query.paths)?;
         record.class = target.class();
     }
     if project.shared_upstream
@@ -53,12 +51,12 @@ pub(super) async fn plan(
             kind,
             &on.user.name,
             &project.name,
-            on.client,
+            on.here.client,
             &on.who,
             target.session.as_deref(),
             target.label(),
             &target.upstream_path,
-            &parts.headers,
+            request.content_length,
         ))),
         _ => None,
     };

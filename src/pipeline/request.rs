@@ -1,17 +1,23 @@
 //! The canonical request: the one reading of a request that every later stage decides on. Built
 //! once, before any decision, from the request head: the host it names (one, consistent), the
-//! path as OpenCode's router reads it, the project it is for, and the table route it is.
-//! Nothing after this reads the raw path again; what is forwarded is this reading's spelling.
+//! path as OpenCode's router reads it, the project it is for and the table route it is
+//! ([`Target`]), and the facts the stages decide on ([`Canonical`]): the method, the
+//! credentials it offers, what a browser says of its origin, the query's facts, the declared
+//! length, the upgrade. The head itself is private to this file: no stage reads it raw, and the
+//! forward alone takes it back ([`Canonical::into_outgoing`]) to rewrite it for the upstream,
+//! with this reading's spelling of the path.
 
 use std::sync::Arc;
 
 use http::{HeaderValue, Method, header, request::Parts};
 
 use super::ConnInfo;
+use crate::auth::credentials::{self, CredentialError, Credentials};
 use crate::gateway::state::{ProjectState, State};
 use crate::http::error::HttpError;
 use crate::policy::authz::{self, ApiRoute, Class, Extra};
 use crate::policy::canonical::CanonicalPath;
+use crate::policy::csrf::Browser;
 use crate::policy::plan::Treatment;
 use crate::policy::route::{self, Route, RouteInput};
 
@@ -64,38 +70,173 @@ impl Target {
     pub(crate) fn note(&self) -> &'static str {
         self.route.map_or("", |r| r.note())
     }
-
-    /// Resolve again once the upstream's API document is known (a spawned server that was not
-    /// ready when the request came): the same path, the same config, now with the document.
-    pub(crate) fn with_upstream_api(
-        &self,
-        state: &State,
-        method: &Method,
-        raw_path: &str,
-    ) -> Result<Target, HttpError> {
-        let path = CanonicalPath::parse(raw_path).map_err(HttpError::BadPath)?;
-        Ok(resolve(state, self.project.clone(), method, &path, self.path_start))
-    }
 }
 
-pub struct Reading {
+/// A request, read: for one of the gateway's own pages (whose head is the page's to read), or
+/// for a project.
+// Moved once per request, never stored: boxing the larger variant would cost an allocation on
+// every proxied request to save bytes on the rare page.
+#[allow(clippy::large_enum_variant)]
+pub enum Reading {
+    Page {
+        page: crate::web::Page,
+        parts: Parts,
+        /// The host the client addressed.
+        host: Option<String>,
+    },
+    Project {
+        request: Canonical,
+        /// The target, or why there is none. Kept, not returned early: an unauthenticated
+        /// client learns nothing about which projects exist.
+        target: Result<Target, HttpError>,
+    },
+}
+
+/// The facts of a request every stage after reading decides on, each read one way, here.
+pub struct Canonical {
+    /// The head as it came. Private: read only through the facts below, and taken back whole
+    /// only by the forward.
+    head: Parts,
     /// The host the client addressed (`:authority` or the one Host header).
     pub host: Option<String>,
     /// The protocol an upgrade asks for (`websocket`).
-    pub upgrade: Option<HeaderValue>,
-    /// The target, or why there is none. Kept, not returned early: an unauthenticated client
-    /// learns nothing about which projects exist.
-    pub target: Result<Target, HttpError>,
-    /// The gateway's own page this is for, if any (then `target` is not used).
-    pub page: Option<crate::web::Page>,
+    pub(crate) upgrade: Option<HeaderValue>,
+    /// The declared body length (`Content-Length`), when there is one that reads as a number.
+    pub(crate) content_length: Option<u64>,
+    pub(crate) query: QueryFacts,
 }
 
-/// Read the request head once. Errors here are about the request's form (two hosts, a path
-/// OpenCode could read two ways) and come before authentication.
-pub fn read(state: &State, conn: &ConnInfo, parts: &Parts) -> Result<Reading, HttpError> {
-    let host = request_host(parts)?;
+/// What the gateway decides on in the query, read in one pass with the decoding OpenCode's
+/// `URLSearchParams` uses for names.
+#[derive(Default)]
+pub(crate) struct QueryFacts {
+    /// The first `auth_token` (OpenCode's `base64(user:password)`, where a browser can't set
+    /// headers), decoded.
+    pub(crate) auth_token: Option<String>,
+    /// The first `ticket` (a terminal ticket this gateway relayed), decoded.
+    pub(crate) ticket: Option<String>,
+    /// Every `path` parameter, decoded (files the request names).
+    pub(crate) paths: Vec<String>,
+}
+
+impl QueryFacts {
+    fn read(query: Option<&str>) -> QueryFacts {
+        use crate::policy::query::{pairs, percent_decode};
+        let mut facts = QueryFacts::default();
+        for (name, pair) in pairs(query.unwrap_or("")) {
+            let value = || pair.split_once('=').map_or("", |(_, v)| v);
+            match &*name {
+                "auth_token" if facts.auth_token.is_none() => {
+                    facts.auth_token = Some(percent_decode(value(), false).into_owned())
+                }
+                "ticket" if facts.ticket.is_none() => facts.ticket = Some(percent_decode(value(), false).into_owned()),
+                "path" => facts.paths.push(percent_decode(value(), true).into_owned()),
+                _ => {}
+            }
+        }
+        facts
+    }
+}
+
+/// What the forward rewrites for the upstream: the head as it came, the host the client
+/// addressed and the upgrade it asked for.
+pub(crate) struct Outgoing {
+    pub(crate) head: Parts,
+    pub(crate) host: Option<String>,
+    pub(crate) upgrade: Option<HeaderValue>,
+}
+
+impl Canonical {
+    fn new(head: Parts, host: Option<String>) -> Canonical {
+        let upgrade = crate::http::rewrite::upgrade_protocol(&head.headers);
+        let content_length = head
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let query = QueryFacts::read(head.uri.query());
+        Canonical {
+            head,
+            host,
+            upgrade,
+            content_length,
+            query,
+        }
+    }
+
+    pub(crate) fn method(&self) -> &Method {
+        &self.head.method
+    }
+
+    /// The Authorization header as sent (the connection's memo compares it byte for byte).
+    pub(crate) fn authorization(&self) -> Option<&HeaderValue> {
+        self.head.headers.get(header::AUTHORIZATION)
+    }
+
+    /// The credentials offered: the Authorization header's, else the query's `auth_token`.
+    pub(crate) fn credentials(&self) -> Result<Option<Credentials>, CredentialError> {
+        match credentials::from_headers(&self.head.headers)? {
+            Some(c) => Ok(Some(c)),
+            None => Ok(self
+                .query
+                .auth_token
+                .as_deref()
+                .and_then(credentials::parse_basic_token)),
+        }
+    }
+
+    /// What a browser says of the request's origin (for the origin rules).
+    pub(crate) fn browser(&self) -> Browser<'_> {
+        Browser::of(&self.head.headers)
+    }
+
+    /// A browser navigating to a page (not a script's fetch).
+    pub(crate) fn wants_html(&self) -> bool {
+        crate::web::page::wants_html(&self.head.headers)
+    }
+
+    /// The browser session cookie of a web front (a project host's, or a project port's own).
+    pub(crate) fn session_cookie(&self, front: &crate::web::front::WebFront<'_>) -> Option<&str> {
+        front.find_session(&self.head.headers)
+    }
+
+    /// Path and query as the client sent them (where a login sends the browser back to).
+    pub(crate) fn path_and_query(&self) -> &str {
+        self.head.uri.path_and_query().map_or("/", |p| p.as_str())
+    }
+
+    /// The same request resolved again once the upstream's API document is known (a spawned
+    /// server that was not ready when the request came): the same path, the same config, now
+    /// with the document.
+    pub(crate) fn resolve_again(&self, state: &State, target: &Target) -> Result<Target, HttpError> {
+        let path = CanonicalPath::parse(self.head.uri.path()).map_err(HttpError::BadPath)?;
+        Ok(resolve(
+            state,
+            target.project.clone(),
+            self.method(),
+            &path,
+            target.path_start,
+        ))
+    }
+
+    /// The head back, for the forward to rewrite for the upstream.
+    pub(crate) fn into_outgoing(self) -> Outgoing {
+        Outgoing {
+            head: self.head,
+            host: self.host,
+            upgrade: self.upgrade,
+        }
+    }
+}
+
+/// Read the request head once. Errors here are about the request's form (too long, two hosts, a
+/// path OpenCode could read two ways) and come before authentication.
+pub fn read(state: &State, conn: &ConnInfo, parts: Parts, max_uri_bytes: usize) -> Result<Reading, HttpError> {
+    let uri_len = parts.uri.path_and_query().map_or(0, |pq| pq.as_str().len());
+    if uri_len > max_uri_bytes {
+        return Err(HttpError::UriTooLong { max: max_uri_bytes });
+    }
+    let host = request_host(&parts)?;
     let path = CanonicalPath::parse(parts.uri.path()).map_err(HttpError::BadPath)?;
-    let upgrade = crate::http::rewrite::upgrade_protocol(&parts.headers);
     let page = crate::web::page(
         conn,
         host,
@@ -104,12 +245,15 @@ pub fn read(state: &State, conn: &ConnInfo, parts: &Parts) -> Result<Reading, Ht
         parts.headers.contains_key(header::AUTHORIZATION),
         state.only_project.is_some(),
     );
-    let target = target(state, conn, host, &parts.method, &path);
-    Ok(Reading {
-        host: host.map(str::to_string),
-        upgrade,
+    let host = host.map(str::to_string);
+    if let Some(page) = page {
+        return Ok(Reading::Page { page, parts, host });
+    }
+    let target = target(state, conn, host.as_deref(), &parts.method, &path);
+    drop(path);
+    Ok(Reading::Project {
+        request: Canonical::new(parts, host),
         target,
-        page,
     })
 }
 
@@ -208,5 +352,64 @@ fn request_host(parts: &Parts) -> Result<Option<&str>, HttpError> {
         )),
         (Some(a), _) => Ok(Some(a)),
         (None, h) => Ok(h),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QueryFacts;
+    use crate::policy::query;
+    use proptest::prelude::*;
+
+    /// Query parts a hostile client would mix: the names the gateway decides on, their encoded
+    /// and cased spellings, empty and repeated pairs, `+` and `%` escapes in values.
+    fn part() -> impl Strategy<Value = String> {
+        let name = prop::sample::select(vec![
+            "auth_token",
+            "ticket",
+            "path",
+            "auth%5Ftoken",
+            "tick%65t",
+            "pa%74h",
+            "Path",
+            "TICKET",
+            "directory",
+            "",
+        ]);
+        let value = prop::sample::select(vec!["", "a", "a+b", "%2Fetc%2Fpasswd", "x%zz", "=", "c3Vl:cHc", "%00"]);
+        (name, value, any::<bool>()).prop_map(|(n, v, eq)| if eq { format!("{n}={v}") } else { n.to_string() })
+    }
+
+    proptest! {
+        /// The one-pass reading agrees with the query helpers the rest of the gateway (and the
+        /// fuzz targets) use: the first `auth_token` and `ticket` as `query::get` reads them,
+        /// and every `path`, in order, decoded as a form value.
+        #[test]
+        fn the_query_facts_are_what_the_query_says(parts in prop::collection::vec(part(), 0..8)) {
+            let q = parts.join("&");
+            let facts = QueryFacts::read(Some(&q));
+            let (auth_token, ticket) = (query::get(&q, "auth_token"), query::get(&q, "ticket"));
+            prop_assert_eq!(facts.auth_token.as_deref(), auth_token.as_deref());
+            prop_assert_eq!(facts.ticket.as_deref(), ticket.as_deref());
+            let paths: Vec<String> = query::pairs(&q)
+                .filter(|(n, _)| n == "path")
+                .map(|(_, p)| query::percent_decode(p.split_once('=').map_or("", |(_, v)| v), true).into_owned())
+                .collect();
+            prop_assert_eq!(facts.paths, paths);
+        }
+    }
+
+    #[test]
+    fn no_query_has_no_facts() {
+        let facts = QueryFacts::read(None);
+        assert!(facts.auth_token.is_none() && facts.ticket.is_none() && facts.paths.is_empty());
+        let facts = QueryFacts::read(Some("path=a&pa%74h=b+c&ticket=t1&ticket=t2&auth_token=x%3D"));
+        assert_eq!(facts.paths, ["a", "b c"]);
+        assert_eq!(
+            facts.ticket.as_deref(),
+            Some("t1"),
+            "the first ticket, as OpenCode's reader"
+        );
+        assert_eq!(facts.auth_token.as_deref(), Some("x="));
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod authz;
 pub mod canonical;
+pub mod csrf;
 pub mod drift;
 pub mod origin;
 pub mod pin;

@@ -10,7 +10,6 @@
 //! OpenCode web-UI routes nobody uses, and always the gateway's.
 
 pub mod ca_page;
-pub mod csrf;
 pub mod form;
 pub mod front;
 pub mod handoff;
@@ -195,12 +194,12 @@ impl Ctx<'_> {
         crate::policy::origin::normalize(&format!("https://{}", self.host.unwrap_or("localhost"))).unwrap_or_default()
     }
 
-    /// Refuse an unsafe request from another origin (see [`csrf`]).
+    /// Refuse an unsafe request from another origin (see [`crate::policy::csrf`]).
     pub(crate) fn check_csrf(&self) -> Result<(), HttpError> {
-        csrf::check(
+        crate::policy::csrf::check(
             &self.parts.method,
             false,
-            &self.parts.headers,
+            crate::policy::csrf::Browser::of(&self.parts.headers),
             &self.own_origin(),
             &self.state.settings.server.allowed_origins,
         )

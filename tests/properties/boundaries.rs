@@ -83,8 +83,20 @@ fn head(method: &Method, uri: &str, hosts: &[&str]) -> http::request::Parts {
     b.body(()).unwrap().into_parts().0
 }
 
-fn read(method: &Method, uri: &str, hosts: &[&str]) -> Result<Reading, HttpError> {
-    request::read(state(), &conn(), &head(method, uri, hosts))
+/// A project request's reading: the host it names and its target (a gateway page fails the test).
+struct ForProject {
+    host: Option<String>,
+    target: Result<request::Target, HttpError>,
+}
+
+fn read(method: &Method, uri: &str, hosts: &[&str]) -> Result<ForProject, HttpError> {
+    match request::read(state(), &conn(), head(method, uri, hosts), 8192)? {
+        Reading::Project { request, target } => Ok(ForProject {
+            host: request.host,
+            target,
+        }),
+        Reading::Page { .. } => panic!("{method} {uri} {hosts:?} was read as one of the gateway's pages"),
+    }
 }
 
 /// What a target says, comparable: project, route, class, session, forwarded path, file.
