@@ -5,7 +5,7 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::{Https, basic, read, read_until};
-use crate::common::process::Guarded;
+use crate::common::gateway::{Launched, serve_in};
 use crate::common::stack::two_projects;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,46 +71,28 @@ async fn sigterm_lets_requests_in_flight_finish_then_exits_zero() {
     );
 }
 
-type Shared = std::sync::Arc<std::sync::Mutex<String>>;
-
-/// `serve -c <config>` in `root` with `PATH`, its stderr and stdout kept; returns once it logs
-/// "gateway ready" and has printed its whole banner, bounded.
-fn serve_until_ready(config: &std::path::Path, root: &std::path::Path, path: &str) -> (Guarded, Shared, Shared) {
-    let log = Shared::default();
-    let out = Shared::default();
-    // Stopped and reaped however the test ends (SIGTERM first: it stops the server it spawned).
-    let mut child = Guarded::spawn(
-        std::process::Command::new(crate::common::gateway::BIN)
-            .args(["serve", "-c"])
-            .arg(config)
-            .current_dir(root)
-            .env("PATH", path)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped()),
-        Duration::from_secs(15),
-    );
-    crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-    crate::common::pump_lines(child.stdout.take().unwrap(), out.clone());
+/// `serve -c <config>` in `root` with `PATH` (the shared fixture), returned once it has also
+/// printed its whole banner, bounded.
+fn serve_until_ready(config: &std::path::Path, root: &std::path::Path, path: &str) -> Launched {
+    let run = serve_in(root, config, &[("PATH", path)]);
     // The banner ends with the way to set a new password (after the frame on a first start).
     let printed = |out: &str| {
         out.rsplit_once("opencode-gateway user passwd")
             .is_some_and(|(_, rest)| !out.contains("shown only this once") || rest.contains("\n+-"))
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !log.lock().unwrap().contains("gateway ready") || !printed(&out.lock().unwrap()) {
+    while !printed(&run.stdout.lock().unwrap()) {
         assert!(
             std::time::Instant::now() < deadline,
             "not ready with its attach commands within 30 s\nlog:\n{}\nstdout:\n{}",
-            log.lock().unwrap(),
-            out.lock().unwrap()
+            run.log.lock().unwrap(),
+            run.stdout.lock().unwrap()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    (child, log, out)
+    run
 }
 
-/// The committed `config/gateway.toml` (whatever the working tree holds): `git show HEAD:config/gateway.toml`, or the file when git or the repository is missing.
 fn committed_dev_config() -> String {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let shown = std::process::Command::new("git")
@@ -195,7 +177,13 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
     let repo_bin = repo.join("node_modules/.bin");
     let path = format!("{}:{}", repo_bin.display(), std::env::var("PATH").unwrap());
     // The repository's layout (config/ and certs-dev/ side by side), not the harness's one folder.
-    let (mut child, log, out) = serve_until_ready(&config, root.path(), &path);
+    let Launched {
+        mut child,
+        log,
+        stdout: out,
+        https,
+        ..
+    } = serve_until_ready(&config, root.path(), &path);
     let stdout = out.lock().unwrap().clone();
     let password = printed_password(&stdout);
     assert!(password.len() >= 16, "{password:?}");
@@ -210,14 +198,6 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         stdout.trim_end().ends_with('+'),
         "the frame closes the banner:\n{stdout}"
     );
-    let https: std::net::SocketAddr = log
-        .lock()
-        .unwrap()
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("https="))
-        .unwrap()
-        .parse()
-        .unwrap();
     assert!(
         stdout.contains(&format!(
             "NODE_EXTRA_CA_CERTS=certs-dev/ca.crt opencode attach https://127.0.0.1:{}/p/demo -u dev -p '{password}'",
@@ -278,7 +258,9 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         log.lock().unwrap()
     );
     // A second start creates no user, prints no password, says how to set a new one.
-    let (mut child, _log, out) = serve_until_ready(&config, root.path(), &path);
+    let Launched {
+        mut child, stdout: out, ..
+    } = serve_until_ready(&config, root.path(), &path);
     let again = out.lock().unwrap().clone();
     assert!(!again.contains("shown only this once"), "{again}");
     assert!(again.contains("opencode attach https://127.0.0.1:"), "{again}");

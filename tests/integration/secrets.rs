@@ -3,7 +3,7 @@
 //! writes them outside the project, and the dev CA can only vouch for the gateway's own names.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::common::gateway::{BIN, hash};
@@ -377,7 +377,6 @@ fn a_certificate_the_dev_ca_signs_for_another_domain_fails_verification_in_opens
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_after_init() {
     use crate::common::client::{Https, basic};
-    use std::time::Instant;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let project = root.join("webapp");
@@ -411,32 +410,9 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
         ),
     )
     .unwrap();
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    // SIGTERM on drop, so it stops the OpenCode server it spawned.
-    let mut child = crate::common::process::Guarded::spawn(
-        Command::new(BIN)
-            .args(["serve", "-c", cfg.to_str().unwrap()])
-            .current_dir(&project)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped()),
-        Duration::from_secs(15),
-    );
-    crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let https: std::net::SocketAddr = loop {
-        if let Some(a) = log
-            .lock()
-            .unwrap()
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("https="))
-            .and_then(|a| a.parse().ok())
-        {
-            break a;
-        }
-        assert!(Instant::now() < deadline, "not ready:\n{}", log.lock().unwrap());
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    };
+    // The shared fixture: SIGTERM on drop, so it stops the OpenCode server it spawned.
+    let crate::common::gateway::Launched { child, https, log, .. } =
+        crate::common::gateway::serve_in(&project, &cfg, &[]);
     let c = Https::new(https, &gw.join("certs/ca.crt"));
     let vera = basic("vera", "vera-password-1");
     // The file API works for the viewer: the project's own file is served.

@@ -68,13 +68,22 @@ pub struct Gateway {
     wrapper: Vec<String>,
 }
 
-struct Launched {
-    child: Guarded,
-    https: SocketAddr,
-    admin: SocketAddr,
-    ssh: Option<SocketAddr>,
-    stdout: Arc<Mutex<String>>,
-    log: Arc<Mutex<String>>,
+/// A `serve` that logged "gateway ready": the process (stopped with SIGTERM, then reaped, when
+/// dropped), the addresses of its ready line, and its stdout and log as they grow.
+pub struct Launched {
+    pub child: Guarded,
+    pub https: SocketAddr,
+    pub admin: SocketAddr,
+    pub ssh: Option<SocketAddr>,
+    pub stdout: Arc<Mutex<String>>,
+    pub log: Arc<Mutex<String>>,
+}
+
+/// `serve -c <config>` in `dir` with `env`, for a test that lays out its own folders (the
+/// committed dev config, `init`'s layout) rather than [`Gateway::start`]'s one folder.
+pub fn serve_in(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Launched {
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    launch(dir, config, &env, &[])
 }
 
 /// Run `serve` on `config` in `dir` (behind `wrapper`, e.g. `ip netns exec <ns>`, when not
@@ -102,7 +111,8 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String
     let stdout = Arc::new(Mutex::new(String::new()));
     pump(child.stderr.take().unwrap(), log.clone());
     pump(child.stdout.take().unwrap(), stdout.clone());
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Bounded: a first start makes certificates and may start OpenCode servers first.
+    let deadline = Instant::now() + Duration::from_secs(60);
     let ready = loop {
         if let Some(line) = log.lock().unwrap().lines().find(|l| l.contains("gateway ready")) {
             break line.to_string();
@@ -115,7 +125,7 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String
         }
         assert!(
             Instant::now() < deadline,
-            "the gateway was not ready in 30 s:\n{}",
+            "the gateway was not ready in 60 s:\n{}",
             log.lock().unwrap()
         );
         std::thread::sleep(Duration::from_millis(20));
