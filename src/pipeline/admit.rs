@@ -79,7 +79,8 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             max: limits.max_body_bytes,
         });
     }
-    own_files::check_request(gw, on.here.client, user, target, &request.query.paths)?;
+    let protected = &on.here.state.settings.protected;
+    own_files::check_request(protected, on.here.client, user, target, request.query_paths())?;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
@@ -143,7 +144,7 @@ pub(super) fn check_origin(
     match rule {
         Ok(()) => Ok(()),
         Err(csrf::Refusal::ForeignOrigin) => {
-            let origin = browser.origin.unwrap_or("null");
+            let origin = browser.origin().unwrap_or("null");
             tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
             Err(HttpError::Forbidden(format!(
                 "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"

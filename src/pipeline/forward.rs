@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::ConnInfo;
-use super::request::{Canonical, Outgoing, Target};
+use super::request::{Canonical, Target};
 use super::response::{self, Answer};
 use crate::auth::users::UserState;
 use crate::gateway::Gateway;
@@ -30,14 +30,11 @@ use crate::upstream::{ClientBodyFault, UpstreamBody};
 pub(crate) const SMALL_BODY: usize = 1024 * 1024;
 
 pub(crate) struct Forwarding<'a> {
-    pub gw: &'a Arc<Gateway>,
-    pub conn: &'a ConnInfo,
-    /// The client's address (after trusted proxies).
-    pub client: IpAddr,
+    pub here: super::Here<'a>,
     pub endpoint: &'a Arc<Endpoint>,
     pub user: &'a UserState,
-    /// The canonical request; the forward takes its head back to rewrite for the upstream.
-    pub request: Canonical,
+    /// The canonical request; the forward takes its head to rewrite for the upstream.
+    pub request: &'a mut Canonical,
     pub body: RequestBody,
     pub target: &'a Target,
     pub stream_slot: Option<StreamHold>,
@@ -61,13 +58,9 @@ pub(crate) fn unavailable(project: &ProjectState, reason: impl Into<String>) -> 
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
 pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
     async move {
-        let (gw, target) = (f.gw, f.target);
+        let (gw, target) = (f.here.gw, f.target);
         let project = &*target.project;
-        let Outgoing {
-            head: mut parts,
-            host,
-            upgrade,
-        } = f.request.into_outgoing();
+        let (mut parts, upgrade) = (f.request.take_head(), f.request.upgrade.take());
         let client_upgrade = upgrade.as_ref().map(|_| {
             let mut head = Request::new(());
             *head.extensions_mut() = std::mem::take(&mut parts.extensions);
@@ -84,16 +77,15 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
         let upgrading = upgrade.is_some();
         upstream_head(
             &mut parts,
-            f.conn,
-            f.client,
-            host.as_deref(),
+            f.here.conn,
+            f.here.client,
+            f.request.host.as_deref(),
             f.endpoint,
             target,
             upgrade,
         )?;
         let body = upstream_body(
-            gw,
-            f.client,
+            f.here,
             f.user,
             f.endpoint,
             target,
@@ -177,8 +169,7 @@ fn upstream_head(
 /// else the client's stream, bounded in size and idle time (or the bytes the gateway holds).
 #[allow(clippy::too_many_arguments)]
 async fn upstream_body(
-    gw: &Gateway,
-    client: IpAddr,
+    here: super::Here<'_>,
     user: &UserState,
     endpoint: &Endpoint,
     target: &Target,
@@ -186,6 +177,7 @@ async fn upstream_body(
     upgrade: bool,
     mut audit: Option<&mut crate::http::audit::Pending>,
 ) -> Result<UpstreamBody, HttpError> {
+    let (gw, client) = (here.gw, here.client);
     let limits = &gw.limits;
     let project = &*target.project;
     Ok(
@@ -198,7 +190,7 @@ async fn upstream_body(
                 HttpError::Forbidden(why)
             })?;
                 for path in &names.paths {
-                    super::own_files::refuse(gw, client, user, project, path)?;
+                    super::own_files::refuse(&here.state.settings.protected, client, user, project, path)?;
                 }
                 if project.shared_upstream {
                     for id in &names.sessions {

@@ -126,7 +126,7 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
             who: Who { via, id: device },
         });
     }
-    let Some(ticket) = &request.query.ticket else {
+    let Some(ticket) = request.ticket() else {
         return Err(HttpError::Unauthenticated);
     };
     if request.upgrade.is_none() || t.treatment() != Treatment::TerminalConnect {

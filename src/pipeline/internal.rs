@@ -123,9 +123,9 @@ impl OnBehalf<'_> {
         };
         let result = match super::request::read(&state, &conn, parts, gw.limits.max_uri_bytes)? {
             Reading::Project {
-                request,
+                mut request,
                 target: Ok(target),
-            } => proceed(&on, request, target, || RequestBody::Whole(body), &mut record).await,
+            } => proceed(&on, &mut request, target, || RequestBody::Whole(body), &mut record).await,
             Reading::Project { target: Err(e), .. } => Err(e),
             // The path is `/p/<project>/…` (a valid name): only OpenCode's routes answer there.
             Reading::Page { .. } => Err(HttpError::NotFound(format!("{path} is not an OpenCode request"))),

@@ -130,7 +130,7 @@ fn handle_inner<'a>(
 ) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
     // Not an `async fn`, so `parts` is kept once in the future (see `forward::forward`).
     async move {
-        let (request, target) = match request::read(state, conn, parts, gw.limits.max_uri_bytes)? {
+        let (mut request, target) = match request::read(state, conn, parts, gw.limits.max_uri_bytes)? {
             Reading::Page { page, parts, host } => {
                 let ctx = crate::web::Ctx {
                     gw,
@@ -172,7 +172,7 @@ fn handle_inner<'a>(
             },
         };
         let body = || RequestBody::Stream(body.take().expect("the body is taken once, here or by a page"));
-        proceed(&on, request, target?, body, record).await
+        proceed(&on, &mut request, target?, body, record).await
     }
 }
 
@@ -231,7 +231,7 @@ pub(crate) struct Proceeding<'a> {
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
 pub(crate) fn proceed<'a>(
     on: &'a Proceeding<'a>,
-    request: Canonical,
+    request: &'a mut Canonical,
     mut target: Target,
     body: impl FnOnce() -> RequestBody + 'a,
     record: &'a mut AccessRecord,
@@ -240,15 +240,13 @@ pub(crate) fn proceed<'a>(
     async move {
         record.project = Some(target.project.clone());
         record.class = target.class();
-        let admitted = admit(on, &request, &target)?;
-        let planned = plan(on, &request, &mut target, admitted.role, record).await?;
+        let admitted = admit(on, request, &target)?;
+        let planned = plan(on, request, &mut target, admitted.role, record).await?;
         let mut audit = planned.audit;
         let here = on.here;
         let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&here.gw.audit));
         let result = forward::forward(Forwarding {
-            gw: here.gw,
-            conn: here.conn,
-            client: here.client,
+            here,
             endpoint: &planned.endpoint,
             user: on.user,
             request,

@@ -9,19 +9,19 @@ use std::path::Path;
 
 use super::request::Target;
 use crate::auth::users::UserState;
-use crate::gateway::Gateway;
+use crate::config::protected::ProtectedPaths;
 use crate::gateway::state::ProjectState;
 use crate::http::error::HttpError;
 
-/// Refuse `candidate` (relative to the project's directory, or absolute) if it is a gateway file.
+/// Refuse `candidate` (relative to the project's directory, or absolute) if it is a gateway file
+/// (`protected`: of the running state the request was read with).
 pub(crate) fn refuse(
-    gw: &Gateway,
+    protected: &ProtectedPaths,
     client: IpAddr,
     user: &UserState,
     project: &ProjectState,
     candidate: &str,
 ) -> Result<(), HttpError> {
-    let protected = &gw.state().settings.protected;
     let path = Path::new(candidate);
     let hit = match project.config.directory.as_deref() {
         Some(root) => protected.covers_in(root, path),
@@ -39,7 +39,7 @@ pub(crate) fn refuse(
 
 /// Check every file a request names: a file route's path and its `path` query parameters.
 pub(crate) fn check_request(
-    gw: &Gateway,
+    protected: &ProtectedPaths,
     client: IpAddr,
     user: &UserState,
     target: &Target,
@@ -49,10 +49,10 @@ pub(crate) fn check_request(
         return Ok(());
     }
     if let Some(file) = &target.file {
-        refuse(gw, client, user, &target.project, file)?;
+        refuse(protected, client, user, &target.project, file)?;
     }
     for path in query_paths {
-        refuse(gw, client, user, &target.project, path)?;
+        refuse(protected, client, user, &target.project, path)?;
     }
     Ok(())
 }

@@ -37,7 +37,8 @@ pub(super) async fn plan(
     if !target.upstream_known && project.api().is_some() {
         *target = request.resolve_again(on.here.state, target)?;
         crate::policy::authz::check_target(role, request.method(), target.class, target.label(), target.note())?;
-        own_files::check_request(gw, on.here.client, on.user, target, &request.query.paths)?;
+        let protected = &on.here.state.settings.protected;
+        own_files::check_request(protected, on.here.client, on.user, target, request.query_paths())?;
         record.class = target.class();
     }
     if project.shared_upstream
