@@ -306,3 +306,14 @@ impl Drop for ProxyBody {
         }
     }
 }
+
+/// Bodies the gateway reads whole (directory and session checks, a captured ticket, a permission
+/// answer) are small JSON.
+pub(crate) const SMALL_BODY: usize = 1024 * 1024;
+
+/// An upstream's answer read whole (at most `max` bytes), for the few routes the gateway must
+/// look into; `None` when it was cut or larger.
+pub(crate) async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
+    use http_body_util::BodyExt;
+    Some(http_body_util::Limited::new(body, max).collect().await.ok()?.to_bytes())
+}

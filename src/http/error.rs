@@ -86,6 +86,16 @@ fn retry_secs(d: Duration) -> u64 {
 
 /// A refused credential: the same errors, and so the same status, body and headers (`WWW-Authenticate`,
 /// `Retry-After`), as every other way a request fails.
+impl HttpError {
+    /// A project's upstream could not answer, and why (a 502 that names the project).
+    pub(crate) fn unavailable(project: &str, reason: impl Into<String>) -> HttpError {
+        HttpError::UpstreamUnavailable {
+            project: project.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
 impl From<crate::auth::AuthError> for HttpError {
     fn from(e: crate::auth::AuthError) -> HttpError {
         use crate::auth::AuthError;

@@ -25,9 +25,6 @@ pub(crate) const MAX_CARDS: usize = 100;
 /// Recently resolved entries kept (all projects), and for how long.
 pub(crate) const MAX_RESOLVED: usize = 200;
 pub(crate) const RESOLVED_FOR_MS: u64 = 120_000;
-/// A card shows this many lines of the command or patch, each cut to this many characters.
-pub(crate) const MAX_LINES: usize = 8;
-pub(crate) const MAX_LINE_CHARS: usize = 200;
 
 /// What one change did.
 #[derive(Debug, Default)]

@@ -4,7 +4,6 @@
 use serde_json::Value;
 
 use super::cards::*;
-use super::model::{MAX_LINE_CHARS, MAX_LINES};
 
 pub(super) fn s(v: &Value) -> Option<String> {
     v.as_str().map(str::to_string)
@@ -24,6 +23,10 @@ pub(super) fn strings(v: &Value) -> Vec<String> {
         .map(|a| a.iter().filter_map(|x| x.as_str().map(cut)).take(MAX_ITEMS).collect())
         .unwrap_or_default()
 }
+
+/// A card shows this many lines of the command or patch, each cut to this many characters.
+pub(crate) const MAX_LINES: usize = 8;
+pub(crate) const MAX_LINE_CHARS: usize = 200;
 
 /// The first [`MAX_LINES`] lines of `text`, each at most [`MAX_LINE_CHARS`] characters.
 pub(crate) fn first_lines(text: &str) -> (Vec<String>, bool) {

@@ -2,7 +2,7 @@
 //! forwarding headers, directory pinning, checked bodies) and send it on the endpoint's pool.
 //! What comes back is handed to [`super::response`], which follows the route's plan.
 
-use crate::http::body::StreamHold;
+use crate::http::body::{SMALL_BODY, StreamHold};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,9 +26,6 @@ use crate::policy::plan::AuditKind;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
-/// Bodies the gateway reads whole (directory and session checks) are small JSON.
-pub(crate) const SMALL_BODY: usize = 1024 * 1024;
-
 pub(crate) struct Forwarding<'a> {
     pub here: super::Here<'a>,
     pub endpoint: &'a Arc<Endpoint>,
@@ -43,13 +40,6 @@ pub(crate) struct Forwarding<'a> {
     pub audit: Option<&'a mut crate::http::audit::Pending>,
     /// Records the terminal's close when its splice ends.
     pub terminal_close: Option<crate::http::audit::TerminalClose>,
-}
-
-pub(crate) fn unavailable(project: &ProjectState, reason: impl Into<String>) -> HttpError {
-    HttpError::UpstreamUnavailable {
-        project: project.name.to_string(),
-        reason: reason.into(),
-    }
 }
 
 /// The request phase. Not an `async fn`: an async fn keeps each by-value argument twice in its
@@ -247,7 +237,7 @@ fn received(
             secs: limits.body_idle_timeout,
         },
         Some(ClientBodyFault::Broken(why)) => HttpError::MalformedBody(why),
-        None => unavailable(project, crate::upstream::describe(&*e)),
+        None => HttpError::unavailable(&project.name, crate::upstream::describe(&*e)),
     })?;
     // The upstream refused the gateway's own credential: never a login prompt for the client.
     if response.status() == StatusCode::UNAUTHORIZED {
@@ -309,7 +299,7 @@ pub(crate) async fn check_session_scope(
         Some(d) => d,
         None => match session_directory(gw, endpoint, id)
             .await
-            .map_err(|e| unavailable(project, e))?
+            .map_err(|e| HttpError::unavailable(&project.name, e))?
         {
             Some(d) => {
                 project.sessions.insert(id, d.clone());
@@ -353,9 +343,4 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|_| "the session lookup is not JSON".to_string())?;
     Ok(v.get("directory").and_then(|d| d.as_str()).map(PathBuf::from))
-}
-
-/// The response body read whole, for the few routes the gateway must look into.
-pub(crate) async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
-    Some(Limited::new(body, max).collect().await.ok()?.to_bytes())
 }

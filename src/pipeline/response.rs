@@ -12,12 +12,12 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-use super::forward::{SMALL_BODY, read_whole, unavailable};
 use super::request::Target;
 use crate::auth::tickets;
 use crate::auth::users::UserState;
 use crate::gateway::Gateway;
 use crate::http::body::ProxyBody;
+use crate::http::body::{SMALL_BODY, read_whole};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
 use crate::policy::plan::Treatment;
@@ -103,7 +103,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         {
             let bytes = read_whole(body, len)
                 .await
-                .ok_or_else(|| unavailable(project, "the response was cut"))?;
+                .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
             lease.release();
             return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
         }
@@ -183,7 +183,7 @@ async fn read_small(
     let max = if ticket { SMALL_BODY } else { LISTING_BODY };
     let mut bytes: Bytes = read_whole(body, max)
         .await
-        .ok_or_else(|| unavailable(project, "the response was cut or too large to scope"))?;
+        .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut or too large to scope"))?;
     lease.release();
     if let Some(slot) = created {
         *slot = crate::audit::created_session(&bytes);
@@ -192,9 +192,9 @@ async fn read_small(
         gw.browser.tickets.insert(&t, user.name.clone(), project.name.clone());
     }
     if let (Some(filter), Some(root)) = (listing, pinned) {
-        bytes = filter(&bytes, root)
-            .map(Bytes::from)
-            .ok_or_else(|| unavailable(project, "the listing is not the JSON the gateway can scope"))?;
+        bytes = filter(&bytes, root).map(Bytes::from).ok_or_else(|| {
+            HttpError::unavailable(&project.name, "the listing is not the JSON the gateway can scope")
+        })?;
     }
     if let Some(r) = &endpoint.redactor {
         bytes = r.frame(bytes);
@@ -218,8 +218,8 @@ fn clean_headers(headers: &mut HeaderMap, endpoint: &Endpoint, target: &Target) 
         // The gateway asks for identity; an encoded body could hide the credential from redaction.
         if encoded(headers) {
             tracing::warn!(target: "security", project = %project.name, reason = "upstream_encoded_body", "the upstream sent an encoded body the gateway cannot redact");
-            return Err(unavailable(
-                project,
+            return Err(HttpError::unavailable(
+                &project.name,
                 "it sent a compressed body although the gateway asked for none",
             ));
         }

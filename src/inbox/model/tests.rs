@@ -1,5 +1,6 @@
 //! The reducer, driven with the payloads OpenCode 1.18.33 sent on `GET /global/event`.
 
+use crate::inbox::parse::{MAX_LINE_CHARS, MAX_LINES};
 use serde_json::json;
 
 use super::*;
