@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::settings::{Project, ProjectSet, Settings};
-use super::validate::valid_project_name;
+use super::validate::names::valid_project_name;
 
 /// Does folder `name` match a set whose pattern's last segment is `<prefix>*`? Hidden folders
 /// never match (`.git`, editors' folders), even with an empty prefix.

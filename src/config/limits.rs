@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::Checker;
+use super::validate::checker::Checker;
 
 /// Kinds: `count` (u32, positive), `size` (u32 in the file, usize in use, positive), `bytes`
 /// (u64, at least 1), `duration` ("500ms", "10s", "5m", "1h"), `optional_count` (absent or positive),

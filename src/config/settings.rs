@@ -355,3 +355,42 @@ pub struct RouteRoleEntry {
     pub pattern: String,
     pub role: Role,
 }
+
+impl Settings {
+    /// Every path the gateway keeps private, from settings the config boundary has validated.
+    pub(crate) fn protected_paths(&self) -> ProtectedPaths {
+        let s = self;
+        let mut p = ProtectedPaths::default();
+        p.add("config file", &s.path, false);
+        if let Some(users) = &s.server.users_file {
+            p.add("server.users_file", users, false);
+        }
+        p.add("tls.key", &s.tls.key, false);
+        p.add("tls.cert", &s.tls.cert, false);
+        if s.tls.dev_ca {
+            let dev = super::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key);
+            p.add("tls.dev_ca (CA key)", &dev.ca_key, false);
+            p.add("tls.dev_ca (CA certificate)", &dev.ca_cert, false);
+        }
+        if let Some(ssh) = &s.ssh {
+            p.add("ssh.host_key", &ssh.host_key, false);
+        }
+        p.add("server.state_dir", &s.server.state_dir, true);
+        // Its folder: the rotations and the lock file sit beside it.
+        if let Some(audit) = &s.audit
+            && !audit.file.starts_with(&s.server.state_dir)
+            && let Some(dir) = audit.file.parent()
+        {
+            p.add("audit.file", dir, true);
+        }
+        if let Some(file) = s.oidc.as_ref().and_then(|o| o.secret_file.as_ref()) {
+            p.add("oidc.client_secret_file", file, false);
+        }
+        for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
+            for (key, file) in &project.secret_files {
+                p.add(key, file, false);
+            }
+        }
+        p
+    }
+}

@@ -9,18 +9,22 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
 
-use super::UpstreamClient;
-use super::endpoint::Endpoint;
-use super::supervise::HEALTH_AGENT;
+use super::{UpstreamBody, UpstreamClient};
 use crate::policy::drift::{RouteRoles, UpstreamApi};
 use crate::policy::routes::TABLE_VERSION;
+
+/// The User-Agent of the gateway's own health checks, so upstream logs can tell them apart.
+pub const HEALTH_AGENT: &str = "opencode-gateway-health";
+
+/// A GET of `path` on one upstream, with the gateway's credential (`Endpoint::get`).
+pub(crate) type Get<'a> = &'a (dyn Fn(&str) -> Result<http::Request<UpstreamBody>, String> + Sync);
 
 /// OpenCode 1.18.33's document is about 400 KB.
 const DOC_MAX: usize = 16 << 20;
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result<Bytes, String> {
-    let mut req = endpoint.get(path)?;
+async fn get(client: &UpstreamClient, request: Get<'_>, path: &str) -> Result<Bytes, String> {
+    let mut req = request(path)?;
     req.headers_mut()
         .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
     let fetch = async {
@@ -41,20 +45,20 @@ async fn get(client: &UpstreamClient, endpoint: &Endpoint, path: &str) -> Result
 
 /// Read the upstream's version and API document. An answer that is not JSON (OpenCode answers
 /// unknown paths with its web UI's `index.html`) is an error, never a route.
-pub(crate) async fn fetch(client: &UpstreamClient, endpoint: &Endpoint) -> Result<UpstreamApi, String> {
-    let health = get(client, endpoint, "/global/health").await?;
+pub(crate) async fn fetch(client: &UpstreamClient, request: Get<'_>) -> Result<UpstreamApi, String> {
+    let health = get(client, request, "/global/health").await?;
     let version = serde_json::from_slice::<serde_json::Value>(&health)
         .ok()
         .and_then(|v| v.get("version")?.as_str().map(str::to_string));
-    let doc = get(client, endpoint, "/doc").await?;
+    let doc = get(client, request, "/doc").await?;
     let doc: serde_json::Value =
         serde_json::from_slice(&doc).map_err(|e| format!("GET /doc is not an OpenAPI document: {e}"))?;
     UpstreamApi::from_doc(version, &doc)
 }
 
 /// The warning for a server whose version and document could not be read.
-pub(crate) fn unreadable(project: &str, endpoint: &Endpoint, why: &str) {
-    tracing::warn!(project, upstream = %endpoint.authority, reason = %why,
+pub(crate) fn unreadable(project: &str, upstream: &str, why: &str) {
+    tracing::warn!(project, upstream, reason = %why,
         "could not read the upstream's version and API document; only the gateway's route table (OpenCode {TABLE_VERSION}) applies");
 }
 

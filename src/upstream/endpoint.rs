@@ -102,13 +102,13 @@ impl Endpoint {
         *tried = Some(Instant::now());
         // Stored, then logged: once the log says which routes apply, `status` and requests see
         // them (a test read `status` between a log-then-store and found nothing).
-        match crate::upstream::api::fetch(client, self).await {
+        match crate::upstream::api::fetch(client, &|path| self.get(path)).await {
             Ok(api) => {
                 let api = Arc::new(api);
                 self.api.store(Some(api.clone()));
                 crate::upstream::api::log(project, &api);
             }
-            Err(why) => crate::upstream::api::unreadable(project, self, &why),
+            Err(why) => crate::upstream::api::unreadable(project, &self.authority, &why),
         }
         self.api_tried_at.store(
             tried.map_or(0, |t| t.duration_since(self.created).as_millis() as u64 + 1),

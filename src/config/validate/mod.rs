@@ -2,15 +2,15 @@
 //! every problem is reported with its key and a fix, all at once, so one edit fixes the file.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::file::RawConfig;
 use super::settings::*;
-use super::{ConfigError, Problem, ProtectedPaths};
+use super::{ConfigError, ProtectedPaths};
 
 mod audit;
+pub(crate) mod checker;
+pub(crate) mod names;
 mod notify;
 pub(crate) mod oidc;
 mod project;
@@ -24,106 +24,10 @@ pub(crate) use project::split_pattern;
 use project::{project, project_set};
 use user::user;
 
-/// Collects problems while converting, so the operator sees all of them in one run.
-pub(super) struct Checker<'a> {
-    base: &'a Path,
-    problems: Vec<Problem>,
-}
-
-impl Checker<'_> {
-    pub(super) fn problem(&mut self, key: impl Into<String>, message: impl Into<String>, fix: impl Into<String>) {
-        self.problems.push(Problem {
-            key: key.into(),
-            message: message.into(),
-            fix: fix.into(),
-        });
-    }
-
-    pub(super) fn path(&self, value: &str) -> PathBuf {
-        let p = Path::new(value);
-        if p.is_absolute() {
-            lexical_clean(p)
-        } else {
-            lexical_clean(&self.base.join(p))
-        }
-    }
-
-    pub(super) fn socket_addr(&mut self, key: &str, value: &str) -> Option<SocketAddr> {
-        match value.parse::<SocketAddr>() {
-            Ok(a) => Some(a),
-            Err(_) => {
-                self.problem(
-                    key,
-                    format!("{value:?} is not an address with a port"),
-                    format!("write {key} = \"127.0.0.1:8443\" (an IP address and a port; 0 picks a free port)"),
-                );
-                None
-            }
-        }
-    }
-
-    pub(super) fn duration(&mut self, key: &str, value: &str) -> Duration {
-        match parse_duration(value) {
-            Some(d) => d,
-            None => {
-                self.problem(
-                    key,
-                    format!("{value:?} is not a duration"),
-                    format!("write {key} = \"30s\" (a number with ms, s, m or h)"),
-                );
-                Duration::from_secs(1)
-            }
-        }
-    }
-}
-
-/// `a/b/../c` → `a/c`, without touching the file system (paths may not exist yet).
-pub fn lexical_clean(p: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in p.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push("..");
-                }
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-/// `"500ms"`, `"10s"`, `"5m"`, `"1h"`.
-pub(crate) fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit())?;
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().ok()?;
-    match unit.trim() {
-        "ms" => Some(Duration::from_millis(n)),
-        "s" => Some(Duration::from_secs(n)),
-        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
-        "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
-        _ => None,
-    }
-}
-
-/// A project name is one DNS label, because it also names a host (`<project>.<base_domain>`).
-pub(crate) fn valid_project_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-}
-
-pub(crate) fn valid_user_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@".contains(&b))
-}
+pub(crate) use checker::Checker;
+pub use checker::lexical_clean;
+pub(crate) use checker::parse_duration;
+pub(crate) use names::{valid_project_name, valid_user_name};
 
 pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigError> {
     let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
@@ -391,7 +295,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         route_roles,
         protected: ProtectedPaths::default(),
     };
-    settings.protected = ProtectedPaths::from_settings(&settings);
+    settings.protected = settings.protected_paths();
     let (found, warnings) = crate::config::discover::discover(&settings);
     settings.projects.extend(found);
     settings.discovery_warnings = warnings;
@@ -508,6 +412,7 @@ fn default_state_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn durations_need_a_unit() {

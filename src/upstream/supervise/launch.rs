@@ -12,9 +12,10 @@ use http::StatusCode;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::{HEALTH_AGENT, INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
+use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
 use crate::config::Secret;
 use crate::upstream::UpstreamClient;
+use crate::upstream::api::HEALTH_AGENT;
 use crate::upstream::endpoint::Endpoint;
 
 pub(super) struct Running {

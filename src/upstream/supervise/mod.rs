@@ -31,8 +31,6 @@ use crate::upstream::endpoint::Endpoint;
 pub(crate) use launch::health;
 use launch::{Running, launch, stop_process};
 
-/// The User-Agent of the gateway's own health checks, so upstream logs can tell them apart.
-pub const HEALTH_AGENT: &str = "opencode-gateway-health";
 const STOP_GRACE: Duration = Duration::from_secs(5);
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
 const HEALTH_FAILURES_BEFORE_RESTART: u32 = 3;
@@ -323,7 +321,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                 *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 // Read before Ready, so no request is judged on the table alone once it serves.
                 // Logged when it changed (a restart of the same server says nothing new).
-                match crate::upstream::api::fetch(&client, &server.endpoint).await {
+                match crate::upstream::api::fetch(&client, &|path| server.endpoint.get(path)).await {
                     Ok(api) => {
                         let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
                         let api = Arc::new(api);
@@ -333,7 +331,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                             crate::upstream::api::log(&project, &api);
                         }
                     }
-                    Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint, &why),
+                    Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint.authority, &why),
                 }
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 ran = true;

@@ -93,7 +93,7 @@ impl FakeUpstream {
             .filter(|s| {
                 s.headers
                     .get("user-agent")
-                    .is_none_or(|a| a != opencode_gateway::upstream::supervise::HEALTH_AGENT)
+                    .is_none_or(|a| a != opencode_gateway::upstream::api::HEALTH_AGENT)
             })
             .cloned()
             .collect()
