@@ -9,16 +9,14 @@
 //! role may load; a path counts as API when its first segment, in any case, is a table root.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-use std::sync::OnceLock;
 
 use http::Method;
 
 use super::canonical::{CanonicalPath, PathRefusal, push_segment};
 use super::drift::{RouteRoles, UpstreamApi};
-use super::plan::{self, BodyRule, Treatment};
-use super::routes::ROUTES;
+pub use super::routes::Class;
+use super::table::index;
+pub use super::table::{ApiRoute, Origin};
 use crate::config::Role;
 
 /// Why a request may not use a route. Said here; the status and body each gets are decided with
@@ -30,131 +28,6 @@ pub enum Refused {
     Forbidden(String),
     /// The path cannot be read the way OpenCode would read it.
     BadPath(PathRefusal),
-}
-
-/// What a route does, in increasing power.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Class {
-    /// Look: GETs of sessions, messages, files, status, event streams.
-    Read,
-    /// Answer the agent: permission and question replies, abort.
-    Respond,
-    /// Drive the agent: prompts, sessions, terminals, shell commands.
-    Operate,
-    /// Change the server: config, provider auth, MCP, TUI control, instance lifecycle.
-    Configure,
-}
-
-impl Class {
-    pub(crate) fn least_role(self) -> Role {
-        match self {
-            Class::Read => Role::Viewer,
-            Class::Respond => Role::Approver,
-            Class::Operate => Role::Operator,
-            Class::Configure => Role::Admin,
-        }
-    }
-}
-
-/// One row of the table, split into segments once, with everything the gateway decides from it.
-#[derive(Debug)]
-pub struct ApiRoute {
-    pub method: &'static str,
-    pub pattern: &'static str,
-    segments: Vec<&'static str>,
-    pub class: Class,
-    pub treatment: Treatment,
-    /// What requests of this route count as in the metrics.
-    pub metric: plan::RouteClass,
-    pub body: Option<&'static BodyRule>,
-    pub workspace_switch: bool,
-    /// Its 200 answer may be compressed: it echoes nothing of the request (see `plan`).
-    pub compressible: bool,
-    /// What the audit trail records for it, if anything.
-    pub audit: Option<plan::AuditKind>,
-    /// Which parameter (by order) is a session ID: the one right after a `session` segment.
-    session_param: Option<usize>,
-    /// Where the route's role comes from.
-    pub origin: Origin,
-}
-
-/// Where a route's least role comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Origin {
-    /// The reviewed table ([`super::routes`]).
-    Table,
-    /// The upstream's API document lists it and the table does not: a safe default.
-    Defaulted,
-    /// A `[[route_role]]` entry of the config.
-    Configured,
-}
-
-impl ApiRoute {
-    /// A route known by pattern only (an upstream's document, a config entry), with the plan the
-    /// table would give the same (method, pattern).
-    pub(super) fn new(method: &'static str, pattern: &'static str, class: Class, origin: Origin) -> ApiRoute {
-        let segments: Vec<&'static str> = pattern.split('/').skip(1).collect();
-        ApiRoute {
-            method,
-            pattern,
-            class,
-            treatment: plan::treatment(method, pattern),
-            metric: plan::route_class(method, pattern, plan::treatment(method, pattern)),
-            body: plan::body_rule(method, pattern),
-            workspace_switch: plan::is_workspace_switch(method, pattern),
-            compressible: plan::compressible(method, pattern),
-            audit: plan::audit_kind(method, pattern),
-            session_param: session_param(&segments),
-            segments,
-            origin,
-        }
-    }
-
-    /// Why the role is what it is, for a refusal (empty for table routes).
-    pub(crate) fn note(&self) -> &'static str {
-        match self.origin {
-            Origin::Table => "",
-            Origin::Defaulted => {
-                " (a route this OpenCode server has and the gateway's table does not: it gets a safe default; an admin can grant it with [[route_role]])"
-            }
-            Origin::Configured => " (set by a [[route_role]] entry of the gateway's config)",
-        }
-    }
-
-    pub(crate) fn segments(&self) -> &[&'static str] {
-        &self.segments
-    }
-}
-
-/// The table grouped by its first segment (every pattern starts with a literal one).
-/// Keys are the table's own root names, fixed at build: a client can look a name up but never add
-/// one, so FNV-1a (several times cheaper than SipHash on short names) is safe.
-type Index = HashMap<&'static str, Vec<ApiRoute>, BuildHasherDefault<crate::support::name_map::Fnv1a>>;
-
-pub(super) fn index() -> &'static Index {
-    static INDEX: OnceLock<Index> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        let mut map = Index::default();
-        for &(method, pattern, class) in ROUTES {
-            let route = ApiRoute::new(method, pattern, class, Origin::Table);
-            map.entry(route.segments[0]).or_default().push(route);
-        }
-        map
-    })
-}
-
-/// Which parameter (by order) follows a `session` segment: that one names a session.
-fn session_param(segments: &[&str]) -> Option<usize> {
-    let mut params = 0;
-    for (i, s) in segments.iter().enumerate() {
-        if *s == "*" {
-            if i > 0 && segments[i - 1] == "session" {
-                return Some(params);
-            }
-            params += 1;
-        }
-    }
-    None
 }
 
 /// The OpenAPI document itself is not one of its own routes; it is an API root, refused.

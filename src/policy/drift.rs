@@ -18,8 +18,9 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
-use super::authz::{ApiRoute, Class, Origin, index};
+use super::routes::Class;
 use super::routes::{ROUTES, TABLE_VERSION};
+use super::table::{ApiRoute, Origin, index};
 use crate::config::Role;
 
 use crate::config::{ROUTE_METHODS as METHODS, RouteRoleEntry};

@@ -19,3 +19,4 @@ pub mod query;
 pub mod route;
 pub mod routes;
 pub mod scope;
+pub mod table;

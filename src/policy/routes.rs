@@ -5,7 +5,32 @@
 //! Every route is listed on its own: a catch-all would match names in any case, and decisions
 //! that depend on a route (workspace switches, bodies, listings) are made on the listed route.
 
-use super::authz::Class::{self, *};
+use crate::config::Role;
+use Class::*;
+
+/// What a route does, in increasing power.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Class {
+    /// Look: GETs of sessions, messages, files, status, event streams.
+    Read,
+    /// Answer the agent: permission and question replies, abort.
+    Respond,
+    /// Drive the agent: prompts, sessions, terminals, shell commands.
+    Operate,
+    /// Change the server: config, provider auth, MCP, TUI control, instance lifecycle.
+    Configure,
+}
+
+impl Class {
+    pub(crate) fn least_role(self) -> Role {
+        match self {
+            Class::Read => Role::Viewer,
+            Class::Respond => Role::Approver,
+            Class::Operate => Role::Operator,
+            Class::Configure => Role::Admin,
+        }
+    }
+}
 
 pub(crate) const GET: &str = "GET";
 pub(crate) const POST: &str = "POST";
