@@ -158,10 +158,8 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     });
     let dir = gw.dir.path().to_path_buf();
     // A second gateway validated by HTTP-01 on its plain-HTTP listener (pebble's httpPort).
-    let http_port = free_tcp_port();
-    let gw80 = Gateway::start_with(
-        &config_with(api, &["demo"], &format!("http_listen = \"127.0.0.1:{http_port}\"\n")),
-        &[],
+    let (gw80, http_port) = Gateway::start_on_a_picked_port(
+        |port| config_with(api, &["demo"], &format!("http_listen = \"127.0.0.1:{port}\"\n")),
         |d| {
             std::fs::copy(dir.join("pebble-api-ca.pem"), d.join("pebble-api-ca.pem")).unwrap();
             crate::common::write_secret(&d.join("pw"), "unused");

@@ -166,6 +166,40 @@ impl Gateway {
         Self::start_wrapped(config, env, &[], prepare)
     }
 
+    /// Start the gateway on a config that must name a port before the gateway binds it (pebble's
+    /// HTTP-01 port is written into pebble's config): another process may take the port between
+    /// the pick and the bind, so a start refused with "Address already in use" is tried again on
+    /// another port, at most 5 times. Returns the gateway and the port it got.
+    pub fn start_on_a_picked_port(
+        config: impl Fn(u16) -> String,
+        prepare: impl Fn(&Path),
+    ) -> (Gateway, u16) {
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Self::start_with(&config(port), &[], &prepare)
+            }));
+            match started {
+                Ok(gw) => return (gw, port),
+                Err(panic) => {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default();
+                    if !message.contains("Address already in use") {
+                        std::panic::resume_unwind(panic);
+                    }
+                }
+            }
+        }
+        panic!("5 picked ports were taken before the gateway could bind them");
+    }
+
     /// Like [`Gateway::start_with`], the gateway run by `wrapper` (a command that execs its
     /// arguments, e.g. `ip netns exec <namespace>`), on restarts too.
     pub fn start_wrapped(config: &str, env: &[(&str, &str)], wrapper: &[&str], prepare: impl FnOnce(&Path)) -> Gateway {
