@@ -170,10 +170,7 @@ impl Gateway {
     /// HTTP-01 port is written into pebble's config): another process may take the port between
     /// the pick and the bind, so a start refused with "Address already in use" is tried again on
     /// another port, at most 5 times. Returns the gateway and the port it got.
-    pub fn start_on_a_picked_port(
-        config: impl Fn(u16) -> String,
-        prepare: impl Fn(&Path),
-    ) -> (Gateway, u16) {
+    pub fn start_on_a_picked_port(config: impl Fn(u16) -> String, prepare: impl Fn(&Path)) -> (Gateway, u16) {
         for _ in 0..5 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
                 .unwrap()
