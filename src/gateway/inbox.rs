@@ -1,5 +1,5 @@
 //! The inbox's parts, from the running gateway: the projects of the current state (read at each
-//! look, so reloads and project-set changes apply), the upstream client and the shutdown. And
+//! look, so reloads and project-set changes apply), how long a connection to a server may take, and the shutdown. And
 //! the start of the inbox's tasks and of the notifier that takes its new cards.
 
 use std::sync::Arc;
@@ -10,13 +10,16 @@ use tokio_util::sync::CancellationToken;
 use super::Gateway;
 use super::state::{ProjectState, State, Upstream};
 use crate::inbox::{Parts, Projects, Served, Server};
-use crate::upstream::UpstreamClient;
 
 /// What the inbox needs, for [`crate::inbox::Inbox::new`].
-pub(super) fn parts(state: &Arc<ArcSwap<State>>, upstream: &UpstreamClient, shutdown: &CancellationToken) -> Parts {
+pub(super) fn parts(
+    state: &Arc<ArcSwap<State>>,
+    connect_timeout: std::time::Duration,
+    shutdown: &CancellationToken,
+) -> Parts {
     Parts {
         projects: Arc::new(Current(state.clone())),
-        upstream: upstream.clone(),
+        connect_timeout,
         shutdown: shutdown.clone(),
     }
 }

@@ -1,5 +1,5 @@
 //! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
-//! part: cache, argon2 verifier, limiters, tokens; upstream pool, supervisor, metrics, shutdown tokens).
+//! part: cache, argon2 verifier, limiters, tokens; supervisor, metrics, shutdown tokens).
 
 pub mod certs;
 pub mod connections;
@@ -26,7 +26,6 @@ use crate::config::{Limits, Settings};
 use crate::gateway::state::{State, Upstream};
 use crate::metrics::Metrics;
 use crate::ratelimit::{Limiters, Slots};
-use crate::upstream::UpstreamClient;
 use crate::upstream::supervise::Supervisor;
 
 /// What [`Gateway::rediscover`] found.
@@ -55,7 +54,6 @@ pub struct Gateway {
     pub browser: Browser,
     /// Starting, supervising and stopping.
     pub lifecycle: Lifecycle,
-    pub upstream: UpstreamClient,
     /// Pending permission requests and questions, sessions and server states of every project.
     pub inbox: Arc<crate::inbox::Inbox>,
     pub metrics: Metrics,
@@ -122,7 +120,6 @@ impl Gateway {
     ) -> anyhow::Result<Arc<Gateway>> {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
-        let upstream = crate::upstream::client(limits.upstream_connect_timeout);
         let metrics = Metrics::new();
         // Opened before anything runs: a path the gateway cannot write fails the start.
         let audit = match &settings.audit {
@@ -135,7 +132,7 @@ impl Gateway {
             None => crate::audit::Audit::off(),
         };
         let supervisor = Supervisor::new(
-            upstream.clone(),
+            limits.upstream_connect_timeout,
             shutdown.child_token(),
             metrics.upstream_restarts.clone(),
             audit.clone(),
@@ -147,7 +144,11 @@ impl Gateway {
         let state = State::build(settings, tls, &supervisor, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let state = Arc::new(ArcSwap::from_pointee(state));
-        let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(&state, &upstream, &shutdown)));
+        let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(
+            &state,
+            limits.upstream_connect_timeout,
+            &shutdown,
+        )));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::gateway::connections::open_file_limit();
         let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
@@ -213,7 +214,6 @@ impl Gateway {
                 abort: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             },
-            upstream,
             inbox,
             metrics,
             audit,
@@ -334,15 +334,19 @@ impl Gateway {
             let crate::gateway::state::Upstream::Fixed(endpoint) = &p.upstream else {
                 continue;
             };
-            let (client, name, authority) = (self.upstream.clone(), p.name.clone(), endpoint.authority.clone());
+            let (connect, name, authority) = (
+                self.limits.upstream_connect_timeout,
+                p.name.clone(),
+                endpoint.authority.clone(),
+            );
             let endpoint = endpoint.clone();
             tokio::spawn(async move {
                 endpoint
-                    .ensure_api(&client, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
+                    .ensure_api(connect, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
                     .await;
                 let open = crate::upstream::supervise::health(
-                    &client,
                     &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),
+                    connect,
                 )
                 .await;
                 if open.is_ok() {

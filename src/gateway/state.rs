@@ -10,7 +10,6 @@ use crate::auth::users::{UserState, Users};
 use crate::config::{Project, Settings, UpstreamKind};
 use crate::policy::drift::UpstreamApi;
 use crate::support::name_map::NameMap;
-use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
@@ -66,10 +65,14 @@ impl ProjectState {
     /// Where to send this project's requests now, once the server is ready and its API document
     /// is known (or could not be read): a spawned server may need to start first (it reads its
     /// document before it is ready); an external one may still be having its document read.
-    pub(crate) async fn endpoint(&self, wait: Duration, client: &UpstreamClient) -> Result<Arc<Endpoint>, NotStarted> {
+    pub(crate) async fn endpoint(
+        &self,
+        wait: Duration,
+        connect_timeout: Duration,
+    ) -> Result<Arc<Endpoint>, NotStarted> {
         match &self.upstream {
             Upstream::Fixed(e) => {
-                e.ensure_api(client, &self.name, crate::upstream::api::FETCH_TIMEOUT * 2)
+                e.ensure_api(connect_timeout, &self.name, crate::upstream::api::FETCH_TIMEOUT * 2)
                     .await;
                 Ok(e.clone())
             }

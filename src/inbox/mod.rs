@@ -36,7 +36,6 @@ pub(crate) use queue::Queue;
 pub(crate) use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub(crate) use view::{Card, ProjectView};
 
-use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
 use model::{Effect, Model};
@@ -54,9 +53,10 @@ pub struct Inbox {
 pub(crate) struct Parts {
     /// The projects now (reloads and project-set changes swap them).
     pub projects: Arc<dyn Projects>,
-    /// The gateway's client to the projects' servers: event streams, lists, the control socket's
-    /// answers.
-    pub upstream: UpstreamClient,
+    /// How long a connection to a project's server may take (`limits.upstream_connect_timeout`):
+    /// event streams, lists and the control socket's answers go on the server's own pool, the
+    /// road proxied requests take.
+    pub connect_timeout: std::time::Duration,
     /// The gateway's shutdown: the inbox's tasks end with it.
     pub shutdown: CancellationToken,
 }
@@ -185,7 +185,7 @@ mod tests {
     fn detached() -> Inbox {
         Inbox::new(Parts {
             projects: Arc::new(NoProjects),
-            upstream: crate::upstream::client(std::time::Duration::from_secs(1)),
+            connect_timeout: std::time::Duration::from_secs(1),
             shutdown: CancellationToken::new(),
         })
     }

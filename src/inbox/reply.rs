@@ -17,9 +17,9 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 
 use super::{Inbox, Projects, Server};
+use crate::upstream::UpstreamBody;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
-use crate::upstream::{UpstreamBody, UpstreamClient};
 
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -149,25 +149,30 @@ pub(super) fn with_directory(path: &str, dir: Option<&str>) -> String {
 /// POST `path` with a JSON body to `endpoint` with the gateway's credential; the status and at
 /// most `keep` characters of the answer (the control socket's road, see [`By`]).
 async fn post_keeping(
-    upstream: &UpstreamClient,
+    connect_timeout: std::time::Duration,
     endpoint: &Endpoint,
     path: &str,
     body: Option<serde_json::Value>,
     keep: usize,
 ) -> Result<(u16, String), InboxError> {
-    let mut req = http::Request::post(format!("http://{}{path}", endpoint.authority))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .header(http::header::USER_AGENT, super::INBOX_AGENT)
-        .body(UpstreamBody::Full(body.map(|b| Bytes::from(b.to_string()))))
-        .map_err(|e| InboxError::Unreachable(e.to_string()))?;
-    if let Some(auth) = &endpoint.auth {
-        req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
-    }
+    let body = UpstreamBody::Full(body.map(|b| Bytes::from(b.to_string())));
+    let mut req = endpoint
+        .request(http::Method::POST, path, body)
+        .map_err(InboxError::Unreachable)?;
+    let headers = req.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(super::INBOX_AGENT),
+    );
     let exchange = async {
-        let resp = upstream
-            .request(req)
+        let resp = endpoint
+            .send(req, connect_timeout)
             .await
-            .map_err(|e| InboxError::Unreachable(crate::upstream::describe(&e)))?;
+            .map_err(|e| InboxError::Unreachable(crate::upstream::describe(&*e)))?;
         let status = resp.status().as_u16();
         let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
             .collect()
@@ -239,7 +244,7 @@ async fn send(
         By::ControlSocket => {
             let (endpoint, dir) = target(&*inbox.parts.projects, project)?;
             let path = with_directory(path, dir.as_deref());
-            post_keeping(&inbox.parts.upstream, &endpoint, &path, body, keep).await
+            post_keeping(inbox.parts.connect_timeout, &endpoint, &path, body, keep).await
         }
         By::User(road) => match road.call(http::Method::POST, project, path, body).await {
             Ok((status, answer)) => Ok((

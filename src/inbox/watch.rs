@@ -102,9 +102,9 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
         Ok(r) => r,
         Err(e) => return e,
     };
-    let resp = match tokio::time::timeout(CONNECT_TIMEOUT, inbox.parts.upstream.request(req)).await {
+    let resp = match tokio::time::timeout(CONNECT_TIMEOUT, endpoint.send(req, inbox.parts.connect_timeout)).await {
         Ok(Ok(r)) => r,
-        Ok(Err(e)) => return crate::upstream::describe(&e),
+        Ok(Err(e)) => return crate::upstream::describe(&*e),
         Err(_) => return "no answer in 10 s".into(),
     };
     if !resp.status().is_success() {
@@ -196,12 +196,10 @@ fn dispatch(inbox: &Inbox, targets: &[Target], event: &[u8]) {
 
 async fn get_json(inbox: &Inbox, endpoint: &Endpoint, path: &str) -> Result<serde_json::Value, String> {
     let req = get(endpoint, path)?;
-    let resp = inbox
-        .parts
-        .upstream
-        .request(req)
+    let resp = endpoint
+        .send(req, inbox.parts.connect_timeout)
         .await
-        .map_err(|e| crate::upstream::describe(&e))?;
+        .map_err(|e| crate::upstream::describe(&*e))?;
     if !resp.status().is_success() {
         return Err(format!(
             "GET {} answered {}",

@@ -325,10 +325,11 @@ async fn session_directory(gw: &Gateway, endpoint: &Endpoint, id: &str) -> Resul
     let mut path = String::from("/session");
     crate::policy::canonical::push_segment(&mut path, id);
     let req = endpoint.get(&path)?;
-    let resp = tokio::time::timeout(gw.limits.upstream_connect_timeout * 2, gw.upstream.request(req))
+    let send = endpoint.send(req, gw.limits.upstream_connect_timeout);
+    let resp = tokio::time::timeout(gw.limits.upstream_connect_timeout * 2, send)
         .await
         .map_err(|_| "no answer about the session in time".to_string())?
-        .map_err(|e| crate::upstream::describe(&e))?;
+        .map_err(|e| crate::upstream::describe(&*e))?;
     if resp.status() == StatusCode::NOT_FOUND || resp.status() == StatusCode::BAD_REQUEST {
         return Ok(None);
     }

@@ -29,7 +29,11 @@ pub(super) async fn plan(
     let project = target.project.clone();
     let endpoint = match project.ready_endpoint() {
         Some(e) => e,
-        None => project.endpoint(gw.limits.spawn_ready_timeout, &gw.upstream).await?,
+        None => {
+            project
+                .endpoint(gw.limits.spawn_ready_timeout, gw.limits.upstream_connect_timeout)
+                .await?
+        }
     };
     // A server whose API document was not known when the request was read has it now (or could
     // not be read): judge the request again with it (a route it added may need more than the

@@ -1,58 +1,29 @@
 //! Which OpenCode an upstream is: its version (`GET /global/health`) and its API document
 //! (`GET /doc`), read with the gateway's credential whenever the upstream becomes ready (a spawned
 //! server after every start, an external one at start and on reload). What the document adds to
-//! the table is decided in [`crate::policy::drift`]; here it is fetched, logged and reported.
+//! the table is decided in [`crate::policy::drift`]; here its answers are read (`Endpoint::read_api` asks), logged and reported.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
-use http_body_util::{BodyExt, Limited};
-
-use super::{UpstreamBody, UpstreamClient};
 use crate::policy::drift::{RouteRoles, UpstreamApi};
 use crate::policy::routes::TABLE_VERSION;
 
 /// The User-Agent of the gateway's own health checks, so upstream logs can tell them apart.
 pub const HEALTH_AGENT: &str = "opencode-gateway-health";
 
-/// A GET of `path` on one upstream, with the gateway's credential (`Endpoint::get`).
-pub(crate) type Get<'a> = &'a (dyn Fn(&str) -> Result<http::Request<UpstreamBody>, String> + Sync);
-
 /// OpenCode 1.18.33's document is about 400 KB.
-const DOC_MAX: usize = 16 << 20;
+pub(crate) const DOC_MAX: usize = 16 << 20;
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn get(client: &UpstreamClient, request: Get<'_>, path: &str) -> Result<Bytes, String> {
-    let mut req = request(path)?;
-    req.headers_mut()
-        .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
-    let fetch = async {
-        let resp = client.request(req).await.map_err(|e| super::describe(&e))?;
-        if resp.status() != StatusCode::OK {
-            return Err(format!("GET {path} answered {}", resp.status()));
-        }
-        Limited::new(resp.into_body(), DOC_MAX)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| format!("GET {path}: {e}"))
-    };
-    tokio::time::timeout(FETCH_TIMEOUT, fetch)
-        .await
-        .map_err(|_| format!("GET {path}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
-}
-
-/// Read the upstream's version and API document. An answer that is not JSON (OpenCode answers
+/// The upstream's version and API document from its answers to `GET /global/health` and
+/// `GET /doc` (read by `Endpoint::read_api`). An answer that is not JSON (OpenCode answers
 /// unknown paths with its web UI's `index.html`) is an error, never a route.
-pub(crate) async fn fetch(client: &UpstreamClient, request: Get<'_>) -> Result<UpstreamApi, String> {
-    let health = get(client, request, "/global/health").await?;
-    let version = serde_json::from_slice::<serde_json::Value>(&health)
+pub(crate) fn from_answers(health: &[u8], doc: &[u8]) -> Result<UpstreamApi, String> {
+    let version = serde_json::from_slice::<serde_json::Value>(health)
         .ok()
         .and_then(|v| v.get("version")?.as_str().map(str::to_string));
-    let doc = get(client, request, "/doc").await?;
     let doc: serde_json::Value =
-        serde_json::from_slice(&doc).map_err(|e| format!("GET /doc is not an OpenAPI document: {e}"))?;
+        serde_json::from_slice(doc).map_err(|e| format!("GET /doc is not an OpenAPI document: {e}"))?;
     UpstreamApi::from_doc(version, &doc)
 }
 

@@ -12,9 +12,9 @@ use arc_swap::ArcSwapOption;
 
 use crate::config::Secret;
 use crate::policy::drift::UpstreamApi;
-use crate::upstream::UpstreamClient;
-use crate::upstream::pool::Pool;
+use crate::upstream::pool::{Leased, Pool};
 use crate::upstream::redact::Redactor;
+use crate::upstream::{BoxError, UpstreamBody};
 
 #[derive(Debug)]
 pub struct Endpoint {
@@ -70,15 +70,77 @@ impl Endpoint {
     }
 
     /// A bodiless `GET path` to this server carrying the gateway's credential (health checks,
-    /// version and document reads, session lookups).
-    pub(crate) fn get(&self, path: &str) -> Result<http::Request<crate::upstream::UpstreamBody>, String> {
-        let mut req = http::Request::get(format!("http://{}{path}", self.authority))
-            .body(crate::upstream::UpstreamBody::Empty)
+    /// version and document reads, session lookups, the inbox's lists).
+    pub(crate) fn get(&self, path: &str) -> Result<http::Request<UpstreamBody>, String> {
+        self.request(http::Method::GET, path, UpstreamBody::Empty)
+    }
+
+    /// `method path` to this server with `body`, in origin form, naming the server as its host
+    /// and carrying the gateway's credential (the gateway's own requests; a proxied request is
+    /// rewritten by the forward).
+    pub(crate) fn request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: UpstreamBody,
+    ) -> Result<http::Request<UpstreamBody>, String> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, self.host_header.clone())
+            .body(body)
             .map_err(|e| e.to_string())?;
         if let Some(auth) = &self.auth {
             req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
         }
         Ok(req)
+    }
+
+    /// Send one of the gateway's own requests on this server's pool, the one road proxied
+    /// requests take too: its connection comes back to the pool when the answer's body ends.
+    pub(crate) async fn send(
+        &self,
+        req: http::Request<UpstreamBody>,
+        connect_timeout: Duration,
+    ) -> Result<http::Response<Leased>, BoxError> {
+        let (response, lease) = self.pool.send(req, connect_timeout).await?;
+        let (parts, body) = response.into_parts();
+        Ok(http::Response::from_parts(parts, Leased::new(body, lease)))
+    }
+
+    /// This server's version and API document (`GET /global/health`, `GET /doc`), read with the
+    /// gateway's credential; what they mean is `api`'s to say.
+    pub(crate) async fn read_api(&self, connect_timeout: Duration) -> Result<UpstreamApi, String> {
+        let health = self.read_whole("/global/health", connect_timeout).await?;
+        let doc = self.read_whole("/doc", connect_timeout).await?;
+        crate::upstream::api::from_answers(&health, &doc)
+    }
+
+    /// `GET path` answered 200, its body read whole (at most `api::DOC_MAX`), within
+    /// `api::FETCH_TIMEOUT`.
+    async fn read_whole(&self, path: &str, connect_timeout: Duration) -> Result<bytes::Bytes, String> {
+        use crate::upstream::api::{DOC_MAX, FETCH_TIMEOUT, HEALTH_AGENT};
+        use http_body_util::BodyExt;
+        let mut req = self.get(path)?;
+        req.headers_mut()
+            .insert(http::header::USER_AGENT, HeaderValue::from_static(HEALTH_AGENT));
+        let fetch = async {
+            let resp = self
+                .send(req, connect_timeout)
+                .await
+                .map_err(|e| crate::upstream::describe(&*e))?;
+            if resp.status() != http::StatusCode::OK {
+                return Err(format!("GET {path} answered {}", resp.status()));
+            }
+            http_body_util::Limited::new(resp.into_body(), DOC_MAX)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .map_err(|e| format!("GET {path}: {e}"))
+        };
+        tokio::time::timeout(FETCH_TIMEOUT, fetch)
+            .await
+            .map_err(|_| format!("GET {path}: no answer within {} s", FETCH_TIMEOUT.as_secs()))?
     }
 
     /// Make sure this external server's API document has been read, or tried recently: requests
@@ -89,7 +151,7 @@ impl Endpoint {
         self.api.load().is_some() || self.api_tried_recently()
     }
 
-    pub(crate) async fn ensure_api(&self, client: &UpstreamClient, project: &str, wait: Duration) {
+    pub(crate) async fn ensure_api(&self, connect_timeout: Duration, project: &str, wait: Duration) {
         if self.api_settled() {
             return;
         }
@@ -102,7 +164,7 @@ impl Endpoint {
         *tried = Some(Instant::now());
         // Stored, then logged: once the log says which routes apply, `status` and requests see
         // them (a test read `status` between a log-then-store and found nothing).
-        match crate::upstream::api::fetch(client, &|path| self.get(path)).await {
+        match self.read_api(connect_timeout).await {
             Ok(api) => {
                 let api = Arc::new(api);
                 self.api.store(Some(api.clone()));

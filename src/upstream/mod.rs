@@ -1,6 +1,8 @@
-//! The OpenCode side: each server's endpoint (`endpoint`) and keep-alive pool (`pool`), redaction of
-//! its credential (`redact`), supervision of spawned servers (`supervise`); here, the general client
-//! (health checks, lookups) and the request body that streams the client's upload, bounded in size.
+//! The OpenCode side: each server's endpoint (`endpoint`) and keep-alive pool (`pool`, the one
+//! road to it: proxied requests and the gateway's own health checks, document reads, lookups and
+//! the inbox's streams all take it), redaction of its credential (`redact`), supervision of
+//! spawned servers (`supervise`); here, the request body that streams the client's upload,
+//! bounded in size.
 
 pub mod api;
 pub mod endpoint;
@@ -18,30 +20,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::time::Sleep;
 
 pub(crate) type BoxError = Box<dyn StdError + Send + Sync>;
-pub(crate) type UpstreamClient = Client<HttpConnector, UpstreamBody>;
 
 /// Bun (OpenCode's runtime) closes idle keep-alive connections after 10 s; pools let go first
 /// so a request never lands on a socket the server is closing. Shared with `upstream_pool`.
 pub(crate) const POOL_IDLE: Duration = Duration::from_secs(4);
-
-pub fn client(connect_timeout: Duration) -> UpstreamClient {
-    let mut http = HttpConnector::new();
-    http.set_connect_timeout(Some(connect_timeout));
-    http.set_nodelay(true);
-    http.enforce_http(true);
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(POOL_IDLE)
-        .pool_max_idle_per_host(256)
-        .pool_timer(TokioTimer::new())
-        .timer(TokioTimer::new())
-        .build(http)
-}
 
 /// A request body on its way upstream.
 pub enum UpstreamBody {

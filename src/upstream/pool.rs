@@ -11,8 +11,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
 use http::{Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -64,6 +68,63 @@ impl Lease {
             sender: self.sender,
             since: now,
         });
+    }
+}
+
+/// An answer's body that gives its connection back to the pool when it ends: the gateway's own
+/// requests (health checks, the API document, the inbox's subscription and lists, session
+/// lookups) take the same pooled connections as proxied ones. Dropped before its end, it takes
+/// the connection with it, and hyper closes it.
+pub(crate) struct Leased {
+    body: Incoming,
+    lease: Option<Lease>,
+}
+
+impl Leased {
+    pub(crate) fn new(body: Incoming, lease: Lease) -> Self {
+        let mut leased = Leased {
+            body,
+            lease: Some(lease),
+        };
+        leased.release_if_ended();
+        leased
+    }
+
+    fn release_if_ended(&mut self) {
+        if self.body.is_end_stream()
+            && let Some(lease) = self.lease.take()
+        {
+            lease.release();
+        }
+    }
+}
+
+impl Body for Leased {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => {
+                if let Some(lease) = self.lease.take() {
+                    lease.release();
+                }
+            }
+            // An error: the connection goes with the lease.
+            Poll::Ready(Some(Err(_))) => drop(self.lease.take()),
+            Poll::Ready(Some(Ok(_))) => self.release_if_ended(),
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -252,5 +313,31 @@ mod tests {
             .err()
             .expect("nothing listens there");
         assert_eq!(crate::upstream::describe(&*err), "connection refused");
+    }
+
+    /// The gateway's own requests (`Endpoint::send`) take the same connections: a `Leased` body
+    /// read to its end gives its connection back, one dropped before its end does not.
+    #[tokio::test]
+    async fn a_leased_body_gives_its_connection_back_when_it_ends() {
+        let (addr, accepted) = server().await;
+        let pool = Pool::new(addr.clone());
+        for _ in 0..3 {
+            let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+            let body = Leased::new(resp.into_body(), lease);
+            assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        }
+        assert_eq!(
+            accepted.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "one connection for all three"
+        );
+        assert_eq!(pool.idle_count(), 1);
+        let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        drop(Leased::new(resp.into_body(), lease));
+        assert_eq!(
+            pool.idle_count(),
+            0,
+            "a body dropped before its end takes its connection"
+        );
     }
 }

@@ -59,7 +59,7 @@ fn state() -> &'static State {
             )
             .unwrap();
         let supervisor = opencode_gateway::upstream::supervise::Supervisor::new(
-            opencode_gateway::upstream::client(std::time::Duration::from_secs(1)),
+            std::time::Duration::from_secs(1),
             tokio_util::sync::CancellationToken::new(),
             Default::default(),
             opencode_gateway::audit::Audit::off(),

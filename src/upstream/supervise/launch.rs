@@ -14,7 +14,6 @@ use tokio::process::{Child, Command};
 
 use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
 use crate::config::Secret;
-use crate::upstream::UpstreamClient;
 use crate::upstream::api::HEALTH_AGENT;
 use crate::upstream::endpoint::Endpoint;
 
@@ -33,7 +32,7 @@ impl Running {
 }
 
 /// Start one `opencode serve` and wait until it is ready, or say why it is not.
-pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<Running, String> {
+pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Result<Running, String> {
     let bin = find_opencode(spec)?;
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let password = random_password();
@@ -131,7 +130,7 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
         // The line comes before the server answers everything; poll health briefly.
         let mut last = String::new();
         for _ in 0..50 {
-            match health(client, &server.endpoint).await {
+            match health(&server.endpoint, connect_timeout).await {
                 Ok(()) => return Ok(()),
                 Err(e) => last = e,
             }
@@ -160,14 +159,14 @@ pub(super) async fn launch(spec: &SpawnSpec, client: &UpstreamClient) -> Result<
 }
 
 /// An authenticated `GET /global/health` answered 200.
-pub(crate) async fn health(client: &UpstreamClient, endpoint: &Endpoint) -> Result<(), String> {
+pub(crate) async fn health(endpoint: &Endpoint, connect_timeout: Duration) -> Result<(), String> {
     let mut req = endpoint.get("/global/health")?;
     req.headers_mut()
         .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
-    match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+    match tokio::time::timeout(Duration::from_secs(5), endpoint.send(req, connect_timeout)).await {
         Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
         Ok(Ok(resp)) => Err(format!("status {}", resp.status())),
-        Ok(Err(e)) => Err(crate::upstream::describe(&e)),
+        Ok(Err(e)) => Err(crate::upstream::describe(&*e)),
         Err(_) => Err("no answer within 5 s".into()),
     }
 }

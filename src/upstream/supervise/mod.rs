@@ -26,7 +26,6 @@ use crate::policy::drift::UpstreamApi;
 
 pub(crate) mod launch;
 
-use crate::upstream::UpstreamClient;
 use crate::upstream::endpoint::Endpoint;
 pub(crate) use launch::health;
 use launch::{Running, launch, stop_process};
@@ -204,7 +203,8 @@ impl Supervised {
 /// The set of running servers, reconciled with the config on start and on every reload.
 pub struct Supervisor {
     servers: Mutex<HashMap<String, Arc<Supervised>>>,
-    client: UpstreamClient,
+    /// How long a connection to a server may take (`limits.upstream_connect_timeout`).
+    connect_timeout: Duration,
     tasks: TaskTracker,
     shutdown: CancellationToken,
     restarts: Family<ProjectLabel, Counter>,
@@ -213,14 +213,14 @@ pub struct Supervisor {
 
 impl Supervisor {
     pub fn new(
-        client: UpstreamClient,
+        connect_timeout: Duration,
         shutdown: CancellationToken,
         restarts: Family<ProjectLabel, Counter>,
         audit: crate::audit::Audit,
     ) -> Self {
         Supervisor {
             servers: Mutex::new(HashMap::new()),
-            client,
+            connect_timeout,
             tasks: TaskTracker::new(),
             shutdown,
             restarts,
@@ -279,8 +279,8 @@ impl Supervisor {
             stop: self.shutdown.child_token(),
             api: ArcSwapOption::empty(),
         });
-        let client = self.client.clone();
-        self.tasks.spawn(run(s.clone(), client, self.audit.clone()));
+        self.tasks
+            .spawn(run(s.clone(), self.connect_timeout, self.audit.clone()));
         s
     }
 
@@ -294,7 +294,7 @@ impl Supervisor {
     }
 }
 
-async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Audit) {
+async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit::Audit) {
     use crate::audit::Record;
     let project = s.spec.project.clone();
     if !s.demanded.load(Ordering::SeqCst) {
@@ -309,7 +309,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
         let started = tokio::time::Instant::now();
         // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
         let mut ran = false;
-        let why = match launch(&s.spec, &client).await {
+        let why = match launch(&s.spec, connect_timeout).await {
             Ok(mut server) => {
                 tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
                 audit.record(
@@ -321,7 +321,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                 *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 // Read before Ready, so no request is judged on the table alone once it serves.
                 // Logged when it changed (a restart of the same server says nothing new).
-                match crate::upstream::api::fetch(&client, &|path| server.endpoint.get(path)).await {
+                match server.endpoint.read_api(connect_timeout).await {
                     Ok(api) => {
                         let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
                         let api = Arc::new(api);
@@ -335,7 +335,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
                 }
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 ran = true;
-                let why = watch_server(&s, &mut server, &client).await;
+                let why = watch_server(&s, &mut server, connect_timeout).await;
                 s.status.send_replace(Status::Starting);
                 stop_process(&mut server.child).await;
                 if why == RESTART_ASKED {
@@ -393,7 +393,7 @@ async fn run(s: Arc<Supervised>, client: UpstreamClient, audit: crate::audit::Au
 }
 
 /// Watch a ready server until it exits, fails its health checks, or the gateway stops it.
-async fn watch_server(s: &Supervised, server: &mut Running, client: &UpstreamClient) -> String {
+async fn watch_server(s: &Supervised, server: &mut Running, connect_timeout: Duration) -> String {
     let mut failures = 0;
     let mut tick = tokio::time::interval(HEALTH_EVERY);
     tick.tick().await;
@@ -405,7 +405,7 @@ async fn watch_server(s: &Supervised, server: &mut Running, client: &UpstreamCli
                 return format!("the server exited ({code}); stderr: {}", if tail.is_empty() { "(empty)".into() } else { tail });
             }
             _ = tick.tick() => {
-                if health(client, &server.endpoint).await.is_ok() {
+                if health(&server.endpoint, connect_timeout).await.is_ok() {
                     failures = 0;
                 } else {
                     failures += 1;
