@@ -36,11 +36,13 @@ fi
 # pebble and pebble-challtestsrv (the ACME test's CA and its DNS).
 # prometheus (promtool checks /metrics) and systemd (systemd-analyze verifies the unit).
 # iproute2 (the LAN phone test's network namespaces) and libnss3-tools (certutil: the phone's
-# Chromium trusts the dev CA through its own NSS database).
+# Chromium trusts the dev CA through its own NSS database). openssh-server (sshd stands in for a
+# box the gateway reaches over SSH; only started by that test, on a loopback port).
 need=()
 command -v rg >/dev/null || need+=(ripgrep)
 command -v tmux >/dev/null || need+=(tmux)
 command -v ssh >/dev/null || need+=(openssh-client)
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v chromium >/dev/null || need+=(chromium)
 command -v openssl >/dev/null || need+=(openssl)
 command -v curl >/dev/null || need+=(curl)

@@ -25,6 +25,22 @@ pub(crate) struct RawConfig {
     pub user: Vec<RawUser>,
     #[serde(default)]
     pub route_role: Vec<RawRouteRole>,
+    /// `[[box]]`: other machines whose OpenCode servers the gateway reaches over SSH.
+    #[serde(default, rename = "box")]
+    pub boxes: Vec<RawBox>,
+}
+
+/// `[[box]]`: a machine reached over SSH (`ssh = "user@host:port"`), its host key pinned.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBox {
+    pub name: String,
+    pub ssh: String,
+    /// The gateway's client key (OpenSSH private key file, 0600).
+    pub key: String,
+    /// The box's host key as an OpenSSH public key line (`ssh-ed25519 AAAA…`).
+    pub host_key: Option<String>,
+    pub known_hosts: Option<String>,
 }
 
 /// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.
@@ -159,6 +175,9 @@ pub(crate) struct RawProject {
     pub env_file: Option<String>,
     pub run_as: Option<String>,
     pub listen: Option<String>,
+    /// The `[[box]]` its server runs on (`upstream` is then as the box sees it).
+    #[serde(rename = "box")]
+    pub on_box: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -42,6 +42,21 @@ pub struct Settings {
     pub route_roles: Vec<RouteRoleEntry>,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
+    /// `[[box]]`: machines reached over SSH.
+    pub boxes: Vec<BoxConfig>,
+}
+
+/// A machine whose OpenCode servers the gateway reaches over SSH (`[[box]]`), as validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxConfig {
+    pub name: String,
+    pub user: String,
+    /// `host:port` of its SSH server.
+    pub address: String,
+    /// The gateway's client key: an OpenSSH private key file, owner-only.
+    pub key: PathBuf,
+    /// The box's host key, an OpenSSH public key line: the only key it may present.
+    pub host_key: String,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +170,8 @@ pub struct Project {
     pub secret_files: Vec<(String, PathBuf)>,
     /// The set (its `name`) this project was discovered from; `None` for a configured project.
     pub set: Option<String>,
+    /// The `[[box]]` its server runs on; `None`: this machine.
+    pub on_box: Option<String>,
 }
 
 /// `directories = "/srv/app/.worktrees/*"`: every folder of `parent` whose name starts with
@@ -385,6 +402,9 @@ impl Settings {
         }
         if let Some(file) = s.oidc.as_ref().and_then(|o| o.secret_file.as_ref()) {
             p.add("oidc.client_secret_file", file, false);
+        }
+        for b in &s.boxes {
+            p.add(format!("box ({}).key", b.name), &b.key, false);
         }
         for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {

@@ -344,11 +344,7 @@ impl Gateway {
                 endpoint
                     .ensure_api(connect, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
                     .await;
-                let open = crate::upstream::supervise::health(
-                    &crate::upstream::endpoint::Endpoint::new(authority.clone(), "", None),
-                    connect,
-                )
-                .await;
+                let open = crate::upstream::supervise::health(&endpoint.without_credential(), connect).await;
                 if open.is_ok() {
                     tracing::warn!(target: "security", project = %name, upstream = %authority, reason = "upstream_without_password",
                         "the project's OpenCode server answers without a password: any local user can use it directly; start it with OPENCODE_SERVER_PASSWORD and set upstream_password_env");

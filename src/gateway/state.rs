@@ -2,6 +2,7 @@
 //! projects, routes and the TLS configuration. Connections in flight keep the snapshot they
 //! started with; a config that fails to build changes nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use crate::config::{Project, Settings, UpstreamKind};
 use crate::policy::drift::UpstreamApi;
 use crate::support::name_map::NameMap;
 use crate::upstream::endpoint::Endpoint;
+use crate::upstream::pool::Dial;
+use crate::upstream::ssh_link::{BoxLink, BoxSpec};
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
 pub struct State {
@@ -123,14 +126,37 @@ impl State {
             .filter_map(|p| SpawnSpec::new(&settings, p))
             .collect();
         let mut spawned = supervisor.reconcile(specs);
+        let boxes = box_links(&settings)?;
         let mut projects = NameMap::default();
         for p in &settings.projects {
             let upstream = match &p.upstream {
-                UpstreamKind::External { authority } => Upstream::Fixed(Arc::new(Endpoint::new(
-                    authority.clone(),
-                    &p.upstream_username,
-                    p.upstream_password.as_ref(),
-                ))),
+                UpstreamKind::External { authority } => {
+                    let dial = match &p.on_box {
+                        None => Dial::Tcp,
+                        Some(b) => {
+                            let link = boxes.get(b).ok_or_else(|| anyhow::anyhow!("no box {b}"))?.clone();
+                            let (host, port) = authority
+                                .rsplit_once(':')
+                                .and_then(|(h, p)| {
+                                    Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse().ok()?))
+                                })
+                                .ok_or_else(|| {
+                                    anyhow::anyhow!("project {}: upstream {authority} has no port", p.name)
+                                })?;
+                            Dial::Box {
+                                link,
+                                host: host.to_string(),
+                                port,
+                            }
+                        }
+                    };
+                    Upstream::Fixed(Arc::new(Endpoint::with_dial(
+                        authority.clone(),
+                        &p.upstream_username,
+                        p.upstream_password.as_ref(),
+                        dial,
+                    )))
+                }
                 UpstreamKind::Spawned => Upstream::Supervised(
                     spawned
                         .remove(&p.name)
@@ -164,4 +190,28 @@ impl State {
             tls,
         })
     }
+}
+
+/// One SSH link per `[[box]]`, each made when a request first needs it. Made again with each
+/// state (a reload reconnects the boxes; requests on the old state keep the old links).
+fn box_links(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<BoxLink>>> {
+    let mut links = HashMap::new();
+    for b in &settings.boxes {
+        let key = russh::keys::load_secret_key(&b.key, None)
+            .map_err(|e| anyhow::anyhow!("box {}: cannot read its key {}: {e}", b.name, b.key.display()))?;
+        let host_key = crate::config::validate::boxes::parse_host_key(&b.host_key)
+            .map_err(|e| anyhow::anyhow!("box {}: host_key: {e}", b.name))?;
+        let spec = BoxSpec {
+            name: b.name.clone(),
+            address: b.address.clone(),
+            user: b.user.clone(),
+            key: Arc::new(key),
+            host_key,
+        };
+        links.insert(
+            b.name.clone(),
+            Arc::new(BoxLink::new(spec, settings.limits.upstream_connect_timeout)),
+        );
+    }
+    Ok(links)
 }

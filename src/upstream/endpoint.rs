@@ -12,7 +12,7 @@ use arc_swap::ArcSwapOption;
 
 use crate::config::Secret;
 use crate::policy::drift::UpstreamApi;
-use crate::upstream::pool::{Leased, Pool};
+use crate::upstream::pool::{Dial, Leased, Pool};
 use crate::upstream::redact::Redactor;
 use crate::upstream::{BoxError, UpstreamBody};
 
@@ -45,6 +45,12 @@ pub(crate) const API_RETRY: Duration = Duration::from_secs(10);
 
 impl Endpoint {
     pub(crate) fn new(authority: String, username: &str, password: Option<&Secret>) -> Self {
+        Self::with_dial(authority, username, password, Dial::Tcp)
+    }
+
+    /// A server reached by `dial`: over TCP, or over a box's SSH connection (`authority` is then
+    /// the server's address as the box sees it).
+    pub(crate) fn with_dial(authority: String, username: &str, password: Option<&Secret>, dial: Dial) -> Self {
         let token = password.map(|p| STANDARD.encode(format!("{username}:{}", p.expose())));
         let auth = token.as_ref().map(|t| {
             let mut v = HeaderValue::from_str(&format!("Basic {t}")).expect("base64 is a valid header value");
@@ -58,7 +64,7 @@ impl Endpoint {
         Endpoint {
             host_header: HeaderValue::from_str(&authority).expect("validated as host:port"),
             origin_header: HeaderValue::from_str(&format!("http://{authority}")).expect("validated as host:port"),
-            pool: Pool::new(authority.clone()),
+            pool: Pool::with_dial(authority.clone(), dial),
             authority,
             auth,
             redactor,
@@ -94,6 +100,12 @@ impl Endpoint {
             req.headers_mut().insert(http::header::AUTHORIZATION, auth.clone());
         }
         Ok(req)
+    }
+
+    /// The same server, reached the same way, with no credential (to see whether it answers
+    /// without a password).
+    pub(crate) fn without_credential(&self) -> Endpoint {
+        Endpoint::with_dial(self.authority.clone(), "", None, self.pool.dial().clone())
     }
 
     /// Send one of the gateway's own requests on this server's pool, the one road proxied

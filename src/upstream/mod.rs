@@ -8,6 +8,7 @@ pub mod api;
 pub mod endpoint;
 pub mod pool;
 pub mod redact;
+pub mod ssh_link;
 pub mod supervise;
 
 use std::error::Error as StdError;

@@ -31,8 +31,83 @@ struct Idle {
     since: Instant,
 }
 
+/// How a pool reaches its server: a TCP connection to its address, or a `direct-tcpip` channel
+/// on a box's SSH connection to the address as the box sees it. The connection that comes back
+/// is driven the same way either way: one road, two transports.
+#[derive(Clone)]
+pub(crate) enum Dial {
+    Tcp,
+    Box {
+        link: Arc<crate::upstream::ssh_link::BoxLink>,
+        host: String,
+        port: u16,
+    },
+}
+
+/// A connection to the server, by either transport.
+enum Io {
+    Tcp(TcpStream),
+    Channel(russh::ChannelStream<russh::client::Msg>),
+}
+
+impl tokio::io::AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Channel(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Io {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Channel(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Io::Channel(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Channel(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Channel(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Tcp(s) => s.is_write_vectored(),
+            Io::Channel(s) => s.is_write_vectored(),
+        }
+    }
+}
+
 pub struct Pool {
+    /// The server's address as the gateway (TCP) or the box (SSH) reaches it.
     authority: String,
+    dial: Dial,
     /// One idle list per worker runtime (and one, first, for everything else): a connection's
     /// task runs on the runtime that opened it, so it is lent only to requests on that runtime.
     /// Most recently returned last: checkouts take the warmest connection.
@@ -129,13 +204,24 @@ impl Body for Leased {
 }
 
 impl Pool {
+    #[cfg(test)]
     pub(crate) fn new(authority: String) -> Arc<Self> {
+        Self::with_dial(authority, Dial::Tcp)
+    }
+
+    /// A pool whose connections are made by `dial` (a box's channels) to `authority`.
+    pub(crate) fn with_dial(authority: String, dial: Dial) -> Arc<Self> {
         Arc::new(Pool {
             authority,
+            dial,
             idle: (0..=crate::support::workers::count())
                 .map(|_| Mutex::new(Vec::new()))
                 .collect(),
         })
+    }
+
+    pub(crate) fn dial(&self) -> &Dial {
+        &self.dial
     }
 
     fn list(&self) -> usize {
@@ -154,11 +240,22 @@ impl Pool {
     }
 
     async fn connect(&self, timeout: Duration) -> Result<SendRequest<UpstreamBody>, BoxError> {
-        let tcp = tokio::time::timeout(timeout, TcpStream::connect(&self.authority))
-            .await
-            .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out"))??;
-        tcp.set_nodelay(true)?;
-        let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(tcp)).await?;
+        let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out");
+        let io = match &self.dial {
+            Dial::Tcp => {
+                let tcp = tokio::time::timeout(timeout, TcpStream::connect(&self.authority))
+                    .await
+                    .map_err(|_| timed_out())??;
+                tcp.set_nodelay(true)?;
+                Io::Tcp(tcp)
+            }
+            Dial::Box { link, host, port } => Io::Channel(
+                tokio::time::timeout(timeout, link.open(host, *port))
+                    .await
+                    .map_err(|_| format!("box {}: no channel to {host}:{port} in time", link.name()))??,
+            ),
+        };
+        let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(io)).await?;
         // The connection is driven by its own task; upgrades (terminal WebSockets) hand the
         // socket over when the response is a 101.
         tokio::spawn(async move {

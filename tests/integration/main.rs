@@ -14,6 +14,7 @@ mod abuse;
 mod acme;
 mod admin;
 mod audit;
+mod boxes;
 mod browser;
 mod browser_login;
 mod certs;

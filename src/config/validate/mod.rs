@@ -9,6 +9,7 @@ use super::settings::*;
 use super::{ConfigError, ProtectedPaths};
 
 mod audit;
+pub(crate) mod boxes;
 pub(crate) mod checker;
 pub(crate) mod names;
 mod notify;
@@ -257,6 +258,18 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     oidc::identities_unique(&mut c, &users, oidc.as_ref());
 
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
+    let boxes = boxes::boxes(&mut c, &raw.boxes);
+    for (i, p) in raw.project.iter().enumerate() {
+        if let Some(b) = &p.on_box
+            && !raw.boxes.iter().any(|d| &d.name == b)
+        {
+            c.problem(
+                format!("project[{i}] ({}).box", p.name),
+                format!("no [[box]] is named {b:?}"),
+                "add a [[box]] with that name, or remove box from this project",
+            );
+        }
+    }
 
     if !c.problems.is_empty() {
         return Err(ConfigError::Invalid {
@@ -294,6 +307,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         users,
         route_roles,
         protected: ProtectedPaths::default(),
+        boxes,
     };
     settings.protected = settings.protected_paths();
     let (found, warnings) = crate::config::discover::discover(&settings);

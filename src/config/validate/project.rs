@@ -39,6 +39,14 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             authority: loopback_authority(c, &format!("{key}.upstream"), u)?,
         },
     };
+    if p.on_box.is_some() && (p.spawn || p.directories.is_some()) {
+        c.problem(
+            format!("{key}.box"),
+            "spawning a server on a box is not built yet",
+            "run `opencode serve --hostname 127.0.0.1 --port <port>` on the box and set upstream = \"http://127.0.0.1:<port>\" (as the box sees it)",
+        );
+        return None;
+    }
     let password = upstream_password(c, &key, p);
     if upstream == UpstreamKind::Spawned && password.is_some() {
         c.problem(
@@ -55,6 +63,20 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
                 "remove directory (a set makes one project per folder matching directories), or remove directories",
             );
             None
+        }
+        // On a box, the folder is the box's: absolute, and not looked up here.
+        Some(d) if p.on_box.is_some() => {
+            let path = std::path::Path::new(d);
+            if path.is_absolute() {
+                Some(crate::config::validate::lexical_clean(path))
+            } else {
+                c.problem(
+                    format!("{key}.directory"),
+                    format!("{d:?} is not an absolute path on the box"),
+                    "write the folder as the box sees it, from /",
+                );
+                None
+            }
         }
         Some(d) => {
             let path = c.path(d);
@@ -166,6 +188,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         listen,
         secret_files,
         set: None,
+        on_box: p.on_box.clone(),
     })
 }
 

@@ -1,0 +1,146 @@
+//! `[[box]]` tables: machines whose OpenCode servers the gateway reaches over SSH. The address,
+//! the gateway's key (an OpenSSH private key, owner-only) and the box's pinned host key are
+//! checked here, so `check` says what is wrong before anything connects.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use super::{Checker, valid_project_name};
+use crate::config::file::RawBox;
+use crate::config::settings::BoxConfig;
+
+pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
+    let mut names = HashSet::new();
+    let mut out = Vec::new();
+    for (i, b) in raw.iter().enumerate() {
+        let key = format!("box[{i}] ({})", b.name);
+        if !valid_project_name(&b.name) {
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is not a valid box name", b.name),
+                "use lower-case letters, digits and '-'",
+            );
+        }
+        if !names.insert(b.name.as_str()) {
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is used twice", b.name),
+                "give each box its own name",
+            );
+        }
+        let address = ssh_address(c, &format!("{key}.ssh"), &b.ssh);
+        let key_path = c.path(&b.key);
+        client_key(c, &format!("{key}.key"), &key_path);
+        let host_key = host_key(c, &key, b);
+        if let (Some((user, address)), Some(host_key)) = (address, host_key) {
+            out.push(BoxConfig {
+                name: b.name.clone(),
+                user,
+                address,
+                key: key_path,
+                host_key,
+            });
+        }
+    }
+    out
+}
+
+/// `user@host:port` (the port may be left out: 22) → the user and `host:port`.
+fn ssh_address(c: &mut Checker<'_>, key: &str, value: &str) -> Option<(String, String)> {
+    let fix = "write ssh = \"user@host:port\" (for example \"dev@gpu1.lan:22\")";
+    let Some((user, rest)) = value.split_once('@') else {
+        c.problem(key, format!("{value:?} names no user"), fix);
+        return None;
+    };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !p.contains(']') => match p.parse::<u16>() {
+            Ok(port) if port > 0 => (h, port),
+            _ => {
+                c.problem(key, format!("{p:?} is not a port"), fix);
+                return None;
+            }
+        },
+        _ => (rest, 22),
+    };
+    let bad = |s: &str| s.is_empty() || s.chars().any(|ch| ch.is_whitespace() || ch.is_control());
+    if bad(user) || bad(host) || host.contains('/') {
+        c.problem(key, format!("{value:?} is not user@host:port"), fix);
+        return None;
+    }
+    Some((user.to_string(), format!("{host}:{port}")))
+}
+
+/// The gateway's client key: a file only its owner may read, in a format the gateway can use.
+fn client_key(c: &mut Checker<'_>, key: &str, path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let make = format!("ssh-keygen -t ed25519 -N '' -f {}", path.display());
+    match std::fs::metadata(path) {
+        Err(e) => {
+            c.problem(
+                key,
+                format!("cannot read {}: {e}", path.display()),
+                format!("make a key: {make}"),
+            );
+            return;
+        }
+        Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+            c.problem(
+                key,
+                format!(
+                    "{} is readable by group or others (mode {:o}); it logs the gateway in to the box",
+                    path.display(),
+                    m.permissions().mode() & 0o777
+                ),
+                format!("chmod 600 {}", path.display()),
+            );
+            return;
+        }
+        Ok(_) => {}
+    }
+    if let Err(e) = russh::keys::load_secret_key(path, None) {
+        c.problem(
+            key,
+            format!(
+                "{} is not an OpenSSH private key the gateway can use without a passphrase: {e}",
+                path.display()
+            ),
+            format!("make one: {make}"),
+        );
+    }
+}
+
+/// The box's host key, pinned: an OpenSSH public key line. Never trusted on first use.
+fn host_key(c: &mut Checker<'_>, key: &str, b: &RawBox) -> Option<String> {
+    let scan = "set host_key to the box's key line, from the box's /etc/ssh/ssh_host_ed25519_key.pub or `ssh-keyscan -t ed25519 -p <port> <host>` (check its fingerprint)";
+    if b.known_hosts.is_some() {
+        c.problem(format!("{key}.known_hosts"), "known_hosts files are not read yet", scan);
+        return None;
+    }
+    let Some(line) = &b.host_key else {
+        c.problem(format!("{key}.host_key"), "the box's host key is not pinned", scan);
+        return None;
+    };
+    match parse_host_key(line) {
+        Ok(_) => Some(line.trim().to_string()),
+        Err(why) => {
+            c.problem(format!("{key}.host_key"), why, scan);
+            None
+        }
+    }
+}
+
+/// `ssh-ed25519 AAAA… [comment]` → the public key (its algorithm must be the one the line says).
+pub(crate) fn parse_host_key(line: &str) -> Result<russh::keys::PublicKey, String> {
+    let mut words = line.split_whitespace();
+    let (Some(algorithm), Some(b64)) = (words.next(), words.next()) else {
+        return Err("not an OpenSSH public key line (\"ssh-ed25519 AAAA…\")".into());
+    };
+    let key = russh::keys::parse_public_key_base64(b64).map_err(|e| format!("its key does not read: {e}"))?;
+    if key.algorithm().as_str() != algorithm {
+        return Err(format!(
+            "the line says {algorithm} but the key is {}",
+            key.algorithm().as_str()
+        ));
+    }
+    Ok(key)
+}

@@ -1,0 +1,161 @@
+//! A box: another machine whose OpenCode servers the gateway reaches over SSH, with nothing to
+//! install there and no port opened on it (issue 24). One SSH connection per box (russh's
+//! client), its host key pinned, the gateway's own key to log in; every upstream connection to
+//! the box is a `direct-tcpip` channel on it, which the pool (`pool.rs`) drives exactly like a
+//! TCP connection. A connection that died is made again on the next channel asked for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use russh::ChannelStream;
+use russh::client::{self, Handle, Msg};
+use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use tokio::sync::Mutex;
+
+use crate::upstream::BoxError;
+
+/// How often an idle connection is checked, and after how many unanswered checks it is dead.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+const KEEPALIVE_MAX: usize = 3;
+
+/// Where a box is and how the gateway proves itself to it.
+#[derive(Clone)]
+pub(crate) struct BoxSpec {
+    /// The box's name in the config (`[[box]] name`), in every error.
+    pub name: String,
+    /// `host:port` of its SSH server.
+    pub address: String,
+    pub user: String,
+    /// The gateway's client key (a file outside every project, 0600).
+    pub key: Arc<PrivateKey>,
+    /// The box's host key: any other is refused, never trusted on first use.
+    pub host_key: PublicKey,
+}
+
+/// One box's SSH connection, made when first needed and again after it dies.
+pub(crate) struct BoxLink {
+    spec: BoxSpec,
+    connect_timeout: Duration,
+    session: Mutex<Option<Arc<Handle<Pinned>>>>,
+}
+
+/// The client side's one judgement: is this the box's pinned host key?
+struct Pinned {
+    expected: PublicKey,
+    /// What the box offered instead, for the error (its fingerprint).
+    offered: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl client::Handler for Pinned {
+    type Error = russh::Error;
+
+    async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
+        let key = match offered {
+            PublicKeyOrCertificate::PublicKey { key, .. } => key,
+            // A host certificate is not a pinned key.
+            PublicKeyOrCertificate::Certificate(_) => {
+                *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some("a host certificate".into());
+                return Ok(false);
+            }
+        };
+        if key.key_data() == self.expected.key_data() {
+            return Ok(true);
+        }
+        let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
+        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint);
+        Ok(false)
+    }
+}
+
+impl BoxLink {
+    pub(crate) fn new(spec: BoxSpec, connect_timeout: Duration) -> Self {
+        BoxLink {
+            spec,
+            connect_timeout,
+            session: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// A `direct-tcpip` channel to `host:port` as the box sees it, on the box's connection
+    /// (made first if there is none, or it died).
+    pub(crate) async fn open(&self, host: &str, port: u16) -> Result<ChannelStream<Msg>, BoxError> {
+        let session = self.session().await?;
+        match session
+            .channel_open_direct_tcpip(host, u32::from(port), "127.0.0.1", 0)
+            .await
+        {
+            Ok(channel) => Ok(channel.into_stream()),
+            Err(e) => {
+                // The connection may have died since it was last used: forget it, so the next
+                // channel makes a new one; this one fails with the reason.
+                let mut slot = self.session.lock().await;
+                if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
+                    *slot = None;
+                }
+                Err(format!("box {}: cannot open a channel to {host}:{port}: {e}", self.spec.name).into())
+            }
+        }
+    }
+
+    async fn session(&self) -> Result<Arc<Handle<Pinned>>, BoxError> {
+        let mut slot = self.session.lock().await;
+        if let Some(s) = slot.as_ref()
+            && !s.is_closed()
+        {
+            return Ok(s.clone());
+        }
+        let made = Arc::new(self.connect().await?);
+        *slot = Some(made.clone());
+        Ok(made)
+    }
+
+    async fn connect(&self) -> Result<Handle<Pinned>, BoxError> {
+        let spec = &self.spec;
+        let config = Arc::new(client::Config {
+            keepalive_interval: Some(KEEPALIVE),
+            keepalive_max: KEEPALIVE_MAX,
+            nodelay: true,
+            ..Default::default()
+        });
+        let offered = Arc::new(std::sync::Mutex::new(None));
+        let handler = Pinned {
+            expected: spec.host_key.clone(),
+            offered: offered.clone(),
+        };
+        let connecting = client::connect(config, spec.address.as_str(), handler);
+        let mut handle = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Err(_) => return Err(format!("box {}: no SSH answer from {} in time", spec.name, spec.address).into()),
+            Ok(Err(e)) => {
+                if let Some(fingerprint) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
+                        "the box's host key is not the pinned one: refused (a changed key, or someone in between); check it and set host_key");
+                    return Err(format!(
+                        "box {}: its host key ({fingerprint}) is not the pinned one; refused",
+                        spec.name
+                    )
+                    .into());
+                }
+                return Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address).into());
+            }
+            Ok(Ok(h)) => h,
+        };
+        let hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
+        let key = PrivateKeyWithHashAlg::new(spec.key.clone(), hash);
+        let auth = handle
+            .authenticate_publickey(spec.user.clone(), key)
+            .await
+            .map_err(|e| format!("box {}: logging in as {}: {e}", spec.name, spec.user))?;
+        if !auth.success() {
+            return Err(format!(
+                "box {}: the box refused the gateway's key for user {} (add its public key to ~{}/.ssh/authorized_keys)",
+                spec.name, spec.user, spec.user
+            )
+            .into());
+        }
+        Ok(handle)
+    }
+}
