@@ -211,3 +211,63 @@ fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key()
         "{err}"
     );
 }
+
+/// OpenCode's real clients through a box: `opencode run --attach` gets the fake model's answer
+/// (its event stream crosses the SSH channel) and a terminal WebSocket runs what is typed (the
+/// upgrade is spliced over a channel), with the project pinned to the server's folder on the box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    use crate::common::client::{json, pty_socket, read_terminal_until};
+    use crate::common::stack::{ALICE_PW, alice, setup_as};
+
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(keys.path());
+    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
+    let table = box_table(sshd.port, &key, &sshd.host_key);
+    let s = setup_as("echo unused", true, |config| {
+        let config = config.replacen("name = \"demo\"\n", "name = \"demo\"\nbox = \"gpu1\"\n", 1);
+        config.replacen("[[project]]", &format!("{table}[[project]]"), 1)
+    })
+    .await;
+    let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
+    let work = tempfile::tempdir().unwrap();
+    let out = crate::real_opencode::run_cli(
+        &[
+            "run",
+            "--attach",
+            &url,
+            "-u",
+            "alice",
+            "-p",
+            ALICE_PW,
+            "hello over the box",
+        ],
+        &s.gw.ca(),
+        work.path(),
+    )
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("fake-model"),
+        "run over the box failed: {}\n{stderr}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        s.gw.logs()
+    );
+    let forwarded = format!("target 127.0.0.1 port {}", s.oc.port);
+    assert!(
+        sshd.log.lock().unwrap().contains(&forwarded),
+        "the box's sshd forwarded nothing to OpenCode:\n{}",
+        sshd.log.lock().unwrap()
+    );
+    let (status, pty) = json(&s.client, "POST", "/p/demo/pty", &alice(), "{}").await;
+    assert_eq!(status, 200, "{pty}");
+    let id = pty["id"].as_str().unwrap().to_string();
+    let mut ws = pty_socket(&s.client, &format!("/p/demo/pty/{id}/connect?cursor=0"), Some(&alice())).await;
+    ws.send(Message::text("echo BOX$((6*7))X\r")).await.unwrap();
+    let said = read_terminal_until(&mut ws, "BOX42X").await;
+    assert!(said.contains("BOX42X"), "terminal said: {said:?}");
+}

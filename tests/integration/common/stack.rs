@@ -81,6 +81,11 @@ pub async fn setup(bash_command: &str) -> Setup {
 
 /// Like [`setup`]; with `pinned`, the project's `directory` is the server's project folder.
 pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
+    setup_as(bash_command, pinned, |config| config).await
+}
+
+/// Like [`setup_pinned`], the whole config passed through `edit` first.
+pub async fn setup_as(bash_command: &str, pinned: bool, edit: impl FnOnce(String) -> String) -> Setup {
     let model = FakeModel::start(bash_command).await;
     let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
     let directory = if pinned {
@@ -118,6 +123,7 @@ pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
             },
         ])
     ));
+    let config = edit(config);
     let pw = oc.password.clone();
     let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
     let client = Https::new(gw.https, &gw.ca());
