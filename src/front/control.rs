@@ -284,10 +284,13 @@ fn status(gw: &Gateway) -> serde_json::Value {
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
     let mut users: Vec<&str> = state.users.keys().map(String::as_str).collect();
     users.sort();
+    let mut boxes: Vec<_> = state.boxes.values().map(|b| b.report()).collect();
+    boxes.sort_by(|a, b| a.name.cmp(&b.name));
     serde_json::json!({
         "listen": state.settings.server.listen.to_string(),
         "public_url": state.settings.server.public_url,
         "projects": projects,
+        "boxes": boxes,
         "users": users,
         "pairing_codes_pending": gw.browser.pairing.pending(),
         "pid": std::process::id(),

@@ -133,5 +133,45 @@ pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "Spawned project servers: 1 when ready and answering health checks, else 0",
         up,
     );
+    boxes(gw, &mut r);
     prometheus_client::encoding::text::encode_registry(out, &r)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct BoxLabel {
+    r#box: String,
+}
+
+/// Each `[[box]]`'s SSH link: up or not, connections made and failed, channels.
+fn boxes(gw: &Gateway, r: &mut Registry) {
+    let state = gw.state();
+    if state.boxes.is_empty() {
+        return;
+    }
+    let up = Family::<BoxLabel, Gauge>::default();
+    let open = Family::<BoxLabel, Gauge>::default();
+    let counter = || Family::<BoxLabel, prometheus_client::metrics::counter::Counter>::default();
+    let (connects, failures, opened) = (counter(), counter(), counter());
+    for link in state.boxes.values() {
+        let b = link.report();
+        let l = BoxLabel { r#box: b.name.clone() };
+        up.get_or_create(&l).set(i64::from(b.state == "connected"));
+        open.get_or_create(&l).set(b.channels_open);
+        connects.get_or_create(&l).inc_by(b.connects);
+        failures.get_or_create(&l).inc_by(b.failures);
+        opened.get_or_create(&l).inc_by(b.channels_opened);
+    }
+    r.register("box_up", "Boxes: 1 while the SSH connection is up, else 0", up);
+    r.register("box_channels_open", "Channels open on each box's SSH connection", open);
+    r.register("box_connects", "SSH connections made to each box", connects);
+    r.register(
+        "box_connect_failures",
+        "Attempts to connect to a box that failed",
+        failures,
+    );
+    r.register(
+        "box_channels_opened",
+        "Channels opened on each box's SSH connection",
+        opened,
+    );
 }

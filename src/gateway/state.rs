@@ -25,6 +25,8 @@ pub struct State {
     /// The config's `[[route_role]]` entries, compiled.
     pub route_roles: crate::policy::drift::RouteRoles,
     pub tls: Arc<rustls::ServerConfig>,
+    /// The SSH link to each `[[box]]`, by name.
+    pub(crate) boxes: HashMap<String, Arc<BoxLink>>,
 }
 
 pub struct ProjectState {
@@ -182,6 +184,7 @@ impl State {
             .then(|| settings.projects[0].name.clone());
         let route_roles = crate::policy::drift::RouteRoles::compile(&settings.route_roles);
         Ok(State {
+            boxes,
             route_roles,
             settings: Arc::new(settings),
             projects,

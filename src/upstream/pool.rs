@@ -47,7 +47,11 @@ pub(crate) enum Dial {
 /// A connection to the server, by either transport.
 enum Io {
     Tcp(TcpStream),
-    Channel(russh::ChannelStream<russh::client::Msg>),
+    /// Counted open (per box) until dropped.
+    Channel {
+        stream: russh::ChannelStream<russh::client::Msg>,
+        _open: crate::upstream::ssh_link::OpenChannel,
+    },
 }
 
 impl tokio::io::AsyncRead for Io {
@@ -58,7 +62,7 @@ impl tokio::io::AsyncRead for Io {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Channel(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Channel { stream: s, .. } => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -67,21 +71,21 @@ impl tokio::io::AsyncWrite for Io {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Channel(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Channel { stream: s, .. } => Pin::new(s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Io::Channel(s) => Pin::new(s).poll_flush(cx),
+            Io::Channel { stream: s, .. } => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Channel(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Channel { stream: s, .. } => Pin::new(s).poll_shutdown(cx),
         }
     }
 
@@ -92,14 +96,14 @@ impl tokio::io::AsyncWrite for Io {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             Io::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Channel(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Channel { stream: s, .. } => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
         match self {
             Io::Tcp(s) => s.is_write_vectored(),
-            Io::Channel(s) => s.is_write_vectored(),
+            Io::Channel { stream: s, .. } => s.is_write_vectored(),
         }
     }
 }
@@ -249,11 +253,12 @@ impl Pool {
                 tcp.set_nodelay(true)?;
                 Io::Tcp(tcp)
             }
-            Dial::Box { link, host, port } => Io::Channel(
-                tokio::time::timeout(timeout, link.open(host, *port))
+            Dial::Box { link, host, port } => {
+                let (stream, open) = tokio::time::timeout(timeout, link.open(host, *port))
                     .await
-                    .map_err(|_| format!("box {}: no channel to {host}:{port} in time", link.name()))??,
-            ),
+                    .map_err(|_| format!("box {}: no channel to {host}:{port} in time", link.name()))??;
+                Io::Channel { stream, _open: open }
+            }
         };
         let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(io)).await?;
         // The connection is driven by its own task; upgrades (terminal WebSockets) hand the

@@ -5,6 +5,7 @@
 //! TCP connection. A connection that died is made again on the next channel asked for.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use russh::ChannelStream;
@@ -37,6 +38,37 @@ pub(crate) struct BoxLink {
     spec: BoxSpec,
     connect_timeout: Duration,
     session: Mutex<Option<Arc<Handle<Pinned>>>>,
+    /// SSH connections made, and attempts that failed.
+    connects: AtomicU64,
+    failures: AtomicU64,
+    /// Channels opened in all, and open now.
+    channels_opened: AtomicU64,
+    channels_open: Arc<AtomicI64>,
+    /// Why the last attempt to connect or open a channel failed (cleared by a connection made).
+    last_error: std::sync::Mutex<Option<String>>,
+}
+
+/// A box's state, for `status` and `/metrics`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct BoxReport {
+    pub name: String,
+    pub address: String,
+    /// `connected`, `connecting` or `not connected` (made again on the next request).
+    pub state: &'static str,
+    pub last_error: Option<String>,
+    pub connects: u64,
+    pub failures: u64,
+    pub channels_opened: u64,
+    pub channels_open: i64,
+}
+
+/// A channel counted open until it is dropped.
+pub(crate) struct OpenChannel(Arc<AtomicI64>);
+
+impl Drop for OpenChannel {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The client side's one judgement: is this the box's pinned host key?
@@ -73,6 +105,11 @@ impl BoxLink {
             spec,
             connect_timeout,
             session: Mutex::new(None),
+            connects: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            channels_opened: AtomicU64::new(0),
+            channels_open: Arc::new(AtomicI64::new(0)),
+            last_error: std::sync::Mutex::new(None),
         }
     }
 
@@ -82,13 +119,17 @@ impl BoxLink {
 
     /// A `direct-tcpip` channel to `host:port` as the box sees it, on the box's connection
     /// (made first if there is none, or it died).
-    pub(crate) async fn open(&self, host: &str, port: u16) -> Result<ChannelStream<Msg>, BoxError> {
+    pub(crate) async fn open(&self, host: &str, port: u16) -> Result<(ChannelStream<Msg>, OpenChannel), BoxError> {
         let session = self.session().await?;
         match session
             .channel_open_direct_tcpip(host, u32::from(port), "127.0.0.1", 0)
             .await
         {
-            Ok(channel) => Ok(channel.into_stream()),
+            Ok(channel) => {
+                self.channels_opened.fetch_add(1, Ordering::Relaxed);
+                self.channels_open.fetch_add(1, Ordering::Relaxed);
+                Ok((channel.into_stream(), OpenChannel(self.channels_open.clone())))
+            }
             Err(e) => {
                 // The connection may have died since it was last used: forget it, so the next
                 // channel makes a new one; this one fails with the reason.
@@ -96,7 +137,10 @@ impl BoxLink {
                 if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
                     *slot = None;
                 }
-                Err(format!("box {}: cannot open a channel to {host}:{port}: {e}", self.spec.name).into())
+                Err(self.failed(format!(
+                    "box {}: cannot open a channel to {host}:{port}: {e}",
+                    self.spec.name
+                )))
             }
         }
     }
@@ -108,12 +152,45 @@ impl BoxLink {
         {
             return Ok(s.clone());
         }
-        let made = Arc::new(self.connect().await?);
+        let made = match self.connect().await {
+            Ok(h) => Arc::new(h),
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(self.failed(e));
+            }
+        };
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *slot = Some(made.clone());
         Ok(made)
     }
 
-    async fn connect(&self) -> Result<Handle<Pinned>, BoxError> {
+    /// Remember why it failed (for `status`), and say it.
+    fn failed(&self, why: String) -> BoxError {
+        tracing::warn!(r#box = %self.spec.name, reason = %why, "box unreachable");
+        *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+        why.into()
+    }
+
+    pub(crate) fn report(&self) -> BoxReport {
+        let state = match self.session.try_lock() {
+            Ok(slot) if slot.as_ref().is_some_and(|s| !s.is_closed()) => "connected",
+            Ok(_) => "not connected",
+            Err(_) => "connecting",
+        };
+        BoxReport {
+            name: self.spec.name.clone(),
+            address: self.spec.address.clone(),
+            state,
+            last_error: self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            connects: self.connects.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            channels_opened: self.channels_opened.load(Ordering::Relaxed),
+            channels_open: self.channels_open.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn connect(&self) -> Result<Handle<Pinned>, String> {
         let spec = &self.spec;
         let config = Arc::new(client::Config {
             keepalive_interval: Some(KEEPALIVE),
@@ -128,7 +205,12 @@ impl BoxLink {
         };
         let connecting = client::connect(config, spec.address.as_str(), handler);
         let mut handle = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Err(_) => return Err(format!("box {}: no SSH answer from {} in time", spec.name, spec.address).into()),
+            Err(_) => {
+                return Err(format!(
+                    "box {}: no SSH answer from {} in time",
+                    spec.name, spec.address
+                ));
+            }
             Ok(Err(e)) => {
                 if let Some(fingerprint) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
@@ -136,10 +218,9 @@ impl BoxLink {
                     return Err(format!(
                         "box {}: its host key ({fingerprint}) is not the pinned one; refused",
                         spec.name
-                    )
-                    .into());
+                    ));
                 }
-                return Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address).into());
+                return Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address));
             }
             Ok(Ok(h)) => h,
         };
@@ -153,8 +234,7 @@ impl BoxLink {
             return Err(format!(
                 "box {}: the box refused the gateway's key for user {} (add its public key to ~{}/.ssh/authorized_keys)",
                 spec.name, spec.user, spec.user
-            )
-            .into());
+            ));
         }
         Ok(handle)
     }

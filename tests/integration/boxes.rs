@@ -156,6 +156,17 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     let r = c_down.get("/p/web/global/health", Some(&alice)).await;
     assert_eq!(r.status, 502, "{}", r.body);
     assert!(r.body.contains("box gpu1: cannot connect"), "{}", r.body);
+    let (_, status) = gw_down.control("GET", "/status");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["boxes"][0]["state"], "not connected", "{status}");
+    assert!(
+        status["boxes"][0]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot connect")),
+        "{status}"
+    );
+    assert_eq!(gw_down.metric("box_up{box=\"gpu1\"}"), 0);
+    assert!(gw_down.metric("box_connect_failures_total{box=\"gpu1\"}") >= 1);
 
     // Another box key than the pinned one: refused, with the reason, in the answer and the log.
     let other = Sshd::start(&public);
