@@ -5,6 +5,7 @@
 //! bounded in size.
 
 pub mod api;
+mod backoff;
 pub mod endpoint;
 pub mod pool;
 pub mod redact;

@@ -2,11 +2,12 @@
 //! install there and no port opened on it (issue 24). One SSH connection per box (russh's
 //! client), its host key pinned, the gateway's own key to log in; every upstream connection to
 //! the box is a `direct-tcpip` channel on it, which the pool (`pool.rs`) drives exactly like a
-//! TCP connection. A connection that died is made again on the next channel asked for.
+//! TCP connection. A connection that died is made again on the next channel asked for, after
+//! failures no sooner than the backoff allows (`backoff.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use russh::ChannelStream;
 use russh::client::{self, Handle, Msg};
@@ -46,6 +47,8 @@ pub(crate) struct BoxLink {
     channels_open: Arc<AtomicI64>,
     /// Why the last attempt to connect or open a channel failed (cleared by a connection made).
     last_error: std::sync::Mutex<Option<String>>,
+    /// When the next attempt to connect may be made, after failures.
+    backoff: std::sync::Mutex<super::backoff::Backoff>,
 }
 
 /// A box's state, for `status` and `/metrics`.
@@ -110,6 +113,7 @@ impl BoxLink {
             channels_opened: AtomicU64::new(0),
             channels_open: Arc::new(AtomicI64::new(0)),
             last_error: std::sync::Mutex::new(None),
+            backoff: Default::default(),
         }
     }
 
@@ -152,13 +156,36 @@ impl BoxLink {
         {
             return Ok(s.clone());
         }
+        // After a failure, the next try waits its turn: a request before it fails at once with
+        // the last error (the box is not asked again and again while it is down).
+        let wait = self
+            .backoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wait(Instant::now());
+        if !wait.is_zero() {
+            let last = self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            return Err(format!(
+                "box {}: unreachable, tried again in {} s (last error: {})",
+                self.spec.name,
+                wait.as_secs().max(1),
+                last.as_deref().unwrap_or("none")
+            )
+            .into());
+        }
         let made = match self.connect().await {
             Ok(h) => Arc::new(h),
             Err(e) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
+                let jitter = super::backoff::jitter();
+                self.backoff
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .failed(Instant::now(), jitter);
                 return Err(self.failed(e));
             }
         };
+        self.backoff.lock().unwrap_or_else(|e| e.into_inner()).reset();
         self.connects.fetch_add(1, Ordering::Relaxed);
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *slot = Some(made.clone());

@@ -156,6 +156,44 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     let r = c_down.get("/p/web/global/health", Some(&alice)).await;
     assert_eq!(r.status, 502, "{}", r.body);
     assert!(r.body.contains("box gpu1: cannot connect"), "{}", r.body);
+    // While the backoff waits (1 s, then 2, 4, …), requests are refused at once with the last
+    // error, and the box is not asked again. Asked until a refusal says the next try is at least
+    // 2 s away (bounded), then once more at once.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = c_down.get("/p/web/global/health", Some(&alice)).await;
+        assert_eq!(r.status, 502, "{}", r.body);
+        assert!(r.body.contains("box gpu1"), "{}", r.body);
+        let secs = r
+            .body
+            .split_once("tried again in ")
+            .and_then(|(_, rest)| rest.split(' ').next()?.parse::<u64>().ok());
+        if secs.is_some_and(|s| s >= 2) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the backoff never reached 2 s: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let tries = gw_down.metric("box_connect_failures_total{box=\"gpu1\"}");
+    assert!(tries >= 2, "{tries}");
+    let asked = Instant::now();
+    let again = c_down.get("/p/web/global/health", Some(&alice)).await;
+    assert_eq!(again.status, 502, "{}", again.body);
+    assert!(
+        again.body.contains("box gpu1: unreachable, tried again in") && again.body.contains("cannot connect"),
+        "{}",
+        again.body
+    );
+    assert!(
+        asked.elapsed() < Duration::from_millis(900),
+        "it waited {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(
+        gw_down.metric("box_connect_failures_total{box=\"gpu1\"}"),
+        tries,
+        "no new attempt"
+    );
     let (_, status) = gw_down.control("GET", "/status");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["boxes"][0]["state"], "not connected", "{status}");
@@ -166,7 +204,6 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
         "{status}"
     );
     assert_eq!(gw_down.metric("box_up{box=\"gpu1\"}"), 0);
-    assert!(gw_down.metric("box_connect_failures_total{box=\"gpu1\"}") >= 1);
 
     // Another box key than the pinned one: refused, with the reason, in the answer and the log.
     let other = Sshd::start(&public);
