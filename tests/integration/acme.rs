@@ -37,14 +37,6 @@ fn spawn(cmd: &mut Command) -> Proc {
     Proc(child, log)
 }
 
-fn free_tcp_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -100,7 +92,7 @@ fn start_pebble(dir: &Path, api: u16, mgmt: u16, tls_port: u16, http_port: u16) 
         "-tlsalpn01",
         "",
         "-management",
-        &format!("127.0.0.1:{}", free_tcp_port()),
+        &format!("127.0.0.1:{}", crate::common::free_port()),
         "-defaultIPv4",
         "127.0.0.1",
         "-defaultIPv6",
@@ -151,7 +143,7 @@ async fn wait_count(gw: &Gateway, needle: &str, count: usize, within: Duration, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs pebble: run scripts/test.sh"]
 async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
-    let (api, mgmt) = (free_tcp_port(), free_tcp_port());
+    let (api, mgmt) = (crate::common::free_port(), crate::common::free_port());
     let gw = Gateway::start_with(&config(api, &["demo"]), &[], |d| {
         pebble_api_cert(d);
         crate::common::write_secret(&d.join("pw"), "unused");

@@ -43,11 +43,7 @@ impl Sshd {
         // sshd's privilege separation directory.
         std::fs::create_dir_all("/run/sshd").unwrap();
         for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = crate::common::free_port();
             let config = format!(
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding local\nPermitOpen 127.0.0.1:*\nAllowAgentForwarding no\nX11Forwarding no\nPermitTTY no\nLogLevel DEBUG1\n",
                 d = d.display()
@@ -146,11 +142,7 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     sshd.child.stop();
 
     // A box whose SSH server does not answer: 502, naming the box and why.
-    let nothing = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let nothing = crate::common::free_port();
     let (gw_down, _web_down) = one_project_as(PW, &box_table(nothing, &key, &sshd.host_key), &[ALICE], on_box).await;
     let c_down = Https::new(gw_down.https, &gw_down.ca());
     let r = c_down.get("/p/web/global/health", Some(&alice)).await;

@@ -172,11 +172,7 @@ impl Gateway {
     /// another port, at most 5 times. Returns the gateway and the port it got.
     pub fn start_on_a_picked_port(config: impl Fn(u16) -> String, prepare: impl Fn(&Path)) -> (Gateway, u16) {
         for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = super::free_port();
             let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 Self::start_with(&config(port), &[], &prepare)
             }));

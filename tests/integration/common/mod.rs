@@ -42,3 +42,14 @@ pub fn write_secret(path: &std::path::Path, text: &str) {
     std::fs::write(path, text).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+/// A loopback port nothing listens on right now, for a program that must be told its port
+/// before it binds (sshd, pebble, OpenCode): another process may take it first, so callers that
+/// can retry on "Address already in use" do.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

@@ -176,14 +176,6 @@ pub struct OpenCode {
     _dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl OpenCode {
     pub fn start(model: &FakeModel) -> OpenCode {
         let dir = tempfile::tempdir().unwrap();
@@ -194,7 +186,7 @@ impl OpenCode {
         getrandom::fill(&mut password_bytes).unwrap();
         let password = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, password_bytes);
         for attempt in 0..3 {
-            let port = free_port();
+            let port = super::free_port();
             let mut cmd = Command::new(opencode_bin());
             cmd.args(["serve", "--hostname", "127.0.0.1", "--port", &port.to_string()])
                 .current_dir(&project)

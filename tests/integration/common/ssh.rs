@@ -39,14 +39,6 @@ pub fn known_hosts(gw: &Gateway, dir: &Path) -> PathBuf {
     path
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// `ssh` with the options every test uses: batch mode, pinned host key, only the given key;
 /// `extra` options, then the destination, then `command` (if any).
 pub fn ssh(gw: &Gateway, kh: &Path, key: &Path, user: &str, extra: &[&str], command: &[&str]) -> Command {
@@ -89,7 +81,7 @@ pub struct Tunnel {
 impl Tunnel {
     /// `ssh -N -L <free port>:<target>:80`, up when its local port accepts.
     pub fn open(gw: &Gateway, kh: &Path, key: &Path, user: &str, target: &str) -> Tunnel {
-        let port = free_port();
+        let port = super::free_port();
         let forward = format!("127.0.0.1:{port}:{target}:80");
         let mut cmd = ssh(
             gw,
