@@ -73,7 +73,10 @@ pub fn parse_basic_token(token: &str) -> Option<Credentials> {
     })
 }
 
-/// OpenCode's `auth_token` query parameter, if the query has one.
+/// OpenCode's `auth_token` query parameter, if the query has one. The request path reads it
+/// through the canonical request's query facts (`pipeline/request.rs`, shown to read the same
+/// value as `query::get` by a property test) and then [`parse_basic_token`]; this is the same
+/// composition, for the property and fuzz tests.
 pub fn from_query(query: Option<&str>) -> Option<Credentials> {
     let token = crate::policy::query::get(query?, "auth_token")?;
     parse_basic_token(&token)

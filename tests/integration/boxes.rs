@@ -59,30 +59,19 @@ impl Sshd {
             );
             let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
             crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    let host_key = std::fs::read_to_string(d.join("host_key.pub"))
-                        .unwrap()
-                        .trim()
-                        .to_string();
-                    return Sshd {
-                        child,
-                        port,
-                        host_key,
-                        log,
-                        _dir: dir,
-                    };
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "sshd did not listen in 20 s:\n{}",
-                    log.lock().unwrap()
-                );
-                std::thread::sleep(Duration::from_millis(20));
+            let listening = |_: &str| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+            if crate::common::process::ready_or_exited(&mut child, &log, Duration::from_secs(20), "sshd", listening) {
+                let host_key = std::fs::read_to_string(d.join("host_key.pub"))
+                    .unwrap()
+                    .trim()
+                    .to_string();
+                return Sshd {
+                    child,
+                    port,
+                    host_key,
+                    log,
+                    _dir: dir,
+                };
             }
             let log = log.lock().unwrap().clone();
             assert!(log.contains("Address already in use"), "sshd exited:\n{log}");

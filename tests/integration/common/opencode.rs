@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -207,28 +207,17 @@ impl OpenCode {
             let log = Arc::new(Mutex::new(String::new()));
             super::pump_lines(child.stdout.take().unwrap(), log.clone());
             super::pump_lines(child.stderr.take().unwrap(), log.clone());
-            let deadline = Instant::now() + Duration::from_secs(60);
             let needle = format!("listening on http://127.0.0.1:{port}");
-            loop {
-                if log.lock().unwrap().contains(&needle) {
-                    return OpenCode {
-                        child,
-                        port,
-                        password,
-                        project,
-                        log,
-                        _dir: dir,
-                    };
-                }
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "opencode serve was not ready in 60 s:\n{}",
-                    log.lock().unwrap()
-                );
-                std::thread::sleep(Duration::from_millis(50));
+            let listening = |log: &str| log.contains(&needle);
+            if super::process::ready_or_exited(&mut child, &log, Duration::from_secs(60), "opencode serve", listening) {
+                return OpenCode {
+                    child,
+                    port,
+                    password,
+                    project,
+                    log,
+                    _dir: dir,
+                };
             }
             eprintln!(
                 "opencode serve exited on attempt {attempt} (port {port} taken?):\n{}",

@@ -174,3 +174,30 @@ fn collect(mut stream: impl Read + Send + 'static, sink: Arc<Mutex<Vec<u8>>>) ->
         }
     })
 }
+
+/// Wait, bounded, until `ready` holds for what the process logged (true) or it has exited
+/// (false: the caller may try again, say on another port); neither within `within` fails the
+/// test with the log.
+pub fn ready_or_exited(
+    child: &mut Guarded,
+    log: &Mutex<String>,
+    within: Duration,
+    what: &str,
+    ready: impl Fn(&str) -> bool,
+) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if ready(&log.lock().unwrap()) {
+            return true;
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} was not ready in {within:?}:\n{}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
