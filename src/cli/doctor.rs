@@ -228,11 +228,12 @@ fn certificate(s: &Settings, r: &mut Report) {
 }
 
 fn opencode(s: &Settings, r: &mut Report) {
-    let Some(p) = s.projects.iter().find(|p| p.upstream == UpstreamKind::Spawned) else {
-        r.ok("opencode: no spawned projects (external servers only), no binary needed");
+    let here = |p: &&crate::config::Project| p.upstream == UpstreamKind::Spawned && p.on_box.is_none();
+    let Some(p) = s.projects.iter().find(here) else {
+        r.ok("opencode: no project spawned on this machine, no binary needed here");
         return;
     };
-    let Some(spec) = crate::upstream::supervise::SpawnSpec::new(s, p) else {
+    let Some(spec) = crate::upstream::supervise::SpawnSpec::new(s, p, &Default::default()) else {
         return;
     };
     let bin = match crate::upstream::supervise::launch::find_opencode(&spec) {

@@ -41,6 +41,9 @@ pub(crate) struct RawBox {
     /// The box's host key as an OpenSSH public key line (`ssh-ed25519 AAAA…`).
     pub host_key: Option<String>,
     pub known_hosts: Option<String>,
+    /// The `opencode` to run on the box for `spawn = true` projects (default: `opencode` on the
+    /// box user's PATH).
+    pub opencode: Option<String>,
 }
 
 /// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.

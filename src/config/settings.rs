@@ -57,6 +57,8 @@ pub struct BoxConfig {
     pub key: PathBuf,
     /// The box's host key, an OpenSSH public key line: the only key it may present.
     pub host_key: String,
+    /// The `opencode` a spawned project runs on the box: a path, or a name on its PATH.
+    pub opencode: String,
 }
 
 #[derive(Debug, Clone)]

@@ -278,7 +278,7 @@ fn status(gw: &Gateway) -> serde_json::Value {
                 ),
             };
             let api = crate::upstream::api::report(p.api().as_deref(), &state.route_roles);
-            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "directory": p.config.directory, "api": api})
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api})
         })
         .collect();
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

@@ -105,6 +105,8 @@ pub struct Browser {
 /// The lifecycle part.
 pub struct Lifecycle {
     pub supervisor: Supervisor,
+    /// The SSH links to the boxes, kept across reloads while their tables do not change.
+    pub boxes: crate::upstream::box_links::BoxLinks,
     /// Stop accepting and let connections finish.
     pub shutdown: CancellationToken,
     /// The drain deadline passed: cut what is left (streams, WebSockets).
@@ -141,7 +143,8 @@ impl Gateway {
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);
-        let state = State::build(settings, tls, &supervisor, &metrics)?;
+        let boxes = crate::upstream::box_links::BoxLinks::default();
+        let state = State::build(settings, tls, &supervisor, &boxes, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let state = Arc::new(ArcSwap::from_pointee(state));
         let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(
@@ -210,6 +213,7 @@ impl Gateway {
             },
             lifecycle: Lifecycle {
                 supervisor,
+                boxes,
                 shutdown,
                 abort: CancellationToken::new(),
                 tasks: TaskTracker::new(),
@@ -305,7 +309,13 @@ impl Gateway {
         if settings.limits != self.limits {
             tracing::warn!("[limits] changed: they apply after a restart");
         }
-        let state = State::build(settings, tls, &self.lifecycle.supervisor, &self.metrics)?;
+        let state = State::build(
+            settings,
+            tls,
+            &self.lifecycle.supervisor,
+            &self.lifecycle.boxes,
+            &self.metrics,
+        )?;
         // An external server at the same address keeps what it said until it is read again.
         for (name, p) in &state.projects {
             if let (Upstream::Fixed(new), Some(Upstream::Fixed(old))) =

@@ -150,6 +150,7 @@ fn boxes(gw: &Gateway, r: &mut Registry) {
     }
     let up = Family::<BoxLabel, Gauge>::default();
     let open = Family::<BoxLabel, Gauge>::default();
+    let rtt = Family::<BoxLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
     let counter = || Family::<BoxLabel, prometheus_client::metrics::counter::Counter>::default();
     let (connects, failures, opened) = (counter(), counter(), counter());
     for link in state.boxes.values() {
@@ -157,12 +158,20 @@ fn boxes(gw: &Gateway, r: &mut Registry) {
         let l = BoxLabel { r#box: b.name.clone() };
         up.get_or_create(&l).set(i64::from(b.state == "connected"));
         open.get_or_create(&l).set(b.channels_open);
+        if let Some(ms) = b.rtt_ms {
+            rtt.get_or_create(&l).set(ms / 1000.0);
+        }
         connects.get_or_create(&l).inc_by(b.connects);
         failures.get_or_create(&l).inc_by(b.failures);
         opened.get_or_create(&l).inc_by(b.channels_opened);
     }
     r.register("box_up", "Boxes: 1 while the SSH connection is up, else 0", up);
     r.register("box_channels_open", "Channels open on each box's SSH connection", open);
+    r.register(
+        "box_rtt_seconds",
+        "The last SSH ping's round trip to each connected box",
+        rtt,
+    );
     r.register("box_connects", "SSH connections made to each box", connects);
     r.register(
         "box_connect_failures",

@@ -11,9 +11,10 @@ use crate::auth::users::{UserState, Users};
 use crate::config::{Project, Settings, UpstreamKind};
 use crate::policy::drift::UpstreamApi;
 use crate::support::name_map::NameMap;
+use crate::upstream::box_links::BoxLinks;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::pool::Dial;
-use crate::upstream::ssh_link::{BoxLink, BoxSpec};
+use crate::upstream::ssh_link::BoxLink;
 use crate::upstream::supervise::{SpawnSpec, Supervised, Supervisor};
 
 pub struct State {
@@ -102,6 +103,7 @@ impl State {
         settings: Settings,
         tls: Arc<rustls::ServerConfig>,
         supervisor: &Supervisor,
+        links: &BoxLinks,
         metrics: &crate::metrics::Metrics,
     ) -> anyhow::Result<State> {
         let mut users = Users::default();
@@ -121,14 +123,14 @@ impl State {
                 }),
             );
         }
+        let boxes = links.reconcile(&settings)?;
         let specs: Vec<SpawnSpec> = settings
             .projects
             .iter()
             .filter(|p| p.upstream == UpstreamKind::Spawned)
-            .filter_map(|p| SpawnSpec::new(&settings, p))
+            .filter_map(|p| SpawnSpec::new(&settings, p, &boxes))
             .collect();
         let mut spawned = supervisor.reconcile(specs);
-        let boxes = box_links(&settings)?;
         let mut projects = NameMap::default();
         for p in &settings.projects {
             let upstream = match &p.upstream {
@@ -193,28 +195,4 @@ impl State {
             tls,
         })
     }
-}
-
-/// One SSH link per `[[box]]`, each made when a request first needs it. Made again with each
-/// state (a reload reconnects the boxes; requests on the old state keep the old links).
-fn box_links(settings: &Settings) -> anyhow::Result<HashMap<String, Arc<BoxLink>>> {
-    let mut links = HashMap::new();
-    for b in &settings.boxes {
-        let key = russh::keys::load_secret_key(&b.key, None)
-            .map_err(|e| anyhow::anyhow!("box {}: cannot read its key {}: {e}", b.name, b.key.display()))?;
-        let host_key = crate::config::validate::boxes::parse_host_key(&b.host_key)
-            .map_err(|e| anyhow::anyhow!("box {}: host_key: {e}", b.name))?;
-        let spec = BoxSpec {
-            name: b.name.clone(),
-            address: b.address.clone(),
-            user: b.user.clone(),
-            key: Arc::new(key),
-            host_key,
-        };
-        links.insert(
-            b.name.clone(),
-            Arc::new(BoxLink::new(spec, settings.limits.upstream_connect_timeout)),
-        );
-    }
-    Ok(links)
 }

@@ -6,6 +6,7 @@
 
 pub mod api;
 mod backoff;
+pub mod box_links;
 pub mod endpoint;
 pub mod pool;
 pub mod redact;

@@ -2,16 +2,18 @@
 //! install there and no port opened on it (issue 24). One SSH connection per box (russh's
 //! client), its host key pinned, the gateway's own key to log in; every upstream connection to
 //! the box is a `direct-tcpip` channel on it, which the pool (`pool.rs`) drives exactly like a
-//! TCP connection. A connection that died is made again on the next channel asked for, after
-//! failures no sooner than the backoff allows (`backoff.rs`).
+//! TCP connection, and a project the gateway spawns there runs in an `exec` channel on the same
+//! connection (`supervise/remote.rs`). A connection that died is made again on the next channel
+//! asked for, after failures no sooner than the backoff allows (`backoff.rs`). While connected,
+//! a ping every `KEEPALIVE` measures the round trip, for `status` and `/metrics`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use russh::ChannelStream;
 use russh::client::{self, Handle, Msg};
 use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::{Channel, ChannelStream};
 use tokio::sync::Mutex;
 
 use crate::upstream::BoxError;
@@ -49,6 +51,8 @@ pub(crate) struct BoxLink {
     last_error: std::sync::Mutex<Option<String>>,
     /// When the next attempt to connect may be made, after failures.
     backoff: std::sync::Mutex<super::backoff::Backoff>,
+    /// The last ping's round trip in microseconds (0: none measured on this connection yet).
+    rtt_micros: Arc<AtomicU64>,
 }
 
 /// A box's state, for `status` and `/metrics`.
@@ -63,6 +67,8 @@ pub(crate) struct BoxReport {
     pub failures: u64,
     pub channels_opened: u64,
     pub channels_open: i64,
+    /// The last measured round trip, in milliseconds (while connected).
+    pub rtt_ms: Option<f64>,
 }
 
 /// A channel counted open until it is dropped.
@@ -114,6 +120,7 @@ impl BoxLink {
             channels_open: Arc::new(AtomicI64::new(0)),
             last_error: std::sync::Mutex::new(None),
             backoff: Default::default(),
+            rtt_micros: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -146,6 +153,24 @@ impl BoxLink {
                     self.spec.name
                 )))
             }
+        }
+    }
+
+    /// An `exec` channel running `command` in the box user's shell, on the box's connection.
+    pub(crate) async fn exec(&self, command: &str) -> Result<(Channel<Msg>, OpenChannel), BoxError> {
+        let session = self.session().await?;
+        let opened = async {
+            let channel = session.channel_open_session().await?;
+            channel.exec(true, command).await?;
+            Ok::<_, russh::Error>(channel)
+        };
+        match opened.await {
+            Ok(channel) => {
+                self.channels_opened.fetch_add(1, Ordering::Relaxed);
+                self.channels_open.fetch_add(1, Ordering::Relaxed);
+                Ok((channel, OpenChannel(self.channels_open.clone())))
+            }
+            Err(e) => Err(self.failed(format!("box {}: cannot run a command: {e}", self.spec.name))),
         }
     }
 
@@ -187,6 +212,7 @@ impl BoxLink {
         };
         self.backoff.lock().unwrap_or_else(|e| e.into_inner()).reset();
         self.connects.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(measure_round_trips(Arc::downgrade(&made), self.rtt_micros.clone()));
         *self.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *slot = Some(made.clone());
         Ok(made)
@@ -205,6 +231,7 @@ impl BoxLink {
             Ok(_) => "not connected",
             Err(_) => "connecting",
         };
+        let rtt = self.rtt_micros.load(Ordering::Relaxed);
         BoxReport {
             name: self.spec.name.clone(),
             address: self.spec.address.clone(),
@@ -214,6 +241,7 @@ impl BoxLink {
             failures: self.failures.load(Ordering::Relaxed),
             channels_opened: self.channels_opened.load(Ordering::Relaxed),
             channels_open: self.channels_open.load(Ordering::Relaxed),
+            rtt_ms: (state == "connected" && rtt > 0).then(|| rtt as f64 / 1000.0),
         }
     }
 
@@ -264,5 +292,26 @@ impl BoxLink {
             ));
         }
         Ok(handle)
+    }
+}
+
+/// Ping the box at once and then every `KEEPALIVE` while its connection lives (held weakly: the
+/// link, not this task, decides when a connection is dropped), keeping the last round trip.
+async fn measure_round_trips(session: std::sync::Weak<Handle<Pinned>>, rtt_micros: Arc<AtomicU64>) {
+    rtt_micros.store(0, Ordering::Relaxed);
+    loop {
+        let Some(handle) = session.upgrade().filter(|h| !h.is_closed()) else {
+            return;
+        };
+        let sent = Instant::now();
+        match tokio::time::timeout(KEEPALIVE, handle.send_ping()).await {
+            Ok(Ok(())) => {
+                let micros = u64::try_from(sent.elapsed().as_micros()).unwrap_or(u64::MAX).max(1);
+                rtt_micros.store(micros, Ordering::Relaxed);
+            }
+            _ => rtt_micros.store(0, Ordering::Relaxed),
+        }
+        drop(handle);
+        tokio::time::sleep(KEEPALIVE).await;
     }
 }

@@ -40,6 +40,12 @@ impl Sshd {
         let d = dir.path();
         keygen(&d.join("host_key"));
         std::fs::write(d.join("authorized_keys"), authorized_key).unwrap();
+        // sshd reads the key file as the user logging in, who may not be root.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::set_permissions(d.join("authorized_keys"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
         // sshd's privilege separation directory.
         std::fs::create_dir_all("/run/sshd").unwrap();
         for _ in 0..5 {
@@ -89,9 +95,15 @@ fn client_key(dir: &Path) -> (PathBuf, String) {
 }
 
 fn box_table(port: u16, key: &Path, host_key: &str) -> String {
+    box_table_as("root", port, key, host_key)
+}
+
+/// The box table for logging in as `user`, with the repository's `opencode` to spawn.
+fn box_table_as(user: &str, port: u16, key: &Path, host_key: &str) -> String {
     format!(
-        "[[box]]\nname = \"gpu1\"\nssh = \"root@127.0.0.1:{port}\"\nkey = \"{}\"\nhost_key = \"{host_key}\"\n\n",
-        key.display()
+        "[[box]]\nname = \"gpu1\"\nssh = \"{user}@127.0.0.1:{port}\"\nkey = \"{}\"\nhost_key = \"{host_key}\"\nopencode = \"{}\"\n\n",
+        key.display(),
+        crate::common::opencode::opencode_bin().display()
     )
 }
 
@@ -299,4 +311,169 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     ws.send(Message::text("echo BOX$((6*7))X\r")).await.unwrap();
     let said = read_terminal_until(&mut ws, "BOX42X").await;
     assert!(said.contains("BOX42X"), "terminal said: {said:?}");
+}
+
+fn uid_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u32::MAX)
+}
+
+/// The box user's processes, but for sshd's own for its connection (`sshd-session`, or `sshd:`).
+fn box_processes(uid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if uid_of(pid) != uid {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !cmd.is_empty() && !cmd.starts_with("sshd") {
+            out.push(format!("{pid} {cmd}"));
+        }
+    }
+    out
+}
+
+/// Until the box user runs nothing but sshd's own processes (bounded), or fail saying what is left.
+async fn until_nothing_runs(uid: u32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = box_processes(uid);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: still running on the box {left:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The one server on `port`, once there is one (bounded).
+async fn one_server(gw: &crate::common::gateway::Gateway, not: Option<u32>) -> (u16, u32) {
+    use crate::common::supervised::{pids_with, project_port};
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(port) = project_port(gw, "demo") {
+            let pids = pids_with(&format!("serve --hostname 127.0.0.1 --port {port}"));
+            if pids.len() == 1 && Some(pids[0]) != not {
+                return (port, pids[0]);
+            }
+        }
+        assert!(Instant::now() < deadline, "no server ready on the box:\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `spawn = true` on a box: the gateway starts `opencode serve` there over SSH (as the box's
+/// user, not the gateway's), forwards to it, starts it again after `kill -9`, stops it when the
+/// project is removed, and leaves nothing running on the box when the gateway itself is killed
+/// (its SSH connection ends, and the script on the box ends the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode, OpenSSH's sshd and root: run scripts/test.sh"]
+async fn a_project_spawned_on_a_box_runs_there_restarts_and_leaves_nothing_behind() {
+    use crate::common::client::json;
+    use crate::common::gateway::Gateway;
+    use crate::common::opencode::FakeModel;
+    use crate::common::os_users;
+    use crate::common::supervised::{server_config, spawned};
+
+    let Some(users) = os_users::ensure(&["ocgw-box"]) else {
+        return;
+    };
+    let user = &users[0];
+    os_users::unlock_for_ssh(user);
+    let model = FakeModel::start("true").await;
+    let work = tempfile::tempdir().unwrap();
+    os_users::give(work.path(), user, 0o700);
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(keys.path());
+    // No `command=`: spawning runs a command (docs/configuration.md says why that cannot be narrowed).
+    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
+    let table = box_table_as(&user.name, sshd.port, &key, &sshd.host_key);
+    let project = spawned("demo", work.path(), &model, "box = \"gpu1\"");
+    let config = server_config(&format!("{table}{project}"));
+    let mut gw = Gateway::start(&config);
+    let c = Https::new(gw.https, &gw.ca());
+    let alice = basic("alice", "alice-password-1");
+    let r = c.get("/p/demo/global/health", Some(&alice)).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, gw.logs());
+    let (port, first) = one_server(&gw, None).await;
+    assert_eq!(uid_of(first), user.uid, "the server runs as the box's user");
+    assert!(
+        sshd.log
+            .lock()
+            .unwrap()
+            .contains(&format!("target 127.0.0.1 port {port}")),
+        "requests reach it through the box's sshd:\n{}",
+        sshd.log.lock().unwrap()
+    );
+    let (status, session) = json(&c, "POST", "/p/demo/session", &alice, "{}").await;
+    assert_eq!(status, 200, "{session}");
+    assert_eq!(
+        session["directory"],
+        work.path().display().to_string(),
+        "pinned to its folder on the box"
+    );
+    let (_, st) = gw.control("GET", "/status");
+    let st: serde_json::Value = serde_json::from_str(&st).unwrap();
+    let demo = st["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "demo")
+        .unwrap()
+        .clone();
+    assert_eq!(demo["box"], "gpu1", "{st}");
+    assert_eq!(st["boxes"][0]["state"], "connected", "{st}");
+    assert!(st["boxes"][0]["rtt_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{st}");
+    let audit = gw.dir.path().join("state/audit.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .contains("\"box\":\"gpu1\"")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no server_started naming the box in the audit trail"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // kill -9 on the box: started again, on the box.
+    // SAFETY: killing a process the test started through the gateway.
+    unsafe { libc::kill(first as i32, libc::SIGKILL) };
+    assert!(
+        gw.wait_log("project server failed; restarting", Duration::from_secs(20))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    let (_, second) = one_server(&gw, Some(first)).await;
+    assert_eq!(uid_of(second), user.uid);
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice)).await.status, 200);
+    assert_eq!(gw.metric("upstream_restarts_total{project=\"demo\"}"), 1);
+
+    // Removed from the config: stopped on the box, with all it started.
+    gw.write_config(&server_config(&table));
+    let (code, body) = gw.control("POST", "/reload");
+    assert_eq!(code, 200, "{body}");
+    until_nothing_runs(user.uid, "after the project was removed").await;
+
+    // Back, then the gateway is killed outright: its SSH connection ends, and so does the server.
+    gw.write_config(&config);
+    let (code, body) = gw.control("POST", "/reload");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(c.get("/p/demo/global/health", Some(&alice)).await.status, 200);
+    let (_, third) = one_server(&gw, Some(second)).await;
+    assert_eq!(uid_of(third), user.uid);
+    gw.signal(libc::SIGKILL);
+    let _ = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(10)));
+    until_nothing_runs(user.uid, "after the gateway was killed").await;
 }

@@ -65,7 +65,7 @@ fn state() -> &'static State {
             opencode_gateway::audit::Audit::off(),
         );
         let metrics = opencode_gateway::metrics::Metrics::new();
-        State::build(settings, Arc::new(tls), &supervisor, &metrics).unwrap()
+        State::build(settings, Arc::new(tls), &supervisor, &Default::default(), &metrics).unwrap()
     })
 }
 

@@ -32,6 +32,15 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
         let key_path = c.path(&b.key);
         client_key(c, &format!("{key}.key"), &key_path);
         let host_key = host_key(c, &key, b);
+        let opencode = b.opencode.clone().unwrap_or_else(|| "opencode".into());
+        // Sent to the box's shell as data, never as code; still one plain line.
+        if opencode.is_empty() || opencode.chars().any(char::is_control) {
+            c.problem(
+                format!("{key}.opencode"),
+                format!("{opencode:?} is not a command"),
+                "write the path of opencode on the box, for example \"/usr/local/bin/opencode\"",
+            );
+        }
         if let (Some((user, address)), Some(host_key)) = (address, host_key) {
             out.push(BoxConfig {
                 name: b.name.clone(),
@@ -39,6 +48,7 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
                 address,
                 key: key_path,
                 host_key,
+                opencode,
             });
         }
     }

@@ -39,11 +39,19 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             authority: loopback_authority(c, &format!("{key}.upstream"), u)?,
         },
     };
-    if p.on_box.is_some() && (p.spawn || p.directories.is_some()) {
+    if p.on_box.is_some() && p.directories.is_some() {
         c.problem(
-            format!("{key}.box"),
-            "spawning a server on a box is not built yet",
-            "run `opencode serve --hostname 127.0.0.1 --port <port>` on the box and set upstream = \"http://127.0.0.1:<port>\" (as the box sees it)",
+            format!("{key}.directories"),
+            "a set of directories is found by listing folders, and the gateway lists none on a box",
+            "declare one [[project]] per folder on the box, each with its directory",
+        );
+        return None;
+    }
+    if p.on_box.is_some() && p.run_as.is_some() {
+        c.problem(
+            format!("{key}.run_as"),
+            "a server on a box runs as the box's SSH user",
+            "remove run_as, and set the user in the box's ssh = \"user@host\" (a box per user)",
         );
         return None;
     }

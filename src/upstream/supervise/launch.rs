@@ -18,17 +18,77 @@ use crate::upstream::api::HEALTH_AGENT;
 use crate::upstream::endpoint::Endpoint;
 
 pub(super) struct Running {
-    pub(super) child: Child,
+    pub(super) process: Process,
     pub(super) port: u16,
     pub(super) endpoint: Arc<Endpoint>,
     stderr: Arc<Mutex<VecDeque<String>>>,
 }
 
+/// A server's process: a child of the gateway, or a process on a box in an SSH channel.
+pub(super) enum Process {
+    Local(Child),
+    Remote(super::remote::RemoteProcess),
+}
+
+impl Process {
+    /// Its process id (on the box, for one there).
+    pub(super) fn id(&self) -> u32 {
+        match self {
+            Process::Local(child) => child.id().unwrap_or(0),
+            Process::Remote(remote) => remote.id(),
+        }
+    }
+
+    /// Until it exits: how it did.
+    pub(super) async fn wait(&mut self) -> String {
+        match self {
+            Process::Local(child) => child
+                .wait()
+                .await
+                .map(|s| s.to_string())
+                .unwrap_or_else(|e| e.to_string()),
+            Process::Remote(remote) => remote.wait().await,
+        }
+    }
+
+    /// Stop it and everything it started.
+    pub(super) async fn stop(&mut self) {
+        match self {
+            Process::Local(child) => stop_process(child).await,
+            Process::Remote(remote) => remote.stop().await,
+        }
+    }
+}
+
 impl Running {
+    pub(super) fn remote(
+        process: super::remote::RemoteProcess,
+        port: u16,
+        endpoint: Arc<Endpoint>,
+        stderr: Arc<Mutex<VecDeque<String>>>,
+    ) -> Running {
+        Running {
+            process: Process::Remote(process),
+            port,
+            endpoint,
+            stderr,
+        }
+    }
+
     pub(super) fn stderr_tail(&self) -> String {
         let tail = self.stderr.lock().unwrap_or_else(|e| e.into_inner());
         tail.iter().cloned().collect::<Vec<_>>().join(" | ")
     }
+}
+
+/// One line of a server's standard error: logged at debug, kept in its tail.
+pub(super) fn stderr_line(project: &str, tail: &Mutex<VecDeque<String>>, line: String) {
+    tracing::debug!(target: "opencode", project = %project, "{line}");
+    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+    if t.len() == STDERR_TAIL {
+        t.pop_front();
+    }
+    t.push_back(line);
 }
 
 /// Start one `opencode serve` and wait until it is ready, or say why it is not.
@@ -94,12 +154,7 @@ pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Resul
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(target: "opencode", project = %project, "{line}");
-            let mut t = tail_w.lock().unwrap_or_else(|e| e.into_inner());
-            if t.len() == STDERR_TAIL {
-                t.pop_front();
-            }
-            t.push_back(line);
+            stderr_line(&project, &tail_w, line);
         }
     });
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
@@ -117,12 +172,23 @@ pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Resul
         }
     });
     let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
-    let mut server = Running {
-        child,
+    let server = Running {
+        process: Process::Local(child),
         port,
         endpoint,
         stderr: tail,
     };
+    wait_ready(server, ready_rx, spec.ready_timeout, connect_timeout).await
+}
+
+/// Ready: the server said it listens, and then its health check answered, within
+/// `ready_timeout`. Otherwise it is stopped, and the reason carries its last standard error.
+pub(super) async fn wait_ready(
+    mut server: Running,
+    ready_rx: tokio::sync::oneshot::Receiver<()>,
+    ready_timeout: Duration,
+    connect_timeout: Duration,
+) -> Result<Running, String> {
     let ready = async {
         ready_rx
             .await
@@ -139,13 +205,13 @@ pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Resul
         Err(format!("health check failed: {last}"))
     };
     let outcome = tokio::select! {
-        r = tokio::time::timeout(spec.ready_timeout, ready) => r.unwrap_or_else(|_| Err(format!("not ready within {} s", spec.ready_timeout.as_secs()))),
-        status = server.child.wait() => Err(format!("it exited ({})", status.map(|s| s.to_string()).unwrap_or_default())),
+        r = tokio::time::timeout(ready_timeout, ready) => r.unwrap_or_else(|_| Err(format!("not ready within {} s", ready_timeout.as_secs()))),
+        status = server.process.wait() => Err(format!("it exited ({status})")),
     };
     match outcome {
         Ok(()) => Ok(server),
         Err(why) => {
-            stop_process(&mut server.child).await;
+            server.process.stop().await;
             // Give the stderr reader a moment to collect the last lines.
             tokio::time::sleep(Duration::from_millis(50)).await;
             let tail = server.stderr_tail();
@@ -218,7 +284,7 @@ fn free_port() -> std::io::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-fn random_password() -> Secret {
+pub(super) fn random_password() -> Secret {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the OS random source is available");
     Secret::new(base64::Engine::encode(
@@ -321,6 +387,7 @@ mod tests {
     fn spec(state_dir: PathBuf, run_as: Option<&str>) -> SpawnSpec {
         SpawnSpec {
             project: "p".into(),
+            on_box: None,
             directory: "/".into(),
             env: BTreeMap::new(),
             run_as: run_as.map(str::to_string),

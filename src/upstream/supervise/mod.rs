@@ -25,10 +25,11 @@ use crate::metrics::ProjectLabel;
 use crate::policy::drift::UpstreamApi;
 
 pub(crate) mod launch;
+pub(crate) mod remote;
 
 use crate::upstream::endpoint::Endpoint;
+use launch::Running;
 pub(crate) use launch::health;
-use launch::{Running, launch, stop_process};
 
 const STOP_GRACE: Duration = Duration::from_secs(5);
 const HEALTH_EVERY: Duration = Duration::from_secs(10);
@@ -72,6 +73,8 @@ pub enum Status {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpawnSpec {
     pub project: String,
+    /// The box it runs on (`None`: this machine).
+    pub on_box: Option<remote::OnBox>,
     pub directory: PathBuf,
     pub env: BTreeMap<String, Secret>,
     pub run_as: Option<String>,
@@ -84,11 +87,23 @@ pub struct SpawnSpec {
 }
 
 impl SpawnSpec {
-    pub(crate) fn new(settings: &Settings, project: &Project) -> Option<SpawnSpec> {
+    pub(crate) fn new(
+        settings: &Settings,
+        project: &Project,
+        links: &HashMap<String, Arc<crate::upstream::ssh_link::BoxLink>>,
+    ) -> Option<SpawnSpec> {
         let directory = project.directory.clone()?;
+        let on_box = match &project.on_box {
+            None => None,
+            Some(name) => Some(remote::OnBox {
+                link: links.get(name)?.clone(),
+                opencode: settings.boxes.iter().find(|b| &b.name == name)?.opencode.clone(),
+            }),
+        };
         let config_dir = settings.path.parent().unwrap_or(Path::new(".")).to_path_buf();
         Some(SpawnSpec {
             project: project.name.clone(),
+            on_box,
             directory,
             env: project.env.clone(),
             run_as: project.run_as.clone(),
@@ -109,10 +124,11 @@ impl SpawnSpec {
 /// is not to be found): for the banner and `check`, so they say NOT RUNNING instead of printing
 /// attach commands that would only get 503s.
 pub(crate) fn cannot_start(settings: &Settings, project: &Project) -> Option<String> {
-    if !matches!(project.upstream, crate::config::UpstreamKind::Spawned) {
+    // On a box, only starting it says (the box is asked then, not by `check`).
+    if !matches!(project.upstream, crate::config::UpstreamKind::Spawned) || project.on_box.is_some() {
         return None;
     }
-    launch::find_opencode(&SpawnSpec::new(settings, project)?).err()
+    launch::find_opencode(&SpawnSpec::new(settings, project, &HashMap::new())?).err()
 }
 
 pub struct Supervised {
@@ -309,15 +325,22 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
         let started = tokio::time::Instant::now();
         // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
         let mut ran = false;
-        let why = match launch(&s.spec, connect_timeout).await {
+        let launched = match &s.spec.on_box {
+            None => launch::launch(&s.spec, connect_timeout).await,
+            Some(on) => remote::launch(&s.spec, on, connect_timeout).await,
+        };
+        let why = match launched {
             Ok(mut server) => {
-                tracing::info!(project = %project, port = server.port, pid = server.child.id().unwrap_or(0), "project server ready");
-                audit.record(
-                    Record::new("server_started")
-                        .project(&*project)
-                        .field("port", server.port)
-                        .field("pid", server.child.id().unwrap_or(0)),
-                );
+                let on_box = s.spec.on_box.as_ref().map(|b| b.link.name().to_string());
+                tracing::info!(project = %project, port = server.port, pid = server.process.id(), r#box = on_box.as_deref(), "project server ready");
+                let mut record = Record::new("server_started")
+                    .project(&*project)
+                    .field("port", server.port)
+                    .field("pid", server.process.id());
+                if let Some(b) = on_box {
+                    record = record.field("box", b);
+                }
+                audit.record(record);
                 *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
                 // Read before Ready, so no request is judged on the table alone once it serves.
                 // Logged when it changed (a restart of the same server says nothing new).
@@ -337,7 +360,7 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
                 ran = true;
                 let why = watch_server(&s, &mut server, connect_timeout).await;
                 s.status.send_replace(Status::Starting);
-                stop_process(&mut server.child).await;
+                server.process.stop().await;
                 if why == RESTART_ASKED {
                     tracing::info!(project = %project, "project server restarted on request");
                     let mut record = Record::new("server_restarted").project(&*project);
@@ -399,9 +422,8 @@ async fn watch_server(s: &Supervised, server: &mut Running, connect_timeout: Dur
     tick.tick().await;
     loop {
         tokio::select! {
-            status = server.child.wait() => {
+            code = server.process.wait() => {
                 let tail = server.stderr_tail();
-                let code = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
                 return format!("the server exited ({code}); stderr: {}", if tail.is_empty() { "(empty)".into() } else { tail });
             }
             _ = tick.tick() => {

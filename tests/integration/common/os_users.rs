@@ -167,3 +167,14 @@ pub fn unix_connect_as(uid: u32, gid: u32, path: &Path) -> std::io::Result<()> {
         errno => Err(std::io::Error::from_raw_os_error(errno)),
     }
 }
+
+/// Let sshd (without PAM) log `user` in with a key: `useradd` leaves the account locked (`!` as
+/// its password), which sshd refuses; `*` allows no password either, but is not locked.
+pub fn unlock_for_ssh(user: &OsUser) {
+    let out = Command::new("usermod").args(["-p", "*", &user.name]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "usermod: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
