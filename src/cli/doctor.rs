@@ -30,19 +30,19 @@ pub(crate) struct Finding {
 pub(crate) struct Report(pub Vec<Finding>);
 
 impl Report {
-    fn ok(&mut self, what: impl Into<String>) {
+    pub(super) fn ok(&mut self, what: impl Into<String>) {
         self.0.push(Finding {
             level: Level::Ok,
             what: what.into(),
         });
     }
-    fn warn(&mut self, what: impl Into<String>) {
+    pub(super) fn warn(&mut self, what: impl Into<String>) {
         self.0.push(Finding {
             level: Level::Warn,
             what: what.into(),
         });
     }
-    fn fail(&mut self, what: impl Into<String>) {
+    pub(super) fn fail(&mut self, what: impl Into<String>) {
         self.0.push(Finding {
             level: Level::Fail,
             what: what.into(),
@@ -89,6 +89,7 @@ pub(crate) fn run(s: &Settings) -> Report {
     listeners(s, &mut r);
     reachability(s, &mut r);
     base_domain(s, &mut r);
+    super::doctor_boxes::boxes(s, &mut r);
     r
 }
 

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod check;
 pub mod devices;
 pub mod doctor;
+mod doctor_boxes;
 pub mod init;
 pub mod pair;
 pub mod password;

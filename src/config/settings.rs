@@ -55,8 +55,9 @@ pub struct BoxConfig {
     pub address: String,
     /// The gateway's client key: an OpenSSH private key file, owner-only.
     pub key: PathBuf,
-    /// The box's host key, an OpenSSH public key line: the only key it may present.
-    pub host_key: String,
+    /// The box's host keys, each an OpenSSH public key (`ssh-ed25519 AAAA…`): `host_key`, or the
+    /// box's entries in a `known_hosts` file (read at each load). It may present no other.
+    pub host_keys: Vec<String>,
     /// The `opencode` a spawned project runs on the box: a path, or a name on its PATH.
     pub opencode: String,
 }

@@ -36,13 +36,17 @@ impl BoxLinks {
 fn spec(b: &BoxConfig) -> anyhow::Result<BoxSpec> {
     let key = russh::keys::load_secret_key(&b.key, None)
         .map_err(|e| anyhow::anyhow!("box {}: cannot read its key {}: {e}", b.name, b.key.display()))?;
-    let host_key = crate::config::validate::boxes::parse_host_key(&b.host_key)
-        .map_err(|e| anyhow::anyhow!("box {}: host_key: {e}", b.name))?;
+    let host_keys = b
+        .host_keys
+        .iter()
+        .map(|line| crate::config::validate::boxes::parse_host_key(line))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("box {}: host key: {e}", b.name))?;
     Ok(BoxSpec {
         name: b.name.clone(),
         address: b.address.clone(),
         user: b.user.clone(),
         key: Arc::new(key),
-        host_key,
+        host_keys,
     })
 }

@@ -32,8 +32,8 @@ pub(crate) struct BoxSpec {
     pub user: String,
     /// The gateway's client key (a file outside every project, 0600).
     pub key: Arc<PrivateKey>,
-    /// The box's host key: any other is refused, never trusted on first use.
-    pub host_key: PublicKey,
+    /// The box's host keys: any other is refused, never trusted on first use.
+    pub host_keys: Vec<PublicKey>,
 }
 
 /// One box's SSH connection, made when first needed and again after it dies.
@@ -82,7 +82,7 @@ impl Drop for OpenChannel {
 
 /// The client side's one judgement: is this the box's pinned host key?
 struct Pinned {
-    expected: PublicKey,
+    expected: Vec<PublicKey>,
     /// What the box offered instead, for the error (its fingerprint).
     offered: Arc<std::sync::Mutex<Option<String>>>,
 }
@@ -99,7 +99,7 @@ impl client::Handler for Pinned {
                 return Ok(false);
             }
         };
-        if key.key_data() == self.expected.key_data() {
+        if self.expected.iter().any(|k| k.key_data() == key.key_data()) {
             return Ok(true);
         }
         let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
@@ -255,7 +255,7 @@ impl BoxLink {
         });
         let offered = Arc::new(std::sync::Mutex::new(None));
         let handler = Pinned {
-            expected: spec.host_key.clone(),
+            expected: spec.host_keys.clone(),
             offered: offered.clone(),
         };
         let connecting = client::connect(config, spec.address.as_str(), handler);
@@ -269,7 +269,7 @@ impl BoxLink {
             Ok(Err(e)) => {
                 if let Some(fingerprint) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
-                        "the box's host key is not the pinned one: refused (a changed key, or someone in between); check it and set host_key");
+                        "the box's host key is not the pinned one: refused (a changed key, or someone in between); check it and set host_key (or known_hosts)");
                     return Err(format!(
                         "box {}: its host key ({fingerprint}) is not the pinned one; refused",
                         spec.name

@@ -222,17 +222,25 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     );
 }
 
-/// `check` refuses a box whose key others may read, and one with no pinned host key, naming the
-/// key and the fix.
+/// `check` refuses a box whose key others may read, one with no pinned host key and one whose
+/// known_hosts file has no key for it, naming the key and the fix.
 #[test]
 fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let (key, _) = client_key(dir.path());
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // A known_hosts file with keys of other hosts only.
+    let known_hosts = dir.path().join("known_hosts");
+    std::fs::write(
+        &known_hosts,
+        "[gpu1.lan]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
+    )
+    .unwrap();
     let config = crate::common::gateway::base_config(&format!(
-        "[[box]]\nname = \"gpu1\"\nssh = \"dev@gpu1.lan:22\"\nkey = \"{}\"\n\n[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\n\n[[project]]\nname = \"other\"\nbox = \"nope\"\nupstream = \"http://127.0.0.1:4097\"\n",
-        key.display()
+        "[[box]]\nname = \"gpu1\"\nssh = \"dev@gpu1.lan:22\"\nkey = \"{}\"\n\n[[box]]\nname = \"gpu2\"\nssh = \"dev@gpu1.lan\"\nkey = \"{0}\"\nknown_hosts = \"{}\"\n\n[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\n\n[[project]]\nname = \"other\"\nbox = \"nope\"\nupstream = \"http://127.0.0.1:4097\"\n",
+        key.display(),
+        known_hosts.display()
     ));
     let file = dir.path().join("gateway.toml");
     std::fs::write(&file, config).unwrap();
@@ -249,6 +257,13 @@ fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key()
     );
     assert!(
         err.contains("(other).box") && err.contains("no [[box]] is named \"nope\""),
+        "{err}"
+    );
+    // The entry for port 2222 is not the box's (port 22): named, with the fix.
+    assert!(
+        err.contains("box[1] (gpu2).known_hosts")
+            && err.contains("has no key for gpu1.lan")
+            && err.contains("ssh-keyscan -t ed25519 -p 22 gpu1.lan"),
         "{err}"
     );
 }
@@ -268,7 +283,21 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     let keys = tempfile::tempdir().unwrap();
     let (key, public) = client_key(keys.path());
     let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
-    let table = box_table(sshd.port, &key, &sshd.host_key);
+    // Pinned through a known_hosts file, its names hashed as `ssh-keygen -H` leaves them.
+    let known_hosts = keys.path().join("known_hosts");
+    std::fs::write(&known_hosts, format!("[127.0.0.1]:{} {}\n", sshd.port, sshd.host_key)).unwrap();
+    let hashed = std::process::Command::new("ssh-keygen")
+        .args(["-H", "-f"])
+        .arg(&known_hosts)
+        .output()
+        .unwrap();
+    assert!(hashed.status.success(), "{}", String::from_utf8_lossy(&hashed.stderr));
+    assert!(!std::fs::read_to_string(&known_hosts).unwrap().contains("127.0.0.1"));
+    let table = box_table(sshd.port, &key, &sshd.host_key).replace(
+        &format!("host_key = \"{}\"", sshd.host_key),
+        &format!("known_hosts = \"{}\"", known_hosts.display()),
+    );
+    assert!(table.contains("known_hosts"), "{table}");
     let s = setup_as("echo unused", true, |config| {
         let config = config.replacen("name = \"demo\"\n", "name = \"demo\"\nbox = \"gpu1\"\n", 1);
         config.replacen("[[project]]", &format!("{table}[[project]]"), 1)
@@ -476,4 +505,76 @@ async fn a_project_spawned_on_a_box_runs_there_restarts_and_leaves_nothing_behin
     gw.signal(libc::SIGKILL);
     let _ = tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(10)));
     until_nothing_runs(user.uid, "after the gateway was killed").await;
+}
+
+/// `doctor` connects to each box as the gateway will and asks it what `check` cannot see from
+/// here: a host key that is not the pinned one, the box's `opencode` and its version, a project
+/// folder that is a link on the box, and a key whose forced command runs nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn doctor_checks_each_box_host_key_opencode_and_folders_on_the_box() {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(keys.path());
+    let forwarding = keys.path().join("fwd");
+    std::fs::create_dir(&forwarding).unwrap();
+    let (fwd_key, fwd_public) = client_key(&forwarding);
+    let sshd = Sshd::start(&format!(
+        "restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}\nrestrict,port-forwarding,permitopen=\"127.0.0.1:*\",command=\"/bin/false\" {fwd_public}"
+    ));
+    let other = tempfile::tempdir().unwrap();
+    keygen(&other.path().join("k"));
+    let not_the_box = std::fs::read_to_string(other.path().join("k.pub"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let work = tempfile::tempdir().unwrap();
+    let real = work.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let boxes = box_table(sshd.port, &key, &sshd.host_key)
+        + &box_table(sshd.port, &fwd_key, &sshd.host_key).replace("gpu1", "fwd")
+        + &box_table(sshd.port, &key, &not_the_box).replace("gpu1", "evil");
+    let config = crate::common::gateway::base_config(&format!(
+        "{boxes}[[project]]\nname = \"train\"\nbox = \"gpu1\"\nspawn = true\ndirectory = \"{}\"\n\n[[project]]\nname = \"linked\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\ndirectory = \"{}\"\n\n{}",
+        real.display(),
+        link.display(),
+        crate::common::gateway::users_toml(&[ALICE])
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config).unwrap();
+    let out = crate::common::process::bounded(std::process::Command::new(BIN).args(["doctor", "-c"]).arg(&path));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(!out.status.success(), "{stdout}");
+    let line = |prefix: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{stdout}"))
+            .to_string()
+    };
+    let connected = line("ok   box gpu1: connected to 127.0.0.1:");
+    assert!(
+        connected.contains("host key is the pinned one") && connected.contains("round trip"),
+        "{connected}"
+    );
+    let version = line("ok   box gpu1: opencode ");
+    assert!(version.contains("(version 1.18.33)"), "{version}");
+    line(&format!(
+        "ok   project train: folder {} exists on box gpu1",
+        real.display()
+    ));
+    let linked = line(&format!(
+        "fail project linked: {} is {} on box gpu1",
+        link.display(),
+        real.display()
+    ));
+    assert!(
+        linked.contains(&format!("Fix: set directory = \"{}\"", real.display())),
+        "{linked}"
+    );
+    line("warn box fwd: the box ran nothing for the gateway's key");
+    let evil = line("fail box evil: ");
+    assert!(evil.contains("is not the pinned one"), "{evil}");
 }

@@ -31,7 +31,7 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
         let address = ssh_address(c, &format!("{key}.ssh"), &b.ssh);
         let key_path = c.path(&b.key);
         client_key(c, &format!("{key}.key"), &key_path);
-        let host_key = host_key(c, &key, b);
+        let host_keys = address.as_ref().and_then(|(_, address)| host_keys(c, &key, b, address));
         let opencode = b.opencode.clone().unwrap_or_else(|| "opencode".into());
         // Sent to the box's shell as data, never as code; still one plain line.
         if opencode.is_empty() || opencode.chars().any(char::is_control) {
@@ -41,13 +41,13 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
                 "write the path of opencode on the box, for example \"/usr/local/bin/opencode\"",
             );
         }
-        if let (Some((user, address)), Some(host_key)) = (address, host_key) {
+        if let (Some((user, address)), Some(host_keys)) = (address, host_keys) {
             out.push(BoxConfig {
                 name: b.name.clone(),
                 user,
                 address,
                 key: key_path,
-                host_key,
+                host_keys,
                 opencode,
             });
         }
@@ -119,24 +119,93 @@ fn client_key(c: &mut Checker<'_>, key: &str, path: &Path) {
     }
 }
 
-/// The box's host key, pinned: an OpenSSH public key line. Never trusted on first use.
-fn host_key(c: &mut Checker<'_>, key: &str, b: &RawBox) -> Option<String> {
+/// The box's host keys, pinned: the `host_key` line, or the box's entries in a `known_hosts`
+/// file (`[host]:port` when the port is not 22, hashed names too). Never trusted on first use.
+fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Option<Vec<String>> {
     let scan = "set host_key to the box's key line, from the box's /etc/ssh/ssh_host_ed25519_key.pub or `ssh-keyscan -t ed25519 -p <port> <host>` (check its fingerprint)";
-    if b.known_hosts.is_some() {
-        c.problem(format!("{key}.known_hosts"), "known_hosts files are not read yet", scan);
-        return None;
-    }
-    let Some(line) = &b.host_key else {
-        c.problem(format!("{key}.host_key"), "the box's host key is not pinned", scan);
-        return None;
-    };
-    match parse_host_key(line) {
-        Ok(_) => Some(line.trim().to_string()),
-        Err(why) => {
-            c.problem(format!("{key}.host_key"), why, scan);
+    match (&b.host_key, &b.known_hosts) {
+        (Some(_), Some(_)) => {
+            c.problem(
+                format!("{key}.known_hosts"),
+                "the box's host key is pinned twice",
+                "keep host_key or known_hosts, not both",
+            );
             None
         }
+        (None, None) => {
+            c.problem(format!("{key}.host_key"), "the box's host key is not pinned", scan);
+            None
+        }
+        (Some(line), None) => match parse_host_key(line) {
+            Ok(k) => Some(vec![key_line(&k)]),
+            Err(why) => {
+                c.problem(format!("{key}.host_key"), why, scan);
+                None
+            }
+        },
+        (None, Some(file)) => {
+            let path = c.path(file);
+            let (host, port) = address.rsplit_once(':')?;
+            let port: u16 = port.parse().ok()?;
+            let add = format!(
+                "add the box's key: ssh-keyscan -t ed25519 -p {port} {host} >> {} (check its fingerprint), or set host_key",
+                path.display()
+            );
+            let text = match std::fs::read_to_string(&path) {
+                Ok(t) => t,
+                Err(e) => {
+                    c.problem(
+                        format!("{key}.known_hosts"),
+                        format!("cannot read {}: {e}", path.display()),
+                        add,
+                    );
+                    return None;
+                }
+            };
+            // A revocation or a certificate authority changes what a listed key means; the
+            // gateway pins keys only, so such a file is refused rather than half read.
+            if text.lines().any(|l| l.trim_start().starts_with('@')) {
+                c.problem(
+                    format!("{key}.known_hosts"),
+                    format!(
+                        "{} has @revoked or @cert-authority lines, which the gateway does not read",
+                        path.display()
+                    ),
+                    "pin the box's key with host_key instead",
+                );
+                return None;
+            }
+            match russh::keys::known_hosts::known_host_keys_path(host, port, &path) {
+                Ok(keys) if !keys.is_empty() => Some(keys.iter().map(|(_, k)| key_line(k)).collect()),
+                Ok(_) => {
+                    let name = if port == 22 {
+                        host.to_string()
+                    } else {
+                        format!("[{host}]:{port}")
+                    };
+                    c.problem(
+                        format!("{key}.known_hosts"),
+                        format!("{} has no key for {name}", path.display()),
+                        add,
+                    );
+                    None
+                }
+                Err(e) => {
+                    c.problem(
+                        format!("{key}.known_hosts"),
+                        format!("{} does not read: {e}", path.display()),
+                        add,
+                    );
+                    None
+                }
+            }
+        }
     }
+}
+
+/// A public key as one `algorithm base64` line.
+fn key_line(k: &russh::keys::PublicKey) -> String {
+    k.to_openssh().unwrap_or_default()
 }
 
 /// `ssh-ed25519 AAAA… [comment]` → the public key (its algorithm must be the one the line says).

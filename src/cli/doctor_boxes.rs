@@ -1,0 +1,155 @@
+//! `doctor` on each `[[box]]`: connect as the gateway will (its key, the pinned host key), then
+//! ask the box, in one `exec` channel, for its `opencode` (path and version) and the real path
+//! of each of its projects' folders. The gateway cannot read the box's file system itself: this
+//! is where a folder that is missing or a link on the box is found before a request meets it.
+
+use std::time::Duration;
+
+use base64::Engine;
+use russh::ChannelMsg;
+
+use super::doctor::Report;
+use crate::config::{Settings, UpstreamKind};
+use crate::upstream::ssh_link::BoxLink;
+
+/// Reads `opencode`'s name, then folders, each a base64 line; says `opencode <path> <version>`
+/// or `opencode-missing`, then `dir <real path>` or `dir-missing` for each folder, in order.
+/// Constant, like the launch script: what varies comes as data on its input.
+const PROBE: &str = r#"IFS= read -r line; bin=$(printf %s "$line" | base64 -d)
+if p=$(command -v "$bin" 2>/dev/null); then echo "opencode $p $("$bin" --version 2>/dev/null | head -n 1)"; else echo opencode-missing; fi
+while IFS= read -r line && [ -n "$line" ]; do
+  d=$(printf %s "$line" | base64 -d)
+  if r=$(cd "$d" 2>/dev/null && pwd -P); then echo "dir $r"; else echo dir-missing; fi
+done
+"#;
+
+/// How long the probe may take (an `opencode --version` included).
+const PROBE_TIME: Duration = Duration::from_secs(30);
+
+pub(crate) fn boxes(s: &Settings, r: &mut Report) {
+    if s.boxes.is_empty() {
+        return;
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            r.fail(format!("boxes: cannot start the async runtime ({e})"));
+            return;
+        }
+    };
+    let links = match crate::upstream::box_links::BoxLinks::default().reconcile(s) {
+        Ok(l) => l,
+        Err(e) => {
+            r.fail(format!("boxes: {e}"));
+            return;
+        }
+    };
+    let mut names: Vec<&String> = links.keys().collect();
+    names.sort();
+    for name in names {
+        runtime.block_on(one(s, name, &links[name], r));
+    }
+}
+
+async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
+    let projects: Vec<_> = s
+        .projects
+        .iter()
+        .filter(|p| p.on_box.as_deref() == Some(name))
+        .collect();
+    let spawns = projects.iter().any(|p| p.upstream == UpstreamKind::Spawned);
+    let opencode = s
+        .boxes
+        .iter()
+        .find(|b| b.name == name)
+        .map(|b| b.opencode.clone())
+        .unwrap_or_default();
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+    let mut input = b64(&opencode) + "\n";
+    let folders: Vec<_> = projects
+        .iter()
+        .filter_map(|p| Some((p.name.as_str(), p.directory.as_ref()?.to_string_lossy().into_owned())))
+        .collect();
+    for (_, d) in &folders {
+        input += &(b64(d) + "\n");
+    }
+    input.push('\n');
+    let (channel, _open) = match link.exec(&format!("exec /bin/sh -c '{PROBE}'")).await {
+        Ok(c) => c,
+        Err(e) => {
+            r.fail(format!(
+                "box {name}: {e}. Fix: check ssh, key and host_key in its [[box]] table, and that the box's sshd lets the gateway's key in"
+            ));
+            return;
+        }
+    };
+    let (mut reader, writer) = channel.split();
+    let answer = async {
+        writer.data_bytes(input.into_bytes()).await.ok()?;
+        writer.eof().await.ok()?;
+        let mut out = Vec::new();
+        while let Some(msg) = reader.wait().await {
+            match msg {
+                ChannelMsg::Data { data } => out.extend_from_slice(&data),
+                ChannelMsg::Close => break,
+                _ => {}
+            }
+        }
+        Some(String::from_utf8_lossy(&out).into_owned())
+    };
+    let answer = tokio::time::timeout(PROBE_TIME, answer).await;
+    let report = link.report();
+    r.ok(format!(
+        "box {name}: connected to {}: its host key is the pinned one, and it accepted the gateway's key{}",
+        report.address,
+        report
+            .rtt_ms
+            .map(|ms| format!(" (round trip {ms:.1} ms)"))
+            .unwrap_or_default()
+    ));
+    let Ok(Some(answer)) = answer else {
+        r.fail(format!(
+            "box {name}: it did not answer what it runs within {} s",
+            PROBE_TIME.as_secs()
+        ));
+        return;
+    };
+    let mut lines = answer.lines();
+    match lines.next() {
+        Some(l) if l.starts_with("opencode ") => {
+            let rest = l.trim_start_matches("opencode ");
+            let (path, version) = rest.split_once(' ').unwrap_or((rest, ""));
+            r.ok(format!("box {name}: opencode {path} (version {})", version.trim()));
+        }
+        Some("opencode-missing") if spawns => r.fail(format!(
+            "box {name}: {opencode} is not found on the box, and a project spawns there. Fix: npm install -g opencode-ai on the box, or set opencode = \"<its path>\" in the [[box]] table"
+        )),
+        Some("opencode-missing") => r.ok(format!("box {name}: no opencode found, and none is needed (no project spawns there)")),
+        _ => {
+            // A forced command (`command="/bin/false"`) on a forwarding-only key runs nothing.
+            let what = format!(
+                "box {name}: the box ran nothing for the gateway's key (a forced command in its authorized_keys?), so opencode and folders are not checked"
+            );
+            if spawns {
+                r.fail(format!("{what}. Fix: spawning runs a command: remove command=… from the key's line"));
+            } else {
+                r.warn(what);
+            }
+            return;
+        }
+    }
+    for (project, dir) in folders {
+        match lines.next() {
+            Some(l) if l.strip_prefix("dir ") == Some(dir.as_str()) => {
+                r.ok(format!("project {project}: folder {dir} exists on box {name}"))
+            }
+            Some(l) if l.starts_with("dir ") => r.fail(format!(
+                "project {project}: {dir} is {} on box {name} (a link). Fix: set directory = \"{0}\"",
+                &l[4..]
+            )),
+            _ => r.fail(format!(
+                "project {project}: {dir} is not a folder the box's user can enter on box {name}. Fix: create it on the box, or correct directory"
+            )),
+        }
+    }
+}
