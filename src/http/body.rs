@@ -109,7 +109,9 @@ impl Drop for Meter {
 enum Kind {
     Full(Option<Bytes>),
     Stream(Incoming, Option<Arc<Redactor>>),
-    Events(Incoming, Box<EventFilter>, Option<Arc<Redactor>>),
+    /// An event stream: filtered to one directory when there is a filter, and ended cleanly
+    /// (not cut) when the upstream's end breaks.
+    Events(Incoming, Option<Box<EventFilter>>, Option<Arc<Redactor>>),
     /// Made by the gateway itself (its pages' live updates), chunk by chunk.
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
@@ -134,10 +136,14 @@ impl ProxyBody {
         }
     }
 
-    /// An event stream filtered to one directory (see [`EventFilter`]).
-    pub(crate) fn events(body: Incoming, filter: EventFilter, redactor: Option<Arc<Redactor>>) -> Self {
+    /// An event stream, filtered to one directory when there is a filter (see [`EventFilter`]).
+    /// When the upstream's side breaks (its server died, a box's SSH connection fell), the
+    /// client's stream ends as a stream ends: an event source then reconnects, as it would after
+    /// any end, and an event cut half-way is dropped by it (an incomplete event is never
+    /// dispatched). A body with a length is never treated so: its cut must show.
+    pub(crate) fn events(body: Incoming, filter: Option<EventFilter>, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
-            kind: Kind::Events(body, Box::new(filter), redactor),
+            kind: Kind::Events(body, filter.map(Box::new), redactor),
             meter: None,
             lease: None,
             slot: None,
@@ -231,7 +237,10 @@ impl Body for ProxyBody {
                 match Pin::new(&mut *body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                         Ok(data) => {
-                            let kept = filter.push(&data);
+                            let kept = match filter {
+                                Some(f) => f.push(&data),
+                                None => data,
+                            };
                             // A frame that held only other directories' events: wait for the next.
                             if kept.is_empty() {
                                 continue;
@@ -244,6 +253,15 @@ impl Body for ProxyBody {
                         }
                         Err(frame) => break Poll::Ready(Some(Ok(frame))),
                     },
+                    Poll::Ready(Some(Err(e))) => {
+                        tracing::debug!(error = %e, "the upstream's event stream broke: ending the client's cleanly");
+                        if let Some(m) = this.meter.as_mut() {
+                            m.outcome = "upstream_error";
+                        }
+                        // A broken connection never goes back to the pool.
+                        this.lease = None;
+                        break Poll::Ready(None);
+                    }
                     other => break other,
                 }
             },

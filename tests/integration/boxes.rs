@@ -340,6 +340,72 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     ws.send(Message::text("echo BOX$((6*7))X\r")).await.unwrap();
     let said = read_terminal_until(&mut ws, "BOX42X").await;
     assert!(said.contains("BOX42X"), "terminal said: {said:?}");
+    drop(ws);
+
+    // The box's SSH connection dies under an open event stream: the stream ends cleanly (not
+    // hung, not cut: an event source reconnects), and the next request connects again.
+    let resp = s
+        .client
+        .send(
+            s.client
+                .request("GET", "/p/demo/event", Some(&alice()))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let mut events = resp.into_body();
+    crate::common::client::read_until(&mut events, Duration::from_secs(10), |t| t.contains("server.connected")).await;
+    let connects = s.gw.metric("box_connects_total{box=\"gpu1\"}");
+    assert_eq!(connects, 1, "one connection so far");
+    let sessions = descendants(sshd.child.id());
+    assert!(!sessions.is_empty(), "no sshd process for the gateway's connection");
+    for pid in sessions {
+        // SAFETY: the test's own sshd's per-connection processes.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        use http_body_util::BodyExt;
+        loop {
+            match events.frame().await {
+                None => return "ended",
+                Some(Err(_)) => return "cut",
+                Some(Ok(_)) => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        ended,
+        Ok("ended"),
+        "the event stream must end as a stream ends (not hang, not be cut)"
+    );
+    let r = s.client.get("/p/demo/global/health", Some(&alice())).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, s.gw.logs());
+    assert_eq!(s.gw.metric("box_connects_total{box=\"gpu1\"}"), 2, "connected again");
+}
+
+/// Every process under `pid` (children, theirs, …).
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // After the command's closing parenthesis: state, then the parent's pid.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            if ppid == Some(parent) {
+                found.push(p);
+                parents.push(p);
+            }
+        }
+    }
+    found
 }
 
 fn uid_of(pid: u32) -> u32 {
@@ -577,4 +643,75 @@ async fn doctor_checks_each_box_host_key_opencode_and_folders_on_the_box() {
     line("warn box fwd: the box ran nothing for the gateway's key");
     let evil = line("fail box evil: ");
     assert!(evil.contains("is not the pinned one"), "{evil}");
+}
+
+/// A box that accepts TCP but never speaks SSH (the worst stopped box: no refusal, only
+/// silence) does not slow a local project: while requests to the box's project wait for its
+/// SSH answer, a local project's requests are all answered, and their latency is printed; then
+/// the box's project answers 502 naming the box.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_box_does_not_slow_a_local_project() {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, _) = client_key(keys.path());
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || {
+        // Accepted and held open, never answered.
+        let mut open = Vec::new();
+        for s in silent.incoming().take(4) {
+            open.push(s);
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    let some_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
+    let extra = format!(
+        "[limits]\nupstream_connect_timeout = \"8s\"\n\n{}[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\nupstream_password_file = \"pw\"\n\n",
+        box_table(port, &key, some_key)
+    );
+    let (gw, _web) = one_project_as(PW, &extra, &[ALICE], |c| c).await;
+    let c = Https::new(gw.https, &gw.ca());
+    let alice = basic("alice", "alice-password-1");
+    let quiet = latencies(&c, &alice).await;
+    let waiting: Vec<_> = (0..4)
+        .map(|_| {
+            let (c, alice) = (c.clone(), alice.clone());
+            tokio::spawn(async move { c.get("/p/train/global/health", Some(&alice)).await })
+        })
+        .collect();
+    // The box's requests are under way (the gateway is connecting to it) before the local ones.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_, status) = gw.control("GET", "/status");
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        if status["boxes"][0]["state"] == "connecting" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway never tried the box: {status}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let busy = latencies(&c, &alice).await;
+    assert!(
+        waiting.iter().all(|w| !w.is_finished()),
+        "the box's requests ended before the local ones: nothing was measured while the box was silent"
+    );
+    eprintln!("local project, 100 requests: alone {quiet}; while its box's requests wait {busy}");
+    for w in waiting {
+        let r = w.await.unwrap();
+        assert_eq!(r.status, 502, "{}", r.body);
+        assert!(r.body.contains("box gpu1"), "{}", r.body);
+    }
+    drop(held);
+}
+
+/// 100 requests to the local project, one after another, each answered 200: p50, p99, max.
+async fn latencies(c: &Https, auth: &str) -> String {
+    let mut took = Vec::new();
+    for _ in 0..100 {
+        let sent = Instant::now();
+        let r = c.get("/p/web/global/health", Some(auth)).await;
+        took.push(sent.elapsed());
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    took.sort();
+    format!("p50 {:?}, p99 {:?}, max {:?}", took[50], took[98], took[99])
 }

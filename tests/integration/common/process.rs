@@ -45,6 +45,11 @@ impl Guarded {
         Guarded::new(child, grace)
     }
 
+    /// Its process id (0 once stopped).
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
     /// Stop it now (as on drop) and return its exit status, if it ran.
     pub fn stop(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
