@@ -2,110 +2,14 @@
 //! loopback port, its own host key, the gateway's key authorized) stands in for the box, and
 //! the project's server listens on the box's loopback (here, the same machine's).
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::client::{Https, basic};
 use crate::common::gateway::{ALICE, BIN};
-use crate::common::process::Guarded;
+use crate::common::sshd::{Sshd, box_table, box_table_as, client_key, keygen};
 use crate::common::stack::one_project_as;
 
 const PW: &str = "box-upstream-pw";
-
-/// An OpenSSH server on a loopback port that lets in one key (as root: the tests run as root).
-struct Sshd {
-    child: Guarded,
-    port: u16,
-    /// Its host key, as an OpenSSH public key line.
-    host_key: String,
-    /// What it logged (DEBUG1: each forwarded channel's target).
-    log: std::sync::Arc<std::sync::Mutex<String>>,
-    _dir: tempfile::TempDir,
-}
-
-fn keygen(path: &Path) {
-    let out = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-}
-
-impl Sshd {
-    /// Started on a picked port (tried again if another process took it first), returned once
-    /// it accepts connections, bounded.
-    fn start(authorized_key: &str) -> Sshd {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        keygen(&d.join("host_key"));
-        std::fs::write(d.join("authorized_keys"), authorized_key).unwrap();
-        // sshd reads the key file as the user logging in, who may not be root.
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
-            std::fs::set_permissions(d.join("authorized_keys"), std::fs::Permissions::from_mode(0o644)).unwrap();
-        }
-        // sshd's privilege separation directory.
-        std::fs::create_dir_all("/run/sshd").unwrap();
-        for _ in 0..5 {
-            let port = crate::common::free_port();
-            let config = format!(
-                "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\nAuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding local\nPermitOpen 127.0.0.1:*\nAllowAgentForwarding no\nX11Forwarding no\nPermitTTY no\nLogLevel DEBUG1\n",
-                d = d.display()
-            );
-            std::fs::write(d.join("sshd_config"), config).unwrap();
-            let mut child = Guarded::spawn(
-                std::process::Command::new("/usr/sbin/sshd")
-                    .args(["-D", "-e", "-f"])
-                    .arg(d.join("sshd_config"))
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::piped()),
-                Duration::from_secs(5),
-            );
-            let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-            crate::common::pump_lines(child.stderr.take().unwrap(), log.clone());
-            let listening = |_: &str| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
-            if crate::common::process::ready_or_exited(&mut child, &log, Duration::from_secs(20), "sshd", listening) {
-                let host_key = std::fs::read_to_string(d.join("host_key.pub"))
-                    .unwrap()
-                    .trim()
-                    .to_string();
-                return Sshd {
-                    child,
-                    port,
-                    host_key,
-                    log,
-                    _dir: dir,
-                };
-            }
-            let log = log.lock().unwrap().clone();
-            assert!(log.contains("Address already in use"), "sshd exited:\n{log}");
-        }
-        panic!("5 picked ports were taken before sshd could bind them");
-    }
-}
-
-/// The gateway's key to the box, written into `dir` (0600), and its public line.
-fn client_key(dir: &Path) -> (PathBuf, String) {
-    let key = dir.join("box_ed25519");
-    keygen(&key);
-    let public = std::fs::read_to_string(dir.join("box_ed25519.pub")).unwrap();
-    (key, public)
-}
-
-fn box_table(port: u16, key: &Path, host_key: &str) -> String {
-    box_table_as("root", port, key, host_key)
-}
-
-/// The box table for logging in as `user`, with the repository's `opencode` to spawn.
-fn box_table_as(user: &str, port: u16, key: &Path, host_key: &str) -> String {
-    format!(
-        "[[box]]\nname = \"gpu1\"\nssh = \"{user}@127.0.0.1:{port}\"\nkey = \"{}\"\nhost_key = \"{host_key}\"\nopencode = \"{}\"\n\n",
-        key.display(),
-        crate::common::opencode::opencode_bin().display()
-    )
-}
 
 /// A project on the box: the gateway reaches its server through the box's SSH server (which
 /// logs each forwarded channel), a box that does not answer makes the project answer 502 naming

@@ -10,7 +10,7 @@ use http_body_util::Full;
 use crate::common::client::Https;
 use crate::common::client::{EventLog, direct_call, json, session_in};
 use crate::common::opencode::OpenCode;
-use crate::common::stack::{alice, setup_pinned};
+use crate::common::stack::{Setup, alice, setup_on_box, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
 
@@ -30,7 +30,19 @@ async fn through(c: &Https, path: &str, headers: &[(&str, &str)]) -> (u16, Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn no_directory_selector_reaches_outside_the_project() {
-    let s = setup_pinned("echo unused", true).await;
+    no_directory_selector_reaches_outside_the_project_with(&setup_pinned("echo unused", true).await).await;
+}
+
+/// The same, for a project on a box: every verdict holds over an SSH channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn no_directory_selector_reaches_outside_the_project_on_a_box() {
+    let s = setup_on_box("echo unused", true).await;
+    no_directory_selector_reaches_outside_the_project_with(&s).await;
+    s.assert_reached_through_box();
+}
+
+async fn no_directory_selector_reaches_outside_the_project_with(s: &Setup) {
     let project = s.oc.project.display().to_string();
     let escape = format!("{project}/../../../../../../etc");
     std::fs::write(s.oc.project.join("passwd"), PROJECT_PASSWD).unwrap();
@@ -174,7 +186,19 @@ fn assert_landed_in_project(oc: &OpenCode, what: &str, absolute: bool, status: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn bodies_that_choose_a_directory_outside_the_project_get_403() {
-    let s = setup_pinned("echo unused", true).await;
+    bodies_that_choose_a_directory_outside_the_project_get_403_with(&setup_pinned("echo unused", true).await).await;
+}
+
+/// The same, for a project on a box: every verdict holds over an SSH channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn bodies_that_choose_a_directory_outside_the_project_get_403_on_a_box() {
+    let s = setup_on_box("echo unused", true).await;
+    bodies_that_choose_a_directory_outside_the_project_get_403_with(&s).await;
+    s.assert_reached_through_box();
+}
+
+async fn bodies_that_choose_a_directory_outside_the_project_get_403_with(s: &Setup) {
     let project = s.oc.project.display().to_string();
     std::os::unix::fs::symlink("/etc", s.oc.project.join("etc-link")).unwrap();
     for (path, body) in [

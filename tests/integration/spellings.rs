@@ -7,7 +7,7 @@ use http_body_util::Full;
 
 use crate::common::client::basic;
 use crate::common::client::{direct_call, json, session_in, upgrade};
-use crate::common::stack::{alice, setup_pinned};
+use crate::common::stack::{Setup, alice, setup_on_box, setup_pinned};
 
 fn vera() -> String {
     basic("vera", "vera-password-1")
@@ -24,7 +24,22 @@ fn adam() -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict() {
-    let s = setup_pinned("echo unused", true).await;
+    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(
+        &setup_pinned("echo unused", true).await,
+    )
+    .await;
+}
+
+/// The same, for a project on a box: every verdict holds over an SSH channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_on_a_box() {
+    let s = setup_on_box("echo unused", true).await;
+    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(&s).await;
+    s.assert_reached_through_box();
+}
+
+async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(s: &Setup) {
     let c = &s.client;
     let project = s.oc.project.display().to_string();
     let (status, pty) = json(c, "POST", "/p/demo/pty", &alice(), &format!(r#"{{"cwd":"{project}"}}"#)).await;
@@ -99,7 +114,20 @@ async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled() {
-    let s = setup_pinned("echo unused", true).await;
+    another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(&setup_pinned("echo unused", true).await)
+        .await;
+}
+
+/// The same, for a project on a box: every verdict holds over an SSH channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled_on_a_box() {
+    let s = setup_on_box("echo unused", true).await;
+    another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(&s).await;
+    s.assert_reached_through_box();
+}
+
+async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(s: &Setup) {
     let c = &s.client;
     let project = s.oc.project.display().to_string();
     let other = tempfile::tempdir().unwrap();

@@ -18,6 +18,7 @@ pub mod os_users;
 pub mod process;
 pub mod qr;
 pub mod ssh;
+pub mod sshd;
 pub mod stack;
 pub mod supervised;
 

@@ -66,6 +66,8 @@ pub struct Setup {
     pub oc: OpenCode,
     pub gw: Gateway,
     pub client: Https,
+    /// The box the project is reached through, for [`setup_on_box`].
+    pub on_box: Option<super::sshd::TestBox>,
 }
 
 pub const ALICE_PW: &str = "alice-password-1";
@@ -82,6 +84,28 @@ pub async fn setup(bash_command: &str) -> Setup {
 /// Like [`setup`]; with `pinned`, the project's `directory` is the server's project folder.
 pub async fn setup_pinned(bash_command: &str, pinned: bool) -> Setup {
     setup_as(bash_command, pinned, |config| config).await
+}
+
+/// Like [`setup_pinned`], with the project on a box: every request reaches OpenCode through an
+/// SSH channel on the box's connection (a real sshd on loopback). The tests of pinning, roles
+/// and spellings run this way too, to show they hold for a project on a box.
+pub async fn setup_on_box(bash_command: &str, pinned: bool) -> Setup {
+    let on_box = tokio::task::block_in_place(super::sshd::TestBox::start);
+    let mut s = setup_as(bash_command, pinned, |config| on_box.put_on(&config, "demo")).await;
+    s.on_box = Some(on_box);
+    s
+}
+
+impl Setup {
+    /// For [`setup_on_box`]: requests did reach OpenCode through the box's sshd.
+    pub fn assert_reached_through_box(&self) {
+        let sshd = &self.on_box.as_ref().expect("set up on a box").sshd;
+        let log = sshd.log.lock().unwrap();
+        assert!(
+            log.contains(&format!("target 127.0.0.1 port {}", self.oc.port)),
+            "the box's sshd forwarded nothing to OpenCode:\n{log}"
+        );
+    }
 }
 
 /// Like [`setup_pinned`], the whole config passed through `edit` first.
@@ -127,5 +151,11 @@ pub async fn setup_as(bash_command: &str, pinned: bool, edit: impl FnOnce(String
     let pw = oc.password.clone();
     let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("upstream.pw"), &pw));
     let client = Https::new(gw.https, &gw.ca());
-    Setup { model, oc, gw, client }
+    Setup {
+        model,
+        oc,
+        gw,
+        client,
+        on_box: None,
+    }
 }
