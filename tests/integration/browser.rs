@@ -15,7 +15,44 @@ async fn the_web_ui_runs_a_prompt_answers_a_permission_and_opens_a_terminal_in_c
     let project = tempfile::tempdir().unwrap();
     let dir = project.path().canonicalize().unwrap();
     let gw = Gateway::start(&server_config(&spawned("demo", &dir, &model, "")));
-    let shots = crate::common::browser::shots("webui");
+    in_chromium(&gw, &dir, "webui").await;
+}
+
+/// The same, with the project's server spawned on a box (as the box's user, through its sshd):
+/// the page, its event stream, the permission and the terminal all cross SSH channels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode, OpenSSH's sshd and root: run scripts/test.sh"]
+async fn the_web_ui_works_the_same_for_a_project_spawned_on_a_box() {
+    use crate::common::os_users;
+    use crate::common::sshd::{Sshd, box_table_as, client_key};
+    let Some(users) = os_users::ensure(&["ocgw-box"]) else { return };
+    let user = &users[0];
+    os_users::unlock_for_ssh(user);
+    let model = FakeModel::start("echo TOOLRAN > marker.txt").await;
+    let project = tempfile::tempdir().unwrap();
+    let dir = project.path().canonicalize().unwrap();
+    os_users::give(&dir, user, 0o700);
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(keys.path());
+    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
+    let table = box_table_as(&user.name, sshd.port, &key, &sshd.host_key);
+    let gw = Gateway::start(&server_config(&format!(
+        "{table}{}",
+        spawned("demo", &dir, &model, "box = \"gpu1\"")
+    )));
+    in_chromium(&gw, &dir, "webui-box").await;
+    let port = crate::common::supervised::project_port(&gw, "demo").expect("the server on the box is ready");
+    let log = sshd.log.lock().unwrap().clone();
+    assert!(
+        log.contains(&format!("target 127.0.0.1 port {port}")),
+        "the page's requests crossed no channel of the box's sshd:\n{log}"
+    );
+}
+
+/// Log in to the project's host, run a prompt whose tool asks for permission, allow it, see it
+/// finish, open a terminal: each step's screenshot kept under test-artifacts/`shots_name`/.
+async fn in_chromium(gw: &Gateway, dir: &std::path::Path, shots_name: &str) {
+    let shots = crate::common::browser::shots(shots_name);
     let url = format!("https://demo.gw.localhost:{}", gw.https.port());
     let cert = gw.dir.path().join("certs/server.crt");
     let text = crate::common::browser::run(
