@@ -54,6 +54,8 @@ pub(crate) struct WaitingRow {
 
 pub(crate) struct ProjectRow {
     pub name: String,
+    /// The `[[box]]` its server runs on (none: this machine).
+    pub on_box: Option<String>,
     pub state_class: &'static str,
     pub state_text: String,
     /// Why the server is not serving, shown as a sentence beside the badge (never inside it).
@@ -82,6 +84,8 @@ pub(crate) struct QuestionRow {
 
 pub(crate) struct CardRow {
     pub project: String,
+    /// The `[[box]]` the project's server runs on (none: this machine).
+    pub on_box: Option<String>,
     pub id: String,
     pub permission: bool,
     pub session_title: String,
@@ -261,13 +265,17 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         let can_answer = role.is_some_and(|r| r >= Class::Respond.least_role());
         viewer_only &= !can_answer;
         let origin = project_origin(ctx, &v.name);
+        let on_box = state.projects.get(&v.name).and_then(|p| p.config.on_box.clone());
         let mut row = project_row(v, &origin, can_answer, now);
+        row.on_box = on_box.clone();
         row.can_create = role.is_some_and(|r| may_create_session(state, r, &v.name));
         row.can_restart = role.is_some_and(|r| may_restart(state, r, &v.name));
         row.origin = origin.clone();
         projects.push(row);
         for c in &v.pending {
-            cards.push(card_row(v, c, &origin, can_answer, now));
+            let mut card = card_row(v, c, &origin, can_answer, now);
+            card.on_box = on_box.clone();
+            cards.push(card);
         }
         // One notice per answer: this user's own answers are said once, by the notice at the
         // top of the page after the answer (`?done=…&id=…`), and not again in the list.
@@ -397,6 +405,7 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
         .collect();
     ProjectRow {
         name: v.name.clone(),
+        on_box: None,
         state_class,
         state_text,
         state_reason,
@@ -441,6 +450,7 @@ pub(crate) fn permission_title(kind: &str) -> String {
 fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool, now: u64) -> CardRow {
     let base = |session_id: &str, title: &Option<String>, subagent: bool, asked: u64| CardRow {
         project: v.name.clone(),
+        on_box: None,
         id: c.id().to_string(),
         permission: true,
         session_title: title.clone().unwrap_or_else(|| session_id.to_string()),
@@ -861,6 +871,61 @@ pub(crate) async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
 
 #[cfg(test)]
 mod tests {
+    use askama::Template;
+
+    use super::*;
+
+    /// A project on a box says so on the portal and on its inbox cards; one on this machine
+    /// says nothing of boxes.
+    #[test]
+    fn the_pages_name_the_box_a_project_runs_on() {
+        let project = |name: &str, on_box: Option<&str>| ProjectRow {
+            name: name.into(),
+            on_box: on_box.map(String::from),
+            state_class: "running",
+            state_text: "running".into(),
+            state_reason: None,
+            pending: 1,
+            sessions: Vec::new(),
+            web_ui: None,
+            can_answer: true,
+            can_create: false,
+            can_restart: false,
+            origin: None,
+        };
+        let card = |name: &str, on_box: Option<&str>| CardRow {
+            project: name.into(),
+            on_box: on_box.map(String::from),
+            id: format!("per_{name}"),
+            permission: true,
+            session_title: "a session".into(),
+            subagent: false,
+            tool: "bash".into(),
+            lines: vec!["ls".into()],
+            truncated: false,
+            patterns: Vec::new(),
+            always: Vec::new(),
+            waited: "5 s".into(),
+            asked_ms: 0,
+            link: None,
+            can_answer: true,
+            questions: Vec::new(),
+        };
+        let room = Room {
+            projects: vec![project("train", Some("gpu1")), project("web", None)],
+            cards: vec![card("train", Some("gpu1")), card("web", None)],
+            notes: Vec::new(),
+            pending: 2,
+            flash: None,
+            viewer_only: false,
+        };
+        let portal = PortalContent { r: &room }.render().unwrap();
+        assert_eq!(portal.matches("on gpu1").count(), 1, "{portal}");
+        let inbox = InboxContent { r: &room }.render().unwrap();
+        assert!(inbox.contains("in train on gpu1"), "{inbox}");
+        assert!(inbox.contains("in web</span>"), "{inbox}");
+    }
+
     #[test]
     fn permission_kinds_read_as_words() {
         assert_eq!(super::permission_title("bash"), "Run a command (bash)");

@@ -237,6 +237,21 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
         "the box's sshd forwarded nothing to OpenCode:\n{}",
         sshd.log.lock().unwrap()
     );
+    // The portal names the box the project runs on.
+    let cookie = crate::common::login::form_login(&s.client, "alice", ALICE_PW).await;
+    let portal = crate::common::login::browser_get(
+        &s.client.host(crate::common::login::LOGIN_HOST),
+        "/",
+        Some(&cookie),
+        true,
+    )
+    .await;
+    assert_eq!(portal.status, 200, "{}", portal.body);
+    assert!(
+        portal.body.contains("id=\"project-demo\"") && portal.body.contains("on gpu1</span>"),
+        "{}",
+        portal.body
+    );
     let (status, pty) = json(&s.client, "POST", "/p/demo/pty", &alice(), "{}").await;
     assert_eq!(status, 200, "{pty}");
     let id = pty["id"].as_str().unwrap().to_string();

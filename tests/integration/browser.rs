@@ -25,7 +25,9 @@ async fn the_web_ui_runs_a_prompt_answers_a_permission_and_opens_a_terminal_in_c
 async fn the_web_ui_works_the_same_for_a_project_spawned_on_a_box() {
     use crate::common::os_users;
     use crate::common::sshd::{Sshd, box_table_as, client_key};
-    let Some(users) = os_users::ensure(&["ocgw-box"]) else { return };
+    let Some(users) = os_users::ensure(&["ocgw-box"]) else {
+        return;
+    };
     let user = &users[0];
     os_users::unlock_for_ssh(user);
     let model = FakeModel::start("echo TOOLRAN > marker.txt").await;
