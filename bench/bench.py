@@ -8,12 +8,17 @@ Every proxy: TLS with the same ECDSA P-256 certificate, the same Basic credentia
 upstream's own credential injected. Figures: req/s, p50/p99 from wrk, and proxy CPU per
 request from /proc (utime+stime of the proxy's processes over the run / requests).
 
+A second gateway reaches the same upstream through a project on a box (bench/boxhop.py: a
+local sshd on loopback), so the SSH hop's cost shows beside the direct gateway's.
+
 The `webui` section (bench/webui.py) puts the gateway, nginx and Caddy in front of the real
 OpenCode instead and times a cold load of its web UI in throttled Chromium (issue 14).
 """
 
 import base64, json, os, re, resource, shutil, signal, socket, statistics, subprocess, sys, time
 from pathlib import Path
+
+import boxhop
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -326,18 +331,26 @@ def instructions(report):
 
 def stand_in(report, certs):
     """The sections against the stand-in upstream (bench/tools), all proxies started once."""
-    names = ["upstream", "gateway", "nginx_auth", "nginx", "caddy"]
+    names = ["upstream", "gateway", "nginx_auth", "nginx", "caddy", "gateway_box"]
     ports = {n: free_port() for n in names}
     configs(certs, ports)
     upstream = subprocess.Popen([str(TOOLS / "upstream"), str(ports["upstream"])], stdout=subprocess.DEVNULL)
     wait_port(ports["upstream"], upstream)
     gw, ngx, ngx_noauth, caddy = proxies(ports)
-    started = {p.name: p.start() for p in (gw, ngx, caddy)}
+    sshd, ssh_port, host_key, client_key = boxhop.start_sshd(OUT, free_port, wait_port)
+    phc = run([str(GW), "hash-password"], input=PASSWORD + "\n").strip()
+    box_config = boxhop.gateway_config(OUT, ports["gateway_box"], ports["upstream"], ssh_port, host_key, client_key, phc, USER)
+    env = dict(os.environ, RUST_LOG="warn")
+    gw_box = Proxy(boxhop.NAME, lambda: subprocess.Popen([str(GW), "serve", "-c", str(box_config)], cwd=OUT, env=env,
+                                                         stdout=subprocess.DEVNULL, stderr=open(OUT / "gateway-box.log", "a")),
+                   f"https://127.0.0.1:{ports['gateway_box']}", ports["gateway_box"])
+    started = {p.name: p.start() for p in (gw, gw_box, ngx, caddy)}
     ngx_noauth.proc = ngx.proc
     ca = str(certs / "ca.crt")
 
     targets = [("upstream alone (plain HTTP)", f"http://127.0.0.1:{ports['upstream']}", upstream, False),
                ("opencode-gateway", gw.url, gw.proc, True),
+               (boxhop.NAME, gw_box.url, gw_box.proc, True),
                ("nginx, TLS + auth_basic apr1", ngx.url, ngx.proc, True),
                ("nginx, TLS, no auth", ngx_noauth.url, ngx.proc, False),
                ("Caddy, TLS + basicauth (cached)", caddy.url, caddy.proc, True)]
@@ -350,11 +363,13 @@ def stand_in(report, certs):
     if "handshakes" in SECTIONS:
         handshakes(report, chosen((gw, ngx, ngx_noauth, caddy)), ca)
     if "sse" in SECTIONS:
-        sse_latency(report, ports, (gw, ngx, caddy), ca)
+        sse_latency(report, ports, (gw, ngx, caddy), ca, gw_box)
     if "streams" in SECTIONS:
         idle_streams(report, chosen((gw, ngx, caddy)), ca)
-    for p in (gw, ngx, caddy):
+    for p in (gw, gw_box, ngx, caddy):
         p.stop()
+    sshd.terminate()
+    sshd.wait(10)
     # Gone before anything else binds its port (the instructions section starts its own there).
     upstream.terminate()
     try:
@@ -420,7 +435,7 @@ def handshakes(report, proxies, ca):
 
 
 
-def sse_latency(report, ports, proxies, ca):
+def sse_latency(report, ports, proxies, ca, gw_box):
     """The latency an event adds crossing the proxy. All targets' streams run at the same time, so
     a hiccup of the machine lands on the direct stream and the proxied ones alike."""
     gw, ngx, caddy = proxies
@@ -429,7 +444,7 @@ def sse_latency(report, ports, proxies, ca):
     report.append("| target | p50 µs | p99 µs | added p50 µs | added p99 µs |")
     report.append("|---|---:|---:|---:|---:|")
     targets = (("upstream alone", f"http://127.0.0.1:{ports['upstream']}", False), (gw.name, gw.url, True),
-               (ngx.name, ngx.url, True), (caddy.name, caddy.url, True))
+               (gw_box.name, gw_box.url, True), (ngx.name, ngx.url, True), (caddy.name, caddy.url, True))
     clients = {name: subprocess.Popen([str(TOOLS / "client"), "latency", url + "/event?interval_ms=10", str(n), AUTH if auth else "-", ca],
                                       stdout=subprocess.PIPE, text=True) for name, url, auth in targets}
     lat = {}

@@ -9,6 +9,8 @@ need=()
 for p in nginx caddy wrk chromium openssl curl git valgrind; do command -v "$p" >/dev/null || need+=("$p"); done
 # OpenCode's file search: without ripgrep on PATH it tries to download it.
 command -v rg >/dev/null || need+=(ripgrep)
+# The SSH hop to a box (bench/boxhop.py) runs its own OpenSSH server.
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
 if [ "${#need[@]}" -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq

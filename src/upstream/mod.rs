@@ -9,6 +9,7 @@ mod backoff;
 pub mod box_links;
 pub mod endpoint;
 pub mod pool;
+mod quick_ack;
 pub mod redact;
 pub mod ssh_link;
 pub mod supervise;

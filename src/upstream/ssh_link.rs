@@ -250,7 +250,6 @@ impl BoxLink {
         let config = Arc::new(client::Config {
             keepalive_interval: Some(KEEPALIVE),
             keepalive_max: KEEPALIVE_MAX,
-            nodelay: true,
             ..Default::default()
         });
         let offered = Arc::new(std::sync::Mutex::new(None));
@@ -258,7 +257,13 @@ impl BoxLink {
             expected: spec.host_keys.clone(),
             offered: offered.clone(),
         };
-        let connecting = client::connect(config, spec.address.as_str(), handler);
+        let connecting = async {
+            let tcp = tokio::net::TcpStream::connect(spec.address.as_str())
+                .await
+                .map_err(russh::Error::from)?;
+            tcp.set_nodelay(true)?;
+            client::connect_stream(config, super::quick_ack::QuickAck(tcp), handler).await
+        };
         let mut handle = match tokio::time::timeout(self.connect_timeout, connecting).await {
             Err(_) => {
                 return Err(format!(
