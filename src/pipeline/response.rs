@@ -114,23 +114,15 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
             let filter = scope::EventFilter::new(root.to_path_buf());
             ProxyBody::events(body, Some(filter), endpoint.redactor.clone())
         }
-        _ if is_event_stream(&parts.headers) => ProxyBody::events(body, None, endpoint.redactor.clone()),
+        // Decided on the route, not the answer's headers: nothing read on other answers.
+        (Treatment::EventStream | Treatment::GlobalEvents, _)
+            if !parts.headers.contains_key(header::CONTENT_LENGTH) =>
+        {
+            ProxyBody::events(body, None, endpoint.redactor.clone())
+        }
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),
     };
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
-}
-
-/// A `text/event-stream` answer without a declared length (compared without allocating).
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    !headers.contains_key(header::CONTENT_LENGTH)
-        && headers.get(header::CONTENT_TYPE).is_some_and(|t| {
-            t.as_bytes()
-                .split(|b| *b == b';')
-                .next()
-                .unwrap_or(b"")
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"text/event-stream")
-        })
 }
 
 /// The scope filter a listing's answer needs: only on a pinned project of a shared upstream.
