@@ -127,7 +127,8 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
 }
 
 /// `check` refuses a box whose key others may read, one with no pinned host key and one whose
-/// known_hosts file has no key for it, naming the key and the fix.
+/// known_hosts file has no key for it, `run_as` on a box and an environment variable name no
+/// shell could export, naming the key and the fix.
 #[test]
 fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key() {
     use std::os::unix::fs::PermissionsExt;
@@ -142,7 +143,7 @@ fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key()
     )
     .unwrap();
     let config = crate::common::gateway::base_config(&format!(
-        "[[box]]\nname = \"gpu1\"\nssh = \"dev@gpu1.lan:22\"\nkey = \"{}\"\n\n[[box]]\nname = \"gpu2\"\nssh = \"dev@gpu1.lan\"\nkey = \"{0}\"\nknown_hosts = \"{}\"\n\n[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\n\n[[project]]\nname = \"other\"\nbox = \"nope\"\nupstream = \"http://127.0.0.1:4097\"\n",
+        "[[box]]\nname = \"gpu1\"\nssh = \"dev@gpu1.lan:22\"\nkey = \"{}\"\n\n[[box]]\nname = \"gpu2\"\nssh = \"dev@gpu1.lan\"\nkey = \"{0}\"\nknown_hosts = \"{}\"\n\n[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\n\n[[project]]\nname = \"other\"\nbox = \"nope\"\nupstream = \"http://127.0.0.1:4097\"\n\n[[project]]\nname = \"spawner\"\nbox = \"gpu1\"\nspawn = true\ndirectory = \"/srv/spawner\"\nrun_as = \"dev\"\n\n[[project]]\nname = \"envy\"\nbox = \"gpu1\"\nspawn = true\ndirectory = \"/srv/envy\"\nenv = {{ \"BAD NAME\" = \"x\" }}\n",
         key.display(),
         known_hosts.display()
     ));
@@ -161,6 +162,15 @@ fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key()
     );
     assert!(
         err.contains("(other).box") && err.contains("no [[box]] is named \"nope\""),
+        "{err}"
+    );
+    // A server on a box runs as the box's user; an environment name no shell could export.
+    assert!(
+        err.contains("(spawner).run_as") && err.contains("runs as the box's SSH user"),
+        "{err}"
+    );
+    assert!(
+        err.contains("(envy).env") && err.contains("\"BAD NAME\" is not an environment variable name"),
         "{err}"
     );
     // The entry for port 2222 is not the box's (port 22): named, with the fix.

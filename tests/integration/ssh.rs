@@ -373,6 +373,26 @@ async fn many_forwards_over_one_and_many_connections_work_and_closing_frees_them
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
+    through_a_tunnel(None).await;
+}
+
+/// The same through the gateway's SSH front door to a project on a box: two SSH hops (the
+/// client's tunnel to the gateway, the gateway's channel to the box), one road.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel_to_a_project_on_a_box() {
+    let on_box = tokio::task::block_in_place(crate::common::sshd::TestBox::start);
+    let port = through_a_tunnel(Some(&on_box)).await;
+    let log = on_box.sshd.log.lock().unwrap();
+    assert!(
+        log.contains(&format!("target 127.0.0.1 port {port}")),
+        "the box's sshd forwarded nothing to OpenCode:\n{log}"
+    );
+}
+
+/// `opencode run --attach`, an event stream and a terminal through `ssh -L` to the gateway's
+/// front door, the project on `on_box` if given; returns OpenCode's port.
+async fn through_a_tunnel(on_box: Option<&crate::common::sshd::TestBox>) -> u16 {
     use crate::common::opencode::{ANSWER, FakeModel, OpenCode, opencode_bin};
     use futures_util::{SinkExt, StreamExt};
     let model = FakeModel::start("true").await;
@@ -385,6 +405,10 @@ async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
         oc.url(),
         alice.public_line
     ));
+    let config = match on_box {
+        Some(b) => b.put_on(&config, "demo"),
+        None => config,
+    };
     let gw = Gateway::start_with(&config, &[], move |d| write_secret(&d.join("pw"), &pw));
     let kh = known_hosts(&gw, dir.path());
     let t = Tunnel::open(&gw, &kh, &alice.private, "alice", "demo");
@@ -456,6 +480,7 @@ async fn opencode_run_sse_and_a_terminal_work_through_an_ssh_tunnel() {
         }
     }
     assert!(seen.contains("SSH42PTY"), "{seen:?}");
+    oc.port
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

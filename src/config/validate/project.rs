@@ -173,6 +173,20 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
     for (k, v) in &p.env {
         env.insert(k.clone(), Secret::new(v.clone()));
     }
+    // A name a shell could not export: refused here, rather than by the server's start (on a
+    // box the names go through `sh`'s `export`).
+    for k in env.keys() {
+        let mut chars = k.chars();
+        let good = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !good {
+            c.problem(
+                format!("{key}.env"),
+                format!("{k:?} is not an environment variable name"),
+                "use letters, digits and '_', not starting with a digit",
+            );
+        }
+    }
     let mut secret_files = Vec::new();
     if let Some(f) = &p.upstream_password_file {
         secret_files.push((format!("{key}.upstream_password_file"), c.path(f)));
