@@ -338,8 +338,7 @@ def stand_in(report, certs):
     wait_port(ports["upstream"], upstream)
     gw, ngx, ngx_noauth, caddy = proxies(ports)
     sshd, ssh_port, host_key, client_key = boxhop.start_sshd(OUT, free_port, wait_port)
-    phc = run([str(GW), "hash-password"], input=PASSWORD + "\n").strip()
-    box_config = boxhop.gateway_config(OUT, ports["gateway_box"], ports["upstream"], ssh_port, host_key, client_key, phc, USER)
+    box_config = boxhop.gateway_config(OUT, ports["gateway"], ports["gateway_box"], ssh_port, host_key, client_key)
     env = dict(os.environ, RUST_LOG="warn")
     gw_box = Proxy(boxhop.NAME, lambda: subprocess.Popen([str(GW), "serve", "-c", str(box_config)], cwd=OUT, env=env,
                                                          stdout=subprocess.DEVNULL, stderr=open(OUT / "gateway-box.log", "a")),

@@ -4,7 +4,7 @@ to loopback only), in front of the same stand-in upstream as every other target.
 next to the direct gateway's are what the hop adds. OpenSSH's sshd runs as whoever runs the
 bench (no root needed: a non-root sshd lets in only its own user)."""
 
-import getpass, os, shutil, subprocess, time
+import getpass, os, shutil, subprocess
 
 NAME = "opencode-gateway → box (SSH hop)"
 
@@ -33,34 +33,16 @@ def start_sshd(out, free_port, wait_port):
     return sshd, port, host_key, d / "client_key"
 
 
-def gateway_config(out, gateway_port, upstream_port, ssh_port, host_key, client_key, phc, user):
-    """The bench gateway's config with its one project on the box."""
-    (out / "gateway-box.toml").write_text(f"""
-[server]
-listen = "127.0.0.1:{gateway_port}"
-state_dir = "state-box"
-[tls]
-cert = "certs/server.crt"
-key = "certs/server.key"
-[limits]
-requests_per_second = 1000000
-burst = 1000000
-max_connections_per_ip = 1000000
-max_streams_per_user = 1000000
-[[box]]
-name = "bench-box"
-ssh = "{getpass.getuser()}@127.0.0.1:{ssh_port}"
-key = "{client_key}"
-host_key = "{host_key}"
-[[project]]
-name = "bench"
-box = "bench-box"
-upstream = "http://127.0.0.1:{upstream_port}"
-upstream_password_file = "upstream.pw"
-[[user]]
-name = "{user}"
-password_hash = "{phc}"
-projects = ["*"]
-role = "operator"
-""")
+def gateway_config(out, direct_port, box_port, ssh_port, host_key, client_key):
+    """The direct gateway's config (bench.configs wrote it), its one project moved onto the box."""
+    direct = (out / "gateway.toml").read_text()
+    box = (f'[[box]]\nname = "bench-box"\nssh = "{getpass.getuser()}@127.0.0.1:{ssh_port}"\n'
+           f'key = "{client_key}"\nhost_key = "{host_key}"\n')
+    text = (direct.replace(f'listen = "127.0.0.1:{direct_port}"', f'listen = "127.0.0.1:{box_port}"', 1)
+            .replace('state_dir = "state"', 'state_dir = "state-box"', 1)
+            .replace("[[project]]\n", f"{box}[[project]]\n", 1)
+            .replace('name = "bench"\n', 'name = "bench"\nbox = "bench-box"\n', 1))
+    if "bench-box" not in text or f"127.0.0.1:{box_port}" not in text:
+        raise RuntimeError("the direct gateway's config changed shape: bench/boxhop.py cannot move its project")
+    (out / "gateway-box.toml").write_text(text)
     return out / "gateway-box.toml"

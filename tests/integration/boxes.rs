@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::client::{Https, basic};
 use crate::common::gateway::{ALICE, BIN};
-use crate::common::sshd::{Sshd, box_table, box_table_as, client_key, keygen};
+use crate::common::sshd::{Sshd, TestBox, box_table, client_key, keygen};
 use crate::common::stack::one_project_as;
 
 const PW: &str = "box-upstream-pw";
@@ -408,19 +408,15 @@ async fn a_project_spawned_on_a_box_runs_there_restarts_and_leaves_nothing_behin
     use crate::common::os_users;
     use crate::common::supervised::{server_config, spawned};
 
-    let Some(users) = os_users::ensure(&["ocgw-box"]) else {
+    let Some((on_box, user)) = tokio::task::block_in_place(|| TestBox::with_own_user("ocgw-box")) else {
         return;
     };
-    let user = &users[0];
-    os_users::unlock_for_ssh(user);
+    let user = &user;
+    let sshd = &on_box.sshd;
     let model = FakeModel::start("true").await;
     let work = tempfile::tempdir().unwrap();
     os_users::give(work.path(), user, 0o700);
-    let keys = tempfile::tempdir().unwrap();
-    let (key, public) = client_key(keys.path());
-    // No `command=`: spawning runs a command (docs/configuration.md says why that cannot be narrowed).
-    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
-    let table = box_table_as(&user.name, sshd.port, &key, &sshd.host_key);
+    let table = on_box.table();
     let project = spawned("demo", work.path(), &model, "box = \"gpu1\"");
     let config = server_config(&format!("{table}{project}"));
     let mut gw = Gateway::start(&config);
@@ -542,13 +538,7 @@ async fn doctor_checks_each_box_host_key_opencode_and_folders_on_the_box() {
     let out = crate::common::process::bounded(std::process::Command::new(BIN).args(["doctor", "-c"]).arg(&path));
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(!out.status.success(), "{stdout}");
-    let line = |prefix: &str| {
-        stdout
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{stdout}"))
-            .to_string()
-    };
+    let line = |prefix: &str| crate::common::line_starting(&stdout, prefix);
     let connected = line("ok   box gpu1: connected to 127.0.0.1:");
     assert!(
         connected.contains("host key is the pinned one") && connected.contains("round trip"),

@@ -23,28 +23,23 @@ async fn the_web_ui_runs_a_prompt_answers_a_permission_and_opens_a_terminal_in_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode, OpenSSH's sshd and root: run scripts/test.sh"]
 async fn the_web_ui_works_the_same_for_a_project_spawned_on_a_box() {
-    use crate::common::os_users;
-    use crate::common::sshd::{Sshd, box_table_as, client_key};
-    let Some(users) = os_users::ensure(&["ocgw-box"]) else {
+    let Some((on_box, user)) =
+        tokio::task::block_in_place(|| crate::common::sshd::TestBox::with_own_user("ocgw-box-web"))
+    else {
         return;
     };
-    let user = &users[0];
-    os_users::unlock_for_ssh(user);
     let model = FakeModel::start("echo TOOLRAN > marker.txt").await;
     let project = tempfile::tempdir().unwrap();
     let dir = project.path().canonicalize().unwrap();
-    os_users::give(&dir, user, 0o700);
-    let keys = tempfile::tempdir().unwrap();
-    let (key, public) = client_key(keys.path());
-    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
-    let table = box_table_as(&user.name, sshd.port, &key, &sshd.host_key);
+    crate::common::os_users::give(&dir, &user, 0o700);
+    let table = on_box.table();
     let gw = Gateway::start(&server_config(&format!(
         "{table}{}",
         spawned("demo", &dir, &model, "box = \"gpu1\"")
     )));
     in_chromium(&gw, &dir, "webui-box").await;
     let port = crate::common::supervised::project_port(&gw, "demo").expect("the server on the box is ready");
-    let log = sshd.log.lock().unwrap().clone();
+    let log = on_box.sshd.log.lock().unwrap().clone();
     assert!(
         log.contains(&format!("target 127.0.0.1 port {port}")),
         "the page's requests crossed no channel of the box's sshd:\n{log}"

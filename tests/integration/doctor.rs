@@ -46,13 +46,7 @@ fn doctor_names_uncovered_hosts_loose_secrets_and_busy_listeners() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "doctor must fail:\n{stdout}{stderr}");
     assert!(stderr.contains("check(s) failed"), "{stderr}");
-    let line = |prefix: &str| {
-        stdout
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{stdout}"))
-            .to_string()
-    };
+    let line = |prefix: &str| crate::common::line_starting(&stdout, prefix);
     let l = line("fail certificate: does not cover demo.gw.localhost");
     assert!(l.contains("Fix: remove"), "{l}");
     line("fail certificate: does not cover gw.localhost");

@@ -442,31 +442,24 @@ mod tests {
         std::fs::create_dir(&real).unwrap();
         let link = tmp.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let password = crate::config::Secret::new("x");
-        let child = run(
-            tmp.path(),
-            &launch_lines(&spec(&link, &[]), "/bin/true", 4321, &password),
-        )
-        .await;
-        let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-            .await
-            .unwrap()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(65), "{err}");
+        // The script's exit status and standard error, for a launch in `dir` running `opencode`.
+        let refused = |dir: std::path::PathBuf, opencode: &'static str| {
+            let home = tmp.path().to_path_buf();
+            async move {
+                let password = crate::config::Secret::new("x");
+                let child = run(&home, &launch_lines(&spec(&dir, &[]), opencode, 4321, &password)).await;
+                let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+            }
+        };
+        let (code, err) = refused(link.clone(), "/bin/true").await;
+        assert_eq!(code, Some(65), "{err}");
         assert!(err.contains(&format!("set directory to {}", real.display())), "{err}");
-
-        let child = run(
-            tmp.path(),
-            &launch_lines(&spec(&real, &[]), "no-such-opencode", 4321, &password),
-        )
-        .await;
-        let out = tokio::time::timeout(Duration::from_secs(10), child.wait_with_output())
-            .await
-            .unwrap()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(127), "{err}");
+        let (code, err) = refused(real.clone(), "no-such-opencode").await;
+        assert_eq!(code, Some(127), "{err}");
         assert!(err.contains("no-such-opencode is not found on the box"), "{err}");
     }
 

@@ -54,3 +54,11 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The first line of `text` starting with `prefix` (a `doctor` finding), or fail showing `text`.
+pub fn line_starting(text: &str, prefix: &str) -> String {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?}:\n{text}"))
+        .to_string()
+}

@@ -102,25 +102,48 @@ pub fn box_table_as(user: &str, port: u16, key: &Path, host_key: &str) -> String
     )
 }
 
-/// A box for a whole test: its sshd, and the gateway's key to it (root's, narrowed to
-/// forwarding to the box's loopback).
+/// A box for a whole test: its sshd, and the gateway's key to it, narrowed to forwarding to the
+/// box's loopback (no `command=`: spawning runs a command, and docs/configuration.md says why
+/// a forced command would not narrow that).
 pub struct TestBox {
     pub sshd: Sshd,
+    /// Who the gateway logs in as.
+    pub user: String,
     key: PathBuf,
     _keys: tempfile::TempDir,
 }
 
 impl TestBox {
+    /// Logged in to as root.
     pub fn start() -> TestBox {
+        Self::start_as("root")
+    }
+
+    fn start_as(user: &str) -> TestBox {
         let keys = tempfile::tempdir().unwrap();
         let (key, public) = client_key(keys.path());
         let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
-        TestBox { sshd, key, _keys: keys }
+        TestBox {
+            sshd,
+            user: user.to_string(),
+            key,
+            _keys: keys,
+        }
+    }
+
+    /// Logged in to as its own OS user `name` (made if missing, unlocked for sshd), the way a
+    /// box's servers should run: not as root, and not as the gateway's user. A user per test, so
+    /// one test's count of what runs on the box never sees another's. `None` when OS users
+    /// cannot be made (said loudly: see `os_users`).
+    pub fn with_own_user(name: &str) -> Option<(TestBox, super::os_users::OsUser)> {
+        let user = super::os_users::ensure(&[name])?.remove(0);
+        super::os_users::unlock_for_ssh(&user);
+        Some((Self::start_as(&user.name), user))
     }
 
     /// Its `[[box]]` table, named gpu1.
     pub fn table(&self) -> String {
-        box_table(self.sshd.port, &self.key, &self.sshd.host_key)
+        box_table_as(&self.user, self.sshd.port, &self.key, &self.sshd.host_key)
     }
 
     /// `config` with its project `name` moved onto this box, and the box's table.
