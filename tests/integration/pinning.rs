@@ -10,7 +10,7 @@ use http_body_util::Full;
 use crate::common::client::Https;
 use crate::common::client::{EventLog, direct_call, json, session_in};
 use crate::common::opencode::OpenCode;
-use crate::common::stack::{Setup, alice, setup_on_box, setup_pinned};
+use crate::common::stack::{Setup, alice, setup_pinned};
 
 const PASSWD: &str = "root:x:0:0";
 
@@ -27,20 +27,11 @@ async fn through(c: &Https, path: &str, headers: &[(&str, &str)]) -> (u16, Strin
     (r.status.as_u16(), r.body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode: run scripts/test.sh"]
-async fn no_directory_selector_reaches_outside_the_project() {
-    no_directory_selector_reaches_outside_the_project_with(&setup_pinned("echo unused", true).await).await;
-}
-
-/// The same, for a project on a box: every verdict holds over an SSH channel.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
-async fn no_directory_selector_reaches_outside_the_project_on_a_box() {
-    let s = setup_on_box("echo unused", true).await;
-    no_directory_selector_reaches_outside_the_project_with(&s).await;
-    s.assert_reached_through_box();
-}
+crate::here_and_on_a_box!(
+    no_directory_selector_reaches_outside_the_project,
+    no_directory_selector_reaches_outside_the_project_on_a_box,
+    no_directory_selector_reaches_outside_the_project_with
+);
 
 async fn no_directory_selector_reaches_outside_the_project_with(s: &Setup) {
     let project = s.oc.project.display().to_string();
@@ -183,20 +174,11 @@ fn assert_landed_in_project(oc: &OpenCode, what: &str, absolute: bool, status: u
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode: run scripts/test.sh"]
-async fn bodies_that_choose_a_directory_outside_the_project_get_403() {
-    bodies_that_choose_a_directory_outside_the_project_get_403_with(&setup_pinned("echo unused", true).await).await;
-}
-
-/// The same, for a project on a box: every verdict holds over an SSH channel.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
-async fn bodies_that_choose_a_directory_outside_the_project_get_403_on_a_box() {
-    let s = setup_on_box("echo unused", true).await;
-    bodies_that_choose_a_directory_outside_the_project_get_403_with(&s).await;
-    s.assert_reached_through_box();
-}
+crate::here_and_on_a_box!(
+    bodies_that_choose_a_directory_outside_the_project_get_403,
+    bodies_that_choose_a_directory_outside_the_project_get_403_on_a_box,
+    bodies_that_choose_a_directory_outside_the_project_get_403_with
+);
 
 async fn bodies_that_choose_a_directory_outside_the_project_get_403_with(s: &Setup) {
     let project = s.oc.project.display().to_string();

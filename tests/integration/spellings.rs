@@ -7,7 +7,7 @@ use http_body_util::Full;
 
 use crate::common::client::basic;
 use crate::common::client::{direct_call, json, session_in, upgrade};
-use crate::common::stack::{Setup, alice, setup_on_box, setup_pinned};
+use crate::common::stack::{Setup, alice, setup_pinned};
 
 fn vera() -> String {
     basic("vera", "vera-password-1")
@@ -21,23 +21,11 @@ fn adam() -> String {
     basic("adam", "adam-password-1")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode: run scripts/test.sh"]
-async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict() {
-    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(
-        &setup_pinned("echo unused", true).await,
-    )
-    .await;
-}
-
-/// The same, for a project on a box: every verdict holds over an SSH channel.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
-async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_on_a_box() {
-    let s = setup_on_box("echo unused", true).await;
-    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(&s).await;
-    s.assert_reached_through_box();
-}
+crate::here_and_on_a_box!(
+    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict,
+    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_on_a_box,
+    every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with
+);
 
 async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_with(s: &Setup) {
     let c = &s.client;
@@ -111,21 +99,11 @@ async fn every_spelling_of_a_terminal_or_admin_route_gets_the_canonical_verdict_
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode: run scripts/test.sh"]
-async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled() {
-    another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(&setup_pinned("echo unused", true).await)
-        .await;
-}
-
-/// The same, for a project on a box: every verdict holds over an SSH channel.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
-async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled_on_a_box() {
-    let s = setup_on_box("echo unused", true).await;
-    another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(&s).await;
-    s.assert_reached_through_box();
-}
+crate::here_and_on_a_box!(
+    another_directorys_session_stays_out_of_reach_however_it_is_spelled,
+    another_directorys_session_stays_out_of_reach_however_it_is_spelled_on_a_box,
+    another_directorys_session_stays_out_of_reach_however_it_is_spelled_with
+);
 
 async fn another_directorys_session_stays_out_of_reach_however_it_is_spelled_with(s: &Setup) {
     let c = &s.client;

@@ -159,3 +159,25 @@ pub async fn setup_as(bash_command: &str, pinned: bool, edit: impl FnOnce(String
         on_box: None,
     }
 }
+
+/// Two tests from one body (`async fn body(s: &Setup)`): against a real OpenCode with the
+/// project pinned to its folder, and against the same reached through a box
+/// ([`setup_on_box`]), which must also show its requests crossed the box's sshd.
+#[macro_export]
+macro_rules! here_and_on_a_box {
+    ($here:ident, $on_box:ident, $body:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "needs OpenCode: run scripts/test.sh"]
+        async fn $here() {
+            $body(&$crate::common::stack::setup_pinned("echo unused", true).await).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
+        async fn $on_box() {
+            let s = $crate::common::stack::setup_on_box("echo unused", true).await;
+            $body(&s).await;
+            s.assert_reached_through_box();
+        }
+    };
+}
