@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use model::{CardKind, NewCard, Resolution, Resolved, ServerState, SessionStatus};
+pub(crate) use model::{CardKind, NewCard, Resolution, Resolved, ServerState, Session, SessionStatus};
 pub(crate) use queue::Queue;
 pub(crate) use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub(crate) use view::{Card, ProjectView};

@@ -265,17 +265,14 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         let can_answer = role.is_some_and(|r| r >= Class::Respond.least_role());
         viewer_only &= !can_answer;
         let origin = project_origin(ctx, &v.name);
-        let on_box = state.projects.get(&v.name).and_then(|p| p.config.on_box.clone());
-        let mut row = project_row(v, &origin, can_answer, now);
-        row.on_box = on_box.clone();
+        let on_box = state.projects.get(&v.name).and_then(|p| p.config.on_box.as_deref());
+        let mut row = project_row(v, &origin, on_box, can_answer, now);
         row.can_create = role.is_some_and(|r| may_create_session(state, r, &v.name));
         row.can_restart = role.is_some_and(|r| may_restart(state, r, &v.name));
         row.origin = origin.clone();
         projects.push(row);
         for c in &v.pending {
-            let mut card = card_row(v, c, &origin, can_answer, now);
-            card.on_box = on_box.clone();
-            cards.push(card);
+            cards.push(card_row(v, c, &origin, on_box, can_answer, now));
         }
         // One notice per answer: this user's own answers are said once, by the notice at the
         // top of the page after the answer (`?done=…&id=…`), and not again in the list.
@@ -340,7 +337,28 @@ fn capitalize(s: &str) -> String {
     }
 }
 
-fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: u64) -> ProjectRow {
+/// A session's cost and tokens so far, as OpenCode reported them (none before its first answer).
+fn usage(s: &crate::inbox::Session) -> Option<String> {
+    match (&s.cost, &s.tokens) {
+        (None, None) => None,
+        (cost, tokens) => Some(format!(
+            "{}{}",
+            cost.map_or(String::new(), |c| format!("${c:.4}")),
+            tokens.as_ref().map_or(String::new(), |t| format!(
+                " · {} in / {} out tokens",
+                t.input, t.output
+            ))
+        )),
+    }
+}
+
+fn project_row(
+    v: &ProjectView,
+    origin: &Option<String>,
+    on_box: Option<&str>,
+    can_answer: bool,
+    now: u64,
+) -> ProjectRow {
     let (state_class, state_text, state_reason) = match &v.server {
         ServerState::Running => ("running", "running".to_string(), None),
         ServerState::Starting => ("busy", "starting".to_string(), None),
@@ -372,17 +390,6 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
                 }),
                 _ => None,
             });
-            let usage = match (&s.cost, &s.tokens) {
-                (None, None) => None,
-                (cost, tokens) => Some(format!(
-                    "{}{}",
-                    cost.map_or(String::new(), |c| format!("${c:.4}")),
-                    tokens.as_ref().map_or(String::new(), |t| format!(
-                        " · {} in / {} out tokens",
-                        t.input, t.output
-                    ))
-                )),
-            };
             SessionRow {
                 id: s.id.clone(),
                 title: if s.title.is_empty() {
@@ -395,7 +402,7 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
                 status_reason,
                 ago: ago(s.last_activity_ms, now),
                 since_ms: s.last_activity_ms,
-                usage,
+                usage: usage(s),
                 link: session_link(origin, v.directory.as_deref(), &s.id),
                 subagent: s.parent_id.is_some(),
                 busy: !matches!(s.status, SessionStatus::Idle),
@@ -405,7 +412,7 @@ fn project_row(v: &ProjectView, origin: &Option<String>, can_answer: bool, now: 
         .collect();
     ProjectRow {
         name: v.name.clone(),
-        on_box: None,
+        on_box: on_box.map(String::from),
         state_class,
         state_text,
         state_reason,
@@ -447,10 +454,17 @@ pub(crate) fn permission_title(kind: &str) -> String {
     format!("{words} ({kind})")
 }
 
-fn card_row(v: &ProjectView, c: &Card, origin: &Option<String>, can_answer: bool, now: u64) -> CardRow {
+fn card_row(
+    v: &ProjectView,
+    c: &Card,
+    origin: &Option<String>,
+    on_box: Option<&str>,
+    can_answer: bool,
+    now: u64,
+) -> CardRow {
     let base = |session_id: &str, title: &Option<String>, subagent: bool, asked: u64| CardRow {
         project: v.name.clone(),
-        on_box: None,
+        on_box: on_box.map(String::from),
         id: c.id().to_string(),
         permission: true,
         session_title: title.clone().unwrap_or_else(|| session_id.to_string()),
