@@ -26,6 +26,7 @@
 
 pub mod audit;
 pub mod auth;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod front;

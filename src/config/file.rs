@@ -28,6 +28,19 @@ pub(crate) struct RawConfig {
     /// `[[box]]`: other machines whose OpenCode servers the gateway reaches over SSH.
     #[serde(default, rename = "box")]
     pub boxes: Vec<RawBox>,
+    /// `[budget]`: spending limits for every project (each may override some).
+    pub budget: Option<RawBudget>,
+}
+
+/// `[budget]`, and a project's `budget = { … }`: US dollars as OpenCode reports its cost.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawBudget {
+    pub session_usd: Option<f64>,
+    pub project_day_usd: Option<f64>,
+    pub user_day_usd: Option<f64>,
+    pub on_exceed: Option<String>,
+    pub warn_at: Option<f64>,
 }
 
 /// `[[box]]`: a machine reached over SSH (`ssh = "user@host:port"`), its host key pinned.
@@ -181,6 +194,8 @@ pub(crate) struct RawProject {
     /// The `[[box]]` its server runs on (`upstream` is then as the box sees it).
     #[serde(rename = "box")]
     pub on_box: Option<String>,
+    /// This project's own limits, over `[budget]`'s.
+    pub budget: Option<RawBudget>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -44,6 +44,38 @@ pub struct Settings {
     pub protected: ProtectedPaths,
     /// `[[box]]`: machines reached over SSH.
     pub boxes: Vec<BoxConfig>,
+    /// `[budget]`'s limit on one user's spend per UTC day, across projects (the other limits
+    /// are each project's, in [`Project::budget`]).
+    pub user_day_usd: Option<f64>,
+}
+
+/// A project's spending limits (`[budget]`, then its own `budget = { … }`), in US dollars as
+/// OpenCode reports cost. `None`: no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Budget {
+    /// One session's total, its subagents' sessions included.
+    pub session_usd: Option<f64>,
+    /// The project's spend per UTC day.
+    pub project_day_usd: Option<f64>,
+    pub on_exceed: OnExceed,
+    /// The share of a limit at which to warn.
+    pub warn_at: f64,
+}
+
+impl Budget {
+    pub fn any(&self) -> bool {
+        self.session_usd.is_some() || self.project_day_usd.is_some()
+    }
+}
+
+/// What an exhausted budget does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnExceed {
+    /// Refuse new prompts (and stop a session that crosses its limit).
+    #[default]
+    Abort,
+    /// Let them through, and say so.
+    Notify,
 }
 
 /// A machine whose OpenCode servers the gateway reaches over SSH (`[[box]]`), as validated.
@@ -175,6 +207,8 @@ pub struct Project {
     pub set: Option<String>,
     /// The `[[box]]` its server runs on; `None`: this machine.
     pub on_box: Option<String>,
+    /// Its spending limits.
+    pub budget: Budget,
 }
 
 /// `directories = "/srv/app/.worktrees/*"`: every folder of `parent` whose name starts with

@@ -134,7 +134,30 @@ pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         up,
     );
     boxes(gw, &mut r);
+    spend(gw, &mut r);
     prometheus_client::encoding::text::encode_registry(out, &r)
+}
+
+/// What each project's sessions spent since the gateway started (issue 25), as OpenCode reports
+/// cost: by project only, never by user or session (unbounded labels, and names).
+fn spend(gw: &Gateway, r: &mut Registry) {
+    let totals = gw.inbox.meter.project_totals();
+    if totals.is_empty() {
+        return;
+    }
+    let spent = Family::<ProjectLabel, prometheus_client::metrics::counter::Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    for (project, usd) in totals {
+        spent
+            .get_or_create(&ProjectLabel {
+                project: project.into(),
+            })
+            .inc_by(usd);
+    }
+    r.register(
+        "project_spend_usd",
+        "US dollars the project's sessions spent since the gateway started, as OpenCode reports cost",
+        spent,
+    );
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]

@@ -42,6 +42,8 @@ use model::{Effect, Model};
 
 pub struct Inbox {
     model: Mutex<Model>,
+    /// What sessions, projects and users spent, from the costs the model reads (issue 25).
+    pub(crate) meter: crate::budget::Meter,
     changes: tokio_watch::Sender<u64>,
     notify: Queue,
     /// Upstream event streams open now (one per running server).
@@ -99,6 +101,7 @@ impl Inbox {
     pub(crate) fn new(parts: Parts) -> Inbox {
         Inbox {
             model: Mutex::new(Model::default()),
+            meter: Default::default(),
             changes: tokio_watch::Sender::new(0),
             notify: Queue::new(),
             subscriptions: Default::default(),
@@ -146,6 +149,12 @@ impl Inbox {
         };
         if effect.changed {
             self.changes.send_modify(|n| *n += 1);
+        }
+        if !effect.costs.is_empty() {
+            let day = crate::budget::meter::today();
+            for cost in &effect.costs {
+                self.meter.seen(cost, day);
+            }
         }
         for card in effect.new_cards {
             self.notify.push(card);

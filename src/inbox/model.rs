@@ -31,13 +31,29 @@ pub(crate) const RESOLVED_FOR_MS: u64 = 120_000;
 pub(crate) struct Effect {
     pub changed: bool,
     pub new_cards: Vec<NewCard>,
+    /// Sessions whose cumulative cost was reported (new, or changed), for the meter.
+    pub costs: Vec<crate::budget::CostSeen>,
 }
 
 impl Effect {
     fn merge(&mut self, other: Effect) {
         self.changed |= other.changed;
         self.new_cards.extend(other.new_cards);
+        self.costs.extend(other.costs);
     }
+}
+
+/// The meter's reading of a session update: its cost when it is new to the model or changed.
+fn cost_seen(project: &str, old: Option<&Session>, new: &Session) -> Option<crate::budget::CostSeen> {
+    let now = new.cost?;
+    let before = old.and_then(|o| o.cost);
+    (before != Some(now)).then(|| crate::budget::CostSeen {
+        project: project.to_string(),
+        session: new.id.clone(),
+        parent: new.parent_id.clone(),
+        before,
+        now,
+    })
 }
 
 #[derive(Debug)]
@@ -241,12 +257,14 @@ impl Model {
             return Effect {
                 changed: true,
                 new_cards: vec![],
+                costs: vec![],
             };
         }
         kept(pm).insert(id, request);
         Effect {
             changed: true,
             new_cards: vec![card],
+            costs: vec![],
         }
     }
 
@@ -275,6 +293,7 @@ impl Model {
         let changed = |c: bool| Effect {
             changed: c,
             new_cards: vec![],
+            costs: vec![],
         };
         match payload["type"].as_str().unwrap_or_default() {
             "permission.asked" => match permission(props, now) {
@@ -302,9 +321,12 @@ impl Model {
                 let old = props["info"]["id"].as_str().and_then(|id| sessions.get(id));
                 match session_from_info(&props["info"], old) {
                     Some(s) => {
+                        let cost = cost_seen(project, old, &s);
                         sessions.insert(s.id.clone(), s);
                         bound_sessions(sessions);
-                        changed(true)
+                        let mut effect = changed(true);
+                        effect.costs.extend(cost);
+                        effect
                     }
                     None => Effect::default(),
                 }
@@ -354,7 +376,7 @@ impl Model {
     pub(crate) fn seed(&mut self, project: &str, seed: &Seed, now: u64) -> Effect {
         let mut effect = Effect {
             changed: true,
-            new_cards: vec![],
+            ..Default::default()
         };
         let pm = self.project_mut(project);
         let old = std::mem::take(&mut pm.sessions);
@@ -362,6 +384,8 @@ impl Model {
         for info in &seed.sessions {
             let prev = info["id"].as_str().and_then(|id| old.get(id));
             if let Some(mut s) = session_from_info(info, prev) {
+                // After a reconnect the list says what was spent meanwhile: the meter counts it.
+                effect.costs.extend(cost_seen(project, prev, &s));
                 s.status = status(&seed.statuses[&s.id]);
                 sessions.insert(s.id.clone(), s);
             }

@@ -150,6 +150,7 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
                 Effect {
                     changed: true,
                     new_cards: vec![],
+                    costs: vec![],
                 }
             });
         }
@@ -187,6 +188,7 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
         Effect {
             changed,
             new_cards: vec![],
+            costs: vec![],
         }
     });
 }

@@ -414,6 +414,7 @@ fn model_changed(changed: bool) -> super::model::Effect {
     super::model::Effect {
         changed,
         new_cards: vec![],
+        costs: vec![],
     }
 }
 

@@ -73,6 +73,7 @@ pub(crate) async fn run(
             Effect {
                 changed,
                 new_cards: vec![],
+                costs: vec![],
             }
         });
         if started.elapsed() > Duration::from_secs(60) {

@@ -1,14 +1,16 @@
-//! Admit: may this user do this here, now (role, origin, limits, size, the gateway's files).
+//! Admit: may this user do this here, now (role, origin, limits, size, the gateway's files,
+//! the spending budgets).
 
 use super::request::{Canonical, Target};
 use super::{ConnInfo, Front, OriginRule, Proceeding, own_files};
 use crate::config::Role;
+use crate::config::settings::OnExceed;
 use crate::gateway::state::State;
 use crate::http::body::StreamHold;
 use crate::http::error::HttpError;
 use crate::metrics::{Refusal, StreamKind};
 use crate::policy::csrf;
-use crate::policy::plan::Treatment;
+use crate::policy::plan::{RouteClass, Treatment};
 
 pub(super) struct Admitted {
     pub(super) role: Role,
@@ -89,7 +91,43 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             project.name
         )));
     }
+    if target.class() == RouteClass::Prompt {
+        spend_allowed(on, target)?;
+    }
     Ok(Admitted { role, stream_slot })
+}
+
+/// A prompt (message, prompt_async, command, shell) may start work only on a budget that is not
+/// spent (`[budget]`, the project's `budget`): decided here, on the canonical route, for every
+/// spelling and front door. With `on_exceed = "notify"` it goes through, logged. Who prompts a
+/// session is remembered: its spend from now on counts toward their daily budget.
+fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> {
+    let (gw, user, project) = (on.here.gw, &on.user.name, &target.project);
+    let budget = &project.config.budget;
+    let user_day = on.here.state.settings.user_day_usd;
+    if !budget.any() && user_day.is_none() {
+        return Ok(());
+    }
+    let meter = &gw.inbox.meter;
+    let session = target.session.as_deref();
+    let day = crate::budget::meter::today();
+    if let Err(spent) = meter.check(budget, user_day, &project.name, user, session, day) {
+        if budget.on_exceed == OnExceed::Abort {
+            tracing::warn!(project = %project.name, user = %user, budget = spent.budget, spent = spent.spent, limit = spent.limit, "a prompt on a spent budget refused");
+            gw.audit.record(
+                crate::audit::Record::new("budget_refused")
+                    .user(&**user)
+                    .project(&*project.name)
+                    .field("budget", spent.budget),
+            );
+            return Err(HttpError::Forbidden(format!("project {}: {spent}", project.name)));
+        }
+        tracing::warn!(project = %project.name, user = %user, budget = spent.budget, spent = spent.spent, limit = spent.limit, "a prompt on a spent budget let through (on_exceed = \"notify\")");
+    }
+    if let Some(session) = session {
+        meter.prompted(&project.name, session, user);
+    }
+    Ok(())
 }
 
 /// A long-lived request's hold: the user's stream slot (an SSH channel already holds one for

@@ -17,6 +17,7 @@ mod audit;
 mod boxes;
 mod browser;
 mod browser_login;
+mod budgets;
 mod certs;
 mod common;
 mod compression;

@@ -10,6 +10,7 @@ use super::{ConfigError, ProtectedPaths};
 
 mod audit;
 pub(crate) mod boxes;
+mod budget;
 pub(crate) mod checker;
 pub(crate) mod names;
 mod notify;
@@ -209,6 +210,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     let audit = audit::audit(&mut c, raw.audit.as_ref(), &state_dir);
     let oidc = raw.oidc.as_ref().and_then(|o| oidc::oidc(&mut c, o));
 
+    let (budget_defaults, user_day_usd) = budget::defaults(&mut c, raw.budget.as_ref());
     let mut projects = Vec::new();
     let mut project_sets = Vec::new();
     let mut names = HashSet::new();
@@ -221,7 +223,11 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
                 "give each project its own name",
             );
         }
-        match (project(&mut c, &key, p), p.directories.is_some()) {
+        let project = project(&mut c, &key, p).map(|mut project| {
+            project.budget = budget::project(&mut c, &key, &budget_defaults, p.budget.as_ref());
+            project
+        });
+        match (project, p.directories.is_some()) {
             (Some(template), true) => project_sets.extend(project_set(&mut c, &key, p, template)),
             (Some(project), false) => projects.push(project),
             (None, _) => {}
@@ -308,6 +314,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         route_roles,
         protected: ProtectedPaths::default(),
         boxes,
+        user_day_usd,
     };
     settings.protected = settings.protected_paths();
     let (found, warnings) = crate::config::discover::discover(&settings);

@@ -211,6 +211,8 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         secret_files,
         set: None,
         on_box: p.on_box.clone(),
+        // Set by the caller, from `[budget]` and the project's own table.
+        budget: Default::default(),
     })
 }
 

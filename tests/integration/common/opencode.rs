@@ -40,7 +40,14 @@ pub struct FakeModel {
     pub requests: Arc<AtomicUsize>,
     pub bodies: Arc<Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
+    /// Dollars per million input and output tokens, written into the model's config so that
+    /// OpenCode computes a cost (see [`FakeModel::priced`]).
+    price: Option<(f64, f64)>,
 }
+
+/// The usage the fake model reports with every answer (OpenAI's `stream_options.include_usage`
+/// chunk, which OpenCode asks for).
+pub const USAGE_TOKENS: (u64, u64) = (1000, 500);
 
 impl Drop for FakeModel {
     fn drop(&mut self) {
@@ -85,6 +92,11 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         out += &chunk(serde_json::json!({"role": "assistant", "content": text}), None);
         out += &chunk(serde_json::json!({}), Some("stop"));
     }
+    let usage = serde_json::json!({
+        "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": "fake-model", "choices": [],
+        "usage": {"prompt_tokens": USAGE_TOKENS.0, "completion_tokens": USAGE_TOKENS.1, "total_tokens": USAGE_TOKENS.0 + USAGE_TOKENS.1}
+    });
+    out += &format!("data: {usage}\n\n");
     out += "data: [DONE]\n\n";
     out
 }
@@ -144,11 +156,30 @@ impl FakeModel {
             requests,
             bodies,
             task,
+            price: None,
         }
+    }
+
+    /// The model with a price: OpenCode 1.18.33 computes an assistant message's `cost` from the
+    /// model's configured `cost` (dollars per million tokens) and the usage the provider reports,
+    /// and sums it into the session's `cost` (seen in `session.updated` and `GET /session/{id}`).
+    /// With [`USAGE_TOKENS`], each answer costs `(1000 × input + 500 × output) / 1e6`.
+    pub fn priced(mut self, input: f64, output: f64) -> FakeModel {
+        self.price = Some((input, output));
+        self
     }
 
     /// OpenCode config using this model for everything, with bash and edit asking permission.
     pub fn config_json(&self) -> String {
+        let mut config = self.base_config();
+        if let Some((input, output)) = self.price {
+            config["provider"]["fake"]["models"]["fake-model"]["cost"] =
+                serde_json::json!({"input": input, "output": output});
+        }
+        config.to_string()
+    }
+
+    fn base_config(&self) -> serde_json::Value {
         serde_json::json!({
             "$schema": "https://opencode.ai/config.json",
             "autoupdate": false,
@@ -162,7 +193,6 @@ impl FakeModel {
             "small_model": "fake/fake-model",
             "permission": {"bash": "ask", "edit": "ask"}
         })
-        .to_string()
     }
 }
 

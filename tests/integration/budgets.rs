@@ -1,0 +1,192 @@
+//! Budgets (issue 25) against a real OpenCode whose fake model reports token usage and has a
+//! price, so OpenCode itself computes each answer's cost ($0.0105 each: 1000 input tokens at
+//! $3 and 500 output tokens at $15 per million). The gateway's meter reads the sessions' costs
+//! from its one event subscription per server, and refuses a prompt on a spent budget before it
+//! reaches OpenCode, however the route is spelled.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::common::client::{Https, basic, json};
+use crate::common::gateway::{Gateway, base_config, users_toml};
+use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::stack::ALICE_PW;
+
+/// One answer's cost, as OpenCode computes it for the priced fake model.
+const ANSWER_USD: f64 = 0.0105;
+
+fn alice() -> String {
+    basic("alice", ALICE_PW)
+}
+
+/// Until the gateway's meter has seen `usd` spent in project demo (bounded).
+async fn until_spent(gw: &Gateway, usd: f64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let body = reqwest_metrics(gw);
+        let spent = body
+            .lines()
+            .find_map(|l| {
+                l.split_once("project_spend_usd_total{project=\"demo\"} ")
+                    .map(|(_, v)| v)
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if spent >= usd - 1e-9 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the meter saw ${spent}, not ${usd}:\n{}",
+            body.lines()
+                .filter(|l| l.contains("spend"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn reqwest_metrics(gw: &Gateway) -> String {
+    gw.admin("GET", "/metrics").1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_it_is_spelled() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let pw = oc.password.clone();
+    let config = base_config(&format!(
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ session_usd = 0.02 }}\n\n{}",
+        oc.url(),
+        users_toml(&[crate::common::gateway::TestUser {
+            name: "alice",
+            password: ALICE_PW,
+            projects: "[\"*\"]",
+            role: "operator",
+        }])
+    ));
+    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let prompt = r#"{"parts":[{"type":"text","text":"hello"}]}"#;
+    let message = format!("/p/demo/session/{id}/message");
+
+    // Two answers: $0.0105, then $0.021, over the $0.02 budget (a prompt is judged before it
+    // starts; the one that crosses the limit is not cut here).
+    for n in 1..=2 {
+        let (status, answer) = json(&c, "POST", &message, &alice(), prompt).await;
+        assert_eq!(status, 200, "prompt {n}: {answer}");
+        assert_eq!(
+            answer["info"]["cost"].as_f64(),
+            Some(ANSWER_USD),
+            "OpenCode priced the answer: {answer}"
+        );
+        until_spent(&gw, ANSWER_USD * n as f64).await;
+    }
+    let (status, info) = json(&c, "GET", &format!("/p/demo/session/{id}"), &alice(), "").await;
+    assert_eq!(status, 200);
+    assert!(
+        (info["cost"].as_f64().unwrap() - 2.0 * ANSWER_USD).abs() < 1e-9,
+        "{info}"
+    );
+
+    // The third prompt, and every spelling and route of it, is refused by the gateway: the
+    // model is not asked again.
+    let asked = model.requests.load(Ordering::SeqCst);
+    let r = c
+        .call(
+            c.request("POST", &message, Some(&alice()))
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(bytes::Bytes::from(prompt)))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(
+        r.body
+            .contains("this session's budget is spent (budget.session_usd: $0.0210 of $0.02)"),
+        "{}",
+        r.body
+    );
+    let spellings = [
+        format!("/p/demo/session/{id}/prompt_async"),
+        format!("/p/demo/session/{id}/command"),
+        format!("/p/demo/session/{id}/shell"),
+        format!("/p/demo/session/{id}/message?directory=%2Ftmp"),
+        format!("/p/demo/session/{id}/%6Dessage"),
+        format!("/p/demo/session/{id}/message;x=1"),
+        format!("/p/demo/session//{id}/message"),
+        format!("/p/demo/session/{id}/message/"),
+        format!("/p/demo/SESSION/{id}/Message"),
+        format!("/p/demo/api/session/{id}/prompt"),
+    ];
+    for path in &spellings {
+        let body = if path.contains("/command") {
+            r#"{"command":"init","arguments":""}"#
+        } else if path.contains("/shell") {
+            r#"{"agent":"build","command":"true"}"#
+        } else {
+            prompt
+        };
+        let (status, answer) = json(&c, "POST", path, &alice(), body).await;
+        // Each is the canonical prompt route OpenCode would run: refused for the budget.
+        assert_eq!(status, 403, "{path}: {answer}");
+        assert!(
+            answer["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("budget.session_usd: $0.0210 of $0.02")),
+            "{path}: {answer}"
+        );
+    }
+    // Each refusal was answered before anything was forwarded: nothing can reach the model later.
+    assert_eq!(
+        model.requests.load(Ordering::SeqCst),
+        asked,
+        "the model was asked again past the budget"
+    );
+    // A new session starts with its own budget.
+    let (status, fresh) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200);
+    let fresh = fresh["id"].as_str().unwrap().to_string();
+    let (status, answer) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{fresh}/message"),
+        &alice(),
+        prompt,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+}
+
+/// `check` refuses a budget that is not an amount, a share or an action, and a user's daily
+/// limit set in a project, naming the key and the fix.
+#[test]
+fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = base_config(
+        "[budget]\nsession_usd = -1.0\non_exceed = \"explode\"\nwarn_at = 1.5\n\n[[project]]\nname = \"web\"\nupstream = \"http://127.0.0.1:4096\"\nbudget = { project_day_usd = 0.0, user_day_usd = 3.0 }\n",
+    );
+    let file = dir.path().join("gateway.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = crate::common::process::bounded(
+        std::process::Command::new(crate::common::gateway::BIN)
+            .args(["check", "-c"])
+            .arg(&file),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{err}");
+    for (key, says) in [
+        ("budget.session_usd", "-1 is not an amount of US dollars"),
+        ("budget.on_exceed", "\"explode\" is not what a budget can do"),
+        ("budget.warn_at", "1.5 is not a share of a limit"),
+        ("project[0].budget.project_day_usd", "0 is not an amount of US dollars"),
+        ("project[0].budget.user_day_usd", "counts across projects"),
+    ] {
+        assert!(err.contains(key) && err.contains(says), "{key}: {says}\n{err}");
+    }
+}
