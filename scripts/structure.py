@@ -42,6 +42,8 @@ LAYERS = (
     "store",
     "metrics",
     "audit",
+    # The meter knows only the config's budgets: the inbox feeds it, the pipeline asks it.
+    "budget",
     "policy",
     "ratelimit",
     "auth",

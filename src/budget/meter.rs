@@ -64,6 +64,8 @@ struct State {
     prompter: HashMap<(String, String), String>,
     /// Spend seen since the gateway started, by project (for `/metrics`).
     project_total: HashMap<String, f64>,
+    /// Root sessions already stopped for their budget (stopped once).
+    stopped: std::collections::HashSet<(String, String)>,
 }
 
 #[derive(Default)]
@@ -196,6 +198,15 @@ impl Meter {
     pub(crate) fn project_totals(&self) -> Vec<(String, f64)> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.project_total.iter().map(|(p, v)| (p.clone(), *v)).collect()
+    }
+
+    /// The root session of `session` and its spend, the first time that spend reaches `limit`
+    /// (a session is stopped once for its budget; a new prompt on it is refused anyway).
+    pub(crate) fn over_session(&self, project: &str, session: &str, limit: f64) -> Option<(String, f64)> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let root = st.root(project, session).to_string();
+        let spent = st.session_total(project, &root);
+        (spent >= limit && st.stopped.insert((project.to_string(), root.clone()))).then_some((root, spent))
     }
 
     /// A session's spend, its subagents' included.

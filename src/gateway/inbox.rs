@@ -16,11 +16,13 @@ pub(super) fn parts(
     state: &Arc<ArcSwap<State>>,
     connect_timeout: std::time::Duration,
     shutdown: &CancellationToken,
+    audit: &crate::audit::Audit,
 ) -> Parts {
     Parts {
         projects: Arc::new(Current(state.clone())),
         connect_timeout,
         shutdown: shutdown.clone(),
+        audit: audit.clone(),
     }
 }
 
@@ -63,5 +65,6 @@ fn served(p: &ProjectState) -> Served {
             Upstream::Fixed(e) => Server::External(e.clone()),
             Upstream::Supervised(s) => Server::Spawned(s.status()),
         },
+        budget: p.config.budget,
     }
 }

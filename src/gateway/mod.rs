@@ -151,6 +151,7 @@ impl Gateway {
             &state,
             limits.upstream_connect_timeout,
             &shutdown,
+            &audit,
         )));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::gateway::connections::open_file_limit();

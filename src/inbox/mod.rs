@@ -18,6 +18,7 @@
 
 mod cards;
 pub mod control;
+mod guard;
 mod model;
 mod parse;
 mod queue;
@@ -44,6 +45,9 @@ pub struct Inbox {
     model: Mutex<Model>,
     /// What sessions, projects and users spent, from the costs the model reads (issue 25).
     pub(crate) meter: crate::budget::Meter,
+    /// Sessions that crossed their budget, for the guard to stop (`guard.rs`).
+    over_budget: tokio::sync::mpsc::UnboundedSender<guard::OverBudget>,
+    over_budget_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<guard::OverBudget>>>,
     changes: tokio_watch::Sender<u64>,
     notify: Queue,
     /// Upstream event streams open now (one per running server).
@@ -61,6 +65,8 @@ pub(crate) struct Parts {
     pub connect_timeout: std::time::Duration,
     /// The gateway's shutdown: the inbox's tasks end with it.
     pub shutdown: CancellationToken,
+    /// The audit trail, for what the inbox does on its own (a session stopped for its budget).
+    pub audit: crate::audit::Audit,
 }
 
 /// The projects the gateway serves now, as the inbox needs them.
@@ -71,11 +77,13 @@ pub(crate) trait Projects: Send + Sync {
     fn get(&self, name: &str) -> Option<Served>;
 }
 
-/// A project: its name, the directory its server knows it by, and where that server is.
+/// A project: its name, the directory its server knows it by, where that server is, and its
+/// spending limits.
 pub(crate) struct Served {
     pub name: Arc<str>,
     pub directory: Option<String>,
     pub server: Server,
+    pub budget: crate::config::settings::Budget,
 }
 
 /// A project's OpenCode server, now.
@@ -99,7 +107,10 @@ pub(crate) fn now_ms() -> u64 {
 
 impl Inbox {
     pub(crate) fn new(parts: Parts) -> Inbox {
+        let (over_budget, over_budget_rx) = tokio::sync::mpsc::unbounded_channel();
         Inbox {
+            over_budget,
+            over_budget_rx: Mutex::new(Some(over_budget_rx)),
             model: Mutex::new(Model::default()),
             meter: Default::default(),
             changes: tokio_watch::Sender::new(0),
@@ -154,6 +165,7 @@ impl Inbox {
             let day = crate::budget::meter::today();
             for cost in &effect.costs {
                 self.meter.seen(cost, day);
+                self.stop_if_over(cost);
             }
         }
         for card in effect.new_cards {
@@ -162,10 +174,15 @@ impl Inbox {
     }
 }
 
-/// Start the inbox's background task (the watcher reconciler); it ends with the gateway's
-/// shutdown. The notifier, which takes [`Inbox::new_cards`], is started by the gateway.
+/// Start the inbox's background tasks (the watcher reconciler, the budget guard); they end with
+/// the gateway's shutdown. The notifier, which takes [`Inbox::new_cards`], is started by the
+/// gateway.
 pub(crate) fn start(inbox: &Arc<Inbox>) {
     tokio::spawn(reconcile::run(inbox.clone()));
+    let taken = inbox.over_budget_rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(rx) = taken {
+        tokio::spawn(guard::run(inbox.clone(), rx));
+    }
 }
 
 /// The inbox as JSON (for the control socket's `GET /inbox[?project=NAME]`): every project, or
@@ -196,6 +213,7 @@ mod tests {
             projects: Arc::new(NoProjects),
             connect_timeout: std::time::Duration::from_secs(1),
             shutdown: CancellationToken::new(),
+            audit: crate::audit::Audit::off(),
         })
     }
 

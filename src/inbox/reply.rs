@@ -219,6 +219,9 @@ pub(crate) enum By<'a> {
     /// The gateway's own OS user on the control socket (`front/control.rs`, 0600): outside the user and
     /// role model, like the CLI; it posts with the gateway's credential and audits itself.
     ControlSocket,
+    /// The gateway itself, stopping a session that crossed its budget (`guard.rs`): with the
+    /// gateway's credential, audited by the guard.
+    Budget,
 }
 
 impl By<'_> {
@@ -226,6 +229,7 @@ impl By<'_> {
         match self {
             By::User(road) => road.user(),
             By::ControlSocket => "control",
+            By::Budget => "budget",
         }
     }
 }
@@ -241,7 +245,7 @@ async fn send(
     keep: usize,
 ) -> Result<(u16, String), InboxError> {
     match by {
-        By::ControlSocket => {
+        By::ControlSocket | By::Budget => {
             let (endpoint, dir) = target(&*inbox.parts.projects, project)?;
             let path = with_directory(path, dir.as_deref());
             post_keeping(inbox.parts.connect_timeout, &endpoint, &path, body, keep).await

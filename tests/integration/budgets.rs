@@ -190,3 +190,84 @@ fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
         assert!(err.contains(key) && err.contains(says), "{key}: {says}\n{err}");
     }
 }
+
+/// A runaway agent (the fake model asks for the bash tool after every result, each step $0.0105)
+/// is stopped by the gateway with OpenCode's own abort once its session's spend reaches the
+/// budget: the model is asked no more, the stop is audited, and a new prompt on the session is
+/// refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0).allowing_bash();
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let pw = oc.password.clone();
+    let config = base_config(&format!(
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ session_usd = 0.03 }}\n\n{}",
+        oc.url(),
+        users_toml(&[crate::common::gateway::TestUser {
+            name: "alice",
+            password: ALICE_PW,
+            projects: "[\"*\"]",
+            role: "operator",
+        }])
+    ));
+    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let (status, answer) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"LOOPBASH until stopped"}]}"#,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    assert!(
+        gw.wait_log("a session reached its budget: stopping it", Duration::from_secs(60))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    // Stopped: OpenCode says the session is no longer busy (bounded wait).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, busy) = json(&c, "GET", "/p/demo/session/status", &alice(), "").await;
+        if busy.get(&id).is_none_or(|s| s["type"] == "idle") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the session still runs: {busy}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let asked = model.requests.load(Ordering::SeqCst);
+    let (_, info) = json(&c, "GET", &format!("/p/demo/session/{id}"), &alice(), "").await;
+    let cost = info["cost"].as_f64().unwrap();
+    // Reached at the third step ($0.0315); a step already asked for may still finish.
+    assert!((0.03..0.0525).contains(&cost), "stopped at ${cost}: {info}");
+    // Asked no more: a later request to the model would come within the next step's time.
+    let (status, refused) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{id}/message"),
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"go on"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    assert_eq!(
+        model.requests.load(Ordering::SeqCst),
+        asked,
+        "the model was asked after the stop"
+    );
+    let audit = gw.dir.path().join("state/audit.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&audit)
+        .unwrap_or_default()
+        .contains("\"budget_abort\"")
+    {
+        assert!(Instant::now() < deadline, "the stop is not in the audit trail");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

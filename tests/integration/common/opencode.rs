@@ -43,6 +43,8 @@ pub struct FakeModel {
     /// Dollars per million input and output tokens, written into the model's config so that
     /// OpenCode computes a cost (see [`FakeModel::priced`]).
     price: Option<(f64, f64)>,
+    /// The bash tool runs without asking (see [`FakeModel::allowing_bash`]).
+    bash_allowed: bool,
 }
 
 /// The usage the fake model reports with every answer (OpenAI's `stream_options.include_usage`
@@ -70,7 +72,18 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
     let last = messages.last().cloned().unwrap_or_default();
     let last_text = last.to_string();
     let mut out = String::new();
-    if has_tools && last["role"] == "user" && last_text.contains("RUNBASH") {
+    // LOOPBASH: a runaway agent, asking for the bash tool again after every result.
+    let looping = messages
+        .iter()
+        .any(|m| m["role"] == "user" && m.to_string().contains("LOOPBASH"));
+    if has_tools && looping {
+        let args = serde_json::json!({"command": bash_command, "description": "again"}).to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()), "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools && last["role"] == "user" && last_text.contains("RUNBASH") {
         let args = serde_json::json!({"command": bash_command, "description": "write a marker"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
@@ -157,6 +170,7 @@ impl FakeModel {
             bodies,
             task,
             price: None,
+            bash_allowed: false,
         }
     }
 
@@ -169,12 +183,21 @@ impl FakeModel {
         self
     }
 
+    /// The bash tool allowed without a permission request (an unattended agent).
+    pub fn allowing_bash(mut self) -> FakeModel {
+        self.bash_allowed = true;
+        self
+    }
+
     /// OpenCode config using this model for everything, with bash and edit asking permission.
     pub fn config_json(&self) -> String {
         let mut config = self.base_config();
         if let Some((input, output)) = self.price {
             config["provider"]["fake"]["models"]["fake-model"]["cost"] =
                 serde_json::json!({"input": input, "output": output});
+        }
+        if self.bash_allowed {
+            config["permission"]["bash"] = serde_json::json!("allow");
         }
         config.to_string()
     }
