@@ -271,3 +271,62 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Through the gateway's SSH front door (`ssh -L`, the key is the identity): the same budget,
+/// the same refusal, decided in the same admit phase.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and OpenSSH's client: run scripts/test.sh"]
+async fn the_ssh_front_door_meets_the_same_budget() {
+    use crate::common::client::plain;
+    use crate::common::ssh::{Tunnel, keygen, known_hosts};
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let pw = oc.password.clone();
+    let keys = tempfile::tempdir().unwrap();
+    let alice_key = keygen(keys.path(), "alice_key");
+    let config = base_config(&format!(
+        "[ssh]\nlisten = \"127.0.0.1:0\"\nhost_key = \"certs/ssh_host_ed25519_key\"\n\n[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ session_usd = 0.01 }}\n\n[[user]]\nname = \"alice\"\nssh_keys = [\"{}\"]\nprojects = [\"*\"]\nrole = \"operator\"\n",
+        oc.url(),
+        alice_key.public_line
+    ));
+    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let kh = known_hosts(&gw, keys.path());
+    let t = Tunnel::open(&gw, &kh, &alice_key.private, "alice", "demo");
+    let json_headers = [("content-type", "application/json")];
+    let created = plain(t.local, "POST", "/session", &json_headers, "{}").await;
+    let id = serde_json::from_str::<serde_json::Value>(&created.body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prompt = r#"{"parts":[{"type":"text","text":"hello"}]}"#;
+    let first = plain(
+        t.local,
+        "POST",
+        &format!("/session/{id}/message"),
+        &json_headers,
+        prompt,
+    )
+    .await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    until_spent(&gw, ANSWER_USD).await;
+    let asked = model.requests.load(Ordering::SeqCst);
+    let second = plain(
+        t.local,
+        "POST",
+        &format!("/session/{id}/message"),
+        &json_headers,
+        prompt,
+    )
+    .await;
+    assert_eq!(second.status, 403, "{}", second.body);
+    assert!(
+        second.body.contains("budget.session_usd: $0.0105 of $0.01"),
+        "{}",
+        second.body
+    );
+    assert_eq!(
+        model.requests.load(Ordering::SeqCst),
+        asked,
+        "the model was asked past the budget"
+    );
+}

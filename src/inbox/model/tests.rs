@@ -293,3 +293,47 @@ fn the_view_shows_only_allowed_projects_sorted_with_session_titles() {
     assert_eq!(json[0]["pending"][0]["id"], "per_b");
     assert!(!json.to_string().contains("per_a"));
 }
+
+/// The meter's reading: a session's cost when first seen (nothing before), each change (what was
+/// known before), nothing when it is the same; and after an event stream broke, the re-seed's
+/// list says what was spent meanwhile, against what was known before the gap.
+#[test]
+fn costs_are_reported_when_new_or_changed_and_after_a_gap_by_the_seed() {
+    let mut m = Model::default();
+    let cost_of = |e: &Effect| {
+        e.costs
+            .iter()
+            .map(|c| (c.session.clone(), c.before, c.now))
+            .collect::<Vec<_>>()
+    };
+    let e = m.apply("web", &session("ses_1", None, "t", 1), 1);
+    assert_eq!(cost_of(&e), vec![("ses_1".to_string(), None, 0.25)]);
+    assert!(
+        m.apply("web", &session("ses_1", None, "t", 2), 2).costs.is_empty(),
+        "unchanged"
+    );
+    let mut more = session("ses_1", None, "t", 3);
+    more["properties"]["info"]["cost"] = json!(0.5);
+    assert_eq!(
+        cost_of(&m.apply("web", &more, 3)),
+        vec![("ses_1".to_string(), Some(0.25), 0.5)]
+    );
+    // The stream broke; meanwhile the session spent up to 0.9 and a subagent's session began.
+    let mut after = session("ses_1", None, "t", 9)["properties"]["info"].clone();
+    after["cost"] = json!(0.9);
+    let child = session("ses_2", Some("ses_1"), "sub", 9)["properties"]["info"].clone();
+    let seed = Seed {
+        sessions: vec![after, child],
+        statuses: json!({}),
+        permissions: vec![],
+        questions: vec![],
+    };
+    let mut seen = cost_of(&m.seed("web", &seed, 10));
+    seen.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        seen,
+        vec![("ses_1".to_string(), Some(0.5), 0.9), ("ses_2".to_string(), None, 0.25)]
+    );
+    let e = m.seed("web", &seed, 11);
+    assert!(e.costs.is_empty(), "the same list again: {:?}", e.costs);
+}
