@@ -194,6 +194,13 @@ impl Meter {
         over("user_day_usd", user_day, user_day_usd, Some(day + 1))
     }
 
+    /// What `project` spent on `day` (UTC), as far as the meter saw.
+    pub(crate) fn project_day(&self, project: &str, day: u64) -> f64 {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
+        st.project_day.get(project).copied().unwrap_or(0.0)
+    }
+
     /// Spend seen since the gateway started, by project.
     pub(crate) fn project_totals(&self) -> Vec<(String, f64)> {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());

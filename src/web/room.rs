@@ -54,6 +54,8 @@ pub(crate) struct WaitingRow {
 
 pub(crate) struct ProjectRow {
     pub name: String,
+    /// What it spent today, and its daily budget (shown when it has budgets or spent anything).
+    pub spend: Option<String>,
     /// The `[[box]]` its server runs on (none: this machine).
     pub on_box: Option<String>,
     pub state_class: &'static str,
@@ -270,6 +272,7 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         row.can_create = role.is_some_and(|r| may_create_session(state, r, &v.name));
         row.can_restart = role.is_some_and(|r| may_restart(state, r, &v.name));
         row.origin = origin.clone();
+        row.spend = spend_line(ctx.gw, state, &v.name);
         projects.push(row);
         for c in &v.pending {
             cards.push(card_row(v, c, &origin, on_box, can_answer, now));
@@ -335,6 +338,20 @@ fn capitalize(s: &str) -> String {
         Some(first) => first.to_uppercase().chain(c).collect(),
         None => String::new(),
     }
+}
+
+/// "Spent today: $0.0420 of $40.00 (UTC)": the project's spend today as the meter saw it, and
+/// its daily budget; nothing for a project with no budget that spent nothing.
+fn spend_line(gw: &crate::gateway::Gateway, state: &State, project: &str) -> Option<String> {
+    let budget = state.projects.get(project)?.config.budget;
+    let spent = gw.inbox.meter.project_day(project, crate::budget::meter::today());
+    if !budget.any() && spent == 0.0 {
+        return None;
+    }
+    Some(match budget.project_day_usd {
+        Some(limit) => format!("Spent today: ${spent:.4} of ${limit:.2} (UTC day)"),
+        None => format!("Spent today: ${spent:.4} (UTC day)"),
+    })
 }
 
 /// A session's cost and tokens so far, as OpenCode reported them (none before its first answer).
@@ -411,6 +428,7 @@ fn project_row(
         })
         .collect();
     ProjectRow {
+        spend: None,
         name: v.name.clone(),
         on_box: on_box.map(String::from),
         state_class,
@@ -895,6 +913,7 @@ mod tests {
     fn the_pages_name_the_box_a_project_runs_on() {
         let project = |name: &str, on_box: Option<&str>| ProjectRow {
             name: name.into(),
+            spend: None,
             on_box: on_box.map(String::from),
             state_class: "running",
             state_text: "running".into(),

@@ -94,6 +94,17 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         "{info}"
     );
 
+    // The portal says what the project spent today.
+    let cookie = crate::common::login::form_login(&c, "alice", ALICE_PW).await;
+    let portal =
+        crate::common::login::browser_get(&c.host(crate::common::login::LOGIN_HOST), "/", Some(&cookie), true).await;
+    assert_eq!(portal.status, 200, "{}", portal.body);
+    assert!(
+        portal.body.contains("Spent today: $0.0210 (UTC day)"),
+        "{}",
+        portal.body
+    );
+
     // The third prompt, and every spelling and route of it, is refused by the gateway: the
     // model is not asked again.
     let asked = model.requests.load(Ordering::SeqCst);
