@@ -180,6 +180,7 @@ impl Running {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(2), gw.lifecycle.tasks.wait()).await;
         }
         gw.lifecycle.supervisor.stop_all().await;
+        gateway::janitor::save_spend(&gw).await;
         // The last records (terminals closed by the drain, servers stopped) reach the file first.
         let audit = gw.audit.clone();
         let _ = tokio::task::spawn_blocking(move || audit.flush(std::time::Duration::from_secs(2))).await;

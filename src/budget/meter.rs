@@ -66,6 +66,8 @@ struct State {
     project_total: HashMap<String, f64>,
     /// Root sessions already stopped for their budget (stopped once).
     stopped: std::collections::HashSet<(String, String)>,
+    /// Something changed since the last save.
+    dirty: bool,
 }
 
 #[derive(Default)]
@@ -136,6 +138,7 @@ impl Meter {
             st.parent.insert(key.clone(), parent.clone());
         }
         let known = st.own.insert(key, c.now);
+        st.dirty = true;
         let delta = match c.before.or(known) {
             Some(before) => c.now - before,
             None => 0.0,
@@ -155,7 +158,61 @@ impl Meter {
     pub(crate) fn prompted(&self, project: &str, session: &str, user: &str) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let root = st.root(project, session).to_string();
-        st.prompter.insert((project.to_string(), root), user.to_string());
+        let before = st.prompter.insert((project.to_string(), root), user.to_string());
+        st.dirty |= before.as_deref() != Some(user);
+    }
+
+    /// What the state database kept: `day`'s totals and the sessions' last-seen costs.
+    pub(crate) fn restore(
+        &self,
+        day: u64,
+        totals: Vec<(String, String, f64)>,
+        sessions: Vec<crate::store::SessionCost>,
+    ) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
+        for (kind, name, usd) in totals {
+            match kind.as_str() {
+                "project" => st.project_day.insert(name, usd),
+                _ => st.user_day.insert(name, usd),
+            };
+        }
+        for s in sessions {
+            let key = (s.project, s.session);
+            if let Some(parent) = s.parent {
+                st.parent.insert(key.clone(), parent);
+            }
+            if let Some(user) = s.prompter {
+                st.prompter.insert(key.clone(), user);
+            }
+            st.own.insert(key, s.usd);
+        }
+    }
+
+    /// What to save, when something changed since the last call: the day, its totals (`kind`
+    /// project or user) and every session's cost.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn to_save(&self) -> Option<(u64, Vec<(String, String, f64)>, Vec<crate::store::SessionCost>)> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if !std::mem::take(&mut st.dirty) {
+            return None;
+        }
+        let totals = (st.project_day.iter().map(|(n, v)| ("project", n, v)))
+            .chain(st.user_day.iter().map(|(n, v)| ("user", n, v)))
+            .map(|(k, n, v)| (k.to_string(), n.clone(), *v))
+            .collect();
+        let sessions = st
+            .own
+            .iter()
+            .map(|((project, session), usd)| crate::store::SessionCost {
+                project: project.clone(),
+                session: session.clone(),
+                parent: st.parent.get(&(project.clone(), session.clone())).cloned(),
+                prompter: st.prompter.get(&(project.clone(), session.clone())).cloned(),
+                usd: *usd,
+            })
+            .collect();
+        Some((st.day, totals, sessions))
     }
 
     /// May `user` start work in `session` of `project`? The first spent budget, if any.

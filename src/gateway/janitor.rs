@@ -1,7 +1,8 @@
 //! The janitor: a tick every 10 s for what keeps memory and the state database following
 //! activity. Every minute, keyed limiters and the connection table forget idle keys; every tick,
-//! a flood of connections that ended gives its memory back; every hour, browser sessions that
-//! ended (revoked or expired) more than a day ago leave the state database.
+//! a flood of connections that ended gives its memory back and the cost meter's changes are
+//! saved; every hour, browser sessions that ended (revoked or expired) more than a day ago leave
+//! the state database.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +33,7 @@ pub(crate) fn start(gw: Arc<Gateway>) {
                     if ticks.is_multiple_of(PRUNE_EVERY) {
                         prune_ended_sessions(&gw).await;
                     }
+                    save_spend(&gw).await;
                     let (peak, open) = gw.doors.conn_table.take_peak();
                     if peak.saturating_sub(open) >= crate::support::memory::TRIM_AFTER_CLOSED {
                         // Off the runtime: trimming walks every arena and may take milliseconds.
@@ -56,4 +58,26 @@ async fn prune_ended_sessions(gw: &Gateway) {
     {
         tracing::info!(sessions = n, "pruned browser sessions that ended more than a day ago");
     }
+}
+
+/// The meter as the state database kept it: today's totals and the sessions' last-seen costs
+/// (a session's spend while the gateway was down is counted when the inbox sees it again).
+pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::store::Store) {
+    let day = crate::budget::meter::today();
+    match (store.spend_of_day(day as i64), store.session_costs()) {
+        (Ok(totals), Ok(sessions)) => meter.restore(day, totals, sessions),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot read the spend kept in the state database; the meter starts empty")
+        }
+    }
+}
+
+/// Save what the meter changed since the last save (every tick, and once more at shutdown):
+/// a crash loses at most a tick of it.
+pub(crate) async fn save_spend(gw: &Gateway) {
+    let Some((day, totals, sessions)) = gw.inbox.meter.to_save() else {
+        return;
+    };
+    let store = gw.browser.sessions.store().clone();
+    let _ = crate::store::blocking("saving spend", move || store.save_spend(day as i64, &totals, &sessions)).await;
 }

@@ -142,6 +142,7 @@ impl Gateway {
         let store = crate::store::open(&settings.server.state_dir)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
+        let spend_store = store.clone();
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);
         let boxes = crate::upstream::box_links::BoxLinks::default();
         let state = State::build(settings, tls, &supervisor, &boxes, &metrics)?;
@@ -153,6 +154,7 @@ impl Gateway {
             &shutdown,
             &audit,
         )));
+        janitor::restore_spend(&inbox.meter, &*spend_store);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::gateway::connections::open_file_limit();
         let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);

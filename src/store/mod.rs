@@ -165,9 +165,33 @@ pub(crate) trait BrowserStore: Send + Sync {
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError>;
 }
 
+/// A session's cost as the meter last saw it (issue 25).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SessionCost {
+    pub project: String,
+    pub session: String,
+    pub parent: Option<String>,
+    pub prompter: Option<String>,
+    pub usd: f64,
+}
+
+/// The cost meter's half: spend per day, and sessions' last-seen costs.
+pub(crate) trait SpendStore: Send + Sync {
+    /// `(kind, name, usd)` of `day` (days since the epoch, UTC); kind is `project` or `user`.
+    fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError>;
+    fn session_costs(&self) -> Result<Vec<SessionCost>, StoreError>;
+    /// Write `day`'s totals and the sessions' costs (each replacing what was there), at once.
+    fn save_spend(
+        &self,
+        day: i64,
+        totals: &[(String, String, f64)],
+        sessions: &[SessionCost],
+    ) -> Result<(), StoreError>;
+}
+
 /// The whole state database.
-pub(crate) trait Store: TokenStore + BrowserStore {}
-impl<T: TokenStore + BrowserStore> Store for T {}
+pub(crate) trait Store: TokenStore + BrowserStore + SpendStore {}
+impl<T: TokenStore + BrowserStore + SpendStore> Store for T {}
 
 /// Open (creating and migrating) the state database under `state_dir`.
 pub(crate) fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_tokens.sql"),
     include_str!("migrations/0002_browser.sql"),
     include_str!("migrations/0003_passwords.sql"),
+    include_str!("migrations/0004_spend.sql"),
 ];
 
 pub(crate) struct SqliteStore {
@@ -454,6 +455,37 @@ impl BrowserStore for SqliteStore {
 mod tests {
     use super::*;
 
+    /// The meter's rows: a day's totals and sessions' costs replace what was there, and another
+    /// day's totals are another day's.
+    #[test]
+    fn spend_is_kept_by_day_and_session() {
+        use crate::store::{SessionCost, SpendStore};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();
+        let session = |usd| SessionCost {
+            project: "web".into(),
+            session: "ses_1".into(),
+            parent: None,
+            prompter: Some("ann".into()),
+            usd,
+        };
+        let totals = |usd| {
+            vec![
+                ("project".to_string(), "web".to_string(), usd),
+                ("user".into(), "ann".into(), usd),
+            ]
+        };
+        store.save_spend(10, &totals(1.0), &[session(1.0)]).unwrap();
+        store.save_spend(10, &totals(1.5), &[session(1.5)]).unwrap();
+        store.save_spend(11, &totals(0.25), &[]).unwrap();
+        let mut day = store.spend_of_day(10).unwrap();
+        day.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(day, totals(1.5));
+        assert_eq!(store.spend_of_day(11).unwrap().len(), 2);
+        assert!(store.spend_of_day(12).unwrap().is_empty());
+        assert_eq!(store.session_costs().unwrap(), vec![session(1.5)]);
+    }
+
     fn sample(id: &str, digest: u8, user: &str) -> TokenRecord {
         TokenRecord {
             id: id.into(),
@@ -587,5 +619,58 @@ mod tests {
         assert!(!s.revoke_token("a", 170).unwrap(), "once");
         assert!(!s.revoke_token("nope", 170).unwrap());
         assert_eq!(s.token_by_digest(&[1; 32]).unwrap().unwrap().revoked_at, Some(160));
+    }
+}
+
+impl super::SpendStore for SqliteStore {
+    fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare("SELECT kind, name, usd FROM spend_days WHERE day = ?1")?;
+        let rows = stmt.query_map(params![day], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn session_costs(&self) -> Result<Vec<super::SessionCost>, StoreError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare("SELECT project, session, parent, prompter, usd FROM session_costs")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(super::SessionCost {
+                project: r.get(0)?,
+                session: r.get(1)?,
+                parent: r.get(2)?,
+                prompter: r.get(3)?,
+                usd: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn save_spend(
+        &self,
+        day: i64,
+        totals: &[(String, String, f64)],
+        sessions: &[super::SessionCost],
+    ) -> Result<(), StoreError> {
+        let result = (|| {
+            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = conn.transaction()?;
+            for (kind, name, usd) in totals {
+                tx.execute(
+                    "INSERT INTO spend_days (day, kind, name, usd) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
+                    params![day, kind, name, usd],
+                )?;
+            }
+            for s in sessions {
+                tx.execute(
+                    "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter, usd = excluded.usd",
+                    params![s.project, s.session, s.parent, s.prompter, s.usd],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        self.noted("saving spend", result)
     }
 }

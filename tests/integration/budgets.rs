@@ -67,7 +67,7 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
             role: "operator",
         }])
     ));
-    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let mut gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
     let c = Https::new(gw.https, &gw.ca());
     let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
@@ -172,6 +172,49 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
     )
     .await;
     assert_eq!(status, 200, "{answer}");
+    until_spent(&gw, 3.0 * ANSWER_USD).await;
+
+    // The gateway stops; meanwhile the session spends once more, straight on OpenCode. After
+    // the restart, today's spend is what was kept plus what the session spent in the gap.
+    gw.signal(libc::SIGTERM);
+    assert!(tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))).is_some());
+    let direct = crate::common::client::direct_call(
+        oc.port,
+        &oc.password,
+        "POST",
+        &format!("/session/{id}/message"),
+        &[],
+        prompt,
+    )
+    .await;
+    assert!(direct.contains("\"cost\""), "{direct}");
+    tokio::task::block_in_place(|| gw.restart());
+    let c = Https::new(gw.https, &gw.ca());
+    let cookie = crate::common::login::form_login(&c, "alice", ALICE_PW).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let portal =
+            crate::common::login::browser_get(&c.host(crate::common::login::LOGIN_HOST), "/", Some(&cookie), true)
+                .await;
+        if portal.body.contains("Spent today: $0.0420 (UTC day)") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after the restart the portal does not say $0.0420 (three answers kept, one in the gap): {}",
+            portal
+                .body
+                .lines()
+                .find(|l| l.contains("Spent today"))
+                .unwrap_or("no spend line")
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, answer) = json(&c, "POST", &message, &alice(), prompt).await;
+    assert_eq!(
+        status, 403,
+        "the spent session is still refused after a restart: {answer}"
+    );
 }
 
 /// `check` refuses a budget that is not an amount, a share or an action, and a user's daily
