@@ -451,6 +451,59 @@ impl BrowserStore for SqliteStore {
     }
 }
 
+impl super::SpendStore for SqliteStore {
+    fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare("SELECT kind, name, usd FROM spend_days WHERE day = ?1")?;
+        let rows = stmt.query_map(params![day], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn session_costs(&self) -> Result<Vec<super::SessionCost>, StoreError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn.prepare("SELECT project, session, parent, prompter, usd FROM session_costs")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(super::SessionCost {
+                project: r.get(0)?,
+                session: r.get(1)?,
+                parent: r.get(2)?,
+                prompter: r.get(3)?,
+                usd: r.get(4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn save_spend(
+        &self,
+        day: i64,
+        totals: &[(String, String, f64)],
+        sessions: &[super::SessionCost],
+    ) -> Result<(), StoreError> {
+        let result = (|| {
+            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            let tx = conn.transaction()?;
+            for (kind, name, usd) in totals {
+                tx.execute(
+                    "INSERT INTO spend_days (day, kind, name, usd) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
+                    params![day, kind, name, usd],
+                )?;
+            }
+            for s in sessions {
+                tx.execute(
+                    "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter, usd = excluded.usd",
+                    params![s.project, s.session, s.parent, s.prompter, s.usd],
+                )?;
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        self.noted("saving spend", result)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,58 +672,5 @@ mod tests {
         assert!(!s.revoke_token("a", 170).unwrap(), "once");
         assert!(!s.revoke_token("nope", 170).unwrap());
         assert_eq!(s.token_by_digest(&[1; 32]).unwrap().unwrap().revoked_at, Some(160));
-    }
-}
-
-impl super::SpendStore for SqliteStore {
-    fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn.prepare("SELECT kind, name, usd FROM spend_days WHERE day = ?1")?;
-        let rows = stmt.query_map(params![day], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn session_costs(&self) -> Result<Vec<super::SessionCost>, StoreError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn.prepare("SELECT project, session, parent, prompter, usd FROM session_costs")?;
-        let rows = stmt.query_map([], |r| {
-            Ok(super::SessionCost {
-                project: r.get(0)?,
-                session: r.get(1)?,
-                parent: r.get(2)?,
-                prompter: r.get(3)?,
-                usd: r.get(4)?,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
-    fn save_spend(
-        &self,
-        day: i64,
-        totals: &[(String, String, f64)],
-        sessions: &[super::SessionCost],
-    ) -> Result<(), StoreError> {
-        let result = (|| {
-            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = conn.transaction()?;
-            for (kind, name, usd) in totals {
-                tx.execute(
-                    "INSERT INTO spend_days (day, kind, name, usd) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
-                    params![day, kind, name, usd],
-                )?;
-            }
-            for s in sessions {
-                tx.execute(
-                    "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter, usd = excluded.usd",
-                    params![s.project, s.session, s.parent, s.prompter, s.usd],
-                )?;
-            }
-            tx.commit()?;
-            Ok(())
-        })();
-        self.noted("saving spend", result)
     }
 }
