@@ -51,14 +51,12 @@ fn reqwest_metrics(gw: &Gateway) -> String {
     gw.admin("GET", "/metrics").1
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenCode: run scripts/test.sh"]
-async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_it_is_spelled() {
-    let model = FakeModel::start("true").await.priced(3.0, 15.0);
-    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+/// A real OpenCode on `model` as project demo with `budget = { <budget> }`; alice operates it.
+fn demo_with_budget(model: &FakeModel, budget: &str) -> (OpenCode, Gateway) {
+    let oc = tokio::task::block_in_place(|| OpenCode::start(model));
     let pw = oc.password.clone();
     let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ session_usd = 0.02 }}\n\n{}",
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ {budget} }}\n\n{}",
         oc.url(),
         users_toml(&[crate::common::gateway::TestUser {
             name: "alice",
@@ -67,7 +65,15 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
             role: "operator",
         }])
     ));
-    let mut gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    (oc, gw)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_it_is_spelled() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let (oc, mut gw) = demo_with_budget(&model, "session_usd = 0.02");
     let c = Https::new(gw.https, &gw.ca());
     let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
@@ -253,19 +259,7 @@ fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     let model = FakeModel::start("true").await.priced(3.0, 15.0).allowing_bash();
-    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
-    let pw = oc.password.clone();
-    let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ session_usd = 0.03 }}\n\n{}",
-        oc.url(),
-        users_toml(&[crate::common::gateway::TestUser {
-            name: "alice",
-            password: ALICE_PW,
-            projects: "[\"*\"]",
-            role: "operator",
-        }])
-    ));
-    let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
+    let (_oc, gw) = demo_with_budget(&model, "session_usd = 0.03");
     let c = Https::new(gw.https, &gw.ca());
     let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
