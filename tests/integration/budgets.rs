@@ -23,7 +23,7 @@ fn alice() -> String {
 async fn until_spent(gw: &Gateway, usd: f64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let body = reqwest_metrics(gw);
+        let body = metrics_text(gw);
         let spent = body
             .lines()
             .find_map(|l| {
@@ -47,7 +47,7 @@ async fn until_spent(gw: &Gateway, usd: f64) {
     }
 }
 
-fn reqwest_metrics(gw: &Gateway) -> String {
+fn metrics_text(gw: &Gateway) -> String {
     gw.admin("GET", "/metrics").1
 }
 
@@ -140,6 +140,9 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         format!("/p/demo/session/{id}/message/"),
         format!("/p/demo/SESSION/{id}/Message"),
         format!("/p/demo/api/session/{id}/prompt"),
+        // The session named with its `_` percent-encoded: the same session to OpenCode and to
+        // the meter (both read the decoded id).
+        format!("/p/demo/session/{}/message", id.replacen('_', "%5F", 1)),
     ];
     for path in &spellings {
         let body = if path.contains("/command") {
