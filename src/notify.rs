@@ -1,12 +1,15 @@
-//! Notifications of new pending requests (`[notify]`): a webhook (POST JSON) and/or an ntfy topic
-//! (POST text with `Title` and `Click` headers). A message names the project and the tool and links
-//! to `<public_url>/inbox`; it never carries the command, a diff or an approve link (a notification
-//! is read on a lock screen and kept by third parties).
+//! Notifications of new pending requests and of the guard's alerts (`[notify]`): a webhook (POST
+//! JSON) and/or an ntfy topic (POST text with `Title` and `Click` headers). A message names the
+//! project and the tool (a request) or the session and the reason (an alert: a budget warned at or
+//! spent, a runaway) and links to `<public_url>/inbox`; it never carries a prompt, a command, its
+//! output, a diff or an approve link (a notification is read on a lock screen and kept by third
+//! parties).
 //!
 //! The inbox queues new requests with `try_send` into a bounded channel (a full channel drops and
 //! counts: `inbox::Queue`), so nothing here is ever on a request's path. One task takes the first
 //! request, waits `debounce` for more, sends one message counting them, and retries a failed
-//! delivery with backoff. Plain `http://` is accepted for loopback receivers only; `https://` is verified against
+//! delivery with backoff. An alert goes alone, as it comes (one that comes during a request's
+//! wait goes after that message). Plain `http://` is accepted for loopback receivers only; `https://` is verified against
 //! the system's CA bundle (`SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`).
 
 use std::time::Duration;
@@ -17,7 +20,7 @@ use tokio::sync::mpsc;
 pub(crate) mod send;
 
 use crate::config::Notify;
-use crate::inbox::{CardKind, NewCard};
+use crate::inbox::{Alert, AlertKind, CardKind, NewCard, Notice};
 
 const ATTEMPTS: u32 = 6;
 const SEND_TIMEOUT: Duration = Duration::from_secs(15);
@@ -82,13 +85,62 @@ impl Message {
             "url": self.url,
         })
     }
+
+    fn outgoing(&self) -> Outgoing {
+        Outgoing {
+            title: self.title(),
+            text: self.text(),
+            json: self.json(),
+            url: self.url.clone(),
+        }
+    }
+}
+
+/// A message as the receivers get it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Outgoing {
+    pub title: String,
+    pub text: String,
+    pub json: serde_json::Value,
+    pub url: String,
+}
+
+/// An alert's message: project, session (title and id), what happened and why.
+pub(crate) fn alert(a: &Alert, public_url: &str) -> Outgoing {
+    let url = format!("{}/inbox", public_url.trim_end_matches('/'));
+    let title = match (a.kind, a.stopped) {
+        (AlertKind::BudgetWarning, _) => format!("OpenCode: {} nears its budget", a.project),
+        (_, true) => format!("OpenCode: a session of {} was stopped", a.project),
+        (AlertKind::BudgetSpent, false) => format!("OpenCode: {} spent its budget", a.project),
+        (AlertKind::Runaway, false) => format!("OpenCode: a session of {} looks stuck", a.project),
+    };
+    let session = match a.title.trim() {
+        "" => a.session.clone(),
+        t => format!("\u{201c}{t}\u{201d}"),
+    };
+    let text = format!(
+        "{}: {session}: {}{}",
+        a.project,
+        a.reason,
+        if a.stopped { "; stopped" } else { "" }
+    );
+    let json = serde_json::json!({
+        "project": a.project,
+        "kind": a.kind,
+        "session": a.session,
+        "title": a.title,
+        "reason": a.reason,
+        "stopped": a.stopped,
+        "url": url,
+    });
+    Outgoing { title, text, json, url }
 }
 
 /// The notifier task: batches, sends, retries; ends with `stop` (the gateway's shutdown). `config`
 /// is read when a batch starts (the `[notify]` settings and the public URL, if notifications are
 /// on), so a reload applies to the next message.
 pub(crate) async fn run(
-    rx: mpsc::Receiver<NewCard>,
+    rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
     stop: tokio_util::sync::CancellationToken,
 ) {
@@ -96,54 +148,83 @@ pub(crate) async fn run(
 }
 
 /// Take a request, wait `debounce` for more, send one message, retry it with backoff (from
-/// `first_retry`, doubling); until `stop` or the channel closes.
+/// `first_retry`, doubling); an alert goes alone; until `stop` or the channel closes.
 pub(crate) async fn pump(
-    mut rx: mpsc::Receiver<NewCard>,
+    mut rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
     stop: tokio_util::sync::CancellationToken,
     first_retry: Duration,
 ) {
+    // Alerts that came while requests were being gathered: sent next.
+    let mut later: std::collections::VecDeque<Alert> = Default::default();
     loop {
-        let first = tokio::select! {
-            c = rx.recv() => match c { Some(c) => c, None => return },
-            _ = stop.cancelled() => return,
+        let first = match later.pop_front() {
+            Some(a) => Notice::Alert(a),
+            None => tokio::select! {
+                n = rx.recv() => match n { Some(n) => n, None => return },
+                _ = stop.cancelled() => return,
+            },
         };
         let Some((cfg, public_url)) = config() else {
             continue;
         };
-        let mut batch = vec![first];
-        let until = tokio::time::Instant::now() + cfg.debounce;
-        loop {
-            tokio::select! {
-                c = rx.recv() => match c { Some(c) => batch.push(c), None => break },
-                _ = tokio::time::sleep_until(until) => break,
-                _ = stop.cancelled() => return,
-            }
-        }
-        let Some(msg) = Message::new(&batch, &public_url) else {
-            continue;
-        };
-        let mut backoff = first_retry;
-        for attempt in 1..=ATTEMPTS {
-            match deliver(&cfg, &msg).await {
-                Ok(()) => {
-                    tracing::info!(project = %msg.project, count = msg.count, "notification sent");
-                    break;
-                }
-                Err(why) => {
-                    tracing::warn!(reason = %why, attempt, "notification not delivered");
-                    if attempt == ATTEMPTS {
-                        break;
+        let out = match first {
+            Notice::Alert(a) => alert(&a, &public_url),
+            Notice::Card(card) => {
+                let mut batch = vec![card];
+                let until = tokio::time::Instant::now() + cfg.debounce;
+                loop {
+                    tokio::select! {
+                        n = rx.recv() => match n {
+                            Some(Notice::Card(c)) => batch.push(c),
+                            Some(Notice::Alert(a)) => later.push_back(a),
+                            None => break,
+                        },
+                        _ = tokio::time::sleep_until(until) => break,
+                        _ = stop.cancelled() => return,
                     }
                 }
+                match Message::new(&batch, &public_url) {
+                    Some(m) => m.outgoing(),
+                    None => continue,
+                }
             }
-            tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
-                _ = stop.cancelled() => return,
-            }
-            backoff = (backoff * 2).min(Duration::from_secs(60));
+        };
+        if !send_with_retries(&cfg, &out, first_retry, &stop).await {
+            return;
         }
     }
+}
+
+/// Deliver `out`, again with backoff while it fails (at most [`ATTEMPTS`] times); false when the
+/// gateway stops meanwhile.
+async fn send_with_retries(
+    cfg: &Notify,
+    out: &Outgoing,
+    first_retry: Duration,
+    stop: &tokio_util::sync::CancellationToken,
+) -> bool {
+    let mut backoff = first_retry;
+    for attempt in 1..=ATTEMPTS {
+        match deliver(cfg, out).await {
+            Ok(()) => {
+                tracing::info!(title = %out.title, "notification sent");
+                return true;
+            }
+            Err(why) => {
+                tracing::warn!(reason = %why, attempt, "notification not delivered");
+                if attempt == ATTEMPTS {
+                    return true;
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.cancelled() => return false,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(60));
+    }
+    true
 }
 
 /// One line for `check`: the receivers' hosts only (an ntfy topic's name is its password).
@@ -162,7 +243,7 @@ pub(crate) fn describe(cfg: &Notify) -> String {
         to.push(format!("ntfy {}", host(u)));
     }
     format!(
-        "  notify {}  (new pending requests, debounce {} ms)\n",
+        "  notify {}  (new pending requests, debounce {} ms; budget and runaway alerts)\n",
         to.join(", "),
         cfg.debounce.as_millis()
     )
@@ -170,21 +251,28 @@ pub(crate) fn describe(cfg: &Notify) -> String {
 
 /// Send `msg` to every configured receiver; an error if any failed (all are tried again: a
 /// receiver may then see a message twice, which beats never).
-pub(crate) async fn deliver(cfg: &Notify, msg: &Message) -> Result<(), String> {
+pub(crate) async fn deliver(cfg: &Notify, msg: &Outgoing) -> Result<(), String> {
     let mut errors = Vec::new();
     if let Some(url) = &cfg.webhook {
-        let body = Bytes::from(msg.json().to_string());
+        let body = Bytes::from(msg.json.to_string());
         if let Err(e) = send::post(url, "application/json", &[], body).await {
             errors.push(format!("webhook: {e}"));
         }
     }
     if let Some(url) = &cfg.ntfy {
         let headers = [
-            ("Title", msg.title()),
+            ("Title", msg.title.clone()),
             ("Click", msg.url.clone()),
             ("Tags", "bell".into()),
         ];
-        if let Err(e) = send::post(url, "text/plain; charset=utf-8", &headers, Bytes::from(msg.text())).await {
+        if let Err(e) = send::post(
+            url,
+            "text/plain; charset=utf-8",
+            &headers,
+            Bytes::from(msg.text.clone()),
+        )
+        .await
+        {
             errors.push(format!("ntfy: {e}"));
         }
     }
@@ -227,6 +315,38 @@ mod tests {
         assert_eq!(m.projects.len(), LISTED, "bounded");
         assert!(m.title().contains("9 requests"));
         assert!(Message::new(&[], "https://gw").is_none());
+    }
+
+    #[test]
+    fn an_alert_names_project_session_and_reason() {
+        let a = Alert {
+            project: "web".into(),
+            session: "ses_1".into(),
+            title: "Fix the login".into(),
+            kind: AlertKind::Runaway,
+            reason: "the same bash failure twice in a row".into(),
+            stopped: true,
+        };
+        let out = alert(&a, "https://gw/");
+        assert_eq!(out.title, "OpenCode: a session of web was stopped");
+        assert_eq!(
+            out.text,
+            "web: \u{201c}Fix the login\u{201d}: the same bash failure twice in a row; stopped"
+        );
+        assert_eq!(out.json["kind"], "runaway");
+        assert_eq!(out.json["session"], "ses_1");
+        assert_eq!(out.url, "https://gw/inbox");
+        let warn = alert(
+            &Alert {
+                kind: AlertKind::BudgetWarning,
+                stopped: false,
+                title: String::new(),
+                ..a
+            },
+            "https://gw",
+        );
+        assert_eq!(warn.title, "OpenCode: web nears its budget");
+        assert!(warn.text.starts_with("web: ses_1: "), "{}", warn.text);
     }
 
     /// A receiver on 127.0.0.1:0 that answers the statuses in `script` in turn (then 200) and
@@ -297,8 +417,8 @@ mod tests {
             stop.clone(),
             Duration::from_millis(50),
         ));
-        q.push(card("web", "bash"));
-        q.push(card("api", "edit"));
+        q.push(Notice::Card(card("web", "bash")));
+        q.push(Notice::Card(card("api", "edit")));
         // The webhook answered 500 first: the message is sent again, to both receivers.
         let hooks = wait_for(&hook_seen, 2).await;
         let ntfys = wait_for(&ntfy_seen, 1).await;

@@ -50,6 +50,17 @@ impl std::fmt::Display for Exhausted {
     }
 }
 
+/// Where a session's spend stands (see [`Meter::standing`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Standing {
+    /// The session its spend counts toward (itself, or the parent of its subagent).
+    pub root: String,
+    pub session: f64,
+    pub project_day: f64,
+    /// Who prompted the root session through the gateway, and what they spent today.
+    pub user: Option<(String, f64)>,
+}
+
 #[derive(Default)]
 struct State {
     /// Days since the epoch of the day the day totals are for.
@@ -66,6 +77,15 @@ struct State {
     project_total: HashMap<String, f64>,
     /// Root sessions already stopped for their budget (stopped once).
     stopped: std::collections::HashSet<(String, String)>,
+    /// Alerts sent: a limit's key (`session web ses_1`, `project web`, `user ann`) and level,
+    /// with the day for a day's limit (sent once each).
+    told: std::collections::HashSet<(String, &'static str)>,
+    /// What operators added to a limit from the portal, by the limit's key (a day's for that
+    /// day): the limit is the configured one plus this.
+    raised: HashMap<String, f64>,
+    /// What each project (`kind` project) and user (`user`) spent on the earlier days of the
+    /// month of `day`: the month so far is this and today's.
+    month_before: HashMap<(&'static str, String), f64>,
     /// Something changed since the last save.
     dirty: bool,
 }
@@ -82,8 +102,20 @@ pub(crate) fn today() -> u64 {
         .map_or(0, |d| d.as_secs() / 86_400)
 }
 
-/// `YYYY-MM-DD` of a day since the epoch (civil from days, H. Hinnant's algorithm).
+/// The first day of the month `day` is in.
+pub(crate) fn month_start(day: u64) -> u64 {
+    let (_, _, d) = civil(day);
+    day - (d as u64 - 1)
+}
+
+/// `YYYY-MM-DD` of a day since the epoch.
 fn date(day: u64) -> String {
+    let (y, m, d) = civil(day);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Year, month, day of a day since the epoch (civil from days, H. Hinnant's algorithm).
+fn civil(day: u64) -> (i64, i64, i64) {
     let z = day as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -93,15 +125,52 @@ fn date(day: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    (y, m, d)
+}
+
+/// A session's limit's key (its root session's).
+pub(crate) fn session_key(project: &str, root: &str) -> String {
+    format!("session {project} {root}")
+}
+
+/// A project's daily limit's key.
+pub(crate) fn project_key(project: &str) -> String {
+    format!("project {project}")
+}
+
+/// A user's daily limit's key.
+pub(crate) fn user_key(user: &str) -> String {
+    format!("user {user}")
 }
 
 impl State {
+    /// What was added to the limit of `key` (made only when anything was raised: a prompt's check
+    /// allocates nothing otherwise).
+    fn raised(&self, key: impl FnOnce() -> String) -> f64 {
+        if self.raised.is_empty() {
+            return 0.0;
+        }
+        self.raised.get(&key()).copied().unwrap_or(0.0)
+    }
+
     fn roll(&mut self, day: u64) {
         if self.day != day {
+            if month_start(day) == month_start(self.day) {
+                for (name, usd) in self.project_day.drain() {
+                    *self.month_before.entry(("project", name)).or_default() += usd;
+                }
+                for (name, usd) in self.user_day.drain() {
+                    *self.month_before.entry(("user", name)).or_default() += usd;
+                }
+            } else {
+                self.month_before.clear();
+            }
             self.day = day;
             self.project_day.clear();
             self.user_day.clear();
+            // A day's alerts and raises are that day's; a session's stay.
+            self.told.retain(|(key, _)| key.starts_with("session "));
+            self.raised.retain(|key, _| key.starts_with("session "));
         }
     }
 
@@ -168,9 +237,14 @@ impl Meter {
         day: u64,
         totals: Vec<(String, String, f64)>,
         sessions: Vec<crate::store::SessionCost>,
+        earlier_this_month: Vec<(String, String, f64)>,
     ) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
+        for (kind, name, usd) in earlier_this_month {
+            let kind = if kind == "project" { "project" } else { "user" };
+            st.month_before.insert((kind, name), usd);
+        }
         for (kind, name, usd) in totals {
             match kind.as_str() {
                 "project" => st.project_day.insert(name, usd),
@@ -236,26 +310,71 @@ impl Meter {
             }),
             _ => Ok(()),
         };
+        let plus = |limit: Option<f64>, raised: f64| limit.map(|l| l + raised);
         if let Some(session) = session {
             let root = st.root(project, session).to_string();
+            let raised = st.raised(|| session_key(project, &root));
             over(
                 "session_usd",
                 st.session_total(project, &root),
-                budget.session_usd,
+                plus(budget.session_usd, raised),
                 None,
             )?;
         }
         let project_day = st.project_day.get(project).copied().unwrap_or(0.0);
-        over("project_day_usd", project_day, budget.project_day_usd, Some(day + 1))?;
+        let raised = st.raised(|| project_key(project));
+        over(
+            "project_day_usd",
+            project_day,
+            plus(budget.project_day_usd, raised),
+            Some(day + 1),
+        )?;
         let user_day = st.user_day.get(user).copied().unwrap_or(0.0);
-        over("user_day_usd", user_day, user_day_usd, Some(day + 1))
+        let raised = st.raised(|| user_key(user));
+        over("user_day_usd", user_day, plus(user_day_usd, raised), Some(day + 1))
     }
 
-    /// What `project` spent on `day` (UTC), as far as the meter saw.
-    pub(crate) fn project_day(&self, project: &str, day: u64) -> f64 {
+    /// What operators added to the limit of `key` (today's, for a day's limit).
+    pub(crate) fn raised(&self, key: &str, day: u64) -> f64 {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
-        st.project_day.get(project).copied().unwrap_or(0.0)
+        st.raised(|| key.to_string())
+    }
+
+    /// An operator adds `usd` to the limit of `key`, or (`None`) resets it: the spend so far no
+    /// longer counts against it. Its sessions may be stopped and alerted of again.
+    pub(crate) fn raise(&self, project: &str, key: &str, usd: Option<f64>, day: u64) -> f64 {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
+        let add = match usd {
+            Some(usd) => usd,
+            None => {
+                let spent = match key.strip_prefix(&format!("session {project} ")) {
+                    Some(root) => st.session_total(project, root),
+                    None => st.project_day.get(project).copied().unwrap_or(0.0),
+                };
+                (spent - st.raised(|| key.to_string())).max(0.0)
+            }
+        };
+        *st.raised.entry(key.to_string()).or_default() += add;
+        st.stopped
+            .retain(|(p, root)| p != project || (key.starts_with("session ") && session_key(p, root) != key));
+        st.told.retain(|(k, _)| k != key);
+        st.raised(|| key.to_string())
+    }
+
+    /// What a project (`kind` project) or a user (`user`) spent on `day` and in its month so far.
+    pub(crate) fn spend_of(&self, kind: &'static str, name: &str, day: u64) -> (f64, f64) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
+        let today = match kind {
+            "project" => st.project_day.get(name),
+            _ => st.user_day.get(name),
+        }
+        .copied()
+        .unwrap_or(0.0);
+        let before = st.month_before.get(&(kind, name.to_string())).copied().unwrap_or(0.0);
+        (today, before + today)
     }
 
     /// Spend seen since the gateway started, by project.
@@ -264,13 +383,35 @@ impl Meter {
         st.project_total.iter().map(|(p, v)| (p.clone(), *v)).collect()
     }
 
-    /// The root session of `session` and its spend, the first time that spend reaches `limit`
-    /// (a session is stopped once for its budget; a new prompt on it is refused anyway).
-    pub(crate) fn over_session(&self, project: &str, session: &str, limit: f64) -> Option<(String, f64)> {
+    /// Where the spend of `session` stands: its root session's total, its project's today and
+    /// the prompter of its root session's today.
+    pub(crate) fn standing(&self, project: &str, session: &str, day: u64) -> Standing {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
         let root = st.root(project, session).to_string();
-        let spent = st.session_total(project, &root);
-        (spent >= limit && st.stopped.insert((project.to_string(), root.clone()))).then_some((root, spent))
+        let user = st.prompter.get(&(project.to_string(), root.clone())).cloned();
+        Standing {
+            session: st.session_total(project, &root),
+            project_day: st.project_day.get(project).copied().unwrap_or(0.0),
+            user: user.map(|u| {
+                let spent = st.user_day.get(&u).copied().unwrap_or(0.0);
+                (u, spent)
+            }),
+            root,
+        }
+    }
+
+    /// True the first time for `key` at `level` (today, for a day's limit): alert once.
+    pub(crate) fn tell_once(&self, key: String, level: &'static str) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.told.insert((key, level))
+    }
+
+    /// True the first time for a root session: it is stopped for its budget once (a new prompt
+    /// on it is refused anyway).
+    pub(crate) fn stop_once(&self, project: &str, root: &str) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.stopped.insert((project.to_string(), root.to_string()))
     }
 
     /// A session's spend, its subagents' included.
@@ -344,6 +485,61 @@ mod tests {
             .unwrap_err();
         assert_eq!((e.budget, e.resets_day), ("session_usd", None));
         assert!(e.to_string().contains("budget.session_usd: $4.5000 of $4.00"), "{e}");
+    }
+
+    /// A month is its earlier days (kept, or restored) and today; a new month starts again.
+    #[test]
+    fn months_add_up_their_days() {
+        let m = Meter::default();
+        let d1 = 20_788; // 2026-12-01
+        assert_eq!(month_start(d1), d1);
+        assert_eq!(month_start(d1 + 30), d1, "2026-12-31");
+        assert_eq!(month_start(d1 + 31), d1 + 31, "2027-01-01");
+        m.restore(d1 + 1, vec![], vec![], vec![("project".into(), "web".into(), 2.0)]);
+        seen(&m, "s1", None, Some(0.0), 0.5, d1 + 1);
+        m.prompted("web", "s1", "ann");
+        seen(&m, "s1", None, Some(0.5), 1.0, d1 + 1);
+        assert_eq!(m.spend_of("project", "web", d1 + 1), (1.0, 3.0));
+        assert_eq!(m.spend_of("user", "ann", d1 + 1), (0.5, 0.5));
+        seen(&m, "s1", None, Some(1.0), 1.25, d1 + 2);
+        assert_eq!(m.spend_of("project", "web", d1 + 2), (0.25, 3.25));
+        assert_eq!(m.spend_of("user", "ann", d1 + 2), (0.25, 0.75));
+        assert_eq!(m.spend_of("project", "web", d1 + 31), (0.0, 0.0), "January");
+    }
+
+    /// An operator's raise moves a limit; a reset makes what was spent so far not count; both
+    /// let a stopped session be stopped again later.
+    #[test]
+    fn raises_and_resets_move_limits() {
+        let m = Meter::default();
+        seen(&m, "s1", None, Some(0.0), 2.0, 10);
+        let b = budget(Some(1.0), Some(1.5));
+        let e = m.check(&b, None, "web", "ann", Some("s1"), 10).unwrap_err();
+        assert_eq!(e.budget, "session_usd");
+        assert!(m.stop_once("web", "s1"));
+        assert!(!m.stop_once("web", "s1"));
+        assert_eq!(m.raise("web", &session_key("web", "s1"), Some(1.5), 10), 1.5);
+        assert!(m.stop_once("web", "s1"), "may be stopped again");
+        let e = m.check(&b, None, "web", "ann", Some("s1"), 10).unwrap_err();
+        assert_eq!(
+            (e.budget, e.limit),
+            ("project_day_usd", 1.5),
+            "the session's limit is now 2.5"
+        );
+        assert_eq!(
+            m.raise("web", &project_key("web"), None, 10),
+            2.0,
+            "reset: today's 2.0 no longer counts"
+        );
+        assert_eq!(m.check(&b, None, "web", "ann", Some("s1"), 10), Ok(()));
+        seen(&m, "s1", None, Some(2.0), 3.6, 10);
+        let e = m.check(&b, None, "web", "ann", Some("s1"), 10).unwrap_err();
+        assert_eq!((e.budget, e.limit), ("session_usd", 2.5));
+        assert_eq!(
+            m.raised(&project_key("web"), 11),
+            0.0,
+            "a day's raise ends with the day"
+        );
     }
 
     #[test]

@@ -41,6 +41,9 @@ pub(crate) struct RawBudget {
     pub user_day_usd: Option<f64>,
     pub on_exceed: Option<String>,
     pub warn_at: Option<f64>,
+    pub same_failure: Option<i64>,
+    pub max_busy_minutes: Option<f64>,
+    pub on_runaway: Option<String>,
 }
 
 /// `[[box]]`: a machine reached over SSH (`ssh = "user@host:port"`), its host key pinned.

@@ -60,11 +60,22 @@ pub struct Budget {
     pub on_exceed: OnExceed,
     /// The share of a limit at which to warn.
     pub warn_at: f64,
+    /// A session that fails the same way this many times in a row is a runaway (`None`: never).
+    pub same_failure: Option<u32>,
+    /// A session busy this long (milliseconds) without a word from the model is a runaway.
+    pub max_busy_ms: Option<u64>,
+    /// What a runaway gets: stopped (`abort`) or only reported (`notify`).
+    pub on_runaway: OnExceed,
 }
 
 impl Budget {
     pub fn any(&self) -> bool {
         self.session_usd.is_some() || self.project_day_usd.is_some()
+    }
+
+    /// Whether the runaway guard watches this project's sessions.
+    pub fn watches_runaways(&self) -> bool {
+        self.same_failure.is_some() || self.max_busy_ms.is_some()
     }
 }
 

@@ -29,7 +29,7 @@ pub(super) fn parts(
 /// Start the inbox's watchers and the notifier; both end with the gateway's shutdown.
 pub(crate) fn start(gw: &Arc<Gateway>) {
     crate::inbox::start(&gw.inbox);
-    if let Some(rx) = gw.inbox.new_cards() {
+    if let Some(rx) = gw.inbox.notices() {
         // Read when a batch starts: a reload applies to the next message.
         let state = gw.state.clone();
         let config = move || {
@@ -49,15 +49,17 @@ struct Current(Arc<ArcSwap<State>>);
 
 impl Projects for Current {
     fn all(&self) -> Vec<Served> {
-        self.0.load().projects.values().map(|p| served(p)).collect()
+        let state = self.0.load();
+        state.projects.values().map(|p| served(p, &state)).collect()
     }
 
     fn get(&self, name: &str) -> Option<Served> {
-        self.0.load().projects.get(name).map(|p| served(p))
+        let state = self.0.load();
+        state.projects.get(name).map(|p| served(p, &state))
     }
 }
 
-fn served(p: &ProjectState) -> Served {
+fn served(p: &ProjectState, state: &State) -> Served {
     Served {
         name: p.name.clone(),
         directory: p.config.directory.as_ref().map(|d| d.display().to_string()),
@@ -66,5 +68,6 @@ fn served(p: &ProjectState) -> Served {
             Upstream::Supervised(s) => Server::Spawned(s.status()),
         },
         budget: p.config.budget,
+        user_day_usd: state.settings.user_day_usd,
     }
 }

@@ -64,9 +64,11 @@ async fn prune_ended_sessions(gw: &Gateway) {
 /// (a session's spend while the gateway was down is counted when the inbox sees it again).
 pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::store::Store) {
     let day = crate::budget::meter::today();
-    match (store.spend_of_day(day as i64), store.session_costs()) {
-        (Ok(totals), Ok(sessions)) => meter.restore(day, totals, sessions),
-        (Err(e), _) | (_, Err(e)) => {
+    let month = crate::budget::meter::month_start(day) as i64;
+    let earlier = store.spend_between(month, day as i64);
+    match (store.spend_of_day(day as i64), store.session_costs(), earlier) {
+        (Ok(totals), Ok(sessions), Ok(earlier)) => meter.restore(day, totals, sessions, earlier),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             tracing::error!(error = %e, "cannot read the spend kept in the state database; the meter starts empty")
         }
     }

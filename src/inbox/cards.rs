@@ -50,6 +50,60 @@ pub(crate) struct Session {
     /// (`session.updated`'s `info.cost` / `info.tokens`, and `GET /session`).
     pub cost: Option<f64>,
     pub tokens: Option<Tokens>,
+    /// What the gateway's guard said of it (stopped for its budget, a runaway), until its next
+    /// turn starts.
+    pub flag: Option<Flag>,
+    /// The failure its last finished tool calls (or retries) ended with, and how many times in a
+    /// row: the runaway guard's count.
+    #[serde(skip)]
+    pub streak: Option<(String, u32)>,
+    /// When the model last said something in it (a message or a part of one).
+    #[serde(skip)]
+    pub last_said_ms: u64,
+}
+
+impl Session {
+    /// A session known by its id only (an event named it before any list did).
+    pub(crate) fn new(id: &str, now: u64) -> Session {
+        Session {
+            id: id.to_string(),
+            title: String::new(),
+            parent_id: None,
+            status: SessionStatus::Idle,
+            last_activity_ms: now,
+            cost: None,
+            tokens: None,
+            flag: None,
+            streak: None,
+            last_said_ms: now,
+        }
+    }
+}
+
+/// Why the guard flagged a session.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum FlagWhy {
+    /// Its spend reached a budget.
+    Budget,
+    /// It failed the same way `same_failure` times in a row.
+    SameFailure,
+    /// It was busy `max_busy_minutes` without a word from the model.
+    Silent,
+}
+
+/// The guard's word on a session, for the pages.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub(crate) struct Flag {
+    pub why: FlagWhy,
+    /// The guard stopped it (`false`: only reported, with `notify`).
+    pub stopped: bool,
+    /// What happened, in words ("retried the same failure twice").
+    pub says: String,
+    /// The failure's first line, or the budget's figures; shown to the project's users, never
+    /// put in a notification.
+    pub detail: String,
+    pub at_ms: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -137,4 +191,34 @@ pub(crate) struct NewCard {
     pub kind: CardKind,
     /// `bash`, `edit`, … for permissions; `question` for questions.
     pub tool: String,
+}
+
+/// Something the guard wants people told of (a budget warned at or spent, a runaway). Names the
+/// project, the session and why: never a prompt, a command or its output.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Alert {
+    pub project: String,
+    pub session: String,
+    /// The session's title, as OpenCode named it.
+    pub title: String,
+    pub kind: AlertKind,
+    /// Why, in words, with figures ("spent $4.0200 of $5.00 (budget.session_usd)").
+    pub reason: String,
+    /// The guard stopped the session.
+    pub stopped: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum AlertKind {
+    BudgetWarning,
+    BudgetSpent,
+    Runaway,
+}
+
+/// What waits for the notifier: a new pending request, or an alert.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Notice {
+    Card(NewCard),
+    Alert(Alert),
 }

@@ -32,7 +32,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use model::{CardKind, NewCard, Resolution, Resolved, ServerState, Session, SessionStatus};
+pub(crate) use model::{
+    Alert, AlertKind, CardKind, Flag, FlagWhy, NewCard, Notice, Resolution, Resolved, ServerState, Session,
+    SessionStatus,
+};
 pub(crate) use queue::Queue;
 pub(crate) use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub(crate) use view::{Card, ProjectView};
@@ -45,9 +48,9 @@ pub struct Inbox {
     model: Mutex<Model>,
     /// What sessions, projects and users spent, from the costs the model reads (issue 25).
     pub(crate) meter: crate::budget::Meter,
-    /// Sessions that crossed their budget, for the guard to stop (`guard.rs`).
-    over_budget: tokio::sync::mpsc::UnboundedSender<guard::OverBudget>,
-    over_budget_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<guard::OverBudget>>>,
+    /// Sessions over a budget or running away, for the guard to stop or report (`guard.rs`).
+    stops: tokio::sync::mpsc::UnboundedSender<guard::Stop>,
+    stops_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<guard::Stop>>>,
     changes: tokio_watch::Sender<u64>,
     notify: Queue,
     /// Upstream event streams open now (one per running server).
@@ -84,6 +87,8 @@ pub(crate) struct Served {
     pub directory: Option<String>,
     pub server: Server,
     pub budget: crate::config::settings::Budget,
+    /// `[budget] user_day_usd`: one user's daily limit, across projects.
+    pub user_day_usd: Option<f64>,
 }
 
 /// A project's OpenCode server, now.
@@ -107,10 +112,10 @@ pub(crate) fn now_ms() -> u64 {
 
 impl Inbox {
     pub(crate) fn new(parts: Parts) -> Inbox {
-        let (over_budget, over_budget_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (stops, stops_rx) = tokio::sync::mpsc::unbounded_channel();
         Inbox {
-            over_budget,
-            over_budget_rx: Mutex::new(Some(over_budget_rx)),
+            stops,
+            stops_rx: Mutex::new(Some(stops_rx)),
             model: Mutex::new(Model::default()),
             meter: Default::default(),
             changes: tokio_watch::Sender::new(0),
@@ -143,8 +148,8 @@ impl Inbox {
         self.notify.dropped()
     }
 
-    /// The new cards, for the notifier: once (the first caller gets the receiving end).
-    pub(crate) fn new_cards(&self) -> Option<tokio::sync::mpsc::Receiver<NewCard>> {
+    /// New cards and alerts, for the notifier: once (the first caller gets the receiving end).
+    pub(crate) fn notices(&self) -> Option<tokio::sync::mpsc::Receiver<Notice>> {
         self.notify.take_receiver()
     }
 
@@ -165,11 +170,14 @@ impl Inbox {
             let day = crate::budget::meter::today();
             for cost in &effect.costs {
                 self.meter.seen(cost, day);
-                self.stop_if_over(cost);
+                self.judge_spend(cost, day);
             }
         }
+        for repeat in &effect.repeats {
+            self.judge_repeat(repeat);
+        }
         for card in effect.new_cards {
-            self.notify.push(card);
+            self.notify.push(Notice::Card(card));
         }
     }
 }
@@ -179,7 +187,7 @@ impl Inbox {
 /// gateway.
 pub(crate) fn start(inbox: &Arc<Inbox>) {
     tokio::spawn(reconcile::run(inbox.clone()));
-    let taken = inbox.over_budget_rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let taken = inbox.stops_rx.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(rx) = taken {
         tokio::spawn(guard::run(inbox.clone(), rx));
     }
@@ -221,13 +229,15 @@ mod tests {
     fn every_change_bumps_the_counter_and_new_cards_are_queued_for_notification() {
         let inbox = detached();
         let mut changes = inbox.changes();
-        let mut notes = inbox.new_cards().unwrap();
+        let mut notes = inbox.notices().unwrap();
         let asked = serde_json::json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_1",
             "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
         inbox.update(|m, now| m.apply("web", &asked, now));
         assert!(changes.has_changed().unwrap());
         assert_eq!(*changes.borrow_and_update(), 1);
-        let note = notes.try_recv().unwrap();
+        let Notice::Card(note) = notes.try_recv().unwrap() else {
+            panic!("a card")
+        };
         assert_eq!((note.project.as_str(), note.tool.as_str()), ("web", "bash"));
         // An event that changes nothing does not wake the pages.
         let noise = serde_json::json!({"type": "message.part.delta", "properties": {}});

@@ -14,9 +14,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use serde_json::Value;
 
 pub use super::cards::*;
+pub(crate) use super::parse::Failure;
 #[cfg(test)]
 use super::parse::first_lines;
-use super::parse::{permission, question, session_from_info, status};
+use super::parse::{permission, question, session_from_info, status, tool_outcome};
 
 /// Sessions kept per project (the most recently active).
 pub(crate) const MAX_SESSIONS: usize = 200;
@@ -33,13 +34,32 @@ pub(crate) struct Effect {
     pub new_cards: Vec<NewCard>,
     /// Sessions whose cumulative cost was reported (new, or changed), for the meter.
     pub costs: Vec<crate::budget::CostSeen>,
+    /// A session failed the same way as the last time, for the runaway guard.
+    pub repeats: Vec<Repeat>,
+}
+
+/// A session that failed as it did the time before: `count` times in a row now.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Repeat {
+    pub project: String,
+    pub session: String,
+    pub failure: Failure,
+    pub count: u32,
 }
 
 impl Effect {
+    pub(crate) fn changed(changed: bool) -> Effect {
+        Effect {
+            changed,
+            ..Default::default()
+        }
+    }
+
     fn merge(&mut self, other: Effect) {
         self.changed |= other.changed;
         self.new_cards.extend(other.new_cards);
         self.costs.extend(other.costs);
+        self.repeats.extend(other.repeats);
     }
 }
 
@@ -97,6 +117,29 @@ pub(crate) struct Model {
     /// Requests the gateway is replying to, for whom and with what answer: their `*.replied`
     /// event then says "answered here".
     ours: HashMap<(String, String), (String, String)>,
+}
+
+/// A finished call (or retry) of `session`: a success ends its failure streak; the failure of
+/// the last time again continues it (and is announced), any other starts a new one.
+fn streak(project: &str, session: &mut Session, outcome: Result<(), Failure>) -> Option<Repeat> {
+    let failure = match outcome {
+        Ok(()) => {
+            session.streak = None;
+            return None;
+        }
+        Err(f) => f,
+    };
+    let count = match &session.streak {
+        Some((key, n)) if *key == failure.key => n + 1,
+        _ => 1,
+    };
+    session.streak = Some((failure.key.clone(), count));
+    (count > 1).then(|| Repeat {
+        project: project.to_string(),
+        session: session.id.clone(),
+        failure,
+        count,
+    })
 }
 
 /// Keep at most [`MAX_SESSIONS`]: drop the least recently active that is not busy.
@@ -254,47 +297,97 @@ impl Model {
         }
         if kept(pm).len() >= MAX_CARDS {
             pm.hidden_cards += 1;
-            return Effect {
-                changed: true,
-                new_cards: vec![],
-                costs: vec![],
-            };
+            return Effect::changed(true);
         }
         kept(pm).insert(id, request);
         Effect {
             changed: true,
             new_cards: vec![card],
-            costs: vec![],
+            ..Default::default()
         }
     }
 
-    fn touch_session(&mut self, project: &str, id: &str, now: u64, status: Option<SessionStatus>) -> bool {
+    /// The session `id` (made if unknown), its last activity now.
+    fn touch_session(&mut self, project: &str, id: &str, now: u64) -> &mut Session {
         let sessions = &mut self.project_mut(project).sessions;
-        let session = sessions.entry(id.to_string()).or_insert_with(|| Session {
-            id: id.to_string(),
-            title: String::new(),
-            parent_id: None,
-            status: SessionStatus::Idle,
-            last_activity_ms: now,
-            cost: None,
-            tokens: None,
-        });
-        session.last_activity_ms = session.last_activity_ms.max(now);
-        if let Some(st) = status {
-            session.status = st;
+        if !sessions.contains_key(id) {
+            sessions.insert(id.to_string(), Session::new(id, now));
+            bound_sessions(sessions);
         }
-        bound_sessions(sessions);
-        true
+        // The bound may have dropped the one just made (every other session busy): it comes back.
+        let session = sessions.entry(id.to_string()).or_insert_with(|| Session::new(id, now));
+        session.last_activity_ms = session.last_activity_ms.max(now);
+        session
+    }
+
+    /// A session's status changed. A turn that starts clears the guard's flag; one that ends
+    /// ends its failure streak; a retry of the same provider error continues it.
+    fn set_status(&mut self, project: &str, id: &str, now: u64, status: SessionStatus) -> Effect {
+        let session = self.touch_session(project, id, now);
+        if status != SessionStatus::Idle && session.status == SessionStatus::Idle {
+            session.flag = None;
+            session.streak = None;
+            session.last_said_ms = now;
+        }
+        let failure = match &status {
+            SessionStatus::Retry { message, .. } => Some(Failure::new("retry", message)),
+            SessionStatus::Idle => {
+                session.streak = None;
+                None
+            }
+            SessionStatus::Busy => None,
+        };
+        session.status = status;
+        let mut effect = Effect::changed(true);
+        if let Some(f) = failure {
+            effect.repeats.extend(streak(project, session, Err(f)));
+        }
+        effect
+    }
+
+    /// The model said something in a session (a message or a part of one); a finished tool
+    /// call's outcome continues or ends its failure streak.
+    fn said(&mut self, project: &str, id: &str, now: u64, outcome: Option<Result<(), Failure>>) -> Effect {
+        let session = self.touch_session(project, id, now);
+        session.last_said_ms = now;
+        let mut effect = Effect::changed(outcome.is_some());
+        if let Some(outcome) = outcome {
+            effect.repeats.extend(streak(project, session, outcome));
+        }
+        effect
+    }
+
+    /// The guard's word on a session (true if it is known).
+    pub(crate) fn flag(&mut self, project: &str, id: &str, flag: Flag) -> bool {
+        match self.projects.get_mut(project).and_then(|p| p.sessions.get_mut(id)) {
+            Some(s) => {
+                s.flag = Some(flag);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Busy sessions unflagged whose model said nothing since `before` (ms), by project, for
+    /// the projects `watched` says.
+    pub(crate) fn silent_since(&self, watched: impl Fn(&str) -> Option<u64>, now: u64) -> Vec<(String, String, u64)> {
+        let mut out = Vec::new();
+        for (name, p) in &self.projects {
+            let Some(max_busy) = watched(name) else { continue };
+            for s in p.sessions.values() {
+                let quiet = now.saturating_sub(s.last_said_ms);
+                if s.status != SessionStatus::Idle && s.flag.is_none() && quiet >= max_busy {
+                    out.push((name.clone(), s.id.clone(), quiet));
+                }
+            }
+        }
+        out
     }
 
     /// One event's `payload` (`{"type", "properties"}`) for `project`.
     pub(crate) fn apply(&mut self, project: &str, payload: &Value, now: u64) -> Effect {
         let props = &payload["properties"];
-        let changed = |c: bool| Effect {
-            changed: c,
-            new_cards: vec![],
-            costs: vec![],
-        };
+        let changed = Effect::changed;
         match payload["type"].as_str().unwrap_or_default() {
             "permission.asked" => match permission(props, now) {
                 Some(p) => self.add_permission(project, p),
@@ -356,17 +449,28 @@ impl Model {
                 changed(c)
             }
             "session.status" => match props["sessionID"].as_str() {
-                Some(id) => changed(self.touch_session(project, id, now, Some(status(&props["status"])))),
+                Some(id) => self.set_status(project, id, now, status(&props["status"])),
                 None => Effect::default(),
             },
             "session.idle" => match props["sessionID"].as_str() {
-                Some(id) => changed(self.touch_session(project, id, now, Some(SessionStatus::Idle))),
+                Some(id) => self.set_status(project, id, now, SessionStatus::Idle),
                 None => Effect::default(),
             },
             "message.updated" => match props["info"]["sessionID"].as_str().or(props["sessionID"].as_str()) {
-                Some(id) => changed(self.touch_session(project, id, now, None)),
+                Some(id) => {
+                    self.said(project, id, now, None);
+                    changed(true)
+                }
                 None => Effect::default(),
             },
+            // The busiest event (a tool's progress, a text part): read for finished tool calls.
+            "message.part.updated" => {
+                let part = &props["part"];
+                match props["sessionID"].as_str().or(part["sessionID"].as_str()) {
+                    Some(id) => self.said(project, id, now, tool_outcome(part)),
+                    None => Effect::default(),
+                }
+            }
             _ => Effect::default(),
         }
     }
@@ -394,15 +498,7 @@ impl Model {
         if let Some(map) = seed.statuses.as_object() {
             for (id, st) in map {
                 if !sessions.contains_key(id) {
-                    let mut s = old.get(id).cloned().unwrap_or(Session {
-                        id: id.clone(),
-                        title: String::new(),
-                        parent_id: None,
-                        status: SessionStatus::Idle,
-                        last_activity_ms: now,
-                        cost: None,
-                        tokens: None,
-                    });
+                    let mut s = old.get(id).cloned().unwrap_or_else(|| Session::new(id, now));
                     s.status = status(st);
                     sessions.insert(id.clone(), s);
                 }

@@ -120,6 +120,57 @@ pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<S
         last_activity_ms: old.map_or(updated, |o| o.last_activity_ms.max(updated)),
         cost: info["cost"].as_f64().or(old.and_then(|o| o.cost)),
         tokens: tokens.or_else(|| old.and_then(|o| o.tokens.clone())),
+        flag: old.and_then(|o| o.flag.clone()),
+        streak: old.and_then(|o| o.streak.clone()),
+        last_said_ms: old.map_or(updated, |o| o.last_said_ms),
         id,
     })
+}
+
+/// How a finished tool call ended (`message.part.updated`'s `part`): `None` for anything that is
+/// not a finished tool call, `Some(Ok(()))` for a success, `Some(Err(failure))` for a failure,
+/// named by tool and first line. Seen on OpenCode 1.18.33: a tool that throws ends `"status":
+/// "error"` with `error` (`read` of a missing file: "File not found: …"); a shell command that
+/// exits non-zero ends `"completed"` with `metadata.exit` and its output.
+pub(super) fn tool_outcome(part: &Value) -> Option<Result<(), Failure>> {
+    if part["type"] != "tool" {
+        return None;
+    }
+    let tool = part["tool"].as_str().unwrap_or("tool");
+    let state = &part["state"];
+    let said = match state["status"].as_str()? {
+        "error" => state["error"].as_str().unwrap_or_default().to_string(),
+        "completed" => match state["metadata"]["exit"].as_i64() {
+            Some(code) if code != 0 => {
+                let out = state["output"].as_str().unwrap_or_default();
+                format!("exit {code}: {}", out.trim_start())
+            }
+            _ => return Some(Ok(())),
+        },
+        _ => return None,
+    };
+    Some(Err(Failure::new(tool, &said)))
+}
+
+/// A failure: what repeats when it repeats (the tool and what it said, cut), and its first line.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Failure {
+    /// The tool (`bash`) or `retry` (OpenCode's own retry of a provider error).
+    pub tool: String,
+    /// The tool and its error's first 300 characters: equal keys are the same failure.
+    pub key: String,
+    /// The first line, for a page.
+    pub first_line: String,
+}
+
+impl Failure {
+    pub(crate) fn new(tool: &str, said: &str) -> Failure {
+        let said: String = said.chars().take(300).collect();
+        let first_line = said.lines().next().unwrap_or_default().chars().take(200).collect();
+        Failure {
+            tool: tool.chars().take(64).collect(),
+            key: format!("{tool}\n{said}"),
+            first_line,
+        }
+    }
 }

@@ -1,4 +1,4 @@
-//! New cards waiting for the notifier (`notify`, which takes the receiving end). The inbox queues
+//! New cards and alerts waiting for the notifier (`notify`, which takes the receiving end). The inbox queues
 //! them with `try_send` into a bounded channel (a full channel drops and counts), so a slow or
 //! failing notification never holds the inbox, let alone a request.
 
@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
-use super::NewCard;
+use super::Notice;
 
 const QUEUE: usize = 256;
 
 /// The inbox's end of the channel.
 pub(crate) struct Queue {
-    tx: mpsc::Sender<NewCard>,
-    rx: Mutex<Option<mpsc::Receiver<NewCard>>>,
+    tx: mpsc::Sender<Notice>,
+    rx: Mutex<Option<mpsc::Receiver<Notice>>>,
     dropped: AtomicU64,
 }
 
@@ -29,8 +29,8 @@ impl Queue {
     }
 
     /// Queue without waiting; a full queue drops the request (and counts it).
-    pub(crate) fn push(&self, card: NewCard) {
-        if self.tx.try_send(card).is_err() {
+    pub(crate) fn push(&self, notice: Notice) {
+        if self.tx.try_send(notice).is_err() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -40,7 +40,7 @@ impl Queue {
     }
 
     /// The receiving end, once (for the notifier).
-    pub(crate) fn take_receiver(&self) -> Option<mpsc::Receiver<NewCard>> {
+    pub(crate) fn take_receiver(&self) -> Option<mpsc::Receiver<Notice>> {
         self.rx.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
@@ -54,17 +54,17 @@ impl Default for Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inbox::CardKind;
+    use crate::inbox::{CardKind, NewCard};
 
     #[test]
     fn a_full_queue_drops_and_counts() {
         let q = Queue::new();
         for _ in 0..QUEUE + 3 {
-            q.push(NewCard {
+            q.push(Notice::Card(NewCard {
                 project: "a".into(),
                 kind: CardKind::Permission,
                 tool: "bash".into(),
-            });
+            }));
         }
         assert_eq!(q.dropped(), 3);
         assert!(q.take_receiver().is_some());

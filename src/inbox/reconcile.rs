@@ -147,11 +147,7 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
                         m.set_server(&t.project, ServerState::Starting, t.directory.clone());
                     }
                 }
-                Effect {
-                    changed: true,
-                    new_cards: vec![],
-                    costs: vec![],
-                }
+                Effect::changed(true)
             });
         }
         watching.insert(
@@ -185,10 +181,6 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
                 }
             }
         }
-        Effect {
-            changed,
-            new_cards: vec![],
-            costs: vec![],
-        }
+        Effect::changed(changed)
     });
 }

@@ -103,7 +103,7 @@ impl InboxError {
 
 /// OpenCode's ids are `per_…`, `que_…`, `ses_…`: letters, digits and `_`. Anything else would
 /// change the upstream path.
-fn check_id(id: &str) -> Result<(), InboxError> {
+pub(super) fn check_id(id: &str) -> Result<(), InboxError> {
     if !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         Ok(())
     } else {
@@ -219,9 +219,9 @@ pub(crate) enum By<'a> {
     /// The gateway's own OS user on the control socket (`front/control.rs`, 0600): outside the user and
     /// role model, like the CLI; it posts with the gateway's credential and audits itself.
     ControlSocket,
-    /// The gateway itself, stopping a session that crossed its budget (`guard.rs`): with the
-    /// gateway's credential, audited by the guard.
-    Budget,
+    /// The gateway itself, stopping a session over its budget or running away (`guard.rs`), or
+    /// resuming one it stopped (an approver's word): with the gateway's credential, audited.
+    Guard,
 }
 
 impl By<'_> {
@@ -229,14 +229,14 @@ impl By<'_> {
         match self {
             By::User(road) => road.user(),
             By::ControlSocket => "control",
-            By::Budget => "budget",
+            By::Guard => "guard",
         }
     }
 }
 
 /// POST `path` (without a directory: the road adds the project's) in `project` as `by`; the
 /// status and at most `keep` characters of the answer.
-async fn send(
+pub(super) async fn send(
     inbox: &Inbox,
     by: &By<'_>,
     project: &str,
@@ -245,7 +245,7 @@ async fn send(
     keep: usize,
 ) -> Result<(u16, String), InboxError> {
     match by {
-        By::ControlSocket | By::Budget => {
+        By::ControlSocket | By::Guard => {
             let (endpoint, dir) = target(&*inbox.parts.projects, project)?;
             let path = with_directory(path, dir.as_deref());
             post_keeping(inbox.parts.connect_timeout, &endpoint, &path, body, keep).await
@@ -300,7 +300,7 @@ impl Inbox {
             // Answered (by us or, on a 404, by someone else): the card goes now; the event that
             // follows finds nothing to do. On an error the card stays.
             let gone = outcome.is_ok() && m.resolve(project, id, now, Some(answer));
-            model_changed(gone)
+            super::model::Effect::changed(gone)
         });
         outcome
     }
@@ -411,14 +411,6 @@ impl Inbox {
                 body: body.chars().take(300).collect(),
             }),
         }
-    }
-}
-
-fn model_changed(changed: bool) -> super::model::Effect {
-    super::model::Effect {
-        changed,
-        new_cards: vec![],
-        costs: vec![],
     }
 }
 

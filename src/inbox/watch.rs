@@ -70,11 +70,7 @@ pub(crate) async fn run(
                     );
                 }
             }
-            Effect {
-                changed,
-                new_cards: vec![],
-                costs: vec![],
-            }
+            Effect::changed(changed)
         });
         if started.elapsed() > Duration::from_secs(60) {
             backoff = Duration::from_secs(1);
@@ -171,8 +167,17 @@ const INTERESTING: [&[u8]; 11] = [
     b"\"message.updated\"",
 ];
 
+/// A finished tool call (the runaway guard's count): of the busiest event type, only these are
+/// parsed. OpenCode 1.18.33 writes its events as compact JSON.
+fn finished_tool_call(event: &[u8]) -> bool {
+    let has = |n: &[u8]| memchr::memmem::find(event, n).is_some();
+    has(b"\"message.part.updated\"")
+        && has(b"\"type\":\"tool\"")
+        && (has(b"\"status\":\"error\"") || has(b"\"status\":\"completed\""))
+}
+
 fn dispatch(inbox: &Inbox, targets: &[Target], event: &[u8]) {
-    if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some()) {
+    if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some()) && !finished_tool_call(event) {
         return;
     }
     let text = String::from_utf8_lossy(event);
@@ -251,5 +256,25 @@ impl<'a> Open<'a> {
 impl Drop for Open<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finished_tool_call;
+
+    /// Events as OpenCode 1.18.33 sent them (a failing `read`, a running `bash`, its `sync` twin).
+    #[test]
+    fn only_finished_tool_calls_of_the_part_events_are_read() {
+        let error = br#"data: {"directory":"/p","payload":{"type":"message.part.updated","properties":{"sessionID":"ses_1","part":{"type":"tool","tool":"read","callID":"call_2","state":{"status":"error","input":{"filePath":"/x"},"error":"File not found: /x"}}}}}"#;
+        let done = br#"data: {"payload":{"type":"message.part.updated","properties":{"part":{"type":"tool","tool":"bash","state":{"status":"completed","metadata":{"exit":1}}}}}}"#;
+        let running = br#"data: {"payload":{"type":"message.part.updated","properties":{"part":{"type":"tool","tool":"bash","state":{"status":"running"}}}}}"#;
+        let text = br#"data: {"payload":{"type":"message.part.updated","properties":{"part":{"type":"text","text":"status completed"}}}}"#;
+        let sync = br#"data: {"payload":{"type":"sync","syncEvent":{"type":"message.part.updated.1","data":{"part":{"type":"tool","state":{"status":"error"}}}}}}"#;
+        assert!(finished_tool_call(error));
+        assert!(finished_tool_call(done));
+        assert!(!finished_tool_call(running));
+        assert!(!finished_tool_call(text));
+        assert!(!finished_tool_call(sync));
     }
 }

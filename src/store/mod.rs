@@ -180,6 +180,8 @@ pub(crate) trait SpendStore: Send + Sync {
     /// `(kind, name, usd)` of `day` (days since the epoch, UTC); kind is `project` or `user`.
     fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError>;
     fn session_costs(&self) -> Result<Vec<SessionCost>, StoreError>;
+    /// `(kind, name, usd)` summed over the days from `from` up to, not including, `to`.
+    fn spend_between(&self, from: i64, to: i64) -> Result<Vec<(String, String, f64)>, StoreError>;
     /// Write `day`'s totals and the sessions' costs (each replacing what was there), at once.
     fn save_spend(
         &self,

@@ -459,6 +459,14 @@ impl super::SpendStore for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn spend_between(&self, from: i64, to: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
+        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stmt = conn
+            .prepare("SELECT kind, name, SUM(usd) FROM spend_days WHERE day >= ?1 AND day < ?2 GROUP BY kind, name")?;
+        let rows = stmt.query_map(params![from, to], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn session_costs(&self) -> Result<Vec<super::SessionCost>, StoreError> {
         let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         let mut stmt = conn.prepare("SELECT project, session, parent, prompter, usd FROM session_costs")?;
@@ -537,6 +545,12 @@ mod tests {
         assert_eq!(store.spend_of_day(11).unwrap().len(), 2);
         assert!(store.spend_of_day(12).unwrap().is_empty());
         assert_eq!(store.session_costs().unwrap(), vec![session(1.5)]);
+        // A month so far: the sum of its days, today's not included.
+        let mut month = store.spend_between(9, 12).unwrap();
+        month.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(month, totals(1.75));
+        assert_eq!(store.spend_between(9, 11).unwrap().len(), 2);
+        assert!(store.spend_between(11, 11).unwrap().is_empty());
     }
 
     fn sample(id: &str, digest: u8, user: &str) -> TokenRecord {

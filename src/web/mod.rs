@@ -9,6 +9,7 @@
 //! it gets the control room. The other page paths (`/login`, `/logout`, `/inbox`, `/pair`) are
 //! OpenCode web-UI routes nobody uses, and always the gateway's.
 
+pub mod budget_form;
 pub mod ca_page;
 pub mod form;
 pub mod front;
@@ -57,6 +58,8 @@ pub enum Page {
     NewSession,
     /// Restart a project's spawned server (operators).
     Restart,
+    /// Raise or reset a project's or a session's budget (operators).
+    Budget,
     Static(&'static str),
     /// Login host: begin single sign-on (`[oidc]`).
     OidcStart,
@@ -105,6 +108,7 @@ pub(crate) fn page(
             (false, ["act"]) => Page::Act,
             (false, ["new"]) => Page::NewSession,
             (false, ["restart"]) => Page::Restart,
+            (false, ["budget"]) => Page::Budget,
             (false, ["oidc", "start"]) => Page::OidcStart,
             (false, ["oidc", "callback"]) => Page::OidcCallback,
             (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
@@ -249,6 +253,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Act, &Method::POST) => room::act(ctx, body).await,
         (Page::NewSession, &Method::POST) => room::new_session(ctx, body).await,
         (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
+        (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
         (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),

@@ -45,6 +45,28 @@ pub(crate) struct SessionRow {
     pub busy: bool,
     /// The session's oldest waiting permission request, for the portal's "Approve".
     pub waiting: Option<WaitingRow>,
+    /// What the gateway's guard said of it ("stopped: retried the same failure twice").
+    pub flag: Option<FlagRow>,
+}
+
+pub(crate) struct FlagRow {
+    /// "stopped: …", or "flagged: …" when the guard only reports.
+    pub says: String,
+    /// The failure's first line, or the budget's figures.
+    pub detail: String,
+    /// The guard stopped it: an approver may resume it ("continue").
+    pub resumable: bool,
+    /// It was stopped for its budget: an operator may reset the session's budget.
+    pub budget: bool,
+}
+
+fn flag_row(f: &crate::inbox::Flag) -> FlagRow {
+    FlagRow {
+        says: format!("{}: {}", if f.stopped { "stopped" } else { "flagged" }, f.says),
+        detail: f.detail.clone(),
+        resumable: f.stopped,
+        budget: f.why == crate::inbox::FlagWhy::Budget,
+    }
 }
 
 pub(crate) struct WaitingRow {
@@ -71,6 +93,8 @@ pub(crate) struct ProjectRow {
     pub can_create: bool,
     /// An operator (or admin) there, and the gateway runs its server.
     pub can_restart: bool,
+    /// The user may raise or reset the project's budgets (operators, on a project with one).
+    pub can_raise: bool,
     /// Its web UI's origin, as this browser reaches it.
     pub origin: Option<String>,
 }
@@ -119,6 +143,9 @@ pub(crate) struct Room {
     /// fixed sentence; never text a client sent.
     pub flash: Option<String>,
     pub viewer_only: bool,
+    /// What the user spent today and this month (shown when they spent anything or have a
+    /// daily limit).
+    pub my_spend: Option<String>,
 }
 
 #[derive(Template)]
@@ -197,6 +224,15 @@ fn project_link(origin: &Option<String>, directory: Option<&str>) -> Option<Stri
     })
 }
 
+/// What `role` may do to the project in `row` from the portal: create a session, restart its
+/// server, raise its budget (operators, on a project with one).
+fn allow(row: &mut ProjectRow, state: &State, role: Option<Role>) {
+    let Some(role) = role else { return };
+    row.can_create = may_create_session(state, role, &row.name);
+    row.can_restart = may_restart(state, role, &row.name);
+    row.can_raise = role >= Role::Operator && state.projects.get(&row.name).is_some_and(|p| p.config.budget.any());
+}
+
 /// May `role` create a session in `project`, by the rule a proxied `POST /session` meets (the
 /// table, the upstream's document, `[[route_role]]`)?
 fn may_create_session(state: &State, role: Role, project: &str) -> bool {
@@ -269,8 +305,7 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         let origin = project_origin(ctx, &v.name);
         let on_box = state.projects.get(&v.name).and_then(|p| p.config.on_box.as_deref());
         let mut row = project_row(v, &origin, on_box, can_answer, now);
-        row.can_create = role.is_some_and(|r| may_create_session(state, r, &v.name));
-        row.can_restart = role.is_some_and(|r| may_restart(state, r, &v.name));
+        allow(&mut row, state, role);
         row.origin = origin.clone();
         row.spend = spend_line(ctx.gw, state, &v.name);
         projects.push(row);
@@ -329,6 +364,7 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         notes,
         flash,
         viewer_only: viewer_only && !views.is_empty(),
+        my_spend: my_spend_line(ctx.gw, state, user),
     }
 }
 
@@ -343,14 +379,35 @@ fn capitalize(s: &str) -> String {
 /// "Spent today: $0.0420 of $40.00 (UTC)": the project's spend today as the meter saw it, and
 /// its daily budget; nothing for a project with no budget that spent nothing.
 fn spend_line(gw: &crate::gateway::Gateway, state: &State, project: &str) -> Option<String> {
+    use crate::budget::meter::{project_key, today};
     let budget = state.projects.get(project)?.config.budget;
-    let spent = gw.inbox.meter.project_day(project, crate::budget::meter::today());
-    if !budget.any() && spent == 0.0 {
+    let day = today();
+    let (spent, month) = gw.inbox.meter.spend_of("project", project, day);
+    if !budget.any() && month == 0.0 {
         return None;
     }
+    let raised = gw.inbox.meter.raised(&project_key(project), day);
     Some(match budget.project_day_usd {
-        Some(limit) => format!("Spent today: ${spent:.4} of ${limit:.2} (UTC day)"),
-        None => format!("Spent today: ${spent:.4} (UTC day)"),
+        Some(limit) if raised > 0.0 => format!(
+            "Spent today: ${spent:.4} of ${:.2} (raised by ${raised:.2}; UTC day) · this month: ${month:.4}",
+            limit + raised
+        ),
+        Some(limit) => format!("Spent today: ${spent:.4} of ${limit:.2} (UTC day) · this month: ${month:.4}"),
+        None => format!("Spent today: ${spent:.4} (UTC day) · this month: ${month:.4}"),
+    })
+}
+
+/// "You spent today: $0.0210 of $25.00 (UTC day) · this month: $1.2000", when the user spent
+/// anything this month or has a daily limit.
+fn my_spend_line(gw: &crate::gateway::Gateway, state: &State, user: &str) -> Option<String> {
+    let limit = state.settings.user_day_usd;
+    let (spent, month) = gw.inbox.meter.spend_of("user", user, crate::budget::meter::today());
+    if limit.is_none() && month == 0.0 {
+        return None;
+    }
+    Some(match limit {
+        Some(l) => format!("You spent today: ${spent:.4} of ${l:.2} (UTC day) · this month: ${month:.4}"),
+        None => format!("You spent today: ${spent:.4} (UTC day) · this month: ${month:.4}"),
     })
 }
 
@@ -424,6 +481,7 @@ fn project_row(
                 subagent: s.parent_id.is_some(),
                 busy: !matches!(s.status, SessionStatus::Idle),
                 waiting,
+                flag: s.flag.as_ref().map(flag_row),
             }
         })
         .collect();
@@ -440,6 +498,7 @@ fn project_row(
         can_answer,
         can_create: false,
         can_restart: false,
+        can_raise: false,
         origin: None,
     }
 }
@@ -571,6 +630,9 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         }
         Some("elsewhere") => Some("That request was already answered elsewhere."),
         Some("aborted") => Some("The session was told to stop."),
+        Some("resumed") => Some("The session was told to continue."),
+        Some("raised") => Some("The budget was raised."),
+        Some("reset") => Some("The budget was reset: what was spent so far no longer counts against it."),
         Some("gone") => Some("That session had already stopped."),
         Some("created") => Some("A new session was created."),
         Some("restarting") => Some("Restarting the project's server: its sessions stop; it is back in a few seconds."),
@@ -684,6 +746,7 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
                 inbox.reply_question(project, id, answers, by).await
             }
         }
+        "resume" => return resume(ctx, &live, project, id, back).await,
         "abort" => {
             if !v.sessions.iter().any(|s| s.id == id) {
                 return Ok(page::redirect(&format!("{back}?done=gone")));
@@ -708,6 +771,29 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
     }
 }
 
+/// "Resume" on a session the guard stopped: approvers and up (the role that answers the agent's
+/// requests); the gateway sends the one fixed "continue" (`Inbox::resume`).
+async fn resume(
+    ctx: &Ctx<'_>,
+    live: &Live,
+    project: &str,
+    id: &str,
+    back: &str,
+) -> Result<Response<ProxyBody>, HttpError> {
+    if role_of(ctx.state, &live.user, project).is_none_or(|r| r < Role::Approver) {
+        return Err(HttpError::Forbidden(format!(
+            "resuming a stopped session of {project} needs the approver role or above"
+        )));
+    }
+    let r = ctx.gw.inbox.resume(project, id, &live.user).await;
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, ok = r.is_ok(), "stopped session resumed from the control room");
+    match r {
+        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=resumed"))),
+        Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=gone"))),
+        Err(e) => Err(inbox_error(project, e)),
+    }
+}
+
 /// For each of a question card's `n` questions, the labels ticked (`q<i>`) and the user's own
 /// text (`q<i>-own`), in order.
 fn chosen_answers(f: &form::Form, n: usize) -> Vec<Vec<String>> {
@@ -725,6 +811,15 @@ fn chosen_answers(f: &form::Form, n: usize) -> Vec<Vec<String>> {
 /// The login behind a state-changing portal form, and its `project` field: cross-origin
 /// requests refused first, then no login, then (as absent) a project the user has no role in.
 async fn portal_form(ctx: &Ctx<'_>, body: Incoming) -> Result<(Arc<Live>, String, Role), HttpError> {
+    let (live, _, project, role) = portal_form_fields(ctx, body).await?;
+    Ok((live, project, role))
+}
+
+/// [`portal_form`], with the form's other fields.
+pub(super) async fn portal_form_fields(
+    ctx: &Ctx<'_>,
+    body: Incoming,
+) -> Result<(Arc<Live>, form::Form, String, Role), HttpError> {
     ctx.check_csrf()?;
     let Some(live) = ctx.login_session().await? else {
         return Err(HttpError::Unauthenticated);
@@ -734,7 +829,7 @@ async fn portal_form(ctx: &Ctx<'_>, body: Incoming) -> Result<(Arc<Live>, String
     let Some(role) = role_of(ctx.state, &live.user, &project) else {
         return Err(HttpError::NotFound(format!("no project {project:?} of yours")));
     };
-    Ok((live, project, role))
+    Ok((live, f, project, role))
 }
 
 /// The user behind a login session, as the proxy knows them, for a request made on their behalf:
@@ -924,6 +1019,7 @@ mod tests {
             can_answer: true,
             can_create: false,
             can_restart: false,
+            can_raise: false,
             origin: None,
         };
         let card = |name: &str, on_box: Option<&str>| CardRow {
@@ -951,6 +1047,7 @@ mod tests {
             pending: 2,
             flash: None,
             viewer_only: false,
+            my_spend: None,
         };
         let portal = PortalContent { r: &room }.render().unwrap();
         assert_eq!(portal.matches("on gpu1").count(), 1, "{portal}");

@@ -11,9 +11,14 @@ use crate::common::client::{Https, basic, json};
 use crate::common::gateway::{Gateway, base_config, users_toml};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::stack::ALICE_PW;
+use crate::common::webhook::receiver;
 
 /// One answer's cost, as OpenCode computes it for the priced fake model.
 const ANSWER_USD: f64 = 0.0105;
+
+const VIC_PW: &str = "vic-password-1";
+/// The command the runaway agent runs again and again: it fails the same way each time.
+const FAILING: &str = "cat ocgw-runaway-missing-file";
 
 fn alice() -> String {
     basic("alice", ALICE_PW)
@@ -53,17 +58,27 @@ fn metrics_text(gw: &Gateway) -> String {
 
 /// A real OpenCode on `model` as project demo with `budget = { <budget> }`; alice operates it.
 fn demo_with_budget(model: &FakeModel, budget: &str) -> (OpenCode, Gateway) {
+    demo_guarded(model, budget, None)
+}
+
+/// Like [`demo_with_budget`], with notifications to the webhook `hook` when given, and vic, who
+/// only views the project.
+fn demo_guarded(model: &FakeModel, budget: &str, hook: Option<&str>) -> (OpenCode, Gateway) {
     let oc = tokio::task::block_in_place(|| OpenCode::start(model));
     let pw = oc.password.clone();
+    let notify = hook.map_or(String::new(), |h| {
+        format!("[notify]\nwebhook = \"{h}\"\ndebounce = \"100ms\"\n\n")
+    });
+    let user = |name, password, role| crate::common::gateway::TestUser {
+        name,
+        password,
+        projects: "[\"*\"]",
+        role,
+    };
     let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ {budget} }}\n\n{}",
+        "{notify}[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\nbudget = {{ {budget} }}\n\n{}",
         oc.url(),
-        users_toml(&[crate::common::gateway::TestUser {
-            name: "alice",
-            password: ALICE_PW,
-            projects: "[\"*\"]",
-            role: "operator",
-        }])
+        users_toml(&[user("alice", ALICE_PW, "operator"), user("vic", VIC_PW, "viewer")])
     ));
     let gw = Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw));
     (oc, gw)
@@ -106,7 +121,16 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         crate::common::login::browser_get(&c.host(crate::common::login::LOGIN_HOST), "/", Some(&cookie), true).await;
     assert_eq!(portal.status, 200, "{}", portal.body);
     assert!(
-        portal.body.contains("Spent today: $0.0210 (UTC day)"),
+        portal
+            .body
+            .contains("Spent today: $0.0210 (UTC day) · this month: $0.0210"),
+        "{}",
+        portal.body
+    );
+    assert!(
+        portal
+            .body
+            .contains("You spent today: $0.0210 (UTC day) · this month: $0.0210"),
         "{}",
         portal.body
     );
@@ -205,7 +229,10 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         let portal =
             crate::common::login::browser_get(&c.host(crate::common::login::LOGIN_HOST), "/", Some(&cookie), true)
                 .await;
-        if portal.body.contains("Spent today: $0.0420 (UTC day)") {
+        if portal
+            .body
+            .contains("Spent today: $0.0420 (UTC day) · this month: $0.0420")
+        {
             break;
         }
         assert!(
@@ -224,6 +251,36 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         status, 403,
         "the spent session is still refused after a restart: {answer}"
     );
+
+    // An operator raises the session's budget from the portal (a viewer may not): the next
+    // prompt goes through, and the raise is audited.
+    use crate::common::login::{LOGIN_HOST, form_login, portal_post};
+    let lh = c.host(LOGIN_HOST);
+    let raise = format!("project=demo&scope=session&session={id}&do=raise&usd=0.05");
+    let vic = form_login(&c, "vic", VIC_PW).await;
+    let refused = portal_post(&lh, &vic, "/_gw/budget", &raise).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("needs the operator role; vic has viewer"),
+        "{}",
+        refused.body
+    );
+    for bad in ["usd=-1", "usd=nan", "usd=1e9"] {
+        let form = raise.replace("usd=0.05", bad);
+        let r = portal_post(&lh, &cookie, "/_gw/budget", &form).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+    }
+    let (status, _) = json(&c, "POST", &message, &alice(), prompt).await;
+    assert_eq!(status, 403, "a refused raise raised nothing");
+    let raised = portal_post(&lh, &cookie, "/_gw/budget", &raise).await;
+    assert_eq!(raised.status, 303, "{}", raised.body);
+    let (status, answer) = json(&c, "POST", &message, &alice(), prompt).await;
+    assert_eq!(status, 200, "raised by $0.05: {answer}");
+    let r = crate::common::audit::find(&crate::common::audit::file(&gw), "budget_raised", |r| {
+        r["session"] == id.as_str()
+    })
+    .await;
+    assert_eq!((&r["user"], &r["added"]), (&"alice".into(), &0.05.into()), "{r}");
 }
 
 /// `check` refuses a budget that is not an amount, a share or an action, and a user's daily
@@ -232,7 +289,7 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
 fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
     let dir = tempfile::tempdir().unwrap();
     let config = base_config(
-        "[budget]\nsession_usd = -1.0\non_exceed = \"explode\"\nwarn_at = 1.5\n\n[[project]]\nname = \"web\"\nupstream = \"http://127.0.0.1:4096\"\nbudget = { project_day_usd = 0.0, user_day_usd = 3.0 }\n",
+        "[budget]\nsession_usd = -1.0\non_exceed = \"explode\"\nwarn_at = 1.5\nsame_failure = 1\nmax_busy_minutes = -3.0\non_runaway = \"panic\"\n\n[[project]]\nname = \"web\"\nupstream = \"http://127.0.0.1:4096\"\nbudget = { project_day_usd = 0.0, user_day_usd = 3.0 }\n",
     );
     let file = dir.path().join("gateway.toml");
     std::fs::write(&file, config).unwrap();
@@ -247,6 +304,9 @@ fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
         ("budget.session_usd", "-1 is not an amount of US dollars"),
         ("budget.on_exceed", "\"explode\" is not what a budget can do"),
         ("budget.warn_at", "1.5 is not a share of a limit"),
+        ("budget.same_failure", "1 is not a number of failures in a row"),
+        ("budget.max_busy_minutes", "-3 is not a number of minutes"),
+        ("budget.on_runaway", "\"panic\" is not what a budget can do"),
         ("project[0].budget.project_day_usd", "0 is not an amount of US dollars"),
         ("project[0].budget.user_day_usd", "counts across projects"),
     ] {
@@ -256,13 +316,14 @@ fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
 
 /// A runaway agent (the fake model asks for the bash tool after every result, each step $0.0105)
 /// is stopped by the gateway with OpenCode's own abort once its session's spend reaches the
-/// budget: the model is asked no more, the stop is audited, and a new prompt on the session is
-/// refused.
+/// budget: the model is asked no more, the stop is audited, the team's webhook is told (project,
+/// session, figures; not the prompt), and a new prompt on the session is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     let model = FakeModel::start("true").await.priced(3.0, 15.0).allowing_bash();
-    let (_oc, gw) = demo_with_budget(&model, "session_usd = 0.03");
+    let (hook, hooked) = receiver(vec![]).await;
+    let (_oc, gw) = demo_guarded(&model, "session_usd = 0.03, warn_at = 0.5", Some(&hook));
     let c = Https::new(gw.https, &gw.ca());
     let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
@@ -277,7 +338,7 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     .await;
     assert!((200..300).contains(&status), "{status} {answer}");
     assert!(
-        gw.wait_log("a session reached its budget: stopping it", Duration::from_secs(60))
+        gw.wait_log("the guard flagged a session", Duration::from_secs(60))
             .await,
         "{}",
         gw.logs()
@@ -320,6 +381,39 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     {
         assert!(Instant::now() < deadline, "the stop is not in the audit trail");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Told twice: at half the budget, then when it was spent and the session stopped.
+    let told = alerts_until(&hooked, 2).await;
+    assert_eq!(told[0]["kind"], "budget_warning", "{told:?}");
+    assert_eq!(told[1]["kind"], "budget_spent", "{told:?}");
+    assert_eq!(
+        (&told[1]["project"], &told[1]["session"], &told[1]["stopped"]),
+        (&"demo".into(), &id.clone().into(), &true.into())
+    );
+    assert!(
+        told[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("of $0.03 (budget.session_usd)"),
+        "{told:?}"
+    );
+    for t in &told {
+        assert!(!t.to_string().contains("LOOPBASH"), "the prompt in a notification: {t}");
+    }
+}
+
+/// The webhook's bodies, parsed, once it has `n` (bounded).
+async fn alerts_until(seen: &std::sync::Mutex<Vec<String>>, n: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: Vec<serde_json::Value> = (seen.lock().unwrap().iter())
+            .map(|b| serde_json::from_str(b).unwrap())
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(Instant::now() < deadline, "{n} notifications expected, got {got:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -380,4 +474,255 @@ async fn the_ssh_front_door_meets_the_same_budget() {
         asked,
         "the model was asked past the budget"
     );
+}
+
+/// The session `id` of project demo in the gateway's inbox (the control socket's JSON), once
+/// `pred` holds for it (bounded).
+async fn session_until(
+    gw: &Gateway,
+    id: &str,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = tokio::task::block_in_place(|| gw.control("GET", "/inbox?project=demo"));
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let session = v["projects"][0]["sessions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|s| s["id"] == id).cloned());
+        if let Some(s) = session.filter(|s| pred(s)) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "{what}: {v:#}\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A new session of demo (as alice) told `text` with `prompt_async`: its id.
+async fn prompted(c: &Https, text: &str) -> String {
+    let (status, session) = json(c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let body = serde_json::json!({"parts": [{"type": "text", "text": text}]}).to_string();
+    let (status, answer) = json(
+        c,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &alice(),
+        &body,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    id
+}
+
+/// Until OpenCode itself says the session is idle (bounded).
+async fn until_idle(c: &Https, id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, busy) = json(c, "GET", "/p/demo/session/status", &alice(), "").await;
+        if busy.get(id).is_none_or(|s| s["type"] == "idle") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the session still runs: {busy}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// An agent started on a loop of the same failing command, in demo with `budget`, the team's
+/// webhook listening.
+struct Runaway {
+    model: FakeModel,
+    hooked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _oc: OpenCode,
+    gw: Gateway,
+    c: Https,
+    id: String,
+}
+
+async fn runaway(budget: &str) -> Runaway {
+    let model = FakeModel::start(FAILING).await.allowing_bash();
+    let (hook, hooked) = receiver(vec![]).await;
+    let (_oc, gw) = demo_guarded(&model, budget, Some(&hook));
+    let c = Https::new(gw.https, &gw.ca());
+    let id = prompted(&c, "LOOPBASH until stopped").await;
+    Runaway {
+        model,
+        hooked,
+        _oc,
+        gw,
+        c,
+        id,
+    }
+}
+
+/// A runaway agent (the fake model runs the same failing command after every result, as
+/// OpenCode 1.18.33 reports it: the bash part ends "completed" with `metadata.exit` 1 and the
+/// same output) is stopped at the second identical failure with OpenCode's own abort. The
+/// portal and /inbox say "stopped: retried the same failure twice" with the error's first line
+/// and a resume button; the webhook is told without the prompt or the output; a viewer may not
+/// resume it; alice (operator) resumes it, the model is told "continue", and the loop is stopped
+/// again at its next second identical failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_approver() {
+    use crate::common::login::{LOGIN_HOST, act, browser_get, form_login};
+    let Runaway {
+        model,
+        hooked,
+        _oc,
+        gw,
+        c,
+        id,
+    } = runaway("same_failure = 2").await;
+    let s = session_until(&gw, &id, "the session flagged stopped", |s| {
+        s["flag"]["stopped"] == true
+    })
+    .await;
+    assert_eq!(s["flag"]["why"], "same_failure", "{s}");
+    assert_eq!(s["flag"]["says"], "retried the same failure twice", "{s}");
+    assert_eq!(
+        s["flag"]["detail"], "exit 1: cat: ocgw-runaway-missing-file: No such file or directory",
+        "{s}"
+    );
+    until_idle(&c, &id).await;
+    // Title request, two failing steps, at most one step already under way.
+    let asked = model.requests.load(Ordering::SeqCst);
+    assert!(asked <= 4, "the model was asked {asked} times before the stop");
+    let audit = crate::common::audit::file(&gw);
+    let r = crate::common::audit::find(&audit, "runaway", |r| r["session"] == id.as_str()).await;
+    assert_eq!((&r["stopped"], &r["project"]), (&true.into(), &"demo".into()), "{r}");
+
+    // The pages say it, with the button.
+    let lh = c.host(LOGIN_HOST);
+    let alice_cookie = form_login(&c, "alice", ALICE_PW).await;
+    for page in ["/", "/inbox"] {
+        let p = browser_get(&lh, page, Some(&alice_cookie), true).await;
+        assert_eq!(p.status, 200, "{}", p.body);
+        for says in [
+            "stopped: retried the same failure twice",
+            "cat: ocgw-runaway-missing-file: No such file or directory",
+            "value=\"resume\"",
+        ] {
+            assert!(p.body.contains(says), "{page} lacks {says}: {}", p.body);
+        }
+    }
+
+    // The team is told: project, session, why; not the prompt, not the command or its output.
+    let told = alerts_until(&hooked, 1).await;
+    assert_eq!(told[0]["kind"], "runaway", "{told:?}");
+    assert_eq!(told[0]["reason"], "the same bash failure twice in a row", "{told:?}");
+    assert_eq!(
+        (&told[0]["session"], &told[0]["stopped"]),
+        (&id.clone().into(), &true.into())
+    );
+    let text = told[0].to_string();
+    for secret in ["LOOPBASH", "ocgw-runaway", "No such file"] {
+        assert!(!text.contains(secret), "{secret} in a notification: {text}");
+    }
+
+    // A viewer may not resume it; alice may.
+    let vic_cookie = form_login(&c, "vic", VIC_PW).await;
+    let form = format!("project=demo&id={id}&do=resume");
+    let refused = act(&lh, &vic_cookie, &form).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("needs the approver role or above"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        model.requests.load(Ordering::SeqCst),
+        asked,
+        "a viewer's resume reached the model"
+    );
+    let resumed = act(&lh, &alice_cookie, &form).await;
+    assert_eq!(resumed.status, 303, "{}", resumed.body);
+    let to = crate::common::login::location(&resumed);
+    assert!(to.ends_with("done=resumed"), "{to}");
+    crate::common::audit::find(&audit, "session_resumed", |r| {
+        r["user"] == "alice" && r["session"] == id.as_str()
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !model.bodies.lock().unwrap().iter().any(|b| b.contains("\"continue\"")) {
+        assert!(Instant::now() < deadline, "the model was not told to continue");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same loop again: stopped again at its next second identical failure.
+    let audit_again = || {
+        crate::common::audit::records(&audit)
+            .iter()
+            .filter(|r| r["event"] == "runaway" && r["session"] == id.as_str())
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while audit_again() < 2 {
+        assert!(Instant::now() < deadline, "not stopped again:\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    until_idle(&c, &id).await;
+}
+
+/// With `on_runaway = "notify"` the same loop is flagged and told, not stopped: the model keeps
+/// being asked until someone aborts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn with_notify_a_runaway_is_flagged_and_told_but_not_stopped() {
+    let Runaway {
+        model,
+        hooked,
+        _oc,
+        gw,
+        c,
+        id,
+    } = runaway("same_failure = 2, on_runaway = \"notify\"").await;
+    let s = session_until(&gw, &id, "the session flagged", |s| s["flag"].is_object()).await;
+    assert_eq!(s["flag"]["stopped"], false, "{s}");
+    let told = alerts_until(&hooked, 1).await;
+    assert_eq!(
+        (&told[0]["kind"], &told[0]["stopped"]),
+        (&"runaway".into(), &false.into())
+    );
+    // Still running: the model is asked again and again.
+    let flagged_at = model.requests.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while model.requests.load(Ordering::SeqCst) < flagged_at + 3 {
+        assert!(Instant::now() < deadline, "the loop stopped without an abort");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, _) = json(&c, "POST", &format!("/p/demo/session/{id}/abort"), &alice(), "").await;
+    assert_eq!(status, 200);
+    until_idle(&c, &id).await;
+    let r = crate::common::audit::find(&crate::common::audit::file(&gw), "runaway", |r| {
+        r["session"] == id.as_str()
+    })
+    .await;
+    assert_eq!(r["stopped"], false, "{r}");
+}
+
+/// A session busy for `max_busy_minutes` without a word from the model (a provider that never
+/// answers) is stopped, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_session_busy_without_a_word_from_the_model_is_stopped() {
+    let model = FakeModel::start("true").await;
+    // 0.05 minutes: 3 s.
+    let (_oc, gw) = demo_guarded(&model, "max_busy_minutes = 0.05", None);
+    let c = Https::new(gw.https, &gw.ca());
+    let started = Instant::now();
+    let id = prompted(&c, "HANGMODEL").await;
+    let s = session_until(&gw, &id, "the silent session stopped", |s| s["flag"]["stopped"] == true).await;
+    assert!(started.elapsed() >= Duration::from_secs(3), "stopped early: {s}");
+    assert_eq!(s["flag"]["why"], "silent", "{s}");
+    assert!(
+        s["flag"]["says"]
+            .as_str()
+            .unwrap()
+            .ends_with("min without a word from the model"),
+        "{s}"
+    );
+    until_idle(&c, &id).await;
 }

@@ -5,41 +5,20 @@
 //! on the server directly it resolves "elsewhere"; a notification names project and tool only,
 //! and is sent again after the receiver failed.
 
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::common::client::{Https, basic, direct_call, json, plain_send};
-use crate::common::fake_upstream::{InboxUpstream, serve};
+use crate::common::fake_upstream::InboxUpstream;
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::webhook::receiver;
 use crate::common::write_secret;
 
 const ALICE: &str = "alice-password-1";
-
-/// A webhook receiver on 127.0.0.1:0: answers the statuses in `script` in turn, then 200, and
-/// keeps each request's body.
-async fn receiver(script: Vec<u16>) -> (String, Arc<Mutex<Vec<String>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let (seen2, script) = (seen.clone(), Arc::new(Mutex::new(script.into_iter())));
-    let (addr, _accepting) = serve(move |req: http::Request<hyper::body::Incoming>| {
-        let (seen, script) = (seen2.clone(), script.clone());
-        async move {
-            let body = req.into_body().collect().await.unwrap().to_bytes();
-            seen.lock().unwrap().push(String::from_utf8_lossy(&body).into_owned());
-            let status = script.lock().unwrap().next().unwrap_or(200);
-            let mut r = http::Response::new(Full::new(Bytes::new()));
-            *r.status_mut() = http::StatusCode::from_u16(status).unwrap();
-            Ok::<_, Infallible>(r)
-        }
-    })
-    .await;
-    (format!("http://{addr}/hook"), seen)
-}
 
 /// The upstream's own `GET /global/event`, read straight from the server: each event's payload
 /// and the moment it arrived.

@@ -10,27 +10,14 @@ use std::time::{Duration, Instant};
 use http_body_util::Full;
 use serde_json::Value;
 
-use crate::common::client::{Https, Reply, basic, json};
+use crate::common::client::{Https, basic, json};
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
-use crate::common::login::{LOGIN_HOST, form_login};
+use crate::common::login::{LOGIN_HOST, act, form_login};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::write_secret;
 
 /// The refusal the route table gives a viewer for a permission answer, wherever it comes from.
 const VIEWER_REFUSAL: &str = "POST /permission/*/reply needs the approver role; you are viewer";
-
-async fn act(lh: &Https, cookie: &str, form: &str) -> Reply {
-    let own = format!("https://{}", lh.authority());
-    let req = lh
-        .request("POST", "/_gw/act", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("cookie", cookie)
-        .header("origin", own)
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from(form.to_string()))
-        .unwrap();
-    lh.call(req).await
-}
 
 /// The ids OpenCode itself lists at `what` (`permission`, `session`) for the project's directory.
 fn listed(oc: &OpenCode, what: &str) -> Vec<String> {

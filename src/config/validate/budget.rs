@@ -35,17 +35,35 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, defaults: &Budget, raw: Op
 }
 
 fn over(c: &mut Checker<'_>, key: &str, base: &Budget, raw: &RawBudget) -> Budget {
-    let on_exceed = match raw.on_exceed.as_deref() {
-        None => base.on_exceed,
-        Some("abort") => OnExceed::Abort,
-        Some("notify") => OnExceed::Notify,
-        Some(other) => {
+    let on_exceed = action(c, &format!("{key}.on_exceed"), raw.on_exceed.as_deref(), base.on_exceed);
+    let on_runaway = action(
+        c,
+        &format!("{key}.on_runaway"),
+        raw.on_runaway.as_deref(),
+        base.on_runaway,
+    );
+    let same_failure = match raw.same_failure {
+        None => base.same_failure,
+        Some(n) if (2..=100).contains(&n) => Some(n as u32),
+        Some(n) => {
             c.problem(
-                format!("{key}.on_exceed"),
-                format!("{other:?} is not what a budget can do"),
-                "write on_exceed = \"abort\" (refuse and stop) or \"notify\" (warn only)",
+                format!("{key}.same_failure"),
+                format!("{n} is not a number of failures in a row"),
+                "write a whole number from 2 to 100 (2 stops a session that fails the same way twice), or leave it out",
             );
-            base.on_exceed
+            base.same_failure
+        }
+    };
+    let max_busy_ms = match raw.max_busy_minutes {
+        None => base.max_busy_ms,
+        Some(m) if m.is_finite() && m > 0.0 && m <= 7.0 * 24.0 * 60.0 => Some((m * 60_000.0).round().max(1.0) as u64),
+        Some(m) => {
+            c.problem(
+                format!("{key}.max_busy_minutes"),
+                format!("{m} is not a number of minutes"),
+                "write a positive number of minutes, at most a week (30 stops a session busy for half an hour without a word from the model)",
+            );
+            base.max_busy_ms
         }
     };
     let warn_at = match raw.warn_at {
@@ -65,6 +83,26 @@ fn over(c: &mut Checker<'_>, key: &str, base: &Budget, raw: &RawBudget) -> Budge
         project_day_usd: amount(c, &format!("{key}.project_day_usd"), raw.project_day_usd).or(base.project_day_usd),
         on_exceed,
         warn_at,
+        same_failure,
+        max_busy_ms,
+        on_runaway,
+    }
+}
+
+/// `on_exceed` / `on_runaway`: stop, or only tell.
+fn action(c: &mut Checker<'_>, key: &str, raw: Option<&str>, base: OnExceed) -> OnExceed {
+    match raw {
+        None => base,
+        Some("abort") => OnExceed::Abort,
+        Some("notify") => OnExceed::Notify,
+        Some(other) => {
+            c.problem(
+                key,
+                format!("{other:?} is not what a budget can do"),
+                "write \"abort\" (refuse and stop) or \"notify\" (warn only)",
+            );
+            base
+        }
     }
 }
 

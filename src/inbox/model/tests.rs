@@ -337,3 +337,138 @@ fn costs_are_reported_when_new_or_changed_and_after_a_gap_by_the_seed() {
     let e = m.seed("web", &seed, 11);
     assert!(e.costs.is_empty(), "the same list again: {:?}", e.costs);
 }
+
+/// A finished tool call as OpenCode 1.18.33 sends it: `read` of a missing file ends "error", a
+/// shell command that exits non-zero ends "completed" with `metadata.exit` (seen on the server).
+fn tool_done(session: &str, tool: &str, failed: Option<&str>) -> Value {
+    let state = match (tool, failed) {
+        ("bash", Some(out)) => json!({"status": "completed", "input": {"command": "cat /nope"},
+            "output": out, "metadata": {"output": out, "exit": 1, "truncated": false}}),
+        ("bash", None) => json!({"status": "completed", "input": {"command": "ls"}, "output": "a\n",
+            "metadata": {"exit": 0}}),
+        (_, Some(err)) => json!({"status": "error", "input": {"filePath": "/nope"}, "error": err}),
+        (_, None) => json!({"status": "completed", "input": {}, "output": "ok"}),
+    };
+    json!({"type": "message.part.updated", "properties": {"sessionID": session,
+        "part": {"type": "tool", "tool": tool, "callID": "call_1", "state": state, "sessionID": session}}})
+}
+
+fn status_of(session: &str, status: Value) -> Value {
+    json!({"type": "session.status", "properties": {"sessionID": session, "status": status}})
+}
+
+/// The runaway count: the same failure again (a tool's, or OpenCode's retry of the same provider
+/// error) continues a streak and is announced with its count; a success, another failure or the
+/// end of the turn starts over; a running tool's progress is neither.
+#[test]
+fn the_same_failure_in_a_row_is_counted_and_anything_else_starts_over() {
+    let mut m = Model::default();
+    m.apply("web", &status_of("ses_1", json!({"type": "busy"})), 1);
+    let out = "cat: /nope: No such file or directory\nmore\n";
+    assert!(
+        m.apply("web", &tool_done("ses_1", "bash", Some(out)), 2)
+            .repeats
+            .is_empty()
+    );
+    let running = json!({"type": "message.part.updated", "properties": {"sessionID": "ses_1",
+        "part": {"type": "tool", "tool": "bash", "state": {"status": "running", "input": {}}}}});
+    let e = m.apply("web", &running, 3);
+    assert!(e.repeats.is_empty() && !e.changed, "progress wakes no page");
+    let r = m.apply("web", &tool_done("ses_1", "bash", Some(out)), 4).repeats;
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].count, r[0].failure.tool.as_str()), (2, "bash"));
+    assert_eq!(r[0].failure.first_line, "exit 1: cat: /nope: No such file or directory");
+    assert_eq!(
+        m.apply("web", &tool_done("ses_1", "bash", Some(out)), 5).repeats[0].count,
+        3
+    );
+    // Another failure, then a success: each starts over.
+    assert!(
+        m.apply("web", &tool_done("ses_1", "read", Some("File not found: /nope")), 6)
+            .repeats
+            .is_empty()
+    );
+    assert_eq!(
+        m.apply("web", &tool_done("ses_1", "read", Some("File not found: /nope")), 7)
+            .repeats[0]
+            .count,
+        2
+    );
+    assert!(m.apply("web", &tool_done("ses_1", "read", None), 8).repeats.is_empty());
+    assert!(
+        m.apply("web", &tool_done("ses_1", "read", Some("File not found: /nope")), 9)
+            .repeats
+            .is_empty()
+    );
+    // The turn ends: the next turn's first failure is a first.
+    m.apply(
+        "web",
+        &json!({"type": "session.idle", "properties": {"sessionID": "ses_1"}}),
+        10,
+    );
+    m.apply("web", &status_of("ses_1", json!({"type": "busy"})), 11);
+    assert!(
+        m.apply("web", &tool_done("ses_1", "read", Some("File not found: /nope")), 12)
+            .repeats
+            .is_empty()
+    );
+    // OpenCode retrying the same provider error: the second is a repeat; busy between is not news.
+    let retry = |n: u64, msg: &str| {
+        status_of(
+            "ses_2",
+            json!({"type": "retry", "attempt": n, "message": msg, "next": 99}),
+        )
+    };
+    assert!(m.apply("web", &retry(1, "overloaded"), 20).repeats.is_empty());
+    m.apply("web", &status_of("ses_2", json!({"type": "busy"})), 21);
+    let r = m.apply("web", &retry(2, "overloaded"), 22).repeats;
+    assert_eq!(
+        (r[0].count, r[0].failure.tool.as_str(), r[0].session.as_str()),
+        (2, "retry", "ses_2")
+    );
+    assert!(
+        m.apply("web", &retry(3, "rate limited"), 23).repeats.is_empty(),
+        "another error"
+    );
+}
+
+/// The guard's flag shows until the session's next turn starts; silence is measured from the
+/// model's last word, for busy, unflagged sessions of watched projects only.
+#[test]
+fn a_flag_lasts_until_the_next_turn_and_silence_counts_from_the_last_word() {
+    let mut m = Model::default();
+    m.apply("web", &status_of("ses_1", json!({"type": "busy"})), 1_000);
+    m.apply("api", &status_of("ses_9", json!({"type": "busy"})), 1_000);
+    let part = json!({"type": "message.part.updated", "properties": {"sessionID": "ses_1",
+        "part": {"type": "text", "text": "thinking"}}});
+    m.apply("web", &part, 5_000);
+    let watched = |p: &str| (p == "web").then_some(10_000);
+    assert!(m.silent_since(watched, 14_999).is_empty());
+    assert_eq!(
+        m.silent_since(watched, 15_000),
+        vec![("web".to_string(), "ses_1".to_string(), 10_000)]
+    );
+    let flag = Flag {
+        why: FlagWhy::Silent,
+        stopped: true,
+        says: "busy".into(),
+        detail: String::new(),
+        at_ms: 15_000,
+    };
+    assert!(m.flag("web", "ses_1", flag));
+    assert!(!m.flag(
+        "web",
+        "ses_404",
+        m.projects["web"].sessions["ses_1"].flag.clone().unwrap()
+    ));
+    assert!(m.silent_since(watched, 99_000).is_empty(), "flagged once");
+    // Aborted: idle, still flagged; the next turn clears it.
+    m.apply("web", &status_of("ses_1", json!({"type": "idle"})), 16_000);
+    assert!(m.projects["web"].sessions["ses_1"].flag.is_some());
+    m.apply("web", &status_of("ses_1", json!({"type": "busy"})), 17_000);
+    assert!(m.projects["web"].sessions["ses_1"].flag.is_none());
+    assert!(
+        m.silent_since(watched, 26_999).is_empty(),
+        "the new turn counts from its start"
+    );
+}

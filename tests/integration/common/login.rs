@@ -90,3 +90,23 @@ pub async fn browser_get(c: &Https, path: &str, cookie: Option<&str>, html: bool
     }
     c.call(b.body(Full::default()).unwrap()).await
 }
+
+/// A control-room form (`/_gw/act`: answer, abort, resume) posted on the login host as the page
+/// does (same origin), with the login's cookie.
+pub async fn act(lh: &Https, cookie: &str, form: &str) -> Reply {
+    portal_post(lh, cookie, "/_gw/act", form).await
+}
+
+/// A portal form posted to `path` on the login host as the page does (same origin).
+pub async fn portal_post(lh: &Https, cookie: &str, path: &str, form: &str) -> Reply {
+    let own = format!("https://{}", lh.authority());
+    let req = lh
+        .request("POST", path, None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", cookie)
+        .header("origin", own)
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from(form.to_string()))
+        .unwrap();
+    lh.call(req).await
+}

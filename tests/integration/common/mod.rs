@@ -21,6 +21,7 @@ pub mod ssh;
 pub mod sshd;
 pub mod stack;
 pub mod supervised;
+pub mod webhook;
 
 use std::io::{BufRead, BufReader, Read};
 use std::sync::{Arc, Mutex};

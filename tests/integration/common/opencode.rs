@@ -1,7 +1,8 @@
 //! The real OpenCode server (npm `opencode-ai`, pinned, installed by scripts/test.sh into
 //! node_modules/) and a small OpenAI-compatible fake model it talks to, so the whole agent loop runs
 //! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission; one
-//! with ASKQUESTION makes it ask the user a question (OpenCode's question tool).
+//! with ASKQUESTION makes it ask the user a question (OpenCode's question tool); LOOPBASH makes it
+//! call bash again after every result; HANGMODEL makes it never answer.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -63,6 +64,16 @@ fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
     });
     format!("data: {v}\n\n")
+}
+
+/// A prompt with HANGMODEL: the model never answers its agent's requests (title requests, which
+/// carry no tools, are answered).
+fn hangs(body: &serde_json::Value) -> bool {
+    body["tools"].as_array().is_some_and(|t| !t.is_empty())
+        && body["messages"].as_array().is_some_and(|m| {
+            m.iter()
+                .any(|m| m["role"] == "user" && m.to_string().contains("HANGMODEL"))
+        })
 }
 
 /// The stream the fake model answers a request with.
@@ -152,6 +163,10 @@ impl FakeModel {
                                 .push(String::from_utf8_lossy(&bytes).into_owned());
                             // A model takes a moment; clients subscribe to events meanwhile.
                             tokio::time::sleep(Duration::from_millis(300)).await;
+                            // HANGMODEL: a provider that never answers (the session stays busy).
+                            if hangs(&body) {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                            }
                             let mut r = Response::new(Full::new(Bytes::from(answer(&body, &cmd))));
                             r.headers_mut()
                                 .insert("content-type", "text/event-stream".parse().unwrap());
