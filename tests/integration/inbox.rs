@@ -114,6 +114,32 @@ async fn inbox_until(gw: &Gateway, within: Duration, what: &str, pred: impl Fn(&
     }
 }
 
+/// Until `/metrics` says `project` spent `usd` since the gateway started (bounded).
+async fn spend_until(gw: &Gateway, project: &str, usd: f64) {
+    let line = format!("project_spend_usd_total{{project=\"{project}\"}} ");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let metrics = gw.admin("GET", "/metrics").1;
+        let spent = (metrics.lines())
+            .find_map(|l| l.split_once(line.as_str()).map(|(_, v)| v))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if spent.is_some_and(|s| (s - usd).abs() < 1e-9) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "spent {spent:?}, not {usd}: {}\n{}",
+            metrics
+                .lines()
+                .filter(|l| l.contains("spend"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn has_card(v: &Value, project_name: &str, id: &str) -> bool {
     project(v, project_name)["pending"]
         .as_array()
@@ -573,6 +599,10 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     use crate::common::gateway::external_project;
     let fake = InboxUpstream::start("scripted-pw").await;
     *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
+    // A session that had spent $0.01 before the gateway saw it (not today's spend to the meter).
+    let session =
+        |usd: f64| serde_json::json!({"id": "ses_1", "title": "t", "cost": usd, "time": {"created": 1, "updated": 2}});
+    *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.01)]));
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
     let config = base_config(&format!(
@@ -605,8 +635,14 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     })
     .await;
     assert!(!has_card(&inbox(&gw, ""), "ext", "per_other"));
+    // The session spends $0.01 more, live.
+    let spent = serde_json::json!({"directory": dir, "payload": {"type": "session.updated", "properties": {"sessionID": "ses_1", "info": session(0.02)}}});
+    tx.send(format!("data: {spent}\n\n")).await.unwrap();
+    spend_until(&gw, "ext", 0.01).await;
     drop(tx);
-    // The stream breaks; meanwhile per_1 and per_live are answered and per_2 is asked.
+    // The stream breaks; meanwhile per_1 and per_live are answered, per_2 is asked and the
+    // session spends $0.03 more: the re-seed re-reads its total.
+    *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.05)]));
     *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_2")]);
     fake.state.streams.lock().unwrap().clear();
     let v = inbox_until(&gw, Duration::from_secs(10), "the re-seed", |v| {
@@ -618,6 +654,7 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     }
     assert_eq!(project(&v, "ext")["server"]["state"], "running");
     assert_eq!(v["subscriptions"], 1);
+    spend_until(&gw, "ext", 0.04).await;
     let targets = fake.state.targets.lock().unwrap().clone();
     assert_eq!(
         targets.iter().filter(|t| t.starts_with("/global/event")).count(),

@@ -160,6 +160,8 @@ pub struct InboxUpstream {
 #[derive(Default)]
 pub struct InboxState {
     pub permissions: Mutex<serde_json::Value>,
+    /// `GET /session`'s list (none until a test sets it).
+    pub sessions: Mutex<Option<serde_json::Value>>,
     pub streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
     pub targets: Mutex<Vec<String>>,
     pub password_seen: Mutex<bool>,
@@ -213,7 +215,11 @@ async fn inbox_handle(
         }
         "/permission" => Full::new(Bytes::from(state.permissions.lock().unwrap().to_string())).boxed_unsync(),
         "/session/status" => Full::new(Bytes::from("{}")).boxed_unsync(),
-        "/session" | "/question" => Full::new(Bytes::from("[]")).boxed_unsync(),
+        "/session" => {
+            let list = state.sessions.lock().unwrap().clone();
+            Full::new(Bytes::from(list.map_or("[]".to_string(), |l| l.to_string()))).boxed_unsync()
+        }
+        "/question" => Full::new(Bytes::from("[]")).boxed_unsync(),
         _ => Full::new(Bytes::from("ok")).boxed_unsync(),
     };
     let mut r = Response::new(body);
