@@ -726,3 +726,52 @@ async fn a_session_busy_without_a_word_from_the_model_is_stopped() {
     );
     until_idle(&c, &id).await;
 }
+
+/// A subagent's spend counts toward the session that started it. Seen on OpenCode 1.18.33: the
+/// task tool makes a child session (`parentID`), whose cost is its own and not in the parent's
+/// `cost`; here the parent spends two answers ($0.021), the child one ($0.0105), and the
+/// parent's $0.03 budget is spent only with the child's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_subagents_spend_counts_toward_its_parents_session() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let (_oc, gw) = demo_with_budget(&model, "session_usd = 0.03");
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let message = format!("/p/demo/session/{id}/message");
+    let (status, answer) = json(
+        &c,
+        "POST",
+        &message,
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"SPAWNTASK please"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    until_spent(&gw, 3.0 * ANSWER_USD).await;
+    let (_, parent) = json(&c, "GET", &format!("/p/demo/session/{id}"), &alice(), "").await;
+    assert!(
+        (parent["cost"].as_f64().unwrap() - 2.0 * ANSWER_USD).abs() < 1e-9,
+        "the parent's own cost: {parent}"
+    );
+    let (_, children) = json(&c, "GET", &format!("/p/demo/session/{id}/children"), &alice(), "").await;
+    assert_eq!(children.as_array().map(Vec::len), Some(1), "{children}");
+    assert_eq!(children[0]["parentID"], id.as_str(), "{children}");
+    let (status, refused) = json(
+        &c,
+        "POST",
+        &message,
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"hello"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("budget.session_usd: $0.0315 of $0.03")),
+        "{refused}"
+    );
+}

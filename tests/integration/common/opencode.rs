@@ -2,7 +2,8 @@
 //! node_modules/) and a small OpenAI-compatible fake model it talks to, so the whole agent loop runs
 //! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission; one
 //! with ASKQUESTION makes it ask the user a question (OpenCode's question tool); LOOPBASH makes it
-//! call bash again after every result; HANGMODEL makes it never answer.
+//! call bash again after every result; HANGMODEL makes it never answer; SPAWNTASK makes it start a
+//! subagent (OpenCode's task tool).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -98,6 +99,15 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         let args = serde_json::json!({"command": bash_command, "description": "write a marker"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools && last["role"] == "user" && last_text.contains("SPAWNTASK") {
+        // OpenCode's task tool: a subagent's session (with `parentID`) answers "hello".
+        let args = serde_json::json!({"description": "sub work", "prompt": "hello from the parent", "subagent_type": "general"})
+            .to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_t", "type": "function", "function": {"name": "task", "arguments": args}}]}),
             None,
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
