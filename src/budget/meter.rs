@@ -90,6 +90,9 @@ struct State {
     dirty: bool,
 }
 
+/// Limits raised at once, at most (sessions' and today's).
+const MAX_RAISED: usize = 10_000;
+
 #[derive(Default)]
 pub(crate) struct Meter {
     state: Mutex<State>,
@@ -343,7 +346,8 @@ impl Meter {
 
     /// An operator adds `usd` to the limit of `key`, or (`None`) resets it: the spend so far no
     /// longer counts against it. Its sessions may be stopped and alerted of again.
-    pub(crate) fn raise(&self, project: &str, key: &str, usd: Option<f64>, day: u64) -> f64 {
+    /// The limit's raise in all, or `None` when [`MAX_RAISED`] limits are raised already.
+    pub(crate) fn raise(&self, project: &str, key: &str, usd: Option<f64>, day: u64) -> Option<f64> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
         let add = match usd {
@@ -356,11 +360,15 @@ impl Meter {
                 (spent - st.raised(|| key.to_string())).max(0.0)
             }
         };
+        // Bounded: an operator's form may name any session id.
+        if st.raised.len() >= MAX_RAISED && !st.raised.contains_key(key) {
+            return None;
+        }
         *st.raised.entry(key.to_string()).or_default() += add;
         st.stopped
             .retain(|(p, root)| p != project || (key.starts_with("session ") && session_key(p, root) != key));
         st.told.retain(|(k, _)| k != key);
-        st.raised(|| key.to_string())
+        Some(st.raised(|| key.to_string()))
     }
 
     /// What a project (`kind` project) or a user (`user`) spent on `day` and in its month so far.
@@ -518,7 +526,7 @@ mod tests {
         assert_eq!(e.budget, "session_usd");
         assert!(m.stop_once("web", "s1"));
         assert!(!m.stop_once("web", "s1"));
-        assert_eq!(m.raise("web", &session_key("web", "s1"), Some(1.5), 10), 1.5);
+        assert_eq!(m.raise("web", &session_key("web", "s1"), Some(1.5), 10), Some(1.5));
         assert!(m.stop_once("web", "s1"), "may be stopped again");
         let e = m.check(&b, None, "web", "ann", Some("s1"), 10).unwrap_err();
         assert_eq!(
@@ -528,7 +536,7 @@ mod tests {
         );
         assert_eq!(
             m.raise("web", &project_key("web"), None, 10),
-            2.0,
+            Some(2.0),
             "reset: today's 2.0 no longer counts"
         );
         assert_eq!(m.check(&b, None, "web", "ann", Some("s1"), 10), Ok(()));
@@ -540,6 +548,15 @@ mod tests {
             0.0,
             "a day's raise ends with the day"
         );
+        // Bounded: with MAX_RAISED limits raised, a new one is refused; a raised one may grow.
+        for n in 2..=MAX_RAISED {
+            assert!(
+                m.raise("web", &session_key("web", &format!("s{n}")), Some(1.0), 11)
+                    .is_some()
+            );
+        }
+        assert_eq!(m.raise("web", &session_key("web", "one-more"), Some(1.0), 11), None);
+        assert_eq!(m.raise("web", &session_key("web", "s1"), Some(1.0), 11), Some(2.5));
     }
 
     #[test]

@@ -53,7 +53,11 @@ pub(crate) async fn raise(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
         },
         _ => return Err(HttpError::BadRequest("do: write raise or reset".into())),
     };
-    let raised = ctx.gw.inbox.meter.raise(&project, &key, usd, today());
+    let Some(raised) = ctx.gw.inbox.meter.raise(&project, &key, usd, today()) else {
+        return Err(HttpError::BadRequest(
+            "too many budgets are raised today; raise the configured limit instead".into(),
+        ));
+    };
     ctx.gw.audit.record(
         crate::audit::Record::new("budget_raised")
             .project(&*project)

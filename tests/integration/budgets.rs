@@ -666,8 +666,8 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     until_idle(&c, &id).await;
 }
 
-/// With `on_runaway = "notify"` the same loop is flagged and told, not stopped: the model keeps
-/// being asked until someone aborts.
+/// With `on_exceed = "notify"` (and no `on_runaway`, which then follows it) the same loop is
+/// flagged and told, not stopped: the model keeps being asked until someone aborts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn with_notify_a_runaway_is_flagged_and_told_but_not_stopped() {
@@ -678,7 +678,7 @@ async fn with_notify_a_runaway_is_flagged_and_told_but_not_stopped() {
         gw,
         c,
         id,
-    } = runaway("same_failure = 2, on_runaway = \"notify\"").await;
+    } = runaway("same_failure = 2, on_exceed = \"notify\"").await;
     let s = session_until(&gw, &id, "the session flagged", |s| s["flag"].is_object()).await;
     assert_eq!(s["flag"]["stopped"], false, "{s}");
     let told = alerts_until(&hooked, 1).await;

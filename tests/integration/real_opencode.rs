@@ -86,13 +86,14 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     assert!(m("upstream_response_seconds_count{project=\"demo\"}") >= 3, "{body}");
     crate::metrics::promtool_check(&body).unwrap_or_else(|e| panic!("promtool check metrics:\n{e}\n{body}"));
     // Without the dev CA, the client refuses the gateway's certificate: `opencode run` only says
-    // "Session not found" for any failure, so the reason is read on the gateway's side: the
-    // connection failed in the TLS handshake (counted), and no request of it was logged.
-    // Some runs of the client end with that message while the gateway counts no failed handshake
-    // and logs none (two of seven suite runs here, one with a 10 s wait for the count): it is
-    // asked again, at most three times, until its refused connection is seen; what may never
-    // happen is a request getting through.
+    // "Session not found" for any failure, so the refusal is read on the gateway's side: its
+    // connection ends without a request, either in the handshake (a failed handshake, counted)
+    // or right after it. Bun's TLS may check the certificate once the handshake is done and then
+    // close without a word: seen here in a suite run, three attempts in a row, each a finished
+    // handshake, "error shutting down connection" and no request. What may never happen is a
+    // request getting through.
     let failures = s.gw.metric("tls_handshakes_total{outcome=\"failed\"}");
+    let finished = s.gw.metric("tls_handshakes_total{outcome=\"ok\"}");
     let requests = s.gw.metric("requests_total");
     let mut outputs = String::new();
     for attempt in 1..=3 {
@@ -110,12 +111,14 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        // The gateway counts the failed handshake when its side of the connection ends, which may
-        // come after the client has exited: wait for it, bounded.
+        // The gateway counts the handshake when its side of it ends, which may come after the
+        // client has exited: wait for it, bounded.
+        let connected = || {
+            s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures
+                || s.gw.metric("tls_handshakes_total{outcome=\"ok\"}") > finished
+        };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") == failures
-            && std::time::Instant::now() < deadline
-        {
+        while !connected() && std::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(
@@ -123,13 +126,14 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
             requests,
             "a request got through without the CA:\n{outputs}"
         );
-        if s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures {
+        if connected() {
             break;
         }
     }
     assert!(
-        s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures,
-        "not refused at the TLS handshake:\n{outputs}\ngateway:\n{}",
+        s.gw.metric("tls_handshakes_total{outcome=\"failed\"}") > failures
+            || s.gw.metric("tls_handshakes_total{outcome=\"ok\"}") > finished,
+        "the client without the CA never reached the gateway:\n{outputs}\ngateway:\n{}",
         s.gw.logs()
     );
 }

@@ -36,12 +36,13 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, defaults: &Budget, raw: Op
 
 fn over(c: &mut Checker<'_>, key: &str, base: &Budget, raw: &RawBudget) -> Budget {
     let on_exceed = action(c, &format!("{key}.on_exceed"), raw.on_exceed.as_deref(), base.on_exceed);
-    let on_runaway = action(
-        c,
-        &format!("{key}.on_runaway"),
-        raw.on_runaway.as_deref(),
-        base.on_runaway,
-    );
+    // A table that says what a spent budget does and not what a runaway gets: the same.
+    let runaway_base = if raw.on_exceed.is_some() {
+        on_exceed
+    } else {
+        base.on_runaway
+    };
+    let on_runaway = action(c, &format!("{key}.on_runaway"), raw.on_runaway.as_deref(), runaway_base);
     let same_failure = match raw.same_failure {
         None => base.same_failure,
         Some(n) if (2..=100).contains(&n) => Some(n as u32),
