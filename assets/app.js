@@ -1,6 +1,11 @@
 // Live updates for the control room: the gateway's own event stream says "change" whenever what
 // this user may see changed; the page then fetches its content again (the same HTML the server
 // renders without script) and swaps it in. No framework, no state of its own.
+// It also registers the service worker that makes the control room an installable app (it
+// keeps the app shell only: assets/sw.js).
+if ('serviceWorker' in navigator) {
+  navigator.serviceWorker.register('/_gw/static/sw.js', { scope: '/' }).catch(() => {});
+}
 (() => {
   const live = document.getElementById('live');
   if (!live || !window.EventSource) return;

@@ -14,27 +14,58 @@ use crate::http::error::HttpError;
 fn csp(form_targets: &str) -> String {
     format!(
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; \
-         form-action 'self'{form_targets}; frame-ancestors 'none'; base-uri 'none'"
+         manifest-src 'self'; worker-src 'self'; form-action 'self'{form_targets}; frame-ancestors 'none'; \
+         base-uri 'none'"
     )
 }
 
-const ASSETS: &[(&str, &str, &str)] = &[
+/// The gateway's static files: name, type, bytes (compiled in). The app shell of the control
+/// room as an installable web app: the manifest, the service worker, the offline page, icons
+/// (made by scripts/make_icons.py).
+const ASSETS: &[(&str, &str, &[u8])] = &[
     (
         "app.css",
         "text/css; charset=utf-8",
-        include_str!("../../assets/app.css"),
+        include_bytes!("../../assets/app.css"),
     ),
     (
         "app.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../assets/app.js"),
+        include_bytes!("../../assets/app.js"),
     ),
     (
         "pair.js",
         "text/javascript; charset=utf-8",
-        include_str!("../../assets/pair.js"),
+        include_bytes!("../../assets/pair.js"),
     ),
-    ("icon.svg", "image/svg+xml", include_str!("../../assets/icon.svg")),
+    ("icon.svg", "image/svg+xml", include_bytes!("../../assets/icon.svg")),
+    ("icon-192.png", "image/png", include_bytes!("../../assets/icon-192.png")),
+    ("icon-512.png", "image/png", include_bytes!("../../assets/icon-512.png")),
+    (
+        "apple-touch-icon.png",
+        "image/png",
+        include_bytes!("../../assets/apple-touch-icon.png"),
+    ),
+    (
+        "manifest.webmanifest",
+        "application/manifest+json",
+        include_bytes!("../../assets/manifest.webmanifest"),
+    ),
+    (
+        "sw.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../assets/sw.js"),
+    ),
+    (
+        "offline.html",
+        "text/html; charset=utf-8",
+        include_bytes!("../../assets/offline.html"),
+    ),
+    (
+        "offline.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../assets/offline.js"),
+    ),
 ];
 
 /// A static asset's name, if there is one by that name.
@@ -44,11 +75,20 @@ pub(crate) fn asset(name: &str) -> Option<&'static str> {
 
 pub(crate) fn asset_response(name: &str) -> Response<ProxyBody> {
     let (_, kind, body) = ASSETS.iter().find(|(n, ..)| *n == name).expect("asset() found it");
-    let mut r = Response::new(ProxyBody::full(Bytes::from_static(body.as_bytes())));
+    let mut r = Response::new(ProxyBody::full(Bytes::from_static(body)));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    match name {
+        // Served under /_gw/static/, it controls the control room's pages at `/`.
+        "sw.js" => {
+            h.insert("service-worker-allowed", HeaderValue::from_static("/"));
+        }
+        // The offline page is the gateway's page too: its own strict policy.
+        "offline.html" => secure(&mut r, ""),
+        _ => {}
+    }
     r
 }
 

@@ -32,3 +32,11 @@ export const launchTrustingNss = (extraArgs = []) => playwright.chromium.launch(
   executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
   args: [...baseArgs, ...extraArgs],
 });
+
+/// A persistent (not incognito) context, in a fresh profile in `userDataDir`: Chromium says an
+/// incognito context's pages are never installable (`in-incognito`).
+export const launchPersistent = (certPath, userDataDir, contextOptions = {}) => playwright.chromium.launchPersistentContext(userDataDir, {
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: [...baseArgs, `--ignore-certificate-errors-spki-list=${spkiOf(certPath)}`],
+  ...contextOptions,
+});

@@ -13,6 +13,7 @@
 mod abuse;
 mod acme;
 mod admin;
+mod app;
 mod audit;
 mod boxes;
 mod browser;

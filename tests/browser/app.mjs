@@ -1,0 +1,99 @@
+// The control room as an installable app (issue 26) in headless Chromium with a phone's viewport:
+// log in → the page registers the service worker, which takes the page → Chromium's own
+// installability check (DevTools protocol `Page.getInstallabilityErrors`) finds no error and
+// reads the manifest (`Page.getAppManifest`) → offline (`Network.emulateNetworkConditions` through
+// the context), the control room and the inbox open the gateway's offline page, not Chromium's
+// error page → the worker's cache holds the app shell and no page → back online, the offline page
+// returns to the page asked for on its own. Run by tests/integration/app.rs; exits non-zero naming
+// the failed step. Env: GW_PORT, CERT, SHOT_DIR.
+import { env, launchPersistent } from './chromium.mjs';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const [port, certPath, shots] = ['GW_PORT', 'CERT', 'SHOT_DIR'].map(env);
+const login = `https://gw.localhost:${port}`;
+
+let step = 'launch';
+// A profile of its own (an incognito context is never installable), removed at the end.
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'ocgw-app-'));
+const phone = await launchPersistent(certPath, profile, { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+const page = phone.pages()[0] || await phone.newPage();
+const shot = (name) => page.screenshot({ path: `${shots}/${name}.png`, fullPage: true });
+const bounded = async (what, ms, check) => {
+  const until = Date.now() + ms;
+  for (;;) {
+    const got = await check();
+    if (got) return got;
+    if (Date.now() > until) throw new Error(`${what} within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+
+try {
+  step = 'log in with the form';
+  await page.goto(`${login}/login`);
+  await page.locator('input[name=user]').fill('alice');
+  await page.locator('input[name=password]').fill('alice-password-1');
+  await page.getByRole('button', { name: 'Log in' }).click();
+  await page.waitForURL((u) => u.pathname === '/');
+
+  step = 'the service worker takes the page';
+  const scope = await page.evaluate(() => navigator.serviceWorker.ready.then((r) => r.scope));
+  if (scope !== `${login}/`) throw new Error(`scope ${scope}`);
+  await bounded('the page controlled by the worker', 10000, () => page.evaluate(() => !!navigator.serviceWorker.controller));
+
+  step = "Chromium's installability check";
+  const cdp = await phone.newCDPSession(page);
+  const { installabilityErrors } = await cdp.send('Page.getInstallabilityErrors');
+  if (installabilityErrors.length) throw new Error(`installability errors: ${JSON.stringify(installabilityErrors)}`);
+  const manifest = await cdp.send('Page.getAppManifest');
+  if (manifest.errors.length) throw new Error(`manifest errors: ${JSON.stringify(manifest.errors)}`);
+  const data = JSON.parse(manifest.data);
+  if (manifest.url !== `${login}/_gw/static/manifest.webmanifest`) throw new Error(`manifest at ${manifest.url}`);
+  if (data.display !== 'standalone' || data.start_url !== '/' || data.short_name !== 'OpenCode') {
+    throw new Error(`manifest ${manifest.data}`);
+  }
+  const sizes = data.icons.map((i) => i.sizes);
+  for (const s of ['192x192', '512x512']) if (!sizes.includes(s)) throw new Error(`no ${s} icon: ${sizes}`);
+  console.log(`installable: manifest ${manifest.url}, icons ${sizes.join(' ')}`);
+  await shot('portal');
+
+  step = 'offline: the control room and the inbox open the offline page';
+  await phone.setOffline(true);
+  for (const path of ['/', '/inbox']) {
+    const r = await page.goto(`${login}${path}`);
+    const h1 = await page.locator('h1').first().textContent();
+    if (h1 !== 'Offline') throw new Error(`${path} offline shows ${h1} (${r && r.status()})`);
+    const state = await page.locator('#state').textContent();
+    if (!/Reconnecting/.test(state)) throw new Error(`${path}: ${state}`);
+  }
+  await shot('offline');
+
+  step = 'the cache holds the app shell and no page';
+  const cached = await page.evaluate(async () => {
+    const out = [];
+    for (const k of await caches.keys()) {
+      for (const r of await (await caches.open(k)).keys()) out.push(new URL(r.url).pathname);
+    }
+    return out.sort();
+  });
+  if (!cached.length || cached.some((p) => !p.startsWith('/_gw/static/'))) throw new Error(`cached: ${cached}`);
+  console.log(`cached: ${cached.join(' ')}`);
+
+  step = 'back online, the offline page returns to the page asked for';
+  await phone.setOffline(false);
+  await bounded('the inbox again', 30000, () => page.evaluate(() => !document.getElementById('offline') && location.pathname === '/inbox')
+    .catch(() => false));
+  if (!(await page.content()).includes('/_gw/static/app.js')) throw new Error('not the inbox page');
+  await shot('back');
+
+  console.log('ok: every step passed');
+} catch (e) {
+  console.error(`failed at step "${step}": ${e.stack || e}`);
+  await shot('failure').catch(() => {});
+  process.exitCode = 1;
+} finally {
+  await phone.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}

@@ -1,0 +1,108 @@
+//! The control room as an installable app (issue 26, first part): the manifest, the service
+//! worker and the offline page, judged by Chromium itself (tests/browser/app.mjs), and what the
+//! gateway serves for them.
+
+use std::time::Duration;
+
+use crate::common::client::Https;
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::login::LOGIN_HOST;
+
+fn alice_only() -> Gateway {
+    Gateway::start(&base_config(&users_toml(&[TestUser {
+        name: "alice",
+        password: "alice-password-1",
+        projects: "[\"*\"]",
+        role: "operator",
+    }])))
+}
+
+/// Chromium finds the control room installable (no installability error, the manifest read),
+/// the service worker takes the page, offline pages are the gateway's own, the worker's cache
+/// holds only the app shell, and the page comes back when the network does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium: run scripts/test.sh"]
+async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
+    let gw = alice_only();
+    let shots = crate::common::browser::shots("app");
+    let (port, cert) = (gw.https.port().to_string(), gw.dir.path().join("certs/server.crt"));
+    let out = crate::common::browser::run(
+        "app.mjs",
+        &[
+            ("GW_PORT", port.as_ref()),
+            ("CERT", cert.as_os_str()),
+            ("SHOT_DIR", shots.as_os_str()),
+        ],
+        Duration::from_secs(120),
+        || gw.logs(),
+    )
+    .await;
+    assert!(out.contains("icons 192x192 512x512"), "{out}");
+}
+
+/// What the gateway serves for the app: the manifest as `application/manifest+json`, the
+/// worker with the header that lets it control `/` from `/_gw/static/`, the offline page under
+/// the pages' strict policy; none needs a login (a browser fetches the manifest without
+/// credentials), and every page now allows the manifest and the worker from the gateway only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_shell_is_served_with_its_types_and_headers() {
+    let gw = alice_only();
+    let c = Https::new(gw.https, &gw.ca()).host(LOGIN_HOST);
+    let get = |path: &'static str| {
+        let c = &c;
+        async move {
+            c.call(
+                c.request("GET", path, None)
+                    .body(http_body_util::Full::default())
+                    .unwrap(),
+            )
+            .await
+        }
+    };
+    let manifest = get("/_gw/static/manifest.webmanifest").await;
+    assert_eq!(manifest.status, 200);
+    assert_eq!(manifest.headers["content-type"], "application/manifest+json");
+    let m: serde_json::Value = serde_json::from_str(&manifest.body).unwrap();
+    assert_eq!(
+        (&m["start_url"], &m["scope"], &m["display"]),
+        (&"/".into(), &"/".into(), &"standalone".into())
+    );
+    for icon in m["icons"].as_array().unwrap() {
+        let src = icon["src"].as_str().unwrap();
+        let r = c
+            .call(
+                c.request("GET", src, None)
+                    .body(http_body_util::Full::default())
+                    .unwrap(),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{src}");
+        assert_eq!(r.headers["content-type"], icon["type"].as_str().unwrap(), "{src}");
+    }
+    let sw = get("/_gw/static/sw.js").await;
+    assert_eq!(sw.status, 200);
+    assert_eq!(sw.headers["service-worker-allowed"], "/");
+    assert!(
+        sw.body.contains("caches.match('/_gw/static/offline.html')"),
+        "{}",
+        sw.body
+    );
+    let offline = get("/_gw/static/offline.html").await;
+    assert_eq!(offline.status, 200);
+    let csp = offline.headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+        "{csp}"
+    );
+    let login = get("/login").await;
+    let csp = login.headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("manifest-src 'self'") && csp.contains("worker-src 'self'"),
+        "{csp}"
+    );
+    assert!(
+        login
+            .body
+            .contains("<link rel=\"manifest\" href=\"/_gw/static/manifest.webmanifest\">")
+    );
+}
