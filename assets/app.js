@@ -54,3 +54,44 @@ if ('serviceWorker' in navigator) {
   };
   setInterval(tick, 1000);
 })();
+
+// "Notify me on this device": Web Push. The browser subscribes with the gateway's VAPID key and
+// the subscription is posted to the gateway (`/_gw/push`), which sends one message per new
+// pending request this user may answer (the project and the tool; never the command). Shown
+// only where the browser can do it.
+(() => {
+  const box = document.getElementById('push');
+  if (!box || !('serviceWorker' in navigator) || !('PushManager' in window) || !('Notification' in window)) return;
+  const state = document.getElementById('push-state');
+  const on = document.getElementById('push-on');
+  const off = document.getElementById('push-off');
+  const key = Uint8Array.from(atob(box.dataset.key.replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0));
+  const post = (fields) => fetch('/_gw/push', {
+    method: 'POST', credentials: 'same-origin', body: new URLSearchParams(fields),
+  }).then((r) => { if (!r.ok) throw new Error(`the gateway answered ${r.status}`); });
+  const show = (sub) => {
+    on.hidden = !!sub;
+    off.hidden = !sub;
+    state.textContent = sub ? 'This device is told when an agent waits for you.'
+      : 'This device is not told when an agent waits for you.';
+  };
+  navigator.serviceWorker.ready.then(async (reg) => {
+    box.hidden = false;
+    show(await reg.pushManager.getSubscription());
+    on.addEventListener('click', async () => {
+      try {
+        if (await Notification.requestPermission() !== 'granted') { state.textContent = 'Notifications are blocked for this site.'; return; }
+        const sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+        const j = sub.toJSON();
+        await post({ do: 'subscribe', endpoint: j.endpoint, p256dh: j.keys.p256dh, auth: j.keys.auth });
+        show(sub);
+      } catch (e) { state.textContent = `Could not turn notifications on: ${e.message}`; }
+    });
+    off.addEventListener('click', async () => {
+      const sub = await reg.pushManager.getSubscription();
+      if (sub) { await post({ do: 'remove', endpoint: sub.endpoint }).catch(() => {}); await sub.unsubscribe(); }
+      show(null);
+    });
+  });
+})();
+

@@ -5,7 +5,7 @@
 // and may hold what an agent asked). When the network is gone, a navigation to a control-room
 // page gets the offline page, which reconnects on its own. Anything else (a project's web UI
 // under /p/…, OpenCode's API, the gateway's event stream) is not touched.
-const SHELL = 'ocgw-shell-v1';
+const SHELL = 'ocgw-shell-v2';
 const FILES = ['/_gw/static/app.css', '/_gw/static/app.js', '/_gw/static/icon.svg', '/_gw/static/icon-192.png',
   '/_gw/static/offline.html', '/_gw/static/offline.js'];
 const PAGES = ['/', '/inbox', '/pair', '/login'];
@@ -32,3 +32,29 @@ self.addEventListener('fetch', (event) => {
     event.respondWith(caches.match(req).then((hit) => hit || fetch(req)));
   }
 });
+
+// A push from the gateway (Web Push, encrypted for this device): a new pending request. The
+// notification names the project and the tool, and opens the inbox; it carries no answer.
+self.addEventListener('push', (event) => {
+  let m = {};
+  try { m = event.data ? event.data.json() : {}; } catch (_) { /* not ours */ }
+  const title = m.title ? `OpenCode: ${m.title}` : 'OpenCode: a request waits for you';
+  event.waitUntil(self.registration.showNotification(title, {
+    body: m.body || 'Open the inbox to answer it.',
+    tag: 'ocgw-inbox',
+    renotify: true,
+    icon: '/_gw/static/icon-192.png',
+    data: { url: '/inbox' },
+  }));
+});
+
+self.addEventListener('notificationclick', (event) => {
+  event.notification.close();
+  event.waitUntil((async () => {
+    for (const c of await self.clients.matchAll({ type: 'window' })) {
+      if (new URL(c.url).origin === self.location.origin) { await c.navigate('/inbox'); return c.focus(); }
+    }
+    return self.clients.openWindow('/inbox');
+  })());
+});
+

@@ -17,12 +17,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
+pub(crate) mod push;
+pub(crate) mod push_endpoint;
 pub(crate) mod send;
+pub(crate) mod webpush;
 
 use crate::config::Notify;
 use crate::inbox::{Alert, AlertKind, CardKind, NewCard, Notice};
 
 const ATTEMPTS: u32 = 6;
+/// Requests gathered into one push message when `[notify]` (which sets the window) is absent.
+const PUSH_DEBOUNCE: Duration = Duration::from_secs(1);
 const SEND_TIMEOUT: Duration = Duration::from_secs(15);
 /// Projects named in one message at most.
 const LISTED: usize = 5;
@@ -142,9 +147,10 @@ pub(crate) fn alert(a: &Alert, public_url: &str) -> Outgoing {
 pub(crate) async fn run(
     rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
+    push: std::sync::Arc<push::Pusher>,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    pump(rx, config, stop, Duration::from_secs(1)).await;
+    pump(rx, config, Some(push), stop, Duration::from_secs(1)).await;
 }
 
 /// Take a request, wait `debounce` for more, send one message, retry it with backoff (from
@@ -152,6 +158,7 @@ pub(crate) async fn run(
 pub(crate) async fn pump(
     mut rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
+    push: Option<std::sync::Arc<push::Pusher>>,
     stop: tokio_util::sync::CancellationToken,
     first_retry: Duration,
 ) {
@@ -165,14 +172,14 @@ pub(crate) async fn pump(
                 _ = stop.cancelled() => return,
             },
         };
-        let Some((cfg, public_url)) = config() else {
-            continue;
-        };
+        let cfg = config();
+        // Without `[notify]`, requests still go to subscribed devices (Web Push), batched alike.
+        let debounce = cfg.as_ref().map_or(PUSH_DEBOUNCE, |(c, _)| c.debounce);
         let out = match first {
-            Notice::Alert(a) => alert(&a, &public_url),
+            Notice::Alert(a) => cfg.as_ref().map(|(_, url)| alert(&a, url)),
             Notice::Card(card) => {
                 let mut batch = vec![card];
-                let until = tokio::time::Instant::now() + cfg.debounce;
+                let until = tokio::time::Instant::now() + debounce;
                 loop {
                     tokio::select! {
                         n = rx.recv() => match n {
@@ -184,13 +191,17 @@ pub(crate) async fn pump(
                         _ = stop.cancelled() => return,
                     }
                 }
-                match Message::new(&batch, &public_url) {
-                    Some(m) => m.outgoing(),
-                    None => continue,
+                if let Some(push) = &push {
+                    push.send(&batch).await;
                 }
+                cfg.as_ref()
+                    .and_then(|(_, url)| Message::new(&batch, url))
+                    .map(|m| m.outgoing())
             }
         };
-        if !send_with_retries(&cfg, &out, first_retry, &stop).await {
+        if let (Some((cfg, _)), Some(out)) = (&cfg, &out)
+            && !send_with_retries(cfg, out, first_retry, &stop).await
+        {
             return;
         }
     }
@@ -414,6 +425,7 @@ mod tests {
         let task = tokio::spawn(pump(
             rx,
             move || Some((cfg.clone(), "https://gw.example:8443".to_string())),
+            None,
             stop.clone(),
             Duration::from_millis(50),
         ));

@@ -30,6 +30,16 @@ pub(crate) struct RawConfig {
     pub boxes: Vec<RawBox>,
     /// `[budget]`: spending limits for every project (each may override some).
     pub budget: Option<RawBudget>,
+    /// `[push]`: Web Push to the control room's devices.
+    pub push: Option<RawPush>,
+}
+
+/// `[push]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPush {
+    /// Push endpoints on private or loopback addresses (tests, a push service on the LAN).
+    pub allow_private_endpoints: Option<bool>,
 }
 
 /// `[budget]`, and a project's `budget = { … }`: US dollars as OpenCode reports its cost.

@@ -47,6 +47,8 @@ pub struct Settings {
     /// `[budget]`'s limit on one user's spend per UTC day, across projects (the other limits
     /// are each project's, in [`Project::budget`]).
     pub user_day_usd: Option<f64>,
+    /// `[push] allow_private_endpoints`: push endpoints may be private or loopback addresses.
+    pub push_private_endpoints: bool,
 }
 
 /// A project's spending limits (`[budget]`, then its own `budget = { … }`), in US dollars as

@@ -40,7 +40,29 @@ pub(crate) fn start(gw: &Arc<Gateway>) {
                 .clone()
                 .map(|n| (n, state.settings.server.public_url.clone()))
         };
-        tokio::spawn(crate::notify::run(rx, config, gw.lifecycle.shutdown.clone()));
+        let push = gw.browser.push.clone();
+        tokio::spawn(crate::notify::run(rx, config, push, gw.lifecycle.shutdown.clone()));
+    }
+}
+
+/// Who may be pushed what, by the current state: approvers and above of a project get its
+/// requests.
+pub(crate) struct PushAudience(pub(crate) Arc<ArcSwap<State>>);
+
+impl crate::notify::push::Audience for PushAudience {
+    fn may_answer(&self, user: &str, project: &str) -> bool {
+        let state = self.0.load();
+        let role = state.users.get(user).and_then(|u| u.grants.role_in(project));
+        state.projects.contains_key(project)
+            && role.is_some_and(|r| r >= crate::policy::authz::Class::Respond.least_role())
+    }
+
+    fn allow_private(&self) -> bool {
+        self.0.load().settings.push_private_endpoints
+    }
+
+    fn subject(&self) -> String {
+        self.0.load().settings.server.public_url.clone()
     }
 }
 

@@ -100,6 +100,8 @@ pub struct Browser {
     pub tickets: Tickets,
     /// The web UI's hashed assets, compressed once (issue 14).
     pub compressed: crate::support::compress::AssetCache,
+    /// Web Push to subscribed devices (issue 26).
+    pub(crate) push: Arc<crate::notify::push::Pusher>,
 }
 
 /// The lifecycle part.
@@ -145,6 +147,7 @@ impl Gateway {
         let spend_store = store.clone();
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);
         let boxes = crate::upstream::box_links::BoxLinks::default();
+        let state_dir = settings.server.state_dir.clone();
         let state = State::build(settings, tls, &supervisor, &boxes, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let state = Arc::new(ArcSwap::from_pointee(state));
@@ -155,6 +158,11 @@ impl Gateway {
             &audit,
         )));
         janitor::restore_spend(&inbox.meter, &*spend_store);
+        let push = Arc::new(crate::notify::push::Pusher::new(
+            spend_store.clone(),
+            Arc::new(inbox::PushAudience(state.clone())),
+            &state_dir,
+        ));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let nofile = crate::gateway::connections::open_file_limit();
         let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
@@ -213,6 +221,7 @@ impl Gateway {
                 pairing: Default::default(),
                 tickets: Tickets::default(),
                 compressed: Default::default(),
+                push,
             },
             lifecycle: Lifecycle {
                 supervisor,

@@ -30,7 +30,8 @@ async fn post_trusting(
     body: Bytes,
     roots: Option<Arc<rustls::ClientConfig>>,
 ) -> Result<(), String> {
-    let (status, _) = exchange(http::Method::POST, url, Some(content_type), headers, body, 0, roots).await?;
+    let via = Via { roots, addr: None };
+    let (status, _) = exchange(http::Method::POST, url, Some(content_type), headers, body, 0, via).await?;
     if status.is_success() {
         Ok(())
     } else {
@@ -38,9 +39,18 @@ async fn post_trusting(
     }
 }
 
-/// One request on a connection of its own (http or https, verified against `roots` or the
-/// system's CA bundle), within 15 s; the status and at most `max_body` bytes of the answer (a
-/// longer answer is an error).
+/// How an [`exchange`] reaches its server: trusting `roots` instead of the system's CA bundle
+/// (tests), and at `addr` instead of what the URL's name resolves to now (an address already
+/// checked: push endpoints).
+#[derive(Default, Clone)]
+pub(crate) struct Via {
+    pub roots: Option<Arc<rustls::ClientConfig>>,
+    pub addr: Option<std::net::SocketAddr>,
+}
+
+/// One request on a connection of its own (http or https, verified against the system's CA
+/// bundle unless `via` says otherwise), within 15 s; the status and at most `max_body` bytes of
+/// the answer (a longer answer is an error).
 pub(crate) async fn exchange(
     method: http::Method,
     url: &str,
@@ -48,8 +58,9 @@ pub(crate) async fn exchange(
     headers: &[(&'static str, String)],
     body: Bytes,
     max_body: usize,
-    roots: Option<Arc<rustls::ClientConfig>>,
+    via: Via,
 ) -> Result<(http::StatusCode, Bytes), String> {
+    let Via { roots, addr } = via;
     let uri: http::Uri = url.parse().map_err(|_| "not a URL".to_string())?;
     let host = uri
         .host()
@@ -59,9 +70,11 @@ pub(crate) async fn exchange(
     let https = uri.scheme_str() == Some("https");
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let exchange = async {
-        let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-            .await
-            .map_err(|e| e.to_string())?;
+        let tcp = match addr {
+            Some(addr) => tokio::net::TcpStream::connect(addr).await,
+            None => tokio::net::TcpStream::connect((host.as_str(), port)).await,
+        }
+        .map_err(|e| e.to_string())?;
         let stream: Box<dyn Stream> = if https {
             let name = rustls::pki_types::ServerName::try_from(host.clone()).map_err(|e| e.to_string())?;
             let config = match roots {

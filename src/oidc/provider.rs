@@ -56,8 +56,16 @@ pub struct Provider {
 
 async fn get_json<T: for<'de> Deserialize<'de>>(url: &str) -> Result<T, String> {
     let headers = [("accept", "application/json".to_string())];
-    let (status, body) =
-        crate::notify::send::exchange(http::Method::GET, url, None, &headers, Bytes::new(), MAX_DOCUMENT, None).await?;
+    let (status, body) = crate::notify::send::exchange(
+        http::Method::GET,
+        url,
+        None,
+        &headers,
+        Bytes::new(),
+        MAX_DOCUMENT,
+        Default::default(),
+    )
+    .await?;
     if !status.is_success() {
         return Err(format!("{url} answered {status}"));
     }
@@ -154,7 +162,7 @@ impl Provider {
             &headers,
             Bytes::from(body),
             MAX_DOCUMENT,
-            None,
+            Default::default(),
         )
         .await?;
         #[derive(Deserialize)]

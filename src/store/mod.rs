@@ -191,9 +191,32 @@ pub(crate) trait SpendStore: Send + Sync {
     ) -> Result<(), StoreError>;
 }
 
+/// A browser's Web Push subscription (issue 26).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct PushSubscription {
+    /// The push service's URL for this browser (checked: `notify::push_endpoint`).
+    pub endpoint: String,
+    pub user: String,
+    /// The paired device it was made on: revoking the device deletes it.
+    pub device_id: Option<String>,
+    /// The browser's P-256 public key (65 bytes) and auth secret (16 bytes).
+    pub p256dh: Vec<u8>,
+    pub auth: Vec<u8>,
+    pub created_at: i64,
+}
+
+/// The push half: subscriptions by endpoint.
+pub(crate) trait PushStore: Send + Sync {
+    /// Keep a subscription (one per endpoint: a browser subscribing again replaces it).
+    fn save_push(&self, s: &PushSubscription) -> Result<(), StoreError>;
+    fn push_subscriptions(&self) -> Result<Vec<PushSubscription>, StoreError>;
+    /// Delete the subscription at `endpoint` (only `user`'s, when given); true if there was one.
+    fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError>;
+}
+
 /// The whole state database.
-pub(crate) trait Store: TokenStore + BrowserStore + SpendStore {}
-impl<T: TokenStore + BrowserStore + SpendStore> Store for T {}
+pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore {}
+impl<T: TokenStore + BrowserStore + SpendStore + PushStore> Store for T {}
 
 /// Open (creating and migrating) the state database under `state_dir`.
 pub(crate) fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_browser.sql"),
     include_str!("migrations/0003_passwords.sql"),
     include_str!("migrations/0004_spend.sql"),
+    include_str!("migrations/0005_push.sql"),
 ];
 
 pub(crate) struct SqliteStore {
@@ -298,6 +299,8 @@ impl BrowserStore for SqliteStore {
                 "UPDATE devices SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
                 params![id, at],
             )?;
+            // Its push subscriptions: a revoked phone is told nothing more.
+            tx.execute("DELETE FROM push_subscriptions WHERE device_id = ?1", params![id])?;
             // Its sessions, and the project-host sessions handed off from them.
             tx.execute(
                 "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND (device_id = ?1
@@ -512,9 +515,100 @@ impl super::SpendStore for SqliteStore {
     }
 }
 
+impl super::PushStore for SqliteStore {
+    fn save_push(&self, s: &super::PushSubscription) -> Result<(), StoreError> {
+        let result = (|| {
+            self.lock().execute(
+                "INSERT INTO push_subscriptions (endpoint, user, device_id, p256dh, auth, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (endpoint) DO UPDATE SET user = excluded.user, device_id = excluded.device_id,
+                   p256dh = excluded.p256dh, auth = excluded.auth, created_at = excluded.created_at",
+                params![s.endpoint, s.user, s.device_id, s.p256dh, s.auth, s.created_at],
+            )?;
+            Ok(())
+        })();
+        self.noted("save_push", result)
+    }
+
+    fn push_subscriptions(&self) -> Result<Vec<super::PushSubscription>, StoreError> {
+        let conn = self.lock();
+        let mut stmt =
+            conn.prepare("SELECT endpoint, user, device_id, p256dh, auth, created_at FROM push_subscriptions")?;
+        let rows = stmt.query_map([], |r| {
+            Ok(super::PushSubscription {
+                endpoint: r.get(0)?,
+                user: r.get(1)?,
+                device_id: r.get(2)?,
+                p256dh: r.get(3)?,
+                auth: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError> {
+        let result = (|| {
+            let n = self.lock().execute(
+                "DELETE FROM push_subscriptions WHERE endpoint = ?1 AND (?2 IS NULL OR user = ?2)",
+                params![endpoint, user],
+            )?;
+            Ok(n == 1)
+        })();
+        self.noted("delete_push", result)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Push subscriptions: one per endpoint (subscribing again replaces it), deleted only by
+    /// their own user when one is named, and with the paired device they were made on.
+    #[test]
+    fn push_subscriptions_are_kept_by_endpoint_and_go_with_their_device() {
+        use crate::store::{BrowserStore, DeviceRecord, PushStore, PushSubscription};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();
+        let sub = |endpoint: &str, user: &str, device: Option<&str>| PushSubscription {
+            endpoint: endpoint.into(),
+            user: user.into(),
+            device_id: device.map(String::from),
+            p256dh: vec![4; 65],
+            auth: vec![1; 16],
+            created_at: 10,
+        };
+        store.save_push(&sub("https://p/1", "ann", None)).unwrap();
+        store.save_push(&sub("https://p/1", "ann", Some("dev_1"))).unwrap();
+        store.save_push(&sub("https://p/2", "bob", None)).unwrap();
+        let mut all = store.push_subscriptions().unwrap();
+        all.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
+        assert_eq!(
+            all,
+            vec![
+                sub("https://p/1", "ann", Some("dev_1")),
+                sub("https://p/2", "bob", None)
+            ]
+        );
+        assert!(!store.delete_push("https://p/2", Some("ann")).unwrap(), "not ann's");
+        assert!(store.delete_push("https://p/2", Some("bob")).unwrap());
+        store
+            .insert_device(&DeviceRecord {
+                id: "dev_1".into(),
+                user: "ann".into(),
+                label: "phone".into(),
+                created_at: 1,
+                last_seen_at: None,
+                last_address: None,
+                revoked_at: None,
+            })
+            .unwrap();
+        assert!(store.revoke_device("dev_1", 20).unwrap());
+        assert!(
+            store.push_subscriptions().unwrap().is_empty(),
+            "revoked with its device"
+        );
+    }
 
     /// The meter's rows: a day's totals and sessions' costs replace what was there, and another
     /// day's totals are another day's.

@@ -17,6 +17,7 @@ pub mod handoff;
 pub mod login;
 pub mod page;
 pub mod pair;
+pub mod push_form;
 pub mod room;
 pub mod sso;
 
@@ -60,6 +61,8 @@ pub enum Page {
     Restart,
     /// Raise or reset a project's or a session's budget (operators).
     Budget,
+    /// This browser's Web Push subscription.
+    Push,
     Static(&'static str),
     /// Login host: begin single sign-on (`[oidc]`).
     OidcStart,
@@ -109,6 +112,7 @@ pub(crate) fn page(
             (false, ["new"]) => Page::NewSession,
             (false, ["restart"]) => Page::Restart,
             (false, ["budget"]) => Page::Budget,
+            (false, ["push"]) => Page::Push,
             (false, ["oidc", "start"]) => Page::OidcStart,
             (false, ["oidc", "callback"]) => Page::OidcCallback,
             (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
@@ -254,6 +258,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::NewSession, &Method::POST) => room::new_session(ctx, body).await,
         (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
         (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
+        (Page::Push, &Method::POST) => push_form::subscribe(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
         (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),

@@ -152,6 +152,8 @@ pub(crate) struct Room {
 #[template(path = "portal.html")]
 struct PortalPage<'a> {
     r: &'a Room,
+    /// The gateway's VAPID public key, for "Notify me on this device" (none: push is unavailable).
+    push_key: Option<String>,
 }
 
 #[derive(Template)]
@@ -671,7 +673,8 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
                 targets.push_str(o);
             }
         }
-        page::html_with(StatusCode::OK, &PortalPage { r: &r }, &targets)
+        let push_key = ctx.gw.browser.push.vapid().ok().map(|v| v.public_key());
+        page::html_with(StatusCode::OK, &PortalPage { r: &r, push_key }, &targets)
     }
 }
 

@@ -43,6 +43,7 @@ mod phone;
 mod pinning;
 mod project_ports;
 mod proxy;
+mod push;
 mod real_opencode;
 mod refusals;
 mod reload;

@@ -315,6 +315,11 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         protected: ProtectedPaths::default(),
         boxes,
         user_day_usd,
+        push_private_endpoints: raw
+            .push
+            .as_ref()
+            .and_then(|p| p.allow_private_endpoints)
+            .unwrap_or(false),
     };
     settings.protected = settings.protected_paths();
     let (found, warnings) = crate::config::discover::discover(&settings);

@@ -16,6 +16,7 @@ pub mod netns;
 pub mod opencode;
 pub mod os_users;
 pub mod process;
+pub mod push_service;
 pub mod qr;
 pub mod ssh;
 pub mod sshd;
