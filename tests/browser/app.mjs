@@ -4,7 +4,9 @@
 // reads the manifest (`Page.getAppManifest`) → offline (`Network.emulateNetworkConditions` through
 // the context), the control room and the inbox open the gateway's offline page, not Chromium's
 // error page → the worker's cache holds the app shell and no page → back online, the offline page
-// returns to the page asked for on its own. Run by tests/integration/app.rs; exits non-zero naming
+// returns to the page asked for on its own. The worker's push handler, given a message through
+// `ServiceWorker.deliverPushMessage`, shows a notification naming project and tool that opens
+// the inbox (whatever URL the message names). Run by tests/integration/app.rs; exits non-zero naming
 // the failed step. Env: GW_PORT, CERT, SHOT_DIR.
 import { env, launchPersistent } from './chromium.mjs';
 import fs from 'node:fs';
@@ -57,7 +59,31 @@ try {
   const sizes = data.icons.map((i) => i.sizes);
   for (const s of ['192x192', '512x512']) if (!sizes.includes(s)) throw new Error(`no ${s} icon: ${sizes}`);
   console.log(`installable: manifest ${manifest.url}, icons ${sizes.join(' ')}`);
+
+  step = 'the portal offers push notifications on this device';
+  await page.locator('#push-on').waitFor({ state: 'visible', timeout: 10000 });
   await shot('portal');
+
+  step = "a push message shows a notification that names project and tool (the worker's push handler)";
+  await phone.grantPermissions(['notifications'], { origin: login });
+  const registrations = [];
+  cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => registrations.push(...e.registrations));
+  await cdp.send('ServiceWorker.enable');
+  const reg = await bounded('the worker registration', 10000, () => registrations.find((r) => r.scopeURL === `${login}/` && !r.isDeleted));
+  await cdp.send('ServiceWorker.deliverPushMessage', {
+    origin: login, registrationId: reg.registrationId,
+    data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
+  });
+  const shown = await bounded('a notification', 10000, async () => {
+    const ns = await page.evaluate(() => navigator.serviceWorker.ready
+      .then((r) => r.getNotifications()).then((all) => all.map((n) => ({ title: n.title, body: n.body, url: n.data && n.data.url }))));
+    return ns.length ? ns : null;
+  });
+  const n = shown[0];
+  if (n.title !== 'OpenCode: demo waits for you' || n.body !== 'demo: permission to use bash') throw new Error(`shown: ${JSON.stringify(shown)}`);
+  // Whatever the message says, a tap opens the gateway's own inbox.
+  if (n.url !== '/inbox') throw new Error(`the notification opens ${n.url}`);
+  console.log(`notification: ${n.title} / ${n.body}`);
 
   step = 'offline: the control room and the inbox open the offline page';
   await phone.setOffline(true);

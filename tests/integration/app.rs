@@ -18,8 +18,10 @@ fn alice_only() -> Gateway {
 }
 
 /// Chromium finds the control room installable (no installability error, the manifest read),
-/// the service worker takes the page, offline pages are the gateway's own, the worker's cache
-/// holds only the app shell, and the page comes back when the network does.
+/// the service worker takes the page, the portal offers push, a push message delivered through
+/// CDP shows a notification naming project and tool that opens `/inbox`, offline pages are the
+/// gateway's own, the worker's cache holds only the app shell, and the page comes back when the
+/// network does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs Chromium: run scripts/test.sh"]
 async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
@@ -38,6 +40,10 @@ async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
     )
     .await;
     assert!(out.contains("icons 192x192 512x512"), "{out}");
+    assert!(
+        out.contains("notification: OpenCode: demo waits for you / demo: permission to use bash"),
+        "{out}"
+    );
 }
 
 /// What the gateway serves for the app: the manifest as `application/manifest+json`, the
