@@ -1,7 +1,8 @@
 //! Web Push to the control room's devices (issue 26): for a batch of new pending requests, one
 //! message to each subscribed device of each user who may answer one of them (approvers and
 //! above in its project). A message names the project and the tool and opens `/inbox`; it never
-//! carries the command and never an answer. Each delivery is a task of its own, retried with
+//! carries the command and never an answer. Only subscriptions made in a login that is still
+//! live are sent to (a logout, an expiry, a new password or a revoked device ends them). Each delivery is a task of its own, retried with
 //! backoff, so a slow or failing push service never holds the notifier, let alone a request; a
 //! subscription the push service says is gone (404, 410) is deleted.
 
@@ -62,7 +63,8 @@ impl Pusher {
     /// Send `batch` to every subscribed device whose user may answer one of its requests.
     pub(crate) async fn send(self: &Arc<Self>, batch: &[NewCard]) {
         let store = self.store.clone();
-        let subs = match tokio::task::spawn_blocking(move || store.push_subscriptions()).await {
+        let now = crate::auth::tokens::now_unix();
+        let subs = match tokio::task::spawn_blocking(move || store.push_subscriptions(now)).await {
             Ok(Ok(subs)) => subs,
             Ok(Err(e)) => return tracing::error!(error = %e, "cannot read the push subscriptions"),
             Err(_) => return,

@@ -197,6 +197,8 @@ pub(crate) struct PushSubscription {
     /// The push service's URL for this browser (checked: `notify::push_endpoint`).
     pub endpoint: String,
     pub user: String,
+    /// The login session it was made in: pushed only while that login is live.
+    pub session_id: String,
     /// The paired device it was made on: revoking the device deletes it.
     pub device_id: Option<String>,
     /// The browser's P-256 public key (65 bytes) and auth secret (16 bytes).
@@ -209,7 +211,8 @@ pub(crate) struct PushSubscription {
 pub(crate) trait PushStore: Send + Sync {
     /// Keep a subscription (one per endpoint: a browser subscribing again replaces it).
     fn save_push(&self, s: &PushSubscription) -> Result<(), StoreError>;
-    fn push_subscriptions(&self) -> Result<Vec<PushSubscription>, StoreError>;
+    /// The subscriptions whose login session is live at `now` (Unix seconds).
+    fn push_subscriptions(&self, now: i64) -> Result<Vec<PushSubscription>, StoreError>;
     /// Delete the subscription at `endpoint` (only `user`'s, when given); true if there was one.
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError>;
 }

@@ -444,9 +444,15 @@ impl BrowserStore for SqliteStore {
 
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
         let result = (|| -> Result<usize, StoreError> {
-            let n = self.lock().execute(
+            let conn = self.lock();
+            let n = conn.execute(
                 "DELETE FROM web_sessions WHERE revoked_at < ?1 OR expires_at < ?1",
                 params![before],
+            )?;
+            // Push subscriptions made in logins that are gone now.
+            conn.execute(
+                "DELETE FROM push_subscriptions WHERE session_id NOT IN (SELECT id FROM web_sessions)",
+                [],
             )?;
             Ok(n)
         })();
@@ -519,29 +525,42 @@ impl super::PushStore for SqliteStore {
     fn save_push(&self, s: &super::PushSubscription) -> Result<(), StoreError> {
         let result = (|| {
             self.lock().execute(
-                "INSERT INTO push_subscriptions (endpoint, user, device_id, p256dh, auth, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                 ON CONFLICT (endpoint) DO UPDATE SET user = excluded.user, device_id = excluded.device_id,
-                   p256dh = excluded.p256dh, auth = excluded.auth, created_at = excluded.created_at",
-                params![s.endpoint, s.user, s.device_id, s.p256dh, s.auth, s.created_at],
+                "INSERT INTO push_subscriptions (endpoint, user, session_id, device_id, p256dh, auth, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (endpoint) DO UPDATE SET user = excluded.user, session_id = excluded.session_id,
+                   device_id = excluded.device_id, p256dh = excluded.p256dh, auth = excluded.auth,
+                   created_at = excluded.created_at",
+                params![
+                    s.endpoint,
+                    s.user,
+                    s.session_id,
+                    s.device_id,
+                    s.p256dh,
+                    s.auth,
+                    s.created_at
+                ],
             )?;
             Ok(())
         })();
         self.noted("save_push", result)
     }
 
-    fn push_subscriptions(&self) -> Result<Vec<super::PushSubscription>, StoreError> {
+    fn push_subscriptions(&self, now: i64) -> Result<Vec<super::PushSubscription>, StoreError> {
         let conn = self.lock();
-        let mut stmt =
-            conn.prepare("SELECT endpoint, user, device_id, p256dh, auth, created_at FROM push_subscriptions")?;
-        let rows = stmt.query_map([], |r| {
+        let mut stmt = conn.prepare(
+            "SELECT p.endpoint, p.user, p.session_id, p.device_id, p.p256dh, p.auth, p.created_at
+               FROM push_subscriptions p JOIN web_sessions w ON w.id = p.session_id
+              WHERE w.revoked_at IS NULL AND w.expires_at > ?1",
+        )?;
+        let rows = stmt.query_map(params![now], |r| {
             Ok(super::PushSubscription {
                 endpoint: r.get(0)?,
                 user: r.get(1)?,
-                device_id: r.get(2)?,
-                p256dh: r.get(3)?,
-                auth: r.get(4)?,
-                created_at: r.get(5)?,
+                session_id: r.get(2)?,
+                device_id: r.get(3)?,
+                p256dh: r.get(4)?,
+                auth: r.get(5)?,
+                created_at: r.get(6)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -563,35 +582,27 @@ impl super::PushStore for SqliteStore {
 mod tests {
     use super::*;
 
-    /// Push subscriptions: one per endpoint (subscribing again replaces it), deleted only by
-    /// their own user when one is named, and with the paired device they were made on.
+    /// Push subscriptions: one per endpoint (subscribing again replaces it), listed only while
+    /// the login they were made in is live, deleted only by their own user when one is named,
+    /// and with the paired device they were made on.
     #[test]
-    fn push_subscriptions_are_kept_by_endpoint_and_go_with_their_device() {
-        use crate::store::{BrowserStore, DeviceRecord, PushStore, PushSubscription};
+    fn push_subscriptions_live_with_their_login_and_go_with_their_device() {
+        use crate::store::{BrowserStore, DeviceRecord, PushStore, PushSubscription, WebSessionRecord};
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(&dir.path().join("state.db")).unwrap();
-        let sub = |endpoint: &str, user: &str, device: Option<&str>| PushSubscription {
-            endpoint: endpoint.into(),
+        let login = |id: &str, user: &str, device: Option<&str>, n: u8| WebSessionRecord {
+            id: id.into(),
+            digest: [n; 32],
             user: user.into(),
             device_id: device.map(String::from),
-            p256dh: vec![4; 65],
-            auth: vec![1; 16],
-            created_at: 10,
+            parent: None,
+            host: None,
+            created_at: 1,
+            last_seen_at: 1,
+            idle_secs: 3600,
+            expires_at: 1000,
+            revoked_at: None,
         };
-        store.save_push(&sub("https://p/1", "ann", None)).unwrap();
-        store.save_push(&sub("https://p/1", "ann", Some("dev_1"))).unwrap();
-        store.save_push(&sub("https://p/2", "bob", None)).unwrap();
-        let mut all = store.push_subscriptions().unwrap();
-        all.sort_by(|a, b| a.endpoint.cmp(&b.endpoint));
-        assert_eq!(
-            all,
-            vec![
-                sub("https://p/1", "ann", Some("dev_1")),
-                sub("https://p/2", "bob", None)
-            ]
-        );
-        assert!(!store.delete_push("https://p/2", Some("ann")).unwrap(), "not ann's");
-        assert!(store.delete_push("https://p/2", Some("bob")).unwrap());
         store
             .insert_device(&DeviceRecord {
                 id: "dev_1".into(),
@@ -603,11 +614,63 @@ mod tests {
                 revoked_at: None,
             })
             .unwrap();
-        assert!(store.revoke_device("dev_1", 20).unwrap());
-        assert!(
-            store.push_subscriptions().unwrap().is_empty(),
-            "revoked with its device"
+        store
+            .insert_web_session(&login("ws_ann", "ann", Some("dev_1"), 1))
+            .unwrap();
+        store.insert_web_session(&login("ws_bob", "bob", None, 2)).unwrap();
+        store.insert_web_session(&login("ws_cat", "cat", None, 3)).unwrap();
+        let sub = |endpoint: &str, user: &str, session: &str, device: Option<&str>| PushSubscription {
+            endpoint: endpoint.into(),
+            user: user.into(),
+            session_id: session.into(),
+            device_id: device.map(String::from),
+            p256dh: vec![4; 65],
+            auth: vec![1; 16],
+            created_at: 10,
+        };
+        store.save_push(&sub("https://p/1", "ann", "ws_ann", None)).unwrap();
+        store
+            .save_push(&sub("https://p/1", "ann", "ws_ann", Some("dev_1")))
+            .unwrap();
+        store.save_push(&sub("https://p/2", "bob", "ws_bob", None)).unwrap();
+        store.save_push(&sub("https://p/3", "cat", "ws_cat", None)).unwrap();
+        let listed = |now| {
+            let mut all: Vec<String> = store
+                .push_subscriptions(now)
+                .unwrap()
+                .into_iter()
+                .map(|s| s.endpoint)
+                .collect();
+            all.sort();
+            all
+        };
+        assert_eq!(listed(10), ["https://p/1", "https://p/2", "https://p/3"]);
+        assert_eq!(
+            store
+                .push_subscriptions(10)
+                .unwrap()
+                .iter()
+                .find(|s| s.user == "ann")
+                .unwrap()
+                .device_id
+                .as_deref(),
+            Some("dev_1"),
+            "replaced"
         );
+        assert!(listed(1000).is_empty(), "expired logins push nothing");
+        assert!(!store.delete_push("https://p/2", Some("ann")).unwrap(), "not ann's");
+        assert!(store.delete_push("https://p/2", Some("bob")).unwrap());
+        // cat logs out; ann's device is revoked (and its sessions with it).
+        assert!(store.revoke_web_session("ws_cat", 20).unwrap());
+        assert_eq!(listed(30), ["https://p/1"]);
+        assert!(store.revoke_device("dev_1", 20).unwrap());
+        assert!(listed(30).is_empty());
+        store.prune_web_sessions(1000).unwrap();
+        let left: i64 = store
+            .lock()
+            .query_row("SELECT COUNT(*) FROM push_subscriptions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0, "pruned with their logins");
     }
 
     /// The meter's rows: a day's totals and sessions' costs replace what was there, and another

@@ -63,6 +63,7 @@ pub(crate) async fn subscribe(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<
             let sub = PushSubscription {
                 endpoint: endpoint.to_string(),
                 user: live.user.to_string(),
+                session_id: live.login_id.to_string(),
                 device_id: live.device.as_deref().map(String::from),
                 p256dh,
                 auth,
