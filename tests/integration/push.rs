@@ -288,6 +288,29 @@ async fn a_waiting_permission_is_pushed_encrypted_to_the_devices_that_may_answer
         )
         .unwrap();
     assert_eq!(left, 0, "alice's gone subscription is deleted");
+    // "Stop notifying this device": only one's own subscription can be removed.
+    let other = Device::new(3);
+    let other_endpoint = format!("{}/push/alice-2", push.origin);
+    let ok = portal_post(&lh, &alice, "/_gw/push", &other.form(&other_endpoint)).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let remove = |endpoint: &str| format!("do=remove&endpoint={}", crate::common::client::encode(endpoint));
+    let not_hers = portal_post(&lh, &alice, "/_gw/push", &remove(&vic_endpoint)).await;
+    assert_eq!(
+        (not_hers.status.as_u16(), not_hers.body.as_str()),
+        (200, "{\"removed\":false}")
+    );
+    let removed = portal_post(&lh, &alice, "/_gw/push", &remove(&other_endpoint)).await;
+    assert_eq!(
+        (removed.status.as_u16(), removed.body.as_str()),
+        (200, "{\"removed\":true}")
+    );
+    let count = |user: &str| -> i64 {
+        db.query_row("SELECT COUNT(*) FROM push_subscriptions WHERE user = ?1", [user], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    };
+    assert_eq!((count("alice"), count("vic")), (0, 1));
     // A viewer may not answer: vic's device was told nothing, in either round.
     assert!(
         push.seen.lock().unwrap().iter().all(|d| d.path != "/push/vic"),
