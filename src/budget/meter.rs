@@ -234,7 +234,9 @@ impl Meter {
         st.dirty |= before.as_deref() != Some(user);
     }
 
-    /// What the state database kept: `day`'s totals and the sessions' last-seen costs.
+    /// What the state database kept: `day`'s totals (`kind` project, user, or `raised`: an
+    /// operator's raise of the limit named), the sessions' last-seen costs, and the earlier days
+    /// of the month.
     pub(crate) fn restore(
         &self,
         day: u64,
@@ -245,13 +247,19 @@ impl Meter {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
         for (kind, name, usd) in earlier_this_month {
-            let kind = if kind == "project" { "project" } else { "user" };
+            let kind = match kind.as_str() {
+                "project" => "project",
+                "user" => "user",
+                _ => continue,
+            };
             st.month_before.insert((kind, name), usd);
         }
         for (kind, name, usd) in totals {
             match kind.as_str() {
                 "project" => st.project_day.insert(name, usd),
-                _ => st.user_day.insert(name, usd),
+                "user" => st.user_day.insert(name, usd),
+                "raised" => st.raised.insert(name, usd),
+                _ => None,
             };
         }
         for s in sessions {
@@ -267,7 +275,7 @@ impl Meter {
     }
 
     /// What to save, when something changed since the last call: the day, its totals (`kind`
-    /// project or user) and every session's cost.
+    /// project, user, or `raised`: operators' raises by limit key) and every session's cost.
     #[allow(clippy::type_complexity)]
     pub(crate) fn to_save(&self) -> Option<(u64, Vec<(String, String, f64)>, Vec<crate::store::SessionCost>)> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -276,6 +284,7 @@ impl Meter {
         }
         let totals = (st.project_day.iter().map(|(n, v)| ("project", n, v)))
             .chain(st.user_day.iter().map(|(n, v)| ("user", n, v)))
+            .chain(st.raised.iter().map(|(n, v)| ("raised", n, v)))
             .map(|(k, n, v)| (k.to_string(), n.clone(), *v))
             .collect();
         let sessions = st
@@ -365,6 +374,7 @@ impl Meter {
             return None;
         }
         *st.raised.entry(key.to_string()).or_default() += add;
+        st.dirty = true;
         st.stopped
             .retain(|(p, root)| p != project || (key.starts_with("session ") && session_key(p, root) != key));
         st.told.retain(|(k, _)| k != key);
@@ -548,6 +558,12 @@ mod tests {
             0.0,
             "a day's raise ends with the day"
         );
+        // Kept: what is saved brings the raises back (a session's under any day).
+        let (day, totals, _) = m.to_save().unwrap();
+        let again = Meter::default();
+        again.restore(day, totals, vec![], vec![]);
+        assert_eq!(again.raised(&session_key("web", "s1"), 11), 1.5);
+        assert_eq!(again.raised(&project_key("web"), 11), 0.0);
         // Bounded: with MAX_RAISED limits raised, a new one is refused; a raised one may grow.
         for n in 2..=MAX_RAISED {
             assert!(

@@ -66,7 +66,12 @@ pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::sto
     let day = crate::budget::meter::today();
     let month = crate::budget::meter::month_start(day) as i64;
     let earlier = store.spend_between(month, day as i64);
-    match (store.spend_of_day(day as i64), store.session_costs(), earlier) {
+    // Today's totals and raises, and sessions' raises (kept apart: they outlive days).
+    let totals = store.spend_of_day(day as i64).and_then(|mut today| {
+        today.extend(store.spend_of_day(crate::store::SESSION_RAISES_DAY)?);
+        Ok(today)
+    });
+    match (totals, store.session_costs(), earlier) {
         (Ok(totals), Ok(sessions), Ok(earlier)) => meter.restore(day, totals, sessions, earlier),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             tracing::error!(error = %e, "cannot read the spend kept in the state database; the meter starts empty")

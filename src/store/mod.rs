@@ -175,7 +175,11 @@ pub(crate) struct SessionCost {
     pub usd: f64,
 }
 
-/// The cost meter's half: spend per day, and sessions' last-seen costs.
+/// The day under which sessions' raised budgets are kept (they outlive days).
+pub(crate) const SESSION_RAISES_DAY: i64 = 0;
+
+/// The cost meter's half: spend per day (with operators' raises, kind `raised`), and sessions'
+/// last-seen costs.
 pub(crate) trait SpendStore: Send + Sync {
     /// `(kind, name, usd)` of `day` (days since the epoch, UTC); kind is `project` or `user`.
     fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError>;

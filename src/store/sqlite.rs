@@ -501,6 +501,12 @@ impl super::SpendStore for SqliteStore {
             let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
             let tx = conn.transaction()?;
             for (kind, name, usd) in totals {
+                // A session's raise outlives the day: kept under day 0 (`SESSION_RAISES_DAY`).
+                let day = if kind == "raised" && name.starts_with("session ") {
+                    super::SESSION_RAISES_DAY
+                } else {
+                    day
+                };
                 tx.execute(
                     "INSERT INTO spend_days (day, kind, name, usd) VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
@@ -702,6 +708,17 @@ mod tests {
         assert_eq!(store.spend_of_day(11).unwrap().len(), 2);
         assert!(store.spend_of_day(12).unwrap().is_empty());
         assert_eq!(store.session_costs().unwrap(), vec![session(1.5)]);
+        // Raises: a project's today's, a session's under day 0 (it outlives the day).
+        let raised = vec![
+            ("raised".to_string(), "project web".to_string(), 2.0),
+            ("raised".to_string(), "session web ses_1".to_string(), 1.0),
+        ];
+        store.save_spend(12, &raised, &[]).unwrap();
+        assert_eq!(store.spend_of_day(12).unwrap(), raised[..1].to_vec());
+        assert_eq!(
+            store.spend_of_day(crate::store::SESSION_RAISES_DAY).unwrap(),
+            raised[1..].to_vec()
+        );
         // A month so far: the sum of its days, today's not included.
         let mut month = store.spend_between(9, 12).unwrap();
         month.sort_by(|a, b| a.0.cmp(&b.0));

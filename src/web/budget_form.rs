@@ -1,8 +1,9 @@
 //! `POST /_gw/budget`: an operator of a project raises or resets its budget from the portal,
 //! for today (`scope=day`: the project's daily limit) or for one session (`scope=session`). A
 //! raise adds dollars to the limit; a reset adds what was spent so far, so it no longer counts.
-//! Both hold in memory until the day ends (a session's until the gateway restarts) and are
-//! audited (`budget_raised`); the sessions the guard stopped for it may be resumed.
+//! Both hold until the day ends (a session's for as long as the session), are saved with the
+//! spend, and are audited (`budget_raised`); the sessions the guard stopped for it may be
+//! resumed.
 
 use http::Response;
 use hyper::body::Incoming;

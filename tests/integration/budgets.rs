@@ -281,6 +281,15 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
     })
     .await;
     assert_eq!((&r["user"], &r["added"]), (&"alice".into(), &0.05.into()), "{r}");
+    // The raise is kept across a restart: the session may go on (the meter has seen the answer
+    // just given before the gateway stops and saves).
+    until_spent(&gw, ANSWER_USD).await;
+    gw.signal(libc::SIGTERM);
+    assert!(tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))).is_some());
+    tokio::task::block_in_place(|| gw.restart());
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, answer) = json(&c, "POST", &message, &alice(), prompt).await;
+    assert_eq!(status, 200, "the raise was lost in the restart: {answer}");
 }
 
 /// `check` refuses a budget that is not an amount, a share or an action, and a user's daily
