@@ -1054,6 +1054,52 @@ mod tests {
         };
         let portal = PortalContent { r: &room }.render().unwrap();
         assert_eq!(portal.matches("on gpu1").count(), 1, "{portal}");
+        // A session the guard stopped: the flag, the failure's first line, "Resume" for those
+        // who may answer; "Reset this session's budget" and "Budget…" for operators only.
+        let mut room = room;
+        room.my_spend = Some("You spent today: $0.0210 (UTC day) · this month: $1.2000".into());
+        let flagged = |budget: bool| SessionRow {
+            id: "ses_1".into(),
+            title: "Fix the login".into(),
+            status_class: "idle",
+            status_text: "idle".into(),
+            status_reason: None,
+            ago: "5 s".into(),
+            since_ms: 0,
+            usage: Some("$0.0315 · 3000 in / 1500 out tokens".into()),
+            link: None,
+            subagent: false,
+            busy: false,
+            waiting: None,
+            flag: Some(FlagRow {
+                says: "stopped: retried the same failure twice".into(),
+                detail: "exit 1: cat: x: No such file or directory".into(),
+                resumable: true,
+                budget,
+            }),
+        };
+        room.projects[1].sessions = vec![flagged(true)];
+        room.projects[1].spend = Some("Spent today: $0.0315 of $40.00 (UTC day) · this month: $0.0315".into());
+        let as_approver = PortalContent { r: &room }.render().unwrap();
+        for says in [
+            "You spent today: $0.0210",
+            "stopped: retried the same failure twice",
+            "exit 1: cat: x: No such file",
+            "value=\"resume\"",
+        ] {
+            assert!(as_approver.contains(says), "{says}: {as_approver}");
+        }
+        assert!(
+            !as_approver.contains("/_gw/budget"),
+            "no budget controls without the operator role"
+        );
+        room.projects[1].can_raise = true;
+        let as_operator = PortalContent { r: &room }.render().unwrap();
+        assert!(as_operator.contains("Reset this session's budget"), "{as_operator}");
+        assert!(as_operator.contains("Raise today's budget by $"), "{as_operator}");
+        room.projects[1].can_answer = false;
+        let as_viewer_like = PortalContent { r: &room }.render().unwrap();
+        assert!(!as_viewer_like.contains("value=\"resume\""), "{as_viewer_like}");
         let inbox = InboxContent { r: &room }.render().unwrap();
         assert!(inbox.contains("in train on gpu1"), "{inbox}");
         assert!(inbox.contains("in web</span>"), "{inbox}");
