@@ -1,6 +1,7 @@
 // The control room's service worker (scope `/` on the login host, allowed by the gateway's
 // `Service-Worker-Allowed` header). It keeps only the app shell: the gateway's own static files
-// (styles, scripts, icons, the offline page). It never stores a page or an API answer: the
+// (styles, scripts, icons, the offline page), served from the network while there is one and
+// from its cache offline. It never stores a page or an API answer: the
 // control room, the inbox and every card come from the network each time (they are `no-store`,
 // and may hold what an agent asked). When the network is gone, a navigation to a control-room
 // page gets the offline page, which reconnects on its own. Anything else (a project's web UI
@@ -29,7 +30,15 @@ self.addEventListener('fetch', (event) => {
     // The page from the network, always; the offline page when there is none.
     event.respondWith(fetch(req).catch(() => caches.match('/_gw/static/offline.html')));
   } else if (FILES.includes(url.pathname)) {
-    event.respondWith(caches.match(req).then((hit) => hit || fetch(req)));
+    // The network's copy while there is one (a gateway upgraded since the install serves new
+    // styles and scripts at once), kept for offline; the kept copy only offline.
+    event.respondWith(fetch(req)
+      .then((fresh) => {
+        const copy = fresh.clone();
+        if (fresh.ok) caches.open(SHELL).then((c) => c.put(req, copy));
+        return fresh;
+      })
+      .catch(() => caches.match(req)));
   }
 });
 
