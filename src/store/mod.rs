@@ -217,6 +217,8 @@ pub(crate) trait PushStore: Send + Sync {
     fn save_push(&self, s: &PushSubscription) -> Result<(), StoreError>;
     /// The subscriptions whose login session is live at `now` (Unix seconds).
     fn push_subscriptions(&self, now: i64) -> Result<Vec<PushSubscription>, StoreError>;
+    /// Every endpoint `user` has subscribed, live login or not.
+    fn push_endpoints_of(&self, user: &str) -> Result<Vec<String>, StoreError>;
     /// Delete the subscription at `endpoint` (only `user`'s, when given); true if there was one.
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError>;
 }

@@ -572,6 +572,13 @@ impl super::PushStore for SqliteStore {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    fn push_endpoints_of(&self, user: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare("SELECT endpoint FROM push_subscriptions WHERE user = ?1")?;
+        let rows = stmt.query_map(params![user], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError> {
         let result = (|| {
             let n = self.lock().execute(
@@ -664,6 +671,7 @@ mod tests {
             "replaced"
         );
         assert!(listed(1000).is_empty(), "expired logins push nothing");
+        assert_eq!(store.push_endpoints_of("bob").unwrap(), ["https://p/2"]);
         assert!(!store.delete_push("https://p/2", Some("ann")).unwrap(), "not ann's");
         assert!(store.delete_push("https://p/2", Some("bob")).unwrap());
         // cat logs out; ann's device is revoked (and its sessions with it).

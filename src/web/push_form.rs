@@ -16,6 +16,9 @@ use crate::http::error::HttpError;
 use crate::notify::{push_endpoint, webpush};
 use crate::store::PushSubscription;
 
+/// Subscriptions one user may have.
+const MAX_PER_USER: usize = 20;
+
 pub(crate) async fn subscribe(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
     ctx.check_csrf()?;
     let Some(live) = ctx.login_session().await? else {
@@ -59,6 +62,18 @@ pub(crate) async fn subscribe(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<
             if let Err(e) = ctx.gw.browser.push.vapid() {
                 tracing::error!(error = %e, "no VAPID key: a device cannot subscribe to push notifications");
                 return Err(HttpError::StateUnavailable);
+            }
+            // A user's devices, bounded: each subscription is a request the gateway makes for
+            // every pending request, to a URL a browser chose. Subscribing again replaces.
+            let (read, user) = (store.clone(), live.user.to_string());
+            let theirs = crate::store::blocking("reading push subscriptions", move || read.push_endpoints_of(&user))
+                .await
+                .map_err(|_| HttpError::StateUnavailable)?;
+            if theirs.len() >= MAX_PER_USER && !theirs.iter().any(|e| e == endpoint) {
+                return Err(HttpError::BadRequest(format!(
+                    "{MAX_PER_USER} devices already get notifications for {}: stop one first",
+                    live.user
+                )));
             }
             let sub = PushSubscription {
                 endpoint: endpoint.to_string(),

@@ -311,6 +311,38 @@ async fn a_waiting_permission_is_pushed_encrypted_to_the_devices_that_may_answer
         .unwrap()
     };
     assert_eq!((count("alice"), count("vic")), (0, 1));
+    // At most 20 devices per user; subscribing one of them again still works.
+    for n in 0..20 {
+        let r = portal_post(
+            &lh,
+            &alice,
+            "/_gw/push",
+            &Device::new(4).form(&format!("{}/push/a{n}", push.origin)),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{n}: {}", r.body);
+    }
+    let over = portal_post(
+        &lh,
+        &alice,
+        "/_gw/push",
+        &Device::new(4).form(&format!("{}/push/a20", push.origin)),
+    )
+    .await;
+    assert_eq!(over.status, 400, "{}", over.body);
+    assert!(
+        over.body.contains("20 devices already get notifications for alice"),
+        "{}",
+        over.body
+    );
+    let again = portal_post(
+        &lh,
+        &alice,
+        "/_gw/push",
+        &Device::new(5).form(&format!("{}/push/a3", push.origin)),
+    )
+    .await;
+    assert_eq!(again.status, 200, "{}", again.body);
     // A viewer may not answer: vic's device was told nothing, in either round.
     assert!(
         push.seen.lock().unwrap().iter().all(|d| d.path != "/push/vic"),
