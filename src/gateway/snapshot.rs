@@ -90,6 +90,26 @@ pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "Push notifications dropped (queue full or failed)",
         ConstCounter::new(gw.inbox.notifications_dropped()),
     );
+    let push = &gw.browser.push;
+    for (name, help, n) in [
+        ("push_sent", "Web Push messages a push service accepted", &push.sent),
+        (
+            "push_gone",
+            "Web Push subscriptions a push service said are gone (deleted)",
+            &push.gone,
+        ),
+        (
+            "push_failed",
+            "Web Push messages given up after their attempts",
+            &push.failed,
+        ),
+    ] {
+        r.register(
+            name,
+            help,
+            ConstCounter::new(n.load(std::sync::atomic::Ordering::Relaxed)),
+        );
+    }
     r.register(
         "audit_dropped",
         "Audit records dropped because the writer's queue was full",

@@ -6,6 +6,7 @@
 //! backoff, so a slow or failing push service never holds the notifier, let alone a request; a
 //! subscription the push service says is gone (404, 410) is deleted.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -37,6 +38,10 @@ pub(crate) struct Pusher {
     audience: Arc<dyn Audience>,
     state_dir: std::path::PathBuf,
     vapid: OnceLock<Result<Arc<Vapid>, String>>,
+    /// Deliveries by how they ended, for `/metrics`: accepted, gone (deleted), given up.
+    pub(crate) sent: AtomicU64,
+    pub(crate) gone: AtomicU64,
+    pub(crate) failed: AtomicU64,
 }
 
 impl Pusher {
@@ -46,6 +51,9 @@ impl Pusher {
             audience,
             state_dir: state_dir.to_path_buf(),
             vapid: OnceLock::new(),
+            sent: AtomicU64::new(0),
+            gone: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
         }
     }
 
@@ -101,9 +109,11 @@ impl Pusher {
             match self.post(&sub.endpoint, body.clone(), &vapid).await {
                 Ok(200..=299) => {
                     tracing::info!(endpoint = %tag, user = %sub.user, "push notification sent");
+                    self.sent.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
                 Ok(404 | 410) => {
+                    self.gone.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(endpoint = %tag, user = %sub.user, "the push service says the subscription is gone: deleted");
                     let (store, endpoint) = (self.store.clone(), sub.endpoint.clone());
                     let _ = tokio::task::spawn_blocking(move || store.delete_push(&endpoint, None)).await;
@@ -111,6 +121,10 @@ impl Pusher {
                 }
                 Ok(status) => tracing::warn!(endpoint = %tag, status, attempt, "push notification not delivered"),
                 Err(e) => tracing::warn!(endpoint = %tag, error = %e, attempt, "push notification not delivered"),
+            }
+            if attempt == ATTEMPTS {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+                return;
             }
             tokio::time::sleep(backoff).await;
             backoff *= 4;

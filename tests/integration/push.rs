@@ -279,6 +279,11 @@ async fn a_waiting_permission_is_pushed_encrypted_to_the_devices_that_may_answer
         "{}",
         gw.logs()
     );
+    // `/metrics` counts them: one accepted, one gone.
+    let metrics = gw.admin("GET", "/metrics").1;
+    for line in ["push_sent_total 1", "push_gone_total 1", "push_failed_total 0"] {
+        assert!(metrics.lines().any(|l| l.ends_with(line)), "{line}:\n{metrics}");
+    }
     let db = rusqlite::Connection::open(gw.dir.path().join("state/gateway.db")).unwrap();
     let left: i64 = db
         .query_row(
