@@ -51,12 +51,7 @@ pub(crate) fn seal(
     salt: &[u8; 16],
     plaintext: &[u8],
 ) -> Vec<u8> {
-    // PRK_key = HMAC(auth, ecdh); IKM = HKDF-Expand(PRK_key, "WebPush: info\0" || ua || as, 32).
-    let prk_key = hkdf::Salt::new(hkdf::HKDF_SHA256, auth).extract(ecdh_secret);
-    let ikm = expand(&prk_key, &[b"WebPush: info\0", ua_public, as_public], 32);
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(&ikm);
-    let cek = expand(&prk, &[b"Content-Encoding: aes128gcm\0"], 16);
-    let nonce = expand(&prk, &[b"Content-Encoding: nonce\0"], 12);
+    let (cek, nonce) = content_keys(ecdh_secret, auth, ua_public, as_public, salt);
     let key = aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_128_GCM, &cek).expect("16 bytes"));
     // The last (only) record: the plaintext, then the delimiter 0x02, no padding.
     let mut record = Vec::with_capacity(plaintext.len() + 1 + aead::AES_128_GCM.tag_len());
@@ -75,6 +70,24 @@ pub(crate) fn seal(
     body.extend_from_slice(as_public);
     body.extend_from_slice(&record);
     body
+}
+
+/// RFC 8291 section 3.4's key schedule: the content key and nonce of a message, from the ECDH
+/// secret, the auth secret, both public keys and the salt.
+fn content_keys(
+    ecdh_secret: &[u8],
+    auth: &[u8],
+    ua_public: &[u8],
+    as_public: &[u8],
+    salt: &[u8],
+) -> (Vec<u8>, Vec<u8>) {
+    // PRK_key = HMAC(auth, ecdh); IKM = HKDF-Expand(PRK_key, "WebPush: info\0" || ua || as, 32).
+    let prk_key = hkdf::Salt::new(hkdf::HKDF_SHA256, auth).extract(ecdh_secret);
+    let ikm = expand(&prk_key, &[b"WebPush: info\0", ua_public, as_public], 32);
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(&ikm);
+    let cek = expand(&prk, &[b"Content-Encoding: aes128gcm\0"], 16);
+    let nonce = expand(&prk, &[b"Content-Encoding: nonce\0"], 12);
+    (cek, nonce)
 }
 
 /// Why a subscription's keys cannot take a message.
@@ -175,8 +188,8 @@ pub(crate) fn audience(endpoint: &http::Uri) -> Option<String> {
     Some(format!("https://{}", endpoint.authority()?))
 }
 
-/// Keyed so that a subscription's keys never appear in a log line: the first characters of the
-/// HMAC of its endpoint (to tell subscriptions apart in logs and the audit).
+/// A short digest of an endpoint, to tell subscriptions apart in logs and the audit without
+/// writing the endpoint (a push service's URL for one browser is that browser's address).
 pub(crate) fn endpoint_tag(endpoint: &str) -> String {
     let key = hmac::Key::new(hmac::HMAC_SHA256, b"opencode-gateway push endpoint");
     let tag = hmac::sign(&key, endpoint.as_bytes());
@@ -225,12 +238,9 @@ mod tests {
         let id_len = rest[4] as usize;
         let (as_public, record) = rest[5..].split_at(id_len);
         let theirs = agreement::UnparsedPublicKey::new(&agreement::ECDH_P256, as_public);
+        // The same key schedule (pinned to the RFC by the test above), then AES-GCM open.
         let opened = agreement::agree_ephemeral(ua, &theirs, |secret| {
-            let prk_key = hkdf::Salt::new(hkdf::HKDF_SHA256, &auth).extract(secret);
-            let ikm = expand(&prk_key, &[b"WebPush: info\0", &ua_public, as_public], 32);
-            let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, salt).extract(&ikm);
-            let cek = expand(&prk, &[b"Content-Encoding: aes128gcm\0"], 16);
-            let nonce = expand(&prk, &[b"Content-Encoding: nonce\0"], 12);
+            let (cek, nonce) = content_keys(secret, &auth, &ua_public, as_public, salt);
             let key = aead::LessSafeKey::new(aead::UnboundKey::new(&aead::AES_128_GCM, &cek).unwrap());
             let mut data = record.to_vec();
             let plain = key
