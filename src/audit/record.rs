@@ -21,6 +21,8 @@ pub(crate) enum Via {
     Ticket,
     /// Single sign-on at an OpenID provider.
     Oidc,
+    /// A passkey (WebAuthn) on the login page.
+    Passkey,
 }
 
 /// How the acting user was identified: how they proved it, and with which token or device.

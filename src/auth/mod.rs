@@ -8,6 +8,7 @@ pub mod credentials;
 pub mod handoff;
 pub mod memo;
 pub mod pairing;
+pub mod passkeys;
 pub mod sessions;
 pub mod tickets;
 pub mod tokens;

@@ -96,6 +96,15 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
         config: PathBuf,
     },
+    /// Passkeys: list them (of one user, when given), or revoke one.
+    Passkeys {
+        #[command(subcommand)]
+        action: Option<PasskeysAction>,
+        /// List only this user's passkeys.
+        user: Option<String>,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
     /// Certificates.
     Cert {
         #[command(subcommand)]
@@ -192,6 +201,14 @@ pub enum DevicesAction {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum PasskeysAction {
+    /// List passkeys (of one user, when given): id, user, added, last used, state, name.
+    List { user: Option<String> },
+    /// Revoke a passkey by id: it signs no one in from now on.
+    Revoke { id: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum CertAction {
     /// Make a development CA and a server certificate with rcgen.
     Dev {
@@ -219,6 +236,7 @@ impl Command {
             | Command::Token { config, .. }
             | Command::Pair { config, .. }
             | Command::Devices { config, .. }
+            | Command::Passkeys { config, .. }
             | Command::Status { config }
             | Command::Reload { config }
             | Command::Restart { config, .. }

@@ -9,6 +9,7 @@ pub mod doctor;
 mod doctor_boxes;
 pub mod init;
 pub mod pair;
+pub mod passkeys;
 pub mod password;
 pub mod serve;
 pub mod token;
@@ -58,6 +59,7 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
             config,
         } => pair::pair(&config, &user, &label, &ttl),
         Command::Devices { action, user, config } => devices::devices(&config, action, user),
+        Command::Passkeys { action, user, config } => passkeys::passkeys(&config, action, user),
         Command::Cert {
             action: CertAction::Dev { out, config, names },
         } => cert_dev(out.as_deref(), &config, &names),

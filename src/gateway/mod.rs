@@ -102,6 +102,8 @@ pub struct Browser {
     pub compressed: crate::support::compress::AssetCache,
     /// Web Push to subscribed devices (issue 26).
     pub(crate) push: Arc<crate::notify::push::Pusher>,
+    /// Passkey ceremonies in flight (memory only: a restart forgets them, as pairing codes).
+    pub passkeys: crate::auth::passkeys::Passkeys,
 }
 
 /// The lifecycle part.
@@ -222,6 +224,7 @@ impl Gateway {
                 tickets: Tickets::default(),
                 compressed: Default::default(),
                 push,
+                passkeys: Default::default(),
             },
             lifecycle: Lifecycle {
                 supervisor,

@@ -115,8 +115,10 @@ pub(crate) enum LoginMethod {
     Pairing,
     /// An SSH public key.
     SshKey,
+    /// A passkey (WebAuthn) on the login page.
+    Passkey,
 }
-const LOGIN_METHODS: [&str; 4] = ["password", "token", "pairing", "ssh_key"];
+const LOGIN_METHODS: [&str; 5] = ["password", "token", "pairing", "ssh_key", "passkey"];
 
 /// Why a limiter refused something.
 #[derive(Clone, Copy, Debug)]

@@ -223,9 +223,43 @@ pub(crate) trait PushStore: Send + Sync {
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError>;
 }
 
+/// A user's passkey (issue 26): a WebAuthn credential, and the library's encoding of its public
+/// key (`static_state`) and of what changes at each sign-in (`dynamic_state`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PasskeyRecord {
+    /// Shown and typed (`pk_…`), unlike the credential id.
+    pub id: String,
+    pub credential_id: Vec<u8>,
+    pub user: String,
+    /// The WebAuthn user handle it was made for (the user's, `passkey_handle`).
+    pub handle: Vec<u8>,
+    pub static_state: Vec<u8>,
+    pub dynamic_state: Vec<u8>,
+    pub label: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+/// The passkeys' half.
+pub(crate) trait PasskeyStore: Send + Sync {
+    /// `user`'s WebAuthn handle: the one stored, else `fresh`, stored now.
+    fn passkey_handle(&self, user: &str, fresh: &[u8]) -> Result<Vec<u8>, StoreError>;
+    /// Keep a new passkey (a credential id already known is refused).
+    fn save_passkey(&self, p: &PasskeyRecord) -> Result<(), StoreError>;
+    /// The passkey with this credential id, revoked or not.
+    fn passkey_by_credential(&self, credential_id: &[u8]) -> Result<Option<PasskeyRecord>, StoreError>;
+    /// Every passkey (of `user`, when given), newest first.
+    fn list_passkeys(&self, user: Option<&str>) -> Result<Vec<PasskeyRecord>, StoreError>;
+    /// Revoke passkey `id` (only `user`'s, when given); true if it was live.
+    fn revoke_passkey(&self, id: &str, user: Option<&str>, at: i64) -> Result<bool, StoreError>;
+    /// A sign-in with passkey `id`: its new dynamic state, and when.
+    fn passkey_used(&self, id: &str, dynamic_state: &[u8], at: i64) -> Result<(), StoreError>;
+}
+
 /// The whole state database.
-pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore {}
-impl<T: TokenStore + BrowserStore + SpendStore + PushStore> Store for T {}
+pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore {}
+impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore> Store for T {}
 
 /// Open (creating and migrating) the state database under `state_dir`.
 pub(crate) fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {

@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod passkeys;
+
 use super::{
     BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
 };
@@ -20,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_passwords.sql"),
     include_str!("migrations/0004_spend.sql"),
     include_str!("migrations/0005_push.sql"),
+    include_str!("migrations/0006_passkeys.sql"),
 ];
 
 pub(crate) struct SqliteStore {

@@ -22,6 +22,13 @@ struct LoginPage<'a> {
     error: Option<&'a str>,
     /// `[oidc]`: the button's label and where it goes.
     sso: Option<(&'a str, String)>,
+    /// This page was opened by name, so a passkey may be offered (the script shows it only where
+    /// the browser has WebAuthn).
+    passkeys: bool,
+}
+
+fn passkeys_here(ctx: &Ctx<'_>) -> bool {
+    crate::auth::passkeys::rp_id(ctx.host.unwrap_or("")).is_ok()
 }
 
 fn sso<'a>(ctx: &'a Ctx<'_>, next: &str) -> Option<(&'a str, String)> {
@@ -59,6 +66,7 @@ pub(crate) async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
             user: "",
             error: None,
             sso: sso(ctx, &next),
+            passkeys: passkeys_here(ctx),
         },
         &form_targets(ctx),
     )
@@ -91,6 +99,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
                     user,
                     error: Some(&e.to_string()),
                     sso: sso(ctx, &next),
+                    passkeys: passkeys_here(ctx),
                 },
                 &form_targets(ctx),
             )?;
@@ -108,6 +117,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
                     user,
                     error: Some("Wrong user name or password."),
                     sso: sso(ctx, &next),
+                    passkeys: passkeys_here(ctx),
                 },
                 &form_targets(ctx),
             );

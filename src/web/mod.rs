@@ -17,6 +17,7 @@ pub mod handoff;
 pub mod login;
 pub mod page;
 pub mod pair;
+pub mod passkey_form;
 pub mod push_form;
 pub mod room;
 pub mod sso;
@@ -63,6 +64,8 @@ pub enum Page {
     Budget,
     /// This browser's Web Push subscription.
     Push,
+    /// Passkeys: add one, sign in with one, revoke one.
+    Passkey,
     Static(&'static str),
     /// Login host: begin single sign-on (`[oidc]`).
     OidcStart,
@@ -113,6 +116,7 @@ pub(crate) fn page(
             (false, ["restart"]) => Page::Restart,
             (false, ["budget"]) => Page::Budget,
             (false, ["push"]) => Page::Push,
+            (false, ["passkey"]) => Page::Passkey,
             (false, ["oidc", "start"]) => Page::OidcStart,
             (false, ["oidc", "callback"]) => Page::OidcCallback,
             (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
@@ -259,6 +263,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
         (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
         (Page::Push, &Method::POST) => push_form::subscribe(ctx, body).await,
+        (Page::Passkey, &Method::POST) => passkey_form::post(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
         (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),

@@ -38,6 +38,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         "text/javascript; charset=utf-8",
         include_bytes!("../../assets/pair.js"),
     ),
+    (
+        "passkey.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../assets/passkey.js"),
+    ),
     ("icon.svg", "image/svg+xml", include_bytes!("../../assets/icon.svg")),
     ("icon-192.png", "image/png", include_bytes!("../../assets/icon-192.png")),
     ("icon-512.png", "image/png", include_bytes!("../../assets/icon-512.png")),

@@ -154,6 +154,9 @@ struct PortalPage<'a> {
     r: &'a Room,
     /// The gateway's VAPID public key, for "Notify me on this device" (none: push is unavailable).
     push_key: Option<String>,
+    /// The user's passkeys, and whether one can be added here (the page has a name, not an address).
+    passkeys: Vec<super::passkey_form::PasskeyRow>,
+    passkeys_here: bool,
 }
 
 #[derive(Template)]
@@ -634,6 +637,8 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         Some("aborted") => Some("The session was told to stop."),
         Some("resumed") => Some("The session was told to continue."),
         Some("raised") => Some("The budget was raised."),
+        Some("passkey_added") => Some("Passkey added: sign in with it next time."),
+        Some("passkey_removed") => Some("Passkey revoked: it signs no one in from now on."),
         Some("reset") => Some("The budget was reset: what was spent so far no longer counts against it."),
         Some("gone") => Some("That session had already stopped."),
         Some("created") => Some("A new session was created."),
@@ -674,7 +679,15 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
             }
         }
         let push_key = ctx.gw.browser.push.vapid().ok().map(|v| v.public_key());
-        page::html_with(StatusCode::OK, &PortalPage { r: &r, push_key }, &targets)
+        let passkeys = super::passkey_form::rows_of(ctx, &live.user).await?;
+        let passkeys_here = crate::auth::passkeys::rp_id(ctx.host.unwrap_or("")).is_ok();
+        let portal = PortalPage {
+            r: &r,
+            push_key,
+            passkeys,
+            passkeys_here,
+        };
+        page::html_with(StatusCode::OK, &portal, &targets)
     }
 }
 

@@ -39,6 +39,7 @@ mod one_road;
 #[path = "../oracle/mod.rs"]
 mod oracle;
 mod pairing;
+mod passkeys;
 mod phone;
 mod pinning;
 mod project_ports;

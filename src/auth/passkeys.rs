@@ -1,0 +1,440 @@
+//! Passkeys (issue 26): registering a WebAuthn credential for a logged-in user, and signing in
+//! with one. The ceremonies' checks (challenge, origin, RP ID hash, user presence and
+//! verification, the signature, the credential's user handle) are `webauthn_rp`'s; this module
+//! keeps the ceremonies in flight, binds each to the origin and user it began with, and reads and
+//! writes the state database. HTTP, the login limiter and the session are the page's
+//! (`web/passkey_form.rs`).
+//!
+//! A ceremony is kept in memory, once: finishing takes it out, so a replayed answer finds
+//! nothing. Ceremonies are few and short (five minutes, as the library's timeout), bounded in
+//! all and per address, so that starting sign-ins without finishing them cannot crowd out others.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use webauthn_rp::bin::{Decode, Encode};
+use webauthn_rp::request::auth::AuthenticationVerificationOptions;
+use webauthn_rp::request::register::{
+    CredProtect, PublicKeyCredentialUserEntity, RegistrationVerificationOptions, UserHandle,
+};
+use webauthn_rp::request::{AsciiDomain, ExtensionInfo, PublicKeyCredentialDescriptor, RpId, TimedCeremony};
+use webauthn_rp::response::CredentialId;
+use webauthn_rp::response::register::{DynamicState, StaticState};
+use webauthn_rp::{
+    AuthenticatedCredential, DiscoverableAuthentication16, DiscoverableAuthenticationServerState,
+    DiscoverableCredentialRequestOptions, PublicKeyCredentialCreationOptions, Registration, RegistrationServerState,
+};
+
+use crate::store::{PasskeyRecord, Store};
+
+/// A user handle's length: 16 random bytes, stored per user (`passkey_users`).
+pub(crate) const HANDLE_LEN: usize = 16;
+
+/// How long a ceremony may take: the library's own timeout (it refuses a late answer itself).
+const CEREMONY_TTL: Duration = Duration::from_secs(300);
+/// Ceremonies in flight, in all and from one address.
+const MAX_CEREMONIES: usize = 1024;
+const MAX_PER_ADDRESS: usize = 8;
+/// A passkey's name on the portal and in `passkeys`.
+const MAX_LABEL_CHARS: usize = 60;
+
+/// Why a ceremony was refused. `code()` is what the audit trail and tests see.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PasskeyError {
+    /// The page was opened by address: WebAuthn needs a domain name for its RP ID.
+    NoName,
+    /// Too many ceremonies in flight (from this address, or in all).
+    Busy,
+    /// The answer is not a WebAuthn credential as a browser sends it (why, for the log).
+    Malformed(String),
+    /// No ceremony waits for this challenge: finished already (a replay), expired or never begun.
+    NoCeremony,
+    /// The ceremony began on another origin, or for another user.
+    Mismatch,
+    /// The library refused the answer (origin, RP ID, flags, signature, user handle).
+    Refused(String),
+    /// No passkey with this credential id.
+    Unknown,
+    /// The passkey was revoked.
+    Revoked,
+    /// The state database did not answer.
+    Store,
+}
+
+impl PasskeyError {
+    pub(crate) fn code(&self) -> &'static str {
+        match self {
+            PasskeyError::NoName => "no_domain_name",
+            PasskeyError::Busy => "busy",
+            PasskeyError::Malformed(_) => "malformed",
+            PasskeyError::NoCeremony => "no_ceremony",
+            PasskeyError::Mismatch => "ceremony_mismatch",
+            PasskeyError::Refused(_) => "verification_failed",
+            PasskeyError::Unknown => "unknown_passkey",
+            PasskeyError::Revoked => "revoked_passkey",
+            PasskeyError::Store => "state_unavailable",
+        }
+    }
+
+    /// For the log: the parser's or the library's own words (never a secret: the answer holds
+    /// public keys and signatures).
+    pub(crate) fn detail(&self) -> &str {
+        match self {
+            PasskeyError::Malformed(why) | PasskeyError::Refused(why) => why,
+            _ => "",
+        }
+    }
+
+    /// What the person is told (never which check of a sign-in failed beyond what they can act on).
+    pub(crate) fn message(&self) -> String {
+        match self {
+            PasskeyError::NoName => {
+                "passkeys need the gateway's name, not its address: open it by name (for example https://<host>.local:<port>)"
+                    .into()
+            }
+            PasskeyError::Busy => "too many passkey ceremonies are in progress: try again in a minute".into(),
+            PasskeyError::Malformed(_) => "the browser's answer is not a passkey credential".into(),
+            PasskeyError::NoCeremony => "this passkey request was used already or has expired: try again".into(),
+            PasskeyError::Mismatch => "this passkey request was started elsewhere: try again".into(),
+            PasskeyError::Refused(why) => format!("the passkey was not accepted: {why}"),
+            PasskeyError::Unknown | PasskeyError::Revoked => "this passkey is not (or no longer) accepted here".into(),
+            PasskeyError::Store => "the gateway's state database is unavailable".into(),
+        }
+    }
+}
+
+/// A ceremony in flight: the library's state, and what it was begun with.
+struct Pending<T> {
+    state: T,
+    peer: IpAddr,
+    origin: String,
+    /// The user registering (none for a sign-in).
+    user: Option<Arc<str>>,
+    at: Instant,
+}
+
+struct Ceremonies<T>(Mutex<HashMap<u128, Pending<T>>>);
+
+impl<T> Default for Ceremonies<T> {
+    fn default() -> Self {
+        Ceremonies(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<T> Ceremonies<T> {
+    fn begin(&self, challenge: u128, p: Pending<T>) -> Result<(), PasskeyError> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, c| c.at.elapsed() < CEREMONY_TTL);
+        let peer = crate::ratelimit::address_key(p.peer);
+        let from_peer = map
+            .values()
+            .filter(|c| crate::ratelimit::address_key(c.peer) == peer)
+            .count();
+        if map.len() >= MAX_CEREMONIES || from_peer >= MAX_PER_ADDRESS {
+            return Err(PasskeyError::Busy);
+        }
+        map.insert(challenge, p);
+        Ok(())
+    }
+
+    fn take(&self, challenge: u128) -> Option<Pending<T>> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&challenge).filter(|c| c.at.elapsed() < CEREMONY_TTL)
+    }
+}
+
+/// The passkey ceremonies in flight.
+#[derive(Default)]
+pub struct Passkeys {
+    registering: Ceremonies<RegistrationServerState<HANDLE_LEN>>,
+    signing_in: Ceremonies<DiscoverableAuthenticationServerState>,
+}
+
+/// Where a ceremony happens: the page's host (its name is the RP ID) and origin.
+pub(crate) struct Place<'a> {
+    pub host: &'a str,
+    pub origin: &'a str,
+    pub peer: IpAddr,
+}
+
+/// The RP ID for a page served on `host`: its name without the port. An address is refused:
+/// browsers allow WebAuthn only on a domain name.
+pub(crate) fn rp_id(host: &str) -> Result<RpId, PasskeyError> {
+    let name = crate::policy::route::strip_port(host)
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    if name.parse::<IpAddr>().is_ok() || name.is_empty() {
+        return Err(PasskeyError::NoName);
+    }
+    AsciiDomain::try_from(name)
+        .map(RpId::Domain)
+        .map_err(|_| PasskeyError::NoName)
+}
+
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    call: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
+) -> Result<T, PasskeyError> {
+    crate::store::blocking(what, call)
+        .await
+        .map_err(|_| PasskeyError::Store)
+}
+
+impl Passkeys {
+    /// Begin registering a passkey for `user`: the options for `navigator.credentials.create`
+    /// (`PublicKeyCredentialCreationOptionsJSON`). The user's passkeys already made are excluded,
+    /// so an authenticator that holds one says so instead of making a second.
+    pub(crate) async fn start_registration(
+        &self,
+        store: &Arc<dyn Store>,
+        user: &Arc<str>,
+        at: &Place<'_>,
+    ) -> Result<String, PasskeyError> {
+        let rp = rp_id(at.host)?;
+        let (s, u) = (store.clone(), user.to_string());
+        let fresh = UserHandle::<HANDLE_LEN>::new();
+        let fresh_bytes = fresh.as_ref().to_vec();
+        let (handle, mine) = blocking("reading a user's passkeys", move || {
+            Ok((s.passkey_handle(&u, &fresh_bytes)?, s.list_passkeys(Some(&u))?))
+        })
+        .await?;
+        let handle = handle_of(&handle).ok_or(PasskeyError::Store)?;
+        let exclude = mine
+            .into_iter()
+            .filter(|p| p.revoked_at.is_none())
+            .filter_map(|p| {
+                Some(PublicKeyCredentialDescriptor {
+                    id: CredentialId::decode(p.credential_id).ok()?,
+                    // No hint: the browser asks every authenticator it has.
+                    transports: webauthn_rp::response::AuthTransports::decode(0).ok()?,
+                })
+            })
+            .collect();
+        let entity = PublicKeyCredentialUserEntity {
+            name: user
+                .as_ref()
+                .try_into()
+                .map_err(|_| PasskeyError::Malformed(String::new()))?,
+            id: &handle,
+            display_name: None,
+        };
+        let mut options = PublicKeyCredentialCreationOptions::passkey(&rp, entity, exclude);
+        // Ask for credProtect, but do not make the browser refuse an authenticator without it
+        // (the library's default enforces it: Chromium's virtual authenticator, and passkey
+        // managers without the extension, then fail the ceremony). Every sign-in requires user
+        // verification anyway.
+        options.extensions.cred_protect = CredProtect::UserVerificationRequired(ExtensionInfo::AllowDontEnforceValue);
+        let (server, client) = options
+            .start_ceremony()
+            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        let json = serde_json::to_string(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
+        let challenge = server.sent_challenge().0;
+        self.registering.begin(
+            challenge,
+            Pending {
+                state: server,
+                peer: at.peer,
+                origin: at.origin.to_string(),
+                user: Some(user.clone()),
+                at: Instant::now(),
+            },
+        )?;
+        Ok(json)
+    }
+
+    /// Finish registering: the browser's `PublicKeyCredential` as JSON. Kept for `user` with
+    /// `label` if it answers the ceremony `user` began on this origin.
+    pub(crate) async fn finish_registration(
+        &self,
+        store: &Arc<dyn Store>,
+        user: &Arc<str>,
+        at: &Place<'_>,
+        json: &str,
+        label: &str,
+    ) -> Result<PasskeyRecord, PasskeyError> {
+        let rp = rp_id(at.host)?;
+        let reg = Registration::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
+        let challenge = reg.challenge_relaxed().map_err(malformed)?;
+        let pending = self.registering.take(challenge.0).ok_or(PasskeyError::NoCeremony)?;
+        if pending.origin != at.origin || pending.user.as_deref() != Some(&**user) {
+            return Err(PasskeyError::Mismatch);
+        }
+        let origins = [at.origin];
+        let options = RegistrationVerificationOptions::<&str, &str> {
+            allowed_origins: &origins,
+            ..Default::default()
+        };
+        let cred = pending
+            .state
+            .verify(&rp, &reg, &options)
+            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        let (id, _transports, handle, static_state, dynamic_state, _metadata) = cred.into_parts();
+        let encoded =
+            |e: Result<Vec<u8>, _>| e.map_err(|_: std::convert::Infallible| PasskeyError::Malformed(String::new()));
+        let record = PasskeyRecord {
+            id: format!("pk_{}", crate::auth::sessions::random(9)),
+            credential_id: id.as_ref().to_vec(),
+            user: user.to_string(),
+            handle: handle.as_ref().to_vec(),
+            static_state: encoded(static_state.encode())?,
+            dynamic_state: dynamic_state
+                .encode()
+                .map(|d| d.to_vec())
+                .map_err(|_| PasskeyError::Malformed(String::new()))?,
+            label: label_of(label),
+            created_at: crate::auth::tokens::now_unix(),
+            last_used_at: None,
+            revoked_at: None,
+        };
+        let (s, r) = (store.clone(), record.clone());
+        blocking("saving a passkey", move || s.save_passkey(&r)).await?;
+        Ok(record)
+    }
+
+    /// Begin a sign-in with any passkey for this site (discoverable credentials: the browser
+    /// offers the person's passkeys; no user name is asked or revealed).
+    pub(crate) fn start_sign_in(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
+        let rp = rp_id(at.host)?;
+        let (server, client) = DiscoverableCredentialRequestOptions::passkey(&rp)
+            .start_ceremony()
+            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        let json = serde_json::to_string(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
+        self.signing_in.begin(
+            server.sent_challenge().0,
+            Pending {
+                state: server,
+                peer: at.peer,
+                origin: at.origin.to_string(),
+                user: None,
+                at: Instant::now(),
+            },
+        )?;
+        Ok(json)
+    }
+
+    /// Finish a sign-in: the passkey it was made with, whose `user` is who signs in (the
+    /// credential's stored user, never a name the browser sends). Its use is written back.
+    pub(crate) async fn finish_sign_in(
+        &self,
+        store: &Arc<dyn Store>,
+        at: &Place<'_>,
+        json: &str,
+    ) -> Result<PasskeyRecord, PasskeyError> {
+        let rp = rp_id(at.host)?;
+        let answer = DiscoverableAuthentication16::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
+        let challenge = answer.challenge_relaxed().map_err(malformed)?;
+        let pending = self.signing_in.take(challenge.0).ok_or(PasskeyError::NoCeremony)?;
+        if pending.origin != at.origin {
+            return Err(PasskeyError::Mismatch);
+        }
+        let (s, raw) = (store.clone(), answer.raw_id().as_ref().to_vec());
+        let mut record = blocking("reading a passkey", move || s.passkey_by_credential(&raw))
+            .await?
+            .ok_or(PasskeyError::Unknown)?;
+        if record.revoked_at.is_some() {
+            return Err(PasskeyError::Revoked);
+        }
+        let handle = handle_of(&record.handle).ok_or(PasskeyError::Store)?;
+        let static_state = StaticState::decode(record.static_state.as_slice()).map_err(|_| PasskeyError::Store)?;
+        let dynamic: [u8; 7] = record
+            .dynamic_state
+            .as_slice()
+            .try_into()
+            .map_err(|_| PasskeyError::Store)?;
+        let dynamic_state = DynamicState::decode(dynamic).map_err(|_| PasskeyError::Store)?;
+        let id = CredentialId::decode(record.credential_id.as_slice()).map_err(|_| PasskeyError::Store)?;
+        let mut cred = AuthenticatedCredential::new(id, &handle, static_state, dynamic_state)
+            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        let origins = [at.origin];
+        let options = AuthenticationVerificationOptions::<&str, &str> {
+            allowed_origins: &origins,
+            ..Default::default()
+        };
+        pending
+            .state
+            .verify(&rp, &answer, &mut cred, &options)
+            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        record.dynamic_state = cred
+            .dynamic_state()
+            .encode()
+            .map(|d| d.to_vec())
+            .map_err(|_| PasskeyError::Malformed(String::new()))?;
+        let now = crate::auth::tokens::now_unix();
+        record.last_used_at = Some(now);
+        let (s, id, state) = (store.clone(), record.id.clone(), record.dynamic_state.clone());
+        blocking("recording a passkey's use", move || s.passkey_used(&id, &state, now)).await?;
+        Ok(record)
+    }
+}
+
+fn malformed(e: impl std::fmt::Display) -> PasskeyError {
+    PasskeyError::Malformed(e.to_string())
+}
+
+fn handle_of(bytes: &[u8]) -> Option<UserHandle<HANDLE_LEN>> {
+    let b: [u8; HANDLE_LEN] = bytes.try_into().ok()?;
+    UserHandle::decode(b).ok()
+}
+
+/// A passkey's name as typed, without control characters and bounded; "passkey" when empty.
+fn label_of(typed: &str) -> String {
+    let clean: String = typed
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_LABEL_CHARS)
+        .collect();
+    match clean.trim() {
+        "" => "passkey".into(),
+        t => t.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rp_id_is_the_hosts_name_and_an_address_has_none() {
+        assert_eq!(rp_id("gw.localhost:8443").unwrap().as_ref(), "gw.localhost");
+        assert_eq!(rp_id("Box.Local").unwrap().as_ref(), "box.local");
+        for host in ["127.0.0.1:8443", "[::1]:8443", "192.168.1.20", ""] {
+            assert_eq!(rp_id(host).err(), Some(PasskeyError::NoName), "{host}");
+        }
+    }
+
+    /// A ceremony is taken once; others from one address are bounded, and an expired one is
+    /// neither taken nor counted.
+    #[test]
+    fn a_ceremony_is_taken_once_and_one_address_cannot_hold_many() {
+        let c = Ceremonies::<u8>::default();
+        let pending = |peer: &str, ago: Duration| Pending {
+            state: 0u8,
+            peer: peer.parse().unwrap(),
+            origin: "https://gw.localhost".into(),
+            user: None,
+            at: Instant::now() - ago,
+        };
+        for i in 0..MAX_PER_ADDRESS as u128 {
+            c.begin(i, pending("10.0.0.1", Duration::ZERO)).unwrap();
+        }
+        assert_eq!(
+            c.begin(99, pending("10.0.0.1", Duration::ZERO)),
+            Err(PasskeyError::Busy)
+        );
+        c.begin(100, pending("10.0.0.2", Duration::ZERO)).unwrap();
+        assert!(c.take(0).is_some());
+        assert!(c.take(0).is_none(), "once");
+        c.begin(200, pending("10.0.0.3", CEREMONY_TTL)).unwrap();
+        assert!(c.take(200).is_none(), "expired");
+    }
+
+    #[test]
+    fn a_label_is_bounded_and_has_no_control_characters() {
+        assert_eq!(label_of(""), "passkey");
+        assert_eq!(label_of(" phone\n\u{7}"), "phone");
+        assert_eq!(label_of(&"x".repeat(200)).len(), MAX_LABEL_CHARS);
+    }
+}

@@ -1,0 +1,195 @@
+//! Passkeys (issue 26, third part): registered and used in headless Chromium with its virtual
+//! authenticator (tests/browser/passkeys.mjs), then what the gateway kept: the audit trail and
+//! the CLI's list and revoke. And the login limiter before any passkey work.
+
+use std::time::Duration;
+
+use http_body_util::Full;
+
+use crate::common::client::Https;
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::login::{LOGIN_HOST, post_login};
+
+fn alice_and_bob() -> Gateway {
+    Gateway::start(&base_config(&users_toml(&[
+        TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator",
+        },
+        TestUser {
+            name: "bob",
+            password: "bob-password-1",
+            projects: "[\"*\"]",
+            role: "viewer",
+        },
+    ])))
+}
+
+/// Register after a password login, sign in with the passkey, one user's passkey refused as
+/// another's, a replayed answer and one from another origin refused, a revoked passkey refused;
+/// every sign-in and refusal audited; the CLI lists both users' passkeys and revokes bob's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium: run scripts/test.sh"]
+async fn a_passkey_is_added_signs_in_and_stops_when_revoked_in_chromium() {
+    let gw = alice_and_bob();
+    let shots = crate::common::browser::shots("passkeys");
+    let (port, cert) = (gw.https.port().to_string(), gw.dir.path().join("certs/server.crt"));
+    let out = crate::common::browser::run(
+        "passkeys.mjs",
+        &[
+            ("GW_PORT", port.as_ref()),
+            ("CERT", cert.as_os_str()),
+            ("SHOT_DIR", shots.as_os_str()),
+        ],
+        Duration::from_secs(120),
+        || gw.logs(),
+    )
+    .await;
+    let line = out
+        .lines()
+        .find_map(|l| l.strip_prefix("passkey alice="))
+        .unwrap_or_else(|| panic!("{out}"));
+    let (alice_key, bob_key) = line.split_once(" bob=").unwrap();
+
+    let audit = crate::common::audit::records(&crate::common::audit::file(&gw));
+    let of = |event: &str, method_or_reason: &str| {
+        audit
+            .iter()
+            .filter(|r| r["event"] == event && (r["method"] == method_or_reason || r["reason"] == method_or_reason))
+            .count()
+    };
+    assert!(
+        of("login", "passkey") >= 3,
+        "alice signed in with it three times: {audit:#?}"
+    );
+    for reason in ["verification_failed", "no_ceremony", "revoked_passkey"] {
+        assert!(of("login_failed", reason) >= 1, "{reason}: {audit:#?}");
+    }
+    let passkey_logins: Vec<_> = audit
+        .iter()
+        .filter(|r| r["event"] == "login" && r["method"] == "passkey")
+        .collect();
+    assert!(
+        passkey_logins
+            .iter()
+            .all(|r| r["user"] == "alice" && r["via"] == "passkey"),
+        "only alice signed in with a passkey: {passkey_logins:#?}"
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["event"] == "passkey_added" && r["user"] == "bob")
+    );
+    assert!(
+        audit
+            .iter()
+            .any(|r| r["event"] == "passkey_revoked" && r["passkey"] == alice_key)
+    );
+
+    // The CLI: both listed, alice's revoked; bob's revoked from here, once.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(crate::common::gateway::BIN)
+            .args(args)
+            .arg("-c")
+            .arg(&gw.config)
+            .current_dir(gw.dir.path())
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, list) = cli(&["passkeys"]);
+    assert!(ok, "{list}");
+    let row = |id: &str| {
+        list.lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id}: {list}"))
+            .to_string()
+    };
+    assert!(
+        row(alice_key).contains("revoked") && row(alice_key).contains("alice phone"),
+        "{list}"
+    );
+    assert!(
+        row(bob_key).contains("active") && row(bob_key).contains("bob laptop"),
+        "{list}"
+    );
+    let (ok, only_bob) = cli(&["passkeys", "bob"]);
+    assert!(
+        ok && only_bob.contains(bob_key) && !only_bob.contains(alice_key),
+        "{only_bob}"
+    );
+    let (ok, said) = cli(&["passkeys", "revoke", bob_key]);
+    assert!(ok && said.contains("signs no one in"), "{said}");
+    let (ok, said) = cli(&["passkeys", "revoke", bob_key]);
+    assert!(!ok && said.contains("revoked already"), "{said}");
+    let (ok, said) = cli(&["passkeys", "revoke", "pk_nosuch"]);
+    assert!(!ok && said.contains("there is no passkey"), "{said}");
+}
+
+/// A passkey sign-in from an address whose login budget is spent is refused before any ceremony
+/// (429 with Retry-After, as the password form); a page opened by address offers no passkey and
+/// cannot start one; adding one needs a login.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passkeys_ask_the_login_limiter_first_and_need_a_name_and_a_login() {
+    let gw = alice_and_bob();
+    let c = Https::new(gw.https, &gw.ca());
+    let login = c.host(LOGIN_HOST);
+    let passkey = |form: &'static str| {
+        let login = &login;
+        async move {
+            let req = login
+                .request("POST", "/_gw/passkey", None)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", format!("https://{}", login.authority()))
+                .header("sec-fetch-site", "same-origin")
+                .body(Full::from(form))
+                .unwrap();
+            login.call(req).await
+        }
+    };
+    let options = passkey("do=sign-in-options").await;
+    assert_eq!(options.status, 200, "{}", options.body);
+    let o: serde_json::Value = serde_json::from_str(&options.body).unwrap();
+    assert_eq!(o["rpId"], "gw.localhost", "{o}");
+    assert_eq!(o["userVerification"], "required", "{o}");
+
+    let add = passkey("do=register-options").await;
+    assert_eq!(add.status, 401, "{}", add.body);
+
+    let garbage = passkey("do=sign-in&credential=%7B%7D").await;
+    assert_eq!(garbage.status, 400, "{}", garbage.body);
+    assert!(garbage.body.contains("\"reason\":\"malformed\""), "{}", garbage.body);
+
+    // By address: no RP ID, so no passkey.
+    let by_address = Https::new(gw.https, &gw.ca());
+    let page = by_address
+        .call(by_address.request("GET", "/login", None).body(Full::default()).unwrap())
+        .await;
+    if page.status == 200 {
+        assert!(!page.body.contains("passkey-sign-in"), "{}", page.body);
+    }
+
+    // Spend the address's login budget with wrong passwords: the next passkey start is refused.
+    let mut limited = None;
+    for _ in 0..30 {
+        let r = post_login(&c, "alice", "wrong-password").await;
+        if r.status == 429 {
+            limited = Some(r);
+            break;
+        }
+    }
+    assert!(limited.is_some(), "the form never said 429");
+    let refused = passkey("do=sign-in-options").await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(refused.headers.contains_key("retry-after"));
+    assert!(refused.body.contains("login_limited"), "{}", refused.body);
+}
