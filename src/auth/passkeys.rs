@@ -370,6 +370,20 @@ impl Passkeys {
     }
 }
 
+/// Whether `json` reads as a registration answer and as a sign-in answer, each with its
+/// challenge: all a finish reads before it looks a ceremony up (the fuzz target's entry).
+pub fn reads_as_answers(json: &[u8]) -> (bool, bool) {
+    let registration = Registration::from_json_relaxed(json)
+        .ok()
+        .and_then(|r| r.challenge_relaxed().ok())
+        .is_some();
+    let sign_in = DiscoverableAuthentication16::from_json_relaxed(json)
+        .ok()
+        .and_then(|a| a.challenge_relaxed().ok())
+        .is_some();
+    (registration, sign_in)
+}
+
 fn malformed(e: impl std::fmt::Display) -> PasskeyError {
     PasskeyError::Malformed(e.to_string())
 }
