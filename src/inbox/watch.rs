@@ -110,6 +110,16 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
     // Counted open from the stream's answer, before the seed is published: whoever sees the
     // re-seeded inbox also sees the subscription that seeded it.
     let _open = Open::new(&inbox.subscriptions);
+    let mut body = resp.into_body();
+    let mut buf = BytesMut::new();
+    // OpenCode answers the headers before it subscribes the stream to its bus (the subscription
+    // is made in the stream's callback, which then writes `server.connected`): a session made
+    // between the headers and the subscription was in no seed and in no event, and never
+    // showed. The first event says the subscription exists; a server that sends none is seeded
+    // after a short wait, as before.
+    if let Err(why) = first_event(&mut body, &mut buf).await {
+        return why;
+    }
     for t in targets {
         let seed = match seed(inbox, endpoint, t.directory.as_deref()).await {
             Ok(s) => s,
@@ -124,8 +134,6 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
             e
         });
     }
-    let mut body = resp.into_body();
-    let mut buf = BytesMut::new();
     let mut skipping = false;
     loop {
         let frame = match tokio::time::timeout(QUIET_LIMIT, body.frame()).await {
@@ -149,6 +157,31 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
             skipping = true;
         }
     }
+}
+
+/// How long the seed waits for the stream's first event.
+const FIRST_EVENT_WAIT: Duration = Duration::from_secs(5);
+
+/// Read until the stream holds one whole event (kept in `buf`, dispatched after the seed), or
+/// [`FIRST_EVENT_WAIT`] passes. An error only when the stream ends or fails.
+async fn first_event(body: &mut crate::upstream::pool::Leased, buf: &mut BytesMut) -> Result<(), String> {
+    let until = tokio::time::Instant::now() + FIRST_EVENT_WAIT;
+    while memchr::memmem::find(buf, b"\n\n").is_none() && buf.len() <= MAX_EVENT_BYTES {
+        match tokio::time::timeout_at(until, body.frame()).await {
+            Err(_) => {
+                tracing::debug!("no first event in 5 s: seeding anyway");
+                return Ok(());
+            }
+            Ok(None) => return Err("the server closed the stream".into()),
+            Ok(Some(Err(e))) => return Err(crate::upstream::describe(&e)),
+            Ok(Some(Ok(f))) => {
+                if let Ok(data) = f.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Event types the model reads; anything else (message parts, deltas, diffs, plugins…) is not

@@ -673,3 +673,39 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
         "the gateway's credential is sent"
     );
 }
+
+/// OpenCode answers `GET /global/event`'s headers before it subscribes the stream to its bus: a
+/// permission asked in between is in no event this stream will carry. The watcher seeds only
+/// after the stream's first event (`server.connected`, written once the subscription exists),
+/// so the seed sees it. (Seeding on the headers lost it for good: the phone test once waited
+/// 30 s for a session made 0.26 s after the watcher started.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
+    use crate::common::gateway::external_project;
+    let fake = InboxUpstream::start("scripted-pw").await;
+    *fake.state.subscribe_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_gap")));
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let config = base_config(&format!(
+        "{}\ndirectory = \"{}\"\n\n{}",
+        external_project("ext", &fake.url()).trim_end(),
+        dir.display(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: ALICE,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ));
+    let gw = Gateway::start_behind(&config, "scripted-pw");
+    inbox_until(&gw, Duration::from_secs(10), "the card asked in the gap", |v| {
+        has_card(v, "ext", "per_gap")
+    })
+    .await;
+    let targets = fake.state.targets.lock().unwrap().clone();
+    assert_eq!(
+        targets.iter().filter(|t| t.starts_with("/global/event")).count(),
+        1,
+        "found by the first seed, not a reconnect: {targets:?}"
+    );
+}

@@ -165,6 +165,10 @@ pub struct InboxState {
     pub streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
     pub targets: Mutex<Vec<String>>,
     pub password_seen: Mutex<bool>,
+    /// OpenCode's order for the next `GET /global/event`: the headers at once, the stream
+    /// subscribed (and `server.connected` sent) only after this long; halfway, this permission
+    /// is asked, its event sent to no one (the gap a subscriber must not seed in).
+    pub subscribe_late: Mutex<Option<(std::time::Duration, serde_json::Value)>>,
 }
 
 impl InboxUpstream {
@@ -202,10 +206,27 @@ async fn inbox_handle(
     let body = match path {
         "/global/event" => {
             let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);
-            tx.send("data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n".into())
-                .await
-                .unwrap();
-            state.streams.lock().unwrap().push(tx);
+            let connected = "data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n";
+            let late = state.subscribe_late.lock().unwrap().take();
+            match late {
+                None => {
+                    tx.send(connected.into()).await.unwrap();
+                    state.streams.lock().unwrap().push(tx);
+                }
+                Some((gap, asked)) => {
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(gap / 2).await;
+                        if let Some(list) = state.permissions.lock().unwrap().as_array_mut() {
+                            list.push(asked);
+                        }
+                        tokio::time::sleep(gap / 2).await;
+                        if tx.send(connected.into()).await.is_ok() {
+                            state.streams.lock().unwrap().push(tx);
+                        }
+                    });
+                }
+            }
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv()
                     .await
