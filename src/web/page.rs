@@ -138,6 +138,16 @@ pub(crate) fn html_with(
     Ok(r)
 }
 
+/// A JSON answer of a gateway page (for its own script), with the pages' headers.
+pub(crate) fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut r = Response::new(ProxyBody::full(Bytes::from(body)));
+    *r.status_mut() = status;
+    secure(&mut r, "");
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
 /// 303 to a path or URL the caller built (never one a client supplied unchecked).
 pub(crate) fn redirect(to: &str) -> Response<ProxyBody> {
     let mut r = Response::new(ProxyBody::empty());

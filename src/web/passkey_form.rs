@@ -11,6 +11,7 @@
 use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
 
+use super::page::json;
 use super::{Ctx, form, page};
 use crate::auth::passkeys::{PasskeyError, Place};
 use crate::auth::sessions::{LOGIN, Origin};
@@ -211,15 +212,6 @@ pub(super) async fn rows_of(ctx: &Ctx<'_>, user: &str) -> Result<Vec<PasskeyRow>
             label: p.label,
         })
         .collect())
-}
-
-fn json(status: StatusCode, body: String) -> Response<ProxyBody> {
-    let mut r = Response::new(ProxyBody::full(bytes::Bytes::from(body)));
-    *r.status_mut() = status;
-    page::secure(&mut r, "");
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
 }
 
 /// A refused ceremony: its status, and `{"error", "reason"}` for the page to show.

@@ -589,25 +589,17 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
     assert_eq!(r["outcome"], "Done", "{r}");
 }
 
-fn permission_json(id: &str) -> Value {
-    serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
-        "metadata": {"command": "ls"}, "always": ["ls *"]})
+/// A project folder for the stand-in's project (canonical), and the guard that removes it.
+fn folder() -> (std::path::PathBuf, tempfile::TempDir) {
+    let keep = tempfile::tempdir().unwrap();
+    (keep.path().canonicalize().unwrap(), keep)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
-    use crate::common::gateway::external_project;
-    let fake = InboxUpstream::start("scripted-pw").await;
-    *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
-    // A session that had spent $0.01 before the gateway saw it (not today's spend to the meter).
-    let session =
-        |usd: f64| serde_json::json!({"id": "ses_1", "title": "t", "cost": usd, "time": {"created": 1, "updated": 2}});
-    *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.01)]));
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
-    let config = base_config(&format!(
+/// `ext`, the stand-in at `fake` pinned to `dir`, and alice (admin).
+fn ext_config(fake: &InboxUpstream, dir: &std::path::Path) -> String {
+    base_config(&format!(
         "{}\ndirectory = \"{}\"\n\n{}",
-        external_project("ext", &fake.url()).trim_end(),
+        crate::common::gateway::external_project("ext", &fake.url()).trim_end(),
         dir.display(),
         users_toml(&[TestUser {
             name: "alice",
@@ -615,8 +607,24 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
             projects: "[\"*\"]",
             role: "admin",
         }])
-    ));
-    let gw = Gateway::start_behind(&config, "scripted-pw");
+    ))
+}
+
+fn permission_json(id: &str) -> Value {
+    serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
+        "metadata": {"command": "ls"}, "always": ["ls *"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
+    let fake = InboxUpstream::start("scripted-pw").await;
+    *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
+    // A session that had spent $0.01 before the gateway saw it (not today's spend to the meter).
+    let session =
+        |usd: f64| serde_json::json!({"id": "ses_1", "title": "t", "cost": usd, "time": {"created": 1, "updated": 2}});
+    *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.01)]));
+    let (dir, _keep) = folder();
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir), "scripted-pw");
     inbox_until(&gw, Duration::from_secs(10), "the seeded card", |v| {
         has_card(v, "ext", "per_1")
     })
@@ -681,23 +689,10 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
 /// 30 s for a session made 0.26 s after the watcher started.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
-    use crate::common::gateway::external_project;
     let fake = InboxUpstream::start("scripted-pw").await;
     *fake.state.subscribe_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_gap")));
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path().canonicalize().unwrap();
-    let config = base_config(&format!(
-        "{}\ndirectory = \"{}\"\n\n{}",
-        external_project("ext", &fake.url()).trim_end(),
-        dir.display(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: ALICE,
-            projects: "[\"*\"]",
-            role: "admin",
-        }])
-    ));
-    let gw = Gateway::start_behind(&config, "scripted-pw");
+    let (dir, _keep) = folder();
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir), "scripted-pw");
     inbox_until(&gw, Duration::from_secs(10), "the card asked in the gap", |v| {
         has_card(v, "ext", "per_gap")
     })
