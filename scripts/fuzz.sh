@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-15}"
-targets=(credentials route_and_rewrite directory_pin config_parse passkey_answer)
+targets=(credentials route_and_rewrite directory_pin config_parse passkey_answer proxy_header)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 export RUSTC_BOOTSTRAP=1
 cd fuzz

@@ -8,4 +8,5 @@ pub mod connection;
 pub mod control;
 pub mod devcert;
 pub mod listen;
+pub mod proxy_header;
 pub mod ssh;

@@ -44,6 +44,7 @@ mod phone;
 mod pinning;
 mod project_ports;
 mod proxy;
+mod proxy_protocol;
 mod push;
 mod real_opencode;
 mod refusals;

@@ -468,3 +468,43 @@ proptest! {
         prop_assert_eq!(by_rel, direct, "{} from the project ({})", rel, from_project);
     }
 }
+
+proptest! {
+    /// The PROXY protocol v2 header (issue 27): a header names the client it was written for,
+    /// whatever TLVs follow; any byte string is read without panicking and, if it parses, names
+    /// only what its own bytes say; a header cut short is never a client.
+    #[test]
+    fn a_proxy_header_names_the_client_it_was_written_for(
+        v6 in any::<bool>(),
+        a in any::<[u8; 16]>(),
+        port in any::<u16>(),
+        tlvs in prop::collection::vec(any::<u8>(), 0..64),
+        noise in prop::collection::vec(any::<u8>(), 0..80),
+        cut in 0usize..60,
+    ) {
+        use opencode_gateway::front::proxy_header::{self, FIXED_LEN, Said};
+        let client: SocketAddr = if v6 {
+            SocketAddr::new(std::net::Ipv6Addr::from(a).into(), port)
+        } else {
+            SocketAddr::new(std::net::Ipv4Addr::new(a[0], a[1], a[2], a[3]).into(), port)
+        };
+        let to: SocketAddr = if v6 { "[::1]:8443".parse().unwrap() } else { "127.0.0.1:8443".parse().unwrap() };
+        let mut h = proxy_header::encode(client, to);
+        // TLVs after the addresses: counted in the length, skipped by the reader.
+        let len = u16::from_be_bytes([h[14], h[15]]) as usize + tlvs.len();
+        h[14..16].copy_from_slice(&(len as u16).to_be_bytes());
+        h.extend_from_slice(&tlvs);
+        let fixed: [u8; FIXED_LEN] = h[..FIXED_LEN].try_into().unwrap();
+        prop_assert_eq!(proxy_header::rest_len(&fixed), Ok(h.len() - FIXED_LEN));
+        prop_assert_eq!(proxy_header::parse(&fixed, &h[FIXED_LEN..]), Ok(Said::Client(client)));
+        // Cut short: never a client.
+        let short = &h[FIXED_LEN..h.len().saturating_sub(cut + 1).max(FIXED_LEN)];
+        prop_assert!(proxy_header::parse(&fixed, short).is_err());
+        // Noise: read without panicking.
+        if noise.len() >= FIXED_LEN {
+            let nf: [u8; FIXED_LEN] = noise[..FIXED_LEN].try_into().unwrap();
+            let _ = proxy_header::parse(&nf, &noise[FIXED_LEN..]);
+        }
+        let _ = proxy_header::classify(&noise);
+    }
+}

@@ -4,6 +4,7 @@
 //! once when either is refused), and runs the TLS handshake under a timeout.
 
 pub mod handshake_log;
+pub(crate) mod proxied;
 pub mod tls;
 
 use crate::metrics::Refusal;
@@ -27,6 +28,8 @@ const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub(crate) struct ConnSlot {
     _address: SlotGuard<std::net::IpAddr>,
     pub place: crate::gateway::connections::LeaseGuard,
+    /// The peer is in `server.trusted_proxies`: its PROXY protocol header is believed.
+    pub trusted: bool,
 }
 
 /// Logs refusals at most once per [`REFUSAL_LOG_INTERVAL`], counting the ones in between.
@@ -137,6 +140,7 @@ pub(crate) async fn accept_loop<F>(
             ConnSlot {
                 _address: address,
                 place,
+                trusted,
             },
         );
     }
@@ -166,17 +170,35 @@ pub(crate) async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Op
             gw.doors.workers.spawn(tasks.track_future(async move {
                 let gw = worker_gw;
                 let lease = slot.place.lease().clone();
+                let trusted = slot.trusted;
                 let _slot = slot;
-                let Ok(tcp) = TcpStream::from_std(tcp) else {
+                let Ok(mut tcp) = TcpStream::from_std(tcp) else {
                     return;
+                };
+                // One deadline for the first bytes (a load balancer's PROXY header) and the handshake.
+                let deadline = tokio::time::Instant::now() + gw.limits.tls_handshake_timeout;
+                let client = tokio::select! {
+                    c = proxied::client_of(&mut tcp, peer, trusted, deadline) => c,
+                    _ = lease.shed.cancelled() => return,
+                };
+                let peer = match client {
+                    Ok(client) => client,
+                    Err(reason) => {
+                        gw.metrics.tls_handshake(false);
+                        match reason {
+                            proxied::NOTHING_IN_TIME => {
+                                handshake_log::failed(peer, "no handshake within tls_handshake_timeout")
+                            }
+                            proxied::CLOSED => handshake_log::failed(peer, "closed before the handshake"),
+                            _ => handshake_log::refused(peer, reason),
+                        }
+                        return;
+                    }
                 };
                 let acceptor = TlsAcceptor::from(gw.state().tls.clone());
                 // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
                 // task, which then lives as long as the connection (1.4 KiB more for each).
-                let handshake = Box::pin(tokio::time::timeout(
-                    gw.limits.tls_handshake_timeout,
-                    acceptor.accept(tcp),
-                ));
+                let handshake = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(tcp)));
                 // Shed (the table needed its place) before the handshake ended: close.
                 let handshake = tokio::select! {
                     r = handshake => r,

@@ -1,0 +1,68 @@
+//! Who an HTTPS connection is from: its peer, or, from a load balancer in
+//! `server.trusted_proxies`, the client its PROXY protocol v2 header names
+//! ([`crate::front::proxy_header`]). Decided before the TLS handshake, from the first bytes:
+//! a connection that starts like a header from any other address is refused (a client must not
+//! name itself someone else), and so is a malformed one. The first bytes are peeked, not read,
+//! unless they are a trusted header: the handshake reads them as before. A trusted proxy may
+//! also send no header (health checks, or `X-Forwarded-For` from an HTTP proxy, as before).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::front::proxy_header::{self, FIXED_LEN, Said, Start};
+
+/// Why a connection was refused before its handshake (a log's `reason`).
+pub(crate) type Reason = &'static str;
+/// No first bytes (or no whole header) by the deadline: a handshake that never came.
+pub(crate) const NOTHING_IN_TIME: Reason = "no_bytes_in_time";
+/// The peer closed (or the socket failed) first.
+pub(crate) const CLOSED: Reason = "closed";
+
+pub(crate) async fn client_of(
+    tcp: &mut TcpStream,
+    peer: SocketAddr,
+    trusted: bool,
+    deadline: Instant,
+) -> Result<SocketAddr, Reason> {
+    let mut start = [0u8; FIXED_LEN];
+    let mut seen = 0;
+    loop {
+        let n = match tokio::time::timeout_at(deadline, tcp.peek(&mut start)).await {
+            Err(_) => return Err(NOTHING_IN_TIME),
+            Ok(Err(_) | Ok(0)) => return Err(CLOSED),
+            Ok(Ok(n)) => n,
+        };
+        match (proxy_header::classify(&start[..n]), trusted) {
+            (Start::Other, _) => return Ok(peer),
+            (Start::V1 | Start::V2, false) => return Err("proxy_header_untrusted"),
+            (Start::V1, true) => return Err("proxy_header_v1"),
+            (Start::V2, true) if n >= FIXED_LEN => break,
+            _ => {
+                // Begins like a header but not all of it is here: peek answers at once with what
+                // there is, so wait a little before asking again (bounded by the deadline).
+                if n == seen {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                seen = n;
+            }
+        }
+    }
+    let header = async {
+        let mut fixed = [0u8; FIXED_LEN];
+        tcp.read_exact(&mut fixed).await.map_err(|_| CLOSED)?;
+        let len = proxy_header::rest_len(&fixed).map_err(|r| r.code())?;
+        let mut rest = vec![0u8; len];
+        tcp.read_exact(&mut rest).await.map_err(|_| CLOSED)?;
+        proxy_header::parse(&fixed, &rest).map_err(|r| r.code())
+    };
+    match tokio::time::timeout_at(deadline, header).await {
+        Err(_) => Err(NOTHING_IN_TIME),
+        Ok(Err(reason)) => Err(reason),
+        Ok(Ok(Said::Client(client))) => Ok(client),
+        Ok(Ok(Said::Local)) => Ok(peer),
+    }
+}

@@ -1,0 +1,153 @@
+//! A load balancer in front (issue 27, fourth part): Debian's HAProxy with `send-proxy-v2`
+//! between a client on 127.0.0.2 and the gateway, which trusts 127.0.0.1 (where HAProxy connects
+//! from). The gateway must see 127.0.0.2 in its logs, the login limiter and the audit trail; a
+//! PROXY header sent straight to the gateway from 127.0.0.3 (not trusted) must be refused before
+//! any TLS, with that reason.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::process::Guarded;
+
+const ALICE: &str = "alice-password-1";
+
+fn haproxy_in_front(gw: &Gateway) -> (Guarded, u16) {
+    let port = crate::common::free_port();
+    let config = gw.dir.path().join("haproxy.cfg");
+    std::fs::write(
+        &config,
+        format!(
+            "global\n  maxconn 200\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
+             frontend fe\n  bind 127.0.0.1:{port}\n  default_backend gw\n\
+             backend gw\n  server g1 127.0.0.1:{} send-proxy-v2\n",
+            gw.https.port()
+        ),
+    )
+    .unwrap();
+    let child = Guarded::spawn(
+        Command::new("haproxy")
+            .arg("-db")
+            .arg("-f")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+        Duration::from_secs(5),
+    );
+    // Bounded: HAProxy listens within seconds or the test fails saying so.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < until,
+            "HAProxy did not listen on {port} in 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (child, port)
+}
+
+/// curl from 127.0.0.2 through HAProxy: the form login (`password`), its status code.
+fn login_from_2(gw: &Gateway, port: u16, password: &str) -> String {
+    let login = format!("https://gw.localhost:{port}");
+    let out = crate::common::process::output_within(
+        Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--interface",
+                "127.0.0.2",
+            ])
+            .arg("--resolve")
+            .arg(format!("gw.localhost:{port}:127.0.0.1"))
+            .arg("--cacert")
+            .arg(gw.ca())
+            .args(["-H", &format!("Origin: {login}"), "-H", "Sec-Fetch-Site: same-origin"])
+            .arg("--data")
+            .arg(format!("user=alice&password={password}&next=/"))
+            .arg(format!("{login}/login")),
+        None,
+        Duration::from_secs(30),
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs HAProxy: run scripts/test.sh"]
+async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_from_anyone_else() {
+    let users = users_toml(&[TestUser {
+        name: "alice",
+        password: ALICE,
+        projects: "[\"*\"]",
+        role: "operator",
+    }]);
+    let config = base_config(&users).replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    let gw = Gateway::start(&config);
+    let (_haproxy, port) = haproxy_in_front(&gw);
+
+    // Through HAProxy, from 127.0.0.2: a wrong password, then the right one.
+    assert_eq!(login_from_2(&gw, port, "wrong-password"), "401");
+    assert_eq!(login_from_2(&gw, port, ALICE), "303");
+    assert!(
+        gw.wait_log("browser login peer=127.0.0.2 user=alice", Duration::from_secs(5))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    let audit = crate::common::audit::records(&crate::common::audit::file(&gw));
+    let address_of = |event: &str| {
+        audit
+            .iter()
+            .find(|r| r["event"] == event)
+            .map(|r| r["address"].clone())
+            .unwrap_or_else(|| panic!("no {event}: {audit:#?}"))
+    };
+    assert_eq!(address_of("login_failed"), "127.0.0.2");
+    assert_eq!(address_of("login"), "127.0.0.2");
+    let access: Vec<_> = gw
+        .logs()
+        .lines()
+        .filter(|l| l.contains("path=/login"))
+        .map(String::from)
+        .collect();
+    assert!(
+        access.len() >= 2 && access.iter().all(|l| l.contains("peer=127.0.0.2")),
+        "{access:#?}"
+    );
+
+    // Straight to the gateway from 127.0.0.3 (not trusted), a header naming someone else: closed
+    // before any TLS, with the reason in the security log.
+    let header = opencode_gateway::front::proxy_header::encode("203.0.113.9:40000".parse().unwrap(), gw.https);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
+    let mut tcp = socket.connect(gw.https).await.unwrap();
+    tcp.write_all(&header).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    // Closed with the header unread: an end, or a reset; never a byte of TLS.
+    let closed =
+        matches!(&read, Ok(Ok(0))) || matches!(&read, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset);
+    assert!(
+        closed && answer.is_empty(),
+        "the gateway answered a header from 127.0.0.3: {read:?} {answer:?}"
+    );
+    assert!(
+        gw.wait_log(
+            "peer=127.0.0.3 reason=\"proxy_header_untrusted\"",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        gw.logs()
+    );
+    assert!(
+        !gw.logs().contains("203.0.113.9"),
+        "the claimed address reached the logs"
+    );
+}
