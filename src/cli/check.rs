@@ -135,6 +135,7 @@ pub(crate) fn summary(s: &Settings) -> String {
         "  control {}  (unix socket, 0600: status, reload)\n",
         crate::front::control::socket_path(s).display()
     );
+    out += &format!("  state  {}\n", crate::store::describe(s));
     if let Some(n) = &s.notify {
         out += &crate::notify::describe(n);
     }

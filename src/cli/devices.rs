@@ -13,7 +13,7 @@ use crate::cli::args::DevicesAction;
 
 pub(crate) fn devices(config: &Path, action: Option<DevicesAction>, user: Option<String>) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
-    let store = crate::store::open(&settings.server.state_dir)?;
+    let store = crate::store::open_for(&settings)?;
     match action {
         None => list(&*store, user.as_deref()),
         Some(DevicesAction::List { user: u }) => list(&*store, u.or(user).as_deref()),

@@ -13,7 +13,7 @@ use crate::config::Role;
 pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
     let state_dir = &settings.server.state_dir;
-    let store = crate::store::open(state_dir)?;
+    let store = crate::store::open_for(&settings)?;
     match action {
         TokenAction::Create {
             user,

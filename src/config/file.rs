@@ -32,6 +32,16 @@ pub(crate) struct RawConfig {
     pub budget: Option<RawBudget>,
     /// `[push]`: Web Push to the control room's devices.
     pub push: Option<RawPush>,
+    /// `[store]`: where the state database is (default: SQLite in `state_dir`).
+    pub store: Option<RawStore>,
+}
+
+/// `[store]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawStore {
+    /// `postgres://user:password@host/database?sslmode=require`: a PostgreSQL database replicas share.
+    pub url: Option<String>,
 }
 
 /// `[push]`.

@@ -49,6 +49,9 @@ pub struct Settings {
     pub user_day_usd: Option<f64>,
     /// `[push] allow_private_endpoints`: push endpoints may be private or loopback addresses.
     pub push_private_endpoints: bool,
+    /// `[store] url`: the state database on PostgreSQL (it may hold a password); `None`: SQLite in
+    /// `state_dir`.
+    pub store_url: Option<crate::config::Secret>,
 }
 
 /// A project's spending limits (`[budget]`, then its own `budget = { … }`), in US dollars as

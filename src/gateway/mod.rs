@@ -143,7 +143,7 @@ impl Gateway {
             metrics.upstream_restarts.clone(),
             audit.clone(),
         );
-        let store = crate::store::open(&settings.server.state_dir)?;
+        let store = crate::store::open_for(&settings)?;
         let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let spend_store = store.clone();

@@ -2,7 +2,42 @@
 //! (API tokens, browser sessions, paired devices). One small trait, so
 //! another backend can replace SQLite ([`sqlite`]) without touching its callers.
 
+#[cfg(test)]
+mod conformance;
+pub mod postgres;
+#[cfg(test)]
+#[path = "../../tests/support/postgres_cluster.rs"]
+pub(crate) mod postgres_cluster;
 pub mod sqlite;
+
+#[cfg(test)]
+mod backends {
+    use std::sync::Arc;
+
+    /// The store's cases on SQLite, each on a file of its own.
+    #[test]
+    fn the_store_behaves_on_sqlite() {
+        let dir = tempfile::tempdir().unwrap();
+        super::conformance::every_case(&mut |name| {
+            Arc::new(super::sqlite::SqliteStore::open(&dir.path().join(format!("{name}.db"))).unwrap())
+        });
+    }
+
+    /// The same cases on PostgreSQL, each in a database of its own on one throwaway cluster.
+    #[test]
+    fn the_store_behaves_on_postgres() {
+        let Some(cluster) = super::postgres_cluster::Cluster::start() else {
+            return;
+        };
+        super::conformance::every_case(&mut |name| {
+            Arc::new(super::postgres::PostgresStore::open(&cluster.database(name)).unwrap())
+        });
+        // Opening again applies nothing twice and keeps the rows.
+        let url = cluster.url("tokens");
+        let again = super::postgres::PostgresStore::open(&url).unwrap();
+        assert!(!super::TokenStore::list_tokens(&again, None).unwrap().is_empty());
+    }
+}
 
 use std::path::{Path, PathBuf};
 
@@ -261,7 +296,24 @@ pub(crate) trait PasskeyStore: Send + Sync {
 pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore {}
 impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore> Store for T {}
 
-/// Open (creating and migrating) the state database under `state_dir`.
+/// Open (creating and migrating) the state database the settings name: PostgreSQL at
+/// `[store] url`, else SQLite under `state_dir`.
+pub(crate) fn open_for(settings: &crate::config::Settings) -> anyhow::Result<std::sync::Arc<dyn Store>> {
+    match &settings.store_url {
+        Some(url) => Ok(std::sync::Arc::new(postgres::PostgresStore::open(url.expose())?)),
+        None => open(&settings.server.state_dir),
+    }
+}
+
+/// Which store the settings name, for `check` and the first log line (never the password).
+pub(crate) fn describe(settings: &crate::config::Settings) -> String {
+    match &settings.store_url {
+        Some(url) => format!("PostgreSQL at {}", postgres::redacted(url.expose())),
+        None => format!("SQLite at {}", db_path(&settings.server.state_dir).display()),
+    }
+}
+
+/// Open (creating and migrating) the SQLite state database under `state_dir`.
 pub(crate) fn open(state_dir: &Path) -> anyhow::Result<std::sync::Arc<dyn Store>> {
     Ok(std::sync::Arc::new(sqlite::SqliteStore::open(&db_path(state_dir))?))
 }

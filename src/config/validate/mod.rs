@@ -17,6 +17,7 @@ mod notify;
 pub(crate) mod oidc;
 mod project;
 mod route_role;
+mod store;
 mod user;
 
 pub(crate) use oidc::acceptable_url as acceptable_oidc_url;
@@ -283,8 +284,9 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
             problems: c.problems,
         });
     }
-    let file_holds_secrets =
-        raw.user.iter().any(|u| u.password_hash.is_some()) || raw.project.iter().any(|p| !p.env.is_empty());
+    let file_holds_secrets = raw.user.iter().any(|u| u.password_hash.is_some())
+        || raw.project.iter().any(|p| !p.env.is_empty())
+        || raw.store.as_ref().is_some_and(|s| s.url.is_some());
     let mut settings = Settings {
         file_holds_secrets,
         path: path.to_path_buf(),
@@ -320,11 +322,13 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
             .as_ref()
             .and_then(|p| p.allow_private_endpoints)
             .unwrap_or(false),
+        store_url: None,
     };
     settings.protected = settings.protected_paths();
     let (found, warnings) = crate::config::discover::discover(&settings);
     settings.projects.extend(found);
     settings.discovery_warnings = warnings;
+    settings.store_url = store::url(&mut c, raw.store.as_ref(), &settings.projects);
     secrets_outside_projects(&mut c, &settings);
     if !c.problems.is_empty() {
         return Err(ConfigError::Invalid {

@@ -15,6 +15,8 @@ pub mod login;
 pub mod netns;
 pub mod opencode;
 pub mod os_users;
+#[path = "../../support/postgres_cluster.rs"]
+pub mod postgres;
 pub mod process;
 pub mod push_service;
 pub mod qr;

@@ -1,0 +1,470 @@
+//! [`Store`](super::Store) on PostgreSQL (`[store] url = "postgres://…"`, issue 27), with the
+//! `postgres` crate (the blocking face of `tokio-postgres`, on a runtime of its own: the store's
+//! calls are blocking already, made from `store::blocking`'s threads and from the CLI) and rustls
+//! for TLS (`sslmode=require` or `verify-full`: the system's CA bundle, or `SSL_CERT_FILE`).
+//! One connection, behind a lock, as SQLite's; a broken one is opened again at the next call.
+//! The schema is `migrations/postgres/`, applied under an advisory lock (two gateways starting at
+//! once migrate once), counted in `ocgw_schema`.
+
+mod rest;
+
+use std::sync::Mutex;
+
+use postgres::{Client, NoTls};
+
+use super::{
+    BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
+};
+
+/// Applied in order; a database at version n has the first n.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/postgres/0001_schema.sql")];
+/// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6f63_6777;
+
+pub(crate) struct PostgresStore {
+    url: String,
+    conn: Mutex<Option<Client>>,
+    failing: std::sync::atomic::AtomicBool,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let auth = &url[s + 3..at];
+            let user = auth.split(':').next().unwrap_or("");
+            format!("{}{user}:…{}", &url[..s + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+fn connect(url: &str) -> Result<Client, StoreError> {
+    let config: postgres::Config = url
+        .parse()
+        .map_err(|e: postgres::Error| StoreError::Backend(format!("store.url: {e}")))?;
+    let client = match config.get_ssl_mode() {
+        postgres::config::SslMode::Disable => config.connect(NoTls)?,
+        _ => {
+            let tls = crate::notify::send::client_config().map_err(StoreError::Backend)?;
+            config.connect(tokio_postgres_rustls::MakeRustlsConnect::new((*tls).clone()))?
+        }
+    };
+    Ok(client)
+}
+
+impl PostgresStore {
+    pub(crate) fn open(url: &str) -> anyhow::Result<PostgresStore> {
+        let store = PostgresStore {
+            url: url.to_string(),
+            conn: Mutex::new(None),
+            failing: Default::default(),
+            failures: Default::default(),
+        };
+        store
+            .with(|c| migrate(c).map_err(|e| StoreError::Backend(format!("{e:#}"))))
+            .map_err(|e| anyhow::anyhow!("the state database at {}: {e}", redacted(url)))?;
+        Ok(store)
+    }
+
+    /// Run `f` on the connection, opening it first if there is none or it broke. The client
+    /// blocks on a runtime of its own, which tokio refuses on a thread inside another runtime
+    /// (the gateway's start, `store::blocking`'s threads): there it runs on a scoped thread.
+    fn with<T: Send>(&self, f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send) -> Result<T, StoreError> {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return std::thread::scope(|s| {
+                s.spawn(|| self.on_connection(f))
+                    .join()
+                    .unwrap_or_else(|_| Err(StoreError::Backend("the state database call panicked".into())))
+            });
+        }
+        self.on_connection(f)
+    }
+
+    fn on_connection<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            *guard = Some(connect(&self.url)?);
+        }
+        let client = guard.as_mut().expect("just opened");
+        let result = f(client);
+        if result.is_err() && client.is_closed() {
+            *guard = None;
+        }
+        result
+    }
+
+    /// A write: its failure counted and said once per run of failures, as SQLite's.
+    fn write<T: Send>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        use std::sync::atomic::Ordering;
+        let result = self.with(f);
+        match &result {
+            Ok(_) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("the state database is written again");
+                }
+            }
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(write = what, error = %e, "cannot write the state database; logins and revocations may fail until it works again (state_db_write_failures_total, status)");
+                }
+            }
+        }
+        result
+    }
+}
+
+fn migrate(client: &mut Client) -> anyhow::Result<()> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS ocgw_schema (version INTEGER NOT NULL)")?;
+    let have: i32 = match tx.query_opt("SELECT version FROM ocgw_schema", &[])? {
+        Some(row) => row.get(0),
+        None => {
+            tx.execute("INSERT INTO ocgw_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    let have = usize::try_from(have).unwrap_or(usize::MAX);
+    if have > MIGRATIONS.len() {
+        anyhow::bail!(
+            "it is at schema version {have}, newer than this gateway knows ({}); fix: run the newer gateway",
+            MIGRATIONS.len()
+        );
+    }
+    for sql in &MIGRATIONS[have..] {
+        tx.batch_execute(sql)?;
+    }
+    let now = i32::try_from(MIGRATIONS.len())?;
+    tx.execute("UPDATE ocgw_schema SET version = $1", &[&now])?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn digest(row: &postgres::Row, i: usize) -> [u8; 32] {
+    let d: Vec<u8> = row.get(i);
+    d.try_into().unwrap_or([0; 32])
+}
+
+const TOKEN_COLUMNS: &str =
+    "id, digest, user_name, label, role, projects, created_at, expires_at, last_used_at, revoked_at";
+
+fn token(row: &postgres::Row) -> TokenRecord {
+    let projects: Option<String> = row.get(5);
+    TokenRecord {
+        id: row.get(0),
+        digest: digest(row, 1),
+        user: row.get(2),
+        label: row.get(3),
+        role: row.get(4),
+        projects: projects.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect()),
+        created_at: row.get(6),
+        expires_at: row.get(7),
+        last_used_at: row.get(8),
+        revoked_at: row.get(9),
+    }
+}
+
+const DEVICE_COLUMNS: &str = "id, user_name, label, created_at, last_seen_at, last_address, revoked_at";
+
+fn device(row: &postgres::Row) -> DeviceRecord {
+    DeviceRecord {
+        id: row.get(0),
+        user: row.get(1),
+        label: row.get(2),
+        created_at: row.get(3),
+        last_seen_at: row.get(4),
+        last_address: row.get(5),
+        revoked_at: row.get(6),
+    }
+}
+
+const SESSION_COLUMNS: &str =
+    "id, digest, user_name, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
+
+fn web_session(row: &postgres::Row) -> WebSessionRecord {
+    WebSessionRecord {
+        id: row.get(0),
+        digest: digest(row, 1),
+        user: row.get(2),
+        device_id: row.get(3),
+        parent: row.get(4),
+        host: row.get(5),
+        created_at: row.get(6),
+        last_seen_at: row.get(7),
+        idle_secs: row.get(8),
+        expires_at: row.get(9),
+        revoked_at: row.get(10),
+    }
+}
+
+impl TokenStore for PostgresStore {
+    fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
+        self.write("insert_token", |c| {
+            c.execute(
+                &format!("INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
+                &[
+                    &t.id,
+                    &&t.digest[..],
+                    &t.user,
+                    &t.label,
+                    &t.role,
+                    &t.projects.as_ref().map(|p| p.join(",")),
+                    &t.created_at,
+                    &t.expires_at,
+                    &t.last_used_at,
+                    &t.revoked_at,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
+        self.with(|c| {
+            let row = c.query_opt(
+                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = $1"),
+                &[&&digest[..]],
+            )?;
+            Ok(row.as_ref().map(token))
+        })
+    }
+
+    fn list_tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                &format!(
+                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE $1::text IS NULL OR user_name = $1 ORDER BY created_at DESC, id"
+                ),
+                &[&user],
+            )?;
+            Ok(rows.iter().map(token).collect())
+        })
+    }
+
+    fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        self.write("revoke_token", |c| {
+            let n = c.execute(
+                "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+                &[&id, &at],
+            )?;
+            Ok(n == 1)
+        })
+    }
+
+    fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
+        self.write("touch_token", |c| {
+            c.execute("UPDATE tokens SET last_used_at = $2 WHERE id = $1", &[&id, &at])?;
+            Ok(())
+        })
+    }
+}
+
+impl BrowserStore for PostgresStore {
+    fn health(&self) -> WriteHealth {
+        use std::sync::atomic::Ordering;
+        WriteHealth {
+            writing: !self.failing.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+
+    fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
+        self.write("insert_device", |c| {
+            c.execute(
+                &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+                &[
+                    &d.id,
+                    &d.user,
+                    &d.label,
+                    &d.created_at,
+                    &d.last_seen_at,
+                    &d.last_address,
+                    &d.revoked_at,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
+        self.with(|c| {
+            let rows = c.query(
+                &format!(
+                    "SELECT {DEVICE_COLUMNS} FROM devices WHERE $1::text IS NULL OR user_name = $1 ORDER BY created_at DESC, id"
+                ),
+                &[&user],
+            )?;
+            Ok(rows.iter().map(device).collect())
+        })
+    }
+
+    fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        self.write("revoke_device", |c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "UPDATE devices SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
+                &[&id, &at],
+            )?;
+            tx.execute("DELETE FROM push_subscriptions WHERE device_id = $1", &[&id])?;
+            tx.execute(
+                "UPDATE web_sessions SET revoked_at = $2 WHERE revoked_at IS NULL AND (device_id = $1
+                   OR parent IN (SELECT id FROM web_sessions WHERE device_id = $1))",
+                &[&id, &at],
+            )?;
+            tx.commit()?;
+            Ok(n == 1)
+        })
+    }
+
+    fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
+        self.write("touch_device", |c| {
+            c.execute(
+                "UPDATE devices SET last_seen_at = $2, last_address = $3 WHERE id = $1",
+                &[&id, &at, &address],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
+        self.write("password_is", |c| {
+            let mut tx = c.transaction()?;
+            let known: Option<Vec<u8>> = tx
+                .query_opt(
+                    "SELECT fingerprint FROM password_fingerprints WHERE user_name = $1 FOR UPDATE",
+                    &[&user],
+                )?
+                .map(|r| r.get(0));
+            if known.as_deref() == Some(&fingerprint[..]) {
+                return Ok(0);
+            }
+            tx.execute(
+                "INSERT INTO password_fingerprints (user_name, fingerprint) VALUES ($1, $2)
+                   ON CONFLICT (user_name) DO UPDATE SET fingerprint = excluded.fingerprint",
+                &[&user, &&fingerprint[..]],
+            )?;
+            let ended = if known.is_none() {
+                0
+            } else {
+                tx.execute(
+                    "UPDATE web_sessions SET revoked_at = $2 WHERE revoked_at IS NULL AND user_name = $1 AND (
+                       (device_id IS NULL AND parent IS NULL)
+                       OR parent IN (SELECT id FROM web_sessions WHERE user_name = $1 AND device_id IS NULL AND parent IS NULL))",
+                    &[&user, &at],
+                )?
+            };
+            tx.commit()?;
+            Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
+        self.write("insert_web_session", |c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+                ),
+                &[
+                    &w.id,
+                    &&w.digest[..],
+                    &w.user,
+                    &w.device_id,
+                    &w.parent,
+                    &w.host,
+                    &w.created_at,
+                    &w.last_seen_at,
+                    &w.idle_secs,
+                    &w.expires_at,
+                    &w.revoked_at,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
+        self.with(|c| {
+            let select = format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE");
+            let Some(session) = c
+                .query_opt(&format!("{select} digest = $1"), &[&&digest[..]])?
+                .as_ref()
+                .map(web_session)
+            else {
+                return Ok(None);
+            };
+            let parent = match &session.parent {
+                Some(p) => c
+                    .query_opt(&format!("{select} id = $1"), &[p])?
+                    .as_ref()
+                    .map(web_session),
+                None => None,
+            };
+            let device = session
+                .device_id
+                .as_ref()
+                .or(parent.as_ref().and_then(|p| p.device_id.as_ref()));
+            let device_revoked = match device {
+                Some(d) => c
+                    .query_opt("SELECT revoked_at IS NOT NULL FROM devices WHERE id = $1", &[d])?
+                    // A device row that is gone counts as revoked.
+                    .is_none_or(|r| r.get::<_, bool>(0)),
+                None => false,
+            };
+            Ok(Some(WebSessionLookup {
+                session,
+                parent,
+                device_revoked,
+            }))
+        })
+    }
+
+    fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
+        self.write("revoke_web_session", |c| {
+            let n = c.execute(
+                "UPDATE web_sessions SET revoked_at = $2 WHERE (id = $1 OR parent = $1) AND revoked_at IS NULL",
+                &[&id, &at],
+            )?;
+            Ok(n >= 1)
+        })
+    }
+
+    fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
+        self.write("touch_web_session", |c| {
+            c.execute(
+                "UPDATE web_sessions SET last_seen_at = $2 WHERE id = $1
+                   OR id = (SELECT parent FROM web_sessions WHERE id = $1)",
+                &[&id, &at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
+        self.write("prune_web_sessions", |c| {
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "DELETE FROM web_sessions WHERE revoked_at < $1 OR expires_at < $1",
+                &[&before],
+            )?;
+            tx.execute(
+                "DELETE FROM push_subscriptions WHERE session_id NOT IN (SELECT id FROM web_sessions)",
+                &[],
+            )?;
+            tx.commit()?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+}

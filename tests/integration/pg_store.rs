@@ -1,0 +1,134 @@
+//! The state database on PostgreSQL (issue 27, the store): a gateway with `[store] url` on a
+//! throwaway cluster keeps its browser logins and API tokens there: a login survives a restart,
+//! a token the CLI makes (on the same database) works at once and stops when revoked, and
+//! `check` names the store without its password. A shared store with a project this gateway
+//! spawns on its own loopback is refused, naming the project.
+
+use http_body_util::Full;
+
+use crate::common::client::Https;
+use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
+use crate::common::login::{LOGIN_HOST, form_login, logged_in};
+use crate::common::postgres::Cluster;
+
+const ALICE: &str = "alice-password-1";
+
+fn cli(gw: &Gateway, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .arg("-c")
+        .arg(&gw.config)
+        .current_dir(gw.dir.path())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
+    // The cluster's programs and its blocking client run off the test's runtime.
+    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
+        let cluster = Cluster::start()?;
+        let url = cluster.database("gateway");
+        Some((cluster, url))
+    })
+    .await
+    .unwrap() else {
+        return;
+    };
+    let users = users_toml(&[TestUser {
+        name: "alice",
+        password: ALICE,
+        projects: "[\"*\"]",
+        role: "operator",
+    }]);
+    let config = base_config(&format!("[store]\nurl = \"{url}\"\n\n{users}"));
+    let mut gw = Gateway::start(&config);
+    let c = Https::new(gw.https, &gw.ca());
+    let cookie = form_login(&c, "alice", ALICE).await;
+    assert!(logged_in(&c, &cookie).await);
+
+    // The CLI writes the same database: a token made there works on the running gateway.
+    let (ok, made) = cli(&gw, &["token", "create", "alice", "--label", "pg"]);
+    assert!(ok, "{made}");
+    let token = made
+        .split_whitespace()
+        .find(|w| w.starts_with("ocgw_"))
+        .unwrap()
+        .to_string();
+    let login = c.host(LOGIN_HOST);
+    let status = |token: String| {
+        let login = &login;
+        async move {
+            let req = login
+                .request("GET", "/_gw/static/app.css", None)
+                .header("authorization", format!("Bearer {token}"))
+                .body(Full::default())
+                .unwrap();
+            login.call(req).await.status
+        }
+    };
+    assert_eq!(status(token.clone()).await, 200);
+
+    // A restart: the login is still there (it is a row in PostgreSQL, not in state_dir).
+    gw.restart();
+    let c = Https::new(gw.https, &gw.ca());
+    assert!(logged_in(&c, &cookie).await, "the login did not survive the restart");
+    let sessions: i64 = tokio::task::spawn_blocking(move || {
+        let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        admin
+            .query_one("SELECT COUNT(*) FROM web_sessions", &[])
+            .unwrap()
+            .get(0)
+    })
+    .await
+    .unwrap();
+    assert!(sessions >= 1, "no session row in PostgreSQL");
+    assert!(
+        !gw.dir.path().join("state/gateway.db").exists(),
+        "a SQLite file was made too"
+    );
+
+    // `check` says which store, without the password.
+    let (ok, said) = cli(&gw, &["check"]);
+    assert!(ok && said.contains("state  PostgreSQL at"), "{said}");
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}
+
+#[test]
+fn a_shared_store_refuses_a_project_spawned_on_this_gateways_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.toml");
+    std::fs::create_dir_all(dir.path().join("web")).unwrap();
+    std::fs::write(
+        &config,
+        base_config(&format!(
+            "[store]\nurl = \"postgres://gw:s3cret-pw@db.internal/gateway\"\n\n[[project]]\nname = \"web\"\ndirectory = \"{}\"\nspawn = true\n",
+            dir.path().join("web").display()
+        )),
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["check", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("project web") && said.contains("works on one gateway only"),
+        "{said}"
+    );
+    assert!(!said.contains("s3cret-pw"), "the password was printed: {said}");
+}
