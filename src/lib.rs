@@ -100,6 +100,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         }
     }
     let gw = Gateway::new(settings, certs.clone(), tls)?;
+    gateway::watch_store(&gw);
     let running = Running {
         https: https.local_addr()?,
         admin: admin.as_ref().map(|l| l.local_addr()).transpose()?,

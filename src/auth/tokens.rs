@@ -101,6 +101,20 @@ pub(crate) fn issue(
     Ok((secret, record))
 }
 
+/// The key that digests tokens and cookie values: the one every gateway on a shared store uses
+/// (kept in that store), else this gateway's file in `state_dir` ([`load_or_create_key`]).
+pub(crate) fn digest_key(
+    settings: &crate::config::Settings,
+    store: &dyn crate::store::Store,
+) -> anyhow::Result<[u8; 32]> {
+    let mut fresh = [0u8; 32];
+    getrandom::fill(&mut fresh).expect("the OS random source is available");
+    match store.shared_key("digest", &fresh)? {
+        Some(key) => Ok(key),
+        None => load_or_create_key(&settings.server.state_dir),
+    }
+}
+
 /// The digest key, made (owner-only) on first use by whichever of the CLI and the gateway comes first.
 pub(crate) fn load_or_create_key(state_dir: &Path) -> anyhow::Result<[u8; 32]> {
     use anyhow::Context;

@@ -12,7 +12,6 @@ use crate::config::Role;
 
 pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
-    let state_dir = &settings.server.state_dir;
     let store = crate::store::open_for(&settings)?;
     match action {
         TokenAction::Create {
@@ -38,7 +37,7 @@ pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
             scope
                 .check_within(&u.grants, |p| settings.projects.iter().any(|q| q.name == p))
                 .map_err(|why| anyhow::anyhow!("refused: {why} (a token can only narrow its user's grants)"))?;
-            let key = tokens::load_or_create_key(state_dir)?;
+            let key = tokens::digest_key(&settings, &*store)?;
             let (secret, record) = tokens::issue(&*store, &key, &user, &scope, ttl, &label)?;
             eprintln!(
                 "token {} for {user} ({}), expires {}; it is shown only this once:",

@@ -118,6 +118,26 @@ pub struct Lifecycle {
     pub tasks: TaskTracker,
 }
 
+/// Forget cached verifications when a revocation is made through another gateway on the same
+/// store, or the CLI (a store that cannot tell: nothing to do; the CLI uses the control socket).
+pub(crate) fn watch_store(gw: &Arc<Gateway>) {
+    use crate::store::Changed;
+    let weak = Arc::downgrade(gw);
+    let watching = gw.browser.sessions.store().watch_changes(Box::new(move |what| {
+        let Some(gw) = weak.upgrade() else { return };
+        if matches!(what, Changed::Sessions | Changed::All) {
+            gw.browser.sessions.invalidate();
+        }
+        if matches!(what, Changed::Tokens | Changed::All) {
+            gw.auth.tokens.invalidate();
+        }
+        tracing::info!(changed = ?what, "cached verifications forgotten: a revocation through another gateway or the CLI");
+    }));
+    if watching {
+        tracing::info!("listening for revocations made through other gateways on the state database");
+    }
+}
+
 impl Gateway {
     pub(crate) fn new(
         settings: Settings,
@@ -144,7 +164,7 @@ impl Gateway {
             audit.clone(),
         );
         let store = crate::store::open_for(&settings)?;
-        let digest_key = crate::auth::tokens::load_or_create_key(&settings.server.state_dir)?;
+        let digest_key = crate::auth::tokens::digest_key(&settings, &*store)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let spend_store = store.clone();
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);

@@ -1,7 +1,7 @@
 //! One POST to a notification receiver, on a connection of its own: plain HTTP (the config allows
 //! it to loopback only) or HTTPS verified against the system's CA bundle.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -130,32 +130,7 @@ pub(crate) async fn exchange(
         .map_err(|_| "no answer in 15 s".to_string())?
 }
 
-/// A TLS client configuration trusting the system's CA bundle, made once.
-pub(crate) fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            use rustls::pki_types::CertificateDer;
-            use rustls::pki_types::pem::PemObject;
-            let path = std::env::var_os("SSL_CERT_FILE")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
-            let mut roots = rustls::RootCertStore::empty();
-            let certs = CertificateDer::pem_file_iter(&path)
-                .map_err(|e| format!("cannot read the CA bundle {}: {e}", path.display()))?;
-            roots.add_parsable_certificates(certs.flatten());
-            if roots.is_empty() {
-                return Err(format!("no CA certificate in {}", path.display()));
-            }
-            let config = rustls::ClientConfig::builder_with_provider(crate::support::tls::provider())
-                .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-                .map_err(|e| e.to_string())?
-                .with_root_certificates(roots)
-                .with_no_client_auth();
-            Ok(Arc::new(config))
-        })
-        .clone()
-}
+pub(crate) use crate::support::tls::client_config;
 
 #[cfg(test)]
 mod tests {

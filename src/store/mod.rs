@@ -292,9 +292,36 @@ pub(crate) trait PasskeyStore: Send + Sync {
     fn passkey_used(&self, id: &str, dynamic_state: &[u8], at: i64) -> Result<(), StoreError>;
 }
 
+/// What changed elsewhere (another gateway on the same database, or the CLI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Changed {
+    /// Sessions or devices were revoked.
+    Sessions,
+    /// Tokens were revoked.
+    Tokens,
+    /// Unknown (the watch reconnected, and may have missed some): everything.
+    All,
+}
+
+/// What several gateways on one database share beyond rows: for a store only one gateway uses
+/// (SQLite in `state_dir`), nothing.
+pub(crate) trait SharedStore: Send + Sync {
+    /// The secret `name` every gateway on this database uses, made from `fresh` by whichever
+    /// comes first; `None`: this store keeps none (the key is a file in `state_dir`).
+    fn shared_key(&self, _name: &str, _fresh: &[u8; 32]) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(None)
+    }
+    /// Call `changed` whenever sessions or tokens are revoked through any gateway or the CLI;
+    /// false when this store cannot tell (its one gateway hears of the CLI's changes on its
+    /// control socket).
+    fn watch_changes(&self, _changed: Box<dyn Fn(Changed) + Send + 'static>) -> bool {
+        false
+    }
+}
+
 /// The whole state database.
-pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore {}
-impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore> Store for T {}
+pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + SharedStore {}
+impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + SharedStore> Store for T {}
 
 /// Open (creating and migrating) the state database the settings name: PostgreSQL at
 /// `[store] url`, else SQLite under `state_dir`.

@@ -7,17 +7,22 @@
 //! once migrate once), counted in `ocgw_schema`.
 
 mod rest;
+mod shared;
 
 use std::sync::Mutex;
 
 use postgres::{Client, NoTls};
 
 use super::{
-    BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
+    BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
+    WriteHealth,
 };
 
 /// Applied in order; a database at version n has the first n.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/postgres/0001_schema.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/postgres/0001_schema.sql"),
+    include_str!("migrations/postgres/0002_keys.sql"),
+];
 /// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f63_6777;
 
@@ -46,14 +51,14 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
-fn connect(url: &str) -> Result<Client, StoreError> {
+pub(super) fn connect(url: &str) -> Result<Client, StoreError> {
     let config: postgres::Config = url
         .parse()
         .map_err(|e: postgres::Error| StoreError::Backend(format!("store.url: {e}")))?;
     let client = match config.get_ssl_mode() {
         postgres::config::SslMode::Disable => config.connect(NoTls)?,
         _ => {
-            let tls = crate::notify::send::client_config().map_err(StoreError::Backend)?;
+            let tls = crate::support::tls::client_config().map_err(StoreError::Backend)?;
             config.connect(tokio_postgres_rustls::MakeRustlsConnect::new((*tls).clone()))?
         }
     };
@@ -256,10 +261,13 @@ impl TokenStore for PostgresStore {
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_token", |c| {
-            let n = c.execute(
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
                 "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
                 &[&id, &at],
             )?;
+            shared::notify(&mut tx, Changed::Tokens)?;
+            tx.commit()?;
             Ok(n == 1)
         })
     }
@@ -324,6 +332,7 @@ impl BrowserStore for PostgresStore {
                    OR parent IN (SELECT id FROM web_sessions WHERE device_id = $1))",
                 &[&id, &at],
             )?;
+            shared::notify(&mut tx, Changed::Sessions)?;
             tx.commit()?;
             Ok(n == 1)
         })
@@ -366,6 +375,9 @@ impl BrowserStore for PostgresStore {
                     &[&user, &at],
                 )?
             };
+            if ended > 0 {
+                shared::notify(&mut tx, Changed::Sessions)?;
+            }
             tx.commit()?;
             Ok(usize::try_from(ended).unwrap_or(usize::MAX))
         })
@@ -433,10 +445,13 @@ impl BrowserStore for PostgresStore {
 
     fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_web_session", |c| {
-            let n = c.execute(
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
                 "UPDATE web_sessions SET revoked_at = $2 WHERE (id = $1 OR parent = $1) AND revoked_at IS NULL",
                 &[&id, &at],
             )?;
+            shared::notify(&mut tx, Changed::Sessions)?;
+            tx.commit()?;
             Ok(n >= 1)
         })
     }

@@ -530,6 +530,9 @@ impl super::SpendStore for SqliteStore {
     }
 }
 
+/// One gateway per file: nothing shared (the digest key is `state_dir/token-digest.key`).
+impl super::SharedStore for SqliteStore {}
+
 impl super::PushStore for SqliteStore {
     fn save_push(&self, s: &super::PushSubscription) -> Result<(), StoreError> {
         let result = (|| {

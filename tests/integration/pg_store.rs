@@ -1,14 +1,17 @@
 //! The state database on PostgreSQL (issue 27, the store): a gateway with `[store] url` on a
 //! throwaway cluster keeps its browser logins and API tokens there: a login survives a restart,
 //! a token the CLI makes (on the same database) works at once and stops when revoked, and
-//! `check` names the store without its password. A shared store with a project this gateway
-//! spawns on its own loopback is refused, naming the project.
+//! `check` names the store without its password. Two gateways on one database share logins and
+//! tokens, and a logout through one is heard by the other at once (`LISTEN/NOTIFY`). A shared
+//! store with a project this gateway spawns on its own loopback is refused, naming the project.
+
+use std::time::Duration;
 
 use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
-use crate::common::login::{LOGIN_HOST, form_login, logged_in};
+use crate::common::login::{LOGIN_HOST, form_login, logged_in, portal_post};
 use crate::common::postgres::Cluster;
 
 const ALICE: &str = "alice-password-1";
@@ -31,18 +34,16 @@ fn cli(gw: &Gateway, args: &[&str]) -> (bool, String) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
-    // The cluster's programs and its blocking client run off the test's runtime.
-    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
+/// A throwaway cluster with one database, made off the test's runtime (its programs and its
+/// blocking client), and a config using it; `None` where PostgreSQL is not installed.
+async fn on_postgres() -> Option<(Cluster, String, String)> {
+    let (cluster, url) = tokio::task::spawn_blocking(|| {
         let cluster = Cluster::start()?;
         let url = cluster.database("gateway");
         Some((cluster, url))
     })
     .await
-    .unwrap() else {
-        return;
-    };
+    .unwrap()?;
     let users = users_toml(&[TestUser {
         name: "alice",
         password: ALICE,
@@ -50,6 +51,14 @@ async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
         role: "operator",
     }]);
     let config = base_config(&format!("[store]\nurl = \"{url}\"\n\n{users}"));
+    Some((cluster, url, config))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
+    let Some((cluster, url, config)) = on_postgres().await else {
+        return;
+    };
     let mut gw = Gateway::start(&config);
     let c = Https::new(gw.https, &gw.ca());
     let cookie = form_login(&c, "alice", ALICE).await;
@@ -131,4 +140,63 @@ fn a_shared_store_refuses_a_project_spawned_on_this_gateways_loopback() {
         "{said}"
     );
     assert!(!said.contains("s3cret-pw"), "the password was printed: {said}");
+}
+
+/// Two gateways on one database (replicas without a balancer: each is asked directly): a login
+/// made through A is logged in on B; a token made with B's CLI works on A; a logout through A is
+/// heard by B (its log says so) and B refuses the cookie within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
+    let Some((cluster, _url, config)) = on_postgres().await else {
+        return;
+    };
+    let a = Gateway::start(&config);
+    let b = Gateway::start(&config);
+    assert!(
+        b.wait_log(
+            "listening for revocations made through other gateways",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        b.logs()
+    );
+    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let cookie = form_login(&ca, "alice", ALICE).await;
+    assert!(logged_in(&cb, &cookie).await, "B does not know A's login");
+
+    let (ok, made) = cli(&b, &["token", "create", "alice", "--label", "from-b"]);
+    assert!(ok, "{made}");
+    let token = made
+        .split_whitespace()
+        .find(|w| w.starts_with("ocgw_"))
+        .unwrap()
+        .to_string();
+    let on_a = ca.host(LOGIN_HOST);
+    let req = on_a
+        .request("GET", "/_gw/static/app.css", None)
+        .header("authorization", format!("Bearer {token}"))
+        .body(Full::default())
+        .unwrap();
+    assert_eq!(on_a.call(req).await.status, 200, "A refused B's token");
+
+    // B has just verified the cookie (cached); the logout goes through A.
+    assert!(logged_in(&cb, &cookie).await);
+    let out = portal_post(&ca.host(LOGIN_HOST), &cookie, "/logout", "").await;
+    assert_eq!(out.status, 303, "{}", out.body);
+    assert!(
+        b.wait_log("changed=Sessions", Duration::from_secs(5)).await,
+        "B was not told: {}",
+        b.logs()
+    );
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while logged_in(&cb, &cookie).await {
+        assert!(
+            std::time::Instant::now() < until,
+            "B still takes the cookie 1 s after the logout through A"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
