@@ -148,17 +148,22 @@ pub(crate) async fn run(
     rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
     push: std::sync::Arc<push::Pusher>,
+    leads: impl Fn() -> bool,
     stop: tokio_util::sync::CancellationToken,
 ) {
-    pump(rx, config, Some(push), stop, Duration::from_secs(1)).await;
+    pump(rx, config, Some(push), leads, stop, Duration::from_secs(1)).await;
 }
 
 /// Take a request, wait `debounce` for more, send one message, retry it with backoff (from
 /// `first_retry`, doubling); an alert goes alone; until `stop` or the channel closes.
+///
+/// Of several gateways on one shared store, only the one that `leads` sends (each sees the same
+/// requests and alerts): the others drop theirs, so the team is told once.
 pub(crate) async fn pump(
     mut rx: mpsc::Receiver<Notice>,
     config: impl Fn() -> Option<(Notify, String)>,
     push: Option<std::sync::Arc<push::Pusher>>,
+    leads: impl Fn() -> bool,
     stop: tokio_util::sync::CancellationToken,
     first_retry: Duration,
 ) {
@@ -191,6 +196,13 @@ pub(crate) async fn pump(
                         _ = stop.cancelled() => return,
                     }
                 }
+                if !leads() {
+                    tracing::info!(
+                        requests = batch.len(),
+                        "not told here: another gateway on the state database sends the notifications"
+                    );
+                    continue;
+                }
                 if let Some(push) = &push {
                     push.send(&batch).await;
                 }
@@ -200,6 +212,7 @@ pub(crate) async fn pump(
             }
         };
         if let (Some((cfg, _)), Some(out)) = (&cfg, &out)
+            && leads()
             && !send_with_retries(cfg, out, first_retry, &stop).await
         {
             return;
@@ -426,6 +439,7 @@ mod tests {
             rx,
             move || Some((cfg.clone(), "https://gw.example:8443".to_string())),
             None,
+            || true,
             stop.clone(),
             Duration::from_millis(50),
         ));

@@ -41,7 +41,19 @@ pub(crate) fn start(gw: &Arc<Gateway>) {
                 .map(|n| (n, state.settings.server.public_url.clone()))
         };
         let push = gw.browser.push.clone();
-        tokio::spawn(crate::notify::run(rx, config, push, gw.lifecycle.shutdown.clone()));
+        // Of gateways sharing a store, the one holding its `notifier` lock tells the team.
+        let lock = gw.browser.sessions.store().leader("notifier");
+        let leads = move || {
+            lock.as_ref()
+                .is_none_or(|l| l.load(std::sync::atomic::Ordering::SeqCst))
+        };
+        tokio::spawn(crate::notify::run(
+            rx,
+            config,
+            push,
+            leads,
+            gw.lifecycle.shutdown.clone(),
+        ));
     }
 }
 

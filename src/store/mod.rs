@@ -317,6 +317,12 @@ pub(crate) trait SharedStore: Send + Sync {
     fn watch_changes(&self, _changed: Box<dyn Fn(Changed) + Send + 'static>) -> bool {
         false
     }
+    /// Whether this gateway is, of those on this store, the one that does `name` (sends the
+    /// team's notifications): a lock in the store, held by one live gateway at a time and taken
+    /// over when it dies. `None`: this store has one gateway, which always is.
+    fn leader(&self, _name: &'static str) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
 }
 
 /// The whole state database.

@@ -200,3 +200,107 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
+
+/// Two gateways on one database, both watching one server (the stand-in), with a webhook: a
+/// permission request is in both inboxes and the team is told once; when the telling gateway is
+/// killed (`kill -9`), the other takes its lock and tells of the next request, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_dies() {
+    use crate::common::fake_upstream::InboxUpstream;
+    let Some((cluster, url, _)) = on_postgres().await else {
+        return;
+    };
+    let fake = InboxUpstream::start("scripted-pw").await;
+    let (hook, seen) = crate::common::webhook::receiver(vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let config = base_config(&format!(
+        "[store]\nurl = \"{url}\"\n\n[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n{}\ndirectory = \"{}\"\n\n{}",
+        crate::common::gateway::external_project("ext", &fake.url()).trim_end(),
+        dir.display(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password: ALICE,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ));
+    let a = Gateway::start_behind(&config, "scripted-pw");
+    assert!(
+        a.wait_log("this gateway holds the lock", Duration::from_secs(10)).await,
+        "{}",
+        a.logs()
+    );
+    let b = Gateway::start_behind(&config, "scripted-pw");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while fake.state.streams.lock().unwrap().len() < 2 {
+        assert!(std::time::Instant::now() < until, "both gateways did not subscribe");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ask = |id: &str| {
+        let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties":
+            {"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"], "metadata": {"command": "ls"}, "always": ["ls *"]}}});
+        let streams = fake.state.streams.lock().unwrap().clone();
+        async move {
+            for tx in streams {
+                let _ = tx.send(format!("data: {event}\n\n")).await;
+            }
+        }
+    };
+    let has_card = |gw: &Gateway, id: &str| {
+        let (status, body) = tokio::task::block_in_place(|| gw.control("GET", "/inbox"));
+        status == 200 && body.contains(id)
+    };
+    let told = |n: usize| {
+        let seen = seen.clone();
+        async move {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = seen.lock().unwrap().len();
+                if got >= n {
+                    return got;
+                }
+                assert!(std::time::Instant::now() < until, "{got} webhook calls, not {n}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    ask("per_1").await;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !(has_card(&a, "per_1") && has_card(&b, "per_1")) {
+        assert!(std::time::Instant::now() < until, "per_1 is not in both inboxes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(told(1).await, 1);
+    // B saw it too, and its notifier dropped the batch: still one call.
+    assert!(
+        b.wait_log(
+            "another gateway on the state database sends the notifications",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        b.logs()
+    );
+    assert_eq!(seen.lock().unwrap().len(), 1, "told twice");
+
+    // A dies; B takes the lock and tells of the next request, once.
+    a.signal(libc::SIGKILL);
+    assert!(
+        b.wait_log("this gateway holds the lock", Duration::from_secs(10)).await,
+        "B did not take over: {}",
+        b.logs()
+    );
+    ask("per_2").await;
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !has_card(&b, "per_2") {
+        assert!(std::time::Instant::now() < until, "per_2 is not in B's inbox");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(told(2).await, 2);
+    let calls = seen.lock().unwrap().clone();
+    assert!(calls[0].contains("ext") && calls[1].contains("ext"), "{calls:#?}");
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}

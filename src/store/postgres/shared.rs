@@ -4,6 +4,8 @@
 //! cached verifications when told (`Changed`). After the listening connection breaks it is made
 //! again with backoff, and everything is forgotten once, since notices sent meanwhile are lost.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use postgres::Client;
@@ -51,6 +53,32 @@ impl crate::store::SharedStore for PostgresStore {
         })
     }
 
+    fn leader(&self, name: &'static str) -> Option<Arc<AtomicBool>> {
+        let held = Arc::new(AtomicBool::new(false));
+        let (url, flag) = (self.url.clone(), held.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("store-lock-{name}"))
+            .spawn(move || {
+                loop {
+                    if let Err(e) = hold(&url, name, &flag) {
+                        tracing::warn!(lock = name, error = %e, "lost the state database's connection for a lock; trying again");
+                    }
+                    if flag.swap(false, Ordering::SeqCst) {
+                        tracing::warn!(lock = name, "this gateway no longer holds the lock: another may take over");
+                    }
+                    std::thread::sleep(LOCK_RETRY);
+                }
+            });
+        // Without its thread, no lock: this gateway never leads, and says so.
+        if spawned.is_err() {
+            tracing::error!(
+                lock = name,
+                "cannot start the lock's thread: this gateway will not lead"
+            );
+        }
+        Some(held)
+    }
+
     fn watch_changes(&self, changed: Box<dyn Fn(Changed) + Send + 'static>) -> bool {
         let url = self.url.clone();
         let spawned = std::thread::Builder::new().name("store-changes".into()).spawn(move || {
@@ -65,6 +93,38 @@ impl crate::store::SharedStore for PostgresStore {
             }
         });
         spawned.is_ok()
+    }
+}
+
+/// How often a gateway without a lock tries to take it, and one with it checks its connection
+/// (a dead gateway's connection, and so its lock, ends when PostgreSQL sees its socket close).
+const LOCK_RETRY: Duration = Duration::from_millis(500);
+
+/// The advisory lock's key for `name`: a stable 64-bit hash of it.
+fn lock_key(name: &str) -> i64 {
+    use blake2::Digest;
+    let d = blake2::Blake2b512::digest(format!("ocgw-lock:{name}").as_bytes());
+    i64::from_be_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Take `name`'s lock when free and hold it (on this connection) until the connection breaks.
+fn hold(url: &str, name: &str, held: &AtomicBool) -> Result<(), StoreError> {
+    let mut client: Client = super::connect(url)?;
+    let key = lock_key(name);
+    loop {
+        if held.load(Ordering::SeqCst) {
+            client.batch_execute("SELECT 1")?;
+        } else if client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+            .get::<_, bool>(0)
+        {
+            held.store(true, Ordering::SeqCst);
+            tracing::info!(
+                lock = name,
+                "this gateway holds the lock: of the gateways on this database, it alone does this"
+            );
+        }
+        std::thread::sleep(LOCK_RETRY);
     }
 }
 
