@@ -70,11 +70,17 @@ try {
   cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => registrations.push(...e.registrations));
   await cdp.send('ServiceWorker.enable');
   const reg = await bounded('the worker registration', 10000, () => registrations.find((r) => r.scopeURL === `${login}/` && !r.isDeleted));
-  await cdp.send('ServiceWorker.deliverPushMessage', {
-    origin: login, registrationId: reg.registrationId,
-    data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
-  });
-  const shown = await bounded('a notification', 10000, async () => {
+  // Delivered again every 2 s until one shows: on a loaded machine a message delivered while
+  // the worker is still starting was dropped once (the suite's run, not alone).
+  let sent = 0;
+  const shown = await bounded('a notification', 15000, async () => {
+    if (Date.now() - sent > 2000) {
+      sent = Date.now();
+      await cdp.send('ServiceWorker.deliverPushMessage', {
+        origin: login, registrationId: reg.registrationId,
+        data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
+      });
+    }
     const ns = await page.evaluate(() => navigator.serviceWorker.ready
       .then((r) => r.getNotifications()).then((all) => all.map((n) => ({ title: n.title, body: n.body, url: n.data && n.data.url }))));
     return ns.length ? ns : null;
