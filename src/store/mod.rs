@@ -168,6 +168,43 @@ pub(crate) struct WriteHealth {
     pub failures: u64,
 }
 
+/// Writes that failed, for [`BrowserStore::health`] and the log: a failure is counted and said
+/// once per run of failures (a full disk must not flood the log), and writes working again are
+/// said too. Reads are not counted: they fail for other reasons, and a full disk does not stop them.
+#[derive(Default)]
+pub(crate) struct WriteNotes {
+    failing: std::sync::atomic::AtomicBool,
+    failures: std::sync::atomic::AtomicU64,
+}
+
+impl WriteNotes {
+    pub(crate) fn noted<T>(&self, what: &'static str, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        use std::sync::atomic::Ordering;
+        match &result {
+            Ok(_) => {
+                if self.failing.swap(false, Ordering::Relaxed) {
+                    tracing::warn!("the state database is written again");
+                }
+            }
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(write = what, error = %e, "cannot write the state database; logins and revocations may fail until it works again (state_db_write_failures_total, status)");
+                }
+            }
+        }
+        result
+    }
+
+    pub(crate) fn health(&self) -> WriteHealth {
+        use std::sync::atomic::Ordering;
+        WriteHealth {
+            writing: !self.failing.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The browser logins' half: paired devices and sessions.
 pub(crate) trait BrowserStore: Send + Sync {
     /// Whether writes work now; stores that cannot tell say they do.

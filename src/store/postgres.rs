@@ -29,8 +29,7 @@ const MIGRATION_LOCK: i64 = 0x6f63_6777;
 pub(crate) struct PostgresStore {
     url: String,
     conn: Mutex<Option<Client>>,
-    failing: std::sync::atomic::AtomicBool,
-    failures: std::sync::atomic::AtomicU64,
+    writes: super::WriteNotes,
 }
 
 impl From<postgres::Error> for StoreError {
@@ -70,8 +69,7 @@ impl PostgresStore {
         let store = PostgresStore {
             url: url.to_string(),
             conn: Mutex::new(None),
-            failing: Default::default(),
-            failures: Default::default(),
+            writes: Default::default(),
         };
         store
             .with(|c| migrate(c).map_err(|e| StoreError::Backend(format!("{e:#}"))))
@@ -112,22 +110,7 @@ impl PostgresStore {
         what: &'static str,
         f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send,
     ) -> Result<T, StoreError> {
-        use std::sync::atomic::Ordering;
-        let result = self.with(f);
-        match &result {
-            Ok(_) => {
-                if self.failing.swap(false, Ordering::Relaxed) {
-                    tracing::warn!("the state database is written again");
-                }
-            }
-            Err(e) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::error!(write = what, error = %e, "cannot write the state database; logins and revocations may fail until it works again (state_db_write_failures_total, status)");
-                }
-            }
-        }
-        result
+        self.writes.noted(what, self.with(f))
     }
 }
 
@@ -282,11 +265,7 @@ impl TokenStore for PostgresStore {
 
 impl BrowserStore for PostgresStore {
     fn health(&self) -> WriteHealth {
-        use std::sync::atomic::Ordering;
-        WriteHealth {
-            writing: !self.failing.load(Ordering::Relaxed),
-            failures: self.failures.load(Ordering::Relaxed),
-        }
+        self.writes.health()
     }
 
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {

@@ -28,8 +28,7 @@ const MIGRATIONS: &[&str] = &[
 pub(crate) struct SqliteStore {
     conn: Mutex<Connection>,
     /// The last write failed (a full disk); cleared by the next that works.
-    failing: std::sync::atomic::AtomicBool,
-    failures: std::sync::atomic::AtomicU64,
+    writes: super::WriteNotes,
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -39,25 +38,8 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl SqliteStore {
-    /// Count a write's failure and say it once per run of failures (a full disk must not flood
-    /// the log), and say when writes work again. Reads are not counted: they fail for other
-    /// reasons, and a full disk does not stop them.
     fn noted<T>(&self, what: &'static str, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        use std::sync::atomic::Ordering;
-        match &result {
-            Ok(_) => {
-                if self.failing.swap(false, Ordering::Relaxed) {
-                    tracing::warn!("the state database is written again");
-                }
-            }
-            Err(e) => {
-                self.failures.fetch_add(1, Ordering::Relaxed);
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::error!(write = what, error = %e, "cannot write the state database; logins and revocations may fail until it works again (state_db_write_failures_total, status)");
-                }
-            }
-        }
-        result
+        self.writes.noted(what, result)
     }
 
     pub(crate) fn open(path: &Path) -> anyhow::Result<SqliteStore> {
@@ -79,8 +61,7 @@ impl SqliteStore {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         let store = SqliteStore {
             conn: Mutex::new(conn),
-            failing: Default::default(),
-            failures: Default::default(),
+            writes: Default::default(),
         };
         store
             .migrate()
@@ -257,11 +238,7 @@ impl TokenStore for SqliteStore {
 
 impl BrowserStore for SqliteStore {
     fn health(&self) -> WriteHealth {
-        use std::sync::atomic::Ordering;
-        WriteHealth {
-            writing: !self.failing.load(Ordering::Relaxed),
-            failures: self.failures.load(Ordering::Relaxed),
-        }
+        self.writes.health()
     }
 
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {

@@ -89,23 +89,7 @@ async fn a_passkey_is_added_signs_in_and_stops_when_revoked_in_chromium() {
     );
 
     // The CLI: both listed, alice's revoked; bob's revoked from here, once.
-    let cli = |args: &[&str]| {
-        let out = std::process::Command::new(crate::common::gateway::BIN)
-            .args(args)
-            .arg("-c")
-            .arg(&gw.config)
-            .current_dir(gw.dir.path())
-            .output()
-            .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
-    };
+    let cli = |args: &[&str]| gw.cli(args);
     let (ok, list) = cli(&["passkeys"]);
     assert!(ok, "{list}");
     let row = |id: &str| {

@@ -16,24 +16,6 @@ use crate::common::postgres::Cluster;
 
 const ALICE: &str = "alice-password-1";
 
-fn cli(gw: &Gateway, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(BIN)
-        .args(args)
-        .arg("-c")
-        .arg(&gw.config)
-        .current_dir(gw.dir.path())
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 /// A throwaway cluster with one database, made off the test's runtime (its programs and its
 /// blocking client), and a config using it; `None` where PostgreSQL is not installed.
 async fn on_postgres() -> Option<(Cluster, String, String)> {
@@ -65,7 +47,7 @@ async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
     assert!(logged_in(&c, &cookie).await);
 
     // The CLI writes the same database: a token made there works on the running gateway.
-    let (ok, made) = cli(&gw, &["token", "create", "alice", "--label", "pg"]);
+    let (ok, made) = gw.cli(&["token", "create", "alice", "--label", "pg"]);
     assert!(ok, "{made}");
     let token = made
         .split_whitespace()
@@ -106,7 +88,7 @@ async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
     );
 
     // `check` says which store, without the password.
-    let (ok, said) = cli(&gw, &["check"]);
+    let (ok, said) = gw.cli(&["check"]);
     assert!(ok && said.contains("state  PostgreSQL at"), "{said}");
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
@@ -165,7 +147,7 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     let cookie = form_login(&ca, "alice", ALICE).await;
     assert!(logged_in(&cb, &cookie).await, "B does not know A's login");
 
-    let (ok, made) = cli(&b, &["token", "create", "alice", "--label", "from-b"]);
+    let (ok, made) = b.cli(&["token", "create", "alice", "--label", "from-b"]);
     assert!(ok, "{made}");
     let token = made
         .split_whitespace()

@@ -265,6 +265,24 @@ impl Gateway {
         http_exchange(s, method, path, &self.admin.to_string())
     }
 
+    /// `opencode-gateway <args> -c <this gateway's config>`, run in its folder: whether it
+    /// succeeded, and what it printed (stdout, then stderr).
+    pub fn cli(&self, args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new(BIN)
+            .args(args)
+            .arg("-c")
+            .arg(&self.config)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
     /// The control socket `status` and `reload` use.
     pub fn control_socket(&self) -> PathBuf {
         self.dir.path().join("state/control/gateway.sock")
