@@ -34,6 +34,10 @@ pub(crate) struct RawConfig {
     pub push: Option<RawPush>,
     /// `[store]`: where the state database is (default: SQLite in `state_dir`).
     pub store: Option<RawStore>,
+    /// How many of `user` this file itself holds (the rest came from `server.users_file`):
+    /// whether this file holds password hashes, for its mode warning.
+    #[serde(skip)]
+    pub own_users: usize,
 }
 
 /// `[store]`.

@@ -137,6 +137,7 @@ pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>
         file: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    raw.own_users = raw.user.len();
     if let Some(users) = users_file(path, raw.server.users_file.as_deref()) {
         // Missing is empty: the first start makes it.
         let text = match users_text {

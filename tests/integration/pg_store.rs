@@ -11,7 +11,7 @@ use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
-use crate::common::login::{LOGIN_HOST, form_login, logged_in, portal_post};
+use crate::common::login::{LOGIN_HOST, form_login, logged_in, portal_post, token_create};
 use crate::common::postgres::Cluster;
 
 const ALICE: &str = "alice-password-1";
@@ -47,13 +47,7 @@ async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
     assert!(logged_in(&c, &cookie).await);
 
     // The CLI writes the same database: a token made there works on the running gateway.
-    let (ok, made) = gw.cli(&["token", "create", "alice", "--label", "pg"]);
-    assert!(ok, "{made}");
-    let token = made
-        .split_whitespace()
-        .find(|w| w.starts_with("ocgw_"))
-        .unwrap()
-        .to_string();
+    let token = token_create(&gw, "alice");
     let login = c.host(LOGIN_HOST);
     let status = |token: String| {
         let login = &login;
@@ -147,13 +141,7 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     let cookie = form_login(&ca, "alice", ALICE).await;
     assert!(logged_in(&cb, &cookie).await, "B does not know A's login");
 
-    let (ok, made) = b.cli(&["token", "create", "alice", "--label", "from-b"]);
-    assert!(ok, "{made}");
-    let token = made
-        .split_whitespace()
-        .find(|w| w.starts_with("ocgw_"))
-        .unwrap()
-        .to_string();
+    let token = token_create(&b, "alice");
     let on_a = ca.host(LOGIN_HOST);
     let req = on_a
         .request("GET", "/_gw/static/app.css", None)

@@ -284,7 +284,10 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
             problems: c.problems,
         });
     }
-    let file_holds_secrets = raw.user.iter().any(|u| u.password_hash.is_some())
+    // This file's own users only: hashes in `users_file` are that file's (its mode is checked apart).
+    let file_holds_secrets = raw.user[..raw.own_users.min(raw.user.len())]
+        .iter()
+        .any(|u| u.password_hash.is_some())
         || raw.project.iter().any(|p| !p.env.is_empty())
         || raw.store.as_ref().is_some_and(|s| s.url.is_some());
     let mut settings = Settings {
@@ -443,6 +446,29 @@ fn default_state_dir() -> PathBuf {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// Password hashes in `users_file` do not make the config itself a file of secrets (its mode
+    /// warning said so on the README's first start); hashes in the config do.
+    #[test]
+    fn only_the_configs_own_hashes_make_it_hold_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        let hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdHNhbHRzYWx0$8TXNdUqXvl0ddUyKQhHu4uYJtI3VhLhSYfMeD4tt1TA";
+        let users =
+            format!("[[user]]\nname = \"dev\"\npassword_hash = \"{hash}\"\nprojects = [\"*\"]\nrole = \"admin\"\n");
+        let base = "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n";
+        let tls = "[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n";
+        let elsewhere = format!("{base}users_file = \"users.toml\"\n{tls}");
+        let s = crate::config::parse_with_users(&elsewhere, &path, Some(&users)).unwrap();
+        assert!(!s.file_holds_secrets);
+        assert_eq!(s.users.len(), 1, "the users file's user is read");
+        let here = format!("{base}{tls}{users}");
+        assert!(
+            crate::config::parse_with_users(&here, &path, None)
+                .unwrap()
+                .file_holds_secrets
+        );
+    }
 
     #[test]
     fn durations_need_a_unit() {
