@@ -7,6 +7,7 @@ pub mod cache;
 pub mod credentials;
 pub mod handoff;
 pub mod memo;
+pub(crate) mod once;
 pub mod pairing;
 pub mod passkeys;
 pub mod sessions;

@@ -6,26 +6,29 @@
 //!
 //! A code is `IIII-SSSS-SSSS` in a base32 alphabet without the letters people confuse (no 0, 1,
 //! I, O): the first group (20 bits) selects the pending code, the other two are its secret (40
-//! bits). Codes live in memory only (a restart loses them: ask for another), at most 15 minutes,
-//! single use (taken out under the lock that checks them), and die after [`MAX_TRIES`] wrong
-//! secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
+//! bits). Codes are single-use records in the state database (`auth/once.rs`: behind a load
+//! balancer the phone may reach another gateway than the one `pair` asked), keyed by a keyed
+//! digest of the id, at most 15 minutes, single use (taken in the transaction that checks them),
+//! and die after [`MAX_TRIES`] wrong secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
 //! attempt first passes the login limiter (see `submit`), so 40 bits are plenty. Unknown, used,
 //! expired, dead and wrong codes get one answer (status, body, and the same budget charged), so
 //! a guesser cannot find a live id to aim its wrong tries at.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use blake2::{Blake2b256, Digest};
+use serde::{Deserialize, Serialize};
 
+use crate::auth::once::{OnceKind, Seen, Verdict};
 use crate::auth::tokens::{now_unix, same_digest};
+use crate::store::{PutOnce, Store, StoreError};
 
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(15 * 60);
 /// Wrong secrets a code survives; the next one ends it.
 pub(crate) const MAX_TRIES: u32 = 5;
-/// Codes pending at once (each is a `pair` run on the host; this only bounds memory).
+/// Codes pending at once (each is a `pair` run on the host; this only bounds the table).
 const MAX_PENDING: usize = 1000;
 
 /// 32 symbols: digits 2–9 and the letters but I and O.
@@ -79,29 +82,19 @@ impl Refused {
     }
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Pending {
     digest: [u8; 32],
     user: String,
     label: String,
-    until: Instant,
     tries_left: u32,
 }
 
-/// Pending pairing codes, by id.
+/// Pending pairing codes, by id, in the state database. Cheap to clone.
+#[derive(Clone)]
 pub struct Pairing {
     key: [u8; 32],
-    pending: Mutex<HashMap<String, Pending>>,
-}
-
-impl Default for Pairing {
-    fn default() -> Self {
-        let mut key = [0u8; 32];
-        getrandom::fill(&mut key).expect("the OS random source is available");
-        Pairing {
-            key,
-            pending: Mutex::new(HashMap::new()),
-        }
-    }
+    pending: Arc<OnceKind<Pending>>,
 }
 
 /// A code split into its id and secret, normalised (upper case, no separators).
@@ -143,21 +136,35 @@ fn symbols(n: usize) -> String {
 }
 
 impl Pairing {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Pending>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    /// Codes in `store`, digested with `key` (the store's digest key: the same on every gateway
+    /// sharing it).
+    pub(crate) fn new(store: Arc<dyn Store>, key: [u8; 32]) -> Pairing {
+        Pairing {
+            key,
+            pending: Arc::new(OnceKind::new(store, "pairing", MAX_TTL, MAX_PENDING)),
+        }
     }
 
-    fn digest(&self, id: &str, secret: &str) -> [u8; 32] {
+    fn keyed(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut h = Blake2b256::new();
         h.update(self.key);
-        h.update(b"pairing\0");
-        h.update(id.as_bytes());
-        h.update(b"\0");
-        h.update(secret.as_bytes());
+        for p in parts {
+            h.update(p);
+            h.update(b"\0");
+        }
         h.finalize().into()
     }
 
-    /// Make a code for `user`'s device `label`, living `ttl` (at most [`MAX_TTL`]).
+    fn digest(&self, id: &str, secret: &str) -> [u8; 32] {
+        self.keyed(&[b"pairing", id.as_bytes(), secret.as_bytes()])
+    }
+
+    /// The record's key: the id, digested (the table never shows which ids are live).
+    fn slot(&self, id: &str) -> [u8; 32] {
+        self.keyed(&[b"pairing-id", id.as_bytes()])
+    }
+
+    /// Make a code for `user`'s device `label`, living `ttl` (at most [`MAX_TTL`]). Blocking.
     pub(crate) fn issue(&self, user: &str, label: &str, ttl: Duration) -> Result<Issued, String> {
         if ttl.is_zero() || ttl > MAX_TTL {
             return Err(format!(
@@ -165,78 +172,83 @@ impl Pairing {
                 MAX_TTL.as_secs() / 60
             ));
         }
-        let now = Instant::now();
-        let mut map = self.lock();
-        map.retain(|_, p| p.until > now);
-        if map.len() >= MAX_PENDING {
-            return Err("too many pairing codes are pending; wait for some to expire".into());
-        }
+        let secret = symbols(SECRET_LEN);
+        let pending = |id: &str| Pending {
+            digest: self.digest(id, &secret),
+            user: user.to_string(),
+            label: label.to_string(),
+            tries_left: MAX_TRIES,
+        };
         let id = loop {
             let id = symbols(ID_LEN);
-            if !map.contains_key(&id) {
-                break id;
+            match self.pending.put_blocking(&self.slot(&id), &pending(&id), ttl) {
+                Ok(PutOnce::Kept) => break id,
+                Ok(PutOnce::KeyInUse) => continue,
+                Ok(PutOnce::Full) => {
+                    return Err("too many pairing codes are pending; wait for some to expire".into());
+                }
+                Err(e) => return Err(format!("cannot keep the pairing code: {e}")),
             }
         };
-        let secret = symbols(SECRET_LEN);
         // Rounded up: a 1.5 s code is shown as expiring 2 s from now.
         let secs = i64::try_from(ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0)).unwrap_or(i64::MAX);
         let expires_at = now_unix().saturating_add(secs);
-        map.insert(
-            id.clone(),
-            Pending {
-                digest: self.digest(&id, &secret),
-                user: user.to_string(),
-                label: label.to_string(),
-                until: now + ttl,
-                tries_left: MAX_TRIES,
-            },
-        );
         let code = format!("{id}-{}-{}", &secret[..GROUP], &secret[GROUP..]);
         Ok(Issued { code, expires_at })
     }
 
-    /// The user a pending id is for (to charge the limiter before the secret is looked at).
-    pub(crate) fn user_of(&self, id: &str) -> Option<String> {
-        let now = Instant::now();
-        self.lock().get(id).filter(|p| p.until > now).map(|p| p.user.clone())
+    /// The user a pending id is for (for the log of a refusal). Blocking.
+    pub(crate) fn user_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(
+            match self.pending.settle_blocking(&self.slot(id), |_, _| Verdict::Keep)? {
+                Seen::Live(p) => Some(p.user),
+                _ => None,
+            },
+        )
     }
 
     /// Use a code: once, before it expires, while it has tries left. A wrong secret spends a try
-    /// of the code its id selects and touches no other.
-    pub(crate) fn redeem(&self, code: &Parsed) -> Result<Redeemed, Refused> {
+    /// of the code its id selects and touches no other. Blocking.
+    pub(crate) fn redeem(&self, code: &Parsed) -> Result<Result<Redeemed, Refused>, StoreError> {
         let digest = self.digest(&code.id, &code.secret);
-        let mut map = self.lock();
-        let Some(p) = map.get_mut(&code.id) else {
-            return Err(Refused::Unknown);
-        };
-        if p.until <= Instant::now() {
-            map.remove(&code.id);
-            return Err(Refused::Expired);
-        }
-        if !same_digest(&p.digest, &digest) {
-            p.tries_left = p.tries_left.saturating_sub(1);
-            let tries_left = p.tries_left;
-            if tries_left == 0 {
-                map.remove(&code.id);
+        let seen = self.pending.settle_blocking(&self.slot(&code.id), |p, expired| {
+            if expired || same_digest(&p.digest, &digest) || p.tries_left <= 1 {
+                Verdict::Take
+            } else {
+                Verdict::Replace(Pending {
+                    tries_left: p.tries_left - 1,
+                    ..p.clone()
+                })
             }
-            return Err(Refused::Wrong { tries_left });
-        }
-        let p = map.remove(&code.id).expect("looked up under the same lock");
-        Ok(Redeemed {
-            user: p.user,
-            label: p.label,
+        })?;
+        Ok(match seen {
+            Seen::Nothing => Err(Refused::Unknown),
+            Seen::Expired(_) => Err(Refused::Expired),
+            Seen::Live(p) if same_digest(&p.digest, &digest) => Ok(Redeemed {
+                user: p.user,
+                label: p.label,
+            }),
+            Seen::Live(p) => Err(Refused::Wrong {
+                tries_left: p.tries_left.saturating_sub(1),
+            }),
         })
     }
 
     /// Pending codes (for tests and status).
-    pub(crate) fn pending(&self) -> usize {
-        let now = Instant::now();
-        self.lock().values().filter(|p| p.until > now).count()
+    pub(crate) fn pending(&self) -> Result<usize, StoreError> {
+        self.pending.live()
     }
 
     #[cfg(test)]
     fn tries_left(&self, id: &str) -> Option<u32> {
-        self.lock().get(id).map(|p| p.tries_left)
+        match self
+            .pending
+            .settle_blocking(&self.slot(id), |_, _| Verdict::Keep)
+            .unwrap()
+        {
+            Seen::Live(p) => Some(p.tries_left),
+            _ => None,
+        }
     }
 }
 
@@ -246,9 +258,27 @@ mod tests {
 
     const TTL: Duration = Duration::from_secs(60);
 
+    /// Codes on a throwaway SQLite store (the directory lives as long as the test's process
+    /// needs it: it is leaked).
+    fn pairing() -> Pairing {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let store: Arc<dyn Store> = Arc::new(crate::store::sqlite::SqliteStore::open(&dir.join("g.db")).unwrap());
+        Pairing::new(store, [9; 32])
+    }
+
+    impl Pairing {
+        fn pending_store(&self) -> Arc<dyn Store> {
+            self.pending.store()
+        }
+
+        fn redeem_now(&self, code: &Parsed) -> Result<Redeemed, Refused> {
+            self.redeem(code).unwrap()
+        }
+    }
+
     #[test]
     fn codes_are_grouped_base32_and_parse_however_they_are_typed() {
-        let p = Pairing::default();
+        let p = pairing();
         let issued = p.issue("alice", "phone", TTL).unwrap();
         let c = &issued.code;
         assert_eq!(c.len(), 14, "{c}");
@@ -284,38 +314,38 @@ mod tests {
 
     #[test]
     fn ttls_are_bounded() {
-        let p = Pairing::default();
+        let p = pairing();
         assert!(p.issue("alice", "x", MAX_TTL).is_ok());
         assert!(p.issue("alice", "x", MAX_TTL + Duration::from_secs(1)).is_err());
         assert!(p.issue("alice", "x", Duration::ZERO).is_err());
-        assert_eq!(p.pending(), 1);
+        assert_eq!(p.pending().unwrap(), 1);
     }
 
     #[test]
     fn a_code_works_once_for_its_user_and_label() {
-        let p = Pairing::default();
+        let p = pairing();
         let c = parse(&p.issue("alice", "Alice's phone", TTL).unwrap().code).unwrap();
-        assert_eq!(p.user_of(&c.id).as_deref(), Some("alice"));
+        assert_eq!(p.user_of(&c.id).unwrap().as_deref(), Some("alice"));
         assert_eq!(
-            p.redeem(&c),
+            p.redeem_now(&c),
             Ok(Redeemed {
                 user: "alice".into(),
                 label: "Alice's phone".into()
             })
         );
-        assert_eq!(p.redeem(&c), Err(Refused::Unknown), "single use");
-        assert_eq!(p.user_of(&c.id), None);
-        assert_eq!(p.pending(), 0);
+        assert_eq!(p.redeem_now(&c), Err(Refused::Unknown), "single use");
+        assert_eq!(p.user_of(&c.id).unwrap(), None);
+        assert_eq!(p.pending().unwrap(), 0);
     }
 
     #[test]
     fn an_expired_code_is_refused() {
-        let p = Pairing::default();
+        let p = pairing();
         let c = parse(&p.issue("alice", "phone", Duration::from_millis(30)).unwrap().code).unwrap();
         std::thread::sleep(Duration::from_millis(60));
-        assert_eq!(p.user_of(&c.id), None);
-        assert_eq!(p.redeem(&c), Err(Refused::Expired));
-        assert_eq!(p.redeem(&c), Err(Refused::Unknown), "and gone");
+        assert_eq!(p.user_of(&c.id).unwrap(), None);
+        assert_eq!(p.redeem_now(&c), Err(Refused::Expired));
+        assert_eq!(p.redeem_now(&c), Err(Refused::Unknown), "and gone");
     }
 
     fn wrong(c: &Parsed) -> Parsed {
@@ -329,24 +359,24 @@ mod tests {
 
     #[test]
     fn five_wrong_tries_kill_a_code() {
-        let p = Pairing::default();
+        let p = pairing();
         let c = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
         for left in (1..MAX_TRIES).rev() {
-            assert_eq!(p.redeem(&wrong(&c)), Err(Refused::Wrong { tries_left: left }));
+            assert_eq!(p.redeem_now(&wrong(&c)), Err(Refused::Wrong { tries_left: left }));
         }
         // Four wrong, then the right one still works.
         let c2 = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
         for _ in 1..MAX_TRIES {
-            assert!(p.redeem(&wrong(&c2)).is_err());
+            assert!(p.redeem_now(&wrong(&c2)).is_err());
         }
-        assert!(p.redeem(&c2).is_ok(), "four wrong tries leave it alive");
-        assert_eq!(p.redeem(&wrong(&c)), Err(Refused::Wrong { tries_left: 0 }));
-        assert_eq!(p.redeem(&c), Err(Refused::Unknown), "dead after five wrong tries");
+        assert!(p.redeem_now(&c2).is_ok(), "four wrong tries leave it alive");
+        assert_eq!(p.redeem_now(&wrong(&c)), Err(Refused::Wrong { tries_left: 0 }));
+        assert_eq!(p.redeem_now(&c), Err(Refused::Unknown), "dead after five wrong tries");
     }
 
     #[test]
     fn a_wrong_id_never_touches_another_code() {
-        let p = Pairing::default();
+        let p = pairing();
         let c = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
         let other_id = loop {
             let id = symbols(ID_LEN);
@@ -360,22 +390,39 @@ mod tests {
                 secret: c.secret.clone(),
             };
             assert_eq!(
-                p.redeem(&guess),
+                p.redeem_now(&guess),
                 Err(Refused::Unknown),
                 "the right secret under another id"
             );
         }
         assert_eq!(p.tries_left(&c.id), Some(MAX_TRIES));
-        assert!(p.redeem(&c).is_ok());
+        assert!(p.redeem_now(&c).is_ok());
     }
 
     #[test]
     fn only_a_digest_is_kept() {
-        let p = Pairing::default();
+        let p = pairing();
         let c = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
-        let map = p.lock();
-        let pending = &map[&c.id];
+        let Seen::Live(pending) = p.pending.settle_blocking(&p.slot(&c.id), |_, _| Verdict::Keep).unwrap() else {
+            panic!("the code is pending");
+        };
         assert_eq!(pending.digest, p.digest(&c.id, &c.secret));
         assert_ne!(&pending.digest[..c.secret.len()], c.secret.as_bytes());
+    }
+
+    #[test]
+    fn a_code_issued_by_one_gateway_is_redeemed_by_another_on_the_same_store() {
+        let a = pairing();
+        let b = Pairing::new(a.pending_store(), a.key);
+        let c = parse(&a.issue("alice", "phone", TTL).unwrap().code).unwrap();
+        assert_eq!(
+            b.redeem_now(&wrong(&c)),
+            Err(Refused::Wrong {
+                tries_left: MAX_TRIES - 1
+            })
+        );
+        assert_eq!(a.tries_left(&c.id), Some(MAX_TRIES - 1), "the try is spent for both");
+        assert_eq!(b.redeem_now(&c).map(|r| r.user), Ok("alice".to_string()));
+        assert_eq!(a.redeem_now(&c), Err(Refused::Unknown), "used once, whichever gateway");
     }
 }

@@ -67,8 +67,13 @@ pub enum Origin<'a> {
     Password,
     /// A paired device.
     Device(&'a str),
-    /// A project host's session, handed off from this login session.
-    Handoff { parent: &'a Live, project: &'a str },
+    /// A project host's session, handed off from the login session `parent` (its id), which
+    /// lives until `parent_expires_at`.
+    Handoff {
+        parent: &'a str,
+        parent_expires_at: i64,
+        project: &'a str,
+    },
 }
 
 impl WebSessions {
@@ -108,11 +113,15 @@ impl WebSessions {
             Origin::Password => (None, None, None, now.saturating_add(secs(life.absolute))),
             Origin::Device(d) => (Some(d.to_string()), None, None, now.saturating_add(secs(life.absolute))),
             // A child never outlives its login session.
-            Origin::Handoff { parent, project } => (
+            Origin::Handoff {
+                parent,
+                parent_expires_at,
+                project,
+            } => (
                 None,
-                Some(parent.id.to_string()),
+                Some(parent.to_string()),
                 Some(project.to_string()),
-                parent.expires_at.min(now.saturating_add(secs(life.absolute))),
+                parent_expires_at.min(now.saturating_add(secs(life.absolute))),
             ),
         };
         let record = WebSessionRecord {
@@ -300,7 +309,8 @@ mod tests {
             .create(
                 "alice",
                 Origin::Handoff {
-                    parent: &login,
+                    parent: &login.id,
+                    parent_expires_at: login.expires_at,
                     project: "web",
                 },
                 LOGIN,

@@ -7,36 +7,81 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::ttl_map::TtlMap;
+use blake2::{Blake2b256, Digest};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::once::{OnceKind, Seen, Verdict};
+use crate::store::{PutOnce, Store};
 
 /// OpenCode's tickets live 60 s.
 const TICKET_LIFE: Duration = Duration::from_secs(60);
 const MAX_TICKETS: usize = 10_000;
 
-/// Ticket → (user, project) it was relayed to.
-pub struct Tickets {
-    map: TtlMap<String, (Arc<str>, Arc<str>)>,
+/// Who a ticket was relayed to.
+#[derive(Debug, Serialize, Deserialize)]
+struct RelayedTo {
+    user: String,
+    project: String,
 }
 
-impl Default for Tickets {
-    fn default() -> Self {
-        Tickets {
-            map: TtlMap::new(MAX_TICKETS, TICKET_LIFE),
-        }
-    }
+/// Tickets relayed, in the state database (a browser's WebSocket may reach another gateway on
+/// the same database than its `connect-token` request did), by keyed digest.
+pub struct Tickets {
+    key: [u8; 32],
+    once: Arc<OnceKind<RelayedTo>>,
 }
 
 impl Tickets {
-    pub(crate) fn insert(&self, ticket: &str, user: Arc<str>, project: Arc<str>) {
-        self.map.insert(ticket.to_string(), (user, project));
+    pub(crate) fn new(store: Arc<dyn Store>, key: [u8; 32]) -> Tickets {
+        Tickets {
+            key,
+            once: Arc::new(OnceKind::new(store, "pty-ticket", TICKET_LIFE, MAX_TICKETS)),
+        }
+    }
+
+    fn digest(&self, ticket: &str) -> [u8; 32] {
+        let mut h = Blake2b256::new();
+        h.update(self.key);
+        h.update(b"pty-ticket\0");
+        h.update(ticket.as_bytes());
+        h.finalize().into()
+    }
+
+    /// Remember `ticket` for `user` and `project`. Not kept (a full table, a database down): the
+    /// ticket's WebSocket is refused, and said here.
+    pub(crate) async fn insert(&self, ticket: &str, user: &str, project: &str) {
+        let value = RelayedTo {
+            user: user.to_string(),
+            project: project.to_string(),
+        };
+        match self.once.put(self.digest(ticket), value).await {
+            Ok(PutOnce::Kept) => {}
+            Ok(other) => {
+                tracing::warn!(project, outcome = ?other, "a terminal ticket was not kept: its terminal will be refused")
+            }
+            Err(_) => {} // said by `store::blocking`
+        }
     }
 
     /// The user a live ticket was issued to for `project`; the ticket is used up. A ticket
     /// presented for another project is refused and left as it is.
-    pub(crate) fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
-        self.map
-            .remove_if(ticket, |(_, p)| &**p == project)
-            .map(|(user, _)| user)
+    pub(crate) async fn take(&self, ticket: &str, project: &str) -> Option<Arc<str>> {
+        let wanted = project.to_string();
+        let seen = self
+            .once
+            .settle(self.digest(ticket), move |t, expired| {
+                if expired || t.project == wanted {
+                    Verdict::Take
+                } else {
+                    Verdict::Keep
+                }
+            })
+            .await
+            .ok()?;
+        match seen {
+            Seen::Live(t) if t.project == project => Some(t.user.into()),
+            _ => None,
+        }
     }
 }
 
@@ -50,18 +95,28 @@ pub(crate) fn ticket_from_body(body: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_ticket_is_used_once() {
-        let t = Tickets::default();
-        t.insert("abc", "alice".into(), "web".into());
-        assert!(t.take("abc", "api").is_none(), "another project's ticket is refused");
+    #[tokio::test]
+    async fn a_ticket_is_used_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::sqlite::SqliteStore::open(&dir.path().join("g.db")).unwrap());
+        let t = Tickets::new(store.clone(), [3; 32]);
+        t.insert("abc", "alice", "web").await;
+        assert!(
+            t.take("abc", "api").await.is_none(),
+            "another project's ticket is refused"
+        );
         assert_eq!(
-            t.take("abc", "web").as_deref(),
+            t.take("abc", "web").await.as_deref(),
             Some("alice"),
             "and left for its own project"
         );
-        assert!(t.take("abc", "web").is_none(), "used once");
-        assert!(t.take("other", "web").is_none());
+        assert!(t.take("abc", "web").await.is_none(), "used once");
+        assert!(t.take("other", "web").await.is_none());
+        // Another gateway on the same store (same key) takes a ticket this one relayed.
+        t.insert("xyz", "bob", "web").await;
+        let other = Tickets::new(store, [3; 32]);
+        assert_eq!(other.take("xyz", "web").await.as_deref(), Some("bob"));
     }
 
     #[test]

@@ -292,7 +292,7 @@ fn status(gw: &Gateway) -> serde_json::Value {
         "projects": projects,
         "boxes": boxes,
         "users": users,
-        "pairing_codes_pending": gw.browser.pairing.pending(),
+        "pairing_codes_pending": gw.browser.pairing.pending().ok(),
         "pid": std::process::id(),
         // What cannot be written right now (a full disk): the proxy keeps serving meanwhile.
         "audit": {"enabled": gw.audit.enabled(), "writing": gw.audit.writing(), "lost": gw.audit.lost()},

@@ -94,7 +94,7 @@ pub struct Browser {
     pub handoffs: crate::auth::handoff::Handoffs,
     /// Single sign-on flows in flight and the provider's metadata.
     pub sso: crate::oidc::flows::Sso,
-    /// Pairing codes in flight (memory only: a restart forgets them).
+    /// Pairing codes in flight (single-use records in the state database).
     pub pairing: crate::auth::pairing::Pairing,
     /// Terminal tickets OpenCode issued, relayed to the same project only.
     pub tickets: Tickets,
@@ -167,6 +167,7 @@ impl Gateway {
         let digest_key = crate::auth::tokens::digest_key(&settings, &*store)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
         let spend_store = store.clone();
+        let once_store = store.clone();
         let web = crate::auth::sessions::WebSessions::new(store, digest_key);
         let boxes = crate::upstream::box_links::BoxLinks::default();
         let state_dir = settings.server.state_dir.clone();
@@ -238,10 +239,10 @@ impl Gateway {
             },
             browser: Browser {
                 sessions: web,
-                handoffs: crate::auth::handoff::Handoffs::new(limits.handoff_ttl),
+                handoffs: crate::auth::handoff::Handoffs::new(once_store.clone(), limits.handoff_ttl),
                 sso: Default::default(),
-                pairing: Default::default(),
-                tickets: Tickets::default(),
+                pairing: crate::auth::pairing::Pairing::new(once_store.clone(), digest_key),
+                tickets: Tickets::new(once_store.clone(), digest_key),
                 compressed: Default::default(),
                 push,
                 passkeys: Default::default(),

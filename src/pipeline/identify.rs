@@ -133,7 +133,7 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
         return Err(HttpError::Unauthenticated);
     }
     check_origin(state, conn, request, "-", &t.project.name)?;
-    match gw.browser.tickets.take(ticket, &t.project.name) {
+    match gw.browser.tickets.take(ticket, &t.project.name).await {
         Some(user) => state
             .users
             .get(&*user)

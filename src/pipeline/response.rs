@@ -195,7 +195,7 @@ async fn read_small(
         *slot = crate::audit::created_session(&bytes);
     }
     if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
-        gw.browser.tickets.insert(&t, user.name.clone(), project.name.clone());
+        gw.browser.tickets.insert(&t, &user.name, &project.name).await;
     }
     if let (Some(filter), Some(root)) = (listing, pinned) {
         bytes = filter(&bytes, root).map(Bytes::from).ok_or_else(|| {

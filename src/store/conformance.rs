@@ -288,12 +288,67 @@ fn session(id: &str, digest: u8, parent: Option<&str>, device: Option<&str>) -> 
     }
 }
 
+/// Single-use records: kept until they expire, one per key, at most `max` live of a kind,
+/// settled in one go (taken once, kept, or replaced), and an expired one is seen as expired.
+pub(super) fn single_use_records_are_taken_once(store: &dyn Store) {
+    let far = now_millis() + 60_000;
+    let k = |n: u8| [n; 32];
+    assert_eq!(store.once_put("t", &k(1), b"one", far, 2).unwrap(), PutOnce::Kept);
+    assert_eq!(store.once_put("t", &k(1), b"again", far, 2).unwrap(), PutOnce::KeyInUse);
+    assert_eq!(
+        store.once_put("u", &k(1), b"other kind", far, 2).unwrap(),
+        PutOnce::Kept
+    );
+    assert_eq!(store.once_put("t", &k(2), b"two", far, 2).unwrap(), PutOnce::Kept);
+    assert_eq!(store.once_put("t", &k(3), b"three", far, 2).unwrap(), PutOnce::Full);
+    assert_eq!(store.once_live("t", now_millis()).unwrap(), 2);
+    let now = now_millis();
+    let keep = store.once_settle("t", &k(1), now, &mut |_, _| Settle::Keep).unwrap();
+    assert_eq!(keep.as_deref(), Some(&b"one"[..]));
+    let replaced = store
+        .once_settle("t", &k(1), now, &mut |_, _| Settle::Replace(b"one'".to_vec()))
+        .unwrap();
+    assert_eq!(replaced.as_deref(), Some(&b"one"[..]));
+    let mut expired_seen = None;
+    let taken = store
+        .once_settle("t", &k(1), now, &mut |_, expired| {
+            expired_seen = Some(expired);
+            Settle::Take
+        })
+        .unwrap();
+    assert_eq!(taken.as_deref(), Some(&b"one'"[..]), "the replaced value");
+    assert_eq!(expired_seen, Some(false));
+    assert_eq!(
+        store.once_settle("t", &k(1), now, &mut |_, _| Settle::Take).unwrap(),
+        None,
+        "taken once"
+    );
+    assert_eq!(store.once_live("u", now).unwrap(), 1, "another kind is untouched");
+    // Expired: seen as such by a settle, gone at the next put, and not counted as live.
+    let past = now_millis() - 1;
+    assert_eq!(store.once_put("e", &k(9), b"old", past, 5).unwrap(), PutOnce::Kept);
+    assert_eq!(store.once_live("e", now_millis()).unwrap(), 0);
+    let mut expired_seen = None;
+    store
+        .once_settle("e", &k(9), now_millis(), &mut |_, expired| {
+            expired_seen = Some(expired);
+            Settle::Keep
+        })
+        .unwrap();
+    assert_eq!(expired_seen, Some(true));
+    assert_eq!(
+        store.once_put("e", &k(9), b"new", far, 5).unwrap(),
+        PutOnce::Kept,
+        "the expired one went first"
+    );
+}
+
 /// One case of the store's behaviour.
 type Case = fn(&dyn Store);
 
 /// Every case, each on a fresh store `fresh` makes.
 pub(super) fn every_case(fresh: &mut dyn FnMut(&str) -> std::sync::Arc<dyn Store>) {
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 6] = [
         (
             "push",
             push_subscriptions_live_with_their_login_and_go_with_their_device,
@@ -305,6 +360,7 @@ pub(super) fn every_case(fresh: &mut dyn FnMut(&str) -> std::sync::Arc<dyn Store
         ),
         ("tokens", tokens_round_trip_revoke_and_touch),
         ("passkeys", passkeys_round_trip_revoke_and_keep_one_handle_per_user),
+        ("once", single_use_records_are_taken_once),
     ];
     for (name, case) in cases {
         case(&*fresh(name));

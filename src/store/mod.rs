@@ -48,6 +48,13 @@ pub(crate) fn db_path(state_dir: &Path) -> PathBuf {
     state_dir.join(DB_FILE)
 }
 
+/// Now in Unix milliseconds (single-use records' expiry).
+pub(crate) fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StoreError {
     #[error("state database: {0}")]
@@ -329,6 +336,55 @@ pub(crate) trait PasskeyStore: Send + Sync {
     fn passkey_used(&self, id: &str, dynamic_state: &[u8], at: i64) -> Result<(), StoreError>;
 }
 
+/// What a look at a single-use record decides ([`OnceStore::once_settle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Used up (or dead): delete it.
+    Take,
+    /// Not for this caller: leave it as it is.
+    Keep,
+    /// Still live, changed (a pairing code with a try fewer).
+    Replace(Vec<u8>),
+}
+
+/// How a [`OnceStore::once_put`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PutOnce {
+    Kept,
+    /// A live record already has that key (the caller makes another).
+    KeyInUse,
+    /// The kind has its most live records already.
+    Full,
+}
+
+/// Short-lived records each used once: handoff tickets, terminal tickets, pairing codes. Kept
+/// in the store, not in a process's memory, so that whichever gateway on the store a browser
+/// reaches next finds them (issue 27). Keys are digests, values the caller's own bytes, expiry
+/// Unix milliseconds. Not on the hot path: a login's handoff, a terminal's start, a pairing.
+pub(crate) trait OnceStore {
+    /// Keep `value` under (`kind`, `key`) until `expires_at`, unless the key is live already or
+    /// `kind` has `max` live records. Expired records of `kind` are deleted first.
+    fn once_put(
+        &self,
+        kind: &str,
+        key: &[u8; 32],
+        value: &[u8],
+        expires_at: i64,
+        max: usize,
+    ) -> Result<PutOnce, StoreError>;
+    /// The record under (`kind`, `key`), if any, and whether it expired by `now`, dealt with as
+    /// `decide` says in one transaction (two gateways never both take it). Returns what was seen.
+    fn once_settle(
+        &self,
+        kind: &str,
+        key: &[u8; 32],
+        now: i64,
+        decide: &mut (dyn FnMut(&[u8], bool) -> Settle + Send),
+    ) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Live records of `kind` at `now`.
+    fn once_live(&self, kind: &str, now: i64) -> Result<usize, StoreError>;
+}
+
 /// What changed elsewhere (another gateway on the same database, or the CLI).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Changed {
@@ -363,8 +419,11 @@ pub(crate) trait SharedStore: Send + Sync {
 }
 
 /// The whole state database.
-pub(crate) trait Store: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + SharedStore {}
-impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + SharedStore> Store for T {}
+pub(crate) trait Store:
+    TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + SharedStore
+{
+}
+impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + SharedStore> Store for T {}
 
 /// Open (creating and migrating) the state database the settings name: PostgreSQL at
 /// `[store] url`, else SQLite under `state_dir`.

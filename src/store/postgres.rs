@@ -6,6 +6,7 @@
 //! The schema is `migrations/postgres/`, applied under an advisory lock (two gateways starting at
 //! once migrate once), counted in `ocgw_schema`.
 
+mod once;
 mod rest;
 mod shared;
 
@@ -22,6 +23,7 @@ use super::{
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0001_schema.sql"),
     include_str!("migrations/postgres/0002_keys.sql"),
+    include_str!("migrations/postgres/0003_once.sql"),
 ];
 /// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f63_6777;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rusqlite::{Connection, OptionalExtension, params};
 
+mod once;
 mod passkeys;
 
 use super::{
@@ -23,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_spend.sql"),
     include_str!("migrations/0005_push.sql"),
     include_str!("migrations/0006_passkeys.sql"),
+    include_str!("migrations/0007_once.sql"),
 ];
 
 pub(crate) struct SqliteStore {

@@ -11,17 +11,17 @@
 //! path. Nothing under `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
 //! sent as a Referer (`Referrer-Policy: no-referrer`).
 
-use std::sync::Arc;
-
 use blake2::{Blake2b256, Digest};
 use http::{Response, header};
 
 use super::{Ctx, form, page};
 use crate::auth::handoff::Ticket;
+use crate::auth::once::{Seen, Verdict};
 use crate::auth::sessions::{LOGIN, Origin};
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
+use crate::store::PutOnce;
 
 fn digest(ticket: &str) -> [u8; 32] {
     Blake2b256::digest(ticket.as_bytes()).into()
@@ -137,15 +137,24 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
         });
     }
     let ticket = crate::auth::sessions::random(32);
-    ctx.gw.browser.handoffs.tickets.insert(
-        digest(&ticket),
-        Arc::new(Ticket {
-            login,
-            project,
-            path: path.to_string(),
-            state: digest(&state),
-        }),
-    );
+    let record = Ticket {
+        user: login.user.to_string(),
+        login_id: login.id.to_string(),
+        login_expires_at: login.expires_at,
+        project,
+        path: path.to_string(),
+        state: digest(&state),
+    };
+    match ctx.gw.browser.handoffs.tickets.put(digest(&ticket), record).await {
+        Ok(PutOnce::Kept) => {}
+        // 10 000 tickets in a minute: a flood, answered as one.
+        Ok(_) => {
+            return Err(HttpError::RateLimited {
+                retry_after: std::time::Duration::from_secs(60),
+            });
+        }
+        Err(_) => return Err(HttpError::StateUnavailable),
+    }
     Ok(page::redirect(&format!(
         "https://{authority}/_gw/callback?ticket={ticket}"
     )))
@@ -163,31 +172,48 @@ pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     let state = crate::http::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
     // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
     // browser stays unusable there and cannot be burnt by it either.
-    let Some(t) = ctx.gw.browser.handoffs.tickets.remove_if(&key, |t| {
-        t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state))
-    }) else {
-        let (reason, text) = match ctx.gw.browser.handoffs.tickets.get(&key) {
-            Some(t) if t.project != here => ("handoff_foreign_host", "this login link is for another project's host"),
-            Some(_) => (
-                "handoff_other_browser",
-                "this login link was started in another browser; open the project's address here",
-            ),
-            None => (
-                "handoff_unknown",
-                "this login link has expired or was used already; open the project again",
-            ),
-        };
-        tracing::warn!(target: "security", peer = %ctx.client, project = here, reason, "a handoff ticket refused");
-        return Err(HttpError::Forbidden(text.into()));
+    let (host, browser) = (here.to_string(), state);
+    let seen = ctx
+        .gw
+        .browser
+        .handoffs
+        .tickets
+        .settle(key, move |t, expired| {
+            let ours = t.project == host && browser.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state));
+            if expired || ours { Verdict::Take } else { Verdict::Keep }
+        })
+        .await
+        .map_err(|_| HttpError::StateUnavailable)?;
+    let t = match seen {
+        Seen::Live(t) if t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state)) => {
+            t
+        }
+        seen => {
+            let (reason, text) = match seen {
+                Seen::Live(t) if t.project != here => {
+                    ("handoff_foreign_host", "this login link is for another project's host")
+                }
+                Seen::Live(_) => (
+                    "handoff_other_browser",
+                    "this login link was started in another browser; open the project's address here",
+                ),
+                _ => (
+                    "handoff_unknown",
+                    "this login link has expired or was used already; open the project again",
+                ),
+            };
+            tracing::warn!(target: "security", peer = %ctx.client, project = here, reason, "a handoff ticket refused");
+            return Err(HttpError::Forbidden(text.into()));
+        }
     };
     let granted = ctx
         .state
         .users
-        .get(&*t.login.user)
+        .get(&*t.user)
         .is_some_and(|u| u.grants.role_in(&t.project).is_some());
     if !granted {
         return Err(HttpError::NotGranted {
-            user: t.login.user.to_string(),
+            user: t.user.clone(),
             project: t.project.clone(),
         });
     }
@@ -196,9 +222,10 @@ pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
         .browser
         .sessions
         .create(
-            &t.login.user,
+            &t.user,
             Origin::Handoff {
-                parent: &t.login,
+                parent: &t.login_id,
+                parent_expires_at: t.login_expires_at,
                 project: &t.project,
             },
             LOGIN,

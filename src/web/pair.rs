@@ -54,14 +54,16 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         return limited(ctx, d);
     }
     // Only for the log: the person sees the same answer whichever reason it was.
-    let charged = parsed
-        .as_ref()
-        .and_then(|p| ctx.gw.browser.pairing.user_of(&p.id))
-        .unwrap_or_else(|| UNKNOWN_USER.to_string());
-    let verdict = parsed
-        .as_ref()
-        .ok_or(Refused::Malformed)
-        .and_then(|p| ctx.gw.browser.pairing.redeem(p));
+    let pairing = ctx.gw.browser.pairing.clone();
+    let (charged, verdict) = crate::store::blocking("redeeming a pairing code", move || {
+        let Some(p) = parsed else {
+            return Ok((None, Err(Refused::Malformed)));
+        };
+        Ok((pairing.user_of(&p.id)?, pairing.redeem(&p)?))
+    })
+    .await
+    .map_err(|_| HttpError::StateUnavailable)?;
+    let charged = charged.unwrap_or_else(|| UNKNOWN_USER.to_string());
     let redeemed = match verdict {
         Ok(r) if ctx.state.users.contains_key(&r.user) => r,
         Ok(r) => {
