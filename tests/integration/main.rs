@@ -50,6 +50,7 @@ mod push;
 mod real_opencode;
 mod refusals;
 mod reload;
+mod replicas;
 mod request_form;
 mod roles;
 mod secrets;

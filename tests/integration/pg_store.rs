@@ -2,7 +2,8 @@
 //! throwaway cluster keeps its browser logins and API tokens there: a login survives a restart,
 //! a token the CLI makes (on the same database) works at once and stops when revoked, and
 //! `check` names the store without its password. Two gateways on one database share logins and
-//! tokens, and a logout through one is heard by the other at once (`LISTEN/NOTIFY`). A shared
+//! tokens, a pairing code one issued is redeemed on the other, and a device revoked or a logout
+//! through one is heard by the other at once (`LISTEN/NOTIFY`). A shared
 //! store with a project this gateway spawns on its own loopback is refused, naming the project.
 
 use std::time::Duration;
@@ -11,7 +12,7 @@ use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
-use crate::common::login::{LOGIN_HOST, form_login, logged_in, portal_post, token_create};
+use crate::common::login::{LOGIN_HOST, form_login, logged_in, pair_code, portal_post, redeem_code, token_create};
 use crate::common::postgres::Cluster;
 
 const ALICE: &str = "alice-password-1";
@@ -149,6 +150,33 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
         .body(Full::default())
         .unwrap();
     assert_eq!(on_a.call(req).await.status, 200, "A refused B's token");
+
+    // A phone pairs on B with a code A's CLI issued; A's CLI revokes it, and B refuses it
+    // within a second.
+    let phone = cb.host(LOGIN_HOST);
+    let device_cookie = redeem_code(&phone, &pair_code(&a)).await;
+    assert!(
+        logged_in(&cb, &device_cookie).await,
+        "the paired phone is not logged in on B"
+    );
+    let (ok, listing) = a.cli(&["devices", "alice"]);
+    assert!(ok, "{listing}");
+    let device = listing
+        .lines()
+        .find(|l| l.ends_with("phone"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no phone in:\n{listing}"))
+        .to_string();
+    let (ok, said) = a.cli(&["devices", "revoke", &device]);
+    assert!(ok, "{said}");
+    let until = std::time::Instant::now() + Duration::from_secs(1);
+    while logged_in(&cb, &device_cookie).await {
+        assert!(
+            std::time::Instant::now() < until,
+            "B still takes the phone 1 s after A's CLI revoked it"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // B has just verified the cookie (cached); the logout goes through A.
     assert!(logged_in(&cb, &cookie).await);

@@ -110,3 +110,35 @@ pub async fn portal_post(lh: &Https, cookie: &str, path: &str, form: &str) -> Re
         .unwrap();
     lh.call(req).await
 }
+
+/// `pair alice` on `gw`'s CLI: the code.
+pub fn pair_code(gw: &Gateway) -> String {
+    let (ok, said) = gw.cli(&["pair", "alice", "--label", "phone"]);
+    assert!(ok, "{said}");
+    said.lines()
+        .map(str::trim)
+        .find(|l| l.len() == 14 && l.matches('-').count() == 2)
+        .unwrap_or_else(|| panic!("no code in:\n{said}"))
+        .to_string()
+}
+
+/// The phone's pairing page on the login host `c` names posting `code`: the `__Host-ocgw=…` pair it set.
+pub async fn redeem_code(c: &Https, code: &str) -> String {
+    let req = c
+        .request("POST", "/pair", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("https://{}", c.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .header("sec-fetch-mode", "navigate")
+        .body(Full::from(format!("code={code}")))
+        .unwrap();
+    let r = c.call(req).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    r.headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string()
+}
