@@ -23,6 +23,9 @@ use governor::{Quota, RateLimiter};
 use crate::config::Limits;
 use crate::support::ttl_map::TtlMap;
 
+mod shared;
+use shared::{Shape, SharedBudgets, Taken};
+
 type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 /// A keyed limiter that says, when it lets a cell through, how much of the burst is left.
 type Counted<K, C> = RateLimiter<K, DashMapStateStore<K>, C, StateInformationMiddleware>;
@@ -53,6 +56,11 @@ pub struct Limiters<C: Clock = DefaultClock> {
     known_good: TtlMap<(IpAddr, Arc<str>), ()>,
     /// Addresses and user names whose login budget is spent, and when it refills.
     spent: Spent<C::Instant>,
+    /// The login budgets' shapes, for the shared ones.
+    address_shape: Shape,
+    user_shape: Shape,
+    /// With a shared store: the budgets every gateway on it spends together.
+    shared: Option<SharedBudgets>,
 }
 
 /// Budgets known to be spent. `live` counts entries since the last purge, so the common case
@@ -91,7 +99,14 @@ impl<C: Clock + Clone> Limiters<C> {
         let login_user =
             Quota::per_minute(nz(limits.user_failures_per_minute)).allow_burst(nz(limits.user_failure_burst));
         let requests = Quota::per_second(nz(limits.requests_per_second)).allow_burst(nz(limits.burst));
+        let shape = |q: &Quota| Shape {
+            interval: q.replenish_interval(),
+            burst: q.burst_size().get(),
+        };
         Limiters {
+            address_shape: shape(&login_ip),
+            user_shape: shape(&login_user),
+            shared: None,
             login_by_address: RateLimiter::dashmap_with_clock(login_ip, clock.clone()).with_middleware(),
             login_by_user: RateLimiter::dashmap_with_clock(login_user, clock.clone()).with_middleware(),
             requests_by_user: RateLimiter::dashmap_with_clock(requests, clock.clone()),
@@ -105,6 +120,12 @@ impl<C: Clock + Clone> Limiters<C> {
         }
     }
 
+    /// Spend the login budgets in `store` too, when other gateways may share it.
+    pub(crate) fn sharing(mut self, store: &Arc<dyn crate::store::Store>) -> Self {
+        self.shared = SharedBudgets::on(store);
+        self
+    }
+
     fn denied(&self, not_until: governor::NotUntil<C::Instant>, reason: &'static str) -> Denied {
         Denied {
             retry_after: not_until.wait_time_from(self.clock.now()),
@@ -115,9 +136,21 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Spend one login attempt (one argon2 run) for this address and user name, or refuse it.
     pub(crate) fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
         let ip = address_key(ip);
-        self.charge(&self.login_by_address, &self.spent.addresses, ip, "address")?;
+        self.charge(
+            &self.login_by_address,
+            &self.spent.addresses,
+            ip,
+            "address",
+            self.address_shape,
+        )?;
         if !self.is_known_good(ip, user) {
-            self.charge(&self.login_by_user, &self.spent.users, Arc::from(user), "user")?;
+            self.charge(
+                &self.login_by_user,
+                &self.spent.users,
+                Arc::from(user),
+                "user",
+                self.user_shape,
+            )?;
         }
         Ok(())
     }
@@ -130,37 +163,88 @@ impl<C: Clock + Clone> Limiters<C> {
             &self.spent.addresses,
             address_key(ip),
             "address",
+            self.address_shape,
         )
     }
 
-    /// Take one cell of `key`'s budget. Taking the last one, or being refused one, marks the key
-    /// spent until a cell is back: from then on no cheaper answer may tell it right from wrong.
-    fn charge<K: Hash + Eq + Clone>(
+    /// Take one cell of `key`'s budget (and, with a shared store, of the budget every gateway on
+    /// it spends). Taking the last one, or being refused one, marks the key spent until a cell is
+    /// back: from then on no cheaper answer may tell it right from wrong. A newly spent key is
+    /// told to the other gateways.
+    fn charge<K: Hash + Eq + Clone + std::fmt::Display>(
         &self,
         limiter: &Counted<K, C>,
         spent: &TtlMap<K, C::Instant>,
         key: K,
         reason: &'static str,
+        shape: Shape,
     ) -> Result<(), Denied> {
         match limiter.check_key(&key) {
             Ok(left) => {
-                if left.remaining_burst_capacity() == 0 {
-                    // A cell comes back within one replenish interval: a bound, not the exact time.
-                    self.mark_spent(spent, key, refill_bound(&left));
+                // A cell comes back within one replenish interval: a bound, not the exact time.
+                let mut spent_for = (left.remaining_burst_capacity() == 0).then(|| refill_bound(&left));
+                if let Some(shared) = &self.shared {
+                    match shared.take(&shared::key(reason, &key), shape) {
+                        Taken::Spent(retry_after) => {
+                            self.mark_spent_and_tell(spent, key, reason, retry_after);
+                            return Err(Denied { retry_after, reason });
+                        }
+                        Taken::Left(0) => spent_for = Some(shape.interval),
+                        Taken::Left(_) | Taken::Unknown => {}
+                    }
+                }
+                if let Some(for_) = spent_for {
+                    self.mark_spent_and_tell(spent, key, reason, for_);
                 }
                 Ok(())
             }
             Err(not_until) => {
                 let denied = self.denied(not_until, reason);
-                self.mark_spent(spent, key, denied.retry_after);
+                self.mark_spent_and_tell(spent, key, reason, denied.retry_after);
                 Err(denied)
             }
         }
     }
 
+    /// Mark `key` spent; with a shared store, tell the other gateways when it was not already.
+    fn mark_spent_and_tell<K: Hash + Eq + std::fmt::Display>(
+        &self,
+        spent: &TtlMap<K, C::Instant>,
+        key: K,
+        reason: &'static str,
+        for_: Duration,
+    ) {
+        let now = self.clock.now();
+        let already = spent.get(&key).is_some_and(|until| until > now);
+        if let Some(shared) = &self.shared
+            && !already
+        {
+            shared.tell(&shared::key(reason, &key), for_);
+        }
+        self.mark_spent(spent, key, for_);
+    }
+
     fn mark_spent<K: Hash + Eq>(&self, spent: &TtlMap<K, C::Instant>, key: K, for_: Duration) {
         spent.insert(key, self.clock.now() + for_.into());
         self.spent.live.fetch_add(1, Ordering::Release);
+    }
+
+    /// Another gateway on the shared store found budget `key` (`address:<ip>`, `user:<name>`)
+    /// spent for `for_`, or (zero) refilled by a login: mark it here too, so that this
+    /// gateway's cheaper answers agree.
+    pub(crate) fn spent_elsewhere(&self, key: &str, for_: Duration) {
+        let (kind, name) = key.split_once(':').unwrap_or(("", ""));
+        match kind {
+            "address" => match name.parse::<IpAddr>() {
+                Ok(ip) if for_.is_zero() => {
+                    self.spent.addresses.remove(&address_key(ip));
+                }
+                Ok(ip) => self.mark_spent(&self.spent.addresses, address_key(ip), for_),
+                Err(_) => {}
+            },
+            "user" if !for_.is_zero() => self.mark_spent(&self.spent.users, Arc::from(name), for_),
+            _ => {}
+        }
     }
 
     /// Is this address's login budget spent, or (from an address `user` has not logged in from)
@@ -198,8 +282,11 @@ impl<C: Clock + Clone> Limiters<C> {
     pub(crate) fn login_succeeded(&self, ip: IpAddr, user: &Arc<str>) {
         let ip = address_key(ip);
         self.known_good.insert((ip, user.clone()), ());
-        if self.spent.live.load(Ordering::Acquire) != 0 {
-            self.spent.addresses.remove(&ip);
+        if self.spent.live.load(Ordering::Acquire) != 0
+            && self.spent.addresses.remove(&ip).is_some()
+            && let Some(shared) = &self.shared
+        {
+            shared.tell(&shared::key("address", ip), Duration::ZERO);
         }
     }
 
@@ -458,5 +545,27 @@ mod tests {
         drop(g1);
         assert_eq!(s.count(&1), 1);
         assert!(s.try_acquire(1, 2).is_some());
+    }
+
+    /// A budget another gateway found spent is spent here too (for the address's /64, for a
+    /// user name from addresses it has not logged in from), until told it refilled.
+    #[test]
+    fn a_budget_spent_elsewhere_is_spent_here() {
+        let clock = FakeRelativeClock::default();
+        let l = Limiters::with_clock(&limits(), clock.clone());
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        l.spent_elsewhere("address:2001:db8::2", Duration::from_secs(30));
+        assert_eq!(l.spent(v6, None).unwrap_err().reason, "address", "the same /64");
+        l.spent_elsewhere("user:alice", Duration::from_secs(30));
+        let other: IpAddr = "10.0.0.7".parse().unwrap();
+        assert_eq!(l.spent(other, Some("alice")).unwrap_err().reason, "user");
+        assert_eq!(l.spent(other, Some("bob")), Ok(()));
+        l.spent_elsewhere("address:2001:db8::3", Duration::ZERO);
+        assert_eq!(l.spent(v6, None), Ok(()), "refilled by a login elsewhere");
+        for junk in ["address:not-an-ip", "nothing", "route:x", ""] {
+            l.spent_elsewhere(junk, Duration::from_secs(30));
+        }
+        clock.advance(Duration::from_secs(31));
+        assert_eq!(l.spent(other, Some("alice")), Ok(()), "and it ends when it said");
     }
 }

@@ -46,7 +46,8 @@ pub(crate) fn start(gw: Arc<Gateway>) {
     });
 }
 
-/// Without it, every login and pairing left a row behind for ever.
+/// Without it, every login and pairing left a row behind for ever (and every address that tried
+/// a login, on a shared store).
 async fn prune_ended_sessions(gw: &Gateway) {
     let store = gw.browser.sessions.store().clone();
     let before = crate::auth::tokens::now_unix() - KEEP_ENDED;
@@ -58,6 +59,12 @@ async fn prune_ended_sessions(gw: &Gateway) {
     {
         tracing::info!(sessions = n, "pruned browser sessions that ended more than a day ago");
     }
+    // Shared login budgets that are full again (a store of one gateway keeps none).
+    let store = gw.browser.sessions.store().clone();
+    let _ = crate::store::blocking("pruning full login budgets", move || {
+        store.prune_budgets(crate::store::now_millis())
+    })
+    .await;
 }
 
 /// The meter as the state database kept it: today's totals and the sessions' last-seen costs

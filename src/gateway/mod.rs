@@ -131,6 +131,11 @@ pub(crate) fn watch_store(gw: &Arc<Gateway>) {
         if matches!(what, Changed::Tokens | Changed::All) {
             gw.auth.tokens.invalidate();
         }
+        if let Changed::Spent { key, ms } = &what {
+            gw.auth.limiters.spent_elsewhere(key, std::time::Duration::from_millis(u64::try_from(*ms).unwrap_or(0)));
+            tracing::info!(target: "security", budget = %key, for_ms = ms, "a login budget spent (or refilled) through another gateway");
+            return;
+        }
         tracing::info!(changed = ?what, "cached verifications forgotten: a revocation through another gateway or the CLI");
     }));
     if watching {
@@ -203,7 +208,7 @@ impl Gateway {
             auth: Auth {
                 cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
                 verifier: Verifier::new(cores),
-                limiters: Limiters::new(&limits),
+                limiters: Limiters::new(&limits).sharing(&once_store),
                 tokens,
             },
             doors: Doors {

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0001_schema.sql"),
     include_str!("migrations/postgres/0002_keys.sql"),
     include_str!("migrations/postgres/0003_once.sql"),
+    include_str!("migrations/postgres/0004_budgets.sql"),
 ];
 /// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f63_6777;
@@ -36,7 +37,11 @@ pub(crate) struct PostgresStore {
 
 impl From<postgres::Error> for StoreError {
     fn from(e: postgres::Error) -> Self {
-        StoreError::Backend(e.to_string())
+        // The server's own words ("db error" alone says nothing).
+        match e.as_db_error() {
+            Some(db) => StoreError::Backend(format!("{} ({})", db.message(), db.code().code())),
+            None => StoreError::Backend(e.to_string()),
+        }
     }
 }
 

@@ -12,7 +12,9 @@ use http_body_util::Full;
 
 use crate::common::client::Https;
 use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
-use crate::common::login::{LOGIN_HOST, form_login, logged_in, pair_code, portal_post, redeem_code, token_create};
+use crate::common::login::{
+    LOGIN_HOST, form_login, logged_in, pair_code, portal_post, post_login, redeem_code, token_create,
+};
 use crate::common::postgres::Cluster;
 
 const ALICE: &str = "alice-password-1";
@@ -299,6 +301,53 @@ async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_die
     assert_eq!(told(2).await, 2);
     let calls = seen.lock().unwrap().clone();
     assert!(calls[0].contains("ext") && calls[1].contains("ext"), "{calls:#?}");
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}
+
+/// Two gateways on one database spend one login budget (3 failures, one back a minute): two
+/// wrong passwords through A and one through B spend an address's budget, and B then refuses
+/// even though its own limiter saw only one. A budget spent through A is told to B, which then
+/// refuses the right password it had cached for that address (no cheaper answer elsewhere).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateways_on_one_database_spend_one_login_budget() {
+    let Some((cluster, _url, config)) = on_postgres().await else {
+        return;
+    };
+    let config = format!("{config}\n[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n");
+    let a = Gateway::start(&config);
+    let b = Gateway::start(&config);
+    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+
+    // One budget for 127.0.0.4, wherever it tries.
+    let (a4, b4) = (ca.from("127.0.0.4"), cb.from("127.0.0.4"));
+    assert_eq!(post_login(&a4, "alice", "wrong-1").await.status, 401);
+    assert_eq!(post_login(&a4, "alice", "wrong-2").await.status, 401);
+    assert_eq!(post_login(&b4, "alice", "wrong-3").await.status, 401);
+    let refused = post_login(&b4, "alice", "wrong-4").await;
+    assert_eq!(refused.status, 429, "B gave a fourth try: {}", refused.body);
+    assert!(refused.headers.contains_key("retry-after"));
+    let refused = post_login(&a4, "alice", ALICE).await;
+    assert_eq!(
+        refused.status, 429,
+        "A answered the right password after the budget was spent"
+    );
+
+    // 127.0.0.5 logged in through B (its password is cached there; the login's argon2 run took
+    // one cell of the shared budget), then spends the rest through A only: B is told, and
+    // refuses the cached password too.
+    let (a5, b5) = (ca.from("127.0.0.5"), cb.from("127.0.0.5"));
+    assert_eq!(post_login(&b5, "alice", ALICE).await.status, 303);
+    for n in 0..2 {
+        assert_eq!(post_login(&a5, "alice", &format!("wrong-{n}")).await.status, 401);
+    }
+    assert!(
+        b.wait_log("budget=address:127.0.0.5", Duration::from_secs(5)).await,
+        "B was not told: {}",
+        b.logs()
+    );
+    let refused = post_login(&b5, "alice", ALICE).await;
+    assert_eq!(refused.status, 429, "B answered a cached password for a spent address");
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }

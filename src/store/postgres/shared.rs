@@ -20,9 +20,11 @@ pub(super) const CHANNEL: &str = "ocgw_changed";
 /// Tell every gateway that `what` changed (delivered when the caller's transaction commits).
 pub(super) fn notify(c: &mut impl postgres::GenericClient, what: Changed) -> Result<(), StoreError> {
     let payload = match what {
-        Changed::Sessions => "sessions",
-        Changed::Tokens => "tokens",
-        Changed::All => "all",
+        Changed::Sessions => "sessions".to_string(),
+        Changed::Tokens => "tokens".to_string(),
+        // The key last: a user name is the config's, and this splits on the first tab only.
+        Changed::Spent { key, ms } => format!("spent {ms}\t{key}"),
+        Changed::All => "all".to_string(),
     };
     c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])?;
     Ok(())
@@ -32,7 +34,16 @@ fn read(payload: &str) -> Changed {
     match payload {
         "sessions" => Changed::Sessions,
         "tokens" => Changed::Tokens,
-        _ => Changed::All,
+        other => other
+            .strip_prefix("spent ")
+            .and_then(|rest| rest.split_once('\t'))
+            .and_then(|(ms, key)| {
+                Some(Changed::Spent {
+                    key: key.to_string(),
+                    ms: ms.parse().ok()?,
+                })
+            })
+            .unwrap_or(Changed::All),
     }
 }
 
@@ -77,6 +88,57 @@ impl crate::store::SharedStore for PostgresStore {
             );
         }
         Some(held)
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn take_budget(&self, key: &str, interval: i64, burst: u32, now: i64) -> Result<Result<u32, i64>, StoreError> {
+        let window = interval.saturating_mul(i64::from(burst));
+        self.with(|c| {
+            // GCRA: the key's theoretical arrival time moves one interval on per cell taken; a
+            // cell is there while it stays within `burst` intervals of now.
+            let taken = c.query_opt(
+                "INSERT INTO ocgw_budgets (key, tat) VALUES ($1::TEXT, $2::BIGINT + $3::BIGINT) \
+                 ON CONFLICT (key) DO UPDATE SET tat = GREATEST(ocgw_budgets.tat, $2) + $3 \
+                 WHERE GREATEST(ocgw_budgets.tat, $2) + $3 - $2 <= $4::BIGINT \
+                 RETURNING tat",
+                &[&key, &now, &interval, &window],
+            )?;
+            Ok(match taken {
+                Some(row) => {
+                    let tat: i64 = row.get(0);
+                    let left = (window - (tat - now)) / interval.max(1);
+                    Ok(u32::try_from(left).unwrap_or(0))
+                }
+                None => {
+                    let tat: i64 = c
+                        .query_one("SELECT tat FROM ocgw_budgets WHERE key = $1", &[&key])?
+                        .get(0);
+                    Err((tat.max(now) + interval - now - window).max(1))
+                }
+            })
+        })
+    }
+
+    fn tell_spent(&self, key: &str, ms: i64) {
+        let told = self.with(|c| {
+            notify(
+                c,
+                Changed::Spent {
+                    key: key.to_string(),
+                    ms,
+                },
+            )
+        });
+        if let Err(e) = told {
+            tracing::warn!(error = %e, "cannot tell the other gateways of a spent login budget");
+        }
+    }
+
+    fn prune_budgets(&self, now: i64) -> Result<usize, StoreError> {
+        self.with(|c| Ok(usize::try_from(c.execute("DELETE FROM ocgw_budgets WHERE tat < $1", &[&now])?).unwrap_or(0)))
     }
 
     fn watch_changes(&self, changed: Box<dyn Fn(Changed) + Send + 'static>) -> bool {
@@ -140,4 +202,25 @@ fn listen(url: &str, changed: &dyn Fn(Changed)) -> Result<(), StoreError> {
         changed(read(n.payload()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spent_budget_is_read_back_and_anything_else_forgets_all() {
+        assert_eq!(
+            read("spent 5000\tuser:al ice\tx"),
+            Changed::Spent {
+                key: "user:al ice\tx".into(),
+                ms: 5000
+            }
+        );
+        assert_eq!(read("sessions"), Changed::Sessions);
+        assert_eq!(read("tokens"), Changed::Tokens);
+        for other in ["", "spent", "spent x\taddress:1.2.3.4", "spent 5000", "what"] {
+            assert_eq!(read(other), Changed::All, "{other:?}");
+        }
+    }
 }
