@@ -245,7 +245,7 @@ impl Gateway {
             browser: Browser {
                 sessions: web,
                 handoffs: crate::auth::handoff::Handoffs::new(once_store.clone(), limits.handoff_ttl),
-                sso: Default::default(),
+                sso: crate::oidc::flows::Sso::new(once_store.clone()),
                 pairing: crate::auth::pairing::Pairing::new(once_store.clone(), digest_key),
                 tickets: Tickets::new(once_store.clone(), digest_key),
                 compressed: Default::default(),

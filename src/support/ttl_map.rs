@@ -91,20 +91,6 @@ impl<K: Hash + Eq, V: Clone, S: BuildHasher> TtlMap<K, V, S> {
         self.lock().remove(key).filter(|(_, t)| *t > now).map(|(v, _)| v)
     }
 
-    /// Take the live value out only when `take` agrees (it sees the value in place).
-    pub(crate) fn remove_if<Q>(&self, key: &Q, take: impl FnOnce(&V) -> bool) -> Option<V>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        let now = Instant::now();
-        let mut map = self.lock();
-        match map.get(key) {
-            Some((v, t)) if *t > now && take(v) => map.remove(key).map(|(v, _)| v),
-            _ => None,
-        }
-    }
-
     /// Keep only live entries `keep` says yes to.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&K, &V) -> bool) {
         let now = Instant::now();
@@ -138,8 +124,7 @@ mod tests {
         let m: TtlMap<String, u32> = TtlMap::new(10, Duration::from_secs(60));
         m.insert("a".into(), 1);
         assert_eq!(m.get("a"), Some(1));
-        assert_eq!(m.remove_if("a", |v| *v == 2), None, "refused: left in place");
-        assert_eq!(m.remove_if("a", |v| *v == 1), Some(1));
+        assert_eq!(m.remove("a"), Some(1));
         assert!(m.is_empty());
     }
 

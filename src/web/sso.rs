@@ -11,7 +11,7 @@
 //! page and a `security` log line giving the reason. Then the session is made as for the password
 //! form, and the project-host handoff works as before.
 
-use std::sync::Arc;
+use crate::auth::once::{Seen, Verdict};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
 
 use super::{Ctx, form, page};
 use crate::auth::sessions::{LOGIN, Origin, random};
-use crate::config::{Oidc, OidcMatch, Secret};
+use crate::config::{Oidc, OidcMatch};
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
@@ -118,16 +118,23 @@ pub(crate) async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErro
         form::encode(&redirect_uri),
         form::encode(&cfg.scopes.join(" ")),
     );
-    ctx.gw.browser.sso.flows.insert(
-        digest("state", &state),
-        Arc::new(Flow {
-            nonce: idtoken::nonce_digest(&nonce),
-            binding: digest("binding", &binding),
-            verifier: Secret::new(verifier),
-            redirect_uri,
-            next,
-        }),
-    );
+    let flow = Flow {
+        nonce: idtoken::nonce_digest(&nonce),
+        binding: digest("binding", &binding),
+        verifier,
+        redirect_uri,
+        next,
+    };
+    match ctx.gw.browser.sso.flows.put(digest("state", &state), flow).await {
+        Ok(crate::store::PutOnce::Kept) => {}
+        // 10 000 flows in ten minutes: a flood (each start was charged to its address).
+        Ok(_) => {
+            return Err(HttpError::RateLimited {
+                retry_after: std::time::Duration::from_secs(60),
+            });
+        }
+        Err(_) => return Err(HttpError::StateUnavailable),
+    }
     let mut r = page::redirect(&url);
     r.headers_mut()
         .append(header::SET_COOKIE, binding_cookie(&binding, FLOW_TTL.as_secs()));
@@ -140,7 +147,7 @@ pub(crate) async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpE
     let cfg = config(ctx)?;
     let q = ctx.parts.uri.query().unwrap_or("");
     let get = |name| crate::policy::query::get(q, name).unwrap_or_default();
-    let flow = match take_flow(ctx, &get("state")) {
+    let flow = match take_flow(ctx, &get("state")).await {
         Ok(f) => f,
         Err(page) => return Ok(*page),
     };
@@ -180,25 +187,36 @@ pub(crate) async fn callback(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpE
 
 /// The flow this callback's `state` names, taken once, only by the browser holding its binding
 /// cookie (another browser's attempt is refused without burning it).
-fn take_flow(ctx: &Ctx<'_>, state: &str) -> Result<Arc<Flow>, Box<Response<ProxyBody>>> {
+async fn take_flow(ctx: &Ctx<'_>, state: &str) -> Result<Flow, Box<Response<ProxyBody>>> {
     let key = digest("state", state);
     let binding = binding_of(&ctx.parts.headers).map(|b| digest("binding", b));
-    let taken = ctx.gw.browser.sso.flows.remove_if(&key, |f| {
-        binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])))
-    });
-    taken.ok_or_else(|| {
-        let reason = if ctx.gw.browser.sso.flows.get(&key).is_some() {
-            "oidc_other_browser"
-        } else {
-            "oidc_unknown_state"
-        };
-        tracing::warn!(target: "security", peer = %ctx.client, reason, "single sign-on: a callback refused");
-        Box::new(refused(
-            StatusCode::FORBIDDEN,
-            "Sign-in link not valid",
-            "This sign-in has expired, was finished already, or was started in another browser. Sign in again.",
-        ))
-    })
+    let ours =
+        move |f: &Flow| binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])));
+    let seen = ctx
+        .gw
+        .browser
+        .sso
+        .flows
+        .settle(key, move |f, expired| {
+            if expired || ours(f) {
+                Verdict::Take
+            } else {
+                Verdict::Keep
+            }
+        })
+        .await;
+    let reason = match seen {
+        Ok(Seen::Live(f)) if ours(&f) => return Ok(f),
+        Ok(Seen::Live(_)) => "oidc_other_browser",
+        Ok(_) => "oidc_unknown_state",
+        Err(_) => "state_unavailable",
+    };
+    tracing::warn!(target: "security", peer = %ctx.client, reason, "single sign-on: a callback refused");
+    Err(Box::new(refused(
+        StatusCode::FORBIDDEN,
+        "Sign-in link not valid",
+        "This sign-in has expired, was finished already, or was started in another browser. Sign in again.",
+    )))
 }
 
 /// The person the provider vouches for: the code exchanged (PKCE), the ID token verified against
@@ -220,7 +238,7 @@ async fn identify(
             &meta.discovery.token_endpoint,
             code,
             &flow.redirect_uri,
-            flow.verifier.expose(),
+            &flow.verifier,
         )
         .await
         .map_err(|e| Box::new(unavailable(ctx, &e)))?;
