@@ -5,14 +5,20 @@
 //! writes the state database. HTTP, the login limiter and the session are the page's
 //! (`web/passkey_form.rs`).
 //!
-//! A ceremony is kept in memory, once: finishing takes it out, so a replayed answer finds
-//! nothing. Ceremonies are few and short (five minutes, as the library's timeout), bounded in
-//! all and per address, so that starting sign-ins without finishing them cannot crowd out others.
+//! A ceremony in flight is a single-use record in the state database (`auth/once.rs`), in the
+//! library's own encoding (its `serializable_server_state`): behind a load balancer the answer
+//! may reach another replica than the options did. Finishing takes it out, so a replayed answer
+//! finds nothing. Ceremonies are few and short (five minutes, as the library's timeout), bounded
+//! in all (in the store) and per address (by each replica, for those begun there), so that
+//! starting sign-ins without finishing them cannot crowd out others.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use blake2::{Blake2b256, Digest};
+use serde::{Deserialize, Serialize};
 
 use webauthn_rp::bin::{Decode, Encode};
 use webauthn_rp::request::auth::AuthenticationVerificationOptions;
@@ -27,7 +33,8 @@ use webauthn_rp::{
     DiscoverableCredentialRequestOptions, PublicKeyCredentialCreationOptions, Registration, RegistrationServerState,
 };
 
-use crate::store::{PasskeyRecord, Store};
+use crate::auth::once::{OnceKind, Seen, Verdict};
+use crate::store::{PasskeyRecord, PutOnce, Store};
 
 /// A user handle's length: 16 random bytes, stored per user (`passkey_users`).
 pub(crate) const HANDLE_LEN: usize = 16;
@@ -105,51 +112,81 @@ impl PasskeyError {
     }
 }
 
-/// A ceremony in flight: the library's state, and what it was begun with.
-struct Pending<T> {
-    state: T,
-    peer: IpAddr,
+/// A ceremony in flight, as the state database keeps it: the library's state in its own
+/// encoding, and what it was begun with.
+#[derive(Serialize, Deserialize)]
+struct Pending {
+    state: Vec<u8>,
     origin: String,
     /// The user registering (none for a sign-in).
-    user: Option<Arc<str>>,
-    at: Instant,
+    user: Option<String>,
 }
 
-struct Ceremonies<T>(Mutex<HashMap<u128, Pending<T>>>);
+/// Ceremonies of one kind: in the state database, and, for the bound per address, the ones
+/// begun here and not finished here (a ceremony finished on another replica counts here until
+/// it would have expired).
+struct Ceremonies {
+    once: Arc<OnceKind<Pending>>,
+    begun: Mutex<HashMap<u128, (IpAddr, Instant)>>,
+}
 
-impl<T> Default for Ceremonies<T> {
-    fn default() -> Self {
-        Ceremonies(Mutex::new(HashMap::new()))
+fn slot(challenge: u128) -> [u8; 32] {
+    Blake2b256::digest(challenge.to_le_bytes()).into()
+}
+
+impl Ceremonies {
+    fn new(store: Arc<dyn Store>, kind: &'static str) -> Ceremonies {
+        Ceremonies {
+            once: Arc::new(OnceKind::new(store, kind, CEREMONY_TTL, MAX_CEREMONIES)),
+            begun: Mutex::new(HashMap::new()),
+        }
     }
-}
 
-impl<T> Ceremonies<T> {
-    fn begin(&self, challenge: u128, p: Pending<T>) -> Result<(), PasskeyError> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, c| c.at.elapsed() < CEREMONY_TTL);
-        let peer = crate::ratelimit::address_key(p.peer);
-        let from_peer = map
-            .values()
-            .filter(|c| crate::ratelimit::address_key(c.peer) == peer)
-            .count();
-        if map.len() >= MAX_CEREMONIES || from_peer >= MAX_PER_ADDRESS {
+    /// Count a ceremony `peer` begins here, or refuse it when that address holds too many.
+    fn admit(&self, challenge: u128, peer: IpAddr) -> Result<(), PasskeyError> {
+        let mut map = self.begun.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, (_, at)| at.elapsed() < CEREMONY_TTL);
+        let peer = crate::ratelimit::address_key(peer);
+        if map.values().filter(|(p, _)| *p == peer).count() >= MAX_PER_ADDRESS || map.len() >= MAX_CEREMONIES {
             return Err(PasskeyError::Busy);
         }
-        map.insert(challenge, p);
+        map.insert(challenge, (peer, Instant::now()));
         Ok(())
     }
 
-    fn take(&self, challenge: u128) -> Option<Pending<T>> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&challenge).filter(|c| c.at.elapsed() < CEREMONY_TTL)
+    async fn begin(&self, challenge: u128, peer: IpAddr, pending: Pending) -> Result<(), PasskeyError> {
+        self.admit(challenge, peer)?;
+        match self.once.put(slot(challenge), pending).await {
+            Ok(PutOnce::Kept) => Ok(()),
+            Ok(PutOnce::Full | PutOnce::KeyInUse) => Err(PasskeyError::Busy),
+            Err(_) => Err(PasskeyError::Store),
+        }
+    }
+
+    /// The live ceremony for `challenge`, taken out (wherever it began).
+    async fn take(&self, challenge: u128) -> Result<Option<Pending>, PasskeyError> {
+        self.begun.lock().unwrap_or_else(|e| e.into_inner()).remove(&challenge);
+        match self.once.settle(slot(challenge), |_, _| Verdict::Take).await {
+            Ok(Seen::Live(p)) => Ok(Some(p)),
+            Ok(_) => Ok(None),
+            Err(_) => Err(PasskeyError::Store),
+        }
     }
 }
 
 /// The passkey ceremonies in flight.
-#[derive(Default)]
 pub struct Passkeys {
-    registering: Ceremonies<RegistrationServerState<HANDLE_LEN>>,
-    signing_in: Ceremonies<DiscoverableAuthenticationServerState>,
+    registering: Ceremonies,
+    signing_in: Ceremonies,
+}
+
+impl Passkeys {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Passkeys {
+        Passkeys {
+            registering: Ceremonies::new(store.clone(), "passkey-registration"),
+            signing_in: Ceremonies::new(store, "passkey-sign-in"),
+        }
+    }
 }
 
 /// Where a ceremony happens: the page's host (its name is the RP ID) and origin.
@@ -232,16 +269,18 @@ impl Passkeys {
             .map_err(|e| PasskeyError::Refused(e.to_string()))?;
         let json = serde_json::to_string(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
         let challenge = server.sent_challenge().0;
-        self.registering.begin(
-            challenge,
-            Pending {
-                state: server,
-                peer: at.peer,
-                origin: at.origin.to_string(),
-                user: Some(user.clone()),
-                at: Instant::now(),
-            },
-        )?;
+        let state = server.encode().map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        self.registering
+            .begin(
+                challenge,
+                at.peer,
+                Pending {
+                    state,
+                    origin: at.origin.to_string(),
+                    user: Some(user.to_string()),
+                },
+            )
+            .await?;
         Ok(json)
     }
 
@@ -258,17 +297,22 @@ impl Passkeys {
         let rp = rp_id(at.host)?;
         let reg = Registration::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
         let challenge = reg.challenge_relaxed().map_err(malformed)?;
-        let pending = self.registering.take(challenge.0).ok_or(PasskeyError::NoCeremony)?;
+        let pending = self
+            .registering
+            .take(challenge.0)
+            .await?
+            .ok_or(PasskeyError::NoCeremony)?;
         if pending.origin != at.origin || pending.user.as_deref() != Some(&**user) {
             return Err(PasskeyError::Mismatch);
         }
+        let state = RegistrationServerState::<HANDLE_LEN>::decode(pending.state.as_slice())
+            .map_err(|_| PasskeyError::NoCeremony)?;
         let origins = [at.origin];
         let options = RegistrationVerificationOptions::<&str, &str> {
             allowed_origins: &origins,
             ..Default::default()
         };
-        let cred = pending
-            .state
+        let cred = state
             .verify(&rp, &reg, &options)
             .map_err(|e| PasskeyError::Refused(e.to_string()))?;
         let (id, _transports, handle, static_state, dynamic_state, _metadata) = cred.into_parts();
@@ -296,22 +340,24 @@ impl Passkeys {
 
     /// Begin a sign-in with any passkey for this site (discoverable credentials: the browser
     /// offers the person's passkeys; no user name is asked or revealed).
-    pub(crate) fn start_sign_in(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
+    pub(crate) async fn start_sign_in(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
         let rp = rp_id(at.host)?;
         let (server, client) = DiscoverableCredentialRequestOptions::passkey(&rp)
             .start_ceremony()
             .map_err(|e| PasskeyError::Refused(e.to_string()))?;
         let json = serde_json::to_string(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
-        self.signing_in.begin(
-            server.sent_challenge().0,
-            Pending {
-                state: server,
-                peer: at.peer,
-                origin: at.origin.to_string(),
-                user: None,
-                at: Instant::now(),
-            },
-        )?;
+        let state = server.encode().map_err(|e| PasskeyError::Refused(e.to_string()))?;
+        self.signing_in
+            .begin(
+                server.sent_challenge().0,
+                at.peer,
+                Pending {
+                    state,
+                    origin: at.origin.to_string(),
+                    user: None,
+                },
+            )
+            .await?;
         Ok(json)
     }
 
@@ -326,10 +372,16 @@ impl Passkeys {
         let rp = rp_id(at.host)?;
         let answer = DiscoverableAuthentication16::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
         let challenge = answer.challenge_relaxed().map_err(malformed)?;
-        let pending = self.signing_in.take(challenge.0).ok_or(PasskeyError::NoCeremony)?;
+        let pending = self
+            .signing_in
+            .take(challenge.0)
+            .await?
+            .ok_or(PasskeyError::NoCeremony)?;
         if pending.origin != at.origin {
             return Err(PasskeyError::Mismatch);
         }
+        let state = DiscoverableAuthenticationServerState::decode(pending.state.as_slice())
+            .map_err(|_| PasskeyError::NoCeremony)?;
         let (s, raw) = (store.clone(), answer.raw_id().as_ref().to_vec());
         let mut record = blocking("reading a passkey", move || s.passkey_by_credential(&raw))
             .await?
@@ -353,8 +405,7 @@ impl Passkeys {
             allowed_origins: &origins,
             ..Default::default()
         };
-        pending
-            .state
+        state
             .verify(&rp, &answer, &mut cred, &options)
             .map_err(|e| PasskeyError::Refused(e.to_string()))?;
         record.dynamic_state = cred
@@ -419,30 +470,46 @@ mod tests {
         }
     }
 
-    /// A ceremony is taken once; others from one address are bounded, and an expired one is
-    /// neither taken nor counted.
-    #[test]
-    fn a_ceremony_is_taken_once_and_one_address_cannot_hold_many() {
-        let c = Ceremonies::<u8>::default();
-        let pending = |peer: &str, ago: Duration| Pending {
-            state: 0u8,
-            peer: peer.parse().unwrap(),
+    /// A ceremony is taken once, from any gateway on the store; those one address begins are
+    /// bounded, and an expired one is not taken.
+    #[tokio::test]
+    async fn a_ceremony_is_taken_once_and_one_address_cannot_hold_many() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(crate::store::sqlite::SqliteStore::open(&dir.path().join("g.db")).unwrap());
+        let c = Ceremonies::new(store.clone(), "test");
+        let pending = || Pending {
+            state: vec![1, 2, 3],
             origin: "https://gw.localhost".into(),
             user: None,
-            at: Instant::now() - ago,
         };
+        let (one, two) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         for i in 0..MAX_PER_ADDRESS as u128 {
-            c.begin(i, pending("10.0.0.1", Duration::ZERO)).unwrap();
+            c.begin(i, one, pending()).await.unwrap();
         }
+        assert_eq!(c.begin(99, one, pending()).await.err(), Some(PasskeyError::Busy));
+        c.begin(100, two, pending()).await.unwrap();
+        let elsewhere = Ceremonies::new(store.clone(), "test");
         assert_eq!(
-            c.begin(99, pending("10.0.0.1", Duration::ZERO)),
-            Err(PasskeyError::Busy)
+            elsewhere.take(0).await.unwrap().map(|p| p.state),
+            Some(vec![1, 2, 3]),
+            "another gateway finishes it"
         );
-        c.begin(100, pending("10.0.0.2", Duration::ZERO)).unwrap();
-        assert!(c.take(0).is_some());
-        assert!(c.take(0).is_none(), "once");
-        c.begin(200, pending("10.0.0.3", CEREMONY_TTL)).unwrap();
-        assert!(c.take(200).is_none(), "expired");
+        assert_eq!(
+            c.begin(99, one, pending()).await.err(),
+            Some(PasskeyError::Busy),
+            "finished elsewhere: still counted here until it would have expired"
+        );
+        assert!(c.take(0).await.unwrap().is_none(), "once");
+        assert!(c.take(1).await.unwrap().is_some());
+        c.begin(99, one, pending())
+            .await
+            .expect("a ceremony finished here frees its place");
+        let past = crate::store::now_millis() - 1;
+        store
+            .once_put("test", &slot(200), &serde_json::to_vec(&pending()).unwrap(), past, 10)
+            .unwrap();
+        assert!(c.take(200).await.unwrap().is_none(), "expired");
     }
 
     #[test]

@@ -102,7 +102,7 @@ pub struct Browser {
     pub compressed: crate::support::compress::AssetCache,
     /// Web Push to subscribed devices (issue 26).
     pub(crate) push: Arc<crate::notify::push::Pusher>,
-    /// Passkey ceremonies in flight (memory only: a restart forgets them, as pairing codes).
+    /// Passkey ceremonies in flight (single-use records in the state database).
     pub passkeys: crate::auth::passkeys::Passkeys,
 }
 
@@ -250,7 +250,7 @@ impl Gateway {
                 tickets: Tickets::new(once_store.clone(), digest_key),
                 compressed: Default::default(),
                 push,
-                passkeys: Default::default(),
+                passkeys: crate::auth::passkeys::Passkeys::new(once_store.clone()),
             },
             lifecycle: Lifecycle {
                 supervisor,

@@ -43,7 +43,7 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
             if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, None) {
                 return Ok(limited(denied.retry_after));
             }
-            Ok(match passkeys.start_sign_in(&place) {
+            Ok(match passkeys.start_sign_in(&place).await {
                 Ok(options) => json(StatusCode::OK, options),
                 Err(e) => refusal(&e),
             })
