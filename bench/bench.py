@@ -142,12 +142,15 @@ def setup():
     return certs
 
 
-def configs(certs, ports):
+def gateway_config(port, upstream, state_dir="state", store=""):
+    """The gateway's config: limits out of the way, one project on the stand-in upstream, one
+    user; `store` a `[store]` table or nothing (SQLite in `state_dir`)."""
     phc = run([str(GW), "hash-password"], input=PASSWORD + "\n").strip()
-    (OUT / "gateway.toml").write_text(f"""
+    return f"""
 [server]
-listen = "127.0.0.1:{ports['gateway']}"
-state_dir = "state"
+listen = "127.0.0.1:{port}"
+state_dir = "{state_dir}"
+{store}
 [tls]
 cert = "certs/server.crt"
 key = "certs/server.key"
@@ -158,14 +161,18 @@ max_connections_per_ip = 1000000
 max_streams_per_user = 1000000
 [[project]]
 name = "bench"
-upstream = "http://127.0.0.1:{ports['upstream']}"
+upstream = "http://127.0.0.1:{upstream}"
 upstream_password_file = "upstream.pw"
 [[user]]
 name = "{USER}"
 password_hash = "{phc}"
 projects = ["*"]
 role = "operator"
-""")
+"""
+
+
+def configs(certs, ports):
+    (OUT / "gateway.toml").write_text(gateway_config(ports["gateway"], ports["upstream"]))
     apr1 = run(["openssl", "passwd", "-apr1", PASSWORD]).strip()
     (OUT / "htpasswd").write_text(f"{USER}:{apr1}\n")
     (OUT / "nginx").mkdir()

@@ -4,7 +4,7 @@
 //! PROXY header sent straight to the gateway from 127.0.0.3 (not trusted) must be refused before
 //! any TLS, with that reason.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -15,36 +15,8 @@ const ALICE: &str = "alice-password-1";
 
 fn haproxy_in_front(gw: &Gateway) -> (Guarded, u16) {
     let port = crate::common::free_port();
-    let config = gw.dir.path().join("haproxy.cfg");
-    std::fs::write(
-        &config,
-        format!(
-            "global\n  maxconn 200\ndefaults\n  mode tcp\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n\
-             frontend fe\n  bind 127.0.0.1:{port}\n  default_backend gw\n\
-             backend gw\n  server g1 127.0.0.1:{} send-proxy-v2\n",
-            gw.https.port()
-        ),
-    )
-    .unwrap();
-    let child = Guarded::spawn(
-        Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        Duration::from_secs(5),
-    );
-    // Bounded: HAProxy listens within seconds or the test fails saying so.
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < until,
-            "HAProxy did not listen on {port} in 10 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (child, port)
+    let backend = format!("  server g1 127.0.0.1:{} send-proxy-v2\n", gw.https.port());
+    (crate::common::haproxy::start(gw.dir.path(), port, "", &backend), port)
 }
 
 /// curl from 127.0.0.2 through HAProxy: the form login (`password`), its status code.

@@ -8,7 +8,6 @@
 //! (B took the lock), an answer through B clears the card and runs the tool, and the audit
 //! trails name 127.0.0.2. Finally the device revoked with the CLI is refused within a second.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full};
@@ -27,33 +26,15 @@ const PHONE: &str = "127.0.0.2";
 /// HAProxy on `port` in front of `a` then `b`: `balance first` (A while it is up), health
 /// checks every 200 ms, and a refused connection tried again on another server at each retry.
 fn haproxy(dir: &std::path::Path, port: u16, a: u16, b: u16) -> Guarded {
-    let config = dir.join("haproxy.cfg");
-    std::fs::write(
-        &config,
-        format!(
-            "global\n  maxconn 200\ndefaults\n  mode tcp\n  timeout connect 2s\n  timeout client 60s\n  timeout server 60s\n  retries 3\n  option redispatch 1\n\
-             frontend fe\n  bind 127.0.0.1:{port}\n  default_backend gw\n\
-             backend gw\n  balance first\n\
-               server a 127.0.0.1:{a} send-proxy-v2 check inter 200ms fall 1 rise 2\n\
-               server b 127.0.0.1:{b} send-proxy-v2 check inter 200ms fall 1 rise 2\n"
+    crate::common::haproxy::start(
+        dir,
+        port,
+        "  retries 3\n  option redispatch 1\n",
+        &format!(
+            "  balance first\n  server a 127.0.0.1:{a} send-proxy-v2 check inter 200ms fall 1 rise 2\n  \
+             server b 127.0.0.1:{b} send-proxy-v2 check inter 200ms fall 1 rise 2\n"
         ),
     )
-    .unwrap();
-    let child = Guarded::spawn(
-        Command::new("haproxy")
-            .arg("-db")
-            .arg("-f")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-        Duration::from_secs(5),
-    );
-    let until = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < until, "HAProxy did not listen on {port} in 10 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child
 }
 
 /// The inbox page as the phone sees it.

@@ -23,28 +23,48 @@ pub(super) fn notify(c: &mut impl postgres::GenericClient, what: Changed) -> Res
         Changed::Sessions => "sessions".to_string(),
         Changed::Tokens => "tokens".to_string(),
         // The key last: a user name is the config's, and this splits on the first tab only.
-        Changed::Spent { key, ms } => format!("spent {ms}\t{key}"),
+        Changed::Spent { key, ms } => format!("spent {ms} {}\t{key}", instance()),
         Changed::All => "all".to_string(),
     };
     c.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &payload])?;
     Ok(())
 }
 
-fn read(payload: &str) -> Changed {
-    match payload {
+/// This process among the gateways on the database: its own notices of spent budgets come back
+/// to its listening connection, and are not news.
+fn instance() -> u64 {
+    static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *ID.get_or_init(|| {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b).expect("the OS random source is available");
+        u64::from_le_bytes(b)
+    })
+}
+
+/// What a notice says; `None` for this process's own notice of a spent budget.
+fn read(payload: &str) -> Option<Changed> {
+    Some(match payload {
         "sessions" => Changed::Sessions,
         "tokens" => Changed::Tokens,
-        other => other
-            .strip_prefix("spent ")
-            .and_then(|rest| rest.split_once('\t'))
-            .and_then(|(ms, key)| {
-                Some(Changed::Spent {
-                    key: key.to_string(),
-                    ms: ms.parse().ok()?,
-                })
-            })
-            .unwrap_or(Changed::All),
-    }
+        other => match spent(other) {
+            Some((from, _)) if from == instance() => return None,
+            Some((_, changed)) => changed,
+            None => Changed::All,
+        },
+    })
+}
+
+/// `spent <ms> <instance>\t<key>`.
+fn spent(payload: &str) -> Option<(u64, Changed)> {
+    let (head, key) = payload.strip_prefix("spent ")?.split_once('\t')?;
+    let (ms, from) = head.split_once(' ')?;
+    Some((
+        from.parse().ok()?,
+        Changed::Spent {
+            key: key.to_string(),
+            ms: ms.parse().ok()?,
+        },
+    ))
 }
 
 impl crate::store::SharedStore for PostgresStore {
@@ -199,7 +219,9 @@ fn listen(url: &str, changed: &dyn Fn(Changed)) -> Result<(), StoreError> {
     let mut notices = client.notifications();
     let mut iter = notices.blocking_iter();
     while let Some(n) = iter.next()? {
-        changed(read(n.payload()));
+        if let Some(what) = read(n.payload()) {
+            changed(what);
+        }
     }
     Ok(())
 }
@@ -211,16 +233,28 @@ mod tests {
     #[test]
     fn a_spent_budget_is_read_back_and_anything_else_forgets_all() {
         assert_eq!(
-            read("spent 5000\tuser:al ice\tx"),
-            Changed::Spent {
+            read("spent 5000 17\tuser:al ice\tx"),
+            Some(Changed::Spent {
                 key: "user:al ice\tx".into(),
                 ms: 5000
-            }
+            })
         );
-        assert_eq!(read("sessions"), Changed::Sessions);
-        assert_eq!(read("tokens"), Changed::Tokens);
-        for other in ["", "spent", "spent x\taddress:1.2.3.4", "spent 5000", "what"] {
-            assert_eq!(read(other), Changed::All, "{other:?}");
+        assert_eq!(
+            read(&format!("spent 5000 {}\taddress:10.0.0.1", instance())),
+            None,
+            "this process's own notice"
+        );
+        assert_eq!(read("sessions"), Some(Changed::Sessions));
+        assert_eq!(read("tokens"), Some(Changed::Tokens));
+        for other in [
+            "",
+            "spent",
+            "spent x 1\taddress:1.2.3.4",
+            "spent 5000\tuser:a",
+            "spent 5000 17",
+            "what",
+        ] {
+            assert_eq!(read(other), Some(Changed::All), "{other:?}");
         }
     }
 }

@@ -26,15 +26,7 @@ pub async fn post_login(c: &Https, user: &str, password: &str) -> Reply {
 
 /// Log `user` in with the form on the login host; the `__Host-ocgw=…` pair its answer set.
 pub async fn form_login(c: &Https, user: &str, password: &str) -> String {
-    let r = post_login(c, user, password).await;
-    assert_eq!(r.status, 303, "{}", r.body);
-    r.headers["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string()
+    cookie_set_by(&post_login(c, user, password).await)
 }
 
 /// Is this cookie (`__Host-ocgw=…`) logged in on the login host? (`GET /login` sends a logged-in
@@ -132,7 +124,11 @@ pub async fn redeem_code(c: &Https, code: &str) -> String {
         .header("sec-fetch-mode", "navigate")
         .body(Full::from(format!("code={code}")))
         .unwrap();
-    let r = c.call(req).await;
+    cookie_set_by(&c.call(req).await)
+}
+
+/// The `name=value` pair of the cookie a 303 set.
+fn cookie_set_by(r: &Reply) -> String {
     assert_eq!(r.status, 303, "{}", r.body);
     r.headers["set-cookie"]
         .to_str()

@@ -11,6 +11,7 @@ pub mod browser;
 pub mod client;
 pub mod fake_upstream;
 pub mod gateway;
+pub mod haproxy;
 pub mod login;
 pub mod netns;
 pub mod opencode;
