@@ -149,6 +149,13 @@ pub(crate) fn user_key(user: &str) -> String {
 impl State {
     /// What was added to the limit of `key` (made only when anything was raised: a prompt's check
     /// allocates nothing otherwise).
+    /// `key`'s limit was raised: the sessions stopped for it may run again, and be alerted of.
+    fn raised_anew(&mut self, project: &str, key: &str) {
+        self.stopped
+            .retain(|(p, root)| p != project || (key.starts_with("session ") && session_key(p, root) != key));
+        self.told.retain(|(k, _)| k != key);
+    }
+
     fn raised(&self, key: impl FnOnce() -> String) -> f64 {
         if self.raised.is_empty() {
             return 0.0;
@@ -375,10 +382,30 @@ impl Meter {
         }
         *st.raised.entry(key.to_string()).or_default() += add;
         st.dirty = true;
-        st.stopped
-            .retain(|(p, root)| p != project || (key.starts_with("session ") && session_key(p, root) != key));
-        st.told.retain(|(k, _)| k != key);
+        st.raised_anew(project, key);
         Some(st.raised(|| key.to_string()))
+    }
+
+    /// Raises another gateway on the shared store made (`day`'s rows of kind `raised`, and the
+    /// sessions'): a limit's raise only grows within its day, so the larger figure is the newer,
+    /// and a raise that grew here frees its sessions as [`raise`](Self::raise) does.
+    pub(crate) fn merge_raised(&self, day: u64, raised: Vec<(String, f64)>) -> usize {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.roll(day);
+        let mut grew = 0;
+        for (key, usd) in raised {
+            let here = st.raised.get(&key).copied().unwrap_or(0.0);
+            if usd <= here || (st.raised.len() >= MAX_RAISED && !st.raised.contains_key(&key)) {
+                continue;
+            }
+            st.raised.insert(key.clone(), usd);
+            // "project <p>" or "session <p> <root>": the project is the second word.
+            if let Some(project) = key.split(' ').nth(1).map(str::to_string) {
+                st.raised_anew(&project, &key);
+            }
+            grew += 1;
+        }
+        grew
     }
 
     /// What a project (`kind` project) or a user (`user`) spent on `day` and in its month so far.
@@ -523,6 +550,31 @@ mod tests {
         assert_eq!(m.spend_of("project", "web", d1 + 2), (0.25, 3.25));
         assert_eq!(m.spend_of("user", "ann", d1 + 2), (0.25, 0.75));
         assert_eq!(m.spend_of("project", "web", d1 + 31), (0.0, 0.0), "January");
+    }
+
+    /// A raise another gateway made is merged: the larger figure wins (a raise only grows within
+    /// its day), and a session stopped for that limit may run (and be stopped) again.
+    #[test]
+    fn raises_made_elsewhere_are_merged_by_the_larger() {
+        let m = Meter::default();
+        seen(&m, "s1", None, Some(0.0), 2.0, 10);
+        assert!(m.stop_once("web", "s1"));
+        let key = session_key("web", "s1");
+        assert_eq!(
+            m.merge_raised(10, vec![(key.clone(), 1.5), ("nonsense".into(), 2.0)]),
+            2
+        );
+        assert_eq!(m.raised(&key, 10), 1.5);
+        assert!(m.stop_once("web", "s1"), "the raise freed the stopped session");
+        assert_eq!(m.raise("web", &key, Some(1.0), 10), Some(2.5));
+        assert!(m.stop_once("web", "s1"));
+        assert_eq!(
+            m.merge_raised(10, vec![(key.clone(), 1.5)]),
+            0,
+            "an older, smaller figure"
+        );
+        assert_eq!(m.raised(&key, 10), 2.5);
+        assert!(!m.stop_once("web", "s1"), "nothing grew: still stopped once");
     }
 
     /// An operator's raise moves a limit; a reset makes what was spent so far not count; both

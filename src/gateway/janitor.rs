@@ -67,6 +67,30 @@ async fn prune_ended_sessions(gw: &Gateway) {
     .await;
 }
 
+/// Budget raises another gateway on the shared store made (told by `NOTIFY`): read from the
+/// store (today's and the sessions') and merged into this gateway's meter. Called on the thread
+/// that listens for notices (blocking is fine there).
+pub(crate) fn merge_raised(gw: &Gateway) {
+    let store = gw.browser.sessions.store();
+    let day = crate::budget::meter::today();
+    let rows = store.spend_of_day(day as i64).and_then(|mut today| {
+        today.extend(store.spend_of_day(crate::store::SESSION_RAISES_DAY)?);
+        Ok(today)
+    });
+    match rows {
+        Ok(rows) => {
+            let raised = rows
+                .into_iter()
+                .filter(|(kind, _, _)| kind == "raised")
+                .map(|(_, key, usd)| (key, usd))
+                .collect();
+            let grew = gw.inbox.meter.merge_raised(day, raised);
+            tracing::info!(raised = grew, "budget raises made through another gateway merged");
+        }
+        Err(e) => tracing::error!(error = %e, "cannot read the budget raises another gateway made"),
+    }
+}
+
 /// The meter as the state database kept it: today's totals and the sessions' last-seen costs
 /// (a session's spend while the gateway was down is counted when the inbox sees it again).
 pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::store::Store) {

@@ -76,7 +76,10 @@ impl SharedBudgets {
     /// Tell the other gateways that `key`'s budget is spent for `for_` (zero: it is not, a login
     /// just proved the address holds the credential).
     pub(crate) fn tell(&self, key: &str, for_: Duration) {
-        self.store.tell_spent(key, millis(for_));
+        self.store.tell(crate::store::Changed::Spent {
+            key: key.to_string(),
+            ms: millis(for_),
+        });
     }
 }
 

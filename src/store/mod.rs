@@ -422,6 +422,8 @@ pub(crate) enum Changed {
     /// Login budget `key` (`address:<ip>`, `user:<name>`) is spent for `ms` (0: a login refilled
     /// it), found by another gateway.
     Spent { key: String, ms: i64 },
+    /// An operator raised a spend budget (its row is saved): read the raises again.
+    Budgets,
     /// Unknown (the watch reconnected, and may have missed some): everything.
     All,
 }
@@ -456,8 +458,9 @@ pub(crate) trait SharedStore: Send + Sync {
     fn take_budget(&self, _key: &str, _interval: i64, _burst: u32, _now: i64) -> Result<Result<u32, i64>, StoreError> {
         Ok(Ok(u32::MAX))
     }
-    /// Tell the other gateways that login budget `key` is spent for `ms` (0: refilled).
-    fn tell_spent(&self, _key: &str, _ms: i64) {}
+    /// Tell the other gateways on this store that `what` changed (nothing to tell on a store of
+    /// one gateway).
+    fn tell(&self, _what: Changed) {}
     /// Delete budgets that are full again at `now` (Unix ms).
     fn prune_budgets(&self, _now: i64) -> Result<usize, StoreError> {
         Ok(0)

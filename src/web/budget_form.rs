@@ -72,6 +72,15 @@ pub(crate) async fn raise(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
             .field("raised_total", raised),
     );
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, scope = field("scope"), raised, "budget raised from the control room");
+    // Saved now, and the other gateways on a shared store told, so that their guards do not
+    // stop what this raise allows.
+    crate::gateway::janitor::save_spend(ctx.gw).await;
+    let store = ctx.gw.browser.sessions.store().clone();
+    let _ = crate::store::blocking("telling of a budget raise", move || {
+        store.tell(crate::store::Changed::Budgets);
+        Ok(())
+    })
+    .await;
     let done = if usd.is_some() { "raised" } else { "reset" };
     Ok(page::redirect(&format!("/?done={done}")))
 }

@@ -13,7 +13,7 @@ use http_body_util::Full;
 use crate::common::client::Https;
 use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
 use crate::common::login::{
-    LOGIN_HOST, form_login, logged_in, pair_code, portal_post, post_login, redeem_code, token_create,
+    LOGIN_HOST, browser_get, form_login, logged_in, pair_code, portal_post, post_login, redeem_code, token_create,
 };
 use crate::common::postgres::Cluster;
 
@@ -348,6 +348,60 @@ async fn two_gateways_on_one_database_spend_one_login_budget() {
     );
     let refused = post_login(&b5, "alice", ALICE).await;
     assert_eq!(refused.status, 429, "B answered a cached password for a spent address");
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}
+
+/// A budget raised from the portal through A holds on B at once: B's meter takes the raise from
+/// the store when told (else B's guard would stop what A's operator allowed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_raised_through_one_gateway_holds_on_the_other() {
+    let Some((cluster, _url, config)) = on_postgres().await else {
+        return;
+    };
+    // The project's server need not run: the portal shows its budget line either way.
+    let closed = crate::common::free_port();
+    let project = crate::common::gateway::external_project("web", &format!("http://127.0.0.1:{closed}"))
+        .replace("\n\n", "\nbudget = { project_day_usd = 1.0 }\n\n");
+    let config = config.replace("[store]", &format!("{project}[store]"));
+    let a = Gateway::start_behind(&config, "pw-web");
+    let b = Gateway::start_behind(&config, "pw-web");
+    assert!(
+        b.wait_log(
+            "listening for revocations made through other gateways",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        b.logs()
+    );
+    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let cookie = form_login(&ca, "alice", ALICE).await;
+    let portal_on_b = async || browser_get(&cb.host(LOGIN_HOST), "/", Some(&cookie), true).await.body;
+    let before = portal_on_b().await;
+    assert!(before.contains("of $1.00 (UTC day)"), "{before}");
+
+    let r = portal_post(
+        &ca.host(LOGIN_HOST),
+        &cookie,
+        "/_gw/budget",
+        "project=web&scope=day&do=raise&usd=5",
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let until = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let page = portal_on_b().await;
+        if page.contains("of $6.00 (raised by $5.00; UTC day)") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "B does not show A's raise 2 s later:\n{page}\n{}",
+            b.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }

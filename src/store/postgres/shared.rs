@@ -22,6 +22,7 @@ pub(super) fn notify(c: &mut impl postgres::GenericClient, what: Changed) -> Res
     let payload = match what {
         Changed::Sessions => "sessions".to_string(),
         Changed::Tokens => "tokens".to_string(),
+        Changed::Budgets => "budgets".to_string(),
         // The key last: a user name is the config's, and this splits on the first tab only.
         Changed::Spent { key, ms } => format!("spent {ms} {}\t{key}", instance()),
         Changed::All => "all".to_string(),
@@ -46,6 +47,7 @@ fn read(payload: &str) -> Option<Changed> {
     Some(match payload {
         "sessions" => Changed::Sessions,
         "tokens" => Changed::Tokens,
+        "budgets" => Changed::Budgets,
         other => match spent(other) {
             Some((from, _)) if from == instance() => return None,
             Some((_, changed)) => changed,
@@ -142,18 +144,9 @@ impl crate::store::SharedStore for PostgresStore {
         })
     }
 
-    fn tell_spent(&self, key: &str, ms: i64) {
-        let told = self.with(|c| {
-            notify(
-                c,
-                Changed::Spent {
-                    key: key.to_string(),
-                    ms,
-                },
-            )
-        });
-        if let Err(e) = told {
-            tracing::warn!(error = %e, "cannot tell the other gateways of a spent login budget");
+    fn tell(&self, what: Changed) {
+        if let Err(e) = self.with(|c| notify(c, what)) {
+            tracing::warn!(error = %e, "cannot tell the other gateways on the state database of a change");
         }
     }
 
@@ -246,6 +239,7 @@ mod tests {
         );
         assert_eq!(read("sessions"), Some(Changed::Sessions));
         assert_eq!(read("tokens"), Some(Changed::Tokens));
+        assert_eq!(read("budgets"), Some(Changed::Budgets));
         for other in [
             "",
             "spent",
