@@ -2,8 +2,8 @@
 //! `balance first`, so everything goes to A while it lives) in front of two gateways with the
 //! same config on one throwaway PostgreSQL database, watching one real OpenCode server driven by
 //! the fake model. A phone (a client on 127.0.0.2) pairs with a code B's CLI issued, watches the
-//! inbox's event stream, and sees a permission request; the team's webhook is told once. Then A
-//! is killed (`kill -9`): the phone's stream ends, it connects again and lands on B with the
+//! inbox's event stream, and sees a permission request; the team's webhook is told once. An
+//! answer given through B clears the card from A's inbox. Then A is killed (`kill -9`): the phone's stream ends, it connects again and lands on B with the
 //! same cookie (no new login), the inbox is still complete, the next request is told once more
 //! (B took the lock), an answer through B clears the card and runs the tool, and the audit
 //! trails name 127.0.0.2. Finally the device revoked with the CLI is refused within a second.
@@ -182,7 +182,7 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
     let mut events = open_events(&phone, &cookie).await;
 
     ask_for_bash(&phone).await;
-    let first = cards_until(&phone, &cookie, "the first permission card", |c| c.len() == 1).await;
+    let answered_elsewhere = cards_until(&phone, &cookie, "the first permission card", |c| c.len() == 1).await;
     let changed =
         crate::common::client::read_until(&mut events, Duration::from_secs(10), |s| s.contains("event: change")).await;
     assert!(
@@ -199,6 +199,27 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
         "B saw nothing to leave to A:\n{}",
         b.logs()
     );
+
+    // An answer given through B (its control socket, as the CLI on B's host does) reaches
+    // OpenCode, which tells every watcher: the card leaves the phone's inbox on A.
+    let (status, body) = tokio::task::block_in_place(|| {
+        b.control(
+            "POST",
+            &format!("/inbox/reply?project=alpha&id={}&reply=once", answered_elsewhere[0]),
+        )
+    });
+    assert_eq!(status, 200, "{body}");
+    cards_until(
+        &phone,
+        &cookie,
+        "the card answered through B gone from A's inbox",
+        |c| c.is_empty(),
+    )
+    .await;
+    ask_for_bash(&phone).await;
+    let first = cards_until(&phone, &cookie, "the second permission card", |c| c.len() == 1).await;
+    assert_ne!(first, answered_elsewhere);
+    assert_eq!(told(&seen, 2).await, 2);
 
     // A dies mid-use: its stream ends, and the phone comes back through the balancer on B.
     a.signal(libc::SIGKILL);
@@ -231,33 +252,34 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
     );
 
     ask_for_bash(&phone).await;
-    let both = cards_until(&phone, &cookie, "the second permission card", |c| c.len() == 2).await;
+    let both = cards_until(&phone, &cookie, "the third permission card", |c| c.len() == 2).await;
     let changed =
         crate::common::client::read_until(&mut events, Duration::from_secs(10), |s| s.contains("event: change")).await;
     assert!(
         changed.contains("event: change"),
         "B's stream did not say the inbox changed: {changed}"
     );
-    assert_eq!(told(&seen, 2).await, 2);
+    assert_eq!(told(&seen, 3).await, 3);
 
-    // An answer through B: the card goes and the tool runs.
+    // An answer through B: the card goes and the tool runs (its second run: the first was the
+    // answer given through B's control socket).
     let r = act(&phone, &cookie, &format!("project=alpha&id={}&do=once", first[0])).await;
     assert_eq!(r.status, 303, "{}", r.body);
     let left = cards_until(&phone, &cookie, "the answered card gone", |c| c.len() == 1).await;
     assert_eq!(left, both.into_iter().filter(|c| *c != first[0]).collect::<Vec<_>>());
     let ran = oc.project.join("ran.txt");
     let until = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(&ran).is_ok_and(|t| t.contains("RAN")) {
-        assert!(Instant::now() < until, "the answered tool did not run");
+    while !std::fs::read_to_string(&ran).is_ok_and(|t| t.lines().filter(|l| *l == "RAN").count() == 2) {
+        assert!(Instant::now() < until, "the two answered tools did not both run");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(seen.lock().unwrap().len(), 2, "told more than once per request");
+    assert_eq!(seen.lock().unwrap().len(), 3, "told more than once per request");
 
     // The real client, in both replicas' audit trails.
     use crate::common::audit::{file, find};
     let paired = find(&file(&a), "device_paired", |_| true).await;
     assert_eq!(paired["address"], PHONE);
-    let answered = find(&file(&b), "permission_answer", |_| true).await;
+    let answered = find(&file(&b), "permission_answer", |r| r["via"] == "device").await;
     assert_eq!(answered["address"], PHONE);
     assert_eq!(answered["via"], "device");
 
