@@ -174,10 +174,12 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
 
     // A code B's CLI issued, redeemed through the balancer (on A): one store of codes.
     let cookie = redeem_code(&phone, &pair_code(&b)).await;
+    // (The log is read as it is written: waited for, bounded.)
     assert!(
-        a.logs().contains("device paired"),
-        "the pairing did not reach A:\n{}",
-        a.logs()
+        a.wait_log("device paired", Duration::from_secs(5)).await,
+        "the pairing did not reach A:\n{}\nB:\n{}",
+        a.logs(),
+        b.logs()
     );
     let mut events = open_events(&phone, &cookie).await;
 
