@@ -39,6 +39,24 @@ async fn on_postgres() -> Option<(Cluster, String, String)> {
     Some((cluster, url, config))
 }
 
+/// Two gateways on `config` (an upstream password in `pw` beside each, when given), B listening
+/// for the database's notices, and a client of each.
+async fn two_gateways(config: &str, upstream_password: &str) -> (Gateway, Gateway, Https, Https) {
+    let a = Gateway::start_behind(config, upstream_password);
+    let b = Gateway::start_behind(config, upstream_password);
+    assert!(
+        b.wait_log(
+            "listening for revocations made through other gateways",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        b.logs()
+    );
+    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    (a, b, ca, cb)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logins_and_tokens_live_in_postgres_and_survive_a_restart() {
     let Some((cluster, url, config)) = on_postgres().await else {
@@ -129,18 +147,7 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     let Some((cluster, _url, config)) = on_postgres().await else {
         return;
     };
-    let a = Gateway::start(&config);
-    let b = Gateway::start(&config);
-    assert!(
-        b.wait_log(
-            "listening for revocations made through other gateways",
-            Duration::from_secs(5)
-        )
-        .await,
-        "{}",
-        b.logs()
-    );
-    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let (a, b, ca, cb) = two_gateways(&config, "").await;
     let cookie = form_login(&ca, "alice", ALICE).await;
     assert!(logged_in(&cb, &cookie).await, "B does not know A's login");
 
@@ -315,9 +322,7 @@ async fn two_gateways_on_one_database_spend_one_login_budget() {
         return;
     };
     let config = format!("{config}\n[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n");
-    let a = Gateway::start(&config);
-    let b = Gateway::start(&config);
-    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let (a, b, ca, cb) = two_gateways(&config, "").await;
 
     // One budget for 127.0.0.4, wherever it tries.
     let (a4, b4) = (ca.from("127.0.0.4"), cb.from("127.0.0.4"));
@@ -364,18 +369,7 @@ async fn a_budget_raised_through_one_gateway_holds_on_the_other() {
     let project = crate::common::gateway::external_project("web", &format!("http://127.0.0.1:{closed}"))
         .replace("\n\n", "\nbudget = { project_day_usd = 1.0 }\n\n");
     let config = config.replace("[store]", &format!("{project}[store]"));
-    let a = Gateway::start_behind(&config, "pw-web");
-    let b = Gateway::start_behind(&config, "pw-web");
-    assert!(
-        b.wait_log(
-            "listening for revocations made through other gateways",
-            Duration::from_secs(5)
-        )
-        .await,
-        "{}",
-        b.logs()
-    );
-    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let (a, b, ca, cb) = two_gateways(&config, "pw-web").await;
     let cookie = form_login(&ca, "alice", ALICE).await;
     let portal_on_b = async || browser_get(&cb.host(LOGIN_HOST), "/", Some(&cookie), true).await.body;
     let before = portal_on_b().await;
