@@ -9,10 +9,13 @@
 //! bits). Codes are single-use records in the state database (`auth/once.rs`: behind a load
 //! balancer the phone may reach another gateway than the one `pair` asked), keyed by a keyed
 //! digest of the id, at most 15 minutes, single use (taken in the transaction that checks them),
-//! and die after [`MAX_TRIES`] wrong secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
-//! attempt first passes the login limiter (see `submit`), so 40 bits are plenty. Unknown, used,
-//! expired, dead and wrong codes get one answer (status, body, and the same budget charged), so
-//! a guesser cannot find a live id to aim its wrong tries at.
+//! and die after [`MAX_TRIES`] wrong secrets. Every attempt first passes the login limiter (see
+//! `submit`), so 40 bits are plenty online. Offline they are not: only an argon2id hash of the
+//! secret is kept, since on a shared store the digest key sits in the same database, and a keyed
+//! digest of 40 bits would fall to a search by whoever reads a copy of it within the code's
+//! minutes. Unknown, used, expired, dead and wrong codes get one answer (status, body, the same
+//! budget charged, and an argon2 run: a redeem whose id selects nothing verifies against a dummy
+//! hash), so a guesser cannot find a live id to aim its wrong tries at.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +24,7 @@ use blake2::{Blake2b256, Digest};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::once::{OnceKind, Seen, Verdict};
-use crate::auth::tokens::{now_unix, same_digest};
+use crate::auth::tokens::now_unix;
 use crate::store::{PutOnce, Store, StoreError};
 
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10 * 60);
@@ -84,7 +87,8 @@ impl Refused {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Pending {
-    digest: [u8; 32],
+    /// The secret's argon2id hash (PHC string).
+    hash: String,
     user: String,
     label: String,
     tries_left: u32,
@@ -128,6 +132,17 @@ pub(crate) fn parse(text: &str) -> Option<Parsed> {
     Some(Parsed { id: chars, secret })
 }
 
+/// What a redeem whose id selects no code verifies against.
+static DUMMY: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::auth::verifier::hash_password("no pairing code has this secret"));
+
+/// Whether `secret` is the one `hash` was made from (argon2's own comparison, constant time).
+fn secret_is(secret: &str, hash: &str) -> bool {
+    use argon2::PasswordVerifier as _;
+    argon2::PasswordHash::new(hash)
+        .is_ok_and(|h| argon2::Argon2::default().verify_password(secret.as_bytes(), &h).is_ok())
+}
+
 /// `n` random symbols of the alphabet (32 divides 256: no bias).
 fn symbols(n: usize) -> String {
     let mut b = vec![0u8; n];
@@ -155,10 +170,6 @@ impl Pairing {
         h.finalize().into()
     }
 
-    fn digest(&self, id: &str, secret: &str) -> [u8; 32] {
-        self.keyed(&[b"pairing", id.as_bytes(), secret.as_bytes()])
-    }
-
     /// The record's key: the id, digested (the table never shows which ids are live).
     fn slot(&self, id: &str) -> [u8; 32] {
         self.keyed(&[b"pairing-id", id.as_bytes()])
@@ -173,15 +184,16 @@ impl Pairing {
             ));
         }
         let secret = symbols(SECRET_LEN);
-        let pending = |id: &str| Pending {
-            digest: self.digest(id, &secret),
+        let hash = crate::auth::verifier::hash_password(&secret);
+        let pending = Pending {
+            hash,
             user: user.to_string(),
             label: label.to_string(),
             tries_left: MAX_TRIES,
         };
         let id = loop {
             let id = symbols(ID_LEN);
-            match self.pending.put_blocking(&self.slot(&id), &pending(&id), ttl) {
+            match self.pending.put_blocking(&self.slot(&id), &pending, ttl) {
                 Ok(PutOnce::Kept) => break id,
                 Ok(PutOnce::KeyInUse) => continue,
                 Ok(PutOnce::Full) => {
@@ -208,11 +220,31 @@ impl Pairing {
     }
 
     /// Use a code: once, before it expires, while it has tries left. A wrong secret spends a try
-    /// of the code its id selects and touches no other. Blocking.
+    /// of the code its id selects and touches no other. Blocking (an argon2 run, off the store's
+    /// lock: the record is read, the secret verified, then the record settled as it is then).
     pub(crate) fn redeem(&self, code: &Parsed) -> Result<Result<Redeemed, Refused>, StoreError> {
-        let digest = self.digest(&code.id, &code.secret);
-        let seen = self.pending.settle_blocking(&self.slot(&code.id), |p, expired| {
-            if expired || same_digest(&p.digest, &digest) || p.tries_left <= 1 {
+        let slot = self.slot(&code.id);
+        let first = self
+            .pending
+            .settle_blocking(&slot, |_, expired| if expired { Verdict::Take } else { Verdict::Keep })?;
+        let pending = match first {
+            Seen::Live(p) => p,
+            other => {
+                // The same argon2 run as for a live code: the time does not tell ids apart.
+                let _ = secret_is(&code.secret, &DUMMY);
+                return Ok(Err(match other {
+                    Seen::Expired(_) => Refused::Expired,
+                    _ => Refused::Unknown,
+                }));
+            }
+        };
+        let right = secret_is(&code.secret, &pending.hash);
+        // Settled on what is there now: another redeem may have taken it or spent a try, and a
+        // code issued since under the same id is not this one.
+        let seen = self.pending.settle_blocking(&slot, |p, expired| {
+            if p.hash != pending.hash {
+                Verdict::Keep
+            } else if expired || right || p.tries_left <= 1 {
                 Verdict::Take
             } else {
                 Verdict::Replace(Pending {
@@ -222,15 +254,16 @@ impl Pairing {
             }
         })?;
         Ok(match seen {
-            Seen::Nothing => Err(Refused::Unknown),
-            Seen::Expired(_) => Err(Refused::Expired),
-            Seen::Live(p) if same_digest(&p.digest, &digest) => Ok(Redeemed {
+            Seen::Live(p) if p.hash != pending.hash => Err(Refused::Unknown),
+            Seen::Live(p) if right => Ok(Redeemed {
                 user: p.user,
                 label: p.label,
             }),
             Seen::Live(p) => Err(Refused::Wrong {
                 tries_left: p.tries_left.saturating_sub(1),
             }),
+            Seen::Expired(_) => Err(Refused::Expired),
+            Seen::Nothing => Err(Refused::Unknown),
         })
     }
 
@@ -399,15 +432,37 @@ mod tests {
         assert!(p.redeem_now(&c).is_ok());
     }
 
+    /// Two redeems of the right code at once (as from two gateways): one pairs, the other finds
+    /// nothing. The secret is verified between two transactions; the second settles it once.
     #[test]
-    fn only_a_digest_is_kept() {
+    fn of_two_redeems_at_once_one_pairs() {
+        let p = pairing();
+        let c = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
+        let c = Arc::new(c);
+        let outcomes: Vec<_> = (0..2)
+            .map(|_| {
+                let (p, c) = (p.clone(), c.clone());
+                std::thread::spawn(move || p.redeem_now(&c))
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .collect();
+        assert_eq!(outcomes.iter().filter(|o| o.is_ok()).count(), 1, "{outcomes:?}");
+        assert!(outcomes.contains(&Err(Refused::Unknown)), "{outcomes:?}");
+    }
+
+    #[test]
+    fn only_an_argon2_hash_of_the_secret_is_kept() {
         let p = pairing();
         let c = parse(&p.issue("alice", "phone", TTL).unwrap().code).unwrap();
         let Seen::Live(pending) = p.pending.settle_blocking(&p.slot(&c.id), |_, _| Verdict::Keep).unwrap() else {
             panic!("the code is pending");
         };
-        assert_eq!(pending.digest, p.digest(&c.id, &c.secret));
-        assert_ne!(&pending.digest[..c.secret.len()], c.secret.as_bytes());
+        assert!(pending.hash.starts_with("$argon2id$"), "{}", pending.hash);
+        assert!(!pending.hash.contains(&c.secret));
+        assert!(secret_is(&c.secret, &pending.hash));
+        assert!(!secret_is(&wrong(&c).secret, &pending.hash));
     }
 
     #[test]
