@@ -136,21 +136,9 @@ impl<C: Clock + Clone> Limiters<C> {
     /// Spend one login attempt (one argon2 run) for this address and user name, or refuse it.
     pub(crate) fn login_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Denied> {
         let ip = address_key(ip);
-        self.charge(
-            &self.login_by_address,
-            &self.spent.addresses,
-            ip,
-            "address",
-            self.address_shape,
-        )?;
+        self.charge(&self.login_by_address, &self.spent.addresses, ip, "address")?;
         if !self.is_known_good(ip, user) {
-            self.charge(
-                &self.login_by_user,
-                &self.spent.users,
-                Arc::from(user),
-                "user",
-                self.user_shape,
-            )?;
+            self.charge(&self.login_by_user, &self.spent.users, Arc::from(user), "user")?;
         }
         Ok(())
     }
@@ -163,38 +151,72 @@ impl<C: Clock + Clone> Limiters<C> {
             &self.spent.addresses,
             address_key(ip),
             "address",
-            self.address_shape,
         )
     }
 
-    /// Take one cell of `key`'s budget (and, with a shared store, of the budget every gateway on
-    /// it spends). Taking the last one, or being refused one, marks the key spent until a cell is
-    /// back: from then on no cheaper answer may tell it right from wrong. A newly spent key is
-    /// told to the other gateways.
+    /// The shared half of a login attempt this gateway's own limiter let through
+    /// ([`login_attempt`](Self::login_attempt) with `user`, else
+    /// [`address_attempt`](Self::address_attempt)): with a shared store, the same cells are
+    /// taken from the budgets every gateway on it spends, and a budget found spent there is
+    /// marked here and told to the others. Nothing (and no await point) without one.
+    pub(crate) async fn shared_attempt(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        let ip = address_key(ip);
+        let mut keys = vec![(shared::key("address", ip), self.address_shape)];
+        if let Some(user) = user.filter(|u| !self.is_known_good(ip, u)) {
+            keys.push((shared::key("user", user), self.user_shape));
+        }
+        let taken = shared.take(keys).await;
+        for (i, t) in taken.into_iter().enumerate() {
+            let (shape, reason) = if i == 0 {
+                (self.address_shape, "address")
+            } else {
+                (self.user_shape, "user")
+            };
+            let for_ = match t {
+                Taken::Spent(retry_after) => retry_after,
+                Taken::Left(0) => shape.interval,
+                Taken::Left(_) | Taken::Unknown => continue,
+            };
+            match (i, user) {
+                (0, _) => self.mark_spent_and_tell(&self.spent.addresses, ip, reason, for_),
+                (_, Some(u)) => self.mark_spent_and_tell(&self.spent.users, Arc::from(u), reason, for_),
+                _ => {}
+            }
+            if let Taken::Spent(retry_after) = t {
+                return Err(Denied { retry_after, reason });
+            }
+        }
+        Ok(())
+    }
+
+    /// A login attempt outside an argon2 run (a token lookup, a pairing or passkey answer, a
+    /// sign-on's start): this gateway's limiter, then the shared budgets.
+    pub(crate) async fn attempt(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
+        match user {
+            Some(u) => self.login_attempt(ip, u)?,
+            None => self.address_attempt(ip)?,
+        }
+        self.shared_attempt(ip, user).await
+    }
+
+    /// Take one cell of `key`'s budget. Taking the last one, or being refused one, marks the key
+    /// spent until a cell is back: from then on no cheaper answer may tell it right from wrong. A
+    /// newly spent key is told to the other gateways on a shared store.
     fn charge<K: Hash + Eq + Clone + std::fmt::Display>(
         &self,
         limiter: &Counted<K, C>,
         spent: &TtlMap<K, C::Instant>,
         key: K,
         reason: &'static str,
-        shape: Shape,
     ) -> Result<(), Denied> {
         match limiter.check_key(&key) {
             Ok(left) => {
-                // A cell comes back within one replenish interval: a bound, not the exact time.
-                let mut spent_for = (left.remaining_burst_capacity() == 0).then(|| refill_bound(&left));
-                if let Some(shared) = &self.shared {
-                    match shared.take(&shared::key(reason, &key), shape) {
-                        Taken::Spent(retry_after) => {
-                            self.mark_spent_and_tell(spent, key, reason, retry_after);
-                            return Err(Denied { retry_after, reason });
-                        }
-                        Taken::Left(0) => spent_for = Some(shape.interval),
-                        Taken::Left(_) | Taken::Unknown => {}
-                    }
-                }
-                if let Some(for_) = spent_for {
-                    self.mark_spent_and_tell(spent, key, reason, for_);
+                if left.remaining_burst_capacity() == 0 {
+                    // A cell comes back within one replenish interval: a bound, not the exact time.
+                    self.mark_spent_and_tell(spent, key, reason, refill_bound(&left));
                 }
                 Ok(())
             }

@@ -116,7 +116,7 @@ pub(crate) async fn password_until(
     // A token typed as a password (the form, SSH) is never a password: charged, refused, and
     // never sent to argon2.
     if tokens::is_token(password.expose()) {
-        return Err(match auth.limiters.login_attempt(peer, user) {
+        return Err(match auth.limiters.attempt(peer, Some(user)).await {
             Ok(()) => refuse_bad(check, peer, log_user, method),
             Err(denied) => limited(check, peer, log_user, method, denied, "login refused: limit reached"),
         });
@@ -132,9 +132,13 @@ pub(crate) async fn password_until(
     // that joins a run already going for the same credential was paid for by the one that started it.
     let verdict = auth
         .verifier
-        .verify(key, known.and_then(|u| u.hash.as_ref()), password, || {
-            auth.limiters.login_attempt(peer, user)
-        })
+        .verify(
+            key,
+            known.and_then(|u| u.hash.as_ref()),
+            password,
+            || auth.limiters.login_attempt(peer, user),
+            || auth.limiters.shared_attempt(peer, Some(user)),
+        )
         .await;
     let ok = match verdict {
         Ok(ok) => ok,

@@ -209,8 +209,9 @@ impl Pairing {
         Ok(Issued { code, expires_at })
     }
 
-    /// The user a pending id is for (for the log of a refusal). Blocking.
-    pub(crate) fn user_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+    /// The user a pending id is for.
+    #[cfg(test)]
+    fn user_of(&self, id: &str) -> Result<Option<String>, StoreError> {
         Ok(
             match self.pending.settle_blocking(&self.slot(id), |_, _| Verdict::Keep)? {
                 Seen::Live(p) => Some(p.user),
@@ -222,7 +223,8 @@ impl Pairing {
     /// Use a code: once, before it expires, while it has tries left. A wrong secret spends a try
     /// of the code its id selects and touches no other. Blocking (an argon2 run, off the store's
     /// lock: the record is read, the secret verified, then the record settled as it is then).
-    pub(crate) fn redeem(&self, code: &Parsed) -> Result<Result<Redeemed, Refused>, StoreError> {
+    /// Also returns the user the id selected, if any, for the log of a refusal.
+    pub(crate) fn redeem(&self, code: &Parsed) -> Result<(Option<String>, Result<Redeemed, Refused>), StoreError> {
         let slot = self.slot(&code.id);
         let first = self
             .pending
@@ -232,10 +234,13 @@ impl Pairing {
             other => {
                 // The same argon2 run as for a live code: the time does not tell ids apart.
                 let _ = secret_is(&code.secret, &DUMMY);
-                return Ok(Err(match other {
-                    Seen::Expired(_) => Refused::Expired,
-                    _ => Refused::Unknown,
-                }));
+                return Ok((
+                    None,
+                    Err(match other {
+                        Seen::Expired(_) => Refused::Expired,
+                        _ => Refused::Unknown,
+                    }),
+                ));
             }
         };
         let right = secret_is(&code.secret, &pending.hash);
@@ -253,7 +258,7 @@ impl Pairing {
                 })
             }
         })?;
-        Ok(match seen {
+        let verdict = match seen {
             Seen::Live(p) if p.hash != pending.hash => Err(Refused::Unknown),
             Seen::Live(p) if right => Ok(Redeemed {
                 user: p.user,
@@ -264,7 +269,8 @@ impl Pairing {
             }),
             Seen::Expired(_) => Err(Refused::Expired),
             Seen::Nothing => Err(Refused::Unknown),
-        })
+        };
+        Ok((Some(pending.user), verdict))
     }
 
     /// Pending codes (for tests and status).
@@ -305,7 +311,7 @@ mod tests {
         }
 
         fn redeem_now(&self, code: &Parsed) -> Result<Redeemed, Refused> {
-            self.redeem(code).unwrap()
+            self.redeem(code).unwrap().1
         }
     }
 

@@ -399,11 +399,11 @@ pub(crate) async fn authenticate(
         },
         Err(r) => r,
     };
-    Err(refuse(check, peer, basic_user, refusal))
+    Err(refuse(check, peer, basic_user, refusal).await)
 }
 
 /// Charge the login limiter and log, without the token: its id when known, never its text.
-fn refuse(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>, refusal: Refusal) -> AuthError {
+async fn refuse(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>, refusal: Refusal) -> AuthError {
     let (reason, id, owner) = match &refusal {
         Refusal::Unknown => ("bad_token", None, None),
         Refusal::Expired(id, u) => ("token_expired", Some(id), Some(u)),
@@ -420,7 +420,7 @@ fn refuse(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>, refusal: Re
         "<unknown>"
     };
     let id = id.map_or("-", |i| &**i);
-    if let Err(denied) = check.auth.limiters.login_attempt(peer, user) {
+    if let Err(denied) = check.auth.limiters.attempt(peer, Some(user)).await {
         check.metrics.refused(crate::metrics::Refusal::Login);
         tracing::warn!(target: "security", peer = %peer, user = log_user, token_id = id, reason = denied.reason, "token refused: login limit reached");
         check

@@ -57,7 +57,8 @@ impl Verifier {
 
     /// Verify `password` against `hash` (the dummy when the user is unknown, which always fails).
     /// `key` identifies the credential: concurrent calls with the same key share one argon2 run,
-    /// and only a call that starts a run asks `admit` (the login limiter) first. So a client that
+    /// and only a call that starts a run asks `admit` (the login limiter) and then `admit_shared`
+    /// (its budgets shared with other gateways, `Limiters::shared_attempt`) first. So a client that
     /// opens many connections at once with one new credential is charged one attempt, not one per
     /// connection, and joining a run can never start an uncharged one.
     ///
@@ -65,12 +66,13 @@ impl Verifier {
     /// also when that call is cancelled (its client went away mid-verification): otherwise the next
     /// call would find the entry, skip `admit`, and start an uncharged run. Calls that had joined a
     /// cancelled run start over, and are charged if they start the next one.
-    pub(crate) async fn verify<E>(
+    pub(crate) async fn verify<E, Shared: Future<Output = Result<(), E>>>(
         &self,
         key: CacheKey,
         hash: Option<&PasswordHash>,
         password: &Secret,
         mut admit: impl FnMut() -> Result<(), E>,
+        mut admit_shared: impl FnMut() -> Shared,
     ) -> Result<bool, E> {
         let known = hash.is_some();
         loop {
@@ -99,6 +101,9 @@ impl Verifier {
                         key,
                         rx: tx.subscribe(),
                     };
+                    // The shared half (other gateways' budgets, in the store) is awaited here,
+                    // outside the lock: refused, the entry goes and those who joined start over.
+                    admit_shared().await?;
                     let ok = self.run(hash.unwrap_or(&self.dummy).clone(), password.clone()).await;
                     let _ = tx.send(Some(ok));
                     return Ok(ok && known);
@@ -184,11 +189,44 @@ mod tests {
         let v = Verifier::new(1);
         let hash = PasswordHash::new(&hash_password("pw")).unwrap();
         assert_eq!(
-            v.verify([4; 32], Some(&hash), &Secret::new("pw"), || Err("limited"))
-                .await,
+            v.verify(
+                [4; 32],
+                Some(&hash),
+                &Secret::new("pw"),
+                || Err("limited"),
+                || async { Ok(()) }
+            )
+            .await,
             Err("limited")
         );
         assert_eq!(v.counters().runs.load(Ordering::SeqCst), 0);
+    }
+
+    /// The shared half refusing (another gateway spent the budget) starts no run either, and
+    /// leaves no entry behind: the next call is asked again.
+    #[tokio::test]
+    async fn refused_shared_admission_starts_no_run() {
+        let v = Verifier::new(1);
+        let hash = PasswordHash::new(&hash_password("pw")).unwrap();
+        let refuse = || async { Err("spent elsewhere") };
+        assert_eq!(
+            v.verify([5; 32], Some(&hash), &Secret::new("pw"), || Ok(()), refuse)
+                .await,
+            Err("spent elsewhere")
+        );
+        assert_eq!(v.counters().runs.load(Ordering::SeqCst), 0);
+        assert_eq!(v.inflight_len(), 0);
+        assert_eq!(
+            v.verify(
+                [5; 32],
+                Some(&hash),
+                &Secret::new("pw"),
+                || Ok::<(), &str>(()),
+                || async { Ok(()) }
+            )
+            .await,
+            Ok(true)
+        );
     }
 
     #[tokio::test]
@@ -196,16 +234,20 @@ mod tests {
         let v = Verifier::new(2);
         let hash = PasswordHash::new(&hash_password("correct horse")).unwrap();
         assert_eq!(
-            v.verify([1; 32], Some(&hash), &Secret::new("correct horse"), admit)
-                .await,
+            v.verify([1; 32], Some(&hash), &Secret::new("correct horse"), admit, || async {
+                Ok(())
+            })
+            .await,
             Ok(true)
         );
         assert_eq!(
-            v.verify([2; 32], Some(&hash), &Secret::new("wrong"), admit).await,
+            v.verify([2; 32], Some(&hash), &Secret::new("wrong"), admit, || async { Ok(()) })
+                .await,
             Ok(false)
         );
         assert_eq!(
-            v.verify([3; 32], None, &Secret::new("correct horse"), admit).await,
+            v.verify([3; 32], None, &Secret::new("correct horse"), admit, || async { Ok(()) })
+                .await,
             Ok(false),
             "unknown users never pass"
         );
@@ -228,10 +270,16 @@ mod tests {
                 let hash = hash.clone();
                 let admitted = admitted.clone();
                 tokio::spawn(async move {
-                    v.verify([9; 32], Some(&hash), &Secret::new("pw"), || {
-                        admitted.fetch_add(1, Ordering::SeqCst);
-                        Ok::<(), ()>(())
-                    })
+                    v.verify(
+                        [9; 32],
+                        Some(&hash),
+                        &Secret::new("pw"),
+                        || {
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                            Ok::<(), ()>(())
+                        },
+                        || async { Ok(()) },
+                    )
                     .await
                 })
             })
@@ -256,10 +304,16 @@ mod tests {
         let charged = Arc::new(AtomicUsize::new(0));
         let (v2, hash2, charged2) = (v.clone(), hash.clone(), charged.clone());
         let first = tokio::spawn(async move {
-            v2.verify([7; 32], Some(&hash2), &Secret::new("guess"), || {
-                charged2.fetch_add(1, Ordering::SeqCst);
-                Ok::<(), ()>(())
-            })
+            v2.verify(
+                [7; 32],
+                Some(&hash2),
+                &Secret::new("guess"),
+                || {
+                    charged2.fetch_add(1, Ordering::SeqCst);
+                    Ok::<(), ()>(())
+                },
+                || async { Ok(()) },
+            )
             .await
         });
         // Wait (bounded) until argon2 runs, then cancel the request, as a client that hangs up does.
@@ -273,8 +327,14 @@ mod tests {
         assert_eq!(v.inflight_len(), 0, "the cancelled run left its in-flight entry");
         // The same credential again: a new run, and the limiter is asked (and may refuse).
         assert_eq!(
-            v.verify([7; 32], Some(&hash), &Secret::new("guess"), || Err("limited"))
-                .await,
+            v.verify(
+                [7; 32],
+                Some(&hash),
+                &Secret::new("guess"),
+                || Err("limited"),
+                || async { Ok(()) }
+            )
+            .await,
             Err("limited"),
             "the next attempt skipped the limiter"
         );

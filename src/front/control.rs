@@ -184,7 +184,7 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             gw.browser.sessions.invalidate();
             reply(StatusCode::OK, "application/json", r#"{"invalidated":true}"#.into())
         }
-        (&Method::POST, "/pair") => match pair(gw, https_port, req.body()) {
+        (&Method::POST, "/pair") => match pair_off_the_runtime(gw, https_port, req.body()).await {
             Ok(v) => reply(StatusCode::OK, "application/json", v.to_string()),
             Err(why) => reply(
                 StatusCode::BAD_REQUEST,
@@ -203,6 +203,14 @@ struct PairRequest {
     #[serde(default)]
     label: String,
     ttl_secs: Option<u64>,
+}
+
+/// [`pair`] on a blocking thread: issuing a code runs argon2 and writes the state database.
+async fn pair_off_the_runtime(gw: &Arc<Gateway>, https_port: u16, body: &Bytes) -> Result<serde_json::Value, String> {
+    let (gw, body) = (gw.clone(), body.clone());
+    tokio::task::spawn_blocking(move || pair(&gw, https_port, &body))
+        .await
+        .unwrap_or_else(|e| Err(format!("the pairing code could not be made: {e}")))
 }
 
 /// `POST /pair {"user","label","ttl_secs"}` → `{"code","url","expires_at"}`. The code goes back to

@@ -6,8 +6,11 @@
 //! their cheaper answers (a cached password or token) refuse as well.
 //!
 //! Only a login attempt (an argon2 run, a token lookup, a pairing or passkey answer) asks the
-//! store; a request with a cached credential asks only memory. When the store cannot be asked,
-//! the replica's own limiter still bounds it (said once per run of failures).
+//! store; a request with a cached credential asks only memory. The store is asked off the
+//! connection's thread (a worker serves many connections on one thread: a database round trip,
+//! or a connect timeout, there would stall them all), and told of spent budgets in the
+//! background. When the store cannot be asked, the replica's own limiter still bounds the
+//! attempt (said once per run of failures).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +27,7 @@ pub(crate) struct Shape {
 
 pub(crate) struct SharedBudgets {
     store: Arc<dyn Store>,
-    failing: AtomicBool,
+    failing: Arc<AtomicBool>,
 }
 
 /// What the store said of one attempt.
@@ -47,39 +50,56 @@ impl SharedBudgets {
     pub(crate) fn on(store: &Arc<dyn Store>) -> Option<SharedBudgets> {
         store.is_shared().then(|| SharedBudgets {
             store: store.clone(),
-            failing: AtomicBool::new(false),
+            failing: Arc::default(),
         })
     }
 
-    /// Take one cell of `key`'s budget.
-    pub(crate) fn take(&self, key: &str, shape: Shape) -> Taken {
-        let now = crate::store::now_millis();
-        match self.store.take_budget(key, millis(shape.interval), shape.burst, now) {
-            Ok(taken) => {
-                if self.failing.swap(false, Ordering::Relaxed) {
+    /// Take one cell of each of `keys`' budgets, in order, stopping at the first that is spent;
+    /// on a blocking thread.
+    pub(crate) async fn take(&self, keys: Vec<(String, Shape)>) -> Vec<Taken> {
+        let (store, failing) = (self.store.clone(), self.failing.clone());
+        let taken = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(keys.len());
+            for (key, shape) in keys {
+                let now = crate::store::now_millis();
+                let t = match store.take_budget(&key, millis(shape.interval), shape.burst, now) {
+                    Ok(Ok(left)) => Taken::Left(left),
+                    Ok(Err(ms)) => Taken::Spent(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                    Err(e) => {
+                        if !failing.swap(true, Ordering::Relaxed) {
+                            tracing::error!(error = %e, "cannot charge a login attempt to the shared budgets; this gateway's own limiter still bounds it");
+                        }
+                        Taken::Unknown
+                    }
+                };
+                let stop = matches!(t, Taken::Spent(_));
+                if !matches!(t, Taken::Unknown) && failing.swap(false, Ordering::Relaxed) {
                     tracing::info!("the shared login budgets are asked again");
                 }
-                match taken {
-                    Ok(left) => Taken::Left(left),
-                    Err(ms) => Taken::Spent(Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+                out.push(t);
+                if stop {
+                    break;
                 }
             }
-            Err(e) => {
-                if !self.failing.swap(true, Ordering::Relaxed) {
-                    tracing::error!(error = %e, "cannot charge a login attempt to the shared budgets; this gateway's own limiter still bounds it");
-                }
-                Taken::Unknown
-            }
-        }
+            out
+        })
+        .await;
+        taken.unwrap_or_default()
     }
 
     /// Tell the other gateways that `key`'s budget is spent for `for_` (zero: it is not, a login
     /// just proved the address holds the credential).
+    /// In the background: the caller may be a connection's thread.
     pub(crate) fn tell(&self, key: &str, for_: Duration) {
-        self.store.tell(crate::store::Changed::Spent {
+        let store = self.store.clone();
+        let what = crate::store::Changed::Spent {
             key: key.to_string(),
             ms: millis(for_),
-        });
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || store.tell(what))),
+            Err(_) => store.tell(what),
+        }
     }
 }
 

@@ -26,6 +26,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0003_once.sql"),
     include_str!("migrations/postgres/0004_budgets.sql"),
 ];
+/// How long a connection to the database may take when the URL does not say.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f63_6777;
 
@@ -58,9 +60,15 @@ pub(crate) fn redacted(url: &str) -> String {
 }
 
 pub(super) fn connect(url: &str) -> Result<Client, StoreError> {
-    let config: postgres::Config = url
+    let mut config: postgres::Config = url
         .parse()
         .map_err(|e: postgres::Error| StoreError::Backend(format!("store.url: {e}")))?;
+    // A database that does not answer fails a call in seconds, not at the OS's TCP timeout
+    // (minutes): a login waits on it, and the listening and lock threads retry. The URL's own
+    // `connect_timeout` wins.
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
     let client = match config.get_ssl_mode() {
         postgres::config::SslMode::Disable => config.connect(NoTls)?,
         _ => {

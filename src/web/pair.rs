@@ -50,7 +50,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
     // Every attempt is charged to the address alone, whatever its id selects: a budget that
     // followed the code's user would tell live ids from unknown ones by which budget runs out.
     // Guessing one code's secret is bounded by the code itself (MAX_TRIES, then it dies).
-    if let Err(d) = ctx.gw.auth.limiters.address_attempt(ctx.client) {
+    if let Err(d) = ctx.gw.auth.limiters.attempt(ctx.client, None).await {
         return limited(ctx, d);
     }
     // Only for the log: the person sees the same answer whichever reason it was.
@@ -59,7 +59,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         let Some(p) = parsed else {
             return Ok((None, Err(Refused::Malformed)));
         };
-        Ok((pairing.user_of(&p.id)?, pairing.redeem(&p)?))
+        pairing.redeem(&p)
     })
     .await
     .map_err(|_| HttpError::StateUnavailable)?;

@@ -116,11 +116,11 @@ async fn sign_in(
     let store = ctx.gw.browser.sessions.store();
     let record = match ctx.gw.browser.passkeys.finish_sign_in(store, place, credential).await {
         Ok(r) => r,
-        Err(e) => return Ok(failed(ctx, None, &e)),
+        Err(e) => return Ok(failed(ctx, None, &e).await),
     };
     // A user no longer configured: their passkeys open nothing.
     let Some(user) = ctx.state.users.get(record.user.as_str()).map(|u| u.name.clone()) else {
-        return Ok(failed(ctx, Some(&record.user), &PasskeyError::Unknown));
+        return Ok(failed(ctx, Some(&record.user), &PasskeyError::Unknown).await);
     };
     // The user name's budget too, as a password login's (a name locked out from elsewhere).
     if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, Some(&user)) {
@@ -146,8 +146,8 @@ async fn sign_in(
 /// A sign-in refused: charged to the address's login budget (as a wrong password, without a
 /// user name to charge), counted, logged and audited with why (the user only once a passkey
 /// named one).
-fn failed(ctx: &Ctx<'_>, user: Option<&str>, e: &PasskeyError) -> Response<ProxyBody> {
-    if let Err(denied) = ctx.gw.auth.limiters.address_attempt(ctx.client) {
+async fn failed(ctx: &Ctx<'_>, user: Option<&str>, e: &PasskeyError) -> Response<ProxyBody> {
+    if let Err(denied) = ctx.gw.auth.limiters.attempt(ctx.client, None).await {
         tracing::warn!(target: "security", peer = %ctx.client, reason = denied.reason, "passkey sign-ins from this address: limit reached");
     }
     ctx.gw.metrics.login(LoginMethod::Passkey, false);

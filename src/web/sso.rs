@@ -90,7 +90,7 @@ pub(crate) async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErro
         return Ok(page::redirect(&next));
     }
     // Each start holds a flow in memory for ten minutes: an address gets the login budget.
-    ctx.gw.auth.limiters.address_attempt(ctx.client).map_err(|d| {
+    ctx.gw.auth.limiters.attempt(ctx.client, None).await.map_err(|d| {
         tracing::warn!(target: "security", peer = %ctx.client, reason = "oidc_start_limited", "single sign-on: too many sign-ins begun from one address");
         ctx.gw.audit.record(sso_record(ctx, "lockout", None).field("reason", d.reason));
         HttpError::LoginLimited {

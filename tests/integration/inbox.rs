@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::common::client::{Https, basic, direct_call, json, plain_send};
-use crate::common::fake_upstream::InboxUpstream;
+use crate::common::fake_upstream::{InboxUpstream, ext_config, permission_json};
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::webhook::receiver;
@@ -595,26 +595,6 @@ fn folder() -> (std::path::PathBuf, tempfile::TempDir) {
     (keep.path().canonicalize().unwrap(), keep)
 }
 
-/// `ext`, the stand-in at `fake` pinned to `dir`, and alice (admin).
-fn ext_config(fake: &InboxUpstream, dir: &std::path::Path) -> String {
-    base_config(&format!(
-        "{}\ndirectory = \"{}\"\n\n{}",
-        crate::common::gateway::external_project("ext", &fake.url()).trim_end(),
-        dir.display(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: ALICE,
-            projects: "[\"*\"]",
-            role: "admin",
-        }])
-    ))
-}
-
-fn permission_json(id: &str) -> Value {
-    serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
-        "metadata": {"command": "ls"}, "always": ["ls *"]})
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
     let fake = InboxUpstream::start("scripted-pw").await;
@@ -624,7 +604,7 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
         |usd: f64| serde_json::json!({"id": "ses_1", "title": "t", "cost": usd, "time": {"created": 1, "updated": 2}});
     *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.01)]));
     let (dir, _keep) = folder();
-    let gw = Gateway::start_behind(&ext_config(&fake, &dir), "scripted-pw");
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
     inbox_until(&gw, Duration::from_secs(10), "the seeded card", |v| {
         has_card(v, "ext", "per_1")
     })
@@ -692,7 +672,7 @@ async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
     let fake = InboxUpstream::start("scripted-pw").await;
     *fake.state.subscribe_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_gap")));
     let (dir, _keep) = folder();
-    let gw = Gateway::start_behind(&ext_config(&fake, &dir), "scripted-pw");
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
     inbox_until(&gw, Duration::from_secs(10), "the card asked in the gap", |v| {
         has_card(v, "ext", "per_gap")
     })

@@ -221,17 +221,10 @@ async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_die
     let (hook, seen) = crate::common::webhook::receiver(vec![]).await;
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path().canonicalize().unwrap();
-    let config = base_config(&format!(
-        "[store]\nurl = \"{url}\"\n\n[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n{}\ndirectory = \"{}\"\n\n{}",
-        crate::common::gateway::external_project("ext", &fake.url()).trim_end(),
-        dir.display(),
-        users_toml(&[TestUser {
-            name: "alice",
-            password: ALICE,
-            projects: "[\"*\"]",
-            role: "admin",
-        }])
-    ));
+    let config = crate::common::fake_upstream::ext_config(&fake, &dir, ALICE).replace(
+        "[[project]]",
+        &format!("[store]\nurl = \"{url}\"\n\n[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n[[project]]"),
+    );
     let a = Gateway::start_behind(&config, "scripted-pw");
     assert!(
         a.wait_log("this gateway holds the lock", Duration::from_secs(10)).await,
@@ -246,7 +239,7 @@ async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_die
     }
     let ask = |id: &str| {
         let event = serde_json::json!({"directory": dir, "payload": {"type": "permission.asked", "properties":
-            {"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"], "metadata": {"command": "ls"}, "always": ["ls *"]}}});
+            crate::common::fake_upstream::permission_json(id)}});
         let streams = fake.state.streams.lock().unwrap().clone();
         async move {
             for tx in streams {

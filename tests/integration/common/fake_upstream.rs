@@ -377,3 +377,26 @@ async fn handle(
     };
     Ok(resp)
 }
+
+/// A config with `ext`, the stand-in at `fake` pinned to `dir`, and alice (admin) with
+/// `password`.
+pub fn ext_config(fake: &InboxUpstream, dir: &std::path::Path, password: &str) -> String {
+    use super::gateway::{TestUser, base_config, external_project, users_toml};
+    base_config(&format!(
+        "{}\ndirectory = \"{}\"\n\n{}",
+        external_project("ext", &fake.url()).trim_end(),
+        dir.display(),
+        users_toml(&[TestUser {
+            name: "alice",
+            password,
+            projects: "[\"*\"]",
+            role: "admin",
+        }])
+    ))
+}
+
+/// A permission request as OpenCode's `permission.asked` carries it (bash `ls`, session ses_1).
+pub fn permission_json(id: &str) -> serde_json::Value {
+    serde_json::json!({"id": id, "sessionID": "ses_1", "permission": "bash", "patterns": ["ls"],
+        "metadata": {"command": "ls"}, "always": ["ls *"]})
+}
