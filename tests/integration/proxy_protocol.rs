@@ -123,3 +123,49 @@ async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_fr
         "the claimed address reached the logs"
     );
 }
+
+/// Part of a PROXY header (or of v1's text), then silence: closed by the handshake deadline, from
+/// a trusted proxy and from anyone else (round four: such connections were still open after
+/// 330 s against a 10 s deadline, each asked again every 5 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn part_of_a_proxy_header_then_silence_is_closed_at_the_handshake_deadline() {
+    let config = base_config("[limits]\ntls_handshake_timeout = \"1s\"\n").replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    let gw = Gateway::start(&config);
+    let signature = &opencode_gateway::front::proxy_header::SIGNATURE;
+    let partial: [&[u8]; 3] = [b"P", b"\r\n", &signature[..11]];
+    // 127.0.0.1 is trusted, 127.0.0.3 is not.
+    for from in ["127.0.0.1", "127.0.0.3"] {
+        let mut open = Vec::new();
+        for bytes in partial {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+            let mut tcp = socket.connect(gw.https).await.unwrap();
+            tcp.write_all(bytes).await.unwrap();
+            open.push((bytes, tcp));
+        }
+        let started = std::time::Instant::now();
+        for (bytes, mut tcp) in open {
+            let mut answer = Vec::new();
+            let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+            let closed = matches!(&read, Ok(Ok(0)))
+                || matches!(&read, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset);
+            assert!(
+                closed && answer.is_empty(),
+                "{bytes:?} from {from}: not closed 10 s after a 1 s deadline: {read:?} {answer:?}"
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "from {from}: closed only after {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(
+        gw.logs().contains("no handshake within tls_handshake_timeout"),
+        "{}",
+        gw.logs()
+    );
+}
