@@ -169,3 +169,46 @@ async fn part_of_a_proxy_header_then_silence_is_closed_at_the_handshake_deadline
         gw.logs()
     );
 }
+
+/// Behind a balancer the per-address connection cap counts the client the PROXY header names,
+/// not the balancer (round four: 20 direct, 60 through HAProxy): a client at the cap is refused
+/// while another client of the same balancer, and the balancer itself, go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_balancer_the_connection_cap_counts_the_client_the_header_names() {
+    let config = base_config("[limits]\nmax_connections_per_ip = 2\n").replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.1\"]\n",
+    );
+    let gw = Gateway::start(&config);
+    let c = crate::common::client::Https::new(gw.https, &gw.ca()).from("127.0.0.1");
+    let header = |client: &str| opencode_gateway::front::proxy_header::encode(client.parse().unwrap(), gw.https);
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            c.try_tls_after(&header("198.51.100.7:40000"))
+                .await
+                .expect("within the cap"),
+        );
+    }
+    crate::common::client::assert_closed_in_handshake(
+        c.try_tls_after(&header("198.51.100.7:40001")).await,
+        "a third connection for 198.51.100.7",
+    );
+    // Another client of the same balancer, and the balancer's own connections, are not counted
+    // with it: four connections from 127.0.0.1 in all, over a cap of 2.
+    for port in [40002, 40003] {
+        held.push(
+            c.try_tls_after(&header(&format!("198.51.100.8:{port}")))
+                .await
+                .expect("another client"),
+        );
+    }
+    held.push(c.try_tls().await.expect("the balancer's own connection"));
+    assert!(
+        gw.wait_log("peer=198.51.100.7 reason=\"connection_limit\"", Duration::from_secs(5))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    drop(held);
+}

@@ -51,6 +51,7 @@ impl Throttle {
 
 static HANDSHAKES: Throttle = Throttle::new();
 static PROXY_HEADERS: Throttle = Throttle::new();
+static PROXIED_OVER_CAP: Throttle = Throttle::new();
 
 /// Say that the handshake with `peer` failed, for `reason`, unless a line was written lately.
 pub(crate) fn failed(peer: SocketAddr, reason: &str) {
@@ -66,4 +67,13 @@ pub(crate) fn refused(peer: SocketAddr, reason: &str) {
     let Some(before) = PROXY_HEADERS.due() else { return };
     tracing::warn!(target: "security", peer = %peer.ip(), reason, refused_since_last_line = before,
         "connection refused before the TLS handshake for its PROXY protocol header (logged at most once per 10 s)");
+}
+
+/// Say that a connection a trusted proxy carried for `client` was refused: that client already
+/// holds `max_connections_per_ip` connections (counted by the address the header names, not the
+/// balancer's), unless a line was written lately.
+pub(crate) fn over_cap(client: SocketAddr) {
+    let Some(before) = PROXIED_OVER_CAP.due() else { return };
+    tracing::warn!(target: "security", peer = %client.ip(), reason = "connection_limit", refused_since_last_line = before,
+        "connection refused: the client its PROXY protocol header names holds max_connections_per_ip connections (logged at most once per 10 s)");
 }

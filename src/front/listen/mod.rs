@@ -157,7 +157,6 @@ pub(crate) async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Op
         crate::gateway::connections::Class::Unauthenticated,
         move |tcp, peer, slot| {
             let gw = gw2.clone();
-            let bound = bound.clone();
             // Served on a worker runtime (see support/workers.rs): the socket moves to that runtime's reactor.
             let tcp = match tcp.into_std() {
                 Ok(t) => t,
@@ -166,83 +165,116 @@ pub(crate) async fn serve_tls(gw: Arc<Gateway>, listener: TcpListener, bound: Op
                     return;
                 }
             };
-            let worker_gw = gw.clone();
-            gw.doors.workers.spawn(tasks.track_future(async move {
-                let gw = worker_gw;
-                let lease = slot.place.lease().clone();
-                let trusted = slot.trusted;
-                let _slot = slot;
-                let Ok(mut tcp) = TcpStream::from_std(tcp) else {
-                    return;
-                };
-                // One deadline for the first bytes (a load balancer's PROXY header) and the handshake.
-                let deadline = tokio::time::Instant::now() + gw.limits.tls_handshake_timeout;
-                let client = tokio::select! {
-                    c = proxied::client_of(&mut tcp, peer, trusted, deadline) => c,
-                    _ = lease.shed.cancelled() => return,
-                };
-                let peer = match client {
-                    Ok(client) => client,
-                    Err(reason) => {
-                        gw.metrics.tls_handshake(false);
-                        match reason {
-                            proxied::NOTHING_IN_TIME => {
-                                handshake_log::failed(peer, "no handshake within tls_handshake_timeout")
-                            }
-                            proxied::CLOSED => handshake_log::failed(peer, "closed before the handshake"),
-                            _ => handshake_log::refused(peer, reason),
-                        }
-                        return;
-                    }
-                };
-                let acceptor = TlsAcceptor::from(gw.state().tls.clone());
-                // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
-                // task, which then lives as long as the connection (1.4 KiB more for each).
-                let handshake = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(tcp)));
-                // Shed (the table needed its place) before the handshake ended: close.
-                let handshake = tokio::select! {
-                    r = handshake => r,
-                    _ = lease.shed.cancelled() => return,
-                };
-                let stream = match handshake {
-                    Ok(Ok(s)) => {
-                        gw.metrics.tls_handshake(true);
-                        s
-                    }
-                    Ok(Err(e)) => {
-                        gw.metrics.tls_handshake(false);
-                        handshake_log::failed(peer, &e.to_string());
-                        return;
-                    }
-                    Err(_) => {
-                        gw.metrics.tls_handshake(false);
-                        handshake_log::failed(peer, "no handshake within tls_handshake_timeout");
-                        return;
-                    }
-                };
-                // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
-                if stream.get_ref().1.alpn_protocol() == Some(crate::gateway::certs::ACME_TLS_ALPN) {
-                    return;
-                }
-                // A project removed by a reload keeps its port until a restart (listeners are not
-                // re-bound): new connections there get a plain 404 saying so.
-                let alpn = crate::front::connection::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
-                if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
-                    // Boxed: inline, this rare path's connection would size the task of every
-                    // connection served here.
-                    Box::pin(crate::front::connection::serve_gone(
-                        gw.clone(),
-                        name.into(),
-                        stream,
-                        alpn,
-                    ))
-                    .await;
-                    return;
-                }
-                let conn = Arc::new(ConnInfo::with_lease(peer, Front::Tls { bound }, lease));
-                crate::front::connection::serve_connection(gw, conn, stream, Some(alpn)).await;
-            }));
+            let connection = serve_tls_connection(gw.clone(), tcp, peer, slot, bound.clone());
+            gw.doors.workers.spawn(tasks.track_future(connection));
         },
     )
     .await;
+}
+
+/// One HTTPS connection on its worker: who it is from, the handshake, then HTTP.
+async fn serve_tls_connection(
+    gw: Arc<Gateway>,
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    slot: ConnSlot,
+    bound: Option<Arc<str>>,
+) {
+    let lease = slot.place.lease().clone();
+    let trusted = slot.trusted;
+    let _slot = slot;
+    let Ok(mut tcp) = TcpStream::from_std(tcp) else {
+        return;
+    };
+    // One deadline for the first bytes (a load balancer's PROXY header) and the handshake.
+    let deadline = tokio::time::Instant::now() + gw.limits.tls_handshake_timeout;
+    let client = tokio::select! {
+        c = proxied::client_of(&mut tcp, peer, trusted, deadline) => c,
+        _ = lease.shed.cancelled() => return,
+    };
+    let Some((peer, _client_slot)) = admit_client(&gw, peer, trusted, client) else {
+        return;
+    };
+    let acceptor = TlsAcceptor::from(gw.state().tls.clone());
+    // Boxed, and freed once done: inline, rustls' connection mid-handshake would size this
+    // task, which then lives as long as the connection (1.4 KiB more for each).
+    let handshake = Box::pin(tokio::time::timeout_at(deadline, acceptor.accept(tcp)));
+    // Shed (the table needed its place) before the handshake ended: close.
+    let handshake = tokio::select! {
+        r = handshake => r,
+        _ = lease.shed.cancelled() => return,
+    };
+    let stream = match handshake {
+        Ok(Ok(s)) => {
+            gw.metrics.tls_handshake(true);
+            s
+        }
+        Ok(Err(e)) => {
+            gw.metrics.tls_handshake(false);
+            handshake_log::failed(peer, &e.to_string());
+            return;
+        }
+        Err(_) => {
+            gw.metrics.tls_handshake(false);
+            handshake_log::failed(peer, "no handshake within tls_handshake_timeout");
+            return;
+        }
+    };
+    // A TLS-ALPN-01 validation only needs the handshake (RFC 8737): nothing is served.
+    if stream.get_ref().1.alpn_protocol() == Some(crate::gateway::certs::ACME_TLS_ALPN) {
+        return;
+    }
+    // A project removed by a reload keeps its port until a restart (listeners are not
+    // re-bound): new connections there get a plain 404 saying so.
+    let alpn = crate::front::connection::Alpn::from_tls(stream.get_ref().1.alpn_protocol());
+    if let Some(name) = bound.as_deref().filter(|n| !gw.state().projects.contains_key(*n)) {
+        // Boxed: inline, this rare path's connection would size the task of every
+        // connection served here.
+        Box::pin(crate::front::connection::serve_gone(
+            gw.clone(),
+            name.into(),
+            stream,
+            alpn,
+        ))
+        .await;
+        return;
+    }
+    let conn = Arc::new(ConnInfo::with_lease(peer, Front::Tls { bound }, lease));
+    crate::front::connection::serve_connection(gw, conn, stream, Some(alpn)).await;
+}
+
+/// The client a connection is from (its peer, or the one a trusted balancer's header names),
+/// with that client's own connection slot when a balancer carried it; `None`: closed, said in
+/// the log. A balancer's client is counted by the address its header names: the balancer itself
+/// has no cap (it carries everyone), its clients have the usual one.
+fn admit_client(
+    gw: &Gateway,
+    proxy: SocketAddr,
+    trusted: bool,
+    client: Result<SocketAddr, proxied::Reason>,
+) -> Option<(SocketAddr, Option<SlotGuard<std::net::IpAddr>>)> {
+    let client = match client {
+        Ok(client) => client,
+        Err(reason) => {
+            gw.metrics.tls_handshake(false);
+            match reason {
+                proxied::NOTHING_IN_TIME => handshake_log::failed(proxy, "no handshake within tls_handshake_timeout"),
+                proxied::CLOSED => handshake_log::failed(proxy, "closed before the handshake"),
+                _ => handshake_log::refused(proxy, reason),
+            }
+            return None;
+        }
+    };
+    if !trusted || client.ip() == proxy.ip() {
+        return Some((client, None));
+    }
+    let key = crate::ratelimit::address_key(client.ip());
+    match gw.doors.connections.try_acquire(key, gw.limits.max_connections_per_ip) {
+        Some(slot) => Some((client, Some(slot))),
+        None => {
+            gw.metrics.refused(Refusal::ConnectionsPerAddress);
+            handshake_log::over_cap(client);
+            None
+        }
+    }
 }

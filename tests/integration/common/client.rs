@@ -107,6 +107,15 @@ impl Https {
         TlsConnector::from(self.config.clone()).connect(name, tcp).await
     }
 
+    /// A TLS connection after `prefix` (a PROXY protocol header, as a load balancer writes it).
+    pub async fn try_tls_after(&self, prefix: &[u8]) -> std::io::Result<TlsStream<TcpStream>> {
+        use tokio::io::AsyncWriteExt;
+        let mut tcp = self.tcp().await?;
+        tcp.write_all(prefix).await?;
+        let name = ServerName::try_from(self.host.clone()).unwrap();
+        TlsConnector::from(self.config.clone()).connect(name, tcp).await
+    }
+
     pub async fn tls(&self) -> TlsStream<TcpStream> {
         let tcp = self.tcp().await.unwrap();
         let name = ServerName::try_from(self.host.clone()).unwrap();
