@@ -41,7 +41,15 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             user: user.name.to_string(),
             project: project.name.to_string(),
         })?;
-    crate::policy::authz::check_target(role, method, target.class, target.label(), target.note())?;
+    // A path judged before the server's document was read waits for it in the plan, which
+    // judges it again (a spawned server reads its document as it starts); refused there if the
+    // document cannot be read.
+    let class = if target.unread_default() {
+        Some(crate::policy::authz::Class::Read)
+    } else {
+        target.class
+    };
+    crate::policy::authz::check_target(role, method, class, target.label(), target.note())?;
     match on.origin {
         OriginRule::Cookie => {
             // The browser's cookie authenticates this: the stricter rule, and a WebSocket must

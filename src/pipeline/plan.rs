@@ -44,6 +44,9 @@ pub(super) async fn plan(
         let protected = &on.here.state.settings.protected;
         own_files::check_request(protected, on.here.client, on.user, target, request.query_paths())?;
         record.class = target.class();
+    } else if target.unread_default() {
+        // Still unread (the server's document could not be read): the conservative class.
+        crate::policy::authz::check_target(role, request.method(), target.class, target.label(), target.note())?;
     }
     if project.shared_upstream
         && let Some(id) = &target.session

@@ -68,7 +68,20 @@ impl Target {
 
     /// Where the route's role comes from, for a refusal (empty for table routes).
     pub(crate) fn note(&self) -> &'static str {
-        self.route.map_or("", |r| r.note())
+        match self.route {
+            Some(r) => r.note(),
+            None if self.unread_default() => {
+                " (this OpenCode server's API document has not been read: until it is, a path the gateway's table does not know needs an operator)"
+            }
+            None => "",
+        }
+    }
+
+    /// A GET under a root nobody lists, judged before the server's API document was read: an
+    /// operator's for now (`policy::authz`); the plan judges it again once the document is read
+    /// or could not be.
+    pub(crate) fn unread_default(&self) -> bool {
+        !self.upstream_known && self.route.is_none() && self.class == Some(Class::Operate)
     }
 }
 

@@ -128,6 +128,18 @@ fn render_static(segs: &[Cow<'_, str>]) -> String {
     out
 }
 
+/// The web UI's own files, whatever the server's version: its page (`/`), its bundle
+/// (`/assets/…`) and the files at its root (`/favicon-v3.ico`, `/site.webmanifest`).
+fn web_ui_file(segs: &[Cow<'_, str>]) -> bool {
+    let mut named = segs.iter().filter(|s| !s.is_empty());
+    match (named.next(), named.next()) {
+        (None, _) => true,
+        (Some(first), _) if first.eq_ignore_ascii_case("assets") => true,
+        (Some(file), None) => file.contains('.'),
+        _ => false,
+    }
+}
+
 /// The table's routes under a root (given in lower case).
 fn root_routes(root: &str) -> Option<&'static Vec<ApiRoute>> {
     index().get(root)
@@ -172,7 +184,20 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
         || extra.configured.has_root(root);
     if !api_root {
         let api = first.eq_ignore_ascii_case(DOC_ROOT);
-        let class = (method == Method::OPTIONS || (m == "GET" && !api)).then_some(Class::Read);
+        let class = if method == Method::OPTIONS {
+            Some(Class::Read)
+        } else if m == "GET" && !api {
+            // A root nobody lists is the web UI's only once the server's own document says what
+            // its API is: until then (not read yet, or unreadable) a newer OpenCode's new root
+            // would be a viewer's. Only the web UI's own files stay readable meanwhile.
+            Some(if extra.upstream.is_some() || web_ui_file(segs) {
+                Class::Read
+            } else {
+                Class::Operate
+            })
+        } else {
+            None
+        };
         return Resolved {
             route: None,
             api,
@@ -350,8 +375,19 @@ mod tests {
             resolved(Method::GET, "/assets/index-abc.js"),
             (Some(Class::Read), "/assets/index-abc.js".into(), None)
         );
+        assert_eq!(resolved(Method::GET, "/favicon-v3.ico").0, Some(Class::Read));
+        // An SPA route under a root nobody lists: the web UI's once the server's document is
+        // read, an operator's before (a newer server's new root must not be a viewer's).
+        let spa = "/L3RtcC9vY3dvcms/session/ses_1";
+        assert_eq!(resolved(Method::GET, spa).0, Some(Class::Operate));
+        let read = crate::policy::drift::UpstreamApi::from_doc(None, &serde_json::json!({ "paths": {} })).unwrap();
+        let path = CanonicalPath::parse(spa).unwrap();
+        let extra = Extra {
+            upstream: Some(&read),
+            configured: &RouteRoles::EMPTY,
+        };
         assert_eq!(
-            resolved(Method::GET, "/L3RtcC9vY3dvcms/session/ses_1").0,
+            resolve_with(&Method::GET, path.segments(), extra).class,
             Some(Class::Read)
         );
         assert_eq!(resolved(Method::POST, "/assets/x").0, None);
