@@ -10,7 +10,7 @@ use crate::http::body::StreamHold;
 use crate::http::error::HttpError;
 use crate::metrics::{Refusal, StreamKind};
 use crate::policy::csrf;
-use crate::policy::plan::{RouteClass, Treatment};
+use crate::policy::plan::Treatment;
 
 pub(super) struct Admitted {
     pub(super) role: Role,
@@ -99,13 +99,14 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             project.name
         )));
     }
-    if target.class() == RouteClass::Prompt {
+    if target.route.is_some_and(|r| r.asks_model) {
         spend_allowed(on, target)?;
     }
     Ok(Admitted { role, stream_slot })
 }
 
-/// A prompt (message, prompt_async, command, shell) may start work only on a budget that is not
+/// A route that makes OpenCode ask the model (a prompt, a command, a compaction, `/init`, and any
+/// write a newer server adds: the table's `asks_model`) may start work only on a budget that is not
 /// spent (`[budget]`, the project's `budget`): decided here, on the canonical route, for every
 /// spelling and front door. With `on_exceed = "notify"` it goes through, logged. Who prompts a
 /// session is remembered: its spend from now on counts toward their daily budget.

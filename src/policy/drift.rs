@@ -353,6 +353,30 @@ mod tests {
         assert!(api.drifted() && api.is_root("newroot"));
     }
 
+    /// A newer server's write may ask the model (a new prompt or compaction route): the
+    /// budgets judge it until the table has reviewed it. Its reads do not.
+    #[test]
+    fn a_new_write_is_judged_by_the_budgets_and_the_table_says_for_its_own() {
+        let api = UpstreamApi::from_doc(
+            Some("1.99.0".into()),
+            &doc(&[("GET", "/session/{id}/digest"), ("POST", "/session/{id}/digest")]),
+        )
+        .unwrap();
+        let asks: Vec<(&str, bool)> = api.defaulted.iter().map(|r| (r.method, r.asks_model)).collect();
+        assert_eq!(asks, [("GET", false), ("POST", true)]);
+        let table = |m: &str, p: &str| {
+            index()["session"]
+                .iter()
+                .find(|r| r.method == m && r.pattern == p)
+                .unwrap()
+                .asks_model
+        };
+        assert!(table("POST", "/session/*/summarize") && table("POST", "/session/*/init"));
+        assert!(table("POST", "/session/*/message") && table("POST", "/session/*/prompt_async"));
+        assert!(!table("POST", "/session/*/fork") && !table("POST", "/session/*/abort"));
+        assert!(!table("GET", "/session/*/message"));
+    }
+
     #[test]
     fn a_new_literal_route_is_tried_before_a_table_parameter() {
         let api = UpstreamApi::from_doc(None, &doc(&[("GET", "/session/newlist")])).unwrap();

@@ -281,6 +281,16 @@ mod tests {
         for (m, p) in COMPRESSIBLE {
             assert!(known(m, p), "compression for unknown {m} {p}");
         }
+        use crate::policy::routes::{ASKS_MODEL, NAMES_A_MODEL_ASKS_NONE};
+        for (m, p) in ASKS_MODEL.iter().chain(NAMES_A_MODEL_ASKS_NONE) {
+            assert!(known(m, p), "model use for unknown {m} {p}");
+        }
+        for (m, p) in PROMPTS {
+            assert!(
+                ASKS_MODEL.contains(&(m, p)),
+                "a prompt the budgets do not judge: {m} {p}"
+            );
+        }
     }
 
     /// Compressed API answers are plain GETs: never a stream, a listing the gateway rewrites,

@@ -243,3 +243,34 @@ pub const ROUTES: &[Route] = &[
     (POST, "/tui/show-toast", Configure),
     (POST, "/tui/submit-prompt", Configure),
 ];
+
+/// The routes of the table that make OpenCode ask the model: judged by the spending budgets
+/// (`pipeline/admit.rs`). Prompts and commands, and also compaction (`summarize`, `compact`),
+/// `/init` (it runs a prompt) and the TUI's submit and command routes. Checked against the real
+/// server's document (`roles::the_table_matches_the_real_servers_openapi_document`): every route
+/// whose body names a model is here or in [`NAMES_A_MODEL_ASKS_NONE`]. A route the table does
+/// not know (a newer server's) that writes is judged by the budgets too (`table.rs`).
+pub const ASKS_MODEL: &[(&str, &str)] = &[
+    (POST, "/session/*/message"),
+    (POST, "/session/*/prompt_async"),
+    (POST, "/session/*/command"),
+    (POST, "/session/*/shell"),
+    (POST, "/session/*/init"),
+    (POST, "/session/*/summarize"),
+    (POST, "/api/session/*/prompt"),
+    (POST, "/api/session/*/compact"),
+    (POST, "/tui/submit-prompt"),
+    (POST, "/tui/execute-command"),
+    (POST, "/experimental/project/*/copy/generate-name"),
+];
+
+/// Routes whose body names a model but that ask none: they choose one for later work, which is
+/// judged when it is asked for.
+pub const NAMES_A_MODEL_ASKS_NONE: &[(&str, &str)] = &[
+    (POST, "/session"),
+    (POST, "/api/session"),
+    (POST, "/api/session/*/model"),
+    (PATCH, "/config"),
+    (PATCH, "/global/config"),
+    (PATCH, "/session/*/message/*/part/*"),
+];

@@ -8,7 +8,7 @@ use std::hash::BuildHasherDefault;
 use std::sync::OnceLock;
 
 use super::plan::{self, BodyRule, Treatment};
-use super::routes::{Class, ROUTES};
+use super::routes::{ASKS_MODEL, Class, ROUTES};
 
 /// One row of the table, split into segments once, with everything the gateway decides from it.
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub struct ApiRoute {
     pub compressible: bool,
     /// What the audit trail records for it, if anything.
     pub audit: Option<plan::AuditKind>,
+    /// It makes OpenCode ask the model: the spending budgets judge it.
+    pub asks_model: bool,
     /// Which parameter (by order) is a session ID: the one right after a `session` segment.
     pub(super) session_param: Option<usize>,
     /// Where the route's role comes from.
@@ -58,6 +60,7 @@ impl ApiRoute {
             workspace_switch: plan::is_workspace_switch(method, pattern),
             compressible: plan::compressible(method, pattern),
             audit: plan::audit_kind(method, pattern),
+            asks_model: asks_model(method, pattern),
             session_param: session_param(&segments),
             segments,
             origin,
@@ -95,6 +98,16 @@ pub(crate) fn index() -> &'static Index {
         }
         map
     })
+}
+
+/// Does this route make OpenCode ask the model? The table says for its own routes; a route it
+/// does not know (a newer server's, or one a `[[route_role]]` adds) that writes may, so it is
+/// judged by the budgets until the table has reviewed it.
+fn asks_model(method: &str, pattern: &str) -> bool {
+    if ROUTES.iter().any(|(m, p, _)| *m == method && *p == pattern) {
+        return ASKS_MODEL.contains(&(method, pattern));
+    }
+    method != "GET"
 }
 
 /// Which parameter (by order) follows a `session` segment: that one names a session.

@@ -164,6 +164,10 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
         format!("/p/demo/session/{id}/message/"),
         format!("/p/demo/SESSION/{id}/Message"),
         format!("/p/demo/api/session/{id}/prompt"),
+        // Compaction and `/init` ask the model too (round four: both went through).
+        format!("/p/demo/session/{id}/summarize"),
+        format!("/p/demo/session/{id}/init"),
+        format!("/p/demo/api/session/{id}/compact"),
         // The session named with its `_` percent-encoded: the same session to OpenCode and to
         // the meter (both read the decoded id).
         format!("/p/demo/session/{}/message", id.replacen('_', "%5F", 1)),
@@ -173,6 +177,10 @@ async fn a_prompt_on_a_spent_session_budget_is_refused_before_opencode_however_i
             r#"{"command":"init","arguments":""}"#
         } else if path.contains("/shell") {
             r#"{"agent":"build","command":"true"}"#
+        } else if path.contains("/summarize") || path.contains("/init") {
+            r#"{"providerID":"fake","modelID":"fake-model","messageID":"msg_x"}"#
+        } else if path.contains("/compact") {
+            "{}"
         } else {
             prompt
         };

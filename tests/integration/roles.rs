@@ -105,6 +105,69 @@ async fn the_table_matches_the_real_servers_openapi_document() {
         live, known,
         "OpenCode's routes changed: review tests/fixtures/opencode-1.18.33-routes.txt and authz::ROUTES"
     );
+    // Which routes ask the model is the table's to say for this version too: every route whose
+    // body names a model is judged by the budgets or reviewed as asking none.
+    use opencode_gateway::policy::routes::{ASKS_MODEL, NAMES_A_MODEL_ASKS_NONE};
+    let naming = routes_naming_a_model(&doc);
+    assert!(naming.len() >= 8, "{naming:?}");
+    for (method, pattern) in &naming {
+        let key = (method.as_str(), pattern.as_str());
+        assert!(
+            ASKS_MODEL.contains(&key) || NAMES_A_MODEL_ASKS_NONE.contains(&key),
+            "{method} {pattern} names a model: review policy::routes::ASKS_MODEL"
+        );
+    }
+    let listed: Vec<String> = live
+        .iter()
+        .filter_map(|l| {
+            let (m, path) = l.split_once(' ')?;
+            Some(format!(
+                "{m} {}",
+                opencode_gateway::policy::drift::pattern_from_doc(m, path)?
+            ))
+        })
+        .collect();
+    for (m, p) in ASKS_MODEL {
+        assert!(
+            listed.contains(&format!("{m} {p}")),
+            "{m} {p} is not a route of this version"
+        );
+    }
+}
+
+/// The (method, table pattern) of every route whose JSON body has a `model`, `modelID` or
+/// `providerID` property (following `$ref`s and `anyOf`/`oneOf`/`allOf`).
+fn routes_naming_a_model(doc: &serde_json::Value) -> Vec<(String, String)> {
+    fn names(doc: &serde_json::Value, schema: &serde_json::Value, depth: u32) -> bool {
+        if depth > 6 {
+            return false;
+        }
+        if let Some(r) = schema["$ref"].as_str() {
+            let name = r.rsplit('/').next().unwrap_or_default();
+            return names(doc, &doc["components"]["schemas"][name], depth + 1);
+        }
+        let direct = schema["properties"]
+            .as_object()
+            .is_some_and(|p| ["model", "modelID", "providerID"].iter().any(|k| p.contains_key(*k)));
+        direct
+            || ["anyOf", "oneOf", "allOf"].iter().any(|k| {
+                schema[*k]
+                    .as_array()
+                    .is_some_and(|all| all.iter().any(|s| names(doc, s, depth + 1)))
+            })
+    }
+    let mut out = Vec::new();
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for m in ["post", "put", "patch", "delete"] {
+            let body = &ops[m]["requestBody"]["content"]["application/json"]["schema"];
+            if !body.is_null() && names(doc, body, 0) {
+                let method = m.to_uppercase();
+                let pattern = opencode_gateway::policy::drift::pattern_from_doc(&method, path).unwrap();
+                out.push((method, pattern));
+            }
+        }
+    }
+    out
 }
 
 #[tokio::test]
