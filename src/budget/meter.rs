@@ -18,6 +18,9 @@ pub(crate) struct CostSeen {
     /// What the gateway knew it had spent before (`None`: first seen now).
     pub before: Option<f64>,
     pub now: f64,
+    /// The growth was copied from another session (a fork's messages), not spent: it counts
+    /// toward this session's own budget and nobody's day.
+    pub inherited: bool,
 }
 
 /// A budget a prompt may not start work on.
@@ -218,6 +221,9 @@ impl Meter {
         }
         let known = st.own.insert(key, c.now);
         st.dirty = true;
+        if c.inherited {
+            return;
+        }
         let delta = match c.before.or(known) {
             Some(before) => c.now - before,
             None => 0.0,
@@ -480,6 +486,7 @@ mod tests {
                 parent: parent.map(String::from),
                 before,
                 now,
+                inherited: false,
             },
             day,
         );

@@ -60,6 +60,12 @@ pub(crate) struct Session {
     /// When the model last said something in it (a message or a part of one).
     #[serde(skip)]
     pub last_said_ms: u64,
+    /// When OpenCode made it (`info.time.created`; 0: not said).
+    #[serde(skip)]
+    pub created_ms: u64,
+    /// Messages older than the session itself whose cost it took over: a fork's copies.
+    #[serde(skip)]
+    pub copied: Vec<String>,
 }
 
 impl Session {
@@ -76,6 +82,8 @@ impl Session {
             flag: None,
             streak: None,
             last_said_ms: now,
+            created_ms: 0,
+            copied: Vec::new(),
         }
     }
 }

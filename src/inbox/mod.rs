@@ -170,7 +170,10 @@ impl Inbox {
             let day = crate::budget::meter::today();
             for cost in &effect.costs {
                 self.meter.seen(cost, day);
-                self.judge_spend(cost, day);
+                // Nothing was spent: nothing to alert about or stop.
+                if !cost.inherited {
+                    self.judge_spend(cost, day);
+                }
             }
         }
         for repeat in &effect.repeats {

@@ -73,6 +73,7 @@ fn cost_seen(project: &str, old: Option<&Session>, new: &Session) -> Option<crat
         parent: new.parent_id.clone(),
         before,
         now,
+        inherited: false,
     })
 }
 
@@ -459,7 +460,9 @@ impl Model {
             "message.updated" => match props["info"]["sessionID"].as_str().or(props["sessionID"].as_str()) {
                 Some(id) => {
                     self.said(project, id, now, None);
-                    changed(true)
+                    let mut effect = changed(true);
+                    effect.costs.extend(self.copied_cost(project, id, &props["info"]));
+                    effect
                 }
                 None => Effect::default(),
             },
@@ -473,6 +476,37 @@ impl Model {
             }
             _ => Effect::default(),
         }
+    }
+
+    /// A message older than its session with a cost: a fork's copy of another session's answer
+    /// (seen on OpenCode 1.18.33: the fork's `session.created` says cost 0, then its copied
+    /// messages come as `message.updated` with their old `time.created` and cost, and no
+    /// `session.updated` follows; the next one, or a list after a reconnect, says the sum). Its
+    /// cost is taken into the session's known cost at once, as inherited, so that it is never
+    /// counted as spend today (round four: forking counted the past cost again).
+    fn copied_cost(&mut self, project: &str, id: &str, info: &Value) -> Option<crate::budget::CostSeen> {
+        let cost = info["cost"].as_f64().filter(|c| *c > 0.0)?;
+        let made = info["time"]["created"].as_u64()?;
+        let message = info["id"].as_str()?;
+        let s = self.project_mut(project).sessions.get_mut(id)?;
+        if info["role"] != "assistant" || s.created_ms == 0 || made >= s.created_ms {
+            return None;
+        }
+        if s.copied.iter().any(|m| m == message) {
+            return None;
+        }
+        s.copied.push(message.to_string());
+        let before = s.cost;
+        let now = before.unwrap_or(0.0) + cost;
+        s.cost = Some(now);
+        Some(crate::budget::CostSeen {
+            project: project.to_string(),
+            session: id.to_string(),
+            parent: s.parent_id.clone(),
+            before,
+            now,
+            inherited: true,
+        })
     }
 
     /// Replace what is known of `project` with the lists read after a (re)connect: cards that

@@ -123,6 +123,10 @@ pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<S
         flag: old.and_then(|o| o.flag.clone()),
         streak: old.and_then(|o| o.streak.clone()),
         last_said_ms: old.map_or(updated, |o| o.last_said_ms),
+        created_ms: info["time"]["created"]
+            .as_u64()
+            .unwrap_or_else(|| old.map_or(0, |o| o.created_ms)),
+        copied: old.map(|o| o.copied.clone()).unwrap_or_default(),
         id,
     })
 }

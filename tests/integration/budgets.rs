@@ -29,14 +29,7 @@ async fn until_spent(gw: &Gateway, usd: f64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let body = metrics_text(gw);
-        let spent = body
-            .lines()
-            .find_map(|l| {
-                l.split_once("project_spend_usd_total{project=\"demo\"} ")
-                    .map(|(_, v)| v)
-            })
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .unwrap_or(0.0);
+        let spent = spent_in(&body);
         if spent >= usd - 1e-9 {
             return;
         }
@@ -50,6 +43,18 @@ async fn until_spent(gw: &Gateway, usd: f64) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// What `/metrics` says project demo spent.
+fn spent_in(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.split_once("project_spend_usd_total{project=\"demo\"} ")
+                .map(|(_, v)| v)
+        })
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0)
 }
 
 fn metrics_text(gw: &Gateway) -> String {
@@ -790,5 +795,51 @@ async fn a_subagents_spend_counts_toward_its_parents_session() {
             .as_str()
             .is_some_and(|m| m.contains("budget.session_usd: $0.0315 of $0.03")),
         "{refused}"
+    );
+}
+
+/// Forking a session copies its messages, and so their cost, into a new session without asking
+/// the model: only the fork's own answers are today's spend (round four: spend 5 → 10 with no
+/// model call). Seen on 1.18.33: the fork starts at cost 0 and its next `session.updated` says
+/// the copies' cost plus its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn forking_a_session_adds_nothing_to_todays_spend() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let (_oc, gw) = demo_with_budget(&model, "project_day_usd = 1.0");
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let prompt = r#"{"parts":[{"type":"text","text":"hello"}]}"#;
+    let (status, answer) = json(&c, "POST", &format!("/p/demo/session/{id}/message"), &alice(), prompt).await;
+    assert_eq!(status, 200, "{answer}");
+    until_spent(&gw, ANSWER_USD).await;
+    let (status, fork) = json(&c, "POST", &format!("/p/demo/session/{id}/fork"), &alice(), "{}").await;
+    assert_eq!(status, 200, "{fork}");
+    let fork = fork["id"].as_str().unwrap().to_string();
+    // The fork answers once: its cost is the copy's and its own answer's.
+    let (status, answer) = json(&c, "POST", &format!("/p/demo/session/{fork}/message"), &alice(), prompt).await;
+    assert_eq!(status, 200, "{answer}");
+    let cookie = crate::common::login::form_login(&c, "alice", ALICE_PW).await;
+    let lh = c.host(crate::common::login::LOGIN_HOST);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let portal = crate::common::login::browser_get(&lh, "/", Some(&cookie), true).await;
+        let row = portal.body.split(&fork).nth(1).unwrap_or_default();
+        if row.split("</li>").next().unwrap_or_default().contains("$0.0210") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the portal never showed the fork's $0.0210: {}",
+            portal.body
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let spent = spent_in(&metrics_text(&gw));
+    assert!(
+        (spent - 2.0 * ANSWER_USD).abs() < 1e-9,
+        "today's spend is two answers, not ${spent}"
     );
 }

@@ -338,6 +338,47 @@ fn costs_are_reported_when_new_or_changed_and_after_a_gap_by_the_seed() {
     assert!(e.costs.is_empty(), "the same list again: {:?}", e.costs);
 }
 
+/// A fork (as 1.18.33 sends it): `session.created` at cost 0, then its copies of the other
+/// session's messages with their old `time.created`. Their cost is inherited at once (counted
+/// toward nobody's day), once per message; an answer made in the session is not a copy.
+#[test]
+fn a_forks_copied_answers_are_inherited_not_spent() {
+    let mut m = Model::default();
+    let mut created = session("ses_f", None, "x (fork #1)", 100);
+    created["type"] = json!("session.created");
+    created["properties"]["info"]["cost"] = json!(0);
+    created["properties"]["info"]["time"]["created"] = json!(100);
+    m.apply("web", &created, 1);
+    let message = |id: &str, made: u64| {
+        json!({"type": "message.updated", "properties": {"sessionID": "ses_f", "info": {
+            "id": id, "sessionID": "ses_f", "role": "assistant", "cost": 0.25, "time": {"created": made}}}})
+    };
+    let inherited = |e: &Effect| {
+        e.costs
+            .iter()
+            .map(|c| (c.before, c.now, c.inherited))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        inherited(&m.apply("web", &message("msg_1", 50), 2)),
+        vec![(Some(0.0), 0.25, true)]
+    );
+    assert!(
+        m.apply("web", &message("msg_1", 50), 3).costs.is_empty(),
+        "the same copy again"
+    );
+    assert!(
+        m.apply("web", &message("msg_2", 150), 4).costs.is_empty(),
+        "made in the fork"
+    );
+    assert_eq!(m.projects["web"].sessions["ses_f"].cost, Some(0.25));
+    // The fork's next update says the copy's and its own answer's cost: only its own is new.
+    let mut next = session("ses_f", None, "x (fork #1)", 200);
+    next["properties"]["info"]["cost"] = json!(0.5);
+    let e = m.apply("web", &next, 5);
+    assert_eq!(inherited(&e), vec![(Some(0.25), 0.5, false)]);
+}
+
 /// A finished tool call as OpenCode 1.18.33 sends it: `read` of a missing file ends "error", a
 /// shell command that exits non-zero ends "completed" with `metadata.exit` (seen on the server).
 fn tool_done(session: &str, tool: &str, failed: Option<&str>) -> Value {
