@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use russh::client::{self, Handle, Msg};
-use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey};
 use russh::{Channel, ChannelStream};
 use tokio::sync::Mutex;
 
+use super::backoff::Backoff;
+use super::box_handler::Pinned;
 use crate::upstream::BoxError;
 
 /// How often an idle connection is checked, and after how many unanswered checks it is dead.
@@ -47,10 +49,11 @@ pub(crate) struct BoxLink {
     /// Channels opened in all, and open now.
     channels_opened: AtomicU64,
     channels_open: Arc<AtomicI64>,
-    /// Why the last attempt to connect or open a channel failed (cleared by a connection made).
-    last_error: std::sync::Mutex<Option<String>>,
+    /// Why the last attempt to connect or open a channel failed (cleared by a connection made),
+    /// or why the box's handler dropped the connection.
+    last_error: Arc<std::sync::Mutex<Option<String>>>,
     /// When the next attempt to connect may be made, after failures.
-    backoff: std::sync::Mutex<super::backoff::Backoff>,
+    backoff: Arc<std::sync::Mutex<Backoff>>,
     /// The last ping's round trip in microseconds (0: none measured on this connection yet).
     rtt_micros: Arc<AtomicU64>,
 }
@@ -80,34 +83,6 @@ impl Drop for OpenChannel {
     }
 }
 
-/// The client side's one judgement: is this the box's pinned host key?
-struct Pinned {
-    expected: Vec<PublicKey>,
-    /// What the box offered instead, for the error (its fingerprint).
-    offered: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl client::Handler for Pinned {
-    type Error = russh::Error;
-
-    async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
-        let key = match offered {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            // A host certificate is not a pinned key.
-            PublicKeyOrCertificate::Certificate(_) => {
-                *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some("a host certificate".into());
-                return Ok(false);
-            }
-        };
-        if self.expected.iter().any(|k| k.key_data() == key.key_data()) {
-            return Ok(true);
-        }
-        let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
-        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint);
-        Ok(false)
-    }
-}
-
 impl BoxLink {
     pub(crate) fn new(spec: BoxSpec, connect_timeout: Duration) -> Self {
         BoxLink {
@@ -118,7 +93,7 @@ impl BoxLink {
             failures: AtomicU64::new(0),
             channels_opened: AtomicU64::new(0),
             channels_open: Arc::new(AtomicI64::new(0)),
-            last_error: std::sync::Mutex::new(None),
+            last_error: Default::default(),
             backoff: Default::default(),
             rtt_micros: Arc::new(AtomicU64::new(0)),
         }
@@ -254,8 +229,12 @@ impl BoxLink {
         });
         let offered = Arc::new(std::sync::Mutex::new(None));
         let handler = Pinned {
+            box_name: spec.name.clone(),
             expected: spec.host_keys.clone(),
             offered: offered.clone(),
+            last_error: self.last_error.clone(),
+            backoff: self.backoff.clone(),
+            refused: 0,
         };
         let connecting = async {
             let tcp = tokio::net::TcpStream::connect(spec.address.as_str())
