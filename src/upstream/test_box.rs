@@ -19,6 +19,8 @@ pub(crate) enum Hang {
     Never,
     /// Key exchange done, the login never answered.
     AtLogin,
+    /// Logged in, no channel the gateway asks for ever confirmed.
+    AtChannels,
 }
 
 /// A logged-in connection, as the box sees it.
@@ -66,6 +68,7 @@ impl TestBox {
                     logins: tx.clone(),
                     _ended: ended_tx,
                     ended: Some(ended),
+                    held: Vec::new(),
                 };
                 let config = config.clone();
                 tokio::spawn(async move {
@@ -106,11 +109,16 @@ struct BoxSide {
     /// to the test at login.
     _ended: oneshot::Sender<()>,
     ended: Option<oneshot::Receiver<()>>,
+    /// Channels never answered (`Hang::AtChannels`).
+    held: Vec<ChannelOpenHandle>,
 }
 
 impl BoxSide {
     async fn channel(&mut self, reply: ChannelOpenHandle) -> Result<(), russh::Error> {
-        reply.accept().await;
+        match self.hang {
+            Hang::AtChannels => self.held.push(reply),
+            _ => reply.accept().await,
+        }
         Ok(())
     }
 }
