@@ -77,8 +77,11 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
     let (channel, _open) = match link.exec(&format!("exec /bin/sh -c '{PROBE}'")).await {
         Ok(c) => c,
         Err(e) => {
+            // `e` names the box, and the step it did not answer (each bounded by
+            // `upstream_connect_timeout`: a box that takes the connection and never answers
+            // must not hang `doctor`).
             r.fail(format!(
-                "box {name}: {e}. Fix: check ssh, key and host_key in its [[box]] table, and that the box's sshd lets the gateway's key in"
+                "{e}. Fix: check ssh, key and host_key in its [[box]] table, and that the box's sshd lets the gateway's key in"
             ));
             return;
         }
@@ -151,5 +154,101 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
                 "project {project}: {dir} is not a folder the box's user can enter on box {name}. Fix: create it on the box, or correct directory"
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+
+    use crate::upstream::test_box::{Hang, TestBox};
+
+    /// A `[[box]]` table for a box at `address` pinned to `host_key`, logged in with `key`.
+    fn box_table(name: &str, address: &str, key: &std::path::Path, host_key: &str) -> String {
+        format!(
+            "[[box]]\nname = \"{name}\"\nssh = \"dev@{address}\"\nkey = \"{}\"\nhost_key = \"{host_key}\"\n",
+            key.display()
+        )
+    }
+
+    /// Boxes that take the connection and then stop answering, each at another step: `doctor`
+    /// ends (each step bounded by `upstream_connect_timeout`, 1 s here) and names the step.
+    #[test]
+    fn doctor_names_the_step_a_silent_box_never_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        // Listening and never accepted: the kernel completes the TCP handshake, nothing is said.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let banner = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let banner_address = banner.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = banner.accept().unwrap();
+            s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n").unwrap();
+            // Then nothing, until the gateway's side goes.
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+        });
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let at_login = runtime.block_on(TestBox::start(Hang::AtLogin));
+        let at_channels = runtime.block_on(TestBox::start(Hang::AtChannels));
+        let key = dir.path().join("id_ed25519");
+        let text = at_login
+            .client_key
+            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
+            .unwrap();
+        crate::support::files::write_private(&key, &text).unwrap();
+        // The box at channels lets in another key: give it that one.
+        let key2 = dir.path().join("id2");
+        let text = at_channels
+            .client_key
+            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
+            .unwrap();
+        crate::support::files::write_private(&key2, &text).unwrap();
+        let some_key = &at_login.host_key;
+        let config = format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n[limits]\nupstream_connect_timeout = \"1s\"\n{}{}{}{}",
+            box_table("a-silent", &silent.local_addr().unwrap().to_string(), &key, some_key),
+            box_table("b-banner", &banner_address.to_string(), &key, some_key),
+            box_table("c-login", &at_login.address, &key, &at_login.host_key),
+            box_table("d-channels", &at_channels.address, &key2, &at_channels.host_key),
+        );
+        let settings = crate::config::parse(&config, &dir.path().join("gateway.toml")).unwrap();
+        let started = Instant::now();
+        let (done, report) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = crate::cli::doctor::Report::default();
+            super::boxes(&settings, &mut r);
+            let _ = done.send(r.render());
+        });
+        let out = report
+            .recv_timeout(Duration::from_secs(30))
+            .expect("doctor did not finish within 30 s: a step is not bounded");
+        assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+        let line = |start: &str| {
+            out.lines()
+                .find(|l| l.starts_with(start))
+                .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{out}"))
+                .to_string()
+        };
+        let silent_line = line("fail box a-silent: ");
+        assert!(
+            silent_line.contains("took the connection but sent no SSH banner within 1 s"),
+            "{silent_line}"
+        );
+        let banner_line = line("fail box b-banner: ");
+        assert!(
+            banner_line.contains("no answer to the SSH key exchange from"),
+            "{banner_line}"
+        );
+        let login = line("fail box c-login: ");
+        assert!(
+            login.contains("no answer to the SSH login as dev within 1 s"),
+            "{login}"
+        );
+        let channels = line("fail box d-channels: ");
+        assert!(
+            channels.contains("no answer to opening a channel to run a command within 1 s"),
+            "{channels}"
+        );
+        drop(runtime);
     }
 }

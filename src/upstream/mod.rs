@@ -6,6 +6,7 @@
 
 pub mod api;
 mod backoff;
+mod box_handler;
 pub mod box_links;
 pub mod endpoint;
 pub mod pool;
@@ -13,6 +14,8 @@ mod quick_ack;
 pub mod redact;
 pub mod ssh_link;
 pub mod supervise;
+#[cfg(test)]
+pub(crate) mod test_box;
 
 use std::error::Error as StdError;
 use std::future::Future;

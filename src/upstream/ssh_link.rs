@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use russh::client::{self, Handle, Msg};
-use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey, PublicKeyOrCertificate};
+use russh::keys::{PrivateKey, PrivateKeyWithHashAlg, PublicKey};
 use russh::{Channel, ChannelStream};
 use tokio::sync::Mutex;
 
+use super::backoff::Backoff;
+use super::box_handler::Pinned;
 use crate::upstream::BoxError;
 
 /// How often an idle connection is checked, and after how many unanswered checks it is dead.
@@ -47,10 +49,11 @@ pub(crate) struct BoxLink {
     /// Channels opened in all, and open now.
     channels_opened: AtomicU64,
     channels_open: Arc<AtomicI64>,
-    /// Why the last attempt to connect or open a channel failed (cleared by a connection made).
-    last_error: std::sync::Mutex<Option<String>>,
+    /// Why the last attempt to connect or open a channel failed (cleared by a connection made),
+    /// or why the box's handler dropped the connection.
+    last_error: Arc<std::sync::Mutex<Option<String>>>,
     /// When the next attempt to connect may be made, after failures.
-    backoff: std::sync::Mutex<super::backoff::Backoff>,
+    backoff: Arc<std::sync::Mutex<Backoff>>,
     /// The last ping's round trip in microseconds (0: none measured on this connection yet).
     rtt_micros: Arc<AtomicU64>,
 }
@@ -80,34 +83,6 @@ impl Drop for OpenChannel {
     }
 }
 
-/// The client side's one judgement: is this the box's pinned host key?
-struct Pinned {
-    expected: Vec<PublicKey>,
-    /// What the box offered instead, for the error (its fingerprint).
-    offered: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl client::Handler for Pinned {
-    type Error = russh::Error;
-
-    async fn check_server_key(&mut self, offered: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
-        let key = match offered {
-            PublicKeyOrCertificate::PublicKey { key, .. } => key,
-            // A host certificate is not a pinned key.
-            PublicKeyOrCertificate::Certificate(_) => {
-                *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some("a host certificate".into());
-                return Ok(false);
-            }
-        };
-        if self.expected.iter().any(|k| k.key_data() == key.key_data()) {
-            return Ok(true);
-        }
-        let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
-        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint);
-        Ok(false)
-    }
-}
-
 impl BoxLink {
     pub(crate) fn new(spec: BoxSpec, connect_timeout: Duration) -> Self {
         BoxLink {
@@ -118,7 +93,7 @@ impl BoxLink {
             failures: AtomicU64::new(0),
             channels_opened: AtomicU64::new(0),
             channels_open: Arc::new(AtomicI64::new(0)),
-            last_error: std::sync::Mutex::new(None),
+            last_error: Default::default(),
             backoff: Default::default(),
             rtt_micros: Arc::new(AtomicU64::new(0)),
         }
@@ -132,16 +107,24 @@ impl BoxLink {
     /// (made first if there is none, or it died).
     pub(crate) async fn open(&self, host: &str, port: u16) -> Result<(ChannelStream<Msg>, OpenChannel), BoxError> {
         let session = self.session().await?;
-        match session
-            .channel_open_direct_tcpip(host, u32::from(port), "127.0.0.1", 0)
-            .await
-        {
-            Ok(channel) => {
+        // A box that never confirms the channel would hold the request forever.
+        let opened = tokio::time::timeout(
+            self.connect_timeout,
+            session.channel_open_direct_tcpip(host, u32::from(port), "127.0.0.1", 0),
+        )
+        .await;
+        match opened {
+            Ok(Ok(channel)) => {
                 self.channels_opened.fetch_add(1, Ordering::Relaxed);
                 self.channels_open.fetch_add(1, Ordering::Relaxed);
                 Ok((channel.into_stream(), OpenChannel(self.channels_open.clone())))
             }
-            Err(e) => {
+            Err(_) => Err(self.failed(format!(
+                "box {}: no answer to opening a channel to {host}:{port} within {}",
+                self.spec.name,
+                seconds(self.connect_timeout)
+            ))),
+            Ok(Err(e)) => {
                 // The connection may have died since it was last used: forget it, so the next
                 // channel makes a new one; this one fails with the reason.
                 let mut slot = self.session.lock().await;
@@ -164,13 +147,18 @@ impl BoxLink {
             channel.exec(true, command).await?;
             Ok::<_, russh::Error>(channel)
         };
-        match opened.await {
-            Ok(channel) => {
+        match tokio::time::timeout(self.connect_timeout, opened).await {
+            Ok(Ok(channel)) => {
                 self.channels_opened.fetch_add(1, Ordering::Relaxed);
                 self.channels_open.fetch_add(1, Ordering::Relaxed);
                 Ok((channel, OpenChannel(self.channels_open.clone())))
             }
-            Err(e) => Err(self.failed(format!("box {}: cannot run a command: {e}", self.spec.name))),
+            Ok(Err(e)) => Err(self.failed(format!("box {}: cannot run a command: {e}", self.spec.name))),
+            Err(_) => Err(self.failed(format!(
+                "box {}: no answer to opening a channel to run a command within {}",
+                self.spec.name,
+                seconds(self.connect_timeout)
+            ))),
         }
     }
 
@@ -245,7 +233,55 @@ impl BoxLink {
         }
     }
 
+    /// Connect and log in, each step bounded by one deadline `connect_timeout` away; an error
+    /// names the step the box did not answer.
     async fn connect(&self) -> Result<Handle<Pinned>, String> {
+        let spec = &self.spec;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let within = seconds(self.connect_timeout);
+        let tcp = match tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect(spec.address.as_str())).await {
+            Err(_) => {
+                return Err(format!(
+                    "box {}: no TCP connection to {} within {within}",
+                    spec.name, spec.address
+                ));
+            }
+            Ok(Err(e)) => return Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address)),
+            Ok(Ok(tcp)) => tcp,
+        };
+        let mut handle = self.handshake(tcp, deadline).await?;
+        let hash = tokio::time::timeout_at(deadline, handle.best_supported_rsa_hash())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .flatten();
+        let key = PrivateKeyWithHashAlg::new(spec.key.clone(), hash);
+        let auth = match tokio::time::timeout_at(deadline, handle.authenticate_publickey(spec.user.clone(), key)).await
+        {
+            Err(_) => {
+                return Err(format!(
+                    "box {}: no answer to the SSH login as {} within {within}",
+                    spec.name, spec.user
+                ));
+            }
+            Ok(r) => r.map_err(|e| format!("box {}: logging in as {}: {e}", spec.name, spec.user))?,
+        };
+        if !auth.success() {
+            return Err(format!(
+                "box {}: the box refused the gateway's key for user {} (add its public key to ~{}/.ssh/authorized_keys)",
+                spec.name, spec.user, spec.user
+            ));
+        }
+        Ok(handle)
+    }
+
+    /// The SSH banner, the key exchange and the host key's check, by `deadline`.
+    async fn handshake(
+        &self,
+        tcp: tokio::net::TcpStream,
+        deadline: tokio::time::Instant,
+    ) -> Result<Handle<Pinned>, String> {
         let spec = &self.spec;
         let config = Arc::new(client::Config {
             keepalive_interval: Some(KEEPALIVE),
@@ -254,23 +290,29 @@ impl BoxLink {
         });
         let offered = Arc::new(std::sync::Mutex::new(None));
         let handler = Pinned {
+            box_name: spec.name.clone(),
             expected: spec.host_keys.clone(),
             offered: offered.clone(),
+            last_error: self.last_error.clone(),
+            backoff: self.backoff.clone(),
+            refused: 0,
         };
-        let connecting = async {
-            let tcp = tokio::net::TcpStream::connect(spec.address.as_str())
-                .await
-                .map_err(russh::Error::from)?;
-            tcp.set_nodelay(true)?;
-            client::connect_stream(config, super::quick_ack::QuickAck(tcp), handler).await
-        };
-        let mut handle = match tokio::time::timeout(self.connect_timeout, connecting).await {
-            Err(_) => {
-                return Err(format!(
-                    "box {}: no SSH answer from {} in time",
-                    spec.name, spec.address
-                ));
-            }
+        tcp.set_nodelay(true)
+            .map_err(|e| format!("box {}: cannot connect to {}: {e}", spec.name, spec.address))?;
+        let (stream, heard) = super::quick_ack::QuickAck::new(tcp);
+        match tokio::time::timeout_at(deadline, client::connect_stream(config, stream, handler)).await {
+            Err(_) if !heard.load(Ordering::Relaxed) => Err(format!(
+                "box {}: {} took the connection but sent no SSH banner within {}",
+                spec.name,
+                spec.address,
+                seconds(self.connect_timeout)
+            )),
+            Err(_) => Err(format!(
+                "box {}: no answer to the SSH key exchange from {} within {}",
+                spec.name,
+                spec.address,
+                seconds(self.connect_timeout)
+            )),
             Ok(Err(e)) => {
                 if let Some(fingerprint) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
                     tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
@@ -280,24 +322,16 @@ impl BoxLink {
                         spec.name
                     ));
                 }
-                return Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address));
+                Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address))
             }
-            Ok(Ok(h)) => h,
-        };
-        let hash = handle.best_supported_rsa_hash().await.ok().flatten().flatten();
-        let key = PrivateKeyWithHashAlg::new(spec.key.clone(), hash);
-        let auth = handle
-            .authenticate_publickey(spec.user.clone(), key)
-            .await
-            .map_err(|e| format!("box {}: logging in as {}: {e}", spec.name, spec.user))?;
-        if !auth.success() {
-            return Err(format!(
-                "box {}: the box refused the gateway's key for user {} (add its public key to ~{}/.ssh/authorized_keys)",
-                spec.name, spec.user, spec.user
-            ));
+            Ok(Ok(h)) => Ok(h),
         }
-        Ok(handle)
     }
+}
+
+/// `5 s`, `0.5 s`: a bound as the errors say it.
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
 }
 
 /// Ping the box at once and then every `KEEPALIVE` while its connection lives (held weakly: the

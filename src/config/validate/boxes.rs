@@ -143,62 +143,58 @@ fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Optio
                 None
             }
         },
-        (None, Some(file)) => {
-            let path = c.path(file);
-            let (host, port) = address.rsplit_once(':')?;
-            let port: u16 = port.parse().ok()?;
-            let add = format!(
-                "add the box's key: ssh-keyscan -t ed25519 -p {port} {host} >> {} (check its fingerprint), or set host_key",
-                path.display()
+        (None, Some(file)) => from_known_hosts(c, key, file, address),
+    }
+}
+
+/// The box's entries in the `known_hosts` file `file`, as key lines.
+fn from_known_hosts(c: &mut Checker<'_>, key: &str, file: &str, address: &str) -> Option<Vec<String>> {
+    let path = c.path(file);
+    let (host, port) = address.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    let add = format!(
+        "add the box's key: ssh-keyscan -t ed25519 -p {port} {host} >> {} (check its fingerprint), or set host_key",
+        path.display()
+    );
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            c.problem(
+                format!("{key}.known_hosts"),
+                format!("cannot read {}: {e}", path.display()),
+                add,
             );
-            let text = match std::fs::read_to_string(&path) {
-                Ok(t) => t,
-                Err(e) => {
-                    c.problem(
-                        format!("{key}.known_hosts"),
-                        format!("cannot read {}: {e}", path.display()),
-                        add,
-                    );
-                    return None;
-                }
+            return None;
+        }
+    };
+    // A line russh's reader would read otherwise than OpenSSH (a revocation, a
+    // certificate authority, a negated host) refuses the file rather than half reading it.
+    if let Some((problem, fix)) = super::known_hosts::misread(&text, &path.display().to_string(), host, port) {
+        c.problem(format!("{key}.known_hosts"), problem, fix);
+        return None;
+    }
+    match russh::keys::known_hosts::known_host_keys_path(host, port, &path) {
+        Ok(keys) if !keys.is_empty() => Some(keys.iter().map(|(_, k)| key_line(k)).collect()),
+        Ok(_) => {
+            let name = if port == 22 {
+                host.to_string()
+            } else {
+                format!("[{host}]:{port}")
             };
-            // A revocation or a certificate authority changes what a listed key means; the
-            // gateway pins keys only, so such a file is refused rather than half read.
-            if text.lines().any(|l| l.trim_start().starts_with('@')) {
-                c.problem(
-                    format!("{key}.known_hosts"),
-                    format!(
-                        "{} has @revoked or @cert-authority lines, which the gateway does not read",
-                        path.display()
-                    ),
-                    "pin the box's key with host_key instead",
-                );
-                return None;
-            }
-            match russh::keys::known_hosts::known_host_keys_path(host, port, &path) {
-                Ok(keys) if !keys.is_empty() => Some(keys.iter().map(|(_, k)| key_line(k)).collect()),
-                Ok(_) => {
-                    let name = if port == 22 {
-                        host.to_string()
-                    } else {
-                        format!("[{host}]:{port}")
-                    };
-                    c.problem(
-                        format!("{key}.known_hosts"),
-                        format!("{} has no key for {name}", path.display()),
-                        add,
-                    );
-                    None
-                }
-                Err(e) => {
-                    c.problem(
-                        format!("{key}.known_hosts"),
-                        format!("{} does not read: {e}", path.display()),
-                        add,
-                    );
-                    None
-                }
-            }
+            c.problem(
+                format!("{key}.known_hosts"),
+                format!("{} has no key for {name}", path.display()),
+                add,
+            );
+            None
+        }
+        Err(e) => {
+            c.problem(
+                format!("{key}.known_hosts"),
+                format!("{} does not read: {e}", path.display()),
+                add,
+            );
+            None
         }
     }
 }
