@@ -66,8 +66,8 @@ pub(crate) enum AuthError {
         retry_after: Duration,
         reason: &'static str,
     },
-    /// The state database (API tokens) did not answer.
-    StateUnavailable,
+    /// The state database (API tokens) could not be asked, and why as the client is told.
+    StateUnavailable(crate::store::Unavailable),
 }
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;

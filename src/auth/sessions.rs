@@ -14,7 +14,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use blake2::{Blake2b256, Digest};
 
 use crate::auth::tokens::{now_unix, same_digest};
-use crate::store::{Store, WebSessionRecord};
+use crate::store::{Store, Unavailable, WebSessionRecord};
 use crate::support::ttl_map::TtlMap;
 
 /// How long sessions live.
@@ -104,7 +104,7 @@ impl WebSessions {
         user: &str,
         origin: Origin<'_>,
         life: Lifetime,
-    ) -> Result<(String, Arc<Live>), StoreDown> {
+    ) -> Result<(String, Arc<Live>), Unavailable> {
         let value = random(32);
         let id: Arc<str> = format!("ws_{}", random(9)).into();
         let now = now_unix();
@@ -140,7 +140,7 @@ impl WebSessions {
         let store = self.store.clone();
         crate::store::blocking("storing a browser session", move || store.insert_web_session(&record))
             .await
-            .map_err(|_| StoreDown)?;
+            .map_err(Unavailable::from)?;
         let live = Arc::new(Live {
             login_id: parent.map_or_else(|| id.clone(), Into::into),
             id,
@@ -162,7 +162,7 @@ impl WebSessions {
         peer: IpAddr,
         host: Option<&str>,
         users: &crate::auth::users::Users,
-    ) -> Result<Option<(Arc<Live>, Arc<crate::auth::users::UserState>)>, StoreDown> {
+    ) -> Result<Option<(Arc<Live>, Arc<crate::auth::users::UserState>)>, Unavailable> {
         let Some(live) = self.check(value, peer).await? else {
             return Ok(None);
         };
@@ -175,7 +175,7 @@ impl WebSessions {
 
     /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
     /// parent or device is). `peer` is recorded as the device's last address.
-    pub(crate) async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, StoreDown> {
+    pub(crate) async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, Unavailable> {
         let digest = self.digest(value);
         let generation = self.generation.load(Ordering::SeqCst);
         if let Some(live) = self.cache.get(&digest)
@@ -213,7 +213,7 @@ impl WebSessions {
             Ok(Some(l))
         })
         .await
-        .map_err(|_| StoreDown)?;
+        .map_err(Unavailable::from)?;
         let Some(l) = found else { return Ok(None) };
         let expires_at = l
             .parent
@@ -237,14 +237,14 @@ impl WebSessions {
     }
 
     /// Log out: the session and every project-host session handed off from it end now.
-    pub(crate) async fn revoke(&self, login_id: &str) -> Result<(), StoreDown> {
+    pub(crate) async fn revoke(&self, login_id: &str) -> Result<(), Unavailable> {
         let store = self.store.clone();
         let id = login_id.to_string();
         crate::store::blocking("ending a browser session", move || {
             store.revoke_web_session(&id, now_unix())
         })
         .await
-        .map_err(|_| StoreDown)?;
+        .map_err(Unavailable::from)?;
         self.invalidate();
         Ok(())
     }
@@ -284,10 +284,6 @@ pub(crate) fn random(n: usize) -> String {
     getrandom::fill(&mut b).expect("the OS random source is available");
     URL_SAFE_NO_PAD.encode(b)
 }
-
-/// The state database did not answer; the request is refused (503, `http/error.rs`), not let in.
-#[derive(Debug)]
-pub(crate) struct StoreDown;
 
 #[cfg(test)]
 mod tests {

@@ -305,7 +305,7 @@ impl Tokens {
             Ok(record)
         })
         .await
-        .map_err(|_| AuthError::StateUnavailable)?;
+        .map_err(|e| AuthError::StateUnavailable(e.into()))?;
         let Some(r) = found else {
             return Ok(Err(Refusal::Unknown));
         };

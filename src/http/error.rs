@@ -20,8 +20,9 @@ pub enum HttpError {
     MalformedCredentials(String),
     #[error("the API token is wrong, expired or revoked")]
     BadToken,
-    #[error("the gateway's state database is not available; try again")]
-    StateUnavailable,
+    /// The state database could not be asked: not available, or did not answer in time.
+    #[error("{0}; try again")]
+    StateUnavailable(crate::store::Unavailable),
     #[error("too many login attempts ({reason} limit); try again in {} s", retry_secs(*retry_after))]
     LoginLimited {
         retry_after: Duration,
@@ -103,7 +104,7 @@ impl From<crate::auth::AuthError> for HttpError {
             AuthError::BadCredentials => HttpError::BadCredentials,
             AuthError::BadToken => HttpError::BadToken,
             AuthError::LoginLimited { retry_after, reason } => HttpError::LoginLimited { retry_after, reason },
-            AuthError::StateUnavailable => HttpError::StateUnavailable,
+            AuthError::StateUnavailable(why) => HttpError::StateUnavailable(why),
         }
     }
 }
@@ -129,7 +130,7 @@ impl From<&HttpError> for StatusCode {
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
             UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
             UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            UpstreamStarting { .. } | StateUnavailable | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            UpstreamStarting { .. } | StateUnavailable(_) | ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
@@ -150,7 +151,7 @@ impl HttpError {
             BadCredentials => "bad_credentials",
             MalformedCredentials(_) => "malformed_credentials",
             BadToken => "bad_token",
-            StateUnavailable => "state_unavailable",
+            StateUnavailable(_) => "state_unavailable",
             LoginLimited { .. } => "login_limited",
             RateLimited { .. } => "rate_limited",
             TooManyStreams { .. } => "too_many_streams",
@@ -241,9 +242,16 @@ impl From<crate::gateway::state::NotStarted> for HttpError {
     }
 }
 
-impl From<crate::auth::sessions::StoreDown> for HttpError {
-    fn from(_: crate::auth::sessions::StoreDown) -> HttpError {
-        HttpError::StateUnavailable
+impl From<crate::store::Unavailable> for HttpError {
+    fn from(why: crate::store::Unavailable) -> HttpError {
+        HttpError::StateUnavailable(why)
+    }
+}
+
+/// A store call that failed (`store::blocking` logged its own words).
+impl From<crate::store::StoreError> for HttpError {
+    fn from(e: crate::store::StoreError) -> HttpError {
+        HttpError::StateUnavailable(e.into())
     }
 }
 
@@ -267,7 +275,11 @@ mod tests {
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
             (HttpError::BadToken, 401),
-            (HttpError::StateUnavailable, 503),
+            (HttpError::StateUnavailable(crate::store::Unavailable::Failed), 503),
+            (
+                HttpError::StateUnavailable(crate::store::Unavailable::Unanswered(Duration::from_secs(3))),
+                503,
+            ),
             (
                 HttpError::LoginLimited {
                     retry_after: Duration::from_millis(1500),
@@ -354,10 +366,19 @@ mod tests {
             HttpError::BadCredentials
         ));
         assert!(matches!(HttpError::from(AuthError::BadToken), HttpError::BadToken));
-        assert!(matches!(
-            HttpError::from(AuthError::StateUnavailable),
-            HttpError::StateUnavailable
-        ));
+        let unanswered = crate::store::Unavailable::Unanswered(Duration::from_secs(3));
+        let e = HttpError::from(AuthError::StateUnavailable(unanswered));
+        assert!(matches!(e, HttpError::StateUnavailable(why) if why == unanswered));
+        // The reason is said; the database's own words never are.
+        assert_eq!(
+            e.to_string(),
+            "the gateway's state database did not answer within 3 s; try again"
+        );
+        let failed = HttpError::from(crate::store::StoreError::Backend("db.internal: no route".into()));
+        assert_eq!(
+            failed.to_string(),
+            "the gateway's state database is not available; try again"
+        );
         assert!(matches!(
             HttpError::from(Refused::Forbidden("no".into())),
             HttpError::Forbidden(why) if why == "no"

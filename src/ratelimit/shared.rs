@@ -72,7 +72,9 @@ impl SharedBudgets {
                         Taken::Unknown
                     }
                 };
-                let stop = matches!(t, Taken::Spent(_));
+                // A store that could not be asked is not asked again for the next budget: one
+                // that does not answer would cost the attempt its bound once per budget.
+                let stop = matches!(t, Taken::Spent(_) | Taken::Unknown);
                 if !matches!(t, Taken::Unknown) && failing.swap(false, Ordering::Relaxed) {
                     tracing::info!("the shared login budgets are asked again");
                 }

@@ -86,6 +86,34 @@ pub(crate) fn now_millis() -> i64 {
 pub(crate) enum StoreError {
     #[error("state database: {0}")]
     Backend(String),
+    /// Nothing came back within the call's bound (a hung database host): PostgreSQL only.
+    #[error("the state database did not answer within {} s", .0.as_secs())]
+    Unanswered(std::time::Duration),
+}
+
+/// A store call that failed, as the client is told: a deadline is said; the database's own words
+/// (which may name its host or a table) stay in the log (`blocking`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    #[error("the gateway's state database is not available")]
+    Failed,
+    #[error("the gateway's state database did not answer within {} s", .0.as_secs())]
+    Unanswered(std::time::Duration),
+}
+
+impl From<&StoreError> for Unavailable {
+    fn from(e: &StoreError) -> Unavailable {
+        match e {
+            StoreError::Backend(_) => Unavailable::Failed,
+            StoreError::Unanswered(bound) => Unavailable::Unanswered(*bound),
+        }
+    }
+}
+
+impl From<StoreError> for Unavailable {
+    fn from(e: StoreError) -> Unavailable {
+        Unavailable::from(&e)
+    }
 }
 
 /// Run a store call off the async workers (SQLite blocks, and a write may wait on the CLI's

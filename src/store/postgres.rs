@@ -2,17 +2,23 @@
 //! `postgres` crate (the blocking face of `tokio-postgres`, on a runtime of its own: the store's
 //! calls are blocking already, made from `store::blocking`'s threads and from the CLI) and rustls
 //! for TLS (`sslmode=require` or `verify-full`: the system's CA bundle, or `SSL_CERT_FILE`).
-//! One connection, behind a lock, as SQLite's; a broken one is opened again at the next call.
+//! One connection, lent to one call at a time, as SQLite's; a broken one is opened again at the
+//! next call. Every call is bounded ([`CALL_TIMEOUT`], `conn.rs`, `slot.rs`): a database that
+//! does not answer fails it with [`StoreError::Unanswered`], which the gateway answers with 503.
 //! The schema is `migrations/postgres/`, applied under an advisory lock (two gateways starting at
 //! once migrate once), counted in `ocgw_schema`.
 
+mod conn;
 mod once;
 mod rest;
 mod shared;
+mod slot;
 
-use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use postgres::{Client, NoTls};
+
+use conn::{Conn, Sql};
 
 use super::{
     BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
@@ -26,14 +32,25 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0003_once.sql"),
     include_str!("migrations/postgres/0004_budgets.sql"),
 ];
-/// How long a connection to the database may take when the URL does not say.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a connection to the database may take when the URL does not say (the store's calls
+/// are bounded by [`CALL_TIMEOUT`] all the same; this bounds the listening and lock threads').
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one store call may take, waiting for the connection, opening it and every round
+/// trip included: a login waits on it. The server's own timeouts are set below it (`conn.rs`).
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// Migrating may wait for another gateway's migration (an advisory lock) and make tables.
+const MIGRATE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long sent data may stay unacknowledged, and an idle connection unprobed, before the OS
+/// calls the connection dead (when the URL does not say): a database host that vanished from
+/// the network ends the listening and lock connections in about half a minute, not hours.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(30);
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
 /// `pg_advisory_xact_lock`'s key for migrating ("ocgw" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f63_6777;
 
 pub(crate) struct PostgresStore {
     url: String,
-    conn: Mutex<Option<Client>>,
+    conn: slot::Slot,
     writes: super::WriteNotes,
 }
 
@@ -59,16 +76,29 @@ pub(crate) fn redacted(url: &str) -> String {
     }
 }
 
-pub(super) fn connect(url: &str) -> Result<Client, StoreError> {
-    let mut config: postgres::Config = url
+/// `url` parsed, with the defaults the URL does not override.
+fn config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config: tokio_postgres::Config = url
         .parse()
         .map_err(|e: postgres::Error| StoreError::Backend(format!("store.url: {e}")))?;
-    // A database that does not answer fails a call in seconds, not at the OS's TCP timeout
-    // (minutes): a login waits on it, and the listening and lock threads retry. The URL's own
-    // `connect_timeout` wins.
+    // A database that does not answer fails a connect in seconds, not at the OS's TCP timeout
+    // (minutes): the listening and lock threads retry. The URL's own settings win.
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
     }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    // The library's default is two hours (and cannot be told from a URL that says so).
+    if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+        config.keepalives_idle(KEEPALIVE_IDLE);
+    }
+    Ok(config)
+}
+
+/// A blocking connection of its own, for the listening and lock threads.
+pub(super) fn connect(url: &str) -> Result<Client, StoreError> {
+    let config = postgres::Config::from(config(url)?);
     let client = match config.get_ssl_mode() {
         postgres::config::SslMode::Disable => config.connect(NoTls)?,
         _ => {
@@ -83,54 +113,79 @@ impl PostgresStore {
     pub(crate) fn open(url: &str) -> anyhow::Result<PostgresStore> {
         let store = PostgresStore {
             url: url.to_string(),
-            conn: Mutex::new(None),
+            conn: Default::default(),
             writes: Default::default(),
         };
         store
-            .with(|c| migrate(c).map_err(|e| StoreError::Backend(format!("{e:#}"))))
+            .bounded(MIGRATE_TIMEOUT, |c| {
+                migrate(c).map_err(|e| StoreError::Backend(format!("{e:#}")))
+            })
             .map_err(|e| anyhow::anyhow!("the state database at {}: {e}", redacted(url)))?;
         Ok(store)
     }
 
-    /// Run `f` on the connection, opening it first if there is none or it broke. The client
-    /// blocks on a runtime of its own, which tokio refuses on a thread inside another runtime
-    /// (the gateway's start, `store::blocking`'s threads): there it runs on a scoped thread.
-    fn with<T: Send>(&self, f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send) -> Result<T, StoreError> {
+    /// Run `f` on the connection within [`CALL_TIMEOUT`].
+    fn with<T: Send>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send) -> Result<T, StoreError> {
+        self.bounded(CALL_TIMEOUT, f)
+    }
+
+    /// Run `f` on the connection, opening it first if there is none or it broke, all within
+    /// `bound`. The connection blocks on a runtime of its own, which tokio refuses on a thread
+    /// inside another runtime (the gateway's start, `store::blocking`'s threads): there it runs
+    /// on a scoped thread, which ends by the deadline as the call does.
+    fn bounded<T: Send>(
+        &self,
+        bound: Duration,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send,
+    ) -> Result<T, StoreError> {
+        let deadline = Instant::now() + bound;
         if tokio::runtime::Handle::try_current().is_ok() {
             return std::thread::scope(|s| {
-                s.spawn(|| self.on_connection(f))
+                s.spawn(|| self.on_connection(deadline, bound, f))
                     .join()
                     .unwrap_or_else(|_| Err(StoreError::Backend("the state database call panicked".into())))
             });
         }
-        self.on_connection(f)
+        self.on_connection(deadline, bound, f)
     }
 
-    fn on_connection<T>(&self, f: impl FnOnce(&mut Client) -> Result<T, StoreError>) -> Result<T, StoreError> {
-        let mut guard = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(Client::is_closed) {
-            *guard = Some(connect(&self.url)?);
+    fn on_connection<T>(
+        &self,
+        deadline: Instant,
+        bound: Duration,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut lent = self.conn.lend(deadline, bound)?;
+        if lent.conn.is_none() {
+            match conn::open(&self.url, deadline, bound) {
+                Ok(c) => lent.conn = Some(c),
+                Err(e) => {
+                    if matches!(e, StoreError::Unanswered(_)) {
+                        lent.unanswered();
+                    }
+                    return Err(e);
+                }
+            }
         }
-        let client = guard.as_mut().expect("just opened");
-        let result = f(client);
-        if result.is_err() && client.is_closed() {
-            *guard = None;
-        }
-        result
+        let conn = lent.conn.as_mut().expect("just opened");
+        conn.arm(deadline, bound);
+        f(conn)
     }
 
     /// A write: its failure counted and said once per run of failures, as SQLite's.
     fn write<T: Send>(
         &self,
         what: &'static str,
-        f: impl FnOnce(&mut Client) -> Result<T, StoreError> + Send,
+        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send,
     ) -> Result<T, StoreError> {
         self.writes.noted(what, self.with(f))
     }
 }
 
-fn migrate(client: &mut Client) -> anyhow::Result<()> {
-    let mut tx = client.transaction()?;
+fn migrate(client: &mut Conn) -> anyhow::Result<()> {
+    let tx = client.transaction()?;
+    // Longer than a call's own: another gateway may be migrating (the lock below).
+    tx.batch_execute("SET LOCAL lock_timeout = '25s'; SET LOCAL statement_timeout = '25s'")?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
     tx.batch_execute("CREATE TABLE IF NOT EXISTS ocgw_schema (version INTEGER NOT NULL)")?;
     let have: i32 = match tx.query_opt("SELECT version FROM ocgw_schema", &[])? {
@@ -259,12 +314,12 @@ impl TokenStore for PostgresStore {
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_token", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let n = tx.execute(
                 "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
                 &[&id, &at],
             )?;
-            shared::notify(&mut tx, Changed::Tokens)?;
+            shared::notify(&tx, Changed::Tokens)?;
             tx.commit()?;
             Ok(n == 1)
         })
@@ -315,7 +370,7 @@ impl BrowserStore for PostgresStore {
 
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_device", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let n = tx.execute(
                 "UPDATE devices SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
                 &[&id, &at],
@@ -326,7 +381,7 @@ impl BrowserStore for PostgresStore {
                    OR parent IN (SELECT id FROM web_sessions WHERE device_id = $1))",
                 &[&id, &at],
             )?;
-            shared::notify(&mut tx, Changed::Sessions)?;
+            shared::notify(&tx, Changed::Sessions)?;
             tx.commit()?;
             Ok(n == 1)
         })
@@ -344,7 +399,7 @@ impl BrowserStore for PostgresStore {
 
     fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
         self.write("password_is", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let known: Option<Vec<u8>> = tx
                 .query_opt(
                     "SELECT fingerprint FROM password_fingerprints WHERE user_name = $1 FOR UPDATE",
@@ -370,7 +425,7 @@ impl BrowserStore for PostgresStore {
                 )?
             };
             if ended > 0 {
-                shared::notify(&mut tx, Changed::Sessions)?;
+                shared::notify(&tx, Changed::Sessions)?;
             }
             tx.commit()?;
             Ok(usize::try_from(ended).unwrap_or(usize::MAX))
@@ -439,12 +494,12 @@ impl BrowserStore for PostgresStore {
 
     fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_web_session", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let n = tx.execute(
                 "UPDATE web_sessions SET revoked_at = $2 WHERE (id = $1 OR parent = $1) AND revoked_at IS NULL",
                 &[&id, &at],
             )?;
-            shared::notify(&mut tx, Changed::Sessions)?;
+            shared::notify(&tx, Changed::Sessions)?;
             tx.commit()?;
             Ok(n >= 1)
         })
@@ -463,7 +518,7 @@ impl BrowserStore for PostgresStore {
 
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
         self.write("prune_web_sessions", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let n = tx.execute(
                 "DELETE FROM web_sessions WHERE revoked_at < $1 OR expires_at < $1",
                 &[&before],
@@ -477,3 +532,6 @@ impl BrowserStore for PostgresStore {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -153,7 +153,7 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
                 retry_after: std::time::Duration::from_secs(60),
             });
         }
-        Err(_) => return Err(HttpError::StateUnavailable),
+        Err(e) => return Err(e.into()),
     }
     Ok(page::redirect(&format!(
         "https://{authority}/_gw/callback?ticket={ticket}"
@@ -183,7 +183,7 @@ pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
             if expired || ours { Verdict::Take } else { Verdict::Keep }
         })
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(HttpError::from)?;
     let t = match seen {
         Seen::Live(t) if t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state)) => {
             t

@@ -62,7 +62,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         pairing.redeem(&p)
     })
     .await
-    .map_err(|_| HttpError::StateUnavailable)?;
+    .map_err(HttpError::from)?;
     let charged = charged.unwrap_or_else(|| UNKNOWN_USER.to_string());
     let redeemed = match verdict {
         Ok(r) if ctx.state.users.contains_key(&r.user) => r,
@@ -93,7 +93,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
     let record = device.clone();
     crate::store::blocking("storing a paired device", move || store.insert_device(&record))
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(HttpError::from)?;
     let (value, live) = ctx
         .gw
         .browser

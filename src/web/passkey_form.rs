@@ -172,7 +172,7 @@ async fn remove(ctx: &Ctx<'_>, user: &str, id: &str) -> Result<Response<ProxyBod
         store.revoke_passkey(&i, Some(&o), crate::auth::tokens::now_unix())
     })
     .await
-    .map_err(|_| HttpError::StateUnavailable)?;
+    .map_err(HttpError::from)?;
     if !revoked {
         return Err(HttpError::NotFound(format!("you have no passkey {id:?}")));
     }
@@ -199,7 +199,7 @@ pub(super) async fn rows_of(ctx: &Ctx<'_>, user: &str) -> Result<Vec<PasskeyRow>
     let (store, user) = (ctx.gw.browser.sessions.store().clone(), user.to_string());
     let all = crate::store::blocking("listing passkeys", move || store.list_passkeys(Some(&user)))
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(HttpError::from)?;
     Ok(all
         .into_iter()
         .filter(|p| p.revoked_at.is_none())

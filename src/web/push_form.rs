@@ -44,7 +44,7 @@ async fn remove(ctx: &Ctx<'_>, live: &Live, endpoint: &str) -> Result<serde_json
         store.delete_push(&e, Some(&user))
     })
     .await
-    .map_err(|_| HttpError::StateUnavailable)?;
+    .map_err(HttpError::from)?;
     ctx.gw.audit.record(
         crate::audit::Record::new("push_unsubscribed")
             .user(&*live.user)
@@ -73,7 +73,7 @@ async fn add(
     // The gateway's key exists before a device is told to expect it.
     if let Err(e) = ctx.gw.browser.push.vapid() {
         tracing::error!(error = %e, "no VAPID key: a device cannot subscribe to push notifications");
-        return Err(HttpError::StateUnavailable);
+        return Err(HttpError::StateUnavailable(crate::store::Unavailable::Failed));
     }
     // A user's devices, bounded: each subscription is a request the gateway makes for every
     // pending request, to a URL a browser chose. Subscribing again replaces.
@@ -81,7 +81,7 @@ async fn add(
     let (read, user) = (store.clone(), live.user.to_string());
     let theirs = crate::store::blocking("reading push subscriptions", move || read.push_endpoints_of(&user))
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(HttpError::from)?;
     if theirs.len() >= MAX_PER_USER && !theirs.iter().any(|e| e == endpoint) {
         return Err(HttpError::BadRequest(format!(
             "{MAX_PER_USER} devices already get notifications for {}: stop one first",
@@ -99,7 +99,7 @@ async fn add(
     };
     crate::store::blocking("saving a push subscription", move || store.save_push(&sub))
         .await
-        .map_err(|_| HttpError::StateUnavailable)?;
+        .map_err(HttpError::from)?;
     let tag = webpush::endpoint_tag(endpoint);
     ctx.gw.audit.record(
         crate::audit::Record::new("push_subscribed")

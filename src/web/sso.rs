@@ -133,7 +133,7 @@ pub(crate) async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErro
                 retry_after: std::time::Duration::from_secs(60),
             });
         }
-        Err(_) => return Err(HttpError::StateUnavailable),
+        Err(e) => return Err(e.into()),
     }
     let mut r = page::redirect(&url);
     r.headers_mut()

@@ -40,6 +40,7 @@ mod one_road;
 mod oracle;
 mod pairing;
 mod passkeys;
+mod pg_frozen;
 mod pg_store;
 mod phone;
 mod pinning;

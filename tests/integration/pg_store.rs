@@ -11,33 +11,11 @@ use std::time::Duration;
 use http_body_util::Full;
 
 use crate::common::client::Https;
-use crate::common::gateway::{BIN, Gateway, TestUser, base_config, users_toml};
+use crate::common::gateway::{BIN, Gateway, base_config};
 use crate::common::login::{
     LOGIN_HOST, browser_get, form_login, logged_in, pair_code, portal_post, post_login, redeem_code, token_create,
 };
-use crate::common::postgres::Cluster;
-
-const ALICE: &str = "alice-password-1";
-
-/// A throwaway cluster with one database, made off the test's runtime (its programs and its
-/// blocking client), and a config using it; `None` where PostgreSQL is not installed.
-async fn on_postgres() -> Option<(Cluster, String, String)> {
-    let (cluster, url) = tokio::task::spawn_blocking(|| {
-        let cluster = Cluster::start()?;
-        let url = cluster.database("gateway");
-        Some((cluster, url))
-    })
-    .await
-    .unwrap()?;
-    let users = users_toml(&[TestUser {
-        name: "alice",
-        password: ALICE,
-        projects: "[\"*\"]",
-        role: "operator",
-    }]);
-    let config = base_config(&format!("[store]\nurl = \"{url}\"\n\n{users}"));
-    Some((cluster, url, config))
-}
+use crate::common::pg_config::{ALICE, on_postgres};
 
 /// Two gateways on `config` (an upstream password in `pw` beside each, when given), B listening
 /// for the database's notices, and a client of each.

@@ -93,12 +93,66 @@ impl Cluster {
         )
     }
 
+    /// Stop every process of the cluster (SIGSTOP: the postmaster first, so it forks no more,
+    /// then its children): connections stay open and nothing answers, as a hung database
+    /// host. Running again when the guard is dropped, whatever the test did.
+    pub fn freeze(&self) -> Frozen {
+        let pid_file = self.dir.path().join("data/postmaster.pid");
+        let text = std::fs::read_to_string(&pid_file).unwrap();
+        let postmaster: i32 = text.lines().next().unwrap().trim().parse().unwrap();
+        let mut pids = vec![postmaster];
+        signal(postmaster, libc::SIGSTOP);
+        pids.extend(children(postmaster));
+        for &pid in &pids[1..] {
+            signal(pid, libc::SIGSTOP);
+        }
+        Frozen { pids }
+    }
+
     /// A fresh, empty database.
     pub fn database(&self, name: &str) -> String {
         let mut admin = postgres::Client::connect(&self.url("postgres"), postgres::NoTls).unwrap();
         admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
         self.url(name)
     }
+}
+
+/// A stopped cluster's processes; dropping it lets them run again.
+pub struct Frozen {
+    pids: Vec<i32>,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        for &pid in self.pids.iter().rev() {
+            signal(pid, libc::SIGCONT);
+        }
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) with a pid this cluster's pid file or /proc named; no memory is involved.
+    let rc = unsafe { libc::kill(pid, sig) };
+    assert!(
+        rc == 0 || sig == libc::SIGCONT,
+        "kill({pid}, {sig}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The processes whose parent is `parent` (/proc/<pid>/stat's fourth field).
+fn children(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // After the command's closing parenthesis: state, then the parent's pid.
+            let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            after.split_whitespace().nth(1).and_then(|p| p.parse().ok()) == Some(parent)
+        })
+        .collect()
 }
 
 fn is_root() -> bool {

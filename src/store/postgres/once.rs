@@ -3,6 +3,7 @@
 //! and the other finds nothing.
 
 use super::PostgresStore;
+use super::conn::Sql;
 use crate::store::{PutOnce, Settle, StoreError};
 
 impl crate::store::OnceStore for PostgresStore {
@@ -16,7 +17,7 @@ impl crate::store::OnceStore for PostgresStore {
     ) -> Result<PutOnce, StoreError> {
         let max = i64::try_from(max).unwrap_or(i64::MAX);
         self.write("once_put", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let now = crate::store::now_millis();
             // One writer per kind at a time, so that the count below stays true until the insert.
             tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&kind])?;
@@ -48,7 +49,7 @@ impl crate::store::OnceStore for PostgresStore {
         decide: &mut (dyn FnMut(&[u8], bool) -> Settle + Send),
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.write("once_settle", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             let Some(row) = tx.query_opt(
                 "SELECT value, expires_at FROM once_records WHERE kind = $1 AND key = $2 FOR UPDATE",
                 &[&kind, &&key[..]],

@@ -1,6 +1,7 @@
 //! The spend, push and passkey halves of [`PostgresStore`].
 
 use super::PostgresStore;
+use super::conn::Sql;
 use crate::store::{PasskeyRecord, PushSubscription, SessionCost, StoreError};
 
 type Totals = Vec<(String, String, f64)>;
@@ -51,7 +52,7 @@ impl crate::store::SpendStore for PostgresStore {
         sessions: &[SessionCost],
     ) -> Result<(), StoreError> {
         self.write("saving spend", |c| {
-            let mut tx = c.transaction()?;
+            let tx = c.transaction()?;
             for (kind, name, usd) in totals {
                 // A session's raise outlives the day: kept under day 0 (`SESSION_RAISES_DAY`).
                 let day = if kind == "raised" && name.starts_with("session ") {

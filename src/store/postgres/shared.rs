@@ -12,13 +12,14 @@ use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::PostgresStore;
+use super::conn::Sql;
 use crate::store::{Changed, StoreError};
 
 /// The channel revocations are told on.
 pub(super) const CHANNEL: &str = "ocgw_changed";
 
 /// Tell every gateway that `what` changed (delivered when the caller's transaction commits).
-pub(super) fn notify(c: &mut impl postgres::GenericClient, what: Changed) -> Result<(), StoreError> {
+pub(super) fn notify(c: &impl Sql, what: Changed) -> Result<(), StoreError> {
     let payload = match what {
         Changed::Sessions => "sessions".to_string(),
         Changed::Tokens => "tokens".to_string(),
@@ -145,7 +146,7 @@ impl crate::store::SharedStore for PostgresStore {
     }
 
     fn tell(&self, what: Changed) {
-        if let Err(e) = self.with(|c| notify(c, what)) {
+        if let Err(e) = self.with(|c| notify(&*c, what)) {
             tracing::warn!(error = %e, "cannot tell the other gateways on the state database of a change");
         }
     }

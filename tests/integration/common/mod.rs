@@ -16,6 +16,7 @@ pub mod login;
 pub mod netns;
 pub mod opencode;
 pub mod os_users;
+pub mod pg_config;
 #[path = "../../support/postgres_cluster.rs"]
 pub mod postgres;
 pub mod process;
