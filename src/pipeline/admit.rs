@@ -34,22 +34,7 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
         ));
     }
-    let role = user
-        .grants
-        .role_in(&project.name)
-        .ok_or_else(|| HttpError::NotGranted {
-            user: user.name.to_string(),
-            project: project.name.to_string(),
-        })?;
-    // A path judged before the server's document was read waits for it in the plan, which
-    // judges it again (a spawned server reads its document as it starts); refused there if the
-    // document cannot be read.
-    let class = if target.unread_default() {
-        Some(crate::policy::authz::Class::Read)
-    } else {
-        target.class
-    };
-    crate::policy::authz::check_target(role, method, class, target.label(), target.note())?;
+    let role = role_for(user, method, target)?;
     match on.origin {
         OriginRule::Cookie => {
             // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
@@ -103,6 +88,25 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
         spend_allowed(on, target)?;
     }
     Ok(Admitted { role, stream_slot })
+}
+
+/// The user's role in the project, if it may use this route.
+fn role_for(user: &crate::auth::users::UserState, method: &http::Method, target: &Target) -> Result<Role, HttpError> {
+    let project = &target.project.name;
+    let role = user.grants.role_in(project).ok_or_else(|| HttpError::NotGranted {
+        user: user.name.to_string(),
+        project: project.to_string(),
+    })?;
+    // A path judged before the server's document was read waits for it in the plan, which
+    // judges it again (a spawned server reads its document as it starts); refused there if the
+    // document cannot be read.
+    let class = if target.unread_default() {
+        Some(crate::policy::authz::Class::Read)
+    } else {
+        target.class
+    };
+    crate::policy::authz::check_target(role, method, class, target.label(), target.note())?;
+    Ok(role)
 }
 
 /// A route that makes OpenCode ask the model (a prompt, a command, a compaction, `/init`, and any
