@@ -32,6 +32,9 @@ pub enum HttpError {
     RateLimited { retry_after: Duration },
     #[error("too many open streams for this user (at most {max}); close one and retry")]
     TooManyStreams { max: u32 },
+    /// A budget near its end is held by another running turn (`budget/meter/turns.rs`).
+    #[error("{0}")]
+    BudgetTurnRunning(String),
     #[error("no project named {0:?} on this gateway")]
     UnknownProject(String),
     #[error("this gateway serves several projects: use /p/<project>/ or <project>.<base domain>")]
@@ -125,7 +128,9 @@ impl From<&HttpError> for StatusCode {
         use HttpError::*;
         match e {
             Unauthenticated | BadCredentials | BadToken | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
-            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } => StatusCode::TOO_MANY_REQUESTS,
+            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } | BudgetTurnRunning(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
             UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
@@ -155,6 +160,7 @@ impl HttpError {
             LoginLimited { .. } => "login_limited",
             RateLimited { .. } => "rate_limited",
             TooManyStreams { .. } => "too_many_streams",
+            BudgetTurnRunning(_) => "budget_turn_running",
             UnknownProject(_) => "unknown_project",
             NoProject => "no_project",
             NotGranted { .. } => "not_granted",
@@ -194,6 +200,7 @@ impl HttpError {
         match self {
             HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
             HttpError::TooManyStreams { .. } => Some(Duration::from_secs(1)),
+            HttpError::BudgetTurnRunning(_) => Some(Duration::from_secs(5)),
             _ => None,
         }
     }
@@ -294,6 +301,7 @@ mod tests {
                 429,
             ),
             (HttpError::TooManyStreams { max: 1 }, 429),
+            (HttpError::BudgetTurnRunning(String::new()), 429),
             (HttpError::UnknownProject("x".into()), 404),
             (HttpError::NoProject, 404),
             (

@@ -179,6 +179,9 @@ impl Inbox {
         for repeat in &effect.repeats {
             self.judge_repeat(repeat);
         }
+        for (project, session) in &effect.ended {
+            self.meter.turn_ended(project, session);
+        }
         for card in effect.new_cards {
             self.notify.push(Notice::Card(card));
         }

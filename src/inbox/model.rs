@@ -36,6 +36,8 @@ pub(crate) struct Effect {
     pub costs: Vec<crate::budget::CostSeen>,
     /// A session failed the same way as the last time, for the runaway guard.
     pub repeats: Vec<Repeat>,
+    /// Sessions whose turn ended (busy, then idle): (project, session), for the budgets.
+    pub ended: Vec<(String, String)>,
 }
 
 /// A session that failed as it did the time before: `count` times in a row now.
@@ -60,6 +62,7 @@ impl Effect {
         self.new_cards.extend(other.new_cards);
         self.costs.extend(other.costs);
         self.repeats.extend(other.repeats);
+        self.ended.extend(other.ended);
     }
 }
 
@@ -330,6 +333,7 @@ impl Model {
             session.streak = None;
             session.last_said_ms = now;
         }
+        let ended = status == SessionStatus::Idle && session.status != SessionStatus::Idle;
         let failure = match &status {
             SessionStatus::Retry { message, .. } => Some(Failure::new("retry", message)),
             SessionStatus::Idle => {
@@ -342,6 +346,9 @@ impl Model {
         let mut effect = Effect::changed(true);
         if let Some(f) = failure {
             effect.repeats.extend(streak(project, session, Err(f)));
+        }
+        if ended {
+            effect.ended.push((project.to_string(), id.to_string()));
         }
         effect
     }

@@ -15,6 +15,8 @@ use crate::policy::plan::Treatment;
 pub(super) struct Admitted {
     pub(super) role: Role,
     pub(super) stream_slot: Option<StreamHold>,
+    /// A prompt admitted on a budget near its end: handed back once answered.
+    pub(super) turn: Option<crate::budget::meter::Ticket>,
 }
 
 /// May this user do this here, now? The host an SSH tunnel may name, the role the route needs,
@@ -84,10 +86,15 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             project.name
         )));
     }
-    if target.route.is_some_and(|r| r.asks_model) {
-        spend_allowed(on, target)?;
-    }
-    Ok(Admitted { role, stream_slot })
+    let turn = match target.route.is_some_and(|r| r.asks_model) {
+        true => spend_allowed(on, target)?,
+        false => None,
+    };
+    Ok(Admitted {
+        role,
+        stream_slot,
+        turn,
+    })
 }
 
 /// The user's role in the project, if it may use this route.
@@ -114,12 +121,12 @@ fn role_for(user: &crate::auth::users::UserState, method: &http::Method, target:
 /// spent (`[budget]`, the project's `budget`): decided here, on the canonical route, for every
 /// spelling and front door. With `on_exceed = "notify"` it goes through, logged. Who prompts a
 /// session is remembered: its spend from now on counts toward their daily budget.
-fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> {
+fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::budget::meter::Ticket>, HttpError> {
     let (gw, user, project) = (on.here.gw, &on.user.name, &target.project);
     let budget = &project.config.budget;
     let user_day = on.here.state.settings.user_day_usd;
     if !budget.any() && user_day.is_none() {
-        return Ok(());
+        return Ok(None);
     }
     let meter = &gw.inbox.meter;
     let session = target.session.as_deref();
@@ -137,10 +144,26 @@ fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> 
         }
         tracing::warn!(project = %project.name, user = %user, budget = spent.budget, spent = spent.spent, limit = spent.limit, "a prompt on a spent budget let through (on_exceed = \"notify\")");
     }
-    if let Some(session) = session {
-        meter.prompted(&project.name, session, user);
+    let Some(session) = session else {
+        return Ok(None);
+    };
+    meter.prompted(&project.name, session, user);
+    if budget.on_exceed != OnExceed::Abort {
+        return Ok(None);
     }
-    Ok(())
+    let prompt = crate::budget::meter::Prompt {
+        budget,
+        user_day_usd: user_day,
+        project: &project.name,
+        user,
+        session,
+    };
+    meter
+        .begin_turn(&prompt, day, std::time::Instant::now())
+        .map_err(|busy| {
+            tracing::info!(project = %project.name, user = %user, budget = busy.budget, spent = busy.spent, limit = busy.limit, "a prompt waits: a budget near its end is held by a running turn");
+            HttpError::BudgetTurnRunning(format!("project {}: {busy}", project.name))
+        })
 }
 
 /// A long-lived request's hold: the user's stream slot (an SSH channel already holds one for

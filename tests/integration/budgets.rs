@@ -843,3 +843,74 @@ async fn forking_a_session_adds_nothing_to_todays_spend() {
         "today's spend is two answers, not ${spent}"
     );
 }
+
+/// Prompts racing a budget near its end: one runs, the others are told to wait (429 with
+/// Retry-After and the reason), so the budget is overshot by one turn at most (round four: 16
+/// parallel prompts with $1 of $2 left all ran, $17 spent). Near: what is left ($0.0095) is no
+/// more than `1 - warn_at` of the limit ($0.01).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn prompts_racing_a_budget_near_its_end_overshoot_it_by_one_turn_at_most() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let (_oc, gw) = demo_with_budget(&model, "project_day_usd = 0.02, warn_at = 0.5");
+    let c = Https::new(gw.https, &gw.ca());
+    let prompt = r#"{"parts":[{"type":"text","text":"hello"}]}"#;
+    let mut sessions = Vec::new();
+    for _ in 0..9 {
+        let (status, s) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
+        assert_eq!(status, 200, "{s}");
+        sessions.push(s["id"].as_str().unwrap().to_string());
+    }
+    let first = format!("/p/demo/session/{}/message", sessions[0]);
+    let (status, answer) = json(&c, "POST", &first, &alice(), prompt).await;
+    assert_eq!(status, 200, "{answer}");
+    until_spent(&gw, ANSWER_USD).await;
+    // Eight prompts at once, each in its own session.
+    let racing = sessions[1..].iter().map(|id| {
+        let c = c.clone();
+        let path = format!("/p/demo/session/{id}/prompt_async");
+        async move {
+            c.call(
+                c.request("POST", &path, Some(&alice()))
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(bytes::Bytes::from(prompt)))
+                    .unwrap(),
+            )
+            .await
+        }
+    });
+    let answers = futures_util::future::join_all(racing).await;
+    let ran = answers.iter().filter(|r| r.status.is_success()).count();
+    assert_eq!(
+        ran,
+        1,
+        "{:?}",
+        answers.iter().map(|r| (r.status, &r.body)).collect::<Vec<_>>()
+    );
+    for waited in answers.iter().filter(|r| !r.status.is_success()) {
+        assert_eq!(waited.status, 429, "{}", waited.body);
+        assert!(waited.headers.contains_key("retry-after"), "{:?}", waited.headers);
+        assert!(
+            waited.body.contains("budget.project_day_usd is nearly spent")
+                && waited.body.contains("one prompt at a time"),
+            "{}",
+            waited.body
+        );
+    }
+    // The one that ran spends its turn; then the budget is spent and refuses the rest.
+    until_spent(&gw, 2.0 * ANSWER_USD).await;
+    let (status, refused) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{}/message", sessions[2]),
+        &alice(),
+        prompt,
+    )
+    .await;
+    assert_eq!(status, 403, "{refused}");
+    let spent = spent_in(&metrics_text(&gw));
+    assert!(
+        spent < 0.02 + ANSWER_USD + 1e-9,
+        "overshot by more than one turn: ${spent} of $0.02"
+    );
+}
