@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_push.sql"),
     include_str!("migrations/0006_passkeys.sql"),
     include_str!("migrations/0007_once.sql"),
+    include_str!("migrations/0008_push_per_user.sql"),
 ];
 
 pub(crate) struct SqliteStore {
@@ -518,7 +519,7 @@ impl super::PushStore for SqliteStore {
             self.lock().execute(
                 "INSERT INTO push_subscriptions (endpoint, user, session_id, device_id, p256dh, auth, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (endpoint) DO UPDATE SET user = excluded.user, session_id = excluded.session_id,
+                 ON CONFLICT (user, endpoint) DO UPDATE SET session_id = excluded.session_id,
                    device_id = excluded.device_id, p256dh = excluded.p256dh, auth = excluded.auth,
                    created_at = excluded.created_at",
                 params![
@@ -570,7 +571,7 @@ impl super::PushStore for SqliteStore {
                 "DELETE FROM push_subscriptions WHERE endpoint = ?1 AND (?2 IS NULL OR user = ?2)",
                 params![endpoint, user],
             )?;
-            Ok(n == 1)
+            Ok(n >= 1)
         })();
         self.noted("delete_push", result)
     }
