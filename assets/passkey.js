@@ -44,7 +44,8 @@
       try {
         const options = await post({ do: 'sign-in-options' });
         const cred = await navigator.credentials.get({ publicKey: request(options) });
-        const done = await post({ do: 'sign-in', credential: JSON.stringify(answer(cred)), next: signIn.dataset.next || '/' });
+        // `ceremony`: the gateway's sealed record of this sign-in, handed back with the answer.
+        const done = await post({ do: 'sign-in', credential: JSON.stringify(answer(cred)), ceremony: options.ceremony, next: signIn.dataset.next || '/' });
         location.assign(done.next);
       } catch (e) { say(error, e); }
     });

@@ -86,6 +86,16 @@ impl Reach {
         }
     }
 
+    /// The login host's origin (`https://<name>[:port]`, no path): the one origin passkey
+    /// ceremonies are valid for. It is the configured public address (what browsers use, e.g.
+    /// port 443 behind a balancer while the gateway listens on 8443), never a request's `Host`.
+    pub(crate) fn login_origin(&self) -> String {
+        match &self.base_domain {
+            Some(d) => format!("https://{}{}", d.to_ascii_lowercase(), port_part(self.port)),
+            None => format!("https://{}{}", self.host().to_ascii_lowercase(), port_part(self.port)),
+        }
+    }
+
     /// The URL `opencode attach` takes for a project: `<base>/p/<project>`.
     pub(crate) fn project(&self, name: &str) -> String {
         format!("{}/p/{name}", self.base)
@@ -220,6 +230,12 @@ mod tests {
         // A gateway behind a path prefix keeps it.
         let r = Reach::from_parts("https://example.com:8443/gw/", None, None);
         assert_eq!(r.project("a"), "https://example.com:8443/gw/p/a");
+        assert_eq!(r.login_origin(), "https://example.com:8443", "an origin has no path");
+        // Behind a balancer: the public port, not the one listened on.
+        let r = Reach::from_parts("https://gw.example.com", Some("gw.example.com"), Some(8443));
+        assert_eq!(r.login_origin(), "https://gw.example.com");
+        let r = Reach::from_parts("https://127.0.0.1:0", Some("GW.localhost"), Some(40123));
+        assert_eq!(r.login_origin(), "https://gw.localhost:40123");
     }
 
     #[test]

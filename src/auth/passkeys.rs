@@ -5,12 +5,18 @@
 //! writes the state database. HTTP, the login limiter and the session are the page's
 //! (`web/passkey_form.rs`).
 //!
-//! A ceremony in flight is a single-use record in the state database (`auth/once.rs`), in the
-//! library's own encoding (its `serializable_server_state`): behind a load balancer the answer
-//! may reach another replica than the options did. Finishing takes it out, so a replayed answer
-//! finds nothing. Ceremonies are few and short (five minutes, as the library's timeout), bounded
-//! in all (in the store) and per address (by each replica, for those begun there), so that
-//! starting sign-ins without finishing them cannot crowd out others.
+//! Every ceremony is for one origin: the login host's as configured ([`Place::origin`], from
+//! `Reach::login_origin`), never one read from a request. A page on another port of the same
+//! name has the same RP ID; had the origin come from `Host`, such a page could relay a sign-in
+//! naming its own port and get the cookie (hostile review, round four).
+//!
+//! A registration in flight is a single-use record in the state database (`auth/once.rs`), in
+//! the library's own encoding (its `serializable_server_state`): behind a load balancer the
+//! answer may reach another replica than the options did. Finishing takes it out, so a replayed
+//! answer finds nothing. Registrations need a login; they are few and short (five minutes, as
+//! the library's timeout), bounded in all (in the store) and per address (by each replica).
+//! Sign-ins, which anyone may start, keep nothing until an answer verifies
+//! (`auth/passkey_sign_in.rs`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -21,27 +27,25 @@ use blake2::{Blake2b256, Digest};
 use serde::{Deserialize, Serialize};
 
 use webauthn_rp::bin::{Decode, Encode};
-use webauthn_rp::request::auth::AuthenticationVerificationOptions;
 use webauthn_rp::request::register::{
     CredProtect, PublicKeyCredentialUserEntity, RegistrationVerificationOptions, UserHandle,
 };
 use webauthn_rp::request::{AsciiDomain, ExtensionInfo, PublicKeyCredentialDescriptor, RpId, TimedCeremony};
 use webauthn_rp::response::CredentialId;
-use webauthn_rp::response::register::{DynamicState, StaticState};
 use webauthn_rp::{
-    AuthenticatedCredential, DiscoverableAuthentication16, DiscoverableAuthenticationServerState,
-    DiscoverableCredentialRequestOptions, PublicKeyCredentialCreationOptions, Registration, RegistrationServerState,
+    DiscoverableAuthentication16, PublicKeyCredentialCreationOptions, Registration, RegistrationServerState,
 };
 
 use crate::auth::once::{OnceKind, Seen, Verdict};
+use crate::auth::passkey_sign_in::SignIns;
 use crate::store::{PasskeyRecord, PutOnce, Store};
 
 /// A user handle's length: 16 random bytes, stored per user (`passkey_users`).
 pub(crate) const HANDLE_LEN: usize = 16;
 
 /// How long a ceremony may take: the library's own timeout (it refuses a late answer itself).
-const CEREMONY_TTL: Duration = Duration::from_secs(300);
-/// Ceremonies in flight, in all and from one address.
+pub(crate) const CEREMONY_TTL: Duration = Duration::from_secs(300);
+/// Registrations in flight, in all and from one address.
 const MAX_CEREMONIES: usize = 1024;
 const MAX_PER_ADDRESS: usize = 8;
 /// A passkey's name on the portal and in `passkeys`.
@@ -50,9 +54,15 @@ const MAX_LABEL_CHARS: usize = 60;
 /// Why a ceremony was refused. `code()` is what the audit trail and tests see.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum PasskeyError {
-    /// The page was opened by address: WebAuthn needs a domain name for its RP ID.
+    /// The login host is an address: WebAuthn needs a domain name for its RP ID.
     NoName,
-    /// Too many ceremonies in flight (from this address, or in all).
+    /// The request came to another origin than the login host's (its `Host` names another
+    /// port, or another name): passkeys work only on the login origin, which this names.
+    ElsewhereHost(String),
+    /// The browser made the answer on another origin (its `clientDataJSON` says which).
+    ForeignOrigin,
+    /// Too many registrations in flight (from this address, or in all), or the record of used
+    /// sign-in challenges is full.
     Busy,
     /// The answer is not a WebAuthn credential as a browser sends it (why, for the log).
     Malformed(String),
@@ -74,6 +84,8 @@ impl PasskeyError {
     pub(crate) fn code(&self) -> &'static str {
         match self {
             PasskeyError::NoName => "no_domain_name",
+            PasskeyError::ElsewhereHost(_) => "not_login_origin",
+            PasskeyError::ForeignOrigin => "foreign_origin",
             PasskeyError::Busy => "busy",
             PasskeyError::Malformed(_) => "malformed",
             PasskeyError::NoCeremony => "no_ceremony",
@@ -97,9 +109,12 @@ impl PasskeyError {
     /// What the person is told (never which check of a sign-in failed beyond what they can act on).
     pub(crate) fn message(&self) -> String {
         match self {
-            PasskeyError::NoName => {
-                "passkeys need the gateway's name, not its address: open it by name (for example https://<host>.local:<port>)"
-                    .into()
+            PasskeyError::NoName => "passkeys need the gateway's login address to be a name, not an address: \
+                 set server.public_url (or base_domain) to one, for example https://<host>.local:8443"
+                .into(),
+            PasskeyError::ElsewhereHost(login) => format!("passkeys work only on {login}: open the gateway there"),
+            PasskeyError::ForeignOrigin => {
+                "this passkey answer was made on another site than the gateway's login page".into()
             }
             PasskeyError::Busy => "too many passkey ceremonies are in progress: try again in a minute".into(),
             PasskeyError::Malformed(_) => "the browser's answer is not a passkey credential".into(),
@@ -130,7 +145,7 @@ struct Ceremonies {
     begun: Mutex<HashMap<u128, (IpAddr, Instant)>>,
 }
 
-fn slot(challenge: u128) -> [u8; 32] {
+pub(crate) fn slot(challenge: u128) -> [u8; 32] {
     Blake2b256::digest(challenge.to_le_bytes()).into()
 }
 
@@ -177,23 +192,49 @@ impl Ceremonies {
 /// The passkey ceremonies in flight.
 pub struct Passkeys {
     registering: Ceremonies,
-    signing_in: Ceremonies,
+    pub(crate) signing_in: SignIns,
 }
 
 impl Passkeys {
-    pub(crate) fn new(store: Arc<dyn Store>) -> Passkeys {
+    /// `key` seals sign-in ceremonies (the store's digest key: the same on every gateway sharing
+    /// the store, so a sign-in may finish on another replica).
+    pub(crate) fn new(store: Arc<dyn Store>, key: [u8; 32]) -> Passkeys {
         Passkeys {
             registering: Ceremonies::new(store.clone(), "passkey-registration"),
-            signing_in: Ceremonies::new(store, "passkey-sign-in"),
+            signing_in: SignIns::new(store, key),
         }
     }
 }
 
-/// Where a ceremony happens: the page's host (its name is the RP ID) and origin.
+/// Where a ceremony happens: the login host's configured origin (`https://<name>[:port]`, its
+/// name the RP ID), and the client's address.
 pub(crate) struct Place<'a> {
-    pub host: &'a str,
     pub origin: &'a str,
     pub peer: IpAddr,
+}
+
+impl Place<'_> {
+    /// The RP ID: the login origin's name.
+    pub(crate) fn rp_id(&self) -> Result<RpId, PasskeyError> {
+        rp_id(self.origin.strip_prefix("https://").ok_or(PasskeyError::NoName)?)
+    }
+
+    /// Refuse an answer the browser made on another origin than this one (the library checks
+    /// it too; this says so plainly, before any passkey is looked up).
+    pub(crate) fn check_client(&self, client_data_json: &[u8]) -> Result<(), PasskeyError> {
+        #[derive(Deserialize)]
+        struct ClientData {
+            origin: String,
+        }
+        let bytes = client_data_json
+            .strip_prefix(b"\xEF\xBB\xBF")
+            .unwrap_or(client_data_json);
+        match serde_json::from_slice::<ClientData>(bytes) {
+            Ok(c) if c.origin == self.origin => Ok(()),
+            Ok(_) => Err(PasskeyError::ForeignOrigin),
+            Err(e) => Err(malformed(e)),
+        }
+    }
 }
 
 /// The RP ID for a page served on `host`: its name without the port. An address is refused:
@@ -211,7 +252,7 @@ pub(crate) fn rp_id(host: &str) -> Result<RpId, PasskeyError> {
         .map_err(|_| PasskeyError::NoName)
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     what: &'static str,
     call: impl FnOnce() -> Result<T, crate::store::StoreError> + Send + 'static,
 ) -> Result<T, PasskeyError> {
@@ -230,7 +271,7 @@ impl Passkeys {
         user: &Arc<str>,
         at: &Place<'_>,
     ) -> Result<String, PasskeyError> {
-        let rp = rp_id(at.host)?;
+        let rp = at.rp_id()?;
         let (s, u) = (store.clone(), user.to_string());
         let fresh = UserHandle::<HANDLE_LEN>::new();
         let fresh_bytes = fresh.as_ref().to_vec();
@@ -294,9 +335,10 @@ impl Passkeys {
         json: &str,
         label: &str,
     ) -> Result<PasskeyRecord, PasskeyError> {
-        let rp = rp_id(at.host)?;
+        let rp = at.rp_id()?;
         let reg = Registration::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
         let challenge = reg.challenge_relaxed().map_err(malformed)?;
+        at.check_client(reg.response().client_data_json())?;
         let pending = self
             .registering
             .take(challenge.0)
@@ -337,88 +379,6 @@ impl Passkeys {
         blocking("saving a passkey", move || s.save_passkey(&r)).await?;
         Ok(record)
     }
-
-    /// Begin a sign-in with any passkey for this site (discoverable credentials: the browser
-    /// offers the person's passkeys; no user name is asked or revealed).
-    pub(crate) async fn start_sign_in(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
-        let rp = rp_id(at.host)?;
-        let (server, client) = DiscoverableCredentialRequestOptions::passkey(&rp)
-            .start_ceremony()
-            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
-        let json = serde_json::to_string(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
-        let state = server.encode().map_err(|e| PasskeyError::Refused(e.to_string()))?;
-        self.signing_in
-            .begin(
-                server.sent_challenge().0,
-                at.peer,
-                Pending {
-                    state,
-                    origin: at.origin.to_string(),
-                    user: None,
-                },
-            )
-            .await?;
-        Ok(json)
-    }
-
-    /// Finish a sign-in: the passkey it was made with, whose `user` is who signs in (the
-    /// credential's stored user, never a name the browser sends). Its use is written back.
-    pub(crate) async fn finish_sign_in(
-        &self,
-        store: &Arc<dyn Store>,
-        at: &Place<'_>,
-        json: &str,
-    ) -> Result<PasskeyRecord, PasskeyError> {
-        let rp = rp_id(at.host)?;
-        let answer = DiscoverableAuthentication16::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
-        let challenge = answer.challenge_relaxed().map_err(malformed)?;
-        let pending = self
-            .signing_in
-            .take(challenge.0)
-            .await?
-            .ok_or(PasskeyError::NoCeremony)?;
-        if pending.origin != at.origin {
-            return Err(PasskeyError::Mismatch);
-        }
-        let state = DiscoverableAuthenticationServerState::decode(pending.state.as_slice())
-            .map_err(|_| PasskeyError::NoCeremony)?;
-        let (s, raw) = (store.clone(), answer.raw_id().as_ref().to_vec());
-        let mut record = blocking("reading a passkey", move || s.passkey_by_credential(&raw))
-            .await?
-            .ok_or(PasskeyError::Unknown)?;
-        if record.revoked_at.is_some() {
-            return Err(PasskeyError::Revoked);
-        }
-        let handle = handle_of(&record.handle).ok_or(PasskeyError::Store)?;
-        let static_state = StaticState::decode(record.static_state.as_slice()).map_err(|_| PasskeyError::Store)?;
-        let dynamic: [u8; 7] = record
-            .dynamic_state
-            .as_slice()
-            .try_into()
-            .map_err(|_| PasskeyError::Store)?;
-        let dynamic_state = DynamicState::decode(dynamic).map_err(|_| PasskeyError::Store)?;
-        let id = CredentialId::decode(record.credential_id.as_slice()).map_err(|_| PasskeyError::Store)?;
-        let mut cred = AuthenticatedCredential::new(id, &handle, static_state, dynamic_state)
-            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
-        let origins = [at.origin];
-        let options = AuthenticationVerificationOptions::<&str, &str> {
-            allowed_origins: &origins,
-            ..Default::default()
-        };
-        state
-            .verify(&rp, &answer, &mut cred, &options)
-            .map_err(|e| PasskeyError::Refused(e.to_string()))?;
-        record.dynamic_state = cred
-            .dynamic_state()
-            .encode()
-            .map(|d| d.to_vec())
-            .map_err(|_| PasskeyError::Malformed(String::new()))?;
-        let now = crate::auth::tokens::now_unix();
-        record.last_used_at = Some(now);
-        let (s, id, state) = (store.clone(), record.id.clone(), record.dynamic_state.clone());
-        blocking("recording a passkey's use", move || s.passkey_used(&id, &state, now)).await?;
-        Ok(record)
-    }
 }
 
 /// Whether `json` reads as a registration answer and as a sign-in answer, each with its
@@ -435,11 +395,11 @@ pub fn reads_as_answers(json: &[u8]) -> (bool, bool) {
     (registration, sign_in)
 }
 
-fn malformed(e: impl std::fmt::Display) -> PasskeyError {
+pub(crate) fn malformed(e: impl std::fmt::Display) -> PasskeyError {
     PasskeyError::Malformed(e.to_string())
 }
 
-fn handle_of(bytes: &[u8]) -> Option<UserHandle<HANDLE_LEN>> {
+pub(crate) fn handle_of(bytes: &[u8]) -> Option<UserHandle<HANDLE_LEN>> {
     let b: [u8; HANDLE_LEN] = bytes.try_into().ok()?;
     UserHandle::decode(b).ok()
 }

@@ -41,7 +41,7 @@ fn lan_template() -> String {
     let swaps = [
         (
             "listen = \"127.0.0.1:8443\"          # HTTPS; use 0.0.0.0:8443 to reach it from other devices\nbase_domain = \"gw.localhost\"       # <project>.gw.localhost serves that project's web UI\n",
-            "listen = \"0.0.0.0:8443\"            # every address: devices on your network reach it\n# public_url is left out: this machine's LAN address is used (the pairing QR code carries it)\nhttp_listen = \"0.0.0.0:8080\"       # http://<LAN address>:8080/ca offers the dev CA to phones\n",
+            "listen = \"0.0.0.0:8443\"            # every address: devices on your network reach it\n# public_url is left out: this machine's LAN address is used (the pairing QR code carries it)\n# passkeys need a name: public_url = \"https://<host>.local:8443\" (they work only there)\nhttp_listen = \"0.0.0.0:8080\"       # http://<LAN address>:8080/ca offers the dev CA to phones\n",
         ),
         ("listen = \"127.0.0.1:2222\"", "listen = \"0.0.0.0:2222\""),
         (

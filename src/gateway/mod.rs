@@ -253,7 +253,7 @@ impl Gateway {
                 tickets: Tickets::new(once_store.clone(), digest_key),
                 compressed: Default::default(),
                 push,
-                passkeys: crate::auth::passkeys::Passkeys::new(once_store.clone()),
+                passkeys: crate::auth::passkeys::Passkeys::new(once_store.clone(), digest_key),
             },
             lifecycle: Lifecycle {
                 supervisor,

@@ -115,8 +115,9 @@ impl Pusher {
                 Ok(404 | 410) => {
                     self.gone.fetch_add(1, Ordering::Relaxed);
                     tracing::info!(endpoint = %tag, user = %sub.user, "the push service says the subscription is gone: deleted");
-                    let (store, endpoint) = (self.store.clone(), sub.endpoint.clone());
-                    let _ = tokio::task::spawn_blocking(move || store.delete_push(&endpoint, None)).await;
+                    // This user's subscription only: each user's row of an endpoint is theirs.
+                    let (store, endpoint, user) = (self.store.clone(), sub.endpoint.clone(), sub.user.clone());
+                    let _ = tokio::task::spawn_blocking(move || store.delete_push(&endpoint, Some(&user))).await;
                     return;
                 }
                 Ok(status) => tracing::warn!(endpoint = %tag, status, attempt, "push notification not delivered"),

@@ -3,7 +3,7 @@
 
 use crate::store::*;
 
-/// Push subscriptions: one per endpoint (subscribing again replaces it), listed only while
+/// Push subscriptions: one per user and endpoint (subscribing again replaces it), listed only while
 /// the login they were made in is live, deleted only by their own user when one is named,
 /// and with the paired device they were made on.
 pub(super) fn push_subscriptions_live_with_their_login_and_go_with_their_device(store: &dyn Store) {
@@ -92,6 +92,76 @@ pub(super) fn push_subscriptions_live_with_their_login_and_go_with_their_device(
     assert!(
         store.push_endpoints_of("cat").unwrap().is_empty(),
         "pruned with their login"
+    );
+}
+
+/// One endpoint URL subscribed by two users is two subscriptions: bob naming alice's endpoint
+/// (a URL he learnt) makes one of his own and leaves hers (her keys, her login) alone, and his
+/// removal deletes only his.
+pub(super) fn a_push_endpoint_is_kept_per_user(store: &dyn Store) {
+    for (id, user, n) in [("ws_alice", "alice", 1), ("ws_bob", "bob", 2)] {
+        store
+            .insert_web_session(&WebSessionRecord {
+                id: id.into(),
+                digest: [n; 32],
+                user: user.into(),
+                device_id: None,
+                parent: None,
+                host: None,
+                created_at: 1,
+                last_seen_at: 1,
+                idle_secs: 3600,
+                expires_at: 1000,
+                revoked_at: None,
+            })
+            .unwrap();
+    }
+    let sub = |user: &str, session: &str, key: u8| PushSubscription {
+        endpoint: "https://push.example/alice-phone".into(),
+        user: user.into(),
+        session_id: session.into(),
+        device_id: None,
+        p256dh: vec![key; 65],
+        auth: vec![key; 16],
+        created_at: 10,
+    };
+    let alices = |store: &dyn Store| {
+        store
+            .push_subscriptions(10)
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.user == "alice")
+            .map(|s| (s.session_id, s.p256dh[0]))
+            .collect::<Vec<_>>()
+    };
+    store.save_push(&sub("alice", "ws_alice", 4)).unwrap();
+    store.save_push(&sub("bob", "ws_bob", 9)).unwrap();
+    assert_eq!(
+        alices(store),
+        [("ws_alice".to_string(), 4)],
+        "bob's subscribe left alice's alone"
+    );
+    assert_eq!(store.push_subscriptions(10).unwrap().len(), 2, "and made his own");
+    assert_eq!(
+        store.push_endpoints_of("bob").unwrap(),
+        ["https://push.example/alice-phone"]
+    );
+    assert!(
+        store
+            .delete_push("https://push.example/alice-phone", Some("bob"))
+            .unwrap()
+    );
+    assert_eq!(
+        alices(store),
+        [("ws_alice".to_string(), 4)],
+        "bob's removal left alice's alone"
+    );
+    assert!(store.push_endpoints_of("bob").unwrap().is_empty());
+    store.save_push(&sub("alice", "ws_alice", 5)).unwrap();
+    assert_eq!(
+        alices(store),
+        [("ws_alice".to_string(), 5)],
+        "her own subscribing again replaces"
     );
 }
 
@@ -348,11 +418,12 @@ type Case = fn(&dyn Store);
 
 /// Every case, each on a fresh store `fresh` makes.
 pub(super) fn every_case(fresh: &mut dyn FnMut(&str) -> std::sync::Arc<dyn Store>) {
-    let cases: [(&str, Case); 6] = [
+    let cases: [(&str, Case); 7] = [
         (
             "push",
             push_subscriptions_live_with_their_login_and_go_with_their_device,
         ),
+        ("push_per_user", a_push_endpoint_is_kept_per_user),
         ("spend", spend_is_kept_by_day_and_session),
         (
             "sessions",

@@ -345,15 +345,17 @@ pub(crate) struct PushSubscription {
     pub created_at: i64,
 }
 
-/// The push half: subscriptions by endpoint.
+/// The push half: subscriptions by user and endpoint (one user naming another's endpoint URL
+/// makes a subscription of their own, never takes hers over).
 pub(crate) trait PushStore: Send + Sync {
-    /// Keep a subscription (one per endpoint: a browser subscribing again replaces it).
+    /// Keep a subscription (one per user and endpoint: a browser subscribing again for the same
+    /// user replaces it).
     fn save_push(&self, s: &PushSubscription) -> Result<(), StoreError>;
     /// The subscriptions whose login session is live at `now` (Unix seconds).
     fn push_subscriptions(&self, now: i64) -> Result<Vec<PushSubscription>, StoreError>;
     /// Every endpoint `user` has subscribed, live login or not.
     fn push_endpoints_of(&self, user: &str) -> Result<Vec<String>, StoreError>;
-    /// Delete the subscription at `endpoint` (only `user`'s, when given); true if there was one.
+    /// Delete the subscriptions at `endpoint` (only `user`'s, when given); true if there was one.
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError>;
 }
 

@@ -22,13 +22,13 @@ struct LoginPage<'a> {
     error: Option<&'a str>,
     /// `[oidc]`: the button's label and where it goes.
     sso: Option<(&'a str, String)>,
-    /// This page was opened by name, so a passkey may be offered (the script shows it only where
-    /// the browser has WebAuthn).
+    /// This page is on the login origin and it has a name, so a passkey may be offered (the
+    /// script shows it only where the browser has WebAuthn).
     passkeys: bool,
 }
 
 fn passkeys_here(ctx: &Ctx<'_>) -> bool {
-    crate::auth::passkeys::rp_id(ctx.host.unwrap_or("")).is_ok()
+    super::passkey_form::offered(ctx)
 }
 
 fn sso<'a>(ctx: &'a Ctx<'_>, next: &str) -> Option<(&'a str, String)> {

@@ -206,6 +206,14 @@ impl Ctx<'_> {
         crate::policy::origin::normalize(&format!("https://{}", self.host.unwrap_or("localhost"))).unwrap_or_default()
     }
 
+    /// The login host's origin as configured (`Reach::login_origin`: the public URL's port, or
+    /// the port bound at start when it says 0), whatever this request's `Host` says.
+    pub(crate) fn login_origin(&self) -> String {
+        let bound = self.gw.doors.ports.get().map(|p| p.main);
+        let login = crate::reach::Reach::new(&self.state.settings, bound).login_origin();
+        crate::policy::origin::normalize(&login).unwrap_or(login)
+    }
+
     /// Refuse an unsafe request from another origin (see [`crate::policy::csrf`]).
     pub(crate) fn check_csrf(&self) -> Result<(), HttpError> {
         crate::policy::csrf::check(

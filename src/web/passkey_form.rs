@@ -2,11 +2,15 @@
 //! The page's script (`assets/passkey.js`) posts a form and reads JSON:
 //! - `do=register-options`, then `do=register` with `credential` (the browser's answer, as JSON)
 //!   and `label`: a logged-in user adds a passkey;
-//! - `do=sign-in-options`, then `do=sign-in` with `credential` and `next`: anyone signs in. Like
+//! - `do=sign-in-options`, then `do=sign-in` with `credential`, `ceremony` (the sealed ceremony the
+//!   options carried) and `next`: anyone signs in. Like
 //!   the password form, this goes through the login limiter (a spent address is refused before any
 //!   work; each sign-in started is charged) and ends in the same server-side session, cookie and
 //!   audit record (`login`, `method=passkey`);
 //! - `do=remove` with `id` (a plain form on the portal): a user revokes one of their own passkeys.
+//!
+//! Ceremonies happen only on the login host's configured origin (`Ctx::login_origin`): a request
+//! to any other origin, such as another port of the same name, is refused with that origin named.
 
 use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -24,14 +28,14 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let field = |name: &str| f.get(name).map_or("", String::as_str);
-    let origin = ctx.own_origin();
+    let origin = ctx.login_origin();
     let place = Place {
-        host: ctx.host.unwrap_or(""),
         origin: &origin,
         peer: ctx.client,
     };
-    if on_a_projects_port(ctx) {
-        return Ok(refusal(&PasskeyError::Mismatch));
+    if let Err(e) = here(ctx, &place) {
+        tracing::warn!(target: "security", peer = %ctx.client, reason = e.code(), host = ctx.host.unwrap_or(""), "a passkey request away from the login origin refused");
+        return Ok(refusal(&e));
     }
     let passkeys = &ctx.gw.browser.passkeys;
     let store = ctx.gw.browser.sessions.store();
@@ -48,7 +52,7 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
                 Err(e) => refusal(&e),
             })
         }
-        "sign-in" => sign_in(ctx, &place, field("credential"), field("next")).await,
+        "sign-in" => sign_in(ctx, &place, [field("credential"), field("ceremony")], field("next")).await,
         "register-options" | "register" | "remove" => {
             let Some(live) = ctx.login_session().await? else {
                 return Err(HttpError::Unauthenticated);
@@ -92,29 +96,49 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
     }
 }
 
-/// A ceremony's origin names the port the browser used. A project's own listener serves
-/// OpenCode's web UI on another port of the same name: a page there (same RP ID, another
-/// origin) must not finish a ceremony here by naming its own port in `Host`.
-fn on_a_projects_port(ctx: &Ctx<'_>) -> bool {
-    let port = super::handoff::port_of(ctx.host.unwrap_or(""));
-    ctx.state
-        .settings
-        .projects
-        .iter()
-        .any(|p| p.listen.is_some_and(|l| l.port() == port))
+/// Whether this request may hold a ceremony: the login origin has a name (an RP ID), and the
+/// request came to exactly that origin. A ceremony's origin names the port the browser used; a
+/// page on another port of the same name (a project's own listener, or any HTTPS server with a
+/// certificate the victim trusts) has the same RP ID and must not start or finish one here by
+/// naming its own port in `Host`.
+fn here(ctx: &Ctx<'_>, place: &Place<'_>) -> Result<(), PasskeyError> {
+    place.rp_id()?;
+    if ctx.own_origin() != place.origin {
+        return Err(PasskeyError::ElsewhereHost(place.origin.to_string()));
+    }
+    Ok(())
+}
+
+/// Whether the pages offer passkeys to this request (see [`here`]).
+pub(super) fn offered(ctx: &Ctx<'_>) -> bool {
+    let origin = ctx.login_origin();
+    here(
+        ctx,
+        &Place {
+            origin: &origin,
+            peer: ctx.client,
+        },
+    )
+    .is_ok()
 }
 
 async fn sign_in(
     ctx: &Ctx<'_>,
     place: &Place<'_>,
-    credential: &str,
+    [credential, ceremony]: [&str; 2],
     next: &str,
 ) -> Result<Response<ProxyBody>, HttpError> {
     if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, None) {
         return Ok(limited(denied.retry_after));
     }
     let store = ctx.gw.browser.sessions.store();
-    let record = match ctx.gw.browser.passkeys.finish_sign_in(store, place, credential).await {
+    let record = match ctx
+        .gw
+        .browser
+        .passkeys
+        .finish_sign_in(store, place, credential, ceremony)
+        .await
+    {
         Ok(r) => r,
         Err(e) => return Ok(failed(ctx, None, &e).await),
     };
@@ -217,7 +241,7 @@ pub(super) async fn rows_of(ctx: &Ctx<'_>, user: &str) -> Result<Vec<PasskeyRow>
 /// A refused ceremony: its status, and `{"error", "reason"}` for the page to show.
 fn refusal(e: &PasskeyError) -> Response<ProxyBody> {
     let status = match e {
-        PasskeyError::NoName | PasskeyError::Malformed(_) => StatusCode::BAD_REQUEST,
+        PasskeyError::NoName | PasskeyError::ElsewhereHost(_) | PasskeyError::Malformed(_) => StatusCode::BAD_REQUEST,
         PasskeyError::Busy | PasskeyError::Store => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::UNAUTHORIZED,
     };

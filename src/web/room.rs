@@ -154,7 +154,7 @@ struct PortalPage<'a> {
     r: &'a Room,
     /// The gateway's VAPID public key, for "Notify me on this device" (none: push is unavailable).
     push_key: Option<String>,
-    /// The user's passkeys, and whether one can be added here (the page has a name, not an address).
+    /// The user's passkeys, and whether one can be added here (the login origin, by name).
     passkeys: Vec<super::passkey_form::PasskeyRow>,
     passkeys_here: bool,
 }
@@ -680,7 +680,7 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
         }
         let push_key = ctx.gw.browser.push.vapid().ok().map(|v| v.public_key());
         let passkeys = super::passkey_form::rows_of(ctx, &live.user).await?;
-        let passkeys_here = crate::auth::passkeys::rp_id(ctx.host.unwrap_or("")).is_ok();
+        let passkeys_here = super::passkey_form::offered(ctx);
         let portal = PortalPage {
             r: &r,
             push_key,

@@ -64,7 +64,12 @@ async fn a_passkey_is_added_signs_in_and_stops_when_revoked_in_chromium() {
         of("login", "passkey") >= 3,
         "alice signed in with it three times: {audit:#?}"
     );
-    for reason in ["verification_failed", "no_ceremony", "revoked_passkey"] {
+    for reason in [
+        "verification_failed",
+        "no_ceremony",
+        "foreign_origin",
+        "revoked_passkey",
+    ] {
         assert!(of("login_failed", reason) >= 1, "{reason}: {audit:#?}");
     }
     let passkey_logins: Vec<_> = audit
@@ -176,4 +181,75 @@ async fn passkeys_ask_the_login_limiter_first_and_need_a_name_and_a_login() {
     assert_eq!(refused.status, 429, "{}", refused.body);
     assert!(refused.headers.contains_key("retry-after"));
     assert!(refused.body.contains("login_limited"), "{}", refused.body);
+}
+
+/// A page on another port of the login host's name (an HTTPS server with a certificate the
+/// victim trusts) relays a ceremony: with its own port in `Host`, the gateway refuses to start or
+/// finish one, naming the one origin passkeys work on; with the login host's `Host` but an answer
+/// the browser made on that other port (its clientDataJSON's origin), the answer is refused for
+/// its origin before any passkey is looked up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passkey_ceremony_is_valid_only_on_the_configured_login_origin() {
+    use base64::Engine;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+    let gw = alice_and_bob();
+    let c = Https::new(gw.https, &gw.ca());
+    let port = gw.https.port();
+    let login = format!("https://{LOGIN_HOST}:{port}");
+    let sibling = format!("{LOGIN_HOST}:{}", if port == u16::MAX { port - 1 } else { port + 1 });
+    let post = |host: String, form: String| {
+        let c = c.host(LOGIN_HOST);
+        async move {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri("/_gw/passkey")
+                .header("host", &host)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", format!("https://{host}"))
+                .header("sec-fetch-site", "same-origin")
+                .body(Full::from(form))
+                .unwrap();
+            c.call(req).await
+        }
+    };
+    for form in ["do=sign-in-options", "do=sign-in&credential=%7B%7D"] {
+        let r = post(sibling.clone(), form.into()).await;
+        assert_eq!(r.status, 400, "{form}: {}", r.body);
+        assert!(r.body.contains("\"reason\":\"not_login_origin\""), "{form}: {}", r.body);
+        assert!(r.body.contains(&login), "names where passkeys work: {}", r.body);
+    }
+
+    let started = post(format!("{LOGIN_HOST}:{port}"), "do=sign-in-options".into()).await;
+    assert_eq!(started.status, 200, "{}", started.body);
+    let o: serde_json::Value = serde_json::from_str(&started.body).unwrap();
+    let client_data = serde_json::json!({
+        "type": "webauthn.get",
+        "challenge": o["challenge"],
+        "origin": format!("https://{sibling}"),
+        "crossOrigin": false,
+    });
+    let mut auth_data = ring::digest::digest(&ring::digest::SHA256, LOGIN_HOST.as_bytes())
+        .as_ref()
+        .to_vec();
+    auth_data.extend_from_slice(&[0x05, 0, 0, 0, 1]);
+    let answer = serde_json::json!({
+        "id": b64(&[7; 16]),
+        "rawId": b64(&[7; 16]),
+        "type": "public-key",
+        "response": {
+            "clientDataJSON": b64(client_data.to_string().as_bytes()),
+            "authenticatorData": b64(&auth_data),
+            "signature": b64(&[1; 64]),
+            "userHandle": b64(&[2; 16]),
+        },
+        "clientExtensionResults": {},
+    });
+    let form = format!(
+        "do=sign-in&credential={}&ceremony={}",
+        crate::common::client::encode(&answer.to_string()),
+        crate::common::client::encode(o["ceremony"].as_str().unwrap_or_default())
+    );
+    let r = post(format!("{LOGIN_HOST}:{port}"), form).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert!(r.body.contains("\"reason\":\"foreign_origin\""), "{}", r.body);
 }

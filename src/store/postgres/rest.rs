@@ -87,7 +87,7 @@ impl crate::store::PushStore for PostgresStore {
             c.execute(
                 "INSERT INTO push_subscriptions (endpoint, user_name, session_id, device_id, p256dh, auth, created_at)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (endpoint) DO UPDATE SET user_name = excluded.user_name, session_id = excluded.session_id,
+                 ON CONFLICT (user_name, endpoint) DO UPDATE SET session_id = excluded.session_id,
                    device_id = excluded.device_id, p256dh = excluded.p256dh, auth = excluded.auth,
                    created_at = excluded.created_at",
                 &[
@@ -141,7 +141,7 @@ impl crate::store::PushStore for PostgresStore {
                 "DELETE FROM push_subscriptions WHERE endpoint = $1 AND ($2::text IS NULL OR user_name = $2)",
                 &[&endpoint, &user],
             )?;
-            Ok(n == 1)
+            Ok(n >= 1)
         })
     }
 }
