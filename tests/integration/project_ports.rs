@@ -177,7 +177,8 @@ async fn each_project_port_gets_a_cookie_of_its_own_through_the_handoff_and_no_o
         let r = get(&web_port, "/echo", Some(&wrong), false).await;
         assert_eq!(r.status, 401, "{wrong} on web's port: {}", r.body);
     }
-    assert_eq!(get(&api_port, "/echo", Some(&api_cookie), false).await.status, 200);
+    let both = format!("{alice}; {api_cookie}");
+    assert_eq!(get(&api_port, "/echo", Some(&both), false).await.status, 200);
 
     // The login cookie on the main port is not a project credential either.
     let r = get(&main, "/p/web/echo", Some(&web_cookie), false).await;
@@ -194,7 +195,8 @@ async fn a_sibling_ports_page_cannot_write_with_a_project_ports_cookie() {
     let web_port = Https::new(own_port(&gw, "web"), &gw.ca());
     let api_port = Https::new(own_port(&gw, "api"), &gw.ca());
     let alice = login(&main, "alice", "alice-password-1").await;
-    let cookie = handoff(&main, &web_port, "web", &alice).await;
+    // The browser sends the login cookie to every port of the host beside the port's own.
+    let cookie = format!("{alice}; {}", handoff(&main, &web_port, "web", &alice).await);
     let own = format!("https://{}", web_port.authority());
     let sibling = format!("https://{}", api_port.authority());
     let login_origin = format!("https://{}", main.authority());
@@ -295,5 +297,37 @@ async fn a_handoff_state_and_ticket_planted_from_a_sibling_port_do_not_log_a_bro
     let r = get(&web_port, &bobs_callback, Some(&format!("{bob}; {bobs_state}")), true).await;
     assert_eq!(r.status, 303, "{}", r.body);
     assert!(cookie_named(&r, "__Host-ocgw-p-web").is_some());
+    drop(gw);
+}
+
+/// The same attack without a handoff: bob plants his own port cookie (he can read it in his own
+/// browser) into alice's browser from a sibling port. A project port's session counts only
+/// beside the login cookie it was handed off from, so alice's browser is sent to a handoff of
+/// its own instead of being bob on web.
+#[tokio::test]
+async fn a_port_cookie_planted_from_a_sibling_port_is_refused_beside_another_login() {
+    let (gw, web, _api) = port_projects().await;
+    let main = Https::new(gw.https, &gw.ca());
+    let web_port = Https::new(own_port(&gw, "web"), &gw.ca());
+    let alice = login(&main, "alice", "alice-password-1").await;
+    let bob = login(&main, "bob", "bob-password-22").await;
+    let bobs_cookie = handoff(&main, &web_port, "web", &bob).await;
+    let before = web.seen().len();
+    for jar in [format!("{alice}; {bobs_cookie}"), bobs_cookie.clone()] {
+        let r = get(&web_port, "/echo", Some(&jar), false).await;
+        assert_eq!(r.status, 401, "{jar}: {}", r.body);
+        let r = get(&web_port, "/", Some(&jar), true).await;
+        assert_eq!(r.status, 303, "{jar}: {}", r.body);
+        assert!(location(&r).contains("/_gw/handoff?"), "{}", location(&r));
+    }
+    assert_eq!(web.seen().len(), before, "nothing reached OpenCode as bob");
+    assert!(
+        gw.wait_log("reason=\"port_session_other_login\"", std::time::Duration::from_secs(5))
+            .await,
+        "the refusal is logged with its reason"
+    );
+    // In bob's own browser it works.
+    let r = get(&web_port, "/echo", Some(&format!("{bob}; {bobs_cookie}")), false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     drop(gw);
 }
