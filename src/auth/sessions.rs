@@ -173,6 +173,18 @@ impl WebSessions {
         Ok(user.map(|u| (live, u)))
     }
 
+    /// The id of the live login session (not a project host's) the login cookie value `login`
+    /// names. A project port uses it to tie its own session and its handoff to the login of the
+    /// browser in front of it (`web/front.rs`).
+    pub(crate) async fn login_of(&self, login: Option<&str>, peer: IpAddr) -> Result<Option<Arc<str>>, Unavailable> {
+        let Some(value) = login else { return Ok(None) };
+        Ok(self
+            .check(value, peer)
+            .await?
+            .filter(|l| l.host.is_none())
+            .map(|l| l.id.clone()))
+    }
+
     /// The live session a cookie value names, or `None` (unknown, expired, revoked, or its
     /// parent or device is). `peer` is recorded as the device's last address.
     pub(crate) async fn check(&self, value: &str, peer: IpAddr) -> Result<Option<Arc<Live>>, Unavailable> {

@@ -9,7 +9,8 @@ use http::{HeaderMap, HeaderValue, header};
 pub(crate) const NAME: &str = "__Host-ocgw";
 /// A project host's handoff state: set when it sends a browser to the login host, checked when the
 /// ticket comes back, so a ticket minted for one browser (an attacker's own login) cannot be
-/// redeemed in another (login CSRF into a project host).
+/// redeemed in another (login CSRF into a project host). A sibling host cannot set it; a sibling
+/// port can (cookies ignore ports), so a project port also checks the login cookie (`web/front.rs`).
 pub(crate) const HANDOFF_STATE: &str = "__Host-ocgw-handoff";
 
 /// `Set-Cookie` for a new session (a session cookie for a password login, persistent for a
@@ -46,7 +47,7 @@ pub(crate) fn clear() -> HeaderValue {
 }
 
 /// The gateway cookie's value in the request's `Cookie` headers. When a client sends it more than
-/// once (a cookie-tossing page cannot set `__Host-` cookies, but be strict anyway), none is used.
+/// once (a page on a sibling host cannot set `__Host-` cookies, one on a sibling port can), none is used.
 pub(crate) fn find(headers: &HeaderMap) -> Option<&str> {
     find_named(headers, NAME)
 }

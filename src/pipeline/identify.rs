@@ -144,6 +144,29 @@ pub(super) async fn by_cookie_or_ticket(a: &Asking<'_>) -> Result<Identified, Ht
     }
 }
 
+/// On a project port, whether the browser also holds the login session `live` was handed off
+/// from. A sibling port can plant a port cookie whose value its maker knows (his own, from his
+/// own browser) but can neither read nor replace the HttpOnly login cookie a browser already
+/// holds, which every port of the host name receives (`web/front.rs`). A project host never sees
+/// the login cookie, and a sibling host cannot plant a `__Host-` cookie there.
+async fn beside_its_login(
+    here: Here<'_>,
+    request: &Canonical,
+    front: &crate::web::front::WebFront<'_>,
+    live: &crate::auth::sessions::Live,
+) -> Result<bool, HttpError> {
+    if !front.own_port() {
+        return Ok(true);
+    }
+    let login = request.login_cookie();
+    let login = here.gw.browser.sessions.login_of(login, here.client).await?;
+    if login.as_deref() == Some(&*live.login_id) {
+        return Ok(true);
+    }
+    tracing::warn!(target: "security", peer = %here.client, user = %live.user, project = front.project().unwrap_or(""), reason = "port_session_other_login", "a project port's cookie beside another login (or none) refused");
+    Ok(false)
+}
+
 /// The user of a project front's own cookie (`web/front.rs`: a project host, or the project's
 /// own port), when the request is on that project's front and the session was handed off to
 /// exactly that project. A browser navigation there without one goes to the login host's
@@ -171,6 +194,7 @@ pub(super) async fn by_cookie(
         && let Some((live, user)) = (gw.browser.sessions)
             .for_host(value, client, Some(&t.project.name), &state.users)
             .await?
+        && beside_its_login(here, request, &front, &live).await?
     {
         return Ok(Some((user, live.device.clone())));
     }

@@ -225,6 +225,11 @@ impl Canonical {
         front.find_session(&self.head.headers)
     }
 
+    /// The login host's cookie, which a project port receives too (cookies ignore ports).
+    pub(crate) fn login_cookie(&self) -> Option<&str> {
+        crate::http::cookie::find(&self.head.headers)
+    }
+
     /// Path and query as the client sent them (where a login sends the browser back to).
     pub(crate) fn path_and_query(&self) -> &str {
         self.head.uri.path_and_query().map_or("/", |p| p.as_str())

@@ -11,6 +11,26 @@
 //! the login port or for another project's port is refused there. Scripts on a sibling port are
 //! the same site but not the same origin, so the cross-site rule (Sec-Fetch-Site, Origin exactly)
 //! refuses their writes as it refuses a sibling host's.
+//!
+//! Names keep ports from overwriting each other by accident, not an attacker from planting. A
+//! sibling port is another project's web UI, whose content a user of that project (or an agent)
+//! may control. Its script can create a cookie of any name for the host name, `__Host-` ones
+//! included (they forbid `Domain`, not other ports), whenever the browser holds no HttpOnly
+//! cookie of that name; it can read none of the gateway's cookies (all HttpOnly) and cannot
+//! overwrite one the browser holds; its pages can send the browser anywhere on the host name
+//! (same site: SameSite=Lax cookies go along). The gateway strips its cookie names from what an
+//! upstream sets. So any value its maker knows can be planted where the browser has none: bob's
+//! own port cookie, or the handoff state of a handoff bob began with the ticket the login host
+//! minted for him, would log alice's browser in to the project as bob (login CSRF). What a
+//! sibling cannot touch is the login cookie the browser already holds, and every port of the
+//! host name receives it. So on a project port the login cookie says whose browser this is: a
+//! port's session counts only beside the login session it was handed off from
+//! (`pipeline/identify.rs`), and the callback redeems a ticket only beside the login session it
+//! was minted in (`web/handoff.rs`), the state cookie still binding it to this port's flow.
+//! Limit: a browser holding no login cookie (never logged in, logged out, or its cookie evicted
+//! by a flood of cookies) can be given the attacker's login cookie itself and is then the attacker
+//! everywhere on that host name, the portal included, which shows who is logged in; no cookie
+//! scheme on one shared host name prevents that (host mode, a host name per project, does).
 
 use crate::http::transport::{ConnInfo, Front};
 
@@ -68,6 +88,11 @@ impl WebFront<'_> {
             }
             _ => crate::http::cookie::HANDOFF_STATE.into(),
         }
+    }
+
+    /// A project's own port (port mode), where the login cookie of the same host name arrives too.
+    pub(crate) fn own_port(&self) -> bool {
+        matches!(self, WebFront::Project { own_port: true, .. })
     }
 
     /// The project whose web UI this is.

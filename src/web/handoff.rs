@@ -6,7 +6,9 @@
 //! single-use ticket (`limits.handoff_ttl`, 60 s, kept as a digest, bound to the login session,
 //! project, path and state) and sends the browser to `https://<project host>/_gw/callback?ticket=…`.
 //! The project host redeems it once, only in the browser holding the state (so a ticket an attacker
-//! minted with their own login cannot log a victim's browser into the attacker's session), sets its
+//! minted with their own login cannot log a victim's browser into the attacker's session) and, on
+//! a project's own port, only beside the login cookie of the session it was minted in (a sibling
+//! port can plant the state cookie there, not replace the login cookie: `web/front.rs`), sets its
 //! own host-only `__Host-` cookie (a child of the login session: it dies with it) and goes on to the
 //! path. Nothing under `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
 //! sent as a Referer (`Referrer-Policy: no-referrer`).
@@ -163,49 +165,7 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
 /// Project host: `GET /_gw/callback?ticket=…`.
 pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let front = super::front::of(ctx.conn, ctx.host, ctx.state.settings.server.base_domain.as_deref());
-    let here = front.project().unwrap_or("");
-    let query = ctx.parts.uri.query().unwrap_or("");
-    let ticket = crate::policy::query::get(query, "ticket").unwrap_or_default();
-    let key = digest(&ticket);
-    // The browser that started this handoff holds its state as a cookie on this host; a ticket
-    // brought by another browser (a link an attacker made with their own login) does not match.
-    let state = crate::http::cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
-    // Taken only if it is for this host and this browser: a ticket shown to a foreign host or
-    // browser stays unusable there and cannot be burnt by it either.
-    let (host, browser) = (here.to_string(), state);
-    let seen = ctx
-        .gw
-        .browser
-        .handoffs
-        .tickets
-        .settle(key, move |t, expired| {
-            let ours = t.project == host && browser.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state));
-            if expired || ours { Verdict::Take } else { Verdict::Keep }
-        })
-        .await
-        .map_err(HttpError::from)?;
-    let t = match seen {
-        Seen::Live(t) if t.project == here && state.is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state)) => {
-            t
-        }
-        seen => {
-            let (reason, text) = match seen {
-                Seen::Live(t) if t.project != here => {
-                    ("handoff_foreign_host", "this login link is for another project's host")
-                }
-                Seen::Live(_) => (
-                    "handoff_other_browser",
-                    "this login link was started in another browser; open the project's address here",
-                ),
-                _ => (
-                    "handoff_unknown",
-                    "this login link has expired or was used already; open the project again",
-                ),
-            };
-            tracing::warn!(target: "security", peer = %ctx.client, project = here, reason, "a handoff ticket refused");
-            return Err(HttpError::Forbidden(text.into()));
-        }
-    };
+    let t = take(ctx, &front).await?;
     let granted = ctx
         .state
         .users
@@ -240,6 +200,98 @@ pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     r.headers_mut()
         .append(header::SET_COOKIE, cookie::clear_handoff_state(&front.handoff_cookie()));
     Ok(r)
+}
+
+/// Take the request's ticket if it is this front's and this browser's; else refuse, leaving it
+/// in place (a ticket shown to a foreign host or browser stays unusable there and cannot be
+/// burnt by it either).
+async fn take(ctx: &Ctx<'_>, front: &super::front::WebFront<'_>) -> Result<Ticket, HttpError> {
+    let here = front.project().unwrap_or("").to_string();
+    let query = ctx.parts.uri.query().unwrap_or("");
+    let key = digest(&crate::policy::query::get(query, "ticket").unwrap_or_default());
+    let holder = Holder::of(ctx, front).await?;
+    let (h, at) = (holder.clone(), here.clone());
+    let seen = ctx
+        .gw
+        .browser
+        .handoffs
+        .tickets
+        .settle(key, move |t, expired| {
+            if expired || h.refusal(t, &at).is_none() {
+                Verdict::Take
+            } else {
+                Verdict::Keep
+            }
+        })
+        .await
+        .map_err(HttpError::from)?;
+    let (reason, text) = match seen {
+        Seen::Live(t) => match holder.refusal(&t, &here) {
+            None => return Ok(t),
+            Some(refused) => refused,
+        },
+        _ => (
+            "handoff_unknown",
+            "this login link has expired or was used already; open the project again",
+        ),
+    };
+    tracing::warn!(target: "security", peer = %ctx.client, project = %here, reason, "a handoff ticket refused");
+    Err(HttpError::Forbidden(text.into()))
+}
+
+/// What the browser at a callback holds that ties a ticket to it.
+#[derive(Clone)]
+struct Holder {
+    /// The digest of this front's handoff state cookie: the flow began on this front in a browser
+    /// holding it.
+    state: Option<[u8; 32]>,
+    /// On a project port only: the login session of the login cookie the browser sent (every
+    /// port of a host name receives it). `None` on a project host, which never sees it.
+    login: Option<Option<std::sync::Arc<str>>>,
+}
+
+impl Holder {
+    async fn of(ctx: &Ctx<'_>, front: &super::front::WebFront<'_>) -> Result<Holder, HttpError> {
+        let state = cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
+        let login = if front.own_port() {
+            // Read directly, not through `ctx.login_session()`: here the login cookie only
+            // names the browser's login; it does not admit the connection.
+            let value = cookie::find(&ctx.parts.headers);
+            Some(ctx.gw.browser.sessions.login_of(value, ctx.client).await?)
+        } else {
+            None
+        };
+        Ok(Holder { state, login })
+    }
+
+    /// Why this browser on the front of project `here` may not redeem `t` (a stable reason for
+    /// the log, and the words for the page), or `None`.
+    fn refusal(&self, t: &Ticket, here: &str) -> Option<(&'static str, &'static str)> {
+        if t.project != here {
+            return Some(("handoff_foreign_host", "this login link is for another project's host"));
+        }
+        // On a project port the state cookie can be planted by a sibling port, so it alone
+        // does not show whose flow this is; the login cookie the browser already holds can be
+        // neither read nor replaced from there (web/front.rs).
+        if let Some(login) = &self.login
+            && login.as_deref() != Some(t.login_id.as_str())
+        {
+            return Some((
+                "handoff_other_login",
+                "this login link was made for another login; open the project's address again",
+            ));
+        }
+        if !self
+            .state
+            .is_some_and(|s| crate::auth::tokens::same_digest(&s, &t.state))
+        {
+            return Some((
+                "handoff_other_browser",
+                "this login link was started in another browser; open the project's address here",
+            ));
+        }
+        None
+    }
 }
 
 /// Where a project host sends a browser that has no cookie: the login host's handoff for the
@@ -337,6 +389,38 @@ mod tests {
                 .unwrap()
                 .1,
             "demo"
+        );
+    }
+
+    #[test]
+    fn a_ticket_is_redeemed_only_on_its_front_beside_its_login_and_its_state() {
+        let t = Ticket {
+            user: "bob".into(),
+            login_id: "ws_bob".into(),
+            login_expires_at: 0,
+            project: "web".into(),
+            path: "/".into(),
+            state: digest("S"),
+        };
+        let holder = |state: &str, login: Option<Option<&str>>| Holder {
+            state: Some(digest(state)),
+            login: login.map(|l| l.map(Into::into)),
+        };
+        let reason = |h: Holder, here| h.refusal(&t, here).map(|r| r.0);
+        // A project host never sees the login cookie: the state alone binds it.
+        assert_eq!(reason(holder("S", None), "web"), None);
+        assert_eq!(reason(holder("S", None), "api"), Some("handoff_foreign_host"));
+        assert_eq!(reason(holder("T", None), "web"), Some("handoff_other_browser"));
+        // A project port: bob's planted state beside alice's login, or beside none, is refused.
+        assert_eq!(reason(holder("S", Some(Some("ws_bob"))), "web"), None);
+        assert_eq!(
+            reason(holder("S", Some(Some("ws_alice"))), "web"),
+            Some("handoff_other_login")
+        );
+        assert_eq!(reason(holder("S", Some(None)), "web"), Some("handoff_other_login"));
+        assert_eq!(
+            reason(holder("T", Some(Some("ws_bob"))), "web"),
+            Some("handoff_other_browser")
         );
     }
 

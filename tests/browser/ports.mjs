@@ -4,8 +4,12 @@
 // of the same host (the same *site*: ports do not separate sites, and browsers share cookies
 // between ports) cannot act with alpha's cookie or the login's: a form post to the control room,
 // a credentialed fetch writing to alpha, a WebSocket to alpha, and overwriting alpha's cookie from
-// script all fail → alpha's web UI still works afterwards. Run by tests/integration/phone.rs;
-// exits non-zero naming the failed step. Env: GW_PORT, ALPHA_PORT, CERT, KEY, ALPHA_DIR, SHOT_DIR.
+// script all fail → alpha's web UI still works afterwards → login CSRF from a sibling port: bob
+// (a user of alpha too) plants, by script on the sibling port, into a second phone where alice is
+// logged in, first the state of a handoff he began with his ticket (the callback refuses it and
+// sets no cookie), then his own alpha cookie (alpha sends alice's browser through a handoff of its
+// own instead of serving it as bob). Run by tests/integration/phone.rs; exits non-zero naming the
+// failed step. Env: GW_PORT, ALPHA_PORT, CERT, KEY, ALPHA_DIR, SHOT_DIR.
 import { env, launch, playwright } from './chromium.mjs';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -28,6 +32,40 @@ const sibling = https.createServer({ key: fs.readFileSync(env('KEY')), cert: fs.
 await new Promise((r) => sibling.listen(0, '127.0.0.1', r));
 const evilOrigin = `https://127.0.0.1:${sibling.address().port}`;
 
+// bob is the attacker: he scripts his own half of a handoff over plain HTTPS (no browser), reading
+// what a browser would hide from scripts but shows its own user.
+const raw = (url, { cookie, form } = {}) => new Promise((done, fail) => {
+  const headers = { accept: 'text/html', 'sec-fetch-mode': 'navigate', ...(cookie ? { cookie } : {}) };
+  if (form) Object.assign(headers, { 'content-type': 'application/x-www-form-urlencoded', origin: login });
+  const req = https.request(url, { method: form ? 'POST' : 'GET', headers, rejectUnauthorized: false }, (res) => {
+    res.resume();
+    res.on('end', () => done(res));
+  });
+  req.on('error', fail);
+  req.end(form);
+});
+const setCookie = (res, name) => {
+  const pair = (res.headers['set-cookie'] || []).map((c) => c.split(';')[0]).find((c) => c.startsWith(`${name}=`));
+  if (!pair) throw new Error(`no ${name} in a ${res.statusCode} answer`);
+  return pair;
+};
+/// bob's handoff to alpha up to the ticket: his state cookie pair and the callback URL.
+const bobBegins = async (bobLogin) => {
+  const a = await raw(`${alpha}/`);
+  const state = setCookie(a, '__Host-ocgw-handoff-p-alpha');
+  const b = await raw(a.headers.location, { cookie: bobLogin });
+  if (b.statusCode !== 303) throw new Error(`bob's handoff: ${b.statusCode}`);
+  return { state, callback: b.headers.location };
+};
+
+const logIn = async (p, user, password) => {
+  await p.goto(`${login}/login`);
+  await p.locator('input[name=user]').fill(user);
+  await p.locator('input[name=password]').fill(password);
+  await p.getByRole('button', { name: 'Log in' }).click();
+  await p.waitForURL((u) => u.pathname === '/' && u.port === port);
+};
+
 let step = 'launch';
 const browser = await launch(certPath);
 const api = await request.newContext({ ignoreHTTPSErrors: true, extraHTTPHeaders: { authorization: basic('alice', 'alice-password-1') } });
@@ -37,11 +75,7 @@ const sessions = async () => (await (await api.get(`${login}/p/alpha/session?dir
 
 try {
   step = 'log in with the form on the main port';
-  await page.goto(`${login}/login`);
-  await page.locator('input[name=user]').fill('alice');
-  await page.locator('input[name=password]').fill('alice-password-1');
-  await page.getByRole('button', { name: 'Log in' }).click();
-  await page.waitForURL((u) => u.pathname === '/' && u.port === port);
+  await logIn(page, 'alice', 'alice-password-1');
 
   step = "the portal links alpha's web UI on its own port";
   const href = await page.locator(`a[href^="${alpha}"]`).first().getAttribute('href');
@@ -99,6 +133,40 @@ try {
   await page.waitForURL((u) => u.port === alphaPort && !u.pathname.startsWith('/_gw') && u.pathname !== '/login', { timeout: 15000 });
   const again = await ownFetch();
   if (again !== 200) throw new Error(`after the attacks: ${again}`);
+
+  step = 'bob begins two handoffs to alpha, finishes one';
+  const bobLogin = setCookie(await raw(`${login}/login`, { form: 'user=bob&password=bob-password-22&next=%2F' }), '__Host-ocgw');
+  const half = await bobBegins(bobLogin);
+  const whole = await bobBegins(bobLogin);
+  const bobsPort = setCookie(await raw(whole.callback, { cookie: `${bobLogin}; ${whole.state}` }), '__Host-ocgw-p-alpha');
+
+  step = 'a second phone: alice logged in, not yet on alpha';
+  const victim = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+  const vpage = await victim.newPage();
+  await logIn(vpage, 'alice', 'alice-password-1');
+  const sib = await victim.newPage();
+  await sib.goto(`${evilOrigin}/`);
+  const plant = async (pair) => {
+    await sib.evaluate((c) => { document.cookie = `${c}; Secure; Path=/; SameSite=Lax`; }, pair);
+    const [name, value] = pair.split('=');
+    // The premise: Chromium takes a __Host- cookie from a sibling port's script for every port.
+    if (!(await victim.cookies(alpha)).some((c) => c.name === name && c.value === value)) throw new Error(`${name} was not planted`);
+  };
+
+  step = "a sibling port plants bob's handoff state and sends alice's browser to his ticket";
+  await plant(half.state);
+  const callback = await sib.goto(half.callback);
+  if (callback.status() !== 403) throw new Error(`bob's ticket in alice's browser: ${callback.status()}`);
+  if ((await victim.cookies(alpha)).some((c) => c.name === '__Host-ocgw-p-alpha')) throw new Error('a port cookie was set');
+
+  step = "a sibling port plants bob's own alpha cookie; alpha hands alice's browser a cookie of her own";
+  await sib.goto(`${evilOrigin}/`);
+  await plant(bobsPort);
+  await vpage.goto(`${alpha}/`);
+  await vpage.waitForURL((u) => u.port === alphaPort && !u.pathname.startsWith('/_gw'), { timeout: 15000 });
+  const mine = (await victim.cookies(alpha)).filter((c) => c.name === '__Host-ocgw-p-alpha');
+  if (mine.length !== 1 || `__Host-ocgw-p-alpha=${mine[0].value}` === bobsPort) throw new Error("alice's browser is bob on alpha");
+  await victim.close();
   console.log('ok: every step passed');
 } catch (e) {
   console.error(`FAILED at step "${step}": ${e.message}`);

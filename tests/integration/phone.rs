@@ -186,12 +186,21 @@ async fn a_project_on_its_own_port_opens_without_a_second_login_and_a_sibling_po
     let model = FakeModel::start("echo RAN >> ran.txt").await;
     let alpha = tempfile::tempdir().unwrap();
     let alpha_dir = alpha.path().canonicalize().unwrap();
-    let users = users_toml(&[TestUser {
-        name: "alice",
-        password: "alice-password-1",
-        projects: "[\"*\"]",
-        role: "operator",
-    }]);
+    // bob, a user of alpha too, is the sibling port's author planting his own login.
+    let users = users_toml(&[
+        TestUser {
+            name: "alice",
+            password: "alice-password-1",
+            projects: "[\"*\"]",
+            role: "operator",
+        },
+        TestUser {
+            name: "bob",
+            password: "bob-password-22",
+            projects: "[\"alpha\"]",
+            role: "operator",
+        },
+    ]);
     let config = base_config(&format!(
         "{}{users}",
         spawned("alpha", &alpha_dir, &model, "listen = \"127.0.0.1:0\"")
@@ -239,6 +248,10 @@ async fn a_project_on_its_own_port_opens_without_a_second_login_and_a_sibling_po
         .filter(|l| l.contains("with a project host's cookie refused") && l.contains("project=alpha"))
         .count();
     assert!(refused >= 1, "no refusal of the sibling port's write:\n{logs}");
+    // bob's planted handoff and planted port cookie, refused for the login beside them.
+    for reason in ["handoff_other_login", "port_session_other_login"] {
+        assert!(logs.contains(&format!("reason=\"{reason}\"")), "{reason}:\n{logs}");
+    }
     assert!(!logs.contains("alice-password-1"), "a password in the log");
     assert!(shots.join("1-alpha-on-its-port.png").exists());
 }

@@ -118,7 +118,8 @@ async fn handoff(main: &Https, port: &Https, project: &str, login_cookie: &str) 
         port.authority(),
         "the ticket goes back to the project's port"
     );
-    let r = get(port, &callback, Some(&state), true).await;
+    // The browser sends every cookie of the host name to every port: the login's goes along.
+    let r = get(port, &callback, Some(&format!("{login_cookie}; {state}")), true).await;
     assert_eq!(r.status, 303, "{}", r.body);
     cookie_named(&r, &format!("__Host-ocgw-p-{project}")).expect("the port's own session cookie")
 }
@@ -176,7 +177,8 @@ async fn each_project_port_gets_a_cookie_of_its_own_through_the_handoff_and_no_o
         let r = get(&web_port, "/echo", Some(&wrong), false).await;
         assert_eq!(r.status, 401, "{wrong} on web's port: {}", r.body);
     }
-    assert_eq!(get(&api_port, "/echo", Some(&api_cookie), false).await.status, 200);
+    let both = format!("{alice}; {api_cookie}");
+    assert_eq!(get(&api_port, "/echo", Some(&both), false).await.status, 200);
 
     // The login cookie on the main port is not a project credential either.
     let r = get(&main, "/p/web/echo", Some(&web_cookie), false).await;
@@ -193,7 +195,8 @@ async fn a_sibling_ports_page_cannot_write_with_a_project_ports_cookie() {
     let web_port = Https::new(own_port(&gw, "web"), &gw.ca());
     let api_port = Https::new(own_port(&gw, "api"), &gw.ca());
     let alice = login(&main, "alice", "alice-password-1").await;
-    let cookie = handoff(&main, &web_port, "web", &alice).await;
+    // The browser sends the login cookie to every port of the host beside the port's own.
+    let cookie = format!("{alice}; {}", handoff(&main, &web_port, "web", &alice).await);
     let own = format!("https://{}", web_port.authority());
     let sibling = format!("https://{}", api_port.authority());
     let login_origin = format!("https://{}", main.authority());
@@ -248,5 +251,83 @@ async fn a_handoff_goes_only_to_a_bound_port_on_the_same_host_name_for_a_granted
         let r = get(&web_port, path, Some(&bob), true).await;
         assert_eq!(r.status, 404, "{path}: {}", r.body);
     }
+    drop(gw);
+}
+
+/// bob's half of a handoff to `project`'s port, stopped before the callback: the state cookie
+/// pair his browser got and the callback path with the ticket the login host minted for him.
+async fn begin_handoff(main: &Https, port: &Https, project: &str, login_cookie: &str) -> (String, String) {
+    let r = get(port, "/", None, true).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let state = cookie_named(&r, &format!("__Host-ocgw-handoff-p-{project}")).expect("the port's own state cookie");
+    let r = get(main, &split(&location(&r)).1, Some(login_cookie), true).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    (state, split(&location(&r)).1)
+}
+
+/// Login CSRF through a sibling port (hostile round four, item 6): a script on another port of
+/// the same host can set cookies for every port (cookies ignore ports), so bob plants the handoff
+/// state of his own half-done handoff into alice's browser and sends it to the callback with his
+/// ticket. The callback takes a ticket only in the browser holding the login session it was
+/// minted in, so alice is not logged in to web as bob (before the fix she was), and the ticket,
+/// not burnt, still works in bob's own browser.
+#[tokio::test]
+async fn a_handoff_state_and_ticket_planted_from_a_sibling_port_do_not_log_a_browser_in_as_their_maker() {
+    let (gw, _web, _api) = port_projects().await;
+    let main = Https::new(gw.https, &gw.ca());
+    let web_port = Https::new(own_port(&gw, "web"), &gw.ca());
+    let alice = login(&main, "alice", "alice-password-1").await;
+    let bob = login(&main, "bob", "bob-password-22").await;
+    let (bobs_state, bobs_callback) = begin_handoff(&main, &web_port, "web", &bob).await;
+
+    // alice's jar: her own login, bob's planted state; or the planted state alone.
+    for jar in [format!("{alice}; {bobs_state}"), bobs_state.clone()] {
+        let r = get(&web_port, &bobs_callback, Some(&jar), true).await;
+        assert_eq!(r.status, 403, "{jar}: {}", r.body);
+        assert!(r.body.contains("another login"), "{}", r.body);
+        assert_eq!(cookie_named(&r, "__Host-ocgw-p-web"), None, "no session cookie is set");
+    }
+    assert!(
+        gw.wait_log("reason=\"handoff_other_login\"", std::time::Duration::from_secs(5))
+            .await,
+        "the refusal is logged with its reason"
+    );
+
+    // The ticket was left in place: bob's own browser completes his handoff.
+    let r = get(&web_port, &bobs_callback, Some(&format!("{bob}; {bobs_state}")), true).await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(cookie_named(&r, "__Host-ocgw-p-web").is_some());
+    drop(gw);
+}
+
+/// The same attack without a handoff: bob plants his own port cookie (he can read it in his own
+/// browser) into alice's browser from a sibling port. A project port's session counts only
+/// beside the login cookie it was handed off from, so alice's browser is sent to a handoff of
+/// its own instead of being bob on web.
+#[tokio::test]
+async fn a_port_cookie_planted_from_a_sibling_port_is_refused_beside_another_login() {
+    let (gw, web, _api) = port_projects().await;
+    let main = Https::new(gw.https, &gw.ca());
+    let web_port = Https::new(own_port(&gw, "web"), &gw.ca());
+    let alice = login(&main, "alice", "alice-password-1").await;
+    let bob = login(&main, "bob", "bob-password-22").await;
+    let bobs_cookie = handoff(&main, &web_port, "web", &bob).await;
+    let before = web.seen().len();
+    for jar in [format!("{alice}; {bobs_cookie}"), bobs_cookie.clone()] {
+        let r = get(&web_port, "/echo", Some(&jar), false).await;
+        assert_eq!(r.status, 401, "{jar}: {}", r.body);
+        let r = get(&web_port, "/", Some(&jar), true).await;
+        assert_eq!(r.status, 303, "{jar}: {}", r.body);
+        assert!(location(&r).contains("/_gw/handoff?"), "{}", location(&r));
+    }
+    assert_eq!(web.seen().len(), before, "nothing reached OpenCode as bob");
+    assert!(
+        gw.wait_log("reason=\"port_session_other_login\"", std::time::Duration::from_secs(5))
+            .await,
+        "the refusal is logged with its reason"
+    );
+    // In bob's own browser it works.
+    let r = get(&web_port, "/echo", Some(&format!("{bob}; {bobs_cookie}")), false).await;
+    assert_eq!(r.status, 200, "{}", r.body);
     drop(gw);
 }
