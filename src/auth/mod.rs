@@ -9,6 +9,7 @@ pub mod handoff;
 pub mod memo;
 pub(crate) mod once;
 pub mod pairing;
+pub(crate) mod passkey_parts;
 pub(crate) mod passkey_sign_in;
 pub mod passkeys;
 pub mod sessions;

@@ -32,7 +32,7 @@ use webauthn_rp::{
 };
 
 use crate::auth::once::{OnceKind, Seen, Verdict};
-use crate::auth::passkeys::{CEREMONY_TTL, PasskeyError, Passkeys, Place, blocking, handle_of, malformed, slot};
+use crate::auth::passkey_parts::{CEREMONY_TTL, PasskeyError, Place, blocking, handle_of, malformed, slot};
 use crate::store::{PasskeyRecord, PutOnce, Store};
 
 /// Used sign-in challenges remembered at once (each for 5 minutes). Only a verified sign-in
@@ -120,19 +120,17 @@ fn unix_millis(t: std::time::SystemTime) -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-impl Passkeys {
+impl SignIns {
     /// Begin a sign-in with any passkey for this site (discoverable credentials: the browser
     /// offers the person's passkeys; no user name is asked or revealed): the options for
     /// `navigator.credentials.get`, and `ceremony`, the sealed state to send back.
-    pub(crate) async fn start_sign_in(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
+    pub(crate) async fn start(&self, at: &Place<'_>) -> Result<String, PasskeyError> {
         let rp = at.rp_id()?;
         let (server, client) = DiscoverableCredentialRequestOptions::passkey(&rp)
             .start_ceremony()
             .map_err(|e| PasskeyError::Refused(e.to_string()))?;
         let state = server.encode().map_err(|e| PasskeyError::Refused(e.to_string()))?;
-        let sealed = self
-            .signing_in
-            .seal(at.origin, unix_millis(server.expiration()), &state);
+        let sealed = self.seal(at.origin, unix_millis(server.expiration()), &state);
         let mut options = serde_json::to_value(&client).map_err(|_| PasskeyError::Malformed(String::new()))?;
         let object = options
             .as_object_mut()
@@ -145,7 +143,7 @@ impl Passkeys {
     /// Finish a sign-in: `json` is the browser's answer, `ceremony` what `start_sign_in` sealed.
     /// The passkey it was made with, whose `user` is who signs in (the credential's stored user,
     /// never a name the browser sends). Its use is written back.
-    pub(crate) async fn finish_sign_in(
+    pub(crate) async fn finish(
         &self,
         store: &Arc<dyn Store>,
         at: &Place<'_>,
@@ -156,10 +154,10 @@ impl Passkeys {
         let answer = DiscoverableAuthentication16::from_json_relaxed(json.as_bytes()).map_err(malformed)?;
         let challenge = answer.challenge_relaxed().map_err(malformed)?;
         at.check_client(answer.response().client_data_json())?;
-        let sealed = self.signing_in.open(at.origin, ceremony, crate::store::now_millis())?;
+        let sealed = self.open(at.origin, ceremony, crate::store::now_millis())?;
         let state =
             DiscoverableAuthenticationServerState::decode(sealed.as_slice()).map_err(|_| PasskeyError::NoCeremony)?;
-        if state.sent_challenge() != challenge || self.signing_in.answered(challenge.0).await? {
+        if state.sent_challenge() != challenge || self.answered(challenge.0).await? {
             return Err(PasskeyError::NoCeremony);
         }
         let (s, raw) = (store.clone(), answer.raw_id().as_ref().to_vec());
@@ -172,7 +170,7 @@ impl Passkeys {
         record.dynamic_state = verified(&record, &rp, state, &answer, at.origin)?;
         // Only now, with a signature that holds, is the challenge spent (so answers nobody
         // could sign never fill the record of used ones); of two answers racing, one spends it.
-        self.signing_in.spend(challenge.0).await?;
+        self.spend(challenge.0).await?;
         let now = crate::auth::tokens::now_unix();
         record.last_used_at = Some(now);
         let (s, id, state) = (store.clone(), record.id.clone(), record.dynamic_state.clone());

@@ -5,6 +5,8 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use crate::auth::passkeys::Passkeys;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use ring::signature::{Ed25519KeyPair, KeyPair};
