@@ -7,9 +7,9 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use super::token::when;
 use crate::auth::tokens::now_unix;
 use crate::cli::args::DevicesAction;
+use crate::support::when::when;
 
 pub(crate) fn devices(config: &Path, action: Option<DevicesAction>, user: Option<String>) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;

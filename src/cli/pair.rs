@@ -35,7 +35,7 @@ pub(crate) fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow:
     println!("    {pair_code}\n"); // ok: the one-time code, shown once on the host
     println!(
         "It pairs {label:?} as {user}, works once and expires {} (in {}).",
-        super::token::when(expires_at),
+        crate::support::when::when(expires_at),
         human(ttl.as_secs())
     );
     println!("See and revoke devices with `opencode-gateway devices`.");

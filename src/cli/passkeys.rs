@@ -7,9 +7,9 @@ use std::path::Path;
 
 use anyhow::bail;
 
-use super::token::when;
 use crate::auth::tokens::now_unix;
 use crate::cli::args::PasskeysAction;
+use crate::support::when::when;
 
 pub(crate) fn passkeys(config: &Path, action: Option<PasskeysAction>, user: Option<String>) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;

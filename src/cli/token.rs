@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use crate::auth::tokens::{self, Scope};
 use crate::cli::args::TokenAction;
 use crate::config::Role;
+use crate::support::when::when;
 
 pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
     let settings = crate::config::load(config)?;
@@ -105,19 +106,4 @@ fn describe(scope: &Scope) -> String {
             .as_ref()
             .map_or("user's projects".to_string(), |p| p.join(","))
     )
-}
-
-/// UTC, to the minute.
-pub(crate) fn when(unix: i64) -> String {
-    match time::OffsetDateTime::from_unix_timestamp(unix) {
-        Ok(t) => format!(
-            "{}-{:02}-{:02} {:02}:{:02}Z",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute()
-        ),
-        Err(_) => unix.to_string(),
-    }
 }

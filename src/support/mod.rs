@@ -2,7 +2,7 @@
 //! (`ttl_map`), the map of config names (`name_map`), response compression and the
 //! compressed-asset cache (`compress`), private files (`files`), this machine's names and
 //! addresses (`host`), DER validity (`der`), form encoding (`form`), the worker runtimes
-//! (`workers`), giving memory back (`memory`), logging (`telemetry`) and the rustls crypto
+//! (`workers`), a moment as people read it (`when`), giving memory back (`memory`), logging (`telemetry`) and the rustls crypto
 //! provider (`tls`).
 
 pub mod compress;
@@ -15,4 +15,5 @@ pub mod name_map;
 pub mod telemetry;
 pub mod tls;
 pub mod ttl_map;
+pub mod when;
 pub mod workers;

@@ -228,9 +228,9 @@ pub(super) async fn rows_of(ctx: &Ctx<'_>, user: &str) -> Result<Vec<PasskeyRow>
         .into_iter()
         .filter(|p| p.revoked_at.is_none())
         .map(|p| PasskeyRow {
-            added: crate::cli::token::when(p.created_at),
+            added: crate::support::when::when(p.created_at),
             used: p.last_used_at.map_or("never used".into(), |t| {
-                format!("last used {}", crate::cli::token::when(t))
+                format!("last used {}", crate::support::when::when(t))
             }),
             id: p.id,
             label: p.label,
