@@ -11,62 +11,10 @@ use rustls::pki_types::pem::PemObject;
 
 use crate::config::{Settings, UpstreamKind};
 
+use super::doctor_report::Report;
+
 /// A certificate expiring sooner than this is worth a warning.
 const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-pub(crate) struct Finding {
-    pub level: Level,
-    pub what: String,
-}
-
-#[derive(Default)]
-pub(crate) struct Report(pub Vec<Finding>);
-
-impl Report {
-    pub(super) fn ok(&mut self, what: impl Into<String>) {
-        self.0.push(Finding {
-            level: Level::Ok,
-            what: what.into(),
-        });
-    }
-    pub(super) fn warn(&mut self, what: impl Into<String>) {
-        self.0.push(Finding {
-            level: Level::Warn,
-            what: what.into(),
-        });
-    }
-    pub(super) fn fail(&mut self, what: impl Into<String>) {
-        self.0.push(Finding {
-            level: Level::Fail,
-            what: what.into(),
-        });
-    }
-
-    pub(crate) fn render(&self) -> String {
-        self.0
-            .iter()
-            .map(|f| {
-                let tag = match f.level {
-                    Level::Ok => "ok  ",
-                    Level::Warn => "warn",
-                    Level::Fail => "fail",
-                };
-                format!("{tag} {}\n", f.what)
-            })
-            .collect()
-    }
-
-    pub(crate) fn failures(&self) -> usize {
-        self.0.iter().filter(|f| f.level == Level::Fail).count()
-    }
-}
 
 pub(crate) fn doctor(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use base64::Engine;
 use russh::ChannelMsg;
 
-use super::doctor::Report;
+use super::doctor_report::Report;
 use crate::config::{Settings, UpstreamKind};
 use crate::upstream::ssh_link::BoxLink;
 
@@ -215,7 +215,7 @@ mod tests {
         let started = Instant::now();
         let (done, report) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let mut r = crate::cli::doctor::Report::default();
+            let mut r = crate::cli::doctor_report::Report::default();
             super::boxes(&settings, &mut r);
             let _ = done.send(r.render());
         });

@@ -7,6 +7,7 @@ pub mod check;
 pub mod devices;
 pub mod doctor;
 mod doctor_boxes;
+mod doctor_report;
 pub mod init;
 pub mod pair;
 pub mod passkeys;
