@@ -18,6 +18,7 @@ mod audit;
 mod boxes;
 mod browser;
 mod browser_login;
+mod budget_races;
 mod budgets;
 mod certs;
 mod common;
