@@ -333,6 +333,10 @@ try {
   console.log('ok: every step passed');
 } catch (e) {
   console.error(`FAILED at step "${step}": ${e.message}`);
+  // What the page and the upstream held at the failure (the gateway's log follows, cut in CI).
+  const sessions = await page.$$eval('[data-session]', (els) => els.map((e) => e.dataset.session)).catch((x) => `? ${x}`);
+  const upstream = await api.get(`${direct}/p/alpha/session`).then((r) => r.text()).catch((x) => `? ${x}`);
+  console.error(`the page ${page.url()} lists sessions ${JSON.stringify(sessions)}; alpha's server lists ${upstream.slice(0, 600)}`);
   await shot('failed').catch(() => {});
   process.exitCode = 1;
 } finally {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use http::StatusCode;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
 
 use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
 use crate::config::Secret;
@@ -92,7 +93,11 @@ pub(super) fn stderr_line(project: &str, tail: &Mutex<VecDeque<String>>, line: S
 }
 
 /// Start one `opencode serve` and wait until it is ready, or say why it is not.
-pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Result<Running, String> {
+pub(super) async fn launch(
+    spec: &SpawnSpec,
+    connect_timeout: Duration,
+    stop: &CancellationToken,
+) -> Result<Running, String> {
     let bin = find_opencode(spec)?;
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let password = random_password();
@@ -178,16 +183,18 @@ pub(super) async fn launch(spec: &SpawnSpec, connect_timeout: Duration) -> Resul
         endpoint,
         stderr: tail,
     };
-    wait_ready(server, ready_rx, spec.ready_timeout, connect_timeout).await
+    wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
 }
 
 /// Ready: the server said it listens, and then its health check answered, within
 /// `ready_timeout`. Otherwise it is stopped, and the reason carries its last standard error.
+/// A stop asked for meanwhile (its project removed, the gateway ending) ends the wait at once:
+/// a half-started server must not outlive its project by a whole `ready_timeout`.
 pub(super) async fn wait_ready(
     mut server: Running,
     ready_rx: tokio::sync::oneshot::Receiver<()>,
-    ready_timeout: Duration,
-    connect_timeout: Duration,
+    (ready_timeout, connect_timeout): (Duration, Duration),
+    stop: &CancellationToken,
 ) -> Result<Running, String> {
     let ready = async {
         ready_rx
@@ -207,6 +214,7 @@ pub(super) async fn wait_ready(
     let outcome = tokio::select! {
         r = tokio::time::timeout(ready_timeout, ready) => r.unwrap_or_else(|_| Err(format!("not ready within {} s", ready_timeout.as_secs()))),
         status = server.process.wait() => Err(format!("it exited ({status})")),
+        _ = stop.cancelled() => Err("stopped while it started".to_string()),
     };
     match outcome {
         Ok(()) => Ok(server),

@@ -326,8 +326,8 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
         // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
         let mut ran = false;
         let launched = match &s.spec.on_box {
-            None => launch::launch(&s.spec, connect_timeout).await,
-            Some(on) => remote::launch(&s.spec, on, connect_timeout).await,
+            None => launch::launch(&s.spec, connect_timeout, &s.stop).await,
+            Some(on) => remote::launch(&s.spec, on, connect_timeout, &s.stop).await,
         };
         let why = match launched {
             Ok(mut server) => {

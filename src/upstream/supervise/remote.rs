@@ -170,7 +170,12 @@ fn random_port() -> u16 {
 }
 
 /// Start one `opencode serve` on the box and wait until it is ready, or say why it is not.
-pub(super) async fn launch(spec: &SpawnSpec, on: &OnBox, connect_timeout: Duration) -> Result<Running, String> {
+pub(super) async fn launch(
+    spec: &SpawnSpec,
+    on: &OnBox,
+    connect_timeout: Duration,
+    stop: &tokio_util::sync::CancellationToken,
+) -> Result<Running, String> {
     let port = random_port();
     let password = random_password();
     let (channel, open) = on.link.exec(&command()).await.map_err(|e| e.to_string())?;
@@ -216,7 +221,7 @@ pub(super) async fn launch(spec: &SpawnSpec, on: &OnBox, connect_timeout: Durati
         endpoint,
         stderr,
     );
-    wait_ready(server, ready_rx, spec.ready_timeout, connect_timeout).await
+    wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
 }
 
 /// What the reader of a server's channel keeps and tells.

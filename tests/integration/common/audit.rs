@@ -9,9 +9,12 @@ pub fn file(gw: &super::gateway::Gateway) -> PathBuf {
     gw.dir.path().join("state/audit.jsonl")
 }
 
+/// The whole lines: a last line without its newline is still being written (the writer's one
+/// `write` per line is not atomic to a reader), and is read on the next call.
 pub fn records(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+    whole
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
         .collect()
