@@ -67,25 +67,27 @@ try {
   step = "a push message shows a notification that names project and tool (the worker's push handler)";
   await phone.grantPermissions(['notifications'], { origin: login });
   const registrations = [];
+  const versions = new Map();
   cdp.on('ServiceWorker.workerRegistrationUpdated', (e) => registrations.push(...e.registrations));
+  cdp.on('ServiceWorker.workerVersionUpdated', (e) => e.versions.forEach((v) => versions.set(v.versionId, v)));
   await cdp.send('ServiceWorker.enable');
   const reg = await bounded('the worker registration', 10000, () => registrations.find((r) => r.scopeURL === `${login}/` && !r.isDeleted));
-  // Delivered again every 2 s until one shows: once, in a full suite run, a single delivery
-  // showed no notification in 10 s (alone the test then passed three times; the cause was not
-  // found, a worker still starting is a guess).
-  let sent = 0;
-  const shown = await bounded('a notification', 15000, async () => {
-    if (Date.now() - sent > 2000) {
-      sent = Date.now();
-      await cdp.send('ServiceWorker.deliverPushMessage', {
-        origin: login, registrationId: reg.registrationId,
-        data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
-      });
-    }
+  // One delivery, to a worker that is activated and running, on a page whose permission is
+  // granted: then exactly one notification must show.
+  await cdp.send('ServiceWorker.startWorker', { scopeURL: reg.scopeURL });
+  await bounded('an activated, running worker', 10000, () => [...versions.values()]
+    .find((v) => v.registrationId === reg.registrationId && v.status === 'activated' && v.runningStatus === 'running'));
+  await bounded('the notification permission', 5000, () => page.evaluate(() => Notification.permission === 'granted'));
+  await cdp.send('ServiceWorker.deliverPushMessage', {
+    origin: login, registrationId: reg.registrationId,
+    data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
+  });
+  const shown = await bounded('a notification', 10000, async () => {
     const ns = await page.evaluate(() => navigator.serviceWorker.ready
       .then((r) => r.getNotifications()).then((all) => all.map((n) => ({ title: n.title, body: n.body, url: n.data && n.data.url }))));
     return ns.length ? ns : null;
   });
+  if (shown.length !== 1) throw new Error(`one delivery, ${shown.length} notifications: ${JSON.stringify(shown)}`);
   const n = shown[0];
   if (n.title !== 'OpenCode: demo waits for you' || n.body !== 'demo: permission to use bash') throw new Error(`shown: ${JSON.stringify(shown)}`);
   // Whatever the message says, a tap opens the gateway's own inbox.

@@ -40,3 +40,21 @@ export const launchPersistent = (certPath, userDataDir, contextOptions = {}) => 
   args: [...baseArgs, `--ignore-certificate-errors-spki-list=${spkiOf(certPath)}`],
   ...contextOptions,
 });
+
+/// How a WebSocket to `url` opened from `page` ends: 'open', 'error' or 'timeout' (10 s).
+export const wsFrom = (page, url) => page.evaluate((u) => new Promise((done) => {
+  const s = new WebSocket(u);
+  s.onopen = () => { done('open'); s.close(); };
+  s.onerror = () => done('error');
+  setTimeout(() => done('timeout'), 10000);
+}), url);
+
+/// A real terminal in `dir` (`POST /pty` through `base` with `api`'s credentials): its id, so a
+/// refused WebSocket is refused for who asks, not because no such terminal exists.
+export const realTerminal = async (api, base, dir) => {
+  const r = await api.post(`${base}/pty?directory=${encodeURIComponent(dir)}`, { data: { command: '/bin/sh' } });
+  if (r.status() !== 200) throw new Error(`POST /pty: ${r.status()} ${await r.text()}`);
+  const id = (await r.json()).id;
+  if (!/^pty_/.test(id || '')) throw new Error(`POST /pty gave no terminal id: ${await r.text()}`);
+  return id;
+};

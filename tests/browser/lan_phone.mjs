@@ -98,7 +98,9 @@ try {
   // OpenCode 1.18.33 answers the project's session list with a new-session page for it (its
   // home, "/", is the empty page the issue saw); the tool's run in the project's folder, checked
   // by the host, shows the prompt went to this project.
-  if (new URL(page.url()).pathname === '/') throw new Error(`the link landed on OpenCode's home: ${page.url()}`);
+  // Not any page ready for a prompt: this project's session path.
+  const landed = new URL(page.url()).pathname;
+  if (landed !== sessions && !landed.startsWith(`${sessions}/`)) throw new Error(`the link landed on ${page.url()}, not under ${sessions}`);
   console.log(`the portal's link opened ${page.url()} with a prompt`);
 
   step = 'send a prompt in the web UI';

@@ -9,7 +9,7 @@
 // Env: GW_PORT, BASE_DOMAIN, CERT, BIN, CONFIG, ALPHA_DIR, SHOT_DIR. The base domain is under a real
 // public suffix (gw.example.com, mapped to 127.0.0.1 in Chromium), so that sibling hosts are the same
 // *site* as they are in production (Chromium treats *.localhost names as sites of their own).
-import { env, launch, playwright } from './chromium.mjs';
+import { env, launch, playwright, realTerminal, wsFrom } from './chromium.mjs';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -184,7 +184,19 @@ try {
   await page.locator(`[data-card="${first}"]`).waitFor({ state: 'detached', timeout: 10000 });
   step = 'one notice for the answer';
   // The live list is refreshed when the request's reply event comes: the answer is not said twice.
-  await page.waitForTimeout(1500);
+  // Awaited: upstream has no such request any more, and the page shows what the gateway renders
+  // now (ages, which the page counts itself, left out).
+  await until('the page to show the answered state', 15000, async () => {
+    if ((await pending()).includes(first)) return null;
+    return page.evaluate(async () => {
+      const live = document.getElementById('live');
+      const fresh = document.createElement('div');
+      fresh.innerHTML = await (await fetch(live.dataset.src, { credentials: 'same-origin' })).text();
+      const shown = live.cloneNode(true);
+      const norm = (root) => { root.querySelectorAll('[data-since]').forEach((e) => { e.textContent = ''; }); return root.innerHTML; };
+      return norm(shown) === norm(fresh);
+    });
+  });
   const notices = await page.locator('.note').allInnerTexts();
   if (notices.length !== 1 || notices.some((n) => n.includes('answered here'))) throw new Error(`notices: ${JSON.stringify(notices)}`);
   await until('the tool wrote ran.txt', 60000, async () => ranLines() === 1);
@@ -273,13 +285,11 @@ try {
   }
 
   step = 'a WebSocket from a sibling host cannot use the project cookie';
+  // A real terminal of alpha: the same URL opens from alpha's own page below.
+  const pty = await realTerminal(api, `${direct}/p/alpha`, alphaDir);
+  const ptyUrl = `wss://alpha.${domain}:${port}/pty/${pty}/connect?directory=${encodeURIComponent(alphaDir)}`;
   await evil.goto(`${evilSibling}/ws`);
-  const ws = await evil.evaluate((url) => new Promise((done) => {
-    const s = new WebSocket(url);
-    s.onopen = () => done('open');
-    s.onerror = () => done('error');
-    setTimeout(() => done('timeout'), 10000);
-  }), `wss://alpha.${domain}:${port}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
+  const ws = await wsFrom(evil, ptyUrl);
   if (ws !== 'error') throw new Error(`a cross-site WebSocket: ${ws}`);
   await evil.close();
 
@@ -287,6 +297,11 @@ try {
   {
     const r = await page.goto(projectLink);
     if (r.url() !== alphaSessions) throw new Error(`the project link ended at ${r.url()}`);
+  }
+  step = "the terminal the sibling could not open opens from alpha's own page";
+  {
+    const own = await wsFrom(page, ptyUrl);
+    if (own !== 'open') throw new Error(`alpha's own WebSocket to its terminal: ${own}`);
   }
 
   step = "the portal's Approve answers the waiting request";

@@ -10,7 +10,7 @@
 // sets no cookie), then his own alpha cookie (alpha sends alice's browser through a handoff of its
 // own instead of serving it as bob). Run by tests/integration/phone.rs; exits non-zero naming the
 // failed step. Env: GW_PORT, ALPHA_PORT, CERT, KEY, ALPHA_DIR, SHOT_DIR.
-import { env, launch, playwright } from './chromium.mjs';
+import { env, launch, playwright, realTerminal, wsFrom } from './chromium.mjs';
 import fs from 'node:fs';
 import https from 'node:https';
 
@@ -113,13 +113,13 @@ try {
   if ((await sessions()) !== before) throw new Error('a sibling port created a session in alpha');
 
   step = 'a WebSocket from a sibling port cannot use alpha\'s cookie';
-  const ws = await evil.evaluate((url) => new Promise((done) => {
-    const s = new WebSocket(url);
-    s.onopen = () => done('open');
-    s.onerror = () => done('error');
-    setTimeout(() => done('timeout'), 10000);
-  }), `wss://127.0.0.1:${alphaPort}/pty/pty_x/connect?directory=${encodeURIComponent(alphaDir)}`);
+  // A real terminal of alpha: the same URL opens from alpha's own page.
+  const pty = await realTerminal(api, `${login}/p/alpha`, alphaDir);
+  const ptyUrl = `wss://127.0.0.1:${alphaPort}/pty/${pty}/connect?directory=${encodeURIComponent(alphaDir)}`;
+  const ws = await wsFrom(evil, ptyUrl);
   if (ws !== 'error') throw new Error(`a cross-port WebSocket: ${ws}`);
+  const own = await wsFrom(page, ptyUrl);
+  if (own !== 'open') throw new Error(`alpha's own WebSocket to its terminal: ${own}`);
 
   step = "script on a sibling port cannot overwrite alpha's HttpOnly cookie";
   const real = (await phone.cookies(alpha)).find((c) => c.name === '__Host-ocgw-p-alpha').value;

@@ -366,15 +366,7 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
         gw.logs()
     );
     // Stopped: OpenCode says the session is no longer busy (bounded wait).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, busy) = json(&c, "GET", "/p/demo/session/status", &alice(), "").await;
-        if busy.get(&id).is_none_or(|s| s["type"] == "idle") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the session still runs: {busy}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until_idle(&c, &id).await;
     let asked = model.requests.load(Ordering::SeqCst);
     let (_, info) = json(&c, "GET", &format!("/p/demo/session/{id}"), &alice(), "").await;
     let cost = info["cost"].as_f64().unwrap();
@@ -544,7 +536,12 @@ async fn prompted(c: &Https, text: &str) -> String {
 async fn until_idle(c: &Https, id: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let (_, busy) = json(c, "GET", "/p/demo/session/status", &alice(), "").await;
+        // Only OpenCode's own status map counts: an error answer (a 502, a refusal) is not "idle".
+        let (status, busy) = json(c, "GET", "/p/demo/session/status", &alice(), "").await;
+        assert!(
+            status == 200 && busy.is_object(),
+            "GET /session/status: {status} {busy}"
+        );
         if busy.get(id).is_none_or(|s| s["type"] == "idle") {
             return;
         }

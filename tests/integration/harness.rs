@@ -102,3 +102,36 @@ fn a_guarded_process_is_stopped_and_reaped_when_the_test_panics() {
     assert!(status.is_some_and(|s| !s.success()), "{status:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+/// Every `#[ignore…]` in the integration tests has the one label form `main.rs` documents, so
+/// grepping for it finds every ignored test, and the label says what the test needs.
+#[test]
+fn every_ignored_test_says_what_it_needs_in_one_form() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
+    let (mut ignored, mut bad) = (0, Vec::new());
+    for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs") || path.ends_with("main.rs") {
+            continue;
+        }
+        for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+            let line = line.trim();
+            if !line.starts_with("#[ignore") {
+                continue;
+            }
+            ignored += 1;
+            let label = line
+                .strip_prefix("#[ignore = \"needs ")
+                .and_then(|l| l.strip_suffix(": run scripts/test.sh\"]"));
+            if label.is_none_or(|l| l.is_empty() || l.contains('"')) {
+                bad.push(format!("{}:{}: {line}", path.display(), n + 1));
+            }
+        }
+    }
+    assert!(ignored > 50, "only {ignored} ignored tests found: is the folder right?");
+    assert!(
+        bad.is_empty(),
+        "ignored without the one label form:\n{}",
+        bad.join("\n")
+    );
+}

@@ -1,12 +1,14 @@
 //! Integration tests: the real gateway binary on ephemeral loopback ports, driven by real TLS
-//! clients. Every test that starts the real OpenCode server (or its clients, or headless Chromium
-//! through playwright-core, which `scripts/test.sh` installs with it) is marked exactly
-//! `#[ignore = "needs OpenCode: run scripts/test.sh"]`, and no other test is ignored, so:
+//! clients. Every test that needs a real part besides the gateway (the real OpenCode server or its
+//! clients, headless Chromium through playwright-core, OpenSSH, PostgreSQL, HAProxy, pebble,
+//! root) is ignored with one label that names what it needs and ends the same way,
+//! `#[ignore = "needs <parts>: run scripts/test.sh"]`, and no other test is ignored
+//! (`harness::every_ignored_test_says_what_it_needs_in_one_form` holds this), so:
 //!
 //! - list them: `cargo test --test integration -- --list --ignored`
-//!   (or `grep -rn 'needs OpenCode: run scripts/test.sh' tests/`);
+//!   (or `grep -rn ': run scripts/test.sh"]' tests/integration/`);
 //! - run them too: `scripts/test.sh`, or `cargo test --test integration -- --include-ignored`
-//!   with OpenCode at `node_modules/.bin/opencode`.
+//!   with OpenCode at `node_modules/.bin/opencode` and the parts installed.
 //!
 //! Helpers more than one file uses live in `common/`.
 

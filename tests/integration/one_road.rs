@@ -32,11 +32,18 @@ fn listed(oc: &OpenCode, what: &str) -> Vec<String> {
             "",
         ))
     });
-    serde_json::from_str::<Value>(&body)
-        .unwrap_or_default()
-        .as_array()
-        .map(|a| a.iter().filter_map(|p| p["id"].as_str().map(String::from)).collect())
-        .unwrap_or_default()
+    // Strict: an error answer (a JSON object) or an item without an id fails here, so that
+    // "nothing listed" can only mean OpenCode listed nothing.
+    let list: Vec<Value> =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET /{what} did not answer a JSON list ({e}): {body}"));
+    list.iter()
+        .map(|p| {
+            p["id"]
+                .as_str()
+                .unwrap_or_else(|| panic!("a {what} without an id: {body}"))
+                .to_string()
+        })
+        .collect()
 }
 
 fn pending(oc: &OpenCode) -> Vec<String> {
@@ -199,13 +206,6 @@ async fn the_control_rooms_answers_take_the_proxys_road_and_its_refusals() {
         assert_eq!(sessions(&oc), before, "project={project} created a session");
     }
 
-    // No refused attempt is in the audit trail as an answer.
-    assert!(
-        audit_records(&gw, "permission_answer", &id)
-            .iter()
-            .all(|r| r["user"] == "carl")
-    );
-
     // The approver's answer ran the tool, once, and is in the request audit exactly once: as
     // carl's, from the control room, with OpenCode's status.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -227,6 +227,7 @@ async fn the_control_rooms_answers_take_the_proxys_road_and_its_refusals() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    // Exactly one answer recorded, carl's: none of the refused attempts above is in the trail.
     assert_eq!(records.len(), 1, "{records:?}");
     let r = &records[0];
     assert_eq!(

@@ -158,14 +158,31 @@ async fn passkeys_ask_the_login_limiter_first_and_need_a_name_and_a_login() {
     assert_eq!(garbage.status, 400, "{}", garbage.body);
     assert!(garbage.body.contains("\"reason\":\"malformed\""), "{}", garbage.body);
 
-    // By address: no RP ID, so no passkey.
+    // By address, on a gateway with a name: the login page sends the browser to the named login
+    // host, where the passkey is offered (the check can see an offer).
     let by_address = Https::new(gw.https, &gw.ca());
-    let page = by_address
-        .call(by_address.request("GET", "/login", None).body(Full::default()).unwrap())
-        .await;
-    if page.status == 200 {
-        assert!(!page.body.contains("passkey-sign-in"), "{}", page.body);
-    }
+    let page = get_login(by_address).await;
+    assert_eq!(page.status, 303, "{}", page.body);
+    let to = crate::common::login::location(&page);
+    assert!(to.starts_with(&format!("https://{}/login", login.authority())), "{to}");
+    let named = get_login(login.clone()).await;
+    assert_eq!(named.status, 200, "{}", named.body);
+    assert!(
+        named.body.contains("passkey.js"),
+        "no passkey offered on the login host: {}",
+        named.body
+    );
+    // A gateway reached only by address (no base domain): no RP ID, so no passkey on its form.
+    let unnamed = Gateway::start(&base_config("").replace("base_domain = \"gw.localhost\"\n", ""));
+    let c2 = Https::new(unnamed.https, &unnamed.ca());
+    let page = get_login(c2).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("name=\"password\""), "the login form: {}", page.body);
+    assert!(
+        !page.body.contains("passkey.js"),
+        "a passkey offered by address: {}",
+        page.body
+    );
 
     // Spend the address's login budget with wrong passwords: the next passkey start is refused.
     let mut limited = None;
@@ -252,4 +269,10 @@ async fn a_passkey_ceremony_is_valid_only_on_the_configured_login_origin() {
     let r = post(format!("{LOGIN_HOST}:{port}"), form).await;
     assert_eq!(r.status, 401, "{}", r.body);
     assert!(r.body.contains("\"reason\":\"foreign_origin\""), "{}", r.body);
+}
+
+/// `GET /login` as a first visit (no cookie): the answer, whatever it is.
+async fn get_login(c: Https) -> crate::common::client::Reply {
+    c.call(c.request("GET", "/login", None).body(Full::default()).unwrap())
+        .await
 }

@@ -136,6 +136,48 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
         "the client without the CA never reached the gateway:\n{outputs}\ngateway:\n{}",
         s.gw.logs()
     );
+    // Bun's refusal above is only seen from the gateway's side. A client that trusts nothing
+    // must fail the handshake itself, every time, for the certificate's issuer.
+    untrusting_clients_fail_the_handshake(&s.gw).await;
+}
+
+/// Five TLS clients with empty root stores: each handshake fails with UnknownIssuer, the gateway
+/// counts each as failed, and no request gets through.
+async fn untrusting_clients_fail_the_handshake(gw: &crate::common::gateway::Gateway) {
+    let failed = || gw.metric("tls_handshakes_total{outcome=\"failed\"}");
+    let (before, requests) = (failed(), gw.metric("requests_total"));
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = crate::common::client::Https {
+        addr: gw.https,
+        config: std::sync::Arc::new(config),
+        host: "127.0.0.1".into(),
+        source: None,
+    };
+    for attempt in 1..=5 {
+        match client.try_tls().await {
+            Ok(_) => panic!("attempt {attempt}: a client that trusts no CA finished the handshake"),
+            Err(e) => assert!(
+                e.to_string().contains("UnknownIssuer"),
+                "attempt {attempt}: refused for another reason: {e}"
+            ),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while failed() < before + 5 {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway counted {} failed handshakes of 5",
+            failed() - before
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(gw.metric("requests_total"), requests, "a request got through");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use crate::common::client::{Https, basic};
 use crate::common::gateway::{Gateway, base_config};
 use crate::common::opencode::FakeModel;
 use crate::common::supervised::{
-    admin_user, pids_with, project_port, project_status, server_config, server_pid, spawned,
+    admin_user, pids_in, pids_with, project_port, project_status, server_config, server_pid, spawned,
 };
 
 const SECRET_ENV: &str = "GATEWAY_ONLY_SECRET";
@@ -96,15 +96,37 @@ async fn an_on_demand_project_starts_on_its_first_request() {
     let config = server_config(&spawned("lazy", dir.path(), &model, "start = \"on-demand\""));
     let gw = Gateway::start(&config);
     assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
-    // That it did NOT start cannot be awaited: look again after a while with no request.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
-    assert!(
-        pids_with(&dir.path().display().to_string()).is_empty(),
-        "no server runs yet"
-    );
+    // That it did NOT start is shown after the one background reader of servers (the inbox,
+    // which must never start one to watch it) has looked at it: the portal then says why it
+    // does not run. A portal render and a status read are no request to the project either.
     let c = Https::new(gw.https, &gw.ca());
+    let lh = c.host(crate::common::login::LOGIN_HOST);
+    let cookie = crate::common::login::form_login(&c, "alice", crate::common::stack::ALICE_PW).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = crate::common::login::browser_get(&lh, "/?fragment=1", Some(&cookie), false).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        if page.body.contains("starts on the first request") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the inbox never looked at lazy:\n{}",
+            page.body
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(project_status(&gw, "lazy"), "waiting for the first request");
+    assert_eq!(
+        pids_in(dir.path()),
+        Vec::<u32>::new(),
+        "no server runs in the project yet"
+    );
     assert_eq!(c.get("/p/lazy/global/health", Some(&alice())).await.status, 200);
+    assert!(
+        !pids_in(dir.path()).is_empty(),
+        "its server runs in the project's folder now"
+    );
     assert!(project_status(&gw, "lazy").starts_with("ready at"));
 }
 
@@ -163,7 +185,7 @@ async fn a_dead_server_is_restarted_and_none_outlives_the_gateway() {
         ["server_started", "server_crashed", "server_started", "server_stopped"],
         "{audit}"
     );
-    assert!(pids_with(&dir.path().display().to_string()).is_empty());
+    assert_eq!(pids_in(dir.path()), Vec::<u32>::new(), "nothing of the server is left");
 }
 
 #[tokio::test]
@@ -254,7 +276,7 @@ async fn a_missing_opencode_is_not_running_everywhere_and_answers_503_at_once() 
     let check = String::from_utf8_lossy(&check.stdout).into_owned();
     assert!(check.contains(&format!("NOT RUNNING: {fix}")), "{check}");
     // The portal shows it with the reason as a sentence.
-    let cookie = crate::common::login::form_login(&c, "alice", "alice-password-1").await;
+    let cookie = crate::common::login::form_login(&c, "alice", crate::common::stack::ALICE_PW).await;
     let login = c.host(crate::common::login::LOGIN_HOST);
     let req = login
         .request("GET", "/", None)

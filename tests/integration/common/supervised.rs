@@ -52,6 +52,26 @@ pub fn pids_with(needle: &str) -> Vec<u32> {
     out
 }
 
+/// Live processes (not zombies) working inside `dir`: a spawned server runs in its project's
+/// folder (its command line never names it), and so do the shells and tools it starts.
+pub fn pids_in(dir: &std::path::Path) -> Vec<u32> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "));
+        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd"))
+            && cwd.starts_with(&dir)
+            && !zombie
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
 /// The port a spawned project's server listens on, from the admin status.
 pub fn project_port(gw: &Gateway, project: &str) -> Option<u16> {
     let (_, body) = gw.control("GET", "/status");
