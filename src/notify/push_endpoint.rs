@@ -81,7 +81,7 @@ pub(crate) async fn resolve(uri: &http::Uri, allow_private: bool) -> Result<Sock
     }
     if !allow_private && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
         return Err(format!(
-            "the push service's name resolves to {}, which is not a public address (notify.push_private_endpoints allows it)",
+            "the push service's name resolves to {}, which is not a public address (`[push] allow_private_endpoints = true` allows it)",
             bad.ip()
         ));
     }

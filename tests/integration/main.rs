@@ -51,6 +51,7 @@ mod project_ports;
 mod proxy;
 mod proxy_protocol;
 mod push;
+mod push_guarded;
 mod real_opencode;
 mod refusals;
 mod reload;

@@ -17,21 +17,21 @@ use crate::common::login::{LOGIN_HOST, browser_get, form_login, portal_post};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::push_service::{Delivery, PushService};
 
-const ALICE: &str = "alice-password-1";
+pub(crate) const ALICE: &str = "alice-password-1";
 const VIC: &str = "vic-password-1";
 /// What the model runs: a permission request whose command must never be in a push.
 const COMMAND: &str = "echo SECRET-CMD-91 > marker.txt";
 
 /// A browser's side of a subscription: its one-use P-256 key pair (ring's keys are ephemeral: a
 /// device here opens one message) and its auth secret.
-struct Device {
+pub(crate) struct Device {
     private: Option<agreement::EphemeralPrivateKey>,
     public: Vec<u8>,
     auth: [u8; 16],
 }
 
 impl Device {
-    fn new(auth_byte: u8) -> Device {
+    pub(crate) fn new(auth_byte: u8) -> Device {
         let rng = ring::rand::SystemRandom::new();
         let private = agreement::EphemeralPrivateKey::generate(&agreement::ECDH_P256, &rng).unwrap();
         let public = private.compute_public_key().unwrap().as_ref().to_vec();
@@ -42,7 +42,7 @@ impl Device {
         }
     }
 
-    fn form(&self, endpoint: &str) -> String {
+    pub(crate) fn form(&self, endpoint: &str) -> String {
         format!(
             "do=subscribe&endpoint={}&p256dh={}&auth={}",
             crate::common::client::encode(endpoint),
@@ -52,7 +52,7 @@ impl Device {
     }
 
     /// Open a delivered body (RFC 8291: the header's key, ECDH, the key schedule, AES-GCM).
-    fn open(&mut self, body: &[u8]) -> Vec<u8> {
+    pub(crate) fn open(&mut self, body: &[u8]) -> Vec<u8> {
         struct Len(usize);
         impl hkdf::KeyType for Len {
             fn len(&self) -> usize {
@@ -123,7 +123,7 @@ fn check_vapid(d: &Delivery, origin: &str, portal_key: &str) {
 }
 
 /// The id of the permission request demo's server has waiting (bounded).
-async fn waiting_permission(c: &Https) -> String {
+pub(crate) async fn waiting_permission(c: &Https) -> String {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let (_, list) = json(c, "GET", "/p/demo/permission", &basic("alice", ALICE), "").await;
@@ -138,7 +138,7 @@ async fn waiting_permission(c: &Https) -> String {
     }
 }
 
-async fn prompt_bash(c: &Https) {
+pub(crate) async fn prompt_bash(c: &Https) {
     let (status, session) = json(c, "POST", "/p/demo/session", &basic("alice", ALICE), "{}").await;
     assert_eq!(status, 200, "{session}");
     let id = session["id"].as_str().unwrap();

@@ -154,10 +154,8 @@ async fn untrusting_clients_fail_the_handshake(gw: &crate::common::gateway::Gate
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let client = crate::common::client::Https {
-        addr: gw.https,
         config: std::sync::Arc::new(config),
-        host: "127.0.0.1".into(),
-        source: None,
+        ..crate::common::client::Https::new(gw.https, &gw.ca())
     };
     for attempt in 1..=5 {
         match client.try_tls().await {

@@ -36,6 +36,8 @@ pub struct Https {
     pub host: String,
     /// The local address to connect from (127.0.0.2, 127.0.0.3 … stand for distinct clients).
     pub source: Option<std::net::IpAddr>,
+    /// The network namespace to connect from (`common::netns`), when not this process's own.
+    pub netns: Option<Arc<str>>,
 }
 
 pub struct Reply {
@@ -66,6 +68,7 @@ impl Https {
             config: Arc::new(config),
             host: addr.ip().to_string(),
             source: None,
+            netns: None,
         }
     }
 
@@ -89,7 +92,20 @@ impl Https {
         }
     }
 
+    /// The same client, connecting from inside the network namespace `ns`.
+    pub fn in_netns(&self, ns: &str) -> Https {
+        Https {
+            netns: Some(ns.into()),
+            ..self.clone()
+        }
+    }
+
     pub async fn tcp(&self) -> std::io::Result<TcpStream> {
+        if let Some(ns) = &self.netns {
+            let stream = crate::common::netns::Lan::connect_in(ns, self.addr)?;
+            stream.set_nonblocking(true)?;
+            return TcpStream::from_std(stream);
+        }
         match self.source {
             None => TcpStream::connect(self.addr).await,
             Some(ip) => {

@@ -124,6 +124,23 @@ impl Lan {
         cmd
     }
 
+    /// A TCP connection to `addr` made from inside `ns` (a client in the box or the phone), as
+    /// [`Lan::bind_in`] makes a listener: the socket stays in the namespace it was made in.
+    pub fn connect_in(ns: &str, addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpStream> {
+        let path = std::path::Path::new("/run/netns").join(ns);
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let f = std::fs::File::open(&path)?;
+            // SAFETY: moves only this short-lived thread into the namespace.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            std::net::TcpStream::connect(addr)
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+
     /// A listening TCP socket inside `ns` (the fake model the box's OpenCode calls lives in the
     /// box): bound from a thread that enters the namespace and ends, the socket staying there.
     pub fn bind_in(ns: &str, addr: &str) -> std::net::TcpListener {

@@ -36,7 +36,15 @@ impl Drop for PushService {
 
 impl PushService {
     pub async fn start() -> PushService {
-        let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        Self::start_on(listener)
+    }
+
+    /// The service on `listener` (e.g. one made in a network namespace), its certificate for the
+    /// listener's address.
+    pub fn start_on(listener: std::net::TcpListener) -> PushService {
+        let at = listener.local_addr().unwrap();
+        let made = rcgen::generate_simple_self_signed(vec![at.ip().to_string()]).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("push-ca.pem");
         std::fs::write(&ca_file, made.cert.pem()).unwrap();
@@ -49,8 +57,9 @@ impl PushService {
             .with_single_cert(vec![cert], key)
             .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let origin = format!("https://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        listener.set_nonblocking(true).unwrap();
+        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+        let origin = format!("https://{at}");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let script = Arc::new(Mutex::new(Vec::new()));
         let (seen2, script2) = (seen.clone(), script.clone());
