@@ -58,6 +58,7 @@ mod reload;
 mod replicas;
 mod request_form;
 mod roles;
+mod runaway;
 mod secrets;
 mod service;
 mod spellings;
