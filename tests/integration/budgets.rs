@@ -343,7 +343,11 @@ fn check_refuses_budgets_that_are_not_amounts_shares_or_actions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
-    let model = FakeModel::start("true").await.priced(3.0, 15.0).allowing_bash();
+    // A command and output of its own, so an alert that carried either would be seen.
+    let model = FakeModel::start("echo BUDGET-OUT-$((6*7))")
+        .await
+        .priced(3.0, 15.0)
+        .allowing_bash();
     let (hook, hooked) = receiver(vec![]).await;
     let (_oc, gw) = demo_guarded(&model, "session_usd = 0.03, warn_at = 0.5", Some(&hook));
     let c = Https::new(gw.https, &gw.ca());
@@ -412,8 +416,13 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
         "{told:?}"
     );
     for t in &told {
-        assert!(!t.to_string().contains("LOOPBASH"), "the prompt in a notification: {t}");
+        for secret in ["LOOPBASH", "BUDGET-OUT", "echo"] {
+            assert!(!t.to_string().contains(secret), "{secret} in a notification: {t}");
+        }
     }
+    // The output was there to leak: the tool ran and printed it.
+    let (_, messages) = json(&c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
+    assert!(messages.to_string().contains("BUDGET-OUT-42"), "the tool's output: {messages}");
 }
 
 /// The webhook's bodies, parsed, once it has `n` (bounded).
