@@ -213,6 +213,8 @@ pub(crate) struct RawProject {
     #[serde(default)]
     pub spawn: bool,
     pub start: Option<String>,
+    /// Whose OpenCode setup a spawned server uses: "user" (the default) or "private".
+    pub opencode_config: Option<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     pub env_file: Option<String>,

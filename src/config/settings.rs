@@ -212,6 +212,8 @@ pub struct Project {
     /// Canonical absolute path: the one directory clients of this project may select.
     pub directory: Option<PathBuf>,
     pub start: StartMode,
+    /// Whose OpenCode configuration and credentials a spawned server uses.
+    pub opencode_config: OpencodeConfig,
     /// Extra environment for a spawned server (values may be provider keys: never printed).
     pub env: BTreeMap<String, Secret>,
     pub run_as: Option<String>,
@@ -246,6 +248,20 @@ pub enum UpstreamKind {
     External { authority: String },
     /// The gateway runs `opencode serve` itself.
     Spawned,
+}
+
+/// `opencode_config`: what a spawned server sees of OpenCode's own setup. Its session database
+/// and temporary folder are its own either way (under the project's state folder).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OpencodeConfig {
+    /// The configuration, providers, agents and `opencode auth login` credentials of the OS user
+    /// the server runs as (the gateway's own user, `run_as`'s, or the box's SSH user), as plain
+    /// `opencode` in that folder would use them.
+    #[default]
+    User,
+    /// Empty configuration folders of its own (the model comes from `env`, e.g.
+    /// `OPENCODE_CONFIG_CONTENT`, or from the project's `opencode.json`).
+    Private,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -286,7 +286,11 @@ fn status(gw: &Gateway) -> serde_json::Value {
                 ),
             };
             let api = crate::upstream::api::report(p.api().as_deref(), &state.route_roles);
-            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api})
+            let model = match &p.upstream {
+                Upstream::Supervised(s) => s.model.load_full().map(|m| m.to_string()),
+                Upstream::Fixed(_) => None,
+            };
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api, "model": model})
         })
         .collect();
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

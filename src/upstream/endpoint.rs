@@ -130,7 +130,7 @@ impl Endpoint {
 
     /// `GET path` answered 200, its body read whole (at most `api::DOC_MAX`), within
     /// `api::FETCH_TIMEOUT`.
-    async fn read_whole(&self, path: &str, connect_timeout: Duration) -> Result<bytes::Bytes, String> {
+    pub(crate) async fn read_whole(&self, path: &str, connect_timeout: Duration) -> Result<bytes::Bytes, String> {
         use crate::upstream::api::{DOC_MAX, FETCH_TIMEOUT, HEALTH_AGENT};
         use http_body_util::BodyExt;
         let mut req = self.get(path)?;

@@ -9,6 +9,7 @@ mod backoff;
 mod box_handler;
 pub mod box_links;
 pub mod endpoint;
+pub(crate) mod model_report;
 pub mod pool;
 mod quick_ack;
 pub mod redact;

@@ -151,14 +151,15 @@ async fn run_as_keeps_an_operator_out_of_another_projects_files_server_and_the_g
         .unwrap()
         .to_string();
 
-    // What the gateway made: each project's state folder and XDG folders are its user's, 0700;
+    // What the gateway made: each project's state folder, its session database's folder and its
+    // temporary folder are its user's, 0700 (the rest of OpenCode's setup is that user's own);
     // the state folder's root is the gateway's and nobody else may list or write it.
     let gwdir = gw.dir.path().to_path_buf();
     let state = gwdir.join("state");
     for (p, u) in [("a", ua), ("b", ub)] {
         let dir = state.join("projects").join(p);
         assert_private_to(&dir, u);
-        for sub in ["data", "config", "cache", "state"] {
+        for sub in ["data", "data/opencode", "tmp"] {
             assert_private_to(&dir.join(sub), u);
         }
     }

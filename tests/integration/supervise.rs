@@ -54,11 +54,11 @@ async fn spawned_servers_are_private_and_see_only_their_own_sessions() {
     let pid = server_pid(port_a);
     let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
     let state = gw.dir.path().join("state/projects/a");
-    assert!(
-        environ.contains(&format!("XDG_DATA_HOME={}", state.join("data").display())),
-        "{environ}"
-    );
-    assert!(environ.contains(&format!("XDG_CONFIG_HOME={}", state.join("config").display())));
+    // A session database of its own (which keeps each server's sessions apart), and its own
+    // temporary folder; the rest is its user's OpenCode setup (tests/integration/own_opencode.rs).
+    let db = state.join("data/opencode/opencode.db");
+    assert!(environ.contains(&format!("OPENCODE_DB={}\n", db.display())), "{environ}");
+    assert!(environ.contains(&format!("TMPDIR={}\n", state.join("tmp").display())), "{environ}");
     assert!(
         !environ.contains(SECRET_ENV),
         "the gateway's own environment does not leak into a project"

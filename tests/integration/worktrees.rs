@@ -53,7 +53,7 @@ fn environ_of(pid: u32) -> String {
 fn our_server(port: u16, state: &Path) -> u32 {
     let ours: Vec<u32> = pids_with(&format!("serve --hostname 127.0.0.1 --port {port}"))
         .into_iter()
-        .filter(|p| environ_of(*p).contains(&format!("XDG_DATA_HOME={}", state.join("data").display())))
+        .filter(|p| environ_of(*p).contains(&format!("TMPDIR={}\n", state.join("tmp").display())))
         .collect();
     let parent = |pid: u32| -> Option<u32> {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -142,15 +142,13 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
         "not granted"
     );
 
-    // Its own server, with its own XDG state, listed by status.
+    // Its own server, with its own session database, listed by status.
     let port = project_port(&gw, "app-feat").expect("app-feat is ready");
     let state = gw.dir.path().join("state/projects/app-feat");
     let pid = our_server(port, &state);
     let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
-    assert!(
-        environ.contains(&format!("XDG_DATA_HOME={}", state.join("data").display())),
-        "{environ}"
-    );
+    let db = state.join("data/opencode/opencode.db");
+    assert!(environ.contains(&format!("OPENCODE_DB={}\n", db.display())), "{environ}");
 
     // `git worktree remove`: the routes answer 404 and the server stops, without a reload.
     git(&repo, &["worktree", "remove", trees.join("feat").to_str().unwrap()]);

@@ -129,6 +129,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             (p.env_file.is_some(), "env_file"),
             (p.run_as.is_some(), "run_as"),
             (p.start.is_some(), "start"),
+            (p.opencode_config.is_some(), "opencode_config"),
         ] {
             if set {
                 c.problem(
@@ -205,6 +206,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         upstream_password: password,
         directory,
         start,
+        opencode_config: opencode_config(c, &key, p.opencode_config.as_deref()),
         env,
         run_as: p.run_as.clone(),
         listen,
@@ -346,5 +348,22 @@ fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<S
             }
         }
         (None, None) => None,
+    }
+}
+
+/// `opencode_config = "user" | "private"` (absent: "user").
+fn opencode_config(c: &mut Checker, key: &str, value: Option<&str>) -> crate::config::settings::OpencodeConfig {
+    use crate::config::settings::OpencodeConfig;
+    match value {
+        None | Some("user") => OpencodeConfig::User,
+        Some("private") => OpencodeConfig::Private,
+        Some(other) => {
+            c.problem(
+                format!("{key}.opencode_config"),
+                format!("{other:?} is not whose OpenCode setup the server uses"),
+                "write opencode_config = \"user\" (the OS user's own configuration and credentials) or \"private\" (folders of its own)",
+            );
+            OpencodeConfig::User
+        }
     }
 }

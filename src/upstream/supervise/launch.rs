@@ -13,7 +13,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec};
+use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec, USER_SETUP_ENV};
+use crate::config::settings::OpencodeConfig;
 use crate::config::Secret;
 use crate::upstream::api::HEALTH_AGENT;
 use crate::upstream::endpoint::Endpoint;
@@ -125,6 +126,14 @@ pub(super) async fn launch(
     for name in INHERITED_ENV {
         if let Some(v) = std::env::var_os(name) {
             cmd.env(name, v);
+        }
+    }
+    // The gateway's user's own OpenCode setup, where its folders are not the defaults under HOME.
+    if spec.opencode_config == OpencodeConfig::User && spec.run_as.is_none() {
+        for name in USER_SETUP_ENV {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
         }
     }
     for (name, dir) in &dirs {
@@ -335,17 +344,30 @@ fn prepare_dirs(spec: &SpawnSpec, owner: Option<(u32, u32)>) -> Result<BTreeMap<
             }
         }
     }
-    let mut mine = vec![project_dir.clone()];
+    // Its own, whatever it sees of the user's setup: the session database (so a server lists only
+    // its project's sessions: one database per server, where OpenCode keeps every session of the
+    // OS user otherwise) and a temporary folder (OpenCode unpacks a native library of 5-14 MB
+    // there at each start and never removes it), emptied at each start and removed at the stop.
+    let tmp = project_dir.join("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|e| format!("cannot empty {}: {e}", tmp.display()))?;
+    }
+    let db_dir = project_dir.join("data").join("opencode");
+    let mut mine = vec![project_dir.clone(), project_dir.join("data"), db_dir.clone(), tmp.clone()];
     let mut dirs = BTreeMap::new();
-    for (var, sub) in [
-        ("XDG_DATA_HOME", "data"),
-        ("XDG_CONFIG_HOME", "config"),
-        ("XDG_CACHE_HOME", "cache"),
-        ("XDG_STATE_HOME", "state"),
-    ] {
-        let dir = project_dir.join(sub);
-        mine.push(dir.clone());
-        dirs.insert(var, dir);
+    dirs.insert("OPENCODE_DB", db_dir.join("opencode.db"));
+    dirs.insert("TMPDIR", tmp);
+    if spec.opencode_config == OpencodeConfig::Private {
+        for (var, sub) in [
+            ("XDG_DATA_HOME", "data"),
+            ("XDG_CONFIG_HOME", "config"),
+            ("XDG_CACHE_HOME", "cache"),
+            ("XDG_STATE_HOME", "state"),
+        ] {
+            let dir = project_dir.join(sub);
+            mine.push(dir.clone());
+            dirs.insert(var, dir);
+        }
     }
     for dir in &mine {
         make_dir(dir)?;
@@ -401,6 +423,7 @@ mod tests {
             run_as: run_as.map(str::to_string),
             cors: Vec::new(),
             start: crate::config::StartMode::Eager,
+            opencode_config: OpencodeConfig::User,
             opencode_bin: None,
             search_dirs: Vec::new(),
             state_dir,
@@ -415,15 +438,27 @@ mod tests {
         // Without run_as: everything the gateway's, 0700.
         let root = tmp.path().join("state");
         let dirs = prepare_dirs(&spec(root.join("projects/p"), None), None).unwrap();
-        assert_eq!(dirs.len(), 4);
+        // The user's own setup: only the database and the temporary folder are the server's.
+        assert_eq!(dirs.keys().copied().collect::<Vec<_>>(), ["OPENCODE_DB", "TMPDIR"]);
+        assert_eq!(dirs["OPENCODE_DB"], root.join("projects/p/data/opencode/opencode.db"));
         for d in [
             root.clone(),
             root.join("projects"),
             root.join("projects/p"),
             root.join("projects/p/data"),
+            root.join("projects/p/tmp"),
         ] {
             assert_eq!(mode(&d), 0o700, "{}", d.display());
         }
+        // A new start empties what an earlier one left in its temporary folder.
+        std::fs::write(root.join("projects/p/tmp/.left-00000000.so"), b"x").unwrap();
+        let mut private = spec(root.join("projects/p"), None);
+        private.opencode_config = OpencodeConfig::Private;
+        let dirs = prepare_dirs(&private, None).unwrap();
+        assert_eq!(std::fs::read_dir(root.join("projects/p/tmp")).unwrap().count(), 0);
+        // Private: folders of its own for everything.
+        assert_eq!(dirs.len(), 6);
+        assert_eq!(dirs["XDG_CONFIG_HOME"], root.join("projects/p/config"));
         // With run_as, a folder above state_dir the user cannot pass through is named, not fixed.
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         let err = prepare_dirs(&spec(root.join("projects/p"), Some("someone")), Some((65534, 65534))).unwrap_err();

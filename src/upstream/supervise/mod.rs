@@ -53,6 +53,10 @@ const INHERITED_ENV: [&str; 12] = [
     "SSL_CERT_FILE",
 ];
 
+/// Where OpenCode finds the user's configuration, credentials, cache and state when they are not
+/// under HOME: passed on with `opencode_config = "user"` to a server that runs as the gateway's user.
+const USER_SETUP_ENV: [&str; 4] = ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"];
+
 #[derive(Clone, Debug)]
 pub enum Status {
     /// `start = "on-demand"` and nobody asked yet.
@@ -80,6 +84,7 @@ pub struct SpawnSpec {
     pub run_as: Option<String>,
     pub cors: Vec<String>,
     pub start: StartMode,
+    pub opencode_config: crate::config::settings::OpencodeConfig,
     pub opencode_bin: Option<PathBuf>,
     pub search_dirs: Vec<PathBuf>,
     pub state_dir: PathBuf,
@@ -109,6 +114,7 @@ impl SpawnSpec {
             run_as: project.run_as.clone(),
             cors: crate::policy::origin::project_origins(settings, project),
             start: project.start,
+            opencode_config: project.opencode_config,
             opencode_bin: settings.server.opencode_bin.clone(),
             search_dirs: vec![
                 config_dir.join("../node_modules/.bin"),
@@ -147,6 +153,8 @@ pub struct Supervised {
     stop: CancellationToken,
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
+    /// The model its server answers with, in words, as the server said when it last became ready.
+    pub model: ArcSwapOption<String>,
     /// `upstream_restarts_total` of this project.
     restarts: Counter,
 }
@@ -294,6 +302,7 @@ impl Supervisor {
             restart_by: Mutex::new(None),
             stop: self.shutdown.child_token(),
             api: ArcSwapOption::empty(),
+            model: ArcSwapOption::empty(),
         });
         self.tasks
             .spawn(run(s.clone(), self.connect_timeout, self.audit.clone()));
@@ -356,11 +365,13 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
                     }
                     Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint.authority, &why),
                 }
+                read_model(&s, &server.endpoint, connect_timeout).await;
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
                 ran = true;
                 let why = watch_server(&s, &mut server, connect_timeout).await;
                 s.status.send_replace(Status::Starting);
                 server.process.stop().await;
+                remove_tmp(&s.spec);
                 if why == RESTART_ASKED {
                     tracing::info!(project = %project, "project server restarted on request");
                     let mut record = Record::new("server_restarted").project(&*project);
@@ -411,8 +422,40 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
         backoff = (backoff * 2).min(Duration::from_secs(30));
     }
     s.status.send_replace(Status::Stopped);
+    remove_tmp(&s.spec);
     tracing::info!(project = %project, "project server stopped");
     audit.record(Record::new("server_stopped").project(&*project));
+}
+
+/// Ask the ready server which model it answers with: logged (a warning when it will likely fail
+/// at the model, with how to mend it) and kept for `status`.
+async fn read_model(s: &Supervised, endpoint: &Endpoint, connect_timeout: Duration) {
+    let project = &s.spec.project;
+    match crate::upstream::model_report::ModelReport::read(endpoint, connect_timeout).await {
+        Ok(report) => {
+            let model = report.summary();
+            match report.problem() {
+                None => tracing::info!(project = %project, model = %model, "project server's model"),
+                Some(why) => tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)"),
+            }
+            s.model.store(Some(std::sync::Arc::new(model)));
+        }
+        Err(why) => {
+            tracing::warn!(project = %project, reason = %why, "cannot read which model the project server uses");
+            s.model.store(None);
+        }
+    }
+}
+
+/// A stopped local server's temporary folder goes with it (a box's is emptied at its next start).
+fn remove_tmp(spec: &SpawnSpec) {
+    let tmp = spec.state_dir.join("tmp");
+    if spec.on_box.is_none()
+        && let Err(e) = std::fs::remove_dir_all(&tmp)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        tracing::warn!(project = %spec.project, folder = %tmp.display(), error = %e, "cannot remove a stopped server's temporary folder");
+    }
 }
 
 /// Watch a ready server until it exits, fails its health checks, or the gateway stops it.

@@ -55,8 +55,8 @@ impl std::fmt::Debug for OnBox {
 /// shell only has to read one single-quoted word (the script has no `'` and no `\`, so this
 /// holds in sh, bash, zsh and fish alike).
 const SCRIPT: &str = r#"set -u
-unset SSH_CONNECTION SSH_CLIENT SSH_TTY SSH_ORIGINAL_COMMAND SSH_AUTH_SOCK MAIL XDG_DATA_HOME XDG_CONFIG_HOME XDG_CACHE_HOME XDG_STATE_HOME
-dir= port= project= bin=
+unset SSH_CONNECTION SSH_CLIENT SSH_TTY SSH_ORIGINAL_COMMAND SSH_AUTH_SOCK MAIL
+dir= port= project= bin= setup=user
 set --
 while IFS= read -r line && [ -n "$line" ]; do
   v=$(printf %s "${line#*=}" | base64 -d) || exit 70
@@ -65,6 +65,7 @@ while IFS= read -r line && [ -n "$line" ]; do
     port) port=$v ;;
     project) project=$v ;;
     bin) bin=$v ;;
+    setup) setup=$v ;;
     cors) set -- "$@" --cors "$v" ;;
     env) export "$v" || exit 70 ;;
   esac
@@ -78,10 +79,14 @@ real=$(pwd -P)
 [ "$real" = "$dir" ] || { echo "opencode-gateway: $dir is $real on the box (a link); set directory to $real" >&2; exit 65; }
 state=$HOME/.local/state/opencode-gateway/projects/$project
 mask=$(umask); umask 077
-mkdir -p "$state/data" "$state/config" "$state/cache" "$state/state" || exit 73
+rm -rf "$state/tmp"
+mkdir -p "$state/data/opencode" "$state/tmp" || exit 73
+if [ "$setup" = private ]; then
+  mkdir -p "$state/config" "$state/cache" "$state/state" || exit 73
+  export XDG_DATA_HOME="$state/data" XDG_CONFIG_HOME="$state/config" XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state"
+fi
 umask "$mask"
-export XDG_DATA_HOME="${XDG_DATA_HOME:-$state/data}" XDG_CONFIG_HOME="${XDG_CONFIG_HOME:-$state/config}"
-export XDG_CACHE_HOME="${XDG_CACHE_HOME:-$state/cache}" XDG_STATE_HOME="${XDG_STATE_HOME:-$state/state}"
+export OPENCODE_DB="${OPENCODE_DB:-$state/data/opencode/opencode.db}" TMPDIR="$state/tmp"
 exec 3<&0
 setsid "$bin" serve --hostname 127.0.0.1 --port "$port" "$@" </dev/null &
 pid=$!
@@ -93,6 +98,7 @@ wait $pid
 code=$?
 kill $watcher 2>/dev/null
 kill -KILL -$pid 2>/dev/null
+rm -rf "$state/tmp"
 exit $code
 "#;
 
@@ -115,6 +121,13 @@ pub(super) fn launch_lines(spec: &SpawnSpec, opencode: &str, port: u16, password
     line("port", &port.to_string());
     line("project", &spec.project);
     line("bin", opencode);
+    line(
+        "setup",
+        match spec.opencode_config {
+            crate::config::settings::OpencodeConfig::User => "user",
+            crate::config::settings::OpencodeConfig::Private => "private",
+        },
+    );
     for origin in &spec.cors {
         line("cors", origin);
     }
@@ -332,6 +345,7 @@ mod tests {
             run_as: None,
             cors: vec!["https://gw.example:8443".into()],
             start: crate::config::StartMode::Eager,
+            opencode_config: crate::config::settings::OpencodeConfig::User,
             opencode_bin: None,
             search_dirs: Vec::new(),
             state_dir: dir.to_path_buf(),
@@ -418,9 +432,13 @@ mod tests {
         assert!(env.contains(&format!("TRICK={trick}\n")), "{env}");
         assert!(!out.join("pwned").exists(), "a value was run as shell code");
         assert!(!env.contains("SSH_CONNECTION"), "{env}");
-        let data = home.join(".local/state/opencode-gateway/projects/p/data");
-        assert!(env.contains(&format!("XDG_DATA_HOME={}\n", data.display())), "{env}");
-        assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
+        // The box user's own setup (no XDG folders made for it); its own database and TMPDIR.
+        let state = home.join(".local/state/opencode-gateway/projects/p");
+        assert!(!env.contains("XDG_DATA_HOME="), "{env}");
+        let db = state.join("data/opencode/opencode.db");
+        assert!(env.contains(&format!("OPENCODE_DB={}\n", db.display())), "{env}");
+        assert!(env.contains(&format!("TMPDIR={}\n", state.join("tmp").display())), "{env}");
+        assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
         let grandchild: u32 = read("child").trim().parse().unwrap();
         assert!(alive(grandchild));
 
@@ -436,6 +454,7 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        assert!(!state.join("tmp").exists(), "the stopped server's temporary folder is left");
     }
 
     /// A folder that is a link on the box, and an `opencode` the box does not have: refused,

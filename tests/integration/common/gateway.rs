@@ -99,6 +99,12 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String
     };
     cmd.arg("serve").arg("-c").arg(config).current_dir(dir);
     cmd.env("RUST_LOG", "info,opencode=debug");
+    // A home of its own: the OpenCode servers it spawns use their user's setup (issue 38), which
+    // must be the test's, never the real one of whoever runs the suite.
+    cmd.env("HOME", dir.join("home"));
+    for name in ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"] {
+        cmd.env_remove(name);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
