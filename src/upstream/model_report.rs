@@ -90,7 +90,10 @@ mod tests {
         assert_eq!(unset.summary(), "none set (OpenCode picks one of: opencode, fake)");
         assert_eq!(unset.problem(), None);
         let keyless = report(r#"{"model":"anthropic/claude-sonnet-4-6"}"#, usable);
-        assert!(keyless.problem().unwrap().contains("needs provider anthropic"), "{keyless:?}");
+        assert!(
+            keyless.problem().unwrap().contains("needs provider anthropic"),
+            "{keyless:?}"
+        );
         let bare = report("{}", r#"{"providers":[{"id":"opencode"}]}"#);
         assert!(bare.problem().unwrap().contains("falls back to its own free models"));
         assert!(ModelReport::parse(b"{}", b"{}").is_err());

@@ -422,7 +422,10 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     }
     // The output was there to leak: the tool ran and printed it.
     let (_, messages) = json(&c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
-    assert!(messages.to_string().contains("BUDGET-OUT-42"), "the tool's output: {messages}");
+    assert!(
+        messages.to_string().contains("BUDGET-OUT-42"),
+        "the tool's output: {messages}"
+    );
 }
 
 /// The webhook's bodies, parsed, once it has `n` (bounded).

@@ -38,10 +38,10 @@ mod lan_phone;
 mod lifecycle;
 mod metrics;
 mod one_road;
-mod own_opencode;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]
 mod oracle;
+mod own_opencode;
 mod pairing;
 mod passkeys;
 mod pg_frozen;

@@ -68,12 +68,22 @@ async fn a_provider_only_in_the_users_global_config_answers_through_the_gateway(
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
         .current_dir(project.path());
     let out = crate::common::process::output_within_async(cmd, Duration::from_secs(120)).await;
-    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     // `run --attach` 1.18.33 prints the model's name, not its answer: the answer is read back
     // from the run's session (the only one).
-    assert!(out.status.success() && printed.contains("fake-model"), "{printed}\n{}", gw.logs());
+    assert!(
+        out.status.success() && printed.contains("fake-model"),
+        "{printed}\n{}",
+        gw.logs()
+    );
     let (_, sessions) = crate::common::client::json(&c, "GET", "/p/demo/session", &alice, "").await;
-    let id = sessions[0]["id"].as_str().unwrap_or_else(|| panic!("no session: {sessions}"));
+    let id = sessions[0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session: {sessions}"));
     let path = format!("/p/demo/session/{id}/message");
     let (_, messages) = crate::common::client::json(&c, "GET", &path, &alice, "").await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
@@ -94,7 +104,10 @@ async fn a_provider_only_in_the_users_global_config_answers_through_the_gateway(
         ("TMPDIR", state.join("tmp")),
         ("HOME", gw.dir.path().join("home")),
     ] {
-        assert!(environ.contains(&format!("{name}={}\n", value.display())), "{name}: {environ}");
+        assert!(
+            environ.contains(&format!("{name}={}\n", value.display())),
+            "{name}: {environ}"
+        );
     }
     assert!(!environ.contains("XDG_CONFIG_HOME="), "{environ}");
 }
@@ -110,8 +123,11 @@ async fn without_a_usable_model_the_log_says_so_and_how_to_mend_it() {
     assert_eq!(c.get("/p/demo/global/health", Some(&alice)).await.status, 200);
     assert!(model_of(&gw).await.starts_with("none set"), "{}", gw.logs());
     assert!(
-        gw.wait_log("no model is set and no provider of the user's is set up", Duration::from_secs(10))
-            .await,
+        gw.wait_log(
+            "no model is set and no provider of the user's is set up",
+            Duration::from_secs(10)
+        )
+        .await,
         "{}",
         gw.logs()
     );
@@ -144,10 +160,20 @@ async fn twenty_starts_and_stops_leave_the_temporary_folder_as_it_was() {
         // The server unpacks into its own folder, never the gateway's TMPDIR.
         let own: Vec<_> = std::fs::read_dir(&own_tmp).unwrap().collect();
         assert!(!own.is_empty(), "start {start}: nothing in {}", own_tmp.display());
-        let outer: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let outer: Vec<_> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert!(outer.is_empty(), "the gateway's TMPDIR after start {start}: {outer:?}");
     }
     gw.signal(libc::SIGTERM);
-    assert_eq!(tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))), Some(0));
-    assert!(!own_tmp.exists(), "the stopped server's folder is left: {}", own_tmp.display());
+    assert_eq!(
+        tokio::task::block_in_place(|| gw.wait_exit(Duration::from_secs(30))),
+        Some(0)
+    );
+    assert!(
+        !own_tmp.exists(),
+        "the stopped server's folder is left: {}",
+        own_tmp.display()
+    );
 }

@@ -70,12 +70,20 @@ async fn with_the_guard_on_a_public_push_service_is_told_only_while_the_login_li
     let pems = [&public.ca_file, &private.ca_file].map(|f| std::fs::read_to_string(f).unwrap());
     std::fs::write(bundle.path(), pems.concat()).unwrap();
     let project = tempfile::tempdir().unwrap();
-    let gw = boxed_gateway(&lan, &model, &project.path().canonicalize().unwrap(), &bundle.path().display().to_string());
+    let gw = boxed_gateway(
+        &lan,
+        &model,
+        &project.path().canonicalize().unwrap(),
+        &bundle.path().display().to_string(),
+    );
     let c = Https::new(gw.https, &gw.ca()).in_netns(&lan.box_ns);
     let lh = c.host(LOGIN_HOST);
 
     // Two logins of alice, a device each; the first also has a device on a loopback endpoint.
-    let (live, ended) = (form_login(&c, "alice", ALICE).await, form_login(&c, "alice", ALICE).await);
+    let (live, ended) = (
+        form_login(&c, "alice", ALICE).await,
+        form_login(&c, "alice", ALICE).await,
+    );
     let mut live_device = Device::new(7);
     for (cookie, form) in [
         (&live, live_device.form(&format!("{}/push/live", public.origin))),
@@ -95,12 +103,14 @@ async fn with_the_guard_on_a_public_push_service_is_told_only_while_the_login_li
     let text = String::from_utf8(live_device.open(&told[0].body)).unwrap();
     assert!(text.contains("\"project\":\"demo\""), "{text}");
     assert!(
-        gw.wait_log("which is not a public address", Duration::from_secs(30)).await,
+        gw.wait_log("which is not a public address", Duration::from_secs(30))
+            .await,
         "the loopback endpoint was not refused by the guard:\n{}",
         gw.logs()
     );
     assert!(
-        gw.logs().contains("resolves to 127.0.0.1, which is not a public address"),
+        gw.logs()
+            .contains("resolves to 127.0.0.1, which is not a public address"),
         "{}",
         gw.logs()
     );
@@ -119,5 +129,8 @@ async fn with_the_guard_on_a_public_push_service_is_told_only_while_the_login_li
     public.deliveries("/push/live", 2).await;
     let paths: Vec<String> = public.seen.lock().unwrap().iter().map(|d| d.path.clone()).collect();
     assert_eq!(paths, ["/push/live", "/push/live"], "only the live login's device");
-    assert!(private.seen.lock().unwrap().is_empty(), "a loopback push service was reached");
+    assert!(
+        private.seen.lock().unwrap().is_empty(),
+        "a loopback push service was reached"
+    );
 }

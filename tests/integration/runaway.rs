@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crate::budgets::{
     ANSWER_USD, FAILING, VIC_PW, alerts_until, alice, demo_guarded, demo_with_budget, until_idle, until_spent,
 };
-use crate::common::stack::ALICE_PW;
 use crate::common::client::{Https, json};
 use crate::common::gateway::Gateway;
 use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::stack::ALICE_PW;
 use crate::common::webhook::receiver;
 
 /// The session `id` of project demo in the gateway's inbox (the control socket's JSON), once
@@ -170,7 +170,11 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     let other = format!("project=demo&id={}&do=resume", other["id"].as_str().unwrap());
     let gone = act(&lh, &alice_cookie, &other).await;
     assert_eq!(gone.status, 303, "{}", gone.body);
-    assert!(crate::common::login::location(&gone).ends_with("done=gone"), "{:?}", gone.headers);
+    assert!(
+        crate::common::login::location(&gone).ends_with("done=gone"),
+        "{:?}",
+        gone.headers
+    );
     assert_eq!(
         model.requests.load(Ordering::SeqCst),
         asked,

@@ -57,8 +57,14 @@ async fn spawned_servers_are_private_and_see_only_their_own_sessions() {
     // A session database of its own (which keeps each server's sessions apart), and its own
     // temporary folder; the rest is its user's OpenCode setup (tests/integration/own_opencode.rs).
     let db = state.join("data/opencode/opencode.db");
-    assert!(environ.contains(&format!("OPENCODE_DB={}\n", db.display())), "{environ}");
-    assert!(environ.contains(&format!("TMPDIR={}\n", state.join("tmp").display())), "{environ}");
+    assert!(
+        environ.contains(&format!("OPENCODE_DB={}\n", db.display())),
+        "{environ}"
+    );
+    assert!(
+        environ.contains(&format!("TMPDIR={}\n", state.join("tmp").display())),
+        "{environ}"
+    );
     assert!(
         !environ.contains(SECRET_ENV),
         "the gateway's own environment does not leak into a project"

@@ -148,7 +148,10 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
     let pid = our_server(port, &state);
     let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).unwrap()).replace('\0', "\n");
     let db = state.join("data/opencode/opencode.db");
-    assert!(environ.contains(&format!("OPENCODE_DB={}\n", db.display())), "{environ}");
+    assert!(
+        environ.contains(&format!("OPENCODE_DB={}\n", db.display())),
+        "{environ}"
+    );
 
     // `git worktree remove`: the routes answer 404 and the server stops, without a reload.
     git(&repo, &["worktree", "remove", trees.join("feat").to_str().unwrap()]);

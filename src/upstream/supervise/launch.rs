@@ -14,8 +14,8 @@ use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec, USER_SETUP_ENV};
-use crate::config::settings::OpencodeConfig;
 use crate::config::Secret;
+use crate::config::settings::OpencodeConfig;
 use crate::upstream::api::HEALTH_AGENT;
 use crate::upstream::endpoint::Endpoint;
 
@@ -29,7 +29,7 @@ pub(super) struct Running {
 /// A server's process: a child of the gateway, or a process on a box in an SSH channel.
 pub(super) enum Process {
     Local(Child),
-    Remote(super::remote::RemoteProcess),
+    Remote(super::remote_process::RemoteProcess),
 }
 
 impl Process {
@@ -64,7 +64,7 @@ impl Process {
 
 impl Running {
     pub(super) fn remote(
-        process: super::remote::RemoteProcess,
+        process: super::remote_process::RemoteProcess,
         port: u16,
         endpoint: Arc<Endpoint>,
         stderr: Arc<Mutex<VecDeque<String>>>,
@@ -353,7 +353,12 @@ fn prepare_dirs(spec: &SpawnSpec, owner: Option<(u32, u32)>) -> Result<BTreeMap<
         std::fs::remove_dir_all(&tmp).map_err(|e| format!("cannot empty {}: {e}", tmp.display()))?;
     }
     let db_dir = project_dir.join("data").join("opencode");
-    let mut mine = vec![project_dir.clone(), project_dir.join("data"), db_dir.clone(), tmp.clone()];
+    let mut mine = vec![
+        project_dir.clone(),
+        project_dir.join("data"),
+        db_dir.clone(),
+        tmp.clone(),
+    ];
     let mut dirs = BTreeMap::new();
     dirs.insert("OPENCODE_DB", db_dir.join("opencode.db"));
     dirs.insert("TMPDIR", tmp);

@@ -26,6 +26,7 @@ use crate::policy::drift::UpstreamApi;
 
 pub(crate) mod launch;
 pub(crate) mod remote;
+mod remote_process;
 
 use crate::upstream::endpoint::Endpoint;
 use launch::Running;
@@ -436,7 +437,9 @@ async fn read_model(s: &Supervised, endpoint: &Endpoint, connect_timeout: Durati
             let model = report.summary();
             match report.problem() {
                 None => tracing::info!(project = %project, model = %model, "project server's model"),
-                Some(why) => tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)"),
+                Some(why) => {
+                    tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)")
+                }
             }
             s.model.store(Some(std::sync::Arc::new(model)));
         }

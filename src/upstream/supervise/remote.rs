@@ -17,15 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
-use russh::client::Msg;
-use russh::{ChannelMsg, ChannelReadHalf, ChannelWriteHalf};
+use russh::{ChannelMsg, ChannelReadHalf};
 use tokio::sync::{oneshot, watch};
 
+use super::SpawnSpec;
 use super::launch::{Running, random_password, stderr_line, wait_ready};
-use super::{STOP_GRACE, SpawnSpec};
+use super::remote_process::RemoteProcess;
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::pool::Dial;
-use crate::upstream::ssh_link::{BoxLink, OpenChannel};
+use crate::upstream::ssh_link::BoxLink;
 
 /// Where a spawned project's server runs when it is on a box.
 #[derive(Clone)]
@@ -138,40 +138,6 @@ pub(super) fn launch_lines(spec: &SpawnSpec, opencode: &str, port: u16, password
     line("env", &format!("OPENCODE_SERVER_PASSWORD={}", password.expose()));
     out.push('\n');
     out
-}
-
-/// A server running in an exec channel on a box.
-pub(super) struct RemoteProcess {
-    writer: ChannelWriteHalf<Msg>,
-    /// How it ended, once it did.
-    ended: watch::Receiver<Option<String>>,
-    /// Its process id on the box (0 until the script said it).
-    pid: Arc<AtomicU32>,
-    _open: OpenChannel,
-}
-
-impl RemoteProcess {
-    pub(super) fn id(&self) -> u32 {
-        self.pid.load(Ordering::Relaxed)
-    }
-
-    /// Until it ends: its exit status, or why the channel ended without one.
-    pub(super) async fn wait(&mut self) -> String {
-        match self.ended.wait_for(Option::is_some).await {
-            Ok(ended) => ended.clone().unwrap_or_default(),
-            Err(_) => "the channel ended".into(),
-        }
-    }
-
-    /// End of its input: the script ends the server's group (TERM, KILL after 5 s). If it does
-    /// not end in time, the channel is closed, which sshd turns into the same end of input.
-    pub(super) async fn stop(&mut self) {
-        let _ = self.writer.eof().await;
-        let grace = STOP_GRACE + Duration::from_secs(2);
-        if tokio::time::timeout(grace, self.wait()).await.is_err() {
-            let _ = self.writer.close().await;
-        }
-    }
 }
 
 /// A random port for the server on the box, which the gateway cannot probe: one that is taken
@@ -437,7 +403,10 @@ mod tests {
         assert!(!env.contains("XDG_DATA_HOME="), "{env}");
         let db = state.join("data/opencode/opencode.db");
         assert!(env.contains(&format!("OPENCODE_DB={}\n", db.display())), "{env}");
-        assert!(env.contains(&format!("TMPDIR={}\n", state.join("tmp").display())), "{env}");
+        assert!(
+            env.contains(&format!("TMPDIR={}\n", state.join("tmp").display())),
+            "{env}"
+        );
         assert_eq!(std::fs::metadata(&state).unwrap().permissions().mode() & 0o777, 0o700);
         let grandchild: u32 = read("child").trim().parse().unwrap();
         assert!(alive(grandchild));
@@ -454,7 +423,10 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        assert!(!state.join("tmp").exists(), "the stopped server's temporary folder is left");
+        assert!(
+            !state.join("tmp").exists(),
+            "the stopped server's temporary folder is left"
+        );
     }
 
     /// A folder that is a link on the box, and an `opencode` the box does not have: refused,
