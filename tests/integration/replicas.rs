@@ -16,7 +16,6 @@ use crate::common::client::{Https, basic, json};
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::login::{act, pair_code, redeem_code};
 use crate::common::opencode::{FakeModel, OpenCode};
-use crate::common::postgres::Cluster;
 use crate::common::process::Guarded;
 use crate::common::write_secret;
 
@@ -121,13 +120,7 @@ async fn told(seen: &std::sync::Arc<std::sync::Mutex<Vec<String>>>, n: usize) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode, PostgreSQL and HAProxy: run scripts/test.sh"]
 async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_killed() {
-    let Some((cluster, url)) = tokio::task::spawn_blocking(|| {
-        let cluster = Cluster::start()?;
-        let url = cluster.database("gateway");
-        Some((cluster, url))
-    })
-    .await
-    .unwrap() else {
+    let Some((cluster, url)) = crate::common::pg_config::cluster().await else {
         return;
     };
     let model = FakeModel::start("echo RAN >> ran.txt").await;

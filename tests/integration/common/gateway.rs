@@ -266,15 +266,16 @@ impl Gateway {
     }
 
     /// `opencode-gateway <args> -c <this gateway's config>`, run in its folder: whether it
-    /// succeeded, and what it printed (stdout, then stderr).
+    /// succeeded, and what it printed (stdout, then stderr). Bounded: a command that hangs (on a
+    /// state database that does not answer, say) fails the test with what it printed.
     pub fn cli(&self, args: &[&str]) -> (bool, String) {
-        let out = std::process::Command::new(BIN)
-            .args(args)
-            .arg("-c")
-            .arg(&self.config)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap();
+        let out = crate::common::process::bounded(
+            std::process::Command::new(BIN)
+                .args(args)
+                .arg("-c")
+                .arg(&self.config)
+                .current_dir(self.dir.path()),
+        );
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
