@@ -6,7 +6,7 @@
 //! through one is heard by the other at once (`LISTEN/NOTIFY`). A shared
 //! store with a project this gateway spawns on its own loopback is refused, naming the project.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 
@@ -19,7 +19,7 @@ use crate::common::pg_config::{ALICE, on_postgres};
 
 /// Two gateways on `config` (an upstream password in `pw` beside each, when given), B listening
 /// for the database's notices, and a client of each.
-async fn two_gateways(config: &str, upstream_password: &str) -> (Gateway, Gateway, Https, Https) {
+pub(crate) async fn two_gateways(config: &str, upstream_password: &str) -> (Gateway, Gateway, Https, Https) {
     let a = Gateway::start_behind(config, upstream_password);
     let b = Gateway::start_behind(config, upstream_password);
     assert!(
@@ -117,9 +117,64 @@ fn a_shared_store_refuses_a_project_spawned_on_this_gateways_loopback() {
     assert!(!said.contains("s3cret-pw"), "the password was printed: {said}");
 }
 
+/// How long a gateway trusts a browser session it verified without asking the store again
+/// (`auth/sessions.rs`). A cookie B refuses sooner than this after it first verified (and so
+/// cached) it was ended in B's cache by something else than the cache's expiry.
+const SESSION_CACHE: Duration = Duration::from_secs(1);
+
+/// Occurrences of `needle` in `gw`'s log.
+fn count(gw: &Gateway, needle: &str) -> usize {
+    gw.logs().matches(needle).count()
+}
+
+/// Wait (bounded) until `gw`'s log holds `needle` `n` times; fails with the log otherwise.
+async fn until_count(gw: &Gateway, needle: &str, n: usize, what: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while count(gw, needle) < n {
+        assert!(
+            Instant::now() < until,
+            "{what}: {needle:?} {} times in B's log, not {n}:\n{}",
+            count(gw, needle),
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// B verifies `cookie` for the first time (it caches it until [`SESSION_CACHE`] after `cached` at
+/// the earliest), `revoke` ends it through A, and B refuses it before that cache entry could have
+/// expired by itself: only the database's notice, heard by B, can have ended it there.
+async fn refused_while_cached(cb: &Https, cookie: &str, what: &str, revoke: impl std::future::Future<Output = ()>) {
+    let cached = Instant::now();
+    assert!(
+        logged_in(cb, cookie).await,
+        "B does not take {what} before it is revoked"
+    );
+    revoke.await;
+    let revoked = cached.elapsed();
+    while logged_in(cb, cookie).await {
+        let now = cached.elapsed();
+        assert!(
+            now < SESSION_CACHE,
+            "B still takes {what} {now:?} after it cached it (revoked through A after {revoked:?}): \
+             no notice ended it before its cache could expire by itself"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused = cached.elapsed();
+    assert!(
+        refused < SESSION_CACHE,
+        "B refused {what} {refused:?} after caching it (revoked after {revoked:?}): its cache may \
+         have expired by itself, so this does not show that the notice ended it"
+    );
+    eprintln!("B refused {what} {refused:?} after caching it; revoked after {revoked:?}");
+}
+
 /// Two gateways on one database (replicas without a balancer: each is asked directly): a login
-/// made through A is logged in on B; a token made with B's CLI works on A; a logout through A is
-/// heard by B (its log says so) and B refuses the cookie within a second.
+/// made through A is logged in on B; a token made with B's CLI works on A. A device revoked
+/// with A's CLI, and a logout through A, are each heard by B (one more `changed=Sessions` in
+/// its log each) and B refuses the cookie while it still holds it in its cache: the notice, not
+/// the cache's expiry, ends it there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     let Some((cluster, _url, config)) = on_postgres().await else {
@@ -129,7 +184,7 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     let cookie = form_login(&ca, "alice", ALICE).await;
     assert!(logged_in(&cb, &cookie).await, "B does not know A's login");
 
-    let token = token_create(&b, "alice");
+    let token = tokio::task::block_in_place(|| token_create(&b, "alice"));
     let on_a = ca.host(LOGIN_HOST);
     let req = on_a
         .request("GET", "/_gw/static/app.css", None)
@@ -138,15 +193,16 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
         .unwrap();
     assert_eq!(on_a.call(req).await.status, 200, "A refused B's token");
 
-    // A phone pairs on B with a code A's CLI issued; A's CLI revokes it, and B refuses it
-    // within a second.
+    // B told of nothing yet: only the "forget all" of its first listen.
+    let (sessions, all) = ("changed=Sessions", "changed=All");
+    assert_eq!((count(&b, sessions), count(&b, all)), (0, 1), "{}", b.logs());
+
+    // A phone pairs on B with a code A's CLI issued (B has not verified its cookie yet); A's CLI
+    // revokes it while B holds it in its cache.
     let phone = cb.host(LOGIN_HOST);
-    let device_cookie = redeem_code(&phone, &pair_code(&a)).await;
-    assert!(
-        logged_in(&cb, &device_cookie).await,
-        "the paired phone is not logged in on B"
-    );
-    let (ok, listing) = a.cli(&["devices", "alice"]);
+    let code = tokio::task::block_in_place(|| pair_code(&a));
+    let device_cookie = redeem_code(&phone, &code).await;
+    let (ok, listing) = tokio::task::block_in_place(|| a.cli(&["devices", "alice"]));
     assert!(ok, "{listing}");
     let device = listing
         .lines()
@@ -154,34 +210,24 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
         .and_then(|l| l.split_whitespace().next())
         .unwrap_or_else(|| panic!("no phone in:\n{listing}"))
         .to_string();
-    let (ok, said) = a.cli(&["devices", "revoke", &device]);
-    assert!(ok, "{said}");
-    let until = std::time::Instant::now() + Duration::from_secs(1);
-    while logged_in(&cb, &device_cookie).await {
-        assert!(
-            std::time::Instant::now() < until,
-            "B still takes the phone 1 s after A's CLI revoked it"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    refused_while_cached(&cb, &device_cookie, "the revoked phone", async {
+        let (ok, said) = tokio::task::block_in_place(|| a.cli(&["devices", "revoke", &device]));
+        assert!(ok, "{said}");
+    })
+    .await;
+    until_count(&b, sessions, 1, "the device's revocation").await;
 
-    // B has just verified the cookie (cached); the logout goes through A.
-    assert!(logged_in(&cb, &cookie).await);
-    let out = portal_post(&ca.host(LOGIN_HOST), &cookie, "/logout", "").await;
-    assert_eq!(out.status, 303, "{}", out.body);
-    assert!(
-        b.wait_log("changed=Sessions", Duration::from_secs(5)).await,
-        "B was not told: {}",
-        b.logs()
-    );
-    let until = std::time::Instant::now() + Duration::from_secs(1);
-    while logged_in(&cb, &cookie).await {
-        assert!(
-            std::time::Instant::now() < until,
-            "B still takes the cookie 1 s after the logout through A"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // A login B has not verified yet, cached there, then ended by a logout through A.
+    let fresh = form_login(&ca, "alice", ALICE).await;
+    refused_while_cached(&cb, &fresh, "the logged-out cookie", async {
+        let out = portal_post(&ca.host(LOGIN_HOST), &fresh, "/logout", "").await;
+        assert_eq!(out.status, 303, "{}", out.body);
+    })
+    .await;
+    until_count(&b, sessions, 2, "the logout's notice").await;
+    // That notice alone: no "forget all" (a reconnect) voided the cache meanwhile.
+    assert_eq!(count(&b, all), 1, "{}", b.logs());
+    assert!(logged_in(&cb, &cookie).await, "the other login ended with the logout");
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
