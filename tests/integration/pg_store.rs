@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 
-use crate::common::client::Https;
+use crate::common::client::{Https, basic};
 use crate::common::gateway::{BIN, Gateway, base_config};
 use crate::common::login::{
     LOGIN_HOST, browser_get, form_login, logged_in, pair_code, portal_post, post_login, redeem_code, token_create,
@@ -234,7 +234,8 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
 
 /// Two gateways on one database, both watching one server (the stand-in), with a webhook: a
 /// permission request is in both inboxes and the team is told once; when the telling gateway is
-/// killed (`kill -9`), the other takes its lock and tells of the next request, once.
+/// killed (`kill -9`), the other takes its lock and tells of the next request, once (each call
+/// names its request's id: the second is per_2, not per_1 told again).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_dies() {
     use crate::common::fake_upstream::InboxUpstream;
@@ -323,8 +324,23 @@ async fn of_two_gateways_one_tells_the_team_and_the_other_takes_over_when_it_die
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(told(2).await, 2);
+    // Each call names its request: B told of the new one, not per_1 again.
     let calls = seen.lock().unwrap().clone();
-    assert!(calls[0].contains("ext") && calls[1].contains("ext"), "{calls:#?}");
+    let about: Vec<(String, String)> = calls
+        .iter()
+        .map(|c| {
+            let v: serde_json::Value = serde_json::from_str(c).unwrap_or_else(|e| panic!("{e}: {c}"));
+            (
+                v["project"].as_str().unwrap_or("").into(),
+                v["id"].as_str().unwrap_or("").into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        about,
+        [("ext".to_string(), "per_1".to_string()), ("ext".into(), "per_2".into())],
+        "{calls:#?}"
+    );
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
@@ -374,45 +390,132 @@ async fn two_gateways_on_one_database_spend_one_login_budget() {
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
 
-/// A budget raised from the portal through A holds on B at once: B's meter takes the raise from
-/// the store when told (else B's guard would stop what A's operator allowed).
+/// What `gw`'s meter saw project ext spend (`/metrics`), in US dollars.
+fn ext_spent(gw: &Gateway) -> f64 {
+    let metrics = gw.admin("GET", "/metrics").1;
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.split_once("project_spend_usd_total{project=\"ext\"} ")
+                .map(|(_, v)| v)
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A prompt to session ses_1 of project ext through `c`, as alice.
+async fn prompt(c: &Https) -> crate::common::client::Reply {
+    let req = c
+        .request(
+            "POST",
+            "/p/ext/session/ses_1/prompt_async",
+            Some(&basic("alice", ALICE)),
+        )
+        .header("content-type", "application/json")
+        .body(Full::from(r#"{"parts":[{"type":"text","text":"go on"}]}"#))
+        .unwrap();
+    c.call(req).await
+}
+
+/// A budget raised from the portal through A holds on B at once: both meter a day's spend past
+/// project ext's $1 (the server, the stand-in, reports session ses_1 at $1.50), so B's guard
+/// refuses a prompt; A's operator raises the day's budget by $5, B's meter takes the raise from
+/// the store when told, and B lets the next prompt through to the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_raised_through_one_gateway_holds_on_the_other() {
-    let Some((cluster, _url, config)) = on_postgres().await else {
+    use crate::common::fake_upstream::InboxUpstream;
+    let Some((cluster, url, _)) = on_postgres().await else {
         return;
     };
-    // The project's server need not run: the portal shows its budget line either way.
-    let closed = crate::common::free_port();
-    let project = crate::common::gateway::external_project("web", &format!("http://127.0.0.1:{closed}"))
-        .replace("\n\n", "\nbudget = { project_day_usd = 1.0 }\n\n");
-    let config = config.replace("[store]", &format!("{project}[store]"));
-    let (a, b, ca, cb) = two_gateways(&config, "pw-web").await;
-    let cookie = form_login(&ca, "alice", ALICE).await;
-    let portal_on_b = async || browser_get(&cb.host(LOGIN_HOST), "/", Some(&cookie), true).await.body;
-    let before = portal_on_b().await;
-    assert!(before.contains("of $1.00 (UTC day)"), "{before}");
+    let fake = InboxUpstream::start("scripted-pw").await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    // The session the prompts name, in the project's folder (the gateway looks it up).
+    *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([{"id": "ses_1", "title": "t", "directory": dir}]));
+    let config = crate::common::fake_upstream::ext_config(&fake, &dir, ALICE)
+        .replacen("[[project]]", &format!("[store]\nurl = \"{url}\"\n\n[[project]]"), 1)
+        .replacen(
+            "\ndirectory = ",
+            "\nbudget = { project_day_usd = 1.0 }\ndirectory = ",
+            1,
+        );
+    let (a, b, ca, cb) = two_gateways(&config, "scripted-pw").await;
+    let until = Instant::now() + Duration::from_secs(10);
+    while fake.state.streams.lock().unwrap().len() < 2 {
+        assert!(Instant::now() < until, "both gateways did not subscribe");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Session ses_1 first seen at $0 (what a session spent before it was seen counts toward no
+    // day), then at $1.50: today's spend, seen by both.
+    for cost in [0.0, 1.5] {
+        let info = serde_json::json!({"id": "ses_1", "title": "t", "cost": cost, "time": {"created": 1, "updated": 2}});
+        let event =
+            serde_json::json!({"directory": dir, "payload": {"type": "session.updated", "properties": {"info": info}}});
+        let streams = fake.state.streams.lock().unwrap().clone();
+        for tx in streams {
+            tx.send(format!("data: {event}\n\n")).await.unwrap();
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while ext_spent(&a) < 1.5 || ext_spent(&b) < 1.5 {
+        let (sa, sb) = (ext_spent(&a), ext_spent(&b));
+        assert!(
+            Instant::now() < until,
+            "the meters saw ${sa} (A) and ${sb} (B), not $1.50"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let prompts = || {
+        fake.state
+            .targets
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| t.contains("prompt_async"))
+            .count()
+    };
+    let refused = prompt(&cb).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains("the project's budget for today is spent (budget.project_day_usd: $1.5000 of $1.00)"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(prompts(), 0, "a refused prompt reached the server");
 
+    let cookie = form_login(&ca, "alice", ALICE).await;
     let r = portal_post(
         &ca.host(LOGIN_HOST),
         &cookie,
         "/_gw/budget",
-        "project=web&scope=day&do=raise&usd=5",
+        "project=ext&scope=day&do=raise&usd=5",
     )
     .await;
     assert_eq!(r.status, 303, "{}", r.body);
-    let until = std::time::Instant::now() + Duration::from_secs(2);
+    // B shows the raise on its portal once told, and its guard holds to it.
+    let portal_on_b = async || browser_get(&cb.host(LOGIN_HOST), "/", Some(&cookie), true).await.body;
+    let until = Instant::now() + Duration::from_secs(2);
     loop {
         let page = portal_on_b().await;
         if page.contains("of $6.00 (raised by $5.00; UTC day)") {
             break;
         }
         assert!(
-            std::time::Instant::now() < until,
+            Instant::now() < until,
             "B does not show A's raise 2 s later:\n{page}\n{}",
             b.logs()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let through = prompt(&cb).await;
+    assert_eq!(
+        through.status, 200,
+        "B's guard refused what A's operator allowed: {}",
+        through.body
+    );
+    assert_eq!(prompts(), 1, "the prompt B let through did not reach the server");
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
