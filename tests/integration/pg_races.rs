@@ -2,7 +2,8 @@
 //! replicas given one ticket at once, one takes it"): a handoff ticket, a terminal ticket and a
 //! pairing code are each tried [`TRIES`] times at once, half through each gateway, every try on
 //! a connection made beforehand and sent when a barrier releases them all. Exactly one try takes
-//! the record; every other gets the refusal for a record that is gone.
+//! the record; every other gets the refusal for a record that is gone. Guesses at a password,
+//! spread over both gateways at once, spend one login budget the same way.
 //!
 //! So that the two gateways' settles surely overlap (else a race is won by timing alone), the
 //! test holds the record locked in a transaction of its own, as a third replica's settle would,
@@ -30,14 +31,19 @@ const TRIES: usize = 20;
 const ROUNDS: usize = 3;
 const UPSTREAM_PW: &str = "pw-web";
 
-/// The live record of one kind, locked by a transaction of the test's own until [`Held::release`].
+/// Rows of the store locked by a transaction of the test's own until [`Held::release`].
 struct Held {
     go: std::sync::mpsc::Sender<()>,
     done: tokio::task::JoinHandle<()>,
 }
 
-/// Lock the one live record of `kind` (`once_records`, the store's table of single-use records).
-async fn hold(url: &str, kind: &'static str) -> Held {
+/// Lock what the race is about in `table` (`lock` does it in the holder's transaction, or says
+/// why it could not) and keep it locked until released and both gateways wait on it.
+async fn hold(
+    url: &str,
+    table: &'static str,
+    lock: impl FnOnce(&mut postgres::Transaction<'_>) -> Result<(), String> + Send + 'static,
+) -> Held {
     let url = url.to_string();
     let (locked, is_locked) = tokio::sync::oneshot::channel();
     let (go, wait_go) = std::sync::mpsc::channel::<()>();
@@ -48,22 +54,19 @@ async fn hold(url: &str, kind: &'static str) -> Held {
         };
         let (mut holder, mut watcher) = (connect(&url), connect(&url));
         let mut tx = holder.transaction().unwrap();
-        let rows = tx
-            .query("SELECT key FROM once_records WHERE kind = $1 FOR UPDATE", &[&kind])
-            .unwrap()
-            .len();
-        locked.send(rows).unwrap();
+        locked.send(lock(&mut tx)).unwrap();
         wait_go
             .recv_timeout(Duration::from_secs(60))
             .expect("released within 60 s");
-        // Until both gateways' store connections wait on a lock: each has one, so two waiting
-        // are one settle of each.
+        // Until both gateways' store connections wait on a lock in `table`: each has one, so
+        // two waiting are one call of each.
         let until = Instant::now() + Duration::from_secs(10);
         loop {
             let waiting: i64 = watcher
                 .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-                    &[],
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'",
+                    &[&table],
                 )
                 .unwrap()
                 .get(0);
@@ -72,15 +75,32 @@ async fn hold(url: &str, kind: &'static str) -> Held {
             }
             assert!(
                 Instant::now() < until,
-                "{kind}: {waiting} gateway(s) wait on the record 10 s after the tries were sent, not both"
+                "{table}: {waiting} gateway(s) wait on the test's lock 10 s after the tries were sent, not both"
             );
             std::thread::sleep(Duration::from_millis(2));
         }
         tx.commit().unwrap();
     });
-    let rows = is_locked.await.expect("the record locked");
-    assert_eq!(rows, 1, "{kind}: {rows} live records, not the one raced");
+    if let Err(why) = is_locked.await.expect("the holder's answer") {
+        panic!("{table}: {why}");
+    }
     Held { go, done }
+}
+
+/// Hold the one live single-use record of `kind` (`once_records`).
+async fn hold_record(url: &str, kind: &'static str) -> Held {
+    hold(url, "once_records", move |tx| {
+        let rows = tx
+            .query("SELECT key FROM once_records WHERE kind = $1 FOR UPDATE", &[&kind])
+            .map_err(|e| e.to_string())?
+            .len();
+        if rows == 1 {
+            Ok(())
+        } else {
+            Err(format!("{rows} live records of {kind}, not the one raced"))
+        }
+    })
+    .await
 }
 
 impl Held {
@@ -142,6 +162,11 @@ async fn race(
 /// Exactly one try took the record (`took`), and every other one got `refused` (its status, and
 /// a body containing its words); the winner is returned. Fails with every answer otherwise.
 fn one_took(tries: Vec<Try>, what: &str, took: impl Fn(&Reply) -> bool, refused: (u16, &str)) -> Try {
+    took_n(tries, what, 1, took, refused).remove(0)
+}
+
+/// Exactly `n` tries are `took`, every other one `refused`; the `n` are returned.
+fn took_n(tries: Vec<Try>, what: &str, n: usize, took: impl Fn(&Reply) -> bool, refused: (u16, &str)) -> Vec<Try> {
     // One line per try: the refusal's words, a redirect's target, or the start of the body.
     let said = tries
         .iter()
@@ -159,11 +184,16 @@ fn one_took(tries: Vec<Try>, what: &str, took: impl Fn(&Reply) -> bool, refused:
         .collect::<Vec<_>>()
         .join("\n");
     let (won, lost): (Vec<Try>, Vec<Try>) = tries.into_iter().partition(|t| took(&t.reply));
-    assert_eq!(won.len(), 1, "{what}: {} of {TRIES} tries took it:\n{said}", won.len());
+    assert_eq!(
+        won.len(),
+        n,
+        "{what}: {} of {TRIES} tries took it, not {n}:\n{said}",
+        won.len()
+    );
     for t in &lost {
         assert!(
             t.reply.status.as_u16() == refused.0 && t.reply.body.contains(refused.1),
-            "{what}: a try through {} was not refused as one taken already ({} {:?}):\n{said}",
+            "{what}: a try through {} was not refused as expected ({} {:?}):\n{said}",
             t.through,
             refused.0,
             refused.1
@@ -174,13 +204,15 @@ fn one_took(tries: Vec<Try>, what: &str, took: impl Fn(&Reply) -> bool, refused:
         through.contains(&"A") && through.contains(&"B"),
         "{what}: not refused through both: {through:?}"
     );
-    won.into_iter().next().unwrap()
+    won
 }
 
-/// Two gateways on one database (its URL returned too), with alice and project web on `fake`.
-async fn two_on_one_database(fake: &FakeUpstream) -> Option<Two> {
+/// Two gateways on one database (its URL returned too), with alice, project web on `fake`, and
+/// `extra` at the end of the config.
+async fn two_on_one_database(fake: &FakeUpstream, extra: &str) -> Option<Two> {
     let (cluster, url, config) = on_postgres().await?;
     let config = config.replace("[store]", &format!("{}[store]", external_project("web", &fake.url())));
+    let config = format!("{config}\n{extra}");
     let (a, b, ca, cb) = two_gateways(&config, UPSTREAM_PW).await;
     Some(Two {
         cluster,
@@ -211,7 +243,7 @@ async fn of_two_gateways_given_one_handoff_ticket_at_once_one_takes_it() {
         b,
         ca,
         cb,
-    }) = two_on_one_database(&fake).await
+    }) = two_on_one_database(&fake, "").await
     else {
         return;
     };
@@ -229,7 +261,7 @@ async fn of_two_gateways_given_one_handoff_ticket_at_once_one_takes_it() {
         assert_eq!(r.status, 303, "{}", r.body);
         let callback = location(&r);
         let callback = callback[callback.find("/_gw/callback?ticket=").expect("a callback")..].to_string();
-        let held = hold(&url, "handoff").await;
+        let held = hold_record(&url, "handoff").await;
         let tries = race(
             held,
             &web_a,
@@ -278,7 +310,7 @@ async fn of_two_gateways_given_one_terminal_ticket_at_once_one_takes_it() {
         b,
         ca,
         cb,
-    }) = two_on_one_database(&fake).await
+    }) = two_on_one_database(&fake, "").await
     else {
         return;
     };
@@ -298,7 +330,7 @@ async fn of_two_gateways_given_one_terminal_ticket_at_once_one_takes_it() {
             .unwrap()
             .to_string();
         let path = format!("/p/web/pty/pty_1/connect?ticket={ticket}");
-        let held = hold(&url, "pty-ticket").await;
+        let held = hold_record(&url, "pty-ticket").await;
         let tries = race(
             held,
             &ca,
@@ -339,7 +371,7 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
         b,
         ca,
         cb,
-    }) = two_on_one_database(&fake).await
+    }) = two_on_one_database(&fake, "").await
     else {
         return;
     };
@@ -347,7 +379,7 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
         let code = tokio::task::block_in_place(|| pair_code(if round % 2 == 0 { &a } else { &b }));
         // Each try from its own phone (address): the pairing page charges each address's login
         // budget, and one phone's budget is not what is raced here.
-        let held = hold(&url, "pairing").await;
+        let held = hold_record(&url, "pairing").await;
         let tries = race(
             held,
             &ca.host(LOGIN_HOST),
@@ -379,6 +411,58 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
     assert!(ok, "{listing}");
     let paired = listing.lines().filter(|l| l.ends_with("phone")).count();
     assert_eq!(paired, ROUNDS, "one device per code:\n{listing}");
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}
+
+/// Guesses spread over both gateways at once (wrong passwords from one address): the address's
+/// login budget of 3 in the database admits 3 of them in all, not 3 on each gateway; every other
+/// is refused as over the limit. The test holds the budgets' table (`LOCK TABLE`) until both
+/// gateways wait to charge it: the charge is one statement (`store/postgres/shared.rs`
+/// `take_budget`), so the two charges are counted one after the other whatever their timing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_two_gateways_given_guesses_at_once_one_login_budget_admits_its_burst() {
+    let fake = FakeUpstream::start(UPSTREAM_PW).await;
+    let limits = "[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n";
+    let Some(Two {
+        cluster,
+        url,
+        a,
+        b,
+        ca,
+        cb,
+    }) = two_on_one_database(&fake, limits).await
+    else {
+        return;
+    };
+    let held = hold(&url, "ocgw_budgets", |tx| {
+        tx.batch_execute("LOCK TABLE ocgw_budgets IN SHARE ROW EXCLUSIVE MODE")
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    let tries = race(
+        held,
+        &ca.host(LOGIN_HOST),
+        &cb.host(LOGIN_HOST),
+        |c, _| c.from("127.0.0.9"),
+        |c, i| {
+            c.request("POST", "/login", None)
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("origin", format!("https://{}", c.authority()))
+                .header("sec-fetch-site", "same-origin")
+                .body(Full::from(format!("user=alice&password=wrong-{i}&next=/")))
+                .unwrap()
+        },
+    )
+    .await;
+    // A guess the budget admitted is answered as a wrong password (its argon2 ran).
+    took_n(
+        tries,
+        "guesses from 127.0.0.9",
+        3,
+        |r| r.status == 401,
+        (429, "too many login attempts"),
+    );
     drop((a, b));
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
