@@ -42,6 +42,7 @@ mod oracle;
 mod pairing;
 mod passkeys;
 mod pg_frozen;
+mod pg_inbox;
 mod pg_races;
 mod pg_store;
 mod phone;

@@ -278,17 +278,24 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
     assert_eq!(answered["address"], PHONE);
     assert_eq!(answered["via"], "device");
 
-    // The device revoked with the CLI: within a second the phone is sent to the login form, as
-    // anyone without a session is (not any failure: a 503 from a state database that does not
-    // answer, a 502 from a balancer).
+    // The device revoked with the CLI: within a second the phone is sent to the login form.
     let device = paired["via_id"].as_str().unwrap().to_string();
     let (ok, said) = tokio::task::block_in_place(|| b.cli(&["devices", "revoke", &device]));
     assert!(ok, "{said}");
+    sent_to_login_within_a_second(&phone, &cookie).await;
+    drop((a, b));
+    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
+}
+
+/// Within a second the phone's `/inbox` is a redirect to the login form, as for anyone without a
+/// session (not any other answer than 200: a 503 from a state database that does not answer,
+/// a 502 from a balancer).
+async fn sent_to_login_within_a_second(phone: &Https, cookie: &str) {
     let until = Instant::now() + Duration::from_secs(1);
     let refused = loop {
         let req = phone
             .request("GET", "/inbox", None)
-            .header("cookie", &cookie)
+            .header("cookie", cookie)
             .header("accept", "text/html")
             .body(Full::default())
             .unwrap();
@@ -313,6 +320,4 @@ async fn behind_haproxy_a_phone_keeps_its_login_and_inbox_when_a_replica_is_kill
         "{:?}",
         refused.headers
     );
-    drop((a, b));
-    tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
