@@ -14,7 +14,8 @@ step() { printf '\n==> %s\n' "$*"; }
 # The run_as isolation test (tests/integration/isolation.rs) creates OS users, which needs root:
 # CI runs this script as root; elsewhere it re-runs itself through sudo when it may, or stops
 # here. OCGW_SKIP_OS_USER_TESTS=1 skips that test knowingly (it says so, and this script repeats
-# it as its last line); as root the variable is ignored, so a root (CI) run never skips it.
+# it at its end, with the skipped tests' own lines); as root the variable is ignored, so a root
+# (CI) run never skips it.
 if [ "$(id -u)" -eq 0 ] && [ -n "${OCGW_SKIP_OS_USER_TESTS:-}" ]; then
   echo "scripts/test.sh: running as root: OCGW_SKIP_OS_USER_TESTS is ignored, the run_as isolation test runs" >&2
   unset OCGW_SKIP_OS_USER_TESTS
@@ -29,6 +30,20 @@ if [ "$(id -u)" -ne 0 ] && [ -z "$skipped_os_users" ]; then
   echo "scripts/test.sh: needs root to create OS users for the run_as isolation test; run it as root (CI does), or set OCGW_SKIP_OS_USER_TESTS=1 to skip that test knowingly" >&2
   exit 1
 fi
+
+# A test that cannot run here (no PostgreSQL, no network namespaces, not root for OS users) skips
+# itself through one helper (tests/support/skip.rs), which appends a line to this file: they are
+# repeated at the end, whatever the outcome. Under CI (CI=true) such a test fails instead.
+mkdir -p target
+export OCGW_SKIPPED_FILE="$PWD/target/skipped-tests.txt"
+: >"$OCGW_SKIPPED_FILE"
+say_skipped() {
+  if [ -s "$OCGW_SKIPPED_FILE" ]; then
+    echo "scripts/test.sh: $(sort -u "$OCGW_SKIPPED_FILE" | wc -l) test(s) skipped themselves; what they claim is not proved by this run:" >&2
+    sort -u "$OCGW_SKIPPED_FILE" >&2
+  fi
+}
+trap say_skipped EXIT
 
 # Debian packages: ripgrep (OpenCode's file search, or it tries to download it), tmux (the TUI
 # test), the OpenSSH client and ssh-keygen (SSH tests), Chromium (the web UI test), openssl
@@ -96,3 +111,4 @@ echo "scripts/test.sh: passed in $(( $(date +%s) - started )) s"
 if [ -n "$skipped_os_users" ]; then
   echo "SKIPPED: the run_as isolation test (OCGW_SKIP_OS_USER_TESTS=1, not root): this run does not prove isolation between OS users" >&2
 fi
+# (then the EXIT trap lists each test that skipped itself)

@@ -36,6 +36,8 @@ const LISTED: usize = 5;
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Message {
     pub project: String,
+    /// The (first) request's id.
+    pub id: String,
     pub tool: String,
     pub kind: CardKind,
     pub count: usize,
@@ -54,6 +56,7 @@ impl Message {
         }
         Some(Message {
             project: first.project.clone(),
+            id: first.id.clone(),
             tool: first.tool.clone(),
             kind: first.kind,
             count: batch.len(),
@@ -83,6 +86,7 @@ impl Message {
     pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "project": self.project,
+            "id": self.id,
             "tool": self.tool,
             "kind": self.kind,
             "count": self.count,
@@ -320,6 +324,7 @@ mod tests {
     fn card(project: &str, tool: &str) -> NewCard {
         NewCard {
             project: project.into(),
+            id: format!("per_{project}"),
             kind: CardKind::Permission,
             tool: tool.into(),
         }
@@ -331,6 +336,7 @@ mod tests {
         assert_eq!(one.url, "https://gw.example:8443/inbox");
         assert_eq!(one.text(), "web: permission to use bash");
         assert_eq!(one.json()["project"], "web");
+        assert_eq!(one.json()["id"], "per_web", "the request it is about");
         assert_eq!(one.json()["tool"], "bash");
         assert_eq!(one.json()["kind"], "permission");
         let many: Vec<NewCard> = (0..9).map(|i| card(&format!("p{i}"), "edit")).collect();

@@ -196,6 +196,9 @@ pub struct Resolved {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NewCard {
     pub project: String,
+    /// The request's id (OpenCode's `per_…`, `que_…`): a message names which request it is about,
+    /// so a receiver tells a new request from one told again.
+    pub id: String,
     pub kind: CardKind,
     /// `bash`, `edit`, … for permissions; `question` for questions.
     pub tool: String,

@@ -271,6 +271,7 @@ impl Model {
     fn add_permission(&mut self, project: &str, p: Permission) -> Effect {
         let card = NewCard {
             project: project.into(),
+            id: p.id.clone(),
             kind: CardKind::Permission,
             tool: p.tool.clone(),
         };
@@ -280,6 +281,7 @@ impl Model {
     fn add_question(&mut self, project: &str, q: Question) -> Effect {
         let card = NewCard {
             project: project.into(),
+            id: q.id.clone(),
             kind: CardKind::Question,
             tool: "question".into(),
         };

@@ -62,6 +62,7 @@ mod tests {
         for _ in 0..QUEUE + 3 {
             q.push(Notice::Card(NewCard {
                 project: "a".into(),
+                id: "per_1".into(),
                 kind: CardKind::Permission,
                 tool: "bash".into(),
             }));

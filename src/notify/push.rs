@@ -204,6 +204,7 @@ mod tests {
     fn a_payload_names_project_tool_and_count() {
         let card = |project: &str, tool: &str| NewCard {
             project: project.into(),
+            id: "per_1".into(),
             kind: CardKind::Permission,
             tool: tool.into(),
         };

@@ -45,6 +45,8 @@ mod own_opencode;
 mod pairing;
 mod passkeys;
 mod pg_frozen;
+mod pg_inbox;
+mod pg_races;
 mod pg_store;
 mod phone;
 mod pinning;

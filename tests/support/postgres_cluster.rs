@@ -1,10 +1,27 @@
 //! A throwaway PostgreSQL cluster for tests: Debian's `initdb` and `pg_ctl` in a temporary folder,
 //! listening only on a Unix socket in that folder (no TCP port, nothing another test can reach),
 //! run as the `postgres` OS user when the tests run as root (PostgreSQL refuses root), stopped
-//! when dropped. `None` (and a `SKIPPED:` line) when PostgreSQL is not installed.
+//! when dropped. Where PostgreSQL is not installed: `None`, after [`skip::skip`] said so (under
+//! CI it fails the test instead). Every wait is bounded: a program that hangs, or a cluster that
+//! does not answer, fails the test saying which.
+//!
+//! `OCGW_TEST_PG_BIN` (tests only) names the folder holding `initdb` and `pg_ctl` instead of the
+//! newest `/usr/lib/postgresql/*/bin`: PostgreSQL installed elsewhere, or (a folder without
+//! them) a run that shows how a machine without PostgreSQL is reported.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
+
+#[path = "skip.rs"]
+pub mod skip;
+
+/// The variable naming the folder of PostgreSQL's programs (tests only).
+pub const BIN_VAR: &str = "OCGW_TEST_PG_BIN";
+/// How long `initdb`, `pg_ctl` (whose own wait for the start is 60 s) and the admin connection
+/// may take.
+const PROGRAM_BOUND: Duration = Duration::from_secs(90);
+const CONNECT_BOUND_SECS: u64 = 10;
 
 pub struct Cluster {
     dir: tempfile::TempDir,
@@ -12,7 +29,22 @@ pub struct Cluster {
     as_postgres: bool,
 }
 
-fn bin_dir() -> Option<PathBuf> {
+/// The folder holding `initdb` and `pg_ctl`, or why there is none.
+fn bin_dir() -> Result<PathBuf, String> {
+    let has_both = |b: &Path| b.join("initdb").exists() && b.join("pg_ctl").exists();
+    if let Some(dir) = std::env::var_os(BIN_VAR) {
+        let dir = PathBuf::from(dir);
+        return if has_both(&dir) {
+            Ok(dir)
+        } else {
+            Err(format!("no initdb and pg_ctl in {} ({BIN_VAR})", dir.display()))
+        };
+    }
+    newest_installed()
+        .ok_or_else(|| "PostgreSQL is not installed (no initdb and pg_ctl in /usr/lib/postgresql/*/bin)".into())
+}
+
+fn newest_installed() -> Option<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .ok()?
         .flatten()
@@ -24,12 +56,24 @@ fn bin_dir() -> Option<PathBuf> {
 }
 
 impl Cluster {
+    /// A running cluster, or `None` (said through [`skip::skip`]) without PostgreSQL. On the
+    /// test's own thread: a test that starts it elsewhere names itself with [`Cluster::start_for`].
     pub fn start() -> Option<Cluster> {
-        let Some(bin) = bin_dir() else {
-            println!(
-                "SKIPPED: PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL store was not tested"
-            );
-            return None;
+        Self::start_for(&skip::this_test())
+    }
+
+    /// [`Cluster::start`] for the test named `test`.
+    pub fn start_for(test: &str) -> Option<Cluster> {
+        let bin = match bin_dir() {
+            Ok(bin) => bin,
+            Err(why) => {
+                skip::skip(
+                    test,
+                    &format!("{why}: the PostgreSQL store is not tested by this run"),
+                    &format!("apt-get install postgresql, or set {BIN_VAR} to the folder of its programs"),
+                );
+                return None;
+            }
         };
         let as_postgres = is_root();
         let dir = tempfile::tempdir().unwrap();
@@ -76,7 +120,7 @@ impl Cluster {
         if let Some(p) = last {
             cmd.arg(p);
         }
-        let out = cmd.output().unwrap();
+        let out = bounded(&mut cmd, program).unwrap_or_else(|why| panic!("{why}"));
         assert!(
             out.status.success(),
             "{program} failed: {}{}",
@@ -109,10 +153,19 @@ impl Cluster {
         Frozen { pids }
     }
 
-    /// A fresh, empty database.
+    /// A fresh, empty database. The admin connection is bounded: a cluster that does not
+    /// answer fails the test saying so.
     pub fn database(&self, name: &str) -> String {
-        let mut admin = postgres::Client::connect(&self.url("postgres"), postgres::NoTls).unwrap();
-        admin.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        let admin_url = format!(
+            "{} connect_timeout={CONNECT_BOUND_SECS} options='-c statement_timeout={}s'",
+            self.url("postgres"),
+            PROGRAM_BOUND.as_secs()
+        );
+        let mut admin = postgres::Client::connect(&admin_url, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("the throwaway cluster did not take a connection: {e}"));
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
         self.url(name)
     }
 }
@@ -155,6 +208,49 @@ fn children(parent: i32) -> Vec<i32> {
         .collect()
 }
 
+/// `cmd`'s output once it exits, or what it printed when it ran past [`PROGRAM_BOUND`] (then
+/// it was killed, with everything it started: its own process group). Its output goes to
+/// files: a pipe nobody reads could stall it, and one a forked server holds would never close.
+fn bounded(cmd: &mut Command, program: &str) -> Result<std::process::Output, String> {
+    use std::os::unix::process::CommandExt;
+    let out = tempfile::tempfile().unwrap();
+    let err = tempfile::tempfile().unwrap();
+    cmd.stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {program}: {e}"))?;
+    let deadline = Instant::now() + PROGRAM_BOUND;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let group = i32::try_from(child.id()).expect("a pid");
+            // SAFETY: kill(2) on the process group this call made; no memory is involved.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+            let _ = child.wait();
+            return Err(format!(
+                "{program} did not finish within {PROGRAM_BOUND:?} (killed); it printed: {}{}",
+                read_all(out),
+                read_all(err)
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Ok(std::process::Output {
+        status,
+        stdout: read_all(out).into_bytes(),
+        stderr: read_all(err).into_bytes(),
+    })
+}
+
+fn read_all(mut f: std::fs::File) -> String {
+    use std::io::{Read, Seek};
+    let mut s = String::new();
+    let _ = f.rewind().and_then(|_| f.read_to_string(&mut s));
+    s
+}
+
 fn is_root() -> bool {
     // The effective user, as `id -u` says: no libc call needed for one test helper.
     Command::new("id")
@@ -174,6 +270,9 @@ impl Drop for Cluster {
         } else {
             Command::new(self.bin.join("pg_ctl"))
         };
-        let _ = cmd.args(["-m", "immediate", "stop", "-D"]).arg(&data).output();
+        // Bounded too (a drop while a test unwinds must not hang it); a failure is only said.
+        if let Err(why) = bounded(cmd.args(["-m", "immediate", "stop", "-D"]).arg(&data), "pg_ctl stop") {
+            eprintln!("{why}");
+        }
     }
 }

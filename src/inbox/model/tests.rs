@@ -42,6 +42,7 @@ fn a_permission_asked_makes_a_card_and_its_reply_resolves_it_elsewhere() {
         e.new_cards,
         vec![NewCard {
             project: "web".into(),
+            id: "per_1".into(),
             kind: CardKind::Permission,
             tool: "bash".into()
         }]

@@ -160,7 +160,7 @@ pub struct InboxUpstream {
 #[derive(Default)]
 pub struct InboxState {
     pub permissions: Mutex<serde_json::Value>,
-    /// `GET /session`'s list (none until a test sets it).
+    /// `GET /session`'s list (none until a test sets it), whose entries `GET /session/<id>` answers.
     pub sessions: Mutex<Option<serde_json::Value>>,
     pub streams: Mutex<Vec<tokio::sync::mpsc::Sender<String>>>,
     pub targets: Mutex<Vec<String>>,
@@ -203,6 +203,26 @@ async fn inbox_handle(
         *state.password_seen.lock().unwrap() = true;
     }
     let path = req.uri().path();
+    // One session, as OpenCode answers `GET /session/<id>` (the gateway asks it for a session's
+    // directory): from `sessions`, else 404.
+    if let Some(id) = path
+        .strip_prefix("/session/")
+        .filter(|id| !id.contains('/') && *id != "status")
+    {
+        let found = state
+            .sessions
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|list| list.as_array().and_then(|l| l.iter().find(|s| s["id"] == id).cloned()));
+        let mut r = Response::new(
+            Full::new(Bytes::from(found.as_ref().map_or(String::new(), |s| s.to_string()))).boxed_unsync(),
+        );
+        if found.is_none() {
+            *r.status_mut() = StatusCode::NOT_FOUND;
+        }
+        return Ok(r);
+    }
     let body = match path {
         "/global/event" => {
             let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);

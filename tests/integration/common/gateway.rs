@@ -272,10 +272,10 @@ impl Gateway {
     }
 
     /// `opencode-gateway <args> -c <this gateway's config>`, run in its folder: whether it
-    /// succeeded, and what it printed (stdout, then stderr).
-    /// Bounded: a command that hangs fails the test after 60 s with what it printed.
+    /// succeeded, and what it printed (stdout, then stderr). Bounded: a command that hangs (on a
+    /// state database that does not answer, say) fails the test with what it printed.
     pub fn cli(&self, args: &[&str]) -> (bool, String) {
-        let out = super::process::bounded(
+        let out = crate::common::process::bounded(
             std::process::Command::new(BIN)
                 .args(args)
                 .arg("-c")

@@ -22,6 +22,8 @@ pub mod postgres;
 pub mod process;
 pub mod push_service;
 pub mod qr;
+/// The one way a test skips itself (it fails instead under CI): `support/skip.rs`.
+pub use postgres::skip;
 pub mod ssh;
 pub mod sshd;
 pub mod stack;

@@ -4,7 +4,8 @@
 //! pair. Dropping [`Lan`] deletes both namespaces (and with them the veth pair), also when the
 //! test panics. Commands run inside one with `ip netns exec` ([`Lan::command`]) under the guards of
 //! `process`. Making namespaces needs root (CI runs the suite as root) and iproute2's `ip`: where
-//! either is missing, [`Lan::make_or_skip`] says so loudly and the test returns.
+//! either is missing, [`Lan::make_or_skip`] skips through `skip` (a failure under CI) and the
+//! test returns.
 
 use std::ffi::OsStr;
 use std::net::Ipv4Addr;
@@ -27,13 +28,13 @@ pub struct Lan {
     pub phone_ns: String,
 }
 
-/// Said past the harness's capture (which shows `eprintln!` only for failing tests), so a skip
-/// is seen in every run.
+/// Through the one skip helper: seen in every run and repeated at the end of scripts/test.sh, and
+/// a failure under CI.
 fn skipped(what: &str, why: &str) {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: {what}: cannot make network namespaces ({why}); run scripts/test.sh as root (CI does)"
+    super::skip::skip(
+        &format!("{} ({what})", super::skip::this_test()),
+        &format!("cannot make network namespaces ({why})"),
+        "run scripts/test.sh as root with iproute2 installed (CI does)",
     );
 }
 

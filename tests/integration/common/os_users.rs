@@ -1,8 +1,9 @@
 //! OS users for the `run_as` tests. Creating them needs root: as root they are made (or reused)
 //! with `useradd`; as root without `useradd` the test fails saying so; as another user it fails
 //! with "needs root to create OS users" unless `OCGW_SKIP_OS_USER_TESTS=1` opts out, so a run that
-//! cannot prove isolation never passes silently (the skip is written past the harness's capture,
-//! and scripts/test.sh repeats it at the end). As root the variable is ignored: never skipped.
+//! cannot prove isolation never passes silently (the skip goes through `skip`: written past the
+//! harness's capture, repeated at the end of scripts/test.sh, and a failure under CI). As root the
+//! variable is ignored: never skipped.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -40,12 +41,12 @@ pub fn ensure(names: &[&str]) -> Option<Vec<OsUser>> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
-            // Straight to the process's stderr, not through `eprintln!`, which the test harness
-            // captures and shows only for failing tests: a skip is seen in every run.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: the run_as isolation test needs root to create OS users ({SKIP_VAR}=1): isolation between OS users is not proved by this run"
+            super::skip::skip(
+                &super::skip::this_test(),
+                &format!(
+                    "needs root to create OS users {names:?} ({SKIP_VAR}=1): isolation between OS users is not proved by this run"
+                ),
+                "run scripts/test.sh as root (CI does)",
             );
             return None;
         }
@@ -103,10 +104,10 @@ pub fn root_or_skip(what: &str) -> bool {
         return true;
     }
     if std::env::var_os(SKIP_VAR).is_some_and(|v| v == "1") {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: {what} needs root to act as another OS user ({SKIP_VAR}=1): not proved by this run"
+        super::skip::skip(
+            &super::skip::this_test(),
+            &format!("{what} needs root to act as another OS user ({SKIP_VAR}=1): not proved by this run"),
+            "run scripts/test.sh as root (CI does)",
         );
         return false;
     }

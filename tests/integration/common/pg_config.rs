@@ -7,16 +7,24 @@ use crate::common::postgres::Cluster;
 /// alice's password in [`on_postgres`]'s config.
 pub const ALICE: &str = "alice-password-1";
 
-/// A throwaway cluster with one database, made off the test's runtime (its programs and its
-/// blocking client), and a config using it; `None` where PostgreSQL is not installed.
-pub async fn on_postgres() -> Option<(Cluster, String, String)> {
-    let (cluster, url) = tokio::task::spawn_blocking(|| {
-        let cluster = Cluster::start()?;
+/// A throwaway cluster with one empty database `gateway`, made off the test's runtime (its
+/// programs and its blocking client), and that database's URL; `None` where PostgreSQL is not
+/// installed (skipped through `skip`, which names the calling test: call this on its thread).
+pub async fn cluster() -> Option<(Cluster, String)> {
+    let test = crate::common::skip::this_test();
+    let made = tokio::task::spawn_blocking(move || {
+        let cluster = Cluster::start_for(&test)?;
         let url = cluster.database("gateway");
         Some((cluster, url))
     })
-    .await
-    .unwrap()?;
+    .await;
+    // Its panic (a failed start, or a skip under CI) is the test's, word for word.
+    made.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+}
+
+/// [`cluster`] and a config using it.
+pub async fn on_postgres() -> Option<(Cluster, String, String)> {
+    let (cluster, url) = cluster().await?;
     let users = users_toml(&[TestUser {
         name: "alice",
         password: ALICE,
