@@ -17,7 +17,7 @@ pub(crate) fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow:
     }
     let body = serde_json::json!({"user": user, "label": label, "ttl_secs": ttl.as_secs()}).to_string();
     let (code, text) = super::admin_client::request_with(config, "POST", "/pair", &body)
-        .context("pairing needs the running gateway (it keeps the code in memory)")?;
+        .context("pairing needs the running gateway (it issues the code and keeps it in its state database)")?;
     let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     if code != 200 {
         let why = v["error"].as_str().map_or(text.trim().to_string(), str::to_string);

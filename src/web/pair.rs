@@ -6,7 +6,7 @@
 //!
 //! A code is `IIII-SSSS-SSSS` in a base32 alphabet without the letters people confuse (no 0, 1,
 //! I, O): the first group (20 bits) selects the pending code, the other two are its secret (40
-//! bits). Codes live in memory only (a restart loses them: ask for another), at most 15 minutes,
+//! bits). Codes are single-use records in the state database (`auth/pairing.rs`), at most 15 minutes,
 //! single use (taken out under the lock that checks them), and die after [`MAX_TRIES`] wrong
 //! secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
 //! attempt first passes the login limiter (see `submit`), so 40 bits are plenty. Unknown, used,
