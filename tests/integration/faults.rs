@@ -80,12 +80,19 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
                 .header("content-type", "application/json")
                 .body(Full::from(r#"{"parts":[{"type":"text","text":"please RUNBASH"}]}"#))
                 .unwrap();
-            match conn.send_request(req).await {
-                // The body ends, one way or another.
-                Ok(resp) => (resp.status().as_u16(), resp.into_body().collect().await.is_ok()),
-                // The connection ended without an answer: a clean end too, not a hang.
-                Err(_) => (0, false),
-            }
+            // OpenCode sends nothing of its answer while the turn waits, so the gateway has a
+            // whole answer of its own to give when the server dies: the error, read whole.
+            let resp = conn
+                .send_request(req)
+                .await
+                .expect("the gateway answered the waiting prompt");
+            let status = resp.status().as_u16();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .expect("the answer's body ended cleanly");
+            (status, String::from_utf8_lossy(&body.to_bytes()).into_owned())
         })
     };
     until(
@@ -117,12 +124,22 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     })
     .await;
     assert!(closed.is_ok(), "the terminal did not close after the server died");
-    // The waiting prompt gets an answer (the gateway's error, or the end of the body).
-    let (status, _) = tokio::time::timeout(Duration::from_secs(15), prompt)
+    // The waiting prompt gets what docs/threat-model.md promises: a 502 naming the project.
+    let (status, body) = tokio::time::timeout(Duration::from_secs(15), prompt)
         .await
         .expect("the waiting prompt hung after the server died")
         .unwrap();
-    assert!(status == 0 || status == 200 || status >= 500, "prompt: {status}");
+    let error: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("prompt: {status}, not JSON ({e}): {body}"));
+    assert_eq!(status, 502, "prompt: {body}");
+    assert_eq!(error["error"], "upstream_unavailable", "{body}");
+    assert_eq!(error["project"], "demo", "{body}");
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("project demo: its OpenCode server is not reachable")),
+        "{body}"
+    );
     eprintln!(
         "every stream ended {:?} after the kill; the prompt answered {status}",
         killed.elapsed()
