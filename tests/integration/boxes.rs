@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::client::{Https, basic};
 use crate::common::gateway::{ALICE, BIN};
+use crate::common::opencode::ANSWER;
 use crate::common::sshd::{Sshd, TestBox, box_table, client_key, keygen};
 use crate::common::stack::one_project_as;
 
@@ -182,9 +183,10 @@ fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key()
     );
 }
 
-/// OpenCode's real clients through a box: `opencode run --attach` gets the fake model's answer
-/// (its event stream crosses the SSH channel) and a terminal WebSocket runs what is typed (the
-/// upgrade is spliced over a channel), with the project pinned to the server's folder on the box.
+/// OpenCode's real clients through a box: `opencode run --attach` runs a prompt to its end (the
+/// model's name reaches it in an event, across the SSH channel) and the fake model's answer is
+/// read back from the run's session; a terminal WebSocket runs what is typed (the upgrade is
+/// spliced over a channel), with the project pinned to the server's folder on the box.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
 async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
@@ -240,6 +242,16 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
         "run over the box failed: {}\n{stderr}\ngateway:\n{}",
         String::from_utf8_lossy(&out.stdout),
         s.gw.logs()
+    );
+    // The model's answer came back over the box. `run --attach` (1.18.33) prints none: it ends
+    // when its prompt's POST answers, before the event with the text (seen straight to
+    // OpenCode too), so the answer is read from the run's session, through the gateway and the box.
+    // (`run` quotes a message argument that has spaces.)
+    let answered = answer_of_the_only_session(&s.client).await;
+    assert_eq!(
+        answered,
+        ["\"hello over the box\"", ANSWER],
+        "the run's prompt and the model's answer"
     );
     let forwarded = format!("target 127.0.0.1 port {}", s.oc.port);
     assert!(
@@ -312,6 +324,29 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     let r = s.client.get("/p/demo/global/health", Some(&alice())).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, s.gw.logs());
     assert_eq!(s.gw.metric("box_connects_total{box=\"gpu1\"}"), 2, "connected again");
+}
+
+/// The texts of the only session's messages, in order, read through the gateway.
+async fn answer_of_the_only_session(c: &Https) -> Vec<String> {
+    use crate::common::client::json;
+    use crate::common::stack::alice;
+    let (status, sessions) = json(c, "GET", "/p/demo/session", &alice(), "").await;
+    assert_eq!(status, 200, "{sessions}");
+    let [session] = sessions.as_array().map(Vec::as_slice).unwrap_or_default() else {
+        panic!("not one session: {sessions}");
+    };
+    let id = session["id"].as_str().unwrap();
+    let (status, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
+    assert_eq!(status, 200, "{messages}");
+    let texts = messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["parts"].as_array().into_iter().flatten())
+        .filter(|p| p["type"] == "text")
+        .filter_map(|p| p["text"].as_str().map(str::to_string))
+        .collect();
+    texts
 }
 
 /// Every process under `pid` (children, theirs, …).
