@@ -12,177 +12,6 @@ use crate::common::stack::one_project_as;
 
 const PW: &str = "box-upstream-pw";
 
-/// A project on the box: the gateway reaches its server through the box's SSH server (which
-/// logs each forwarded channel), a box that does not answer makes the project answer 502 naming
-/// the box, and a box that presents another host key than the pinned one is refused, loudly.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs OpenSSH's sshd: run scripts/test.sh"]
-async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_pinned_host_key() {
-    let keys = tempfile::tempdir().unwrap();
-    let (key, public) = client_key(keys.path());
-    // The narrowed line docs/configuration.md gives: forwarding to the box's loopback only.
-    let mut sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
-    let on_box = |config: String| config.replacen("name = \"web\"\n", "name = \"web\"\nbox = \"gpu1\"\n", 1);
-    let (gw, web) = one_project_as(PW, &box_table(sshd.port, &key, &sshd.host_key), &[ALICE], on_box).await;
-    let c = Https::new(gw.https, &gw.ca());
-    let alice = basic("alice", "alice-password-1");
-    for _ in 0..3 {
-        let r = c.get("/p/web/global/health", Some(&alice)).await;
-        assert_eq!(r.status, 200, "{}\n{}", r.body, gw.logs());
-    }
-    assert!(
-        web.seen().iter().any(|s| s.target == "/global/health"),
-        "the upstream on the box answered"
-    );
-    let upstream_port = web.url().rsplit(':').next().unwrap().to_string();
-    let forwarded = format!("target 127.0.0.1 port {upstream_port}");
-    assert!(
-        sshd.log.lock().unwrap().contains(&forwarded),
-        "the box's sshd forwarded no channel to the upstream:\n{}",
-        sshd.log.lock().unwrap()
-    );
-    assert!(
-        sshd.log.lock().unwrap().matches("Accepted publickey for root").count() == 1,
-        "one SSH connection for every request"
-    );
-    sshd.child.stop();
-
-    // A box whose SSH server does not answer: 502, naming the box and why.
-    let nothing = crate::common::free_port();
-    let (gw_down, _web_down) = one_project_as(PW, &box_table(nothing, &key, &sshd.host_key), &[ALICE], on_box).await;
-    let c_down = Https::new(gw_down.https, &gw_down.ca());
-    let r = c_down.get("/p/web/global/health", Some(&alice)).await;
-    assert_eq!(r.status, 502, "{}", r.body);
-    assert!(r.body.contains("box gpu1: cannot connect"), "{}", r.body);
-    // While the backoff waits (1 s, then 2, 4, …), requests are refused at once with the last
-    // error, and the box is not asked again. Asked until a refusal says the next try is at least
-    // 2 s away (bounded), then once more at once.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let r = c_down.get("/p/web/global/health", Some(&alice)).await;
-        assert_eq!(r.status, 502, "{}", r.body);
-        assert!(r.body.contains("box gpu1"), "{}", r.body);
-        let secs = r
-            .body
-            .split_once("tried again in ")
-            .and_then(|(_, rest)| rest.split(' ').next()?.parse::<u64>().ok());
-        if secs.is_some_and(|s| s >= 2) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the backoff never reached 2 s: {}", r.body);
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let tries = gw_down.metric("box_connect_failures_total{box=\"gpu1\"}");
-    assert!(tries >= 2, "{tries}");
-    let asked = Instant::now();
-    let again = c_down.get("/p/web/global/health", Some(&alice)).await;
-    assert_eq!(again.status, 502, "{}", again.body);
-    assert!(
-        again.body.contains("box gpu1: unreachable, tried again in") && again.body.contains("cannot connect"),
-        "{}",
-        again.body
-    );
-    assert!(
-        asked.elapsed() < Duration::from_millis(900),
-        "it waited {:?}",
-        asked.elapsed()
-    );
-    assert_eq!(
-        gw_down.metric("box_connect_failures_total{box=\"gpu1\"}"),
-        tries,
-        "no new attempt"
-    );
-    let (_, status) = gw_down.control("GET", "/status");
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
-    assert_eq!(status["boxes"][0]["state"], "not connected", "{status}");
-    assert!(
-        status["boxes"][0]["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("cannot connect")),
-        "{status}"
-    );
-    assert_eq!(gw_down.metric("box_up{box=\"gpu1\"}"), 0);
-
-    // Another box key than the pinned one: refused, with the reason, in the answer and the log.
-    let other = Sshd::start(&public);
-    let wrong = tempfile::tempdir().unwrap();
-    keygen(&wrong.path().join("k"));
-    let pinned_elsewhere = std::fs::read_to_string(wrong.path().join("k.pub"))
-        .unwrap()
-        .trim()
-        .to_string();
-    let (gw2, _web2) = one_project_as(PW, &box_table(other.port, &key, &pinned_elsewhere), &[ALICE], on_box).await;
-    let c2 = Https::new(gw2.https, &gw2.ca());
-    let r = c2.get("/p/web/global/health", Some(&alice)).await;
-    assert_eq!(r.status, 502, "{}", r.body);
-    assert!(
-        r.body.contains("box gpu1") && r.body.contains("is not the pinned one"),
-        "{}",
-        r.body
-    );
-    assert!(
-        gw2.wait_log("box_host_key_mismatch", Duration::from_secs(10)).await,
-        "{}",
-        gw2.logs()
-    );
-}
-
-/// `check` refuses a box whose key others may read, one with no pinned host key and one whose
-/// known_hosts file has no key for it, `run_as` on a box and an environment variable name no
-/// shell could export, naming the key and the fix.
-#[test]
-fn check_refuses_a_box_key_others_can_read_and_a_box_without_a_pinned_host_key() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let (key, _) = client_key(dir.path());
-    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    // A known_hosts file with keys of other hosts only.
-    let known_hosts = dir.path().join("known_hosts");
-    std::fs::write(
-        &known_hosts,
-        "[gpu1.lan]:2222 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n",
-    )
-    .unwrap();
-    let config = crate::common::gateway::base_config(&format!(
-        "[[box]]\nname = \"gpu1\"\nssh = \"dev@gpu1.lan:22\"\nkey = \"{}\"\n\n[[box]]\nname = \"gpu2\"\nssh = \"dev@gpu1.lan\"\nkey = \"{0}\"\nknown_hosts = \"{}\"\n\n[[project]]\nname = \"train\"\nbox = \"gpu1\"\nupstream = \"http://127.0.0.1:4096\"\n\n[[project]]\nname = \"other\"\nbox = \"nope\"\nupstream = \"http://127.0.0.1:4097\"\n\n[[project]]\nname = \"spawner\"\nbox = \"gpu1\"\nspawn = true\ndirectory = \"/srv/spawner\"\nrun_as = \"dev\"\n\n[[project]]\nname = \"envy\"\nbox = \"gpu1\"\nspawn = true\ndirectory = \"/srv/envy\"\nenv = {{ \"BAD NAME\" = \"x\" }}\n",
-        key.display(),
-        known_hosts.display()
-    ));
-    let file = dir.path().join("gateway.toml");
-    std::fs::write(&file, config).unwrap();
-    let out = crate::common::process::bounded(std::process::Command::new(BIN).args(["check", "-c"]).arg(&file));
-    let err = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{err}");
-    assert!(
-        err.contains("box[0] (gpu1).key") && err.contains(&format!("chmod 600 {}", key.display())),
-        "{err}"
-    );
-    assert!(
-        err.contains("box[0] (gpu1).host_key") && err.contains("not pinned"),
-        "{err}"
-    );
-    assert!(
-        err.contains("(other).box") && err.contains("no [[box]] is named \"nope\""),
-        "{err}"
-    );
-    // A server on a box runs as the box's user; an environment name no shell could export.
-    assert!(
-        err.contains("(spawner).run_as") && err.contains("runs as the box's SSH user"),
-        "{err}"
-    );
-    assert!(
-        err.contains("(envy).env") && err.contains("\"BAD NAME\" is not an environment variable name"),
-        "{err}"
-    );
-    // The entry for port 2222 is not the box's (port 22): named, with the fix.
-    assert!(
-        err.contains("box[1] (gpu2).known_hosts")
-            && err.contains("has no key for gpu1.lan")
-            && err.contains("ssh-keyscan -t ed25519 -p 22 gpu1.lan"),
-        "{err}"
-    );
-}
-
 /// OpenCode's real clients through a box: `opencode run --attach` runs a prompt to its end (the
 /// model's name reaches it in an event, across the SSH channel) and the fake model's answer is
 /// read back from the run's session; a terminal WebSocket runs what is typed (the upgrade is
@@ -338,15 +167,14 @@ async fn answer_of_the_only_session(c: &Https) -> Vec<String> {
     let id = session["id"].as_str().unwrap();
     let (status, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
     assert_eq!(status, 200, "{messages}");
-    let texts = messages
+    messages
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|m| m["parts"].as_array().into_iter().flatten())
         .filter(|p| p["type"] == "text")
         .filter_map(|p| p["text"].as_str().map(str::to_string))
-        .collect();
-    texts
+        .collect()
 }
 
 /// Every process under `pid` (children, theirs, …).

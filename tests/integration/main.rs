@@ -16,6 +16,7 @@ mod admin;
 mod app;
 mod audit;
 mod boxes;
+mod boxes_host_keys;
 mod browser;
 mod browser_login;
 mod budget_races;
