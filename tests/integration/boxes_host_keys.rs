@@ -128,7 +128,7 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     );
     // Refused before login: the impostor saw the gateway's connection (its SSH banner) end in
     // the key exchange, and no step of a login (the gateway's user, its key) ever reached it.
-    let seen = until_the_gateway_left(&other).await;
+    let seen = until_the_gateway_left(&other, 0).await;
     assert!(
         seen.contains("Connection from 127.0.0.1 port") && seen.contains("remote software version russh"),
         "{seen}"
@@ -149,24 +149,110 @@ const LOGIN_STEPS: [&str; 7] = [
     "Authentication refused",
 ];
 
-/// `sshd`'s log once the gateway's connection (russh's banner) has ended, or a login step shows
-/// (a pinned key refused only after login keeps the connection open): bounded, fails with the log.
-async fn until_the_gateway_left(sshd: &Sshd) -> String {
+/// What `sshd` logged from byte `from` on, once the gateway's connection (russh's banner) in it
+/// has ended before a login (`[preauth]`), or a login step shows (a pinned key refused only after
+/// login would keep the connection open): bounded, fails with the log.
+async fn until_the_gateway_left(sshd: &Sshd, from: usize) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let log = sshd.log.lock().unwrap().clone();
+        let log = sshd.log.lock().unwrap()[from..].to_string();
         let ended = log
             .split_once("remote software version russh")
-            .is_some_and(|(_, after)| after.contains("Connection closed by") || after.contains("Disconnected from"));
+            .is_some_and(|(_, after)| {
+                after.lines().any(|l| {
+                    (l.starts_with("Connection closed by") || l.starts_with("Disconnected from"))
+                        && l.ends_with("[preauth]")
+                })
+            });
         if ended || LOGIN_STEPS.iter().any(|step| log.contains(step)) {
             return log;
         }
         assert!(
             Instant::now() < deadline,
-            "the impostor's sshd never saw the gateway's connection end:\n{log}"
+            "the box's sshd never saw the gateway's connection end:\n{log}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A key the box's `known_hosts` file revokes (`@revoked`) is refused before login even where a
+/// plain line lists it (the SSH library's reader alone skips the marker and trusts the plain
+/// line): at a reload that adds the revocation to the file a running gateway pins the box with
+/// (before the change, such a file was refused, the reload failed, and the running gateway went
+/// on trusting the key), and at start, where the gateway also warns that it has no key left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenSSH's sshd: run scripts/test.sh"]
+async fn a_box_key_revoked_in_known_hosts_is_refused_before_login_even_where_a_plain_line_lists_it() {
+    let keys = tempfile::tempdir().unwrap();
+    let (key, public) = client_key(keys.path());
+    let sshd = Sshd::start(&format!("restrict,port-forwarding,permitopen=\"127.0.0.1:*\" {public}"));
+    let known_hosts = keys.path().join("known_hosts");
+    let plain = format!("[127.0.0.1]:{} {}\n", sshd.port, sshd.host_key);
+    std::fs::write(&known_hosts, &plain).unwrap();
+    let table = box_table(sshd.port, &key, &sshd.host_key).replace(
+        &format!("host_key = \"{}\"", sshd.host_key),
+        &format!("known_hosts = \"{}\"", known_hosts.display()),
+    );
+    let on_box = |config: String| config.replacen("name = \"web\"\n", "name = \"web\"\nbox = \"gpu1\"\n", 1);
+    let (gw, _web) = one_project_as(PW, &table, &[ALICE], on_box).await;
+    let c = Https::new(gw.https, &gw.ca());
+    let alice = basic("alice", "alice-password-1");
+    let r = c.get("/p/web/global/health", Some(&alice)).await;
+    assert_eq!(
+        r.status,
+        200,
+        "pinned through the plain line: {}\n{}",
+        r.body,
+        gw.logs()
+    );
+
+    // The key is revoked; the plain line stays, as in a file kept by hand.
+    std::fs::write(&known_hosts, format!("{plain}@revoked * {}\n", sshd.host_key)).unwrap();
+    gw.signal(libc::SIGHUP);
+    assert!(
+        gw.wait_log("configuration reloaded", Duration::from_secs(10)).await,
+        "the reload with the revocation: {}",
+        gw.logs()
+    );
+    let from = sshd.log.lock().unwrap().len();
+    let r = c.get("/p/web/global/health", Some(&alice)).await;
+    let revoked = "its host key (SHA256:";
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(
+        r.body.contains("box gpu1: ")
+            && r.body.contains(revoked)
+            && r.body
+                .contains("is revoked (a @revoked line of its known_hosts); refused"),
+        "{}",
+        r.body
+    );
+    assert!(
+        gw.wait_log("box_host_key_revoked", Duration::from_secs(10)).await,
+        "{}",
+        gw.logs()
+    );
+    let seen = until_the_gateway_left(&sshd, from).await;
+    let login = LOGIN_STEPS.iter().find(|step| seen.contains(*step));
+    assert_eq!(login, None, "the box saw a login with its revoked key:\n{seen}");
+
+    // A gateway started on the file: warned, and refused the same way.
+    let (fresh, _web2) = one_project_as(PW, &table, &[ALICE], on_box).await;
+    assert!(
+        fresh
+            .logs()
+            .contains("box gpu1: its known_hosts file revokes every key it has for the box"),
+        "{}",
+        fresh.logs()
+    );
+    let c = Https::new(fresh.https, &fresh.ca());
+    let r = c.get("/p/web/global/health", Some(&alice)).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(r.body.contains("is revoked"), "{}", r.body);
+    assert_eq!(
+        sshd.log.lock().unwrap().matches("Accepted publickey for").count(),
+        1,
+        "only the login before the revocation"
+    );
 }
 
 /// `check` refuses a box whose key others may read, one with no pinned host key and one whose
