@@ -14,27 +14,12 @@ pub(crate) fn check(path: &Path) -> anyhow::Result<()> {
     for w in permission_warnings(&settings)
         .into_iter()
         .chain(shared_os_user_warnings(&settings))
-        .chain(box_warnings(&settings))
+        .chain(crate::config::validate::boxes::warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
     {
         eprintln!("warning: {w}");
     }
     Ok(())
-}
-
-/// Boxes whose `known_hosts` file revokes every key it has for them: the config loads (so a
-/// revocation takes effect at a reload), and the box is refused until its current key is added.
-pub(crate) fn box_warnings(s: &Settings) -> Vec<String> {
-    s.boxes
-        .iter()
-        .filter(|b| b.host_keys.is_empty())
-        .map(|b| {
-            format!(
-                "box {}: its known_hosts file revokes every key it has for the box (@revoked), so the gateway refuses the box. Fix: add the box's current key (ssh-keyscan, and check its fingerprint)",
-                b.name
-            )
-        })
-        .collect()
 }
 
 /// `check --known-hosts`: the SSH front door's known_hosts line alone, to append as is.

@@ -56,6 +56,21 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
     out
 }
 
+/// Boxes whose `known_hosts` file revokes every key it has for them: the config loads (so a
+/// revocation takes effect at a reload), and the box is refused until its current key is added.
+pub(crate) fn warnings(s: &crate::config::Settings) -> Vec<String> {
+    s.boxes
+        .iter()
+        .filter(|b| b.host_keys.is_empty())
+        .map(|b| {
+            format!(
+                "box {}: its known_hosts file revokes every key it has for the box (@revoked), so the gateway refuses the box. Fix: add the box's current key (ssh-keyscan, and check its fingerprint)",
+                b.name
+            )
+        })
+        .collect()
+}
+
 /// `user@host:port` (the port may be left out: 22) → the user and `host:port`.
 fn ssh_address(c: &mut Checker<'_>, key: &str, value: &str) -> Option<(String, String)> {
     let fix = "write ssh = \"user@host:port\" (for example \"dev@gpu1.lan:22\")";

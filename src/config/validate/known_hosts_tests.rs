@@ -179,11 +179,11 @@ fn a_revoked_key_is_never_pinned_even_where_a_plain_line_lists_it() {
     .expect("loads");
     let b = &settings.boxes[0];
     assert_eq!(b.host_keys, [new]);
-    assert_eq!(b.revoked_host_keys, [old.clone()]);
-    assert!(crate::cli::check::box_warnings(&settings).is_empty());
+    assert_eq!(b.revoked_host_keys, std::slice::from_ref(&old));
+    assert!(super::super::boxes::warnings(&settings).is_empty());
     let settings = load_with(&format!("@revoked [127.0.0.1]:2222 {old}\n[127.0.0.1]:2222 {old}\n")).expect("loads");
     assert!(settings.boxes[0].host_keys.is_empty(), "{:?}", settings.boxes[0]);
-    let warnings = crate::cli::check::box_warnings(&settings);
+    let warnings = super::super::boxes::warnings(&settings);
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(
         warnings[0].starts_with("box gpu1: its known_hosts file revokes every key it has for the box (@revoked), so the gateway refuses the box"),
