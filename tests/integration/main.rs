@@ -29,6 +29,7 @@ mod connections;
 mod doctor;
 mod drift;
 mod faults;
+mod faults_reload;
 mod harness;
 mod inbox;
 mod isolation;
