@@ -19,11 +19,7 @@ const PW: &str = "box-upstream-pw";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode and OpenSSH's sshd: run scripts/test.sh"]
 async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
-    use futures_util::SinkExt;
-    use tokio_tungstenite::tungstenite::Message;
-
-    use crate::common::client::{json, pty_socket, read_terminal_until};
-    use crate::common::stack::{ALICE_PW, alice, setup_as};
+    use crate::common::stack::{ALICE_PW, setup_as};
 
     let keys = tempfile::tempdir().unwrap();
     let (key, public) = client_key(keys.path());
@@ -88,7 +84,19 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
         "the box's sshd forwarded nothing to OpenCode:\n{}",
         sshd.log.lock().unwrap()
     );
-    // The portal names the box the project runs on.
+    the_portal_names_the_box_and_a_terminal_runs_there(&s).await;
+
+    a_dead_box_connection_ends_an_event_stream_cleanly(&s, &sshd).await;
+}
+
+/// The portal names the box the project runs on, and a terminal WebSocket over the box runs
+/// what is typed (the upgrade is spliced over a channel).
+async fn the_portal_names_the_box_and_a_terminal_runs_there(s: &crate::common::stack::Setup) {
+    use futures_util::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+
+    use crate::common::client::{json, pty_socket, read_terminal_until};
+    use crate::common::stack::{ALICE_PW, alice};
     let cookie = crate::common::login::form_login(&s.client, "alice", ALICE_PW).await;
     let portal = crate::common::login::browser_get(
         &s.client.host(crate::common::login::LOGIN_HOST),
@@ -111,9 +119,12 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     let said = read_terminal_until(&mut ws, "BOX42X").await;
     assert!(said.contains("BOX42X"), "terminal said: {said:?}");
     drop(ws);
+}
 
-    // The box's SSH connection dies under an open event stream: the stream ends cleanly (not
-    // hung, not cut: an event source reconnects), and the next request connects again.
+/// The box's SSH connection dies under an open event stream: the stream ends cleanly (not hung,
+/// not cut: an event source reconnects), and the next request connects again.
+async fn a_dead_box_connection_ends_an_event_stream_cleanly(s: &crate::common::stack::Setup, sshd: &Sshd) {
+    use crate::common::stack::alice;
     let resp = s
         .client
         .send(

@@ -48,9 +48,17 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
     );
     sshd.child.stop();
 
-    // A box whose SSH server does not answer: 502, naming the box and why.
+    a_box_that_does_not_answer_is_502_and_waits_its_backoff(&key, &sshd.host_key).await;
+    another_host_key_is_refused_before_login(&key, &public).await;
+}
+
+/// A box whose SSH server does not answer: 502, naming the box and why; while the backoff
+/// waits, requests are refused at once with the last error, and the box is not asked again.
+async fn a_box_that_does_not_answer_is_502_and_waits_its_backoff(key: &std::path::Path, host_key: &str) {
+    let alice = basic("alice", "alice-password-1");
+    let on_box = |config: String| config.replacen("name = \"web\"\n", "name = \"web\"\nbox = \"gpu1\"\n", 1);
     let nothing = crate::common::free_port();
-    let (gw_down, _web_down) = one_project_as(PW, &box_table(nothing, &key, &sshd.host_key), &[ALICE], on_box).await;
+    let (gw_down, _web_down) = one_project_as(PW, &box_table(nothing, key, host_key), &[ALICE], on_box).await;
     let c_down = Https::new(gw_down.https, &gw_down.ca());
     let r = c_down.get("/p/web/global/health", Some(&alice)).await;
     assert_eq!(r.status, 502, "{}", r.body);
@@ -103,16 +111,21 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
         "{status}"
     );
     assert_eq!(gw_down.metric("box_up{box=\"gpu1\"}"), 0);
+}
 
-    // Another box key than the pinned one: refused, with the reason, in the answer and the log.
-    let other = Sshd::start(&public);
+/// A box that presents another host key than the pinned one (an impostor whose sshd would let
+/// the gateway's key in): refused, with the reason, in the answer and the log, before login.
+async fn another_host_key_is_refused_before_login(key: &std::path::Path, public: &str) {
+    let alice = basic("alice", "alice-password-1");
+    let on_box = |config: String| config.replacen("name = \"web\"\n", "name = \"web\"\nbox = \"gpu1\"\n", 1);
+    let other = Sshd::start(public);
     let wrong = tempfile::tempdir().unwrap();
     keygen(&wrong.path().join("k"));
     let pinned_elsewhere = std::fs::read_to_string(wrong.path().join("k.pub"))
         .unwrap()
         .trim()
         .to_string();
-    let (gw2, _web2) = one_project_as(PW, &box_table(other.port, &key, &pinned_elsewhere), &[ALICE], on_box).await;
+    let (gw2, _web2) = one_project_as(PW, &box_table(other.port, key, &pinned_elsewhere), &[ALICE], on_box).await;
     let c2 = Https::new(gw2.https, &gw2.ca());
     let r = c2.get("/p/web/global/health", Some(&alice)).await;
     assert_eq!(r.status, 502, "{}", r.body);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::common::client::{Https, basic, json, pty_socket, read_terminal_until, read_until};
@@ -51,16 +52,7 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     assert_eq!(c.get("/p/demo/global/health", Some(&alice())).await.status, 200);
 
     // An event stream, a terminal and a prompt waiting on its permission, all open.
-    let events = c
-        .send(
-            c.request("GET", "/p/demo/global/event", Some(&alice()))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(events.status(), 200);
-    let mut events = events.into_body();
-    read_until(&mut events, Duration::from_secs(20), |t| t.contains("server.connected")).await;
+    let mut events = event_stream(&c).await;
     let (status, pty) = json(&c, "POST", "/p/demo/pty", &alice(), "{}").await;
     assert_eq!(status, 200, "{pty}");
     let pty_id = pty["id"].as_str().unwrap().to_string();
@@ -70,31 +62,7 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
     assert_eq!(status, 200, "{session}");
     let sid = session["id"].as_str().unwrap().to_string();
-    // The synchronous prompt holds its request open until the model's turn ends.
-    let prompt = {
-        let (c, sid) = (c.clone(), sid.clone());
-        let mut conn = c.http1().await;
-        tokio::spawn(async move {
-            let req = c
-                .request("POST", &format!("/p/demo/session/{sid}/message"), Some(&alice()))
-                .header("content-type", "application/json")
-                .body(Full::from(r#"{"parts":[{"type":"text","text":"please RUNBASH"}]}"#))
-                .unwrap();
-            // OpenCode sends nothing of its answer while the turn waits, so the gateway has a
-            // whole answer of its own to give when the server dies: the error, read whole.
-            let resp = conn
-                .send_request(req)
-                .await
-                .expect("the gateway answered the waiting prompt");
-            let status = resp.status().as_u16();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .expect("the answer's body ended cleanly");
-            (status, String::from_utf8_lossy(&body.to_bytes()).into_owned())
-        })
-    };
+    let prompt = waiting_prompt(&c, &sid).await;
     until(
         Duration::from_secs(60),
         "the prompt's permission in the inbox",
@@ -129,8 +97,74 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
         .await
         .expect("the waiting prompt hung after the server died")
         .unwrap();
+    the_answer_is_a_502_naming_demo(status, &body);
+    eprintln!(
+        "every stream ended {:?} after the kill; the prompt answered {status}",
+        killed.elapsed()
+    );
+
+    until_served_again(&c, killed).await;
+    let second = server_pid(project_port(&gw, "demo").unwrap());
+    assert_ne!(first, second, "a new server");
+    // The inbox re-seeded from the new server: the request that died with the old one is gone.
+    until(
+        Duration::from_secs(30),
+        "the dead server's request left the inbox",
+        async || pending(&gw) == 0,
+    )
+    .await;
+    // The session itself is on disk and survives; a new event stream opens.
+    let (status, _) = json(&c, "GET", &format!("/p/demo/session/{sid}"), &alice(), "").await;
+    assert_eq!(status, 200);
+    drop(event_stream(&c).await);
+}
+
+/// A global event stream of the project, past its first event.
+async fn event_stream(c: &Https) -> Incoming {
+    let events = c
+        .send(
+            c.request("GET", "/p/demo/global/event", Some(&alice()))
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(events.status(), 200);
+    let mut events = events.into_body();
+    read_until(&mut events, Duration::from_secs(20), |t| t.contains("server.connected")).await;
+    events
+}
+
+/// A synchronous prompt that makes the model ask for the bash tool: the request stays open while
+/// the turn waits on the permission. Its answer's status and whole body.
+async fn waiting_prompt(c: &Https, sid: &str) -> tokio::task::JoinHandle<(u16, String)> {
+    let (c, sid) = (c.clone(), sid.to_string());
+    let mut conn = c.http1().await;
+    tokio::spawn(async move {
+        let req = c
+            .request("POST", &format!("/p/demo/session/{sid}/message"), Some(&alice()))
+            .header("content-type", "application/json")
+            .body(Full::from(r#"{"parts":[{"type":"text","text":"please RUNBASH"}]}"#))
+            .unwrap();
+        // OpenCode sends nothing of its answer while the turn waits, so the gateway has a whole
+        // answer of its own to give when the server dies: the error, read whole.
+        let resp = conn
+            .send_request(req)
+            .await
+            .expect("the gateway answered the waiting prompt");
+        let status = resp.status().as_u16();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .expect("the answer's body ended cleanly");
+        (status, String::from_utf8_lossy(&body.to_bytes()).into_owned())
+    })
+}
+
+/// What docs/threat-model.md promises a prompt waiting when its server dies: a 502 naming it.
+fn the_answer_is_a_502_naming_demo(status: u16, body: &str) {
     let error: serde_json::Value =
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("prompt: {status}, not JSON ({e}): {body}"));
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("prompt: {status}, not JSON ({e}): {body}"));
     assert_eq!(status, 502, "prompt: {body}");
     assert_eq!(error["error"], "upstream_unavailable", "{body}");
     assert_eq!(error["project"], "demo", "{body}");
@@ -140,12 +174,11 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
             .is_some_and(|m| m.starts_with("project demo: its OpenCode server is not reachable")),
         "{body}"
     );
-    eprintln!(
-        "every stream ended {:?} after the kill; the prompt answered {status}",
-        killed.elapsed()
-    );
+}
 
-    // Meanwhile requests get an answer that names the project, never a hang; then it works again.
+/// While the killed server restarts, requests get an answer that names the project, never a
+/// hang; then it serves again (bounded).
+async fn until_served_again(c: &Https, killed: Instant) {
     let mut statuses = Vec::new();
     until(
         Duration::from_secs(90),
@@ -171,28 +204,6 @@ async fn a_killed_opencode_ends_every_stream_cleanly_and_its_project_comes_back(
     )
     .await;
     eprintln!("statuses while the server came back: {statuses:?}");
-    let second = server_pid(project_port(&gw, "demo").unwrap());
-    assert_ne!(first, second, "a new server");
-    // The inbox re-seeded from the new server: the request that died with the old one is gone.
-    until(
-        Duration::from_secs(30),
-        "the dead server's request left the inbox",
-        async || pending(&gw) == 0,
-    )
-    .await;
-    // The session itself is on disk and survives; a new event stream opens.
-    let (status, _) = json(&c, "GET", &format!("/p/demo/session/{sid}"), &alice(), "").await;
-    assert_eq!(status, 200);
-    let mut again = c
-        .send(
-            c.request("GET", "/p/demo/global/event", Some(&alice()))
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .into_body();
-    let seen = read_until(&mut again, Duration::from_secs(20), |t| t.contains("server.connected")).await;
-    assert!(seen.contains("server.connected"));
 }
 
 fn cli(gw: &Gateway, args: &[&str]) -> String {

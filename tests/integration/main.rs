@@ -30,6 +30,7 @@ mod doctor;
 mod drift;
 mod faults;
 mod faults_reload;
+mod forwarded_for;
 mod harness;
 mod inbox;
 mod isolation;
