@@ -17,10 +17,12 @@ for target in "${targets[@]}"; do
   echo "fuzzing $target for ${secs}s"
   log="target/fuzz-$target.log"
   status=0
-  # New inputs go to corpus/<target> (git-ignored); config_parse starts from the valid fixtures.
+  # New inputs go to corpus/<target> (git-ignored); config_parse starts from the valid fixtures,
+  # proxy_header from the headers HAProxy sent (tests/fixtures/proxy/).
   corpus=("corpus/$target")
   mkdir -p "corpus/$target"
   [ "$target" != config_parse ] || corpus+=(../tests/fixtures/valid)
+  [ "$target" != proxy_header ] || corpus+=(../tests/fixtures/proxy)
   # A dictionary of the names OpenCode reads, where one is kept.
   dict=()
   [ ! -f "$target.dict" ] || dict=(-dict="$target.dict")

@@ -28,6 +28,20 @@ mod oracle;
 #[path = "properties/boundaries.rs"]
 mod boundaries;
 
+/// The PROXY protocol read from its specification, written apart from the gateway's parser
+/// (shared with fuzz/).
+#[path = "oracle/proxy_protocol.rs"]
+mod proxy_reference;
+
+/// The gateway's reading of a balancer's first bytes, as its accept path takes them (shared
+/// with fuzz/).
+#[path = "support/proxy_reading.rs"]
+mod proxy_reading;
+
+/// The PROXY protocol header against the reference: HAProxy's own headers, and generated ones.
+#[path = "properties/proxy_header.rs"]
+mod proxy_header;
+
 /// A concrete path for a pattern, with parameter values no route name can be mistaken for.
 fn concrete(pattern: &str) -> String {
     pattern

@@ -14,6 +14,7 @@ pub(crate) fn check(path: &Path) -> anyhow::Result<()> {
     for w in permission_warnings(&settings)
         .into_iter()
         .chain(shared_os_user_warnings(&settings))
+        .chain(crate::config::validate::boxes::warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
     {
         eprintln!("warning: {w}");

@@ -22,6 +22,7 @@ pub(crate) async fn serve(
     let mut settings = loaded?;
     for w in super::check::permission_warnings(&settings)
         .into_iter()
+        .chain(crate::config::validate::boxes::warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
     {
         tracing::warn!("{w}");

@@ -106,6 +106,9 @@ pub struct BoxConfig {
     /// The box's host keys, each an OpenSSH public key (`ssh-ed25519 AAAA…`): `host_key`, or the
     /// box's entries in a `known_hosts` file (read at each load). It may present no other.
     pub host_keys: Vec<String>,
+    /// Keys the `known_hosts` file's `@revoked` lines name (none with `host_key`): never in
+    /// `host_keys`; a box that presents one is refused, saying it is revoked.
+    pub revoked_host_keys: Vec<String>,
     /// The `opencode` a spawned project runs on the box: a path, or a name on its PATH.
     pub opencode: String,
 }

@@ -20,12 +20,22 @@ use super::backoff::Backoff;
 /// run in channels on the connection; a box that goes on is not misconfigured.
 pub(super) const MOST_REFUSED: u32 = 8;
 
+/// A host key the box presented that is not pinned, for the error.
+pub(super) struct Offered {
+    /// Its SHA-256 fingerprint, or "a host certificate".
+    pub fingerprint: String,
+    /// A `@revoked` line names it.
+    pub revoked: bool,
+}
+
 pub(super) struct Pinned {
     /// The box's name, in logs and errors.
     pub box_name: String,
     pub expected: Vec<PublicKey>,
-    /// What the box offered instead, for the error (its fingerprint).
-    pub offered: Arc<Mutex<Option<String>>>,
+    /// Keys revoked (never among `expected`): refused like any other, but named so.
+    pub revoked: Vec<PublicKey>,
+    /// What the box offered instead, for the error.
+    pub offered: Arc<Mutex<Option<Offered>>>,
     /// The link's last error and backoff, told why a connection was dropped from here (the
     /// link learns that its connection ended only when it next uses it).
     pub last_error: Arc<Mutex<Option<String>>>,
@@ -74,15 +84,19 @@ impl client::Handler for Pinned {
             PublicKeyOrCertificate::PublicKey { key, .. } => key,
             // A host certificate is not a pinned key.
             PublicKeyOrCertificate::Certificate(_) => {
-                *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some("a host certificate".into());
+                *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Offered {
+                    fingerprint: "a host certificate".into(),
+                    revoked: false,
+                });
                 return Ok(false);
             }
         };
-        if self.expected.iter().any(|k| k.key_data() == key.key_data()) {
+        let revoked = self.revoked.iter().any(|k| k.key_data() == key.key_data());
+        if !revoked && self.expected.iter().any(|k| k.key_data() == key.key_data()) {
             return Ok(true);
         }
         let fingerprint = key.fingerprint(russh::keys::HashAlg::Sha256).to_string();
-        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(fingerprint);
+        *self.offered.lock().unwrap_or_else(|e| e.into_inner()) = Some(Offered { fingerprint, revoked });
         Ok(false)
     }
 

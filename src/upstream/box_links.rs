@@ -36,17 +36,20 @@ impl BoxLinks {
 fn spec(b: &BoxConfig) -> anyhow::Result<BoxSpec> {
     let key = russh::keys::load_secret_key(&b.key, None)
         .map_err(|e| anyhow::anyhow!("box {}: cannot read its key {}: {e}", b.name, b.key.display()))?;
-    let host_keys = b
-        .host_keys
-        .iter()
-        .map(|line| crate::config::validate::boxes::parse_host_key(line))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| anyhow::anyhow!("box {}: host key: {e}", b.name))?;
+    let keys = |lines: &[String]| {
+        lines
+            .iter()
+            .map(|line| crate::config::validate::boxes::parse_host_key(line))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| anyhow::anyhow!("box {}: host key: {e}", b.name))
+    };
+    let (host_keys, revoked) = (keys(&b.host_keys)?, keys(&b.revoked_host_keys)?);
     Ok(BoxSpec {
         name: b.name.clone(),
         address: b.address.clone(),
         user: b.user.clone(),
         key: Arc::new(key),
         host_keys,
+        revoked,
     })
 }

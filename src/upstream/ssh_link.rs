@@ -17,7 +17,7 @@ use russh::{Channel, ChannelStream};
 use tokio::sync::Mutex;
 
 use super::backoff::Backoff;
-use super::box_handler::Pinned;
+use super::box_handler::{Offered, Pinned};
 use crate::upstream::BoxError;
 
 /// How often an idle connection is checked, and after how many unanswered checks it is dead.
@@ -36,6 +36,8 @@ pub(crate) struct BoxSpec {
     pub key: Arc<PrivateKey>,
     /// The box's host keys: any other is refused, never trusted on first use.
     pub host_keys: Vec<PublicKey>,
+    /// Keys a `@revoked` line names (never among `host_keys`): refused, saying so.
+    pub revoked: Vec<PublicKey>,
 }
 
 /// One box's SSH connection, made when first needed and again after it dies.
@@ -292,6 +294,7 @@ impl BoxLink {
         let handler = Pinned {
             box_name: spec.name.clone(),
             expected: spec.host_keys.clone(),
+            revoked: spec.revoked.clone(),
             offered: offered.clone(),
             last_error: self.last_error.clone(),
             backoff: self.backoff.clone(),
@@ -314,19 +317,33 @@ impl BoxLink {
                 seconds(self.connect_timeout)
             )),
             Ok(Err(e)) => {
-                if let Some(fingerprint) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
-                        "the box's host key is not the pinned one: refused (a changed key, or someone in between); check it and set host_key (or known_hosts)");
-                    return Err(format!(
-                        "box {}: its host key ({fingerprint}) is not the pinned one; refused",
-                        spec.name
-                    ));
+                if let Some(offered) = offered.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                    return Err(refused_key(spec, &offered));
                 }
                 Err(format!("box {}: cannot connect to {}: {e}", spec.name, spec.address))
             }
             Ok(Ok(h)) => Ok(h),
         }
     }
+}
+
+/// A host key refused in the key exchange (before any login): logged, and the request's error.
+fn refused_key(spec: &BoxSpec, offered: &Offered) -> String {
+    let fingerprint = &offered.fingerprint;
+    if offered.revoked {
+        tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_revoked",
+            "the box presented a host key its known_hosts file revokes: refused (a retired or stolen key); give the box a new key and pin it");
+        return format!(
+            "box {}: its host key ({fingerprint}) is revoked (a @revoked line of its known_hosts); refused",
+            spec.name
+        );
+    }
+    tracing::error!(target: "security", r#box = %spec.name, address = %spec.address, offered = %fingerprint, reason = "box_host_key_mismatch",
+        "the box's host key is not the pinned one: refused (a changed key, or someone in between); check it and set host_key (or known_hosts)");
+    format!(
+        "box {}: its host key ({fingerprint}) is not the pinned one; refused",
+        spec.name
+    )
 }
 
 /// `5 s`, `0.5 s`: a bound as the errors say it.

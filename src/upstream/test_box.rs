@@ -95,6 +95,7 @@ impl TestBox {
                 user: "dev".into(),
                 key: Arc::new(self.client_key.clone()),
                 host_keys: vec![PublicKey::from_openssh(&self.host_key).unwrap()],
+                revoked: Vec::new(),
             },
             timeout,
         )

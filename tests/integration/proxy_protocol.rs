@@ -5,7 +5,7 @@
 //! any TLS, with that reason.
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
@@ -19,20 +19,12 @@ fn haproxy_in_front(gw: &Gateway) -> (Guarded, u16) {
     (crate::common::haproxy::start(gw.dir.path(), port, "", &backend), port)
 }
 
-/// curl from 127.0.0.2 through HAProxy: the form login (`password`), its status code.
-fn login_from_2(gw: &Gateway, port: u16, password: &str) -> String {
+/// curl from `from` through HAProxy: the form login (`password`), its status code.
+fn login_from(from: &str, gw: &Gateway, port: u16, password: &str) -> String {
     let login = format!("https://gw.localhost:{port}");
     let out = crate::common::process::output_within(
         Command::new("curl")
-            .args([
-                "-sS",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--interface",
-                "127.0.0.2",
-            ])
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}", "--interface", from])
             .arg("--resolve")
             .arg(format!("gw.localhost:{port}:127.0.0.1"))
             .arg("--cacert")
@@ -64,8 +56,9 @@ async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_fr
     let (_haproxy, port) = haproxy_in_front(&gw);
 
     // Through HAProxy, from 127.0.0.2: a wrong password, then the right one.
-    assert_eq!(login_from_2(&gw, port, "wrong-password"), "401");
-    assert_eq!(login_from_2(&gw, port, ALICE), "303");
+    assert_eq!(login_from("127.0.0.2", &gw, port, "wrong-password"), "401");
+    assert_eq!(login_from("127.0.0.2", &gw, port, ALICE), "303");
+    the_login_limiter_counts_the_client_the_header_names(&gw, port);
     assert!(
         gw.wait_log("browser login peer=127.0.0.2 user=alice", Duration::from_secs(5))
             .await,
@@ -88,27 +81,44 @@ async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_fr
         .filter(|l| l.contains("path=/login"))
         .map(String::from)
         .collect();
-    assert!(
-        access.len() >= 2 && access.iter().all(|l| l.contains("peer=127.0.0.2")),
-        "{access:#?}"
-    );
+    // Each of the 15 logins under the address of the client that made it.
+    let from_4 = access.iter().filter(|l| l.contains("peer=127.0.0.4 ")).count();
+    let from_2 = access.iter().filter(|l| l.contains("peer=127.0.0.2 ")).count();
+    assert!(access.len() == 15 && from_2 == 14 && from_4 == 1, "{access:#?}");
 
+    a_header_from_anyone_else_is_closed_unanswered_and_logged_once(&gw).await;
+}
+
+/// Through HAProxy, 127.0.0.2 spends its login budget (10 at once) and is refused, the right
+/// password included, while another client of the same HAProxy still logs in: the login limiter
+/// counts the client the header names, not the balancer.
+fn the_login_limiter_counts_the_client_the_header_names(gw: &Gateway, port: u16) {
+    let wrong: Vec<String> = (0..11)
+        .map(|_| login_from("127.0.0.2", gw, port, "wrong-again"))
+        .collect();
+    assert_eq!(wrong.last().map(String::as_str), Some("429"), "{wrong:?}");
+    assert_eq!(
+        login_from("127.0.0.2", gw, port, ALICE),
+        "429",
+        "127.0.0.2 is out of attempts"
+    );
+    assert_eq!(
+        login_from("127.0.0.4", gw, port, ALICE),
+        "303",
+        "another client of the balancer"
+    );
+}
+
+/// Straight to the gateway from addresses not trusted, headers naming someone else (version 2,
+/// then version 1 text too): each closed before any TLS, not a byte answered (TLS would answer
+/// an alert), the reason in the security log once (at most once per 10 s), and the claimed
+/// address nowhere in the log.
+async fn a_header_from_anyone_else_is_closed_unanswered_and_logged_once(gw: &Gateway) {
     // Straight to the gateway from 127.0.0.3 (not trusted), a header naming someone else: closed
     // before any TLS, with the reason in the security log.
     let header = opencode_gateway::front::proxy_header::encode("203.0.113.9:40000".parse().unwrap(), gw.https);
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.bind("127.0.0.3:0".parse().unwrap()).unwrap();
-    let mut tcp = socket.connect(gw.https).await.unwrap();
-    tcp.write_all(&header).await.unwrap();
-    let mut answer = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
-    // Closed with the header unread: an end, or a reset; never a byte of TLS.
-    let closed =
-        matches!(&read, Ok(Ok(0))) || matches!(&read, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset);
-    assert!(
-        closed && answer.is_empty(),
-        "the gateway answered a header from 127.0.0.3: {read:?} {answer:?}"
-    );
+    let first = closed_unanswered("127.0.0.3", gw.https, &header).await;
+    assert!(first.is_ok(), "the gateway answered a header from 127.0.0.3: {first:?}");
     assert!(
         gw.wait_log(
             "peer=127.0.0.3 reason=\"proxy_header_untrusted\"",
@@ -122,6 +132,50 @@ async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_fr
         !gw.logs().contains("203.0.113.9"),
         "the claimed address reached the logs"
     );
+    // More of them, version 1 and 2, from 127.0.0.3 and 127.0.0.5: each closed unanswered (not
+    // passed to TLS, which would answer an alert), and the security log still holds one line.
+    let said = Instant::now();
+    let v1 = b"PROXY TCP4 203.0.113.9 127.0.0.1 40000 443\r\n".to_vec();
+    for (from, bytes) in [
+        ("127.0.0.3", &header),
+        ("127.0.0.5", &v1),
+        ("127.0.0.5", &header),
+        ("127.0.0.3", &v1),
+    ] {
+        let answer = closed_unanswered(from, gw.https, bytes).await;
+        assert!(
+            answer.is_ok(),
+            "{from} {:?}: {answer:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    let lines = gw
+        .logs()
+        .matches("refused before the TLS handshake for its PROXY protocol header")
+        .count();
+    assert!(
+        said.elapsed() < Duration::from_secs(10),
+        "the burst outlasted the log's 10 s: cannot judge"
+    );
+    assert_eq!(lines, 1, "logged at most once per 10 s:\n{}", gw.logs());
+}
+
+/// Send `bytes` from `from` to the gateway: `Ok` if the gateway closed the connection without
+/// a byte, else what it did.
+async fn closed_unanswered(from: &str, to: std::net::SocketAddr, bytes: &[u8]) -> Result<(), String> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let mut tcp = socket.connect(to).await.unwrap();
+    tcp.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer)).await;
+    let closed =
+        matches!(&read, Ok(Ok(0))) || matches!(&read, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset);
+    if closed && answer.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{read:?}, answered {answer:02x?}"))
+    }
 }
 
 /// Part of a PROXY header (or of v1's text), then silence: closed by the handshake deadline, from

@@ -41,18 +41,34 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
                 "write the path of opencode on the box, for example \"/usr/local/bin/opencode\"",
             );
         }
-        if let (Some((user, address)), Some(host_keys)) = (address, host_keys) {
+        if let (Some((user, address)), Some((host_keys, revoked_host_keys))) = (address, host_keys) {
             out.push(BoxConfig {
                 name: b.name.clone(),
                 user,
                 address,
                 key: key_path,
                 host_keys,
+                revoked_host_keys,
                 opencode,
             });
         }
     }
     out
+}
+
+/// Boxes whose `known_hosts` file revokes every key it has for them: the config loads (so a
+/// revocation takes effect at a reload), and the box is refused until its current key is added.
+pub(crate) fn warnings(s: &crate::config::Settings) -> Vec<String> {
+    s.boxes
+        .iter()
+        .filter(|b| b.host_keys.is_empty())
+        .map(|b| {
+            format!(
+                "box {}: its known_hosts file revokes every key it has for the box (@revoked), so the gateway refuses the box. Fix: add the box's current key (ssh-keyscan, and check its fingerprint)",
+                b.name
+            )
+        })
+        .collect()
 }
 
 /// `user@host:port` (the port may be left out: 22) → the user and `host:port`.
@@ -119,9 +135,10 @@ fn client_key(c: &mut Checker<'_>, key: &str, path: &Path) {
     }
 }
 
-/// The box's host keys, pinned: the `host_key` line, or the box's entries in a `known_hosts`
-/// file (`[host]:port` when the port is not 22, hashed names too). Never trusted on first use.
-fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Option<Vec<String>> {
+/// The box's host keys, pinned, and the keys revoked: the `host_key` line, or the box's entries
+/// in a `known_hosts` file (`[host]:port` when the port is not 22, hashed names too) but for the
+/// keys its `@revoked` lines name. Never trusted on first use.
+fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Option<(Vec<String>, Vec<String>)> {
     let scan = "set host_key to the box's key line, from the box's /etc/ssh/ssh_host_ed25519_key.pub or `ssh-keyscan -t ed25519 -p <port> <host>` (check its fingerprint)";
     match (&b.host_key, &b.known_hosts) {
         (Some(_), Some(_)) => {
@@ -137,7 +154,7 @@ fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Optio
             None
         }
         (Some(line), None) => match parse_host_key(line) {
-            Ok(k) => Some(vec![key_line(&k)]),
+            Ok(k) => Some((vec![key_line(&k)], Vec::new())),
             Err(why) => {
                 c.problem(format!("{key}.host_key"), why, scan);
                 None
@@ -147,8 +164,11 @@ fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Optio
     }
 }
 
-/// The box's entries in the `known_hosts` file `file`, as key lines.
-fn from_known_hosts(c: &mut Checker<'_>, key: &str, file: &str, address: &str) -> Option<Vec<String>> {
+/// The box's entries in the `known_hosts` file `file` but the revoked ones, and the revoked
+/// keys, as key lines. Every key of the box revoked leaves it none: it is refused at connection
+/// (`check` and `serve` warn), so a revocation takes effect at a reload, where a refused config
+/// would have left the running gateway trusting the revoked key.
+fn from_known_hosts(c: &mut Checker<'_>, key: &str, file: &str, address: &str) -> Option<(Vec<String>, Vec<String>)> {
     let path = c.path(file);
     let (host, port) = address.rsplit_once(':')?;
     let port: u16 = port.parse().ok()?;
@@ -167,14 +187,24 @@ fn from_known_hosts(c: &mut Checker<'_>, key: &str, file: &str, address: &str) -
             return None;
         }
     };
-    // A line russh's reader would read otherwise than OpenSSH (a revocation, a
-    // certificate authority, a negated host) refuses the file rather than half reading it.
-    if let Some((problem, fix)) = super::known_hosts::misread(&text, &path.display().to_string(), host, port) {
-        c.problem(format!("{key}.known_hosts"), problem, fix);
-        return None;
-    }
+    // What russh's reader skips or misreads (a revocation, a certificate authority, a negated
+    // host) is read first: revoked keys are taken out, the rest refuses the file.
+    let revoked = match super::known_hosts::read(&text, &path.display().to_string(), host, port) {
+        Ok(revoked) => revoked,
+        Err((problem, fix)) => {
+            c.problem(format!("{key}.known_hosts"), problem, fix);
+            return None;
+        }
+    };
+    let is_revoked = |k: &russh::keys::PublicKey| revoked.iter().any(|r| r.key.key_data() == k.key_data());
     match russh::keys::known_hosts::known_host_keys_path(host, port, &path) {
-        Ok(keys) if !keys.is_empty() => Some(keys.iter().map(|(_, k)| key_line(k)).collect()),
+        Ok(keys) if !keys.is_empty() => Some((
+            keys.iter()
+                .filter(|(_, k)| !is_revoked(k))
+                .map(|(_, k)| key_line(k))
+                .collect(),
+            revoked.iter().map(|r| key_line(&r.key)).collect(),
+        )),
         Ok(_) => {
             let name = if port == 22 {
                 host.to_string()

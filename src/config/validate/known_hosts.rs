@@ -1,45 +1,143 @@
-//! What in a `known_hosts` file the SSH library's reader (russh's `known_host_keys_path`) would
-//! read otherwise than OpenSSH, found before it reads the file: such a file is refused, never
-//! half read. It takes a line when one of its host patterns is the box's name (or hashes to it)
-//! and ignores everything else on it: a `@revoked` or `@cert-authority` marker, and a `!`
-//! negation, which in OpenSSH means "not this host" (`gpu1,!gpu1` trusts nothing; russh would
-//! trust its key).
+//! What a `known_hosts` file says about a box beyond the plain lines the SSH library's reader
+//! (russh's `known_host_keys_path`) takes. That reader takes a line when one of its host patterns
+//! is the box's name (or hashes to it), skips every line that starts with a marker, and ignores a
+//! `!` negation; OpenSSH reads all three. So, before russh reads the file:
+//!
+//! - `@revoked`: the line's key is never trusted for the box, even where a plain line lists it.
+//!   Whatever hosts the line names: stricter than OpenSSH (which applies it to those hosts), as a
+//!   key someone revoked is not one to trust for a box. Its keys are returned; `boxes.rs` takes
+//!   them out of what russh read, and the link names a revoked key when a box presents one.
+//! - `@cert-authority` for the box: refused, naming the line. The gateway accepts no host
+//!   certificate, and the line's key is a certificate authority's, not the box's: trusted as a
+//!   plain key it would let the CA's own key answer for the box. Lines for other hosts are left
+//!   alone (russh skips them; they trust nothing for the box).
+//! - any other marker: refused, naming the line (what it means cannot be told).
+//! - a `!` negation on the box's line (`gpu1,!gpu1` trusts nothing in OpenSSH; russh would trust
+//!   its key): refused, naming the line.
 
 use base64::Engine;
+use russh::keys::PublicKey;
 
-/// The first line of `text` that the reader would misread, as a problem and its fix.
-pub(super) fn misread(text: &str, file: &str, host: &str, port: u16) -> Option<(String, String)> {
-    if text.lines().any(|l| l.trim_start().starts_with('@')) {
-        return Some((
-            format!("{file} has @revoked or @cert-authority lines, which the gateway does not read"),
-            "pin the box's key with host_key instead".into(),
-        ));
-    }
+/// A key the file revokes, and the line (from 1) that says so.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Revoked {
+    pub line: usize,
+    pub key: PublicKey,
+}
+
+/// A problem with the file and its fix.
+type Refusal = (String, String);
+
+/// The keys `text` revokes, or the first line that cannot be read the way OpenSSH reads it.
+pub(super) fn read(text: &str, file: &str, host: &str, port: u16) -> Result<Vec<Revoked>, Refusal> {
     let name = if port == 22 {
         host.to_string()
     } else {
         format!("[{host}]:{port}")
     };
+    let mut revoked = Vec::new();
     for (i, line) in text.lines().enumerate() {
-        let Some(patterns) = line.split_whitespace().next().filter(|p| !p.starts_with('#')) else {
+        let n = i + 1;
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next().filter(|w| !w.starts_with('#')) else {
             continue;
         };
-        let negated = patterns.split(',').find(|p| p.starts_with('!'));
-        let names_the_box = patterns.split(',').any(|p| names(p.trim_start_matches('!'), &name));
-        if let (Some(negated), true) = (negated, names_the_box) {
-            return Some((
-                format!(
-                    "{file} line {}: the entry for {name} has the negated pattern {negated}, which the gateway's SSH library does not read (it would trust the line's key for {name} regardless)",
-                    i + 1
-                ),
-                format!(
-                    "write line {} without `!` patterns (a line of its own for the box, or none if it must not be trusted), or pin the box's key with host_key",
-                    i + 1
-                ),
-            ));
+        match first {
+            "@revoked" => revoked.push(revocation(words, file, n)?),
+            "@cert-authority" => {
+                let patterns = words.next().unwrap_or_default();
+                if applies(patterns, &name) {
+                    return Err(certificate_authority(file, n, &name));
+                }
+            }
+            marker if marker.starts_with('@') => {
+                return Err((
+                    format!(
+                        "{file} line {n}: the marker {marker} is not one OpenSSH defines (@revoked, @cert-authority)"
+                    ),
+                    format!("correct or remove line {n}"),
+                ));
+            }
+            patterns => negated(patterns, &name, file, n)?,
         }
     }
-    None
+    Ok(revoked)
+}
+
+/// The key of a `@revoked` line (after the marker: patterns, key type, key): a key that does not
+/// read refuses the file, as what it revokes cannot be told.
+fn revocation<'a>(mut words: impl Iterator<Item = &'a str>, file: &str, n: usize) -> Result<Revoked, Refusal> {
+    let _patterns = words.next();
+    let line = words.collect::<Vec<_>>().join(" ");
+    match super::boxes::parse_host_key(&line) {
+        Ok(key) => Ok(Revoked { line: n, key }),
+        Err(why) => Err((
+            format!(
+                "{file} line {n}: a @revoked line whose key cannot be read ({why}): which key it revokes cannot be told"
+            ),
+            format!("correct line {n} (\"@revoked <hosts> ssh-ed25519 AAAA…\") or remove it"),
+        )),
+    }
+}
+
+fn certificate_authority(file: &str, n: usize, name: &str) -> Refusal {
+    (
+        format!(
+            "{file} line {n}: a @cert-authority line for {name}; the gateway accepts no host certificates, and the line's key is the authority's, not the box's"
+        ),
+        format!(
+            "pin the box's own key: host_key, or a plain line for {name} in a known_hosts file without a @cert-authority line for it (ssh-keyscan prints it; check its fingerprint)"
+        ),
+    )
+}
+
+/// A plain line whose patterns name the box beside a `!` negation: OpenSSH reads the negation,
+/// russh does not.
+fn negated(patterns: &str, name: &str, file: &str, n: usize) -> Result<(), Refusal> {
+    let negated = patterns.split(',').find(|p| p.starts_with('!'));
+    let names_the_box = patterns.split(',').any(|p| names(p.trim_start_matches('!'), name));
+    match (negated, names_the_box) {
+        (Some(negated), true) => Err((
+            format!(
+                "{file} line {n}: the entry for {name} has the negated pattern {negated}, which the gateway's SSH library does not read (it would trust the line's key for {name} regardless)"
+            ),
+            format!(
+                "write line {n} without `!` patterns (a line of its own for the box, or none if it must not be trusted), or pin the box's key with host_key"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Does a line with `patterns` apply to `name`, as OpenSSH reads it: a pattern (a glob, or a
+/// hashed name) matches and no negated one does.
+fn applies(patterns: &str, name: &str) -> bool {
+    let mut hit = false;
+    for p in patterns.split(',') {
+        match p.strip_prefix('!') {
+            Some(p) if matches(p, name) => return false,
+            Some(_) => {}
+            None => hit |= matches(p, name),
+        }
+    }
+    hit
+}
+
+/// A hashed name, or a glob (`*`, `?`) compared without case, as OpenSSH's `match_pattern`.
+fn matches(pattern: &str, name: &str) -> bool {
+    if pattern.starts_with("|1|") {
+        return names(pattern, name);
+    }
+    fn glob(p: &[u8], s: &[u8]) -> bool {
+        match (p.first(), s.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => glob(&p[1..], s) || (!s.is_empty() && glob(p, &s[1..])),
+            (Some(b'?'), Some(_)) => glob(&p[1..], &s[1..]),
+            (Some(a), Some(b)) if a.eq_ignore_ascii_case(b) => glob(&p[1..], &s[1..]),
+            _ => false,
+        }
+    }
+    glob(pattern.as_bytes(), name.as_bytes())
 }
 
 /// Is `pattern` the host `name`: the same name, or a hashed one (`|1|salt|hash`, HMAC-SHA1 of
@@ -57,74 +155,5 @@ fn names(pattern: &str, name: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl";
-
-    #[test]
-    fn a_negated_pattern_on_the_boxs_line_is_refused_with_its_line() {
-        let text = format!("# the team's hosts\nother.lan {KEY}\n[127.0.0.1]:2222,!gpu1.lan {KEY}\n");
-        let (problem, fix) = misread(&text, "/etc/kh", "127.0.0.1", 2222).expect("refused");
-        assert!(
-            problem.starts_with("/etc/kh line 3: the entry for [127.0.0.1]:2222 has the negated pattern !gpu1.lan"),
-            "{problem}"
-        );
-        assert!(fix.contains("write line 3 without `!` patterns"), "{fix}");
-        // Negating the box itself, on port 22 (its bare name).
-        let text = format!("*.lan,!gpu1.lan {KEY}\n");
-        let (problem, _) = misread(&text, "kh", "gpu1.lan", 22).expect("refused");
-        assert!(
-            problem.starts_with("kh line 1: the entry for gpu1.lan has the negated pattern !gpu1.lan"),
-            "{problem}"
-        );
-        // A hashed name for the box (`ssh-keygen -H` of "[127.0.0.1]:2222") beside a negation.
-        let hashed = "|1|AAECAwQFBgcICQoLDA0ODxAREhM=|zKYaAqmSav3Qxr2sffNqWFIcbe4=";
-        assert!(names(hashed, "[127.0.0.1]:2222") && !names(hashed, "[127.0.0.1]:2223"));
-        let text = format!("{hashed},!10.0.0.9 {KEY}\n");
-        assert!(misread(&text, "kh", "127.0.0.1", 2222).is_some());
-    }
-
-    #[test]
-    fn lines_for_other_hosts_and_plain_lines_for_the_box_are_read() {
-        let text = format!("!other.lan,third.lan {KEY}\n[127.0.0.1]:2222 {KEY}\n# !gpu1 [127.0.0.1]:2222\n");
-        assert_eq!(misread(&text, "kh", "127.0.0.1", 2222), None);
-        // The same name on another port is another host.
-        let text = format!("[127.0.0.1]:2223,!x {KEY}\n");
-        assert_eq!(misread(&text, "kh", "127.0.0.1", 2222), None);
-    }
-
-    #[test]
-    fn markers_are_refused_as_before() {
-        let text = format!("@revoked [127.0.0.1]:2222 {KEY}\n");
-        let (problem, _) = misread(&text, "kh", "127.0.0.1", 2222).expect("refused");
-        assert!(problem.contains("@revoked or @cert-authority"), "{problem}");
-    }
-
-    /// Through `check`'s validation: the config is refused, naming the box's key, the file,
-    /// the line and the fix (russh alone would have pinned the line's key).
-    #[test]
-    fn a_config_whose_known_hosts_negates_the_box_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let client = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
-        let key = dir.path().join("id_ed25519");
-        let text = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
-        crate::support::files::write_private(&key, &text).unwrap();
-        let known_hosts = dir.path().join("known_hosts");
-        std::fs::write(&known_hosts, format!("# hosts\n[127.0.0.1]:2222,!gpu1.lan {KEY}\n")).unwrap();
-        let config = format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n\
-             [[box]]\nname = \"gpu1\"\nssh = \"dev@127.0.0.1:2222\"\nkey = \"{}\"\nknown_hosts = \"{}\"\n",
-            key.display(),
-            known_hosts.display()
-        );
-        let err = crate::config::parse(&config, &dir.path().join("gateway.toml"))
-            .expect_err("the negated entry is refused")
-            .to_string();
-        assert!(err.contains(&format!(
-            "box[0] (gpu1).known_hosts: {} line 2: the entry for [127.0.0.1]:2222 has the negated pattern !gpu1.lan",
-            known_hosts.display()
-        )), "{err}");
-        assert!(err.contains("Fix: write line 2 without `!` patterns"), "{err}");
-    }
-}
+#[path = "known_hosts_tests.rs"]
+mod tests;

@@ -101,4 +101,61 @@ mod tests {
             }
         }
     }
+
+    /// The headers HAProxy itself sent (tests/fixtures/proxy/, with what the capture's client knew
+    /// of its connection) through the real accept path, from a trusted balancer: version 2 names
+    /// the client HAProxy connected from, its health check's LOCAL is the balancer itself, and
+    /// version 1 is refused; the header is consumed exactly, the client's own bytes left to read.
+    #[tokio::test]
+    async fn haproxys_own_headers_name_the_client_haproxy_meant() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/proxy");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut seen = 0;
+        for name in [
+            "v1-tcp4",
+            "v1-tcp6",
+            "v2-local",
+            "v2-tcp4",
+            "v2-tcp6",
+            "v2-tcp4-tls-tlvs",
+        ] {
+            let bytes = std::fs::read(dir.join(format!("{name}.bin"))).unwrap();
+            let meant: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+            let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            client.write_all(&bytes).await.unwrap();
+            client.shutdown().await.unwrap();
+            let (mut tcp, peer) = listener.accept().await.unwrap();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let judged = client_of(&mut tcp, peer, true, deadline).await;
+            let want = match (meant["version"].as_u64(), meant["command"].as_str()) {
+                (Some(1), _) => Err("proxy_header_v1"),
+                (_, Some("LOCAL")) => Ok(peer),
+                _ => Ok(SocketAddr::new(
+                    meant["source"][0].as_str().unwrap().parse().unwrap(),
+                    meant["source"][1].as_u64().unwrap() as u16,
+                )),
+            };
+            assert_eq!(judged, want, "{name}");
+            if judged.is_ok() {
+                let mut rest = Vec::new();
+                tcp.read_to_end(&mut rest).await.unwrap();
+                assert_eq!(
+                    String::from_utf8_lossy(&rest),
+                    meant["after"].as_str().unwrap_or(""),
+                    "{name}"
+                );
+            }
+            seen += 1;
+        }
+        assert_eq!(
+            seen,
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "bin"))
+                .count()
+        );
+    }
 }
