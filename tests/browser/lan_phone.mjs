@@ -98,9 +98,13 @@ try {
   // OpenCode 1.18.33 answers the project's session list with a new-session page for it (its
   // home, "/", is the empty page the issue saw); the tool's run in the project's folder, checked
   // by the host, shows the prompt went to this project.
-  // Not any page ready for a prompt: this project's session path.
-  const landed = new URL(page.url()).pathname;
-  if (landed !== sessions && !landed.startsWith(`${sessions}/`)) throw new Error(`the link landed on ${page.url()}, not under ${sessions}`);
+  // Not any page ready for a prompt: this project's session path, or the new-session draft that
+  // OpenCode 1.18.33 opens from it (seen: `/new-session?draftId=<uuid>`); the tool's run in the
+  // project's folder, checked by the host, shows the prompt went to this project.
+  const landed = new URL(page.url());
+  const underSessions = landed.pathname === sessions || landed.pathname.startsWith(`${sessions}/`);
+  const draft = landed.pathname === '/new-session' && /^[0-9a-f-]{36}$/.test(landed.searchParams.get('draftId') || '');
+  if (!underSessions && !draft) throw new Error(`the link landed on ${page.url()}, neither under ${sessions} nor its new-session draft`);
   console.log(`the portal's link opened ${page.url()} with a prompt`);
 
   step = 'send a prompt in the web UI';

@@ -101,7 +101,10 @@ async fn a_git_worktree_becomes_a_project_granted_by_pattern_and_goes_away_with_
             role: "admin",
         },
     ]);
-    let gw = Gateway::start_with(&server_config(&format!("{set}{users}")), &[], |_| {});
+    // A start may take long beside the suite's heaviest tests (a fleet of `opencode run` on two
+    // cores took one past the default 30 s): this test is about discovery, not start-up speed.
+    let limits = "[limits]\nspawn_ready_timeout = \"90s\"\n";
+    let gw = Gateway::start_with(&server_config(&format!("{set}{users}{limits}")), &[], |_| {});
     let c = Https::new(gw.https, &gw.ca());
     let (bob, carol) = (basic("bob", "bob-password-12"), basic("carol", "carol-password-1"));
     assert_eq!(

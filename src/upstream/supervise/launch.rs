@@ -131,7 +131,7 @@ pub(super) async fn launch(
     // The gateway's user's own OpenCode setup, where its folders are not the defaults under HOME.
     if spec.opencode_config == OpencodeConfig::User && spec.run_as.is_none() {
         for name in USER_SETUP_ENV {
-            if let Some(v) = std::env::var_os(name) {
+            if let Some(v) = std::env::var_os(name).filter(|v| !v.is_empty()) {
                 cmd.env(name, v);
             }
         }

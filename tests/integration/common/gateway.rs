@@ -99,12 +99,6 @@ fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String
     };
     cmd.arg("serve").arg("-c").arg(config).current_dir(dir);
     cmd.env("RUST_LOG", "info,opencode=debug");
-    // A home of its own: the OpenCode servers it spawns use their user's setup (issue 38), which
-    // must be the test's, never the real one of whoever runs the suite.
-    cmd.env("HOME", dir.join("home"));
-    for name in ["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"] {
-        cmd.env_remove(name);
-    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -206,7 +200,19 @@ impl Gateway {
         let path = dir.path().join("gateway.toml");
         std::fs::write(&path, config).unwrap();
         prepare(dir.path());
-        let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        // A home of its own (`<dir>/home`, unless the test names one): the OpenCode servers it
+        // spawns use their user's setup (issue 38), which must be the test's, never the real one
+        // of whoever runs the suite. The XDG variables would point past it: they are emptied,
+        // which OpenCode takes as unset.
+        let home = dir.path().join("home").display().to_string();
+        let own = [("HOME", home.as_str())]
+            .into_iter()
+            .chain(["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"].map(|x| (x, "")))
+            .filter(|(k, _)| !env.iter().any(|(n, _)| n == k));
+        let env: Vec<(String, String)> = own
+            .chain(env.iter().copied())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
         let run = launch(dir.path(), &path, &env, &wrapper);
         Gateway {
