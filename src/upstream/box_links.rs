@@ -39,7 +39,7 @@ fn spec(b: &BoxConfig) -> anyhow::Result<BoxSpec> {
     let keys = |lines: &[String]| {
         lines
             .iter()
-            .map(|line| crate::config::validate::boxes::parse_host_key(line))
+            .map(|line| crate::config::validate::known_hosts::parse_host_key(line))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| anyhow::anyhow!("box {}: host key: {e}", b.name))
     };

@@ -153,7 +153,7 @@ fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Optio
             c.problem(format!("{key}.host_key"), "the box's host key is not pinned", scan);
             None
         }
-        (Some(line), None) => match parse_host_key(line) {
+        (Some(line), None) => match super::known_hosts::parse_host_key(line) {
             Ok(k) => Some((vec![key_line(&k)], Vec::new())),
             Err(why) => {
                 c.problem(format!("{key}.host_key"), why, scan);
@@ -232,20 +232,4 @@ fn from_known_hosts(c: &mut Checker<'_>, key: &str, file: &str, address: &str) -
 /// A public key as one `algorithm base64` line.
 fn key_line(k: &russh::keys::PublicKey) -> String {
     k.to_openssh().unwrap_or_default()
-}
-
-/// `ssh-ed25519 AAAA… [comment]` → the public key (its algorithm must be the one the line says).
-pub(crate) fn parse_host_key(line: &str) -> Result<russh::keys::PublicKey, String> {
-    let mut words = line.split_whitespace();
-    let (Some(algorithm), Some(b64)) = (words.next(), words.next()) else {
-        return Err("not an OpenSSH public key line (\"ssh-ed25519 AAAA…\")".into());
-    };
-    let key = russh::keys::parse_public_key_base64(b64).map_err(|e| format!("its key does not read: {e}"))?;
-    if key.algorithm().as_str() != algorithm {
-        return Err(format!(
-            "the line says {algorithm} but the key is {}",
-            key.algorithm().as_str()
-        ));
-    }
-    Ok(key)
 }

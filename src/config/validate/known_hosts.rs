@@ -69,7 +69,7 @@ pub(super) fn read(text: &str, file: &str, host: &str, port: u16) -> Result<Vec<
 fn revocation<'a>(mut words: impl Iterator<Item = &'a str>, file: &str, n: usize) -> Result<Revoked, Refusal> {
     let _patterns = words.next();
     let line = words.collect::<Vec<_>>().join(" ");
-    match super::boxes::parse_host_key(&line) {
+    match parse_host_key(&line) {
         Ok(key) => Ok(Revoked { line: n, key }),
         Err(why) => Err((
             format!(
@@ -152,6 +152,22 @@ fn names(pattern: &str, name: &str) -> bool {
     };
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY, &salt);
     ring::hmac::verify(&key, name.as_bytes(), &hash).is_ok()
+}
+
+/// `ssh-ed25519 AAAA… [comment]` → the public key (its algorithm must be the one the line says).
+pub(crate) fn parse_host_key(line: &str) -> Result<russh::keys::PublicKey, String> {
+    let mut words = line.split_whitespace();
+    let (Some(algorithm), Some(b64)) = (words.next(), words.next()) else {
+        return Err("not an OpenSSH public key line (\"ssh-ed25519 AAAA…\")".into());
+    };
+    let key = russh::keys::parse_public_key_base64(b64).map_err(|e| format!("its key does not read: {e}"))?;
+    if key.algorithm().as_str() != algorithm {
+        return Err(format!(
+            "the line says {algorithm} but the key is {}",
+            key.algorithm().as_str()
+        ));
+    }
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ mod audit;
 pub(crate) mod boxes;
 mod budget;
 pub(crate) mod checker;
-mod known_hosts;
+pub(crate) mod known_hosts;
 pub(crate) mod names;
 mod notify;
 pub(crate) mod oidc;

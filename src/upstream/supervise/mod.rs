@@ -366,8 +366,10 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
                     }
                     Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint.authority, &why),
                 }
-                read_model(&s, &server.endpoint, connect_timeout).await;
                 s.status.send_replace(Status::Ready(server.endpoint.clone()));
+                // Beside the serving, not before it: asking the model took seconds on a fresh
+                // server, which a first request would otherwise wait for.
+                tokio::spawn(read_model(s.clone(), server.endpoint.clone(), connect_timeout));
                 ran = true;
                 let why = watch_server(&s, &mut server, connect_timeout).await;
                 s.status.send_replace(Status::Starting);
@@ -430,9 +432,9 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
 
 /// Ask the ready server which model it answers with: logged (a warning when it will likely fail
 /// at the model, with how to mend it) and kept for `status`.
-async fn read_model(s: &Supervised, endpoint: &Endpoint, connect_timeout: Duration) {
+async fn read_model(s: Arc<Supervised>, endpoint: Arc<Endpoint>, connect_timeout: Duration) {
     let project = &s.spec.project;
-    match crate::upstream::model_report::ModelReport::read(endpoint, connect_timeout).await {
+    match crate::upstream::model_report::ModelReport::read(&endpoint, connect_timeout).await {
         Ok(report) => {
             let model = report.summary();
             match report.problem() {
