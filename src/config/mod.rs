@@ -8,6 +8,7 @@ pub mod limits;
 pub mod protected;
 mod secret;
 pub mod settings;
+mod shape;
 pub mod ssh_key;
 pub mod validate;
 
@@ -133,10 +134,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Settings, ConfigError> {
 /// [`parse`], with the users file's text given (`Some`) instead of read from disk: how the CLI
 /// checks an edit of that file before writing it.
 pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>) -> Result<Settings, ConfigError> {
-    let mut raw: file::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        file: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let mut raw: file::RawConfig = read_shaped(text, path)?;
     raw.own_users = raw.user.len();
     if let Some(users) = users_file(path, raw.server.users_file.as_deref()) {
         // Missing is empty: the first start makes it.
@@ -148,10 +146,7 @@ pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>
                 Err(error) => return Err(ConfigError::Read { file: users, error }),
             },
         };
-        let more: file::RawUsers = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            file: users.clone(),
-            message: e.to_string(),
-        })?;
+        let more: file::RawUsers = read_shaped(&text, &users)?;
         raw.user.extend(more.user);
     }
     let abs = if path.is_absolute() {
@@ -162,6 +157,20 @@ pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>
             .unwrap_or_else(|_| path.to_path_buf())
     };
     validate::validate(raw, &abs)
+}
+
+/// `text` in its typed form, or every key of the wrong form at once (`shape`).
+fn read_shaped<T: serde::de::DeserializeOwned>(text: &str, file: &Path) -> Result<T, ConfigError> {
+    shape::read(text).map_err(|e| match e {
+        shape::ReadError::Toml(e) => ConfigError::Parse {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        },
+        shape::ReadError::Problems(problems) => ConfigError::Invalid {
+            file: file.to_path_buf(),
+            problems,
+        },
+    })
 }
 
 /// The users file a config names (`server.users_file`), resolved against the config's folder.
