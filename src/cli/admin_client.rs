@@ -61,7 +61,10 @@ pub(crate) fn restart(config: &Path, project: &str) -> anyhow::Result<()> {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
         bail!("{}", v["error"].as_str().unwrap_or(body.trim()));
     }
-    println!("restarting project {project}'s server (`opencode-gateway status` shows when it is ready)");
+    println!(
+        "restarting project {project}'s server (`{}` shows when it is ready)",
+        super::again(config, "status")
+    );
     Ok(())
 }
 

@@ -23,7 +23,7 @@ pub(crate) fn devices(config: &Path, action: Option<DevicesAction>, user: Option
                 if known {
                     bail!("device {id:?} is revoked already");
                 }
-                bail!("there is no device {id:?} (see `opencode-gateway devices`)");
+                bail!("there is no device {id:?} (see `{}`)", super::again(config, "devices"));
             }
             println!("revoked {id}: its sessions are ended");
             let owner = store

@@ -3,6 +3,8 @@
 pub mod admin_client;
 pub mod args;
 pub mod audit;
+mod banner;
+mod banner_ca;
 pub mod check;
 pub mod devices;
 pub mod doctor;
@@ -19,6 +21,29 @@ pub mod user;
 use std::path::Path;
 
 use crate::cli::args::{CertAction, Cli, Command};
+
+/// `opencode-gateway <args>` as a person types it here to run it (issue 38): this program as
+/// typed from the current folder, and `-c <config>` only where that command would not find
+/// `config` by itself.
+pub(crate) fn again(config: &Path, args: &str) -> String {
+    let me = crate::support::invocation::me();
+    let found = crate::config::find(Path::new(crate::config::DEFAULT_PATH));
+    let same = match (found.canonicalize(), config.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => found == config,
+    };
+    if same {
+        return format!("{me} {args}");
+    }
+    let shown = std::env::current_dir()
+        .ok()
+        .and_then(|d| config.strip_prefix(d).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| config.to_path_buf());
+    format!(
+        "{me} {args} -c {}",
+        crate::support::invocation::quoted(&shown.display().to_string())
+    )
+}
 
 /// Run a parsed command line. `serve` needs the async runtime; the rest are quick and synchronous.
 pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {

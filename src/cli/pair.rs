@@ -38,15 +38,16 @@ pub(crate) fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow:
         crate::support::when::when(expires_at),
         human(ttl.as_secs())
     );
-    println!("See and revoke devices with `opencode-gateway devices`.");
+    println!("See and revoke devices with:\n    {}", super::again(config, "devices"));
     if let Some(why) = only_here(page) {
         // Loud, and on stderr too: a QR code no phone can open looks like one that works.
         eprintln!(
             "\nWARNING: {page} {why}: a phone cannot open it. For a phone on this Wi-Fi, serve the \
-             LAN variant (`opencode-gateway serve -c config/gateway.lan.toml` in the repository, or \
-             a config from `opencode-gateway init --lan`) and run pair again with its -c; or give \
+             LAN variant (`{me} serve -c config/gateway.lan.toml` in the repository, or \
+             a config from `{me} init --lan`) and run pair again with its -c; or give \
              the gateway a name the phone resolves (server.base_domain and server.public_url, and \
-             a certificate for that name)."
+             a certificate for that name).",
+            me = crate::support::invocation::me()
         );
     }
     Ok(())

@@ -22,7 +22,10 @@ pub(crate) fn passkeys(config: &Path, action: Option<PasskeysAction>, user: Opti
                 if let Some(p) = store.list_passkeys(None)?.into_iter().find(|p| p.id == id) {
                     bail!("passkey {id:?} of {} is revoked already", p.user);
                 }
-                bail!("there is no passkey {id:?} (see `opencode-gateway passkeys`)");
+                bail!(
+                    "there is no passkey {id:?} (see `{}`)",
+                    super::again(config, "passkeys")
+                );
             }
             let owner = store
                 .list_passkeys(None)?

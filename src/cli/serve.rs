@@ -29,8 +29,9 @@ pub(crate) async fn serve(
     }
     if let Some(other) = already_running(config) {
         anyhow::bail!(
-            "a gateway is already running on {} ({other}); stop it first (kill -TERM its pid), or ask it with `opencode-gateway status`",
-            config.display()
+            "a gateway is already running on {} ({other}); stop it first (kill -TERM its pid), or ask it with `{} status`",
+            config.display(),
+            crate::support::invocation::me()
         );
     }
     ensure_dev_certs(&settings)?;
@@ -57,7 +58,8 @@ pub(crate) async fn serve(
         users = settings.users.len(),
         "gateway ready"
     );
-    print_attach(&settings, &running, first_user.as_ref());
+    // Printed beside serving: it waits for the model of each server started with the gateway.
+    let banner = tokio::spawn(super::banner::Banner::new(&settings, &running, first_user).print());
 
     loop {
         tokio::select! {
@@ -66,6 +68,7 @@ pub(crate) async fn serve(
             _ = hup.recv() => { let _ = crate::gateway::reload::reload(&running.gateway, config); }
         }
     }
+    banner.abort();
     running.stop().await;
     tracing::info!("stopped");
     Ok(())
@@ -122,124 +125,4 @@ fn create_first_user(config: &Path, users_file: Option<&Path>) -> anyhow::Result
     edit::write_atomically(target, &updated)?;
     tracing::info!(user = %name, file = %target.display(), "created the first user (only its argon2id hash was written)");
     Ok((name, password))
-}
-
-fn print_attach(settings: &Settings, running: &crate::Running, first_user: Option<&(String, String)>) {
-    let ssh = running.ssh;
-    // The user the commands name: the one just made, else the only one there is.
-    let only = (settings.users.len() == 1).then(|| settings.users[0].name.as_str());
-    let (user, pw) = match first_user {
-        Some((u, p)) => (u.as_str(), p.as_str()),
-        None => (only.unwrap_or("<user>"), "<password>"),
-    };
-    let reach = running.gateway.doors.ports.get().map_or_else(
-        || crate::reach::Reach::new(settings, Some(running.https.port())),
-        |p| crate::reach::Reach::bound(settings, p),
-    );
-    let url = reach.base();
-    let ca = if settings.tls.dev_ca {
-        let ca = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
-        let shown = std::env::current_dir()
-            .ok()
-            .and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf()))
-            .unwrap_or(ca);
-        format!("NODE_EXTRA_CA_CERTS={} ", shown.display())
-    } else {
-        String::new()
-    };
-    // `-c <config>` only where the commands would not find it by themselves.
-    let dash_c = if settings.path.ends_with(crate::config::DEFAULT_PATH) {
-        String::new()
-    } else {
-        format!(" -c {}", settings.path.display())
-    };
-    let mut out = String::new();
-    out += &format!("\nopencode-gateway is serving {url}\n");
-    out += &trust_the_ca(settings, running, &reach);
-    out += &format!(
-        "control room (log in with the form): {}/   pair a phone: opencode-gateway pair {user}{dash_c}\n",
-        reach.login()
-    );
-    for p in &settings.projects {
-        if let Some(why) = crate::upstream::supervise::cannot_start(settings, p) {
-            out += &format!("\nproject {}: NOT RUNNING\n  {why}\n", p.name);
-            continue;
-        }
-        out += &format!("\nproject {}:\n", p.name);
-        let at = reach.project(&p.name);
-        out += &format!("  {ca}opencode attach {at} -u {user} -p '{pw}'\n");
-        out += &format!("  {ca}opencode run --attach {at} -u {user} -p '{pw}' \"hello\"\n");
-        if let Some(web) = reach.web_ui(&p.name) {
-            out += &format!("  web UI: {web}   (trust the CA in your browser)\n");
-        }
-        if let Some(ssh) = ssh {
-            out += &format!(
-                "  {}   then   opencode attach http://127.0.0.1:4096\n",
-                crate::reach::ssh_forward(&p.name, user, ssh, Some(reach.host()))
-            );
-        }
-    }
-    if let (Some(cfg), Some(addr)) = (&settings.ssh, ssh) {
-        out += &format!(
-            "\nSSH host key:\n{}",
-            crate::front::ssh::host_key::describe(&cfg.host_key, addr)
-        );
-    }
-    let recover = format!("opencode-gateway user passwd {user}{dash_c}   (then: opencode-gateway reload{dash_c})");
-    match first_user {
-        // Last, framed: the one thing to copy before it scrolls away.
-        Some((u, p)) => {
-            out += &framed(&[
-                format!("Created gateway user {u:?}. Its password, shown only this once:"),
-                String::new(),
-                format!("    {p}"),
-                String::new(),
-                "Only its argon2id hash was written. Lost it? Set a new one:".into(),
-                format!("    {recover}"),
-            ])
-        }
-        None => out += &format!("\nforgot the password? {recover}\n"),
-    }
-    // ok: the password printed here is the one just generated for the operator, shown this once.
-    print!("{out}");
-}
-
-/// Where a phone gets the dev CA (the plain-HTTP listener's `/ca`) and the fingerprint to compare
-/// there, when the gateway made its own CA; nothing otherwise.
-fn trust_the_ca(settings: &Settings, running: &crate::Running, reach: &crate::reach::Reach) -> String {
-    if !settings.tls.dev_ca {
-        return String::new();
-    }
-    let ca = crate::config::protected::DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
-    let Some(der) = std::fs::read_to_string(&ca)
-        .ok()
-        .and_then(|p| crate::web::ca_page::der_from_pem(&p))
-    else {
-        return String::new();
-    };
-    let fp = crate::web::ca_page::fingerprint(&der);
-    match running.http {
-        Some(http) => format!(
-            "trust the dev CA on a phone: http://{}:{}/ca   SHA-256 fingerprint {fp}\n",
-            reach.host(),
-            http.port()
-        ),
-        // Loopback only: no phone reaches it (the LAN variant offers the CA on plain HTTP).
-        None if settings.server.listen.ip().is_loopback() => String::new(),
-        None => format!(
-            "dev CA: {} (SHA-256 fingerprint {fp}); set server.http_listen to offer it to phones\n",
-            ca.display()
-        ),
-    }
-}
-
-/// Lines in a box drawn with ASCII, wide enough for the longest.
-fn framed(lines: &[String]) -> String {
-    let width = lines.iter().map(|l| l.chars().count()).max().unwrap_or(0);
-    let rule = format!("+{}+\n", "-".repeat(width + 2));
-    let mut out = format!("\n{rule}");
-    for l in lines {
-        out += &format!("| {l}{} |\n", " ".repeat(width - l.chars().count()));
-    }
-    out + &rule
 }

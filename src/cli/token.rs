@@ -78,7 +78,7 @@ pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
         }
         TokenAction::Revoke { id } => {
             if !store.revoke_token(&id, tokens::now_unix())? {
-                bail!("no active token {id:?} (see `opencode-gateway token list`)");
+                bail!("no active token {id:?} (see `{}`)", super::again(config, "token list"));
             }
             println!("revoked {id}");
             crate::audit::append_from_cli(

@@ -58,8 +58,9 @@ pub(crate) fn user(path: &Path, action: UserAction) -> anyhow::Result<()> {
     }
     edit::write_atomically(&target, &updated)?;
     println!(
-        "updated {} (a running gateway applies it on reload: `opencode-gateway reload` or SIGHUP)",
-        target.display()
+        "updated {} (a running gateway applies it on reload: `{}` or SIGHUP)",
+        target.display(),
+        super::again(path, "reload")
     );
     Ok(())
 }

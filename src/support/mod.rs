@@ -1,7 +1,7 @@
 //! What every room may use and that knows nothing of the gateway: the bounded expiring map
 //! (`ttl_map`), the map of config names (`name_map`), response compression and the
 //! compressed-asset cache (`compress`), private files (`files`), this machine's names and
-//! addresses (`host`), DER validity (`der`), form encoding (`form`), the worker runtimes
+//! addresses (`host`), how a program is typed to run (`invocation`), DER validity (`der`), form encoding (`form`), the worker runtimes
 //! (`workers`), a moment as people read it (`when`), giving memory back (`memory`), logging (`telemetry`) and the rustls crypto
 //! provider (`tls`).
 
@@ -10,6 +10,7 @@ pub mod der;
 pub mod files;
 pub mod form;
 pub mod host;
+pub mod invocation;
 pub mod memory;
 pub mod name_map;
 pub mod telemetry;

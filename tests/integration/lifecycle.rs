@@ -93,38 +93,14 @@ fn serve_until_ready(config: &std::path::Path, root: &std::path::Path, path: &st
     run
 }
 
-fn committed_dev_config() -> String {
-    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shown = std::process::Command::new("git")
-        .args(["show", "HEAD:config/gateway.toml"])
-        .current_dir(repo)
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    match shown {
-        Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
-        _ => std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap(),
-    }
-}
-
 fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
-    let text = committed_dev_config();
+    let text = crate::common::dev_config::committed();
     assert!(
         !text.contains("[[user]]\nname = \"dev\""),
         "the committed dev config has no user yet: it is the first start's to make"
     );
-    for fixed in ["127.0.0.1:8443", "127.0.0.1:9090", "127.0.0.1:2222"] {
-        assert!(text.contains(&format!("listen = \"{fixed}\"")), "{fixed}");
-    }
     // Same file, but on ephemeral ports (tests never take fixed ones).
-    let text = text
-        .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
-        .replace("listen = \"127.0.0.1:9090\"", "listen = \"127.0.0.1:0\"")
-        .replace("listen = \"127.0.0.1:2222\"", "listen = \"127.0.0.1:0\"")
-        .lines()
-        .filter(|l| !l.starts_with("public_url"))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text = crate::common::dev_config::on_ephemeral_ports(&text);
     std::fs::create_dir_all(root.join("config")).unwrap();
     std::fs::create_dir_all(root.join("demo")).unwrap();
     let path = root.join("config/gateway.toml");
@@ -269,7 +245,8 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         "the only user is named: {again}"
     );
     assert!(
-        again.contains("forgot the password? opencode-gateway user passwd dev"),
+        again.contains("forgot the password? set a new one, then reload:\n")
+            && again.contains("opencode-gateway user passwd dev\n"),
         "{again}"
     );
     assert_eq!(

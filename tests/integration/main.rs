@@ -40,6 +40,7 @@ mod lan;
 mod lan_phone;
 mod lifecycle;
 mod metrics;
+mod newcomer;
 mod one_road;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]

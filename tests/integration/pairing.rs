@@ -11,6 +11,7 @@ use http_body_util::Full;
 use crate::common::client::{Https, Reply};
 use crate::common::fake_upstream::FakeUpstream;
 use crate::common::gateway::{ALICE, BIN, Gateway};
+use crate::common::login::{form_post, post_code};
 use crate::common::stack::one_project;
 
 const PW: &str = "pairing-upstream-pw";
@@ -39,23 +40,6 @@ fn pair(gw: &Gateway, args: &[&str]) -> (String, String) {
         .unwrap_or_else(|| panic!("no code in:\n{stdout}"))
         .to_string();
     (code, stdout)
-}
-
-fn form_post(c: &Https) -> http::request::Builder {
-    c.request("POST", "/pair", None)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .header("sec-fetch-mode", "navigate")
-        .header("accept", "text/html")
-}
-
-/// The phone's page posting a code, as a browser on the login host does.
-async fn post_code(c: &Https, code: &str) -> Reply {
-    let req = form_post(c)
-        .header("origin", format!("https://{}", c.authority()))
-        .header("sec-fetch-site", "same-origin")
-        .body(Full::from(format!("code={}", code.replace(' ', "+"))))
-        .unwrap();
-    c.call(req).await
 }
 
 /// The cookie value a successful pairing set, checking every attribute.

@@ -339,46 +339,11 @@ async fn the_web_ui_and_its_assets_load_on_the_project_host() {
     assert!(anon.headers.contains_key("www-authenticate"));
 }
 
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn run(&self, args: &[&str]) -> String {
-        let out = std::process::Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    async fn wait_screen(&self, needle: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let screen = self.run(&["capture-pane", "-t", "tui", "-p"]);
-            if screen.contains(needle) || Instant::now() > deadline {
-                return screen;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        self.run(&["kill-server"]);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn opencode_attach_in_tmux_shows_the_answer_through_the_gateway() {
     let s = setup("echo unused").await;
-    let tmux = Tmux {
-        socket: format!("ocgw-test-{}", std::process::id()),
-    };
+    let tmux = crate::common::tmux::Tmux::new("attach");
     let cmd = format!(
         "NODE_EXTRA_CA_CERTS={} OPENCODE_DISABLE_MODELS_FETCH=1 {} attach https://127.0.0.1:{}/p/demo -u alice -p {ALICE_PW}",
         s.gw.ca().display(),

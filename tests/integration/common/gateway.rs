@@ -83,19 +83,26 @@ pub struct Launched {
 /// committed dev config, `init`'s layout) rather than [`Gateway::start`]'s one folder.
 pub fn serve_in(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Launched {
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    launch(dir, config, &env, &[])
+    launch(Path::new(BIN), dir, config, &env, &[])
 }
 
-/// Run `serve` on `config` in `dir` (behind `wrapper`, e.g. `ip netns exec <ns>`, when not
+/// `<program> serve -c <config>` in `dir` with `env`: the gateway as built somewhere else than
+/// the suite's own path (a fresh clone's `target/release/`).
+pub fn serve_program(program: &Path, dir: &Path, config: &Path, env: &[(&str, &str)]) -> Launched {
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    launch(program, dir, config, &env, &[])
+}
+
+/// Run `<program> serve` on `config` in `dir` (behind `wrapper`, e.g. `ip netns exec <ns>`, when not
 /// empty; it must exec the gateway) and wait (bounded) for its "gateway ready" line.
-fn launch(dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String]) -> Launched {
+fn launch(program: &Path, dir: &Path, config: &Path, env: &[(String, String)], wrapper: &[String]) -> Launched {
     let mut cmd = match wrapper.split_first() {
-        Some((program, args)) => {
-            let mut c = Command::new(program);
-            c.args(args).arg(BIN);
+        Some((first, args)) => {
+            let mut c = Command::new(first);
+            c.args(args).arg(program);
             c
         }
-        None => Command::new(BIN),
+        None => Command::new(program),
     };
     cmd.arg("serve").arg("-c").arg(config).current_dir(dir);
     cmd.env("RUST_LOG", "info,opencode=debug");
@@ -214,7 +221,7 @@ impl Gateway {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
-        let run = launch(dir.path(), &path, &env, &wrapper);
+        let run = launch(Path::new(BIN), dir.path(), &path, &env, &wrapper);
         Gateway {
             https: run.https,
             admin: run.admin,
@@ -241,7 +248,7 @@ impl Gateway {
                 self.logs()
             );
         }
-        let run = launch(self.dir.path(), &self.config, &self.env, &self.wrapper);
+        let run = launch(Path::new(BIN), self.dir.path(), &self.config, &self.env, &self.wrapper);
         self.https = run.https;
         self.admin = run.admin;
         self.ssh = run.ssh;

@@ -138,3 +138,20 @@ fn cookie_set_by(r: &Reply) -> String {
         .unwrap()
         .to_string()
 }
+
+pub fn form_post(c: &Https) -> http::request::Builder {
+    c.request("POST", "/pair", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("sec-fetch-mode", "navigate")
+        .header("accept", "text/html")
+}
+
+/// The phone's page posting a code, as a browser on the login host does.
+pub async fn post_code(c: &Https, code: &str) -> Reply {
+    let req = form_post(c)
+        .header("origin", format!("https://{}", c.authority()))
+        .header("sec-fetch-site", "same-origin")
+        .body(Full::from(format!("code={}", code.replace(' ', "+"))))
+        .unwrap();
+    c.call(req).await
+}

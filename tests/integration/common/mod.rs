@@ -9,6 +9,7 @@
 pub mod audit;
 pub mod browser;
 pub mod client;
+pub mod dev_config;
 pub mod fake_upstream;
 pub mod gateway;
 pub mod haproxy;
@@ -28,6 +29,7 @@ pub mod ssh;
 pub mod sshd;
 pub mod stack;
 pub mod supervised;
+pub mod tmux;
 pub mod webhook;
 
 use std::io::{BufRead, BufReader, Read};

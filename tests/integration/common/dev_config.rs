@@ -1,0 +1,34 @@
+//! The committed dev config (`config/gateway.toml`), as the README's first command serves it,
+//! moved to ephemeral ports: tests never take fixed ones.
+
+use std::path::Path;
+
+/// The config as committed (HEAD), or as on disk outside a repository.
+pub fn committed() -> String {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shown = std::process::Command::new("git")
+        .args(["show", "HEAD:config/gateway.toml"])
+        .current_dir(repo)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match shown {
+        Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
+        _ => std::fs::read_to_string(repo.join("config/gateway.toml")).unwrap(),
+    }
+}
+
+/// `text` with its fixed listeners on port 0 and no `public_url` (which names the fixed port):
+/// the printed URLs then name the ports bound.
+pub fn on_ephemeral_ports(text: &str) -> String {
+    for fixed in ["127.0.0.1:8443", "127.0.0.1:9090", "127.0.0.1:2222"] {
+        assert!(text.contains(&format!("listen = \"{fixed}\"")), "{fixed}");
+    }
+    text.replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:9090\"", "listen = \"127.0.0.1:0\"")
+        .replace("listen = \"127.0.0.1:2222\"", "listen = \"127.0.0.1:0\"")
+        .lines()
+        .filter(|l| !l.starts_with("public_url"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
