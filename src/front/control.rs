@@ -286,11 +286,13 @@ fn status(gw: &Gateway) -> serde_json::Value {
                 ),
             };
             let api = crate::upstream::api::report(p.api().as_deref(), &state.route_roles);
-            let model = match &p.upstream {
-                Upstream::Supervised(s) => s.model.load_full().map(|m| m.to_string()),
+            let seen = match &p.upstream {
+                Upstream::Supervised(s) => s.model.load_full(),
                 Upstream::Fixed(_) => None,
             };
-            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api, "model": model})
+            let model = seen.as_ref().and_then(|m| m.model().map(String::from));
+            let model_warning = seen.as_ref().and_then(|m| m.warning());
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api, "model": model, "model_warning": model_warning})
         })
         .collect();
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));

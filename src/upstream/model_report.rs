@@ -12,6 +12,47 @@ use crate::upstream::endpoint::Endpoint;
 /// internet, and it is what a server falls back to when nothing of the user's is set up.
 const BUILT_IN: &str = "opencode";
 
+/// How to mend a model that will likely fail, for the log, the banner and `doctor`.
+pub(crate) const FIX: &str = "set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)";
+
+/// What a project's server said of its model when it last became ready: for `status`, the
+/// start's banner and `doctor`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelSeen {
+    /// The model in words, and why a prompt will likely fail at it (with the fix) when it will.
+    Said { model: String, warning: Option<String> },
+    /// The server could not be asked, and why.
+    Unread(String),
+}
+
+impl ModelSeen {
+    pub(crate) fn of(read: Result<ModelReport, String>) -> ModelSeen {
+        match read {
+            Ok(report) => ModelSeen::Said {
+                model: report.summary(),
+                warning: report.problem().map(|why| format!("{why}; fix: {FIX}")),
+            },
+            Err(why) => ModelSeen::Unread(why),
+        }
+    }
+
+    /// The model, when the server said one.
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            ModelSeen::Said { model, .. } => Some(model),
+            ModelSeen::Unread(_) => None,
+        }
+    }
+
+    /// What is wrong, when something is: a model that will likely fail, or no answer.
+    pub fn warning(&self) -> Option<String> {
+        match self {
+            ModelSeen::Said { warning, .. } => warning.clone(),
+            ModelSeen::Unread(why) => Some(format!("cannot tell which model it uses: {why}")),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ModelReport {
     /// `provider/model` as the configuration sets it.

@@ -132,6 +132,22 @@ async fn without_a_usable_model_the_log_says_so_and_how_to_mend_it() {
         gw.logs()
     );
     assert!(gw.logs().contains("opencode auth login"), "{}", gw.logs());
+    // The start's banner, printed once the server said its model, says so too.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let banner = loop {
+        let out = gw.stdout.lock().unwrap().clone();
+        if out.contains("forgot the password?") || Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let warning = crate::common::line_starting(&banner.replace("\n  ", "\n"), "WARNING: ");
+    assert!(
+        banner.contains("\n  model: none set (OpenCode picks one of: opencode)\n")
+            && warning.contains("no model is set and no provider of the user's is set up")
+            && warning.contains("opencode auth login"),
+        "{banner}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

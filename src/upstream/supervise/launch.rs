@@ -288,7 +288,10 @@ pub(crate) fn find_opencode(spec: &SpawnSpec) -> Result<PathBuf, String> {
         }
     }
     which("opencode".as_ref()).ok_or_else(|| {
-        "opencode is not installed: run `npm install opencode-ai@1.18.33` in the repository (scripts/test.sh does), or set server.opencode_bin".into()
+        format!(
+            "opencode was not found (not on PATH, nor in node_modules/.bin beside the config). Fix: install it with `npm install -g opencode-ai@{}` (puts `opencode` on PATH), or set server.opencode_bin = \"/path/to/opencode\"",
+            crate::policy::routes::TABLE_VERSION
+        )
     })
 }
 

@@ -138,6 +138,14 @@ pub(crate) fn cannot_start(settings: &Settings, project: &Project) -> Option<Str
     launch::find_opencode(&SpawnSpec::new(settings, project, &HashMap::new())?).err()
 }
 
+/// The `opencode` a local spawned project's server would run (none for a box's or another kind).
+pub(crate) fn local_opencode(settings: &Settings, project: &Project) -> Option<PathBuf> {
+    if !matches!(project.upstream, crate::config::UpstreamKind::Spawned) || project.on_box.is_some() {
+        return None;
+    }
+    launch::find_opencode(&SpawnSpec::new(settings, project, &HashMap::new())?).ok()
+}
+
 pub struct Supervised {
     pub spec: SpawnSpec,
     status: watch::Sender<Status>,
@@ -155,7 +163,7 @@ pub struct Supervised {
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
     /// The model its server answers with, in words, as the server said when it last became ready.
-    pub model: ArcSwapOption<String>,
+    pub model: ArcSwapOption<crate::upstream::model_report::ModelSeen>,
     /// `upstream_restarts_total` of this project.
     restarts: Counter,
 }
@@ -431,25 +439,22 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
 }
 
 /// Ask the ready server which model it answers with: logged (a warning when it will likely fail
-/// at the model, with how to mend it) and kept for `status`.
+/// at the model, with how to mend it) and kept for `status`, the banner and `doctor`.
 async fn read_model(s: Arc<Supervised>, endpoint: Arc<Endpoint>, connect_timeout: Duration) {
+    use crate::upstream::model_report::{ModelReport, ModelSeen};
     let project = &s.spec.project;
-    match crate::upstream::model_report::ModelReport::read(&endpoint, connect_timeout).await {
-        Ok(report) => {
-            let model = report.summary();
-            match report.problem() {
-                None => tracing::info!(project = %project, model = %model, "project server's model"),
-                Some(why) => {
-                    tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)")
-                }
-            }
-            s.model.store(Some(std::sync::Arc::new(model)));
+    let seen = ModelSeen::of(ModelReport::read(&endpoint, connect_timeout).await);
+    match (&seen, seen.warning()) {
+        (ModelSeen::Said { model, .. }, None) => {
+            tracing::info!(project = %project, model = %model, "project server's model")
         }
-        Err(why) => {
-            tracing::warn!(project = %project, reason = %why, "cannot read which model the project server uses");
-            s.model.store(None);
+        (ModelSeen::Said { model, .. }, Some(why)) => {
+            tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}")
         }
+        (ModelSeen::Unread(_), Some(why)) => tracing::warn!(project = %project, "{why}"),
+        (ModelSeen::Unread(_), None) => {}
     }
+    s.model.store(Some(Arc::new(seen)));
 }
 
 /// A stopped local server's temporary folder goes with it (a box's is emptied at its next start).
