@@ -151,7 +151,7 @@ fn cert_dev(out: Option<&Path>, config: &Path, added: &[String]) -> anyhow::Resu
     for name in added {
         crate::front::devcert::add_name(&paths, name)?;
     }
-    if crate::front::devcert::ensure(&paths, &names)? {
+    if crate::front::devcert::ensure(&paths, &names)?.wrote() {
         println!(
             "wrote {} and {} (CA: {})",
             paths.cert.display(),

@@ -100,8 +100,15 @@ fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
             paths.ca_key.display()
         );
     }
-    if crate::front::devcert::ensure(&paths, &names).context("making the dev certificate")? {
-        tracing::info!(ca = %paths.ca_cert.display(), cert = %paths.cert.display(), "made a development CA and server certificate");
+    use crate::front::devcert::Made;
+    match crate::front::devcert::ensure(&paths, &names).context("making the dev certificate")? {
+        Made::CaAndCertificate => {
+            tracing::info!(ca = %paths.ca_cert.display(), cert = %paths.cert.display(), "made a development CA and server certificate (trust the new CA on your devices)")
+        }
+        Made::Certificate => {
+            tracing::info!(ca = %paths.ca_cert.display(), cert = %paths.cert.display(), "issued a new server certificate from the development CA already there (nothing new to trust)")
+        }
+        Made::Nothing => {}
     }
     Ok(())
 }

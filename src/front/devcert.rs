@@ -21,7 +21,8 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-const CA_NAME: &str = "opencode-gateway development CA";
+/// What a dev CA made before CAs were named after their host and day was called.
+const OLD_CA_NAME: &str = "opencode-gateway development CA";
 
 /// The names a dev server certificate covers: loopback in every spelling, this host, and the
 /// base domain with a wildcard and each project's host spelled out (some clients refuse wildcards
@@ -90,7 +91,8 @@ pub(crate) fn vouchable(paths: &DevCertPaths, names: &[String]) -> (Vec<String>,
     let (Ok(ca_key), true) = (KeyPair::from_pem(&key), paths.ca_cert.exists()) else {
         return (names.to_vec(), Vec::new());
     };
-    let issuer = Issuer::new(ca_params(), ca_key);
+    let ca_pem = std::fs::read_to_string(&paths.ca_cert).unwrap_or_default();
+    let issuer = Issuer::new(ca_params(&ca_name(&ca_pem)), ca_key);
     let mut ok = Vec::new();
     let mut refused = Vec::new();
     for name in names {
@@ -144,10 +146,32 @@ pub(crate) fn missing_names(paths: &DevCertPaths, names: &[String]) -> Vec<Strin
     }
 }
 
-fn ca_params() -> CertificateParams {
+/// A new dev CA's name: after this machine and the day it was made, so that two of them on one
+/// phone (a CA made again, two dev boxes) can be told apart in its list of trusted CAs.
+fn new_ca_name(now: OffsetDateTime) -> String {
+    format!(
+        "opencode-gateway dev CA ({}, {:04}-{:02}-{:02})",
+        crate::support::host::host_name(),
+        now.year(),
+        u8::from(now.month()),
+        now.day()
+    )
+}
+
+/// The name of the CA in `ca_pem` (what the certificates it issues name as their issuer).
+pub(crate) fn ca_name(ca_pem: &str) -> String {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .ok()
+        .and_then(|der| crate::support::der::subject_common_name(&der))
+        .unwrap_or_else(|| OLD_CA_NAME.into())
+}
+
+fn ca_params(name: &str) -> CertificateParams {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, CA_NAME);
+    dn.push(DnType::CommonName, name);
     dn.push(DnType::OrganizationName, "opencode-gateway");
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -231,11 +255,10 @@ pub(crate) fn add_name(paths: &DevCertPaths, name: &str) -> std::io::Result<()> 
 }
 
 /// Make whatever of the CA and server certificate is missing, and a new server certificate (same
-/// CA) when the one there does not cover every name in `names`. Returns true when anything was
-/// written.
-pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
+/// CA) when the one there does not cover every name in `names`. Returns what was written.
+pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<Made> {
     if paths.cert.exists() && paths.key.exists() && missing_names(paths, names).is_empty() {
-        return Ok(false);
+        return Ok(Made::Nothing);
     }
     // A new certificate keeps the DNS names the one it replaces had (the same CA vouched for
     // them), so configs sharing the dev certificates (config/gateway.toml and its LAN variant)
@@ -251,11 +274,12 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
         create_private_dir(dir)?;
     }
     let now = OffsetDateTime::now_utc();
-    let ca_key = if paths.ca_key.exists() && paths.ca_cert.exists() {
+    let kept_ca = paths.ca_key.exists() && paths.ca_cert.exists();
+    let ca_key = if kept_ca {
         KeyPair::from_pem(&std::fs::read_to_string(&paths.ca_key)?)?
     } else {
         let key = KeyPair::generate()?;
-        let mut params = ca_params();
+        let mut params = ca_params(&new_ca_name(now));
         // A new CA also permits `<host>.local`, so the LAN mode can use it later without a new CA.
         let mut permitted = names.to_vec();
         permitted.extend(local_name());
@@ -267,7 +291,7 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
         std::fs::write(&paths.ca_cert, cert.pem())?;
         key
     };
-    let issuer = Issuer::new(ca_params(), ca_key);
+    let issuer = Issuer::new(ca_params(&ca_name(&std::fs::read_to_string(&paths.ca_cert)?)), ca_key);
 
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(names.to_vec())?;
@@ -298,7 +322,27 @@ pub fn ensure(paths: &DevCertPaths, names: &[String]) -> anyhow::Result<bool> {
             );
         }
     }
-    Ok(true)
+    Ok(if kept_ca {
+        Made::Certificate
+    } else {
+        Made::CaAndCertificate
+    })
+}
+
+/// What [`ensure`] wrote: the log says which (a new server certificate from the CA already
+/// trusted is not a new CA to trust).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Made {
+    Nothing,
+    /// A server certificate from the CA that was there.
+    Certificate,
+    CaAndCertificate,
+}
+
+impl Made {
+    pub fn wrote(self) -> bool {
+        self != Made::Nothing
+    }
 }
 
 /// Verify the server certificate chain for `name` against the dev CA as a TLS client would
@@ -350,7 +394,10 @@ mod tests {
     /// A certificate for `name` signed with the dev CA's key, as someone holding `ca.key` would make.
     pub(crate) fn forge(paths: &DevCertPaths, name: &str, out: &Path) {
         let ca_key = KeyPair::from_pem(&std::fs::read_to_string(&paths.ca_key).unwrap()).unwrap();
-        let issuer = Issuer::new(ca_params(), ca_key);
+        let issuer = Issuer::new(
+            ca_params(&ca_name(&std::fs::read_to_string(&paths.ca_cert).unwrap())),
+            ca_key,
+        );
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![name.to_string()]).unwrap();
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -364,7 +411,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
         let names = server_names(Some("gw.localhost"), &["demo".into()]);
-        assert!(ensure(&paths, &names).unwrap());
+        assert!(ensure(&paths, &names).unwrap().wrote());
         for ok in [
             "localhost",
             "127.0.0.1",
@@ -415,17 +462,33 @@ mod tests {
     fn a_new_name_gets_a_new_certificate_from_the_same_ca_and_the_old_names_stay() {
         let dir = tempfile::tempdir().unwrap();
         let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
-        assert!(ensure(&paths, &server_names(Some("gw.localhost"), &["demo".into()])).unwrap());
+        assert!(
+            ensure(&paths, &server_names(Some("gw.localhost"), &["demo".into()]))
+                .unwrap()
+                .wrote()
+        );
         let ca = std::fs::read(&paths.ca_cert).unwrap();
+        // Named after this machine and the day: two such CAs on one phone can be told apart.
+        let name = ca_name(&String::from_utf8(ca.clone()).unwrap());
+        let now = OffsetDateTime::now_utc();
+        let day = format!("{:04}-{:02}-{:02}", now.year(), u8::from(now.month()), now.day());
+        assert_eq!(
+            name,
+            format!("opencode-gateway dev CA ({}, {day})", crate::support::host::host_name())
+        );
         verify(&paths, "198.18.0.1").expect_err("not yet");
         // The LAN variant of the config: an address and no base domain.
         let lan = vec!["localhost".to_string(), "198.18.0.1".into()];
-        assert!(ensure(&paths, &lan).unwrap(), "a name was missing: a new certificate");
+        assert_eq!(
+            ensure(&paths, &lan).unwrap(),
+            Made::Certificate,
+            "a name was missing: a new certificate from the same CA, not a new CA"
+        );
         for name in ["198.18.0.1", "demo.gw.localhost", "localhost"] {
             verify(&paths, name).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca, "the same CA");
-        assert!(!ensure(&paths, &lan).unwrap(), "covered now: nothing to do");
+        assert!(!ensure(&paths, &lan).unwrap().wrote(), "covered now: nothing to do");
         // The CA was made without `<host>.local` among the names, yet permits it (LAN mode later).
         if let Some(local) = local_name() {
             assert_eq!(
@@ -452,21 +515,24 @@ mod tests {
         let paths = DevCertPaths::beside(&dir.path().join("server.crt"), &dir.path().join("server.key"));
         let names = server_names(Some("gw.localhost"), &["demo".into()]);
         assert!(names.contains(&"*.gw.localhost".to_string()) && names.contains(&"demo.gw.localhost".to_string()));
-        assert!(ensure(&paths, &names).unwrap());
+        assert!(ensure(&paths, &names).unwrap().wrote());
         for key in [&paths.key, &paths.ca_key] {
             let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o600, "{}", key.display());
         }
         let nested = DevCertPaths::beside(&dir.path().join("a/b/server.crt"), &dir.path().join("a/b/server.key"));
-        assert!(ensure(&nested, &names).unwrap());
+        assert!(ensure(&nested, &names).unwrap().wrote());
         for d in ["a", "a/b"] {
             let mode = std::fs::metadata(dir.path().join(d)).unwrap().permissions().mode() & 0o777;
             assert_eq!(mode, 0o700, "{d}");
         }
         let ca_before = std::fs::read(&paths.ca_cert).unwrap();
-        assert!(!ensure(&paths, &names).unwrap(), "nothing to do the second time");
+        assert!(
+            !ensure(&paths, &names).unwrap().wrote(),
+            "nothing to do the second time"
+        );
         std::fs::remove_file(&paths.cert).unwrap();
-        assert!(ensure(&paths, &names).unwrap());
+        assert!(ensure(&paths, &names).unwrap().wrote());
         assert_eq!(std::fs::read(&paths.ca_cert).unwrap(), ca_before, "the CA is kept");
     }
 }

@@ -69,9 +69,56 @@ pub(crate) fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
     Some((time(t1, from)?, time(t2, until)?))
 }
 
+/// A certificate's subject common name (the CA's name, which the certificates it issues must
+/// carry as their issuer).
+pub(crate) fn subject_common_name(cert_der: &[u8]) -> Option<String> {
+    let (_, cert, _) = element(cert_der)?;
+    let (_, tbs, _) = element(cert)?;
+    let mut rest = tbs;
+    let (tag, _, r) = element(rest)?;
+    if tag == 0xa0 {
+        rest = r;
+    }
+    // serial, signature algorithm, issuer, validity; then the subject.
+    for _ in 0..4 {
+        rest = element(rest)?.2;
+    }
+    let (_, mut rdns, _) = element(rest)?;
+    while let Some((_, set, r)) = element(rdns) {
+        rdns = r;
+        let (_, pair, _) = element(set)?;
+        let (_, oid, value) = element(pair)?;
+        // 2.5.4.3, commonName.
+        if oid == [0x55, 0x04, 0x03] {
+            let (_, name, _) = element(value)?;
+            return String::from_utf8(name.to_vec()).ok();
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_subject_common_name() {
+        let mut params = rcgen::CertificateParams::new(vec!["a.test".to_string()]).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "a CA (box, 2026-12-03)");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "opencode-gateway");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        assert_eq!(
+            subject_common_name(cert.der()).as_deref(),
+            Some("a CA (box, 2026-12-03)")
+        );
+        assert_eq!(subject_common_name(&cert.der()[..60]), None);
+    }
 
     #[test]
     fn reads_the_validity_of_an_rcgen_certificate() {

@@ -78,6 +78,10 @@ pub(crate) fn mobileconfig(der: &[u8], fingerprint: &str) -> String {
     let cert_uuid = uuid_from(fingerprint, "cert");
     let profile_uuid = uuid_from(fingerprint, "profile");
     let short: String = fingerprint.replace(':', "").chars().take(16).collect();
+    // The CA's own name (after its host and day), as the phone lists it once trusted.
+    let name = escape(
+        &crate::support::der::subject_common_name(der).unwrap_or_else(|| "opencode-gateway development CA".into()),
+    );
     format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
@@ -88,15 +92,15 @@ pub(crate) fn mobileconfig(der: &[u8], fingerprint: &str) -> String {
     <dict>
       <key>PayloadCertificateFileName</key><string>opencode-gateway-dev-ca.cer</string>
       <key>PayloadContent</key><data>{data}</data>
-      <key>PayloadDescription</key><string>Adds the opencode-gateway development CA</string>
-      <key>PayloadDisplayName</key><string>opencode-gateway development CA</string>
+      <key>PayloadDescription</key><string>Adds {name}</string>
+      <key>PayloadDisplayName</key><string>{name}</string>
       <key>PayloadIdentifier</key><string>dev.opencode-gateway.ca.{short}.cert</string>
       <key>PayloadType</key><string>com.apple.security.root</string>
       <key>PayloadUUID</key><string>{cert_uuid}</string>
       <key>PayloadVersion</key><integer>1</integer>
     </dict>
   </array>
-  <key>PayloadDisplayName</key><string>opencode-gateway development CA</string>
+  <key>PayloadDisplayName</key><string>{name}</string>
   <key>PayloadIdentifier</key><string>dev.opencode-gateway.ca.{short}</string>
   <key>PayloadRemovalDisallowed</key><false/>
   <key>PayloadType</key><string>Configuration</string>
