@@ -286,11 +286,13 @@ fn status(gw: &Gateway) -> serde_json::Value {
                 ),
             };
             let api = crate::upstream::api::report(p.api().as_deref(), &state.route_roles);
-            let model = match &p.upstream {
-                Upstream::Supervised(s) => s.model.load_full().map(|m| m.to_string()),
+            let seen = match &p.upstream {
+                Upstream::Supervised(s) => s.model.load_full(),
                 Upstream::Fixed(_) => None,
             };
-            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api, "model": model})
+            let model = seen.as_ref().map(|m| m.summary.clone());
+            let model_problem = seen.as_ref().and_then(|m| m.problem.clone());
+            serde_json::json!({"name": &*p.name, "kind": kind, "status": status, "box": p.config.on_box, "directory": p.config.directory, "api": api, "model": model, "model_problem": model_problem})
         })
         .collect();
     projects.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -300,6 +302,9 @@ fn status(gw: &Gateway) -> serde_json::Value {
     boxes.sort_by(|a, b| a.name.cmp(&b.name));
     serde_json::json!({
         "listen": state.settings.server.listen.to_string(),
+        // What it listens on (bound at start; a reload binds nothing): `doctor` tells its own
+        // ports from another process's.
+        "listeners": gw.doors.listening.get().map(|all| all.iter().map(|(key, at)| serde_json::json!({"key": key, "address": at.to_string()})).collect::<Vec<_>>()),
         "public_url": state.settings.server.public_url,
         "projects": projects,
         "boxes": boxes,

@@ -79,6 +79,9 @@ pub struct Doors {
     pub workers: crate::support::workers::Workers,
     /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
     pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
+    /// Every listener bound at start, by its config key (`server.listen`, `project <name>
+    /// listen`, …), with the address it got (set once by `lib::start`).
+    pub listening: std::sync::OnceLock<Vec<(String, std::net::SocketAddr)>>,
     /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
     pub certs: Arc<crate::gateway::certs::CertStore>,
     /// Wakes the ACME task (a reload may have changed the names to order).
@@ -241,6 +244,7 @@ impl Gateway {
                 },
                 workers: crate::support::workers::Workers::start()?,
                 ports: std::sync::OnceLock::new(),
+                listening: std::sync::OnceLock::new(),
                 certs,
                 acme_wake: tokio::sync::Notify::new(),
                 http01: Default::default(),

@@ -12,6 +12,18 @@ use crate::upstream::endpoint::Endpoint;
 /// internet, and it is what a server falls back to when nothing of the user's is set up.
 const BUILT_IN: &str = "opencode";
 
+/// How to mend a model that will likely fail, for the log, `status` and `doctor`.
+pub(crate) const FIX: &str = "set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)";
+
+/// What a ready server said of its model, kept for `status` (and so `doctor`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// [`ModelReport::summary`].
+    pub summary: String,
+    /// [`ModelReport::problem`].
+    pub problem: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct ModelReport {
     /// `provider/model` as the configuration sets it.

@@ -155,7 +155,7 @@ pub struct Supervised {
     /// The server's version and API document, read after every start before it is Ready.
     pub api: ArcSwapOption<UpstreamApi>,
     /// The model its server answers with, in words, as the server said when it last became ready.
-    pub model: ArcSwapOption<String>,
+    pub(crate) model: ArcSwapOption<crate::upstream::model_report::Seen>,
     /// `upstream_restarts_total` of this project.
     restarts: Counter,
 }
@@ -437,13 +437,19 @@ async fn read_model(s: Arc<Supervised>, endpoint: Arc<Endpoint>, connect_timeout
     match crate::upstream::model_report::ModelReport::read(&endpoint, connect_timeout).await {
         Ok(report) => {
             let model = report.summary();
-            match report.problem() {
+            let problem = report.problem();
+            match &problem {
                 None => tracing::info!(project = %project, model = %model, "project server's model"),
                 Some(why) => {
-                    tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: set it up as the user the server runs as (`opencode auth login`, or a provider in ~/.config/opencode/opencode.json), or give the project its model in env (OPENCODE_CONFIG_CONTENT)")
+                    let fix = crate::upstream::model_report::FIX;
+                    tracing::warn!(project = %project, model = %model, "project server's model will likely fail: {why}; fix: {fix}")
                 }
             }
-            s.model.store(Some(std::sync::Arc::new(model)));
+            let seen = crate::upstream::model_report::Seen {
+                summary: model,
+                problem,
+            };
+            s.model.store(Some(std::sync::Arc::new(seen)));
         }
         Err(why) => {
             tracing::warn!(project = %project, reason = %why, "cannot read which model the project server uses");
