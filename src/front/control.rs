@@ -167,7 +167,11 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             reply(code, "application/json", body.to_string())
         }
         (&Method::POST, "/reload") => match crate::gateway::reload::reload(gw, config) {
-            Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),
+            Ok(later) => reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::json!({"reloaded": true, "needs_restart": later}).to_string(),
+            ),
             Err(why) => reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "application/json",

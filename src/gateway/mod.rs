@@ -6,6 +6,7 @@ pub mod connections;
 pub mod inbox;
 pub(crate) mod janitor;
 pub mod reload;
+mod restart_needed;
 pub mod snapshot;
 pub mod state;
 
@@ -337,26 +338,8 @@ impl Gateway {
     }
 
     fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {
+        // What this swap cannot apply (listeners, limits, …) the reload names: `restart_needed`.
         let old = self.state();
-        if settings.server.listen != old.settings.server.listen
-            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
-            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
-        {
-            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
-        }
-        for p in &old.settings.projects {
-            let Some(port) = p.listen else { continue };
-            match settings.projects.iter().find(|n| n.name == p.name) {
-                None => tracing::warn!(project = %p.name, listen = %port,
-                    "project removed: its own port stays open until a restart and answers 404 (project no longer exists)"),
-                Some(n) if n.listen != p.listen => tracing::warn!(project = %p.name, listen = %port,
-                    "the project's listen address changed: it applies after a restart"),
-                Some(_) => {}
-            }
-        }
-        if settings.limits != self.limits {
-            tracing::warn!("[limits] changed: they apply after a restart");
-        }
         let state = State::build(
             settings,
             tls,
