@@ -113,14 +113,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         http: http.as_ref().map(|l| l.local_addr()).transpose()?,
         gateway: gw.clone(),
     };
-    let _ = gw.doors.ports.set(reach::BoundPorts {
-        main: running.https.port(),
-        projects: running
-            .project_ports
-            .iter()
-            .map(|(n, a)| (n.as_str().into(), a.port()))
-            .collect(),
-    });
+    running.publish_ports();
     tokio::spawn(front::listen::serve_tls(gw.clone(), https, None));
     for (name, l) in project_listeners {
         tracing::info!(project = %name, listen = %l.local_addr()?, "project listener ready");
@@ -163,6 +156,33 @@ async fn bind(addr: SocketAddr, key: &str) -> anyhow::Result<TcpListener> {
 }
 
 impl Running {
+    /// What was bound, for the handoff's URLs and `status` (`doctor` tells its own ports by it).
+    fn publish_ports(&self) {
+        let _ = self.gateway.doors.ports.set(reach::BoundPorts {
+            main: self.https.port(),
+            projects: self
+                .project_ports
+                .iter()
+                .map(|(n, a)| (n.as_str().into(), a.port()))
+                .collect(),
+        });
+        let _ = self.gateway.doors.listening.set(self.listening());
+    }
+
+    /// Each bound listener by its config key, as `config::Settings::listeners` names them.
+    fn listening(&self) -> Vec<(String, SocketAddr)> {
+        let mut all = vec![("server.listen".to_string(), self.https)];
+        all.extend(self.http.map(|a| ("server.http_listen".to_string(), a)));
+        all.extend(self.admin.map(|a| ("admin.listen".to_string(), a)));
+        all.extend(self.ssh.map(|a| ("ssh.listen".to_string(), a)));
+        all.extend(
+            self.project_ports
+                .iter()
+                .map(|(n, a)| (format!("project {n} listen"), *a)),
+        );
+        all
+    }
+
     /// Stop accepting, let requests and streams finish until the drain deadline, cut the rest,
     /// and stop spawned servers.
     pub async fn stop(self) {

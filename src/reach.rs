@@ -173,6 +173,31 @@ pub(crate) fn client_names(s: &Settings) -> Vec<String> {
     names
 }
 
+/// Projects no phone can open (issue 38): a gateway listening on the network without a base
+/// domain (`init --lan`'s shape: a phone resolves no wildcard DNS) serves a project's web UI
+/// only on a port of its own, as the UI has no base path; `/p/<project>/` serves the API and
+/// `opencode attach`, not the UI. The only project is also served at `/`, and a project set's
+/// folders come and go, so neither is named.
+pub(crate) fn phone_warnings(s: &Settings) -> Vec<String> {
+    let listen = s.server.listen;
+    let only = s.projects.len() == 1 && s.project_sets.is_empty();
+    if s.server.base_domain.is_some() || listen.ip().is_loopback() || only {
+        return Vec::new();
+    }
+    let reach = Reach::new(s, None);
+    s.projects
+        .iter()
+        .filter(|p| p.listen.is_none() && p.set.is_none())
+        .map(|p| {
+            format!(
+                "project {}: no phone can open its web UI: the gateway listens on {listen} without a base_domain, so a project's web UI needs a port of its own ({} reaches its API and `opencode attach` only). Fix: give it a port of its own: listen = \"0.0.0.0:<port>\" in its [[project]] table",
+                p.name,
+                reach.project(&p.name),
+            )
+        })
+        .collect()
+}
+
 /// The HTTPS ports actually bound: the main listener's and each project's own (a configured port
 /// of 0 becomes the one the system chose), for the URLs of project web UIs served on their own
 /// port and for checking a handoff's target.

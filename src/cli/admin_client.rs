@@ -74,5 +74,17 @@ pub(crate) fn reload(config: &Path) -> anyhow::Result<()> {
         bail!("reload refused ({code}): {body}");
     }
     println!("reloaded");
+    // What it could not apply: named, never dropped (issue 38).
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    let later: Vec<&str> = v["needs_restart"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|w| w.as_str())
+        .collect();
+    if !later.is_empty() {
+        println!("needs a restart: {}", later.join(", "));
+        println!("(everything else in the file applies now; restart the gateway to apply these)");
+    }
     Ok(())
 }

@@ -15,6 +15,7 @@ pub(crate) fn check(path: &Path) -> anyhow::Result<()> {
         .into_iter()
         .chain(shared_os_user_warnings(&settings))
         .chain(crate::config::validate::boxes::warnings(&settings))
+        .chain(crate::reach::phone_warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
     {
         eprintln!("warning: {w}");

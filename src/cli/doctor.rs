@@ -2,7 +2,7 @@
 //! `ok`, `warn` or `fail` with the fix. Exits non-zero when anything failed. It reads files and
 //! binds sockets briefly; it changes nothing.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::ToSocketAddrs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -18,10 +18,14 @@ const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
 
 pub(crate) fn doctor(path: &Path) -> anyhow::Result<()> {
     let settings = crate::config::load(path)?;
-    let report = run(&settings);
+    let running = super::doctor_running::ask(path);
+    let report = run(&settings, running.as_ref());
     print!("{}", report.render());
     if settings.tls.dev_ca {
-        print!("{}", trust_instructions(&settings));
+        print!(
+            "{}",
+            trust_instructions(&settings, ca_page(&settings, running.as_ref()).as_ref())
+        );
     }
     match report.failures() {
         0 => Ok(()),
@@ -29,12 +33,15 @@ pub(crate) fn doctor(path: &Path) -> anyhow::Result<()> {
     }
 }
 
-pub(crate) fn run(s: &Settings) -> Report {
+/// Every check; `running` is the status of the gateway this config describes, when it runs.
+pub(crate) fn run(s: &Settings, running: Option<&serde_json::Value>) -> Report {
     let mut r = Report::default();
+    super::doctor_running::gateway(s, &mut r, running);
     certificate(s, &mut r);
     opencode(s, &mut r);
     permissions(s, &mut r);
-    listeners(s, &mut r);
+    super::doctor_running::listeners(s, &mut r, running);
+    super::doctor_running::models(s, &mut r, running);
     reachability(s, &mut r);
     base_domain(s, &mut r);
     super::doctor_boxes::boxes(s, &mut r);
@@ -54,7 +61,10 @@ fn reachability(s: &Settings, r: &mut Report) {
     let loopback_name = |h: &str| {
         h == "localhost" || h.ends_with(".localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
     };
-    let lan_fix = "for a phone on your network: `opencode-gateway serve -c config/gateway.lan.toml` (the dev config) or `opencode-gateway init --lan`; or set listen = \"0.0.0.0:8443\" and public_url to this machine's LAN address";
+    let me = crate::support::invocation::me();
+    let lan_fix = format!(
+        "for a phone on your network: `{me} serve -c config/gateway.lan.toml` (the dev config) or `{me} init --lan`; or set listen = \"0.0.0.0:8443\" and public_url to this machine's LAN address"
+    );
     if loopback_name(&host) {
         r.warn(format!(
             "reach: the public URL {} is this machine only: another device cannot open it, nor the pairing QR code that carries it. Fix: {lan_fix}",
@@ -235,35 +245,6 @@ fn permissions(s: &Settings, r: &mut Report) {
     }
 }
 
-fn listeners(s: &Settings, r: &mut Report) {
-    let mut all: Vec<(String, SocketAddr)> = vec![("server.listen".into(), s.server.listen)];
-    all.extend(s.server.http_listen.map(|a| ("server.http_listen".into(), a)));
-    all.extend(s.admin.as_ref().map(|a| ("admin.listen".into(), a.listen)));
-    all.extend(s.ssh.as_ref().map(|a| ("ssh.listen".into(), a.listen)));
-    all.extend(
-        s.projects
-            .iter()
-            .filter_map(|p| Some((format!("project {} listen", p.name), p.listen?))),
-    );
-    for (key, addr) in all {
-        if addr.port() == 0 {
-            r.ok(format!("listener: {key} {addr} (an ephemeral port)"));
-            continue;
-        }
-        match std::net::TcpListener::bind(addr) {
-            Ok(_) => r.ok(format!("listener: {key} {addr} is free")),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => r.fail(format!(
-                "listener: {key} {addr} is in use. Fix: stop what listens there (`ss -ltnp 'sport = :{}'`), or pick another port; if it is this gateway running, that is expected",
-                addr.port()
-            )),
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => r.fail(format!(
-                "listener: {key} {addr}: permission denied. Fix: ports below 1024 need CAP_NET_BIND_SERVICE (AmbientCapabilities in the systemd unit)"
-            )),
-            Err(e) => r.fail(format!("listener: {key} {addr}: {e}")),
-        }
-    }
-}
-
 /// A name resolves "to this machine" when each address it resolves to can be bound here.
 fn base_domain(s: &Settings, r: &mut Report) {
     let Some(d) = &s.server.base_domain else {
@@ -298,18 +279,44 @@ fn base_domain(s: &Settings, r: &mut Report) {
     }
 }
 
-/// How to make each kind of client trust the dev CA.
-pub(crate) fn trust_instructions(s: &Settings) -> String {
+/// The dev CA's page for phones (`server.http_listen`'s `/ca`), with the port the running
+/// gateway bound when it runs, and the fingerprint the page shows.
+fn ca_page(s: &Settings, running: Option<&serde_json::Value>) -> Option<(String, String)> {
+    let listen = s.server.http_listen?;
+    let port = super::doctor_running::bound(running, "server.http_listen").map_or(listen.port(), |a| a.port());
+    let main = super::doctor_running::bound(running, "server.listen").map(|a| a.port());
+    let ca = crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key).ca_cert;
+    let der = crate::web::ca_page::der_from_pem(&std::fs::read_to_string(ca).ok()?)?;
+    let host = crate::reach::Reach::new(s, main).host().to_string();
+    (port != 0).then(|| {
+        (
+            format!("http://{host}:{port}/ca"),
+            crate::web::ca_page::fingerprint(&der),
+        )
+    })
+}
+
+/// How to make each kind of client trust the dev CA; a phone is sent to the `/ca` page when it
+/// is on (it offers the certificate and the iOS profile), else told to copy the file over.
+pub(crate) fn trust_instructions(s: &Settings, ca_page: Option<&(String, String)>) -> String {
     let ca = crate::config::protected::DevCertPaths::beside(&s.tls.cert, &s.tls.key).ca_cert;
     let ca = ca.display();
+    let phones = match ca_page {
+        Some((url, fp)) => format!(
+            "\x20 iOS and Android: open {url} on the phone, check that the SHA-256 fingerprint it shows is {fp}, and follow its steps (the certificate for Android, the profile for iOS, then full trust in Settings > General > About > Certificate Trust Settings).\n"
+        ),
+        None => format!(
+            "\x20 iOS: send {ca} to the phone (AirDrop, mail), install the profile in Settings > General > VPN & Device Management, then turn it on in Settings > General > About > Certificate Trust Settings.\n\
+             \x20 Android: copy {ca} to the phone, Settings > Security > Encryption & credentials > Install a certificate > CA certificate (Chrome trusts it; apps must opt in to user CAs).\n"
+        ),
+    };
     format!(
         "\nThe dev CA ({ca}) is in use: each client must trust it.\n\
          \x20 Node, Bun, the opencode CLI: NODE_EXTRA_CA_CERTS={ca} opencode attach ...\n\
          \x20 curl: curl --cacert {ca} ...\n\
          \x20 Firefox: Settings > Privacy & Security > Certificates > View Certificates > Authorities > Import {ca}, tick \"identify websites\".\n\
          \x20 Chrome/Edge on Linux: Settings > Privacy and security > Security > Manage certificates > Authorities > Import; on macOS: open {ca} in Keychain Access and set it to Always Trust; on Windows: certutil -addstore -user Root {ca}\n\
-         \x20 iOS: send {ca} to the phone (AirDrop, mail), install the profile in Settings > General > VPN & Device Management, then turn it on in Settings > General > About > Certificate Trust Settings.\n\
-         \x20 Android: copy {ca} to the phone, Settings > Security > Encryption & credentials > Install a certificate > CA certificate (Chrome trusts it; apps must opt in to user CAs).\n\
+         {phones}\
          \x20 The CA is name-constrained to this gateway's names: it cannot vouch for any other site.\n"
     )
 }

@@ -122,10 +122,17 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
         Some(l) if l.starts_with("opencode ") => {
             let rest = l.trim_start_matches("opencode ");
             let (path, version) = rest.split_once(' ').unwrap_or((rest, ""));
-            r.ok(format!("box {name}: opencode {path} (version {})", version.trim()));
+            // Found the way the launch script finds it: a name on the PATH of a
+            // non-interactive SSH command (not a login shell's: ~/.profile is not read).
+            let how = if opencode.contains('/') {
+                "as its [[box]] opencode names it"
+            } else {
+                "on the PATH an SSH command gets"
+            };
+            r.ok(format!("box {name}: opencode {path} (version {}), {how}", version.trim()));
         }
         Some("opencode-missing") if spawns => r.fail(format!(
-            "box {name}: {opencode} is not found on the box, and a project spawns there. Fix: npm install -g opencode-ai on the box, or set opencode = \"<its path>\" in the [[box]] table"
+            "box {name}: {opencode} is not found on the box (on the PATH a non-interactive SSH command gets, which is not a login shell's), and a project spawns there. Fix: npm install -g opencode-ai on the box, or set opencode = \"<its path>\" in the [[box]] table (`ssh <box> command -v opencode` shows what the gateway will find)"
         )),
         Some("opencode-missing") => r.ok(format!("box {name}: no opencode found, and none is needed (no project spawns there)")),
         _ => {

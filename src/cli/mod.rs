@@ -10,6 +10,7 @@ pub mod devices;
 pub mod doctor;
 mod doctor_boxes;
 mod doctor_report;
+mod doctor_running;
 pub mod init;
 pub mod pair;
 pub mod passkeys;

@@ -23,6 +23,7 @@ pub(crate) async fn serve(
     for w in super::check::permission_warnings(&settings)
         .into_iter()
         .chain(crate::config::validate::boxes::warnings(&settings))
+        .chain(crate::reach::phone_warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
     {
         tracing::warn!("{w}");

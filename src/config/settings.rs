@@ -446,6 +446,22 @@ pub struct RouteRoleEntry {
 }
 
 impl Settings {
+    /// Every listener the config asks for, by its key (`server.listen`, `project <name> listen`,
+    /// …): what `doctor` checks and a reload compares (they are bound at start only).
+    pub(crate) fn listeners(&self) -> Vec<(String, std::net::SocketAddr)> {
+        let s = self;
+        let mut all = vec![("server.listen".to_string(), s.server.listen)];
+        all.extend(s.server.http_listen.map(|a| ("server.http_listen".to_string(), a)));
+        all.extend(s.admin.as_ref().map(|a| ("admin.listen".to_string(), a.listen)));
+        all.extend(s.ssh.as_ref().map(|a| ("ssh.listen".to_string(), a.listen)));
+        all.extend(
+            s.projects
+                .iter()
+                .filter_map(|p| Some((format!("project {} listen", p.name), p.listen?))),
+        );
+        all
+    }
+
     /// Every path the gateway keeps private, from settings the config boundary has validated.
     pub(crate) fn protected_paths(&self) -> ProtectedPaths {
         let s = self;

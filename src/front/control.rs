@@ -167,7 +167,11 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             reply(code, "application/json", body.to_string())
         }
         (&Method::POST, "/reload") => match crate::gateway::reload::reload(gw, config) {
-            Ok(()) => reply(StatusCode::OK, "application/json", r#"{"reloaded":true}"#.into()),
+            Ok(later) => reply(
+                StatusCode::OK,
+                "application/json",
+                serde_json::json!({"reloaded": true, "needs_restart": later}).to_string(),
+            ),
             Err(why) => reply(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "application/json",
@@ -302,6 +306,9 @@ fn status(gw: &Gateway) -> serde_json::Value {
     boxes.sort_by(|a, b| a.name.cmp(&b.name));
     serde_json::json!({
         "listen": state.settings.server.listen.to_string(),
+        // What it listens on (bound at start; a reload binds nothing): `doctor` tells its own
+        // ports from another process's.
+        "listeners": gw.doors.listening.get().map(|all| all.iter().map(|(key, at)| serde_json::json!({"key": key, "address": at.to_string()})).collect::<Vec<_>>()),
         "public_url": state.settings.server.public_url,
         "projects": projects,
         "boxes": boxes,

@@ -6,6 +6,7 @@ pub mod connections;
 pub mod inbox;
 pub(crate) mod janitor;
 pub mod reload;
+mod restart_needed;
 pub mod snapshot;
 pub mod state;
 
@@ -79,6 +80,9 @@ pub struct Doors {
     pub workers: crate::support::workers::Workers,
     /// The ports bound at start (set once by `lib::start`; listeners are not re-bound on reload).
     pub ports: std::sync::OnceLock<crate::reach::BoundPorts>,
+    /// Every listener bound at start, by its config key (`server.listen`, `project <name>
+    /// listen`, …), with the address it got (set once by `lib::start`).
+    pub listening: std::sync::OnceLock<Vec<(String, std::net::SocketAddr)>>,
     /// The served certificate: swapped by reloads, the file watcher and ACME; outlives states.
     pub certs: Arc<crate::gateway::certs::CertStore>,
     /// Wakes the ACME task (a reload may have changed the names to order).
@@ -241,6 +245,7 @@ impl Gateway {
                 },
                 workers: crate::support::workers::Workers::start()?,
                 ports: std::sync::OnceLock::new(),
+                listening: std::sync::OnceLock::new(),
                 certs,
                 acme_wake: tokio::sync::Notify::new(),
                 http01: Default::default(),
@@ -333,26 +338,8 @@ impl Gateway {
     }
 
     fn swap(&self, settings: Settings, tls: Arc<rustls::ServerConfig>) -> anyhow::Result<()> {
+        // What this swap cannot apply (listeners, limits, …) the reload names: `restart_needed`.
         let old = self.state();
-        if settings.server.listen != old.settings.server.listen
-            || settings.admin.as_ref().map(|a| a.listen) != old.settings.admin.as_ref().map(|a| a.listen)
-            || settings.ssh.as_ref().map(|s| s.listen) != old.settings.ssh.as_ref().map(|s| s.listen)
-        {
-            tracing::warn!("listen addresses changed: they apply after a restart; everything else applies now");
-        }
-        for p in &old.settings.projects {
-            let Some(port) = p.listen else { continue };
-            match settings.projects.iter().find(|n| n.name == p.name) {
-                None => tracing::warn!(project = %p.name, listen = %port,
-                    "project removed: its own port stays open until a restart and answers 404 (project no longer exists)"),
-                Some(n) if n.listen != p.listen => tracing::warn!(project = %p.name, listen = %port,
-                    "the project's listen address changed: it applies after a restart"),
-                Some(_) => {}
-            }
-        }
-        if settings.limits != self.limits {
-            tracing::warn!("[limits] changed: they apply after a restart");
-        }
         let state = State::build(
             settings,
             tls,

@@ -7,13 +7,22 @@ use std::time::Duration;
 
 use crate::gateway::Gateway;
 
-pub(crate) fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<(), String> {
+/// Reload from `path`; what the reload could not apply (it takes a restart), in words.
+pub(crate) fn reload(gw: &Arc<Gateway>, path: &Path) -> Result<Vec<String>, String> {
     let result = crate::config::load(path)
         .map_err(|e| e.to_string())
-        .and_then(|settings| gw.reload(settings).map_err(|e| format!("{e:#}")));
+        .and_then(|settings| {
+            // Against the settings in force (the start's or the last reload's): a change is named
+            // by the reload that brings it; `doctor` names a listener still unbound after that.
+            let later = super::restart_needed::needs_restart(&gw.state().settings, &settings);
+            gw.reload(settings).map(|()| later).map_err(|e| format!("{e:#}"))
+        });
     match &result {
-        Ok(()) => {
+        Ok(later) => {
             tracing::info!(config = %path.display(), "configuration reloaded");
+            if !later.is_empty() {
+                tracing::warn!(config = %path.display(), "needs a restart: {}; the rest of the file applies now", later.join(", "));
+            }
             gw.probe_external_upstreams();
         }
         Err(why) => {

@@ -419,7 +419,14 @@ async fn doctor_checks_each_box_host_key_opencode_and_folders_on_the_box() {
         "{connected}"
     );
     let version = line("ok   box gpu1: opencode ");
-    assert!(version.contains("(version 1.18.33)"), "{version}");
+    // Which opencode, and how it was found (box_table names it by its path).
+    assert!(
+        version.contains(&format!(
+            "{} (version 1.18.33), as its [[box]] opencode names it",
+            crate::common::opencode::opencode_bin().display()
+        )),
+        "{version}"
+    );
     line(&format!(
         "ok   project train: folder {} exists on box gpu1",
         real.display()

@@ -18,6 +18,7 @@ mod admin;
 mod app;
 mod audit;
 mod boxes;
+mod boxes_by_the_docs;
 mod boxes_host_keys;
 mod browser;
 mod browser_login;

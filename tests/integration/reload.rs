@@ -375,3 +375,46 @@ async fn a_changed_password_ends_the_browser_logins_made_under_the_old_one() {
     assert!(!logged_in(&c, &second).await, "changed while stopped: ended at start");
     assert!(logged_in(&c, &bob_cookie).await, "bob's login survived the restart");
 }
+
+/// A reload binds no listener: a project's new `listen` (issue 38: the answer said "reloaded"
+/// and no port opened) is named, in `reload`'s answer and the log, as needing a restart, and the
+/// rest of the file applies (a new user logs in at once).
+#[tokio::test]
+async fn a_reload_names_what_needs_a_restart_a_new_project_listen() {
+    let web = FakeUpstream::start(PW).await;
+    let gw = Gateway::start_behind(&config(&web, None, &[ALICE]), PW);
+    let carol = TestUser {
+        name: "carol",
+        password: "carol-password-1",
+        ..ALICE
+    };
+    let with_port = config(&web, None, &[ALICE, carol]).replacen(
+        "upstream_password_file = \"pw\"\n",
+        "upstream_password_file = \"pw\"\nlisten = \"127.0.0.1:0\"\n",
+        1,
+    );
+    gw.write_config(&with_port);
+    let (ok, answer) = gw.cli(&["reload"]);
+    assert!(ok, "{answer}\n{}", gw.logs());
+    let line = crate::common::line_starting(&answer, "reloaded");
+    assert!(
+        answer.contains("needs a restart: project web's listen (new: 127.0.0.1:0)"),
+        "{line}\n{answer}"
+    );
+    assert!(
+        gw.wait_log(
+            "needs a restart: project web's listen (new: 127.0.0.1:0)",
+            Duration::from_secs(5)
+        )
+        .await,
+        "{}",
+        gw.logs()
+    );
+    // Nothing was bound, as the answer says; the rest applied.
+    assert!(!gw.logs().contains("project listener ready"), "{}", gw.logs());
+    let c = Https::new(gw.https, &gw.ca());
+    let r = c
+        .get("/p/web/global/health", Some(&basic("carol", "carol-password-1")))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+}

@@ -153,8 +153,8 @@ fn host_keys(c: &mut Checker<'_>, key: &str, b: &RawBox, address: &str) -> Optio
             c.problem(format!("{key}.host_key"), "the box's host key is not pinned", scan);
             None
         }
-        (Some(line), None) => match super::known_hosts::parse_host_key(line) {
-            Ok(k) => Some((vec![key_line(&k)], Vec::new())),
+        (Some(text), None) => match super::known_hosts::parse_host_key_setting(text) {
+            Ok(keys) => Some((keys.iter().map(key_line).collect(), Vec::new())),
             Err(why) => {
                 c.problem(format!("{key}.host_key"), why, scan);
                 None

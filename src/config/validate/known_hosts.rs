@@ -154,6 +154,40 @@ fn names(pattern: &str, name: &str) -> bool {
     ring::hmac::verify(&key, name.as_bytes(), &hash).is_ok()
 }
 
+/// A `host_key` setting → the keys it pins. Each line as the box's `.pub` file has it
+/// (`ssh-ed25519 AAAA… [comment]`) or as `ssh-keyscan` prints it (`host ssh-ed25519 AAAA…`,
+/// `[host]:port ssh-ed25519 AAAA…`); `#` lines (ssh-keyscan's `# host:port SSH-2.0-…`) and blank
+/// ones are skipped, so its whole output may be pasted. The host field is not checked against
+/// the box's address: a box scanned by its IP address and configured by its name is the same
+/// box, and a line of another host pins a key the box does not present, which refuses the
+/// connection (the key, not the name, is what is pinned). A marker line (`@revoked …`) is
+/// refused: pinned, a revoked key would be trusted.
+pub(crate) fn parse_host_key_setting(text: &str) -> Result<Vec<PublicKey>, String> {
+    let mut keys = Vec::new();
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let first = line.split_whitespace().next().unwrap_or_default();
+        if first.starts_with('@') {
+            return Err(format!("a known_hosts marker line ({first}), not the box's key"));
+        }
+        // A key line starts with its algorithm; anything else there is ssh-keyscan's host field.
+        let has_host = russh::keys::Algorithm::new(first).is_err() && line.split_whitespace().nth(2).is_some();
+        let key_part = if has_host {
+            line[first.len()..].trim_start()
+        } else {
+            line
+        };
+        keys.push(parse_host_key(key_part)?);
+    }
+    if keys.is_empty() {
+        return Err("no key line (\"ssh-ed25519 AAAA…\")".into());
+    }
+    Ok(keys)
+}
+
 /// `ssh-ed25519 AAAA… [comment]` → the public key (its algorithm must be the one the line says).
 pub(crate) fn parse_host_key(line: &str) -> Result<russh::keys::PublicKey, String> {
     let mut words = line.split_whitespace();

@@ -205,3 +205,91 @@ fn a_config_whose_known_hosts_has_a_cert_authority_for_the_box_is_refused() {
     let settings = load_with(&format!("@cert-authority *.corp {}\n[127.0.0.1]:2222 {KEY}\n", key(4))).expect("loads");
     assert_eq!(settings.boxes[0].host_keys, [KEY]);
 }
+
+/// The config a box pinned with `host_key = '''<text>'''` loads to, or its error.
+fn load_host_key(text: &str) -> Result<crate::config::Settings, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let client = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
+    let key = dir.path().join("id_ed25519");
+    let pem = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
+    crate::support::files::write_private(&key, &pem).unwrap();
+    let config = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n\
+         [[box]]\nname = \"gpu1\"\nssh = \"dev@127.0.0.1:2222\"\nkey = \"{}\"\nhost_key = '''{text}'''\n",
+        key.display(),
+    );
+    crate::config::parse(&config, &dir.path().join("gateway.toml")).map_err(|e| e.to_string())
+}
+
+/// `host_key` pasted as `ssh-keyscan` prints it (issue 38: "Base64 decoding error"): the host
+/// field (`host` or `[host]:port`, another name of the box or a hashed one) is not the key and
+/// is skipped; its `# host:port SSH-2.0-…` lines and blank ones are skipped; several key lines
+/// pin several keys. The `.pub` file's form still reads.
+#[test]
+fn a_host_key_as_ssh_keyscan_prints_it_is_pinned() {
+    let (k1, k2) = (key(1), key(2));
+    for (text, want) in [
+        (format!("[127.0.0.1]:2222 {k1}"), vec![k1.clone()]),
+        (format!("gpu1.lan {k1}\n"), vec![k1.clone()]),
+        (format!("{k1} root@gpu1"), vec![k1.clone()]),
+        (
+            format!(
+                "\n# 127.0.0.1:2222 SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\n[127.0.0.1]:2222 {k1}\n[127.0.0.1]:2222 {k2}\n"
+            ),
+            vec![k1.clone(), k2.clone()],
+        ),
+        (
+            format!("|1|AAECAwQFBgcICQoLDA0ODxAREhM=|zKYaAqmSav3Qxr2sffNqWFIcbe4= {k2}"),
+            vec![k2.clone()],
+        ),
+    ] {
+        let settings = load_host_key(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert_eq!(settings.boxes[0].host_keys, want, "{text:?}");
+    }
+}
+
+/// What is not a key line is refused with the reason: a known_hosts marker line (a `@revoked`
+/// key pinned would trust the very key it revokes), no key at all, a key that does not read, a
+/// type that is not the key's.
+#[test]
+fn a_host_key_that_is_no_key_line_is_refused_with_the_reason() {
+    let k1 = key(1);
+    for (text, reason) in [
+        (format!("@revoked * {k1}"), "a known_hosts marker line (@revoked)"),
+        (
+            format!("@cert-authority * {k1}"),
+            "a known_hosts marker line (@cert-authority)",
+        ),
+        ("# 127.0.0.1:2222 SSH-2.0-OpenSSH_9.6\n".to_string(), "no key line"),
+        (
+            "gpu1.lan ssh-ed25519 AAAAnot-base64".to_string(),
+            "its key does not read",
+        ),
+        (
+            format!("gpu1.lan {}", k1.replace("ssh-ed25519", "ssh-rsa")),
+            "the line says ssh-rsa but the key is ssh-ed25519",
+        ),
+        ("gpu1.lan".to_string(), "not an OpenSSH public key line"),
+    ] {
+        let err = load_host_key(&text).map(|s| format!("{:?}", s.boxes)).expect_err(&text);
+        assert!(
+            err.contains(&format!("box[0] (gpu1).host_key: {reason}")) && err.contains("ssh-keyscan -t ed25519"),
+            "{text:?}: {err}"
+        );
+    }
+}
+proptest::proptest! {
+    /// Any host field ssh-keyscan or a known_hosts file could put before the key (a name, an
+    /// address, `[host]:port`, a list of them), and any comment after it: the key pinned is the
+    /// line's key.
+    #[test]
+    fn any_host_field_and_comment_leave_the_key(
+        seed in 1u8..=255,
+        host in "[a-z0-9.-]{1,20}|\\[[0-9.]{7,15}\\]:[0-9]{1,5}|[a-z0-9.]{1,9},[0-9.]{7,15}",
+        comment in "( [a-zA-Z0-9@. -]{0,20})?",
+    ) {
+        let k = key(seed);
+        let keys = parse_host_key_setting(&format!("{host} {k}{comment}")).map_err(proptest::test_runner::TestCaseError::fail)?;
+        proptest::prop_assert_eq!(keys.iter().map(|k| k.to_openssh().unwrap()).collect::<Vec<_>>(), vec![k]);
+    }
+}
