@@ -168,9 +168,12 @@ fn password(printed: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode, tmux: run scripts/test.sh"]
 async fn every_command_the_first_start_and_pair_print_runs_as_printed_in_a_fresh_clone() {
+    let began = Instant::now();
     let model = FakeModel::start("true").await;
     let n = Newcomer::clone(&model.config_json());
+    let cloned = began.elapsed();
     let (run, banner) = n.serve();
+    let served = began.elapsed();
     let cmds = commands(&banner);
     assert_eq!(
         cmds.len(),
@@ -192,6 +195,13 @@ async fn every_command_the_first_start_and_pair_print_runs_as_printed_in_a_fresh
     let path = format!("/p/demo/session/{id}/message");
     let (_, messages) = crate::common::client::json(&c, "GET", &path, &dev, "").await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
+    // For the README's newcomer timings (the release build itself is not in them).
+    eprintln!(
+        "newcomer timings: cloned {:.1} s, banner with the model {:.1} s, first answer {:.1} s",
+        cloned.as_secs_f64(),
+        served.as_secs_f64(),
+        began.elapsed().as_secs_f64()
+    );
 
     attach_in_tmux(&n, one(&cmds, " attach https://")).await;
     pair_and_see_the_device(&n, one(&cmds, " pair dev"), &c).await;
