@@ -21,6 +21,7 @@ mod boxes;
 mod boxes_host_keys;
 mod browser;
 mod browser_login;
+mod budget_pages;
 mod budget_races;
 mod budgets;
 mod certs;

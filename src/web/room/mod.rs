@@ -41,10 +41,23 @@ pub(crate) struct FlagRow {
     pub says: String,
     /// The failure's first line, or the budget's figures.
     pub detail: String,
-    /// The guard stopped it: an approver may resume it ("continue").
+    /// The guard stopped it and nothing refuses a resume now: an approver may resume it
+    /// ("continue").
     pub resumable: bool,
     /// It was stopped for its budget: an operator may reset the session's budget.
     pub budget: bool,
+    /// A budget still spent, which would refuse the resume: the primary action is then an
+    /// operator's raise or reset, and others are told why there is none.
+    pub blocked: Option<Blocked>,
+}
+
+/// A spent budget in front of a stopped session.
+pub(crate) struct Blocked {
+    /// "this session's budget, $0.03, is spent ($0.0315 so far)".
+    pub what: String,
+    /// The budget form's scope that raises it (`session`, `day`); none for a user's daily budget,
+    /// which only the day's end or the config changes.
+    pub scope: Option<&'static str>,
 }
 
 pub(crate) struct WaitingRow {

@@ -14,6 +14,42 @@ fn flag_row(f: &crate::inbox::Flag) -> FlagRow {
         detail: f.detail.clone(),
         resumable: f.stopped,
         budget: f.why == crate::inbox::FlagWhy::Budget,
+        blocked: None,
+    }
+}
+
+/// A stopped session's resume would be refused while a budget is spent (`Inbox::resume` checks
+/// it as admit does): say which, and take Resume away until an operator raises or resets it.
+fn mark_blocked(gw: &crate::gateway::Gateway, state: &State, user: &str, row: &mut ProjectRow) {
+    let Some(project) = state.projects.get(&row.name) else {
+        return;
+    };
+    let (budget, day) = (project.config.budget, crate::budget::meter::today());
+    // As `Inbox::resume`: only a budget that stops sessions refuses a resume.
+    if budget.on_exceed != crate::config::OnExceed::Abort {
+        return;
+    }
+    for s in &mut row.sessions {
+        let Some(f) = s.flag.as_mut().filter(|f| f.resumable) else {
+            continue;
+        };
+        let meter = &gw.inbox.meter;
+        if let Err(e) = meter.check(&budget, state.settings.user_day_usd, &row.name, user, Some(&s.id), day) {
+            f.resumable = false;
+            f.blocked = Some(Blocked {
+                what: format!(
+                    "{}, ${:.2}, is spent (${:.4} so far)",
+                    crate::budget::meter::words(e.budget),
+                    e.limit,
+                    e.spent
+                ),
+                scope: match e.budget {
+                    "session_usd" => Some("session"),
+                    "project_day_usd" => Some("day"),
+                    _ => None,
+                },
+            });
+        }
     }
 }
 
@@ -147,6 +183,7 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         let on_box = state.projects.get(&v.name).and_then(|p| p.config.on_box.as_deref());
         let mut row = project_row(v, &origin, on_box, can_answer, now);
         allow(&mut row, state, role);
+        mark_blocked(ctx.gw, state, user, &mut row);
         row.origin = origin.clone();
         row.spend = spend_line(ctx.gw, state, &v.name);
         projects.push(row);

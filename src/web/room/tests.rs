@@ -75,6 +75,7 @@ fn the_pages_name_the_box_a_project_runs_on() {
             detail: "exit 1: cat: x: No such file or directory".into(),
             resumable: true,
             budget,
+            blocked: None,
         }),
     };
     room.projects[1].sessions = vec![flagged(true)];
@@ -102,6 +103,49 @@ fn the_pages_name_the_box_a_project_runs_on() {
     let inbox = InboxContent { r: &room }.render().unwrap();
     assert!(inbox.contains("in train on gpu1"), "{inbox}");
     assert!(inbox.contains("in web</span>"), "{inbox}");
+    // A spent budget in front of the resume: an operator's primary action resets it (on both
+    // pages); anyone else gets no button, the reason in words.
+    room.projects[1].can_answer = true;
+    if let Some(f) = room.projects[1].sessions[0].flag.as_mut() {
+        f.resumable = false;
+        f.blocked = Some(Blocked {
+            what: "this session's budget, $2.00, is spent ($2.0100 so far)".into(),
+            scope: Some("session"),
+        });
+    }
+    // What a page says about session ses_1: its list item, or its flagged card.
+    let about = |page: &str| -> String {
+        let after = page.split("data-session=\"ses_1\"").nth(1).unwrap_or_default();
+        let item = after.split("</li>").next().unwrap_or_default();
+        item.split("</section>").next().unwrap_or_default().to_string()
+    };
+    for page in [
+        PortalContent { r: &room }.render().unwrap(),
+        InboxContent { r: &room }.render().unwrap(),
+    ] {
+        let part = about(&page);
+        assert!(!part.contains("value=\"resume\""), "{part}");
+        let primary = part.split("class=\"primary\"").nth(1).unwrap_or_default();
+        assert!(
+            primary
+                .split("</button>")
+                .next()
+                .unwrap_or_default()
+                .contains("Reset this session's budget"),
+            "{part}"
+        );
+        // Askama escapes the apostrophe.
+        assert!(part.contains("this session&#39;s budget, $2.00, is spent"), "{part}");
+    }
+    room.projects[1].can_raise = false;
+    for page in [
+        PortalContent { r: &room }.render().unwrap(),
+        InboxContent { r: &room }.render().unwrap(),
+    ] {
+        let part = about(&page);
+        assert!(!part.contains("<button"), "{part}");
+        assert!(part.contains("Only an operator of web can raise or reset it"), "{part}");
+    }
 }
 
 #[test]
