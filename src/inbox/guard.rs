@@ -398,7 +398,11 @@ mod tests {
         cost(&inbox, 1.6);
         let s = stops.try_recv().unwrap();
         assert_eq!((s.session.as_str(), s.why, s.abort), ("ses_1", FlagWhy::Budget, true));
-        assert!(s.detail.contains("$1.5000 of this session's budget, $1.00"), "{}", s.detail);
+        assert!(
+            s.detail.contains("$1.5000 of this session's budget, $1.00"),
+            "{}",
+            s.detail
+        );
         assert!(stops.try_recv().is_err(), "stopped once");
         assert!(alerts(&mut notices).is_empty(), "the stop tells it");
     }

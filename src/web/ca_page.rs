@@ -35,19 +35,20 @@ fn escape(s: &str) -> String {
 
 /// The `/ca` page: the fingerprint, the two downloads, the steps per platform, and where to go next.
 pub(crate) fn page(fingerprint: &str, next: &str) -> String {
-    let fp = escape(fingerprint);
+    // A break chance after each colon only: the fingerprint wraps between bytes, never inside one.
+    let fp = escape(fingerprint).replace(':', ":<wbr>");
     let next = escape(next);
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Trust this gateway's development CA</title>
-<style>body{{font:16px/1.5 system-ui,sans-serif;margin:1rem;max-width:40rem}}code{{word-break:break-all;font-size:.9rem}}
+<style>body{{font:16px/1.5 system-ui,sans-serif;margin:1rem;max-width:40rem}}code{{font-size:.9rem}}
 a.b{{display:inline-block;min-height:44px;line-height:44px;padding:0 1rem;margin:.25rem 0;border:1px solid #888;border-radius:.5rem;text-decoration:none}}</style>
 </head><body>
 <h1>Trust this gateway's development CA</h1>
 <p>This gateway uses a certificate from its own development CA. Before your phone can open it over HTTPS, it must trust that CA.</p>
 <p><strong>First compare this fingerprint</strong> with the one the gateway printed in its terminal. If they differ, stop: someone on this network changed the page.</p>
-<p id="fingerprint">SHA-256: <code>{fp}</code></p>
+<p id="fingerprint">SHA-256: <code class="fp">{fp}</code></p>
 <p><a class="b" id="crt" href="/ca.crt" download="opencode-gateway-dev-ca.crt">Download the certificate (Android, others)</a><br>
 <a class="b" id="mobileconfig" href="/ca.mobileconfig">Install the profile (iPhone, iPad)</a></p>
 <h2>iPhone and iPad</h2>
@@ -129,7 +130,21 @@ mod tests {
         );
         assert_ne!(uuid_from(&fp, "cert"), uuid_from(&fp, "profile"));
         let page = page(&fp, "https://198.18.0.1:8443/\"><script>");
-        assert!(page.contains(&fp));
+        assert!(page.replace("<wbr>", "").contains(&fp));
         assert!(!page.contains("<script>"), "escaped");
+    }
+
+    /// On a narrow phone the fingerprint wraps between bytes, never inside one (issue 38: it
+    /// broke in the middle of a byte): no break-anywhere rule, a break chance after each colon.
+    #[test]
+    fn the_fingerprint_wraps_only_between_bytes() {
+        let fp = fingerprint(b"abc");
+        let page = page(&fp, "https://198.18.0.1:8443/");
+        assert!(!page.contains("break-all"), "{page}");
+        let shown = page
+            .split("<code class=\"fp\">")
+            .nth(1)
+            .and_then(|r| r.split("</code>").next());
+        assert_eq!(shown, Some(fp.replace(':', ":<wbr>").as_str()), "{page}");
     }
 }
