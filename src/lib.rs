@@ -120,6 +120,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
             .iter()
             .map(|(n, a)| (n.as_str().into(), a.port()))
             .collect(),
+        http: running.http.map(|a| a.port()),
     });
     tokio::spawn(front::listen::serve_tls(gw.clone(), https, None));
     for (name, l) in project_listeners {
