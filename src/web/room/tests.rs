@@ -4,11 +4,8 @@ use askama::Template;
 
 use super::*;
 
-/// A project on a box says so on the portal and on its inbox cards; one on this machine
-/// says nothing of boxes.
-#[test]
-fn the_pages_name_the_box_a_project_runs_on() {
-    let project = |name: &str, on_box: Option<&str>| ProjectRow {
+fn project(name: &str, on_box: Option<&str>) -> ProjectRow {
+    ProjectRow {
         name: name.into(),
         spend: None,
         on_box: on_box.map(String::from),
@@ -23,7 +20,37 @@ fn the_pages_name_the_box_a_project_runs_on() {
         can_restart: false,
         can_raise: false,
         origin: None,
-    };
+    }
+}
+
+fn flagged(budget: bool) -> SessionRow {
+    SessionRow {
+        id: "ses_1".into(),
+        title: "Fix the login".into(),
+        status_class: "idle",
+        status_text: "idle".into(),
+        status_reason: None,
+        ago: "5 s".into(),
+        since_ms: 0,
+        usage: Some("$0.0315 · 3000 in / 1500 out tokens".into()),
+        link: None,
+        subagent: false,
+        busy: false,
+        waiting: None,
+        flag: Some(FlagRow {
+            says: "stopped: retried the same failure twice".into(),
+            detail: "exit 1: cat: x: No such file or directory".into(),
+            resumable: true,
+            budget,
+            blocked: None,
+        }),
+    }
+}
+
+/// A project on a box says so on the portal and on its inbox cards; one on this machine
+/// says nothing of boxes.
+#[test]
+fn the_pages_name_the_box_a_project_runs_on() {
     let card = |name: &str, on_box: Option<&str>| CardRow {
         project: name.into(),
         on_box: on_box.map(String::from),
@@ -57,27 +84,6 @@ fn the_pages_name_the_box_a_project_runs_on() {
     // who may answer; "Reset this session's budget" and "Budget…" for operators only.
     let mut room = room;
     room.my_spend = Some("You spent today: $0.0210 (UTC day) · this month: $1.2000".into());
-    let flagged = |budget: bool| SessionRow {
-        id: "ses_1".into(),
-        title: "Fix the login".into(),
-        status_class: "idle",
-        status_text: "idle".into(),
-        status_reason: None,
-        ago: "5 s".into(),
-        since_ms: 0,
-        usage: Some("$0.0315 · 3000 in / 1500 out tokens".into()),
-        link: None,
-        subagent: false,
-        busy: false,
-        waiting: None,
-        flag: Some(FlagRow {
-            says: "stopped: retried the same failure twice".into(),
-            detail: "exit 1: cat: x: No such file or directory".into(),
-            resumable: true,
-            budget,
-            blocked: None,
-        }),
-    };
     room.projects[1].sessions = vec![flagged(true)];
     room.projects[1].spend = Some("Spent today: $0.0315 of $40.00 (UTC day) · this month: $0.0315".into());
     let as_approver = PortalContent { r: &room }.render().unwrap();
@@ -103,10 +109,36 @@ fn the_pages_name_the_box_a_project_runs_on() {
     let inbox = InboxContent { r: &room }.render().unwrap();
     assert!(inbox.contains("in train on gpu1"), "{inbox}");
     assert!(inbox.contains("in web</span>"), "{inbox}");
-    // A spent budget in front of the resume: an operator's primary action resets it (on both
-    // pages); anyone else gets no button, the reason in words.
-    room.projects[1].can_answer = true;
-    if let Some(f) = room.projects[1].sessions[0].flag.as_mut() {
+}
+
+#[test]
+fn permission_kinds_read_as_words() {
+    assert_eq!(super::rows::permission_title("bash"), "Run a command (bash)");
+    assert_eq!(
+        super::rows::permission_title("external_directory"),
+        "Work outside the project's folder (external_directory)"
+    );
+    assert_eq!(super::rows::permission_title("new_thing"), "New thing");
+    assert_eq!(super::rows::permission_title(""), "");
+}
+
+/// A spent budget in front of the resume (issue 38): an operator's primary action resets it (on
+/// both pages); anyone else gets no button and the reason in words.
+#[test]
+fn a_spent_budget_offers_each_role_what_it_may_do() {
+    let mut web = project("web", None);
+    web.sessions = vec![flagged(true)];
+    web.can_raise = true;
+    let mut room = Room {
+        projects: vec![web],
+        cards: Vec::new(),
+        notes: Vec::new(),
+        pending: 0,
+        flash: None,
+        viewer_only: false,
+        my_spend: None,
+    };
+    if let Some(f) = room.projects[0].sessions[0].flag.as_mut() {
         f.resumable = false;
         f.blocked = Some(Blocked {
             what: "this session's budget, $2.00, is spent ($2.0100 so far)".into(),
@@ -137,7 +169,7 @@ fn the_pages_name_the_box_a_project_runs_on() {
         // Askama escapes the apostrophe.
         assert!(part.contains("this session&#39;s budget, $2.00, is spent"), "{part}");
     }
-    room.projects[1].can_raise = false;
+    room.projects[0].can_raise = false;
     for page in [
         PortalContent { r: &room }.render().unwrap(),
         InboxContent { r: &room }.render().unwrap(),
@@ -146,15 +178,4 @@ fn the_pages_name_the_box_a_project_runs_on() {
         assert!(!part.contains("<button"), "{part}");
         assert!(part.contains("Only an operator of web can raise or reset it"), "{part}");
     }
-}
-
-#[test]
-fn permission_kinds_read_as_words() {
-    assert_eq!(super::rows::permission_title("bash"), "Run a command (bash)");
-    assert_eq!(
-        super::rows::permission_title("external_directory"),
-        "Work outside the project's folder (external_directory)"
-    );
-    assert_eq!(super::rows::permission_title("new_thing"), "New thing");
-    assert_eq!(super::rows::permission_title(""), "");
 }
