@@ -127,6 +127,14 @@ try {
   if (!(await page.content()).includes('/_gw/static/app.js')) throw new Error('not the inbox page');
   await shot('back');
 
+  step = 'notifications blocked for the site: the portal says how to allow them on iOS and Android';
+  await cdp.send('Browser.setPermission', { origin: login, permission: { name: 'notifications' }, setting: 'denied' });
+  await page.goto(`${login}/`);
+  const blocked = await bounded('the steps to allow notifications', 5000, () => page.locator('#push-state').textContent()
+    .then((t) => (/blocked/.test(t) && /iPhone or iPad/.test(t) && /Android/.test(t) ? t : null)));
+  console.log(`blocked: ${blocked}`);
+  await cdp.send('Browser.setPermission', { origin: login, permission: { name: 'notifications' }, setting: 'granted' });
+
   step = '"Notify me on this device" where the browser has no push service ends with a message';
   await page.goto(`${login}/`);
   await page.locator('#push-on').waitFor({ state: 'visible', timeout: 10000 });

@@ -50,6 +50,7 @@ async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
     for said in [
         "offline page: ",
         "push without a push service: ",
+        "blocked: Notifications are blocked for this site. To allow them: on iPhone",
         "logged out: ",
         "certificate: The gateway is running",
     ] {
