@@ -33,12 +33,14 @@ async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
     let gw = alice_only();
     let shots = crate::common::browser::shots("app");
     let (port, cert) = (gw.https.port().to_string(), gw.dir.path().join("certs/server.crt"));
+    let pid = gw.pid().to_string();
     let out = crate::common::browser::run(
         "app.mjs",
         &[
             ("GW_PORT", port.as_ref()),
             ("CERT", cert.as_os_str()),
             ("SHOT_DIR", shots.as_os_str()),
+            ("GW_PID", pid.as_ref()),
         ],
         Duration::from_secs(120),
         || gw.logs(),
@@ -53,6 +55,7 @@ async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
         "blocked: Notifications are blocked for this site. To allow them: on iPhone",
         "logged out: ",
         "certificate: The gateway is running",
+        "stopped: Cannot reach the gateway: nothing answered",
     ] {
         assert!(out.contains(said), "{said}: {out}");
     }
