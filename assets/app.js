@@ -75,17 +75,31 @@ if ('serviceWorker' in navigator) {
     state.textContent = sub ? 'This device is told when an agent waits for you.'
       : 'This device is not told when an agent waits for you.';
   };
+  const NO_SERVICE = 'this browser has no push service here (it did not give a subscription within 8 s), so the gateway cannot reach this device';
+  const BLOCKED = 'Notifications are blocked for this site. To allow them: on iPhone or iPad (iOS 16.4 or later, only for the app '
+    + 'added to the Home Screen) Settings › Notifications › OpenCode › Allow Notifications; on Android, Chrome › ⋮ › Settings › '
+    + 'Site settings › Notifications, then this site › Allow. Then tap "Notify me on this device" again.';
   navigator.serviceWorker.ready.then(async (reg) => {
     box.hidden = false;
     show(await reg.pushManager.getSubscription());
+    if (Notification.permission === 'denied') state.textContent = BLOCKED;
     on.addEventListener('click', async () => {
       try {
-        if (await Notification.requestPermission() !== 'granted') { state.textContent = 'Notifications are blocked for this site.'; return; }
-        const sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+        if (await Notification.requestPermission() !== 'granted') { state.textContent = BLOCKED; return; }
+        state.textContent = 'Asking this browser\'s push service…';
+        // A browser with no push service (no Google services, some privacy builds, headless)
+        // may never answer: give up after a few seconds and say so.
+        const sub = await Promise.race([
+          reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key }),
+          new Promise((_, no) => setTimeout(() => no(new Error(NO_SERVICE)), 8000)),
+        ]).catch((e) => {
+          if (e.message === NO_SERVICE) throw e;
+          throw new Error(`this browser's push service refused a subscription (${e.message}), so the gateway cannot reach this device`);
+        });
         const j = sub.toJSON();
         await post({ do: 'subscribe', endpoint: j.endpoint, p256dh: j.keys.p256dh, auth: j.keys.auth });
         show(sub);
-      } catch (e) { state.textContent = `Could not turn notifications on: ${e.message}`; }
+      } catch (e) { state.textContent = `Notifications are not on: ${e.message}`; }
     });
     off.addEventListener('click', async () => {
       const sub = await reg.pushManager.getSubscription();

@@ -6,7 +6,7 @@
 // and may hold what an agent asked). When the network is gone, a navigation to a control-room
 // page gets the offline page, which reconnects on its own. Anything else (a project's web UI
 // under /p/…, OpenCode's API, the gateway's event stream) is not touched.
-const SHELL = 'ocgw-shell-v2';
+const SHELL = 'ocgw-shell-v3';
 const FILES = ['/_gw/static/app.css', '/_gw/static/app.js', '/_gw/static/icon.svg', '/_gw/static/icon-192.png',
   '/_gw/static/offline.html', '/_gw/static/offline.js'];
 const PAGES = ['/', '/inbox', '/pair', '/login'];
@@ -27,8 +27,14 @@ self.addEventListener('fetch', (event) => {
   const url = new URL(req.url);
   if (url.origin !== self.location.origin) return;
   if (req.mode === 'navigate' && PAGES.includes(url.pathname)) {
-    // The page from the network, always; the offline page when there is none.
-    event.respondWith(fetch(req).catch(() => caches.match('/_gw/static/offline.html')));
+    // The page from the network, always; the offline page when there is none, or when the
+    // network gives no answer within a few seconds (a dead link made the page spin ~50 s). The
+    // offline page then says why, as well as a page can tell.
+    event.respondWith(new Promise((resolve) => {
+      const offline = () => resolve(caches.match('/_gw/static/offline.html'));
+      const timer = setTimeout(offline, 5000);
+      fetch(req).then((r) => { clearTimeout(timer); resolve(r); }, () => { clearTimeout(timer); offline(); });
+    }));
   } else if (FILES.includes(url.pathname)) {
     // The network's copy while there is one (a gateway upgraded since the install serves new
     // styles and scripts at once), kept for offline; the kept copy only offline.

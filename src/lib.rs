@@ -165,6 +165,7 @@ impl Running {
                 .iter()
                 .map(|(n, a)| (n.as_str().into(), a.port()))
                 .collect(),
+            http: self.http.map(|a| a.port()),
         });
         let _ = self.gateway.doors.listening.set(self.listening());
     }

@@ -205,6 +205,8 @@ pub(crate) fn phone_warnings(s: &Settings) -> Vec<String> {
 pub struct BoundPorts {
     pub main: u16,
     pub projects: Vec<(std::sync::Arc<str>, u16)>,
+    /// The plain-HTTP listener's port (`server.http_listen`), for the offline page's probe.
+    pub http: Option<u16>,
 }
 
 impl BoundPorts {

@@ -34,12 +34,22 @@ pub(crate) struct Exhausted {
     pub resets_day: Option<u64>,
 }
 
+/// A budget's config key in words a person reads ("this session's budget"), for pages and
+/// alerts: a phone shows these, not `budget.session_usd`.
+pub(crate) fn words(key: &str) -> &'static str {
+    match key {
+        "session_usd" => "this session's budget",
+        "project_day_usd" => "the project's budget for today",
+        _ => "the user's budget for today",
+    }
+}
+
 impl std::fmt::Display for Exhausted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Said to the one whose prompt is refused: their own budget is "yours".
         let what = match self.budget {
-            "session_usd" => "this session's budget",
-            "project_day_usd" => "the project's budget for today",
-            _ => "your budget for today",
+            "user_day_usd" => "your budget for today",
+            key => words(key),
         };
         write!(
             f,

@@ -213,7 +213,7 @@ pub(crate) struct Alert {
     /// The session's title, as OpenCode named it.
     pub title: String,
     pub kind: AlertKind,
-    /// Why, in words, with figures ("spent $4.0200 of $5.00 (budget.session_usd)").
+    /// Why, in words, with figures ("spent $4.0200 of this session's budget, $5.00").
     pub reason: String,
     /// The guard stopped the session.
     pub stopped: bool,

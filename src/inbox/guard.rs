@@ -91,7 +91,7 @@ impl Inbox {
             let Some(limit) = limit.map(|l| l + self.meter.raised(&key, day)) else {
                 continue;
             };
-            let figures = format!("${spent_now:.4} of ${limit:.2} (budget.{name})");
+            let figures = format!("${spent_now:.4} of {}, ${limit:.2}", crate::budget::meter::words(name));
             if spent_now >= limit {
                 spent.get_or_insert_with(|| figures.clone());
                 // With `abort`, the stop's own alert says it.
@@ -378,7 +378,7 @@ mod tests {
             (AlertKind::BudgetWarning, "Fix the login")
         );
         assert!(
-            a[0].reason.contains("$0.6000 of $1.00 (budget.session_usd)"),
+            a[0].reason.contains("$0.6000 of this session's budget, $1.00"),
             "{}",
             a[0].reason
         );
@@ -398,7 +398,11 @@ mod tests {
         cost(&inbox, 1.6);
         let s = stops.try_recv().unwrap();
         assert_eq!((s.session.as_str(), s.why, s.abort), ("ses_1", FlagWhy::Budget, true));
-        assert!(s.detail.contains("$1.5000 of $1.00"), "{}", s.detail);
+        assert!(
+            s.detail.contains("$1.5000 of this session's budget, $1.00"),
+            "{}",
+            s.detail
+        );
         assert!(stops.try_recv().is_err(), "stopped once");
         assert!(alerts(&mut notices).is_empty(), "the stop tells it");
     }

@@ -34,26 +34,33 @@ fn escape(s: &str) -> String {
 }
 
 /// The `/ca` page: the fingerprint, the two downloads, the steps per platform, and where to go next.
-pub(crate) fn page(fingerprint: &str, next: &str) -> String {
-    let fp = escape(fingerprint);
+/// The CA's own name (after its host and day, or the old fixed name), as a phone lists it.
+pub(crate) fn name_of(der: &[u8]) -> String {
+    crate::support::der::subject_common_name(der).unwrap_or_else(|| "opencode-gateway development CA".into())
+}
+
+pub(crate) fn page(name: &str, fingerprint: &str, next: &str) -> String {
+    let name = escape(name);
+    // A break chance after each colon only: the fingerprint wraps between bytes, never inside one.
+    let fp = escape(fingerprint).replace(':', ":<wbr>");
     let next = escape(next);
     format!(
         r#"<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Trust this gateway's development CA</title>
-<style>body{{font:16px/1.5 system-ui,sans-serif;margin:1rem;max-width:40rem}}code{{word-break:break-all;font-size:.9rem}}
+<style>body{{font:16px/1.5 system-ui,sans-serif;margin:1rem;max-width:40rem}}code{{font-size:.9rem}}
 a.b{{display:inline-block;min-height:44px;line-height:44px;padding:0 1rem;margin:.25rem 0;border:1px solid #888;border-radius:.5rem;text-decoration:none}}</style>
 </head><body>
 <h1>Trust this gateway's development CA</h1>
 <p>This gateway uses a certificate from its own development CA. Before your phone can open it over HTTPS, it must trust that CA.</p>
 <p><strong>First compare this fingerprint</strong> with the one the gateway printed in its terminal. If they differ, stop: someone on this network changed the page.</p>
-<p id="fingerprint">SHA-256: <code>{fp}</code></p>
+<p id="fingerprint">SHA-256: <code class="fp">{fp}</code></p>
 <p><a class="b" id="crt" href="/ca.crt" download="opencode-gateway-dev-ca.crt">Download the certificate (Android, others)</a><br>
 <a class="b" id="mobileconfig" href="/ca.mobileconfig">Install the profile (iPhone, iPad)</a></p>
 <h2>iPhone and iPad</h2>
 <ol><li>Open this page in Safari and tap "Install the profile"; allow the download.</li>
 <li>Settings → General → VPN &amp; Device Management → the profile → Install.</li>
-<li>Settings → General → About → Certificate Trust Settings → switch on full trust for "opencode-gateway development CA".</li></ol>
+<li>Settings → General → About → Certificate Trust Settings → switch on full trust for "{name}".</li></ol>
 <h2>Android</h2>
 <ol><li>Tap "Download the certificate".</li>
 <li>Settings → Security → Encryption &amp; credentials → Install a certificate → CA certificate, and pick the file. Chrome trusts it; some other apps do not trust user CAs.</li></ol>
@@ -79,9 +86,7 @@ pub(crate) fn mobileconfig(der: &[u8], fingerprint: &str) -> String {
     let profile_uuid = uuid_from(fingerprint, "profile");
     let short: String = fingerprint.replace(':', "").chars().take(16).collect();
     // The CA's own name (after its host and day), as the phone lists it once trusted.
-    let name = escape(
-        &crate::support::der::subject_common_name(der).unwrap_or_else(|| "opencode-gateway development CA".into()),
-    );
+    let name = escape(&name_of(der));
     format!(
         r#"<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
@@ -132,8 +137,27 @@ mod tests {
             "stable: a second install replaces"
         );
         assert_ne!(uuid_from(&fp, "cert"), uuid_from(&fp, "profile"));
-        let page = page(&fp, "https://198.18.0.1:8443/\"><script>");
-        assert!(page.contains(&fp));
-        assert!(!page.contains("<script>"), "escaped");
+        let page = page("dev CA (<box>, 2026-12-03)", &fp, "https://198.18.0.1:8443/\"><script>");
+        assert!(page.replace("<wbr>", "").contains(&fp));
+        assert!(!page.contains("<script>") && !page.contains("<box>"), "escaped");
+        // iOS's last step names the CA as the phone lists it.
+        assert!(
+            page.contains("full trust for \"dev CA (&lt;box&gt;, 2026-12-03)\""),
+            "{page}"
+        );
+    }
+
+    /// On a narrow phone the fingerprint wraps between bytes, never inside one (issue 38: it
+    /// broke in the middle of a byte): no break-anywhere rule, a break chance after each colon.
+    #[test]
+    fn the_fingerprint_wraps_only_between_bytes() {
+        let fp = fingerprint(b"abc");
+        let page = page("a CA", &fp, "https://198.18.0.1:8443/");
+        assert!(!page.contains("break-all"), "{page}");
+        let shown = page
+            .split("<code class=\"fp\">")
+            .nth(1)
+            .and_then(|r| r.split("</code>").next());
+        assert_eq!(shown, Some(fp.replace(':', ":<wbr>").as_str()), "{page}");
     }
 }

@@ -354,6 +354,7 @@ mod tests {
         let ports = crate::reach::BoundPorts {
             main: 8443,
             projects: vec![("demo".into(), 8444), ("api".into(), 8445)],
+            http: None,
         };
         let here = "198.18.0.1:8443";
         assert_eq!(

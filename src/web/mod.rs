@@ -254,7 +254,11 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
     }
     let method = &ctx.parts.method;
     match (which, method) {
-        (Page::Static(name), &Method::GET | &Method::HEAD) => Ok(page::asset_response(name)),
+        (Page::Static(name), &Method::GET | &Method::HEAD) => {
+            let host = crate::policy::route::strip_port(ctx.host.unwrap_or(""));
+            let http = ctx.gw.doors.ports.get().and_then(|p| p.http);
+            Ok(page::asset_response(name, http.map(|port| (host, port))))
+        }
         (Page::Login, &Method::GET) => login::form(ctx).await,
         (Page::Login, &Method::POST) => login::submit(ctx, body).await,
         (Page::Logout, &Method::POST) => login::logout(ctx).await,

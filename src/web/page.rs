@@ -78,9 +78,19 @@ pub(crate) fn asset(name: &str) -> Option<&'static str> {
     ASSETS.iter().find(|(n, ..)| *n == name).map(|(n, ..)| *n)
 }
 
-pub(crate) fn asset_response(name: &str) -> Response<ProxyBody> {
+/// `probe`: the host name this request came to and the plain-HTTP listener's port, written into
+/// the offline page (which a device keeps and opens when the gateway does not answer) for its
+/// probe of that port (its policy then allows exactly that origin) and the CA page's address.
+pub(crate) fn asset_response(name: &str, probe: Option<(&str, u16)>) -> Response<ProxyBody> {
+    let http_port = probe.map(|(_, p)| p);
     let (_, kind, body) = ASSETS.iter().find(|(n, ..)| *n == name).expect("asset() found it");
-    let mut r = Response::new(ProxyBody::full(Bytes::from_static(body)));
+    let body = match (name, http_port) {
+        ("offline.html", Some(port)) => {
+            Bytes::from(String::from_utf8_lossy(body).replace("data-http=\"\"", &format!("data-http=\"{port}\"")))
+        }
+        _ => Bytes::from_static(body),
+    };
+    let mut r = Response::new(ProxyBody::full(body));
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -91,7 +101,21 @@ pub(crate) fn asset_response(name: &str) -> Response<ProxyBody> {
             h.insert("service-worker-allowed", HeaderValue::from_static("/"));
         }
         // The offline page is the gateway's page too: its own strict policy.
-        "offline.html" => secure(&mut r, ""),
+        "offline.html" => {
+            secure(&mut r, "");
+            let probe = probe.filter(|(h, _)| {
+                !h.is_empty() && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.[]:".contains(&b))
+            });
+            if let Some((host, port)) = probe {
+                let policy = csp("").replace(
+                    "connect-src 'self'",
+                    &format!("connect-src 'self' https://{host}:{port}"),
+                );
+                if let Ok(v) = HeaderValue::from_str(&policy) {
+                    r.headers_mut().insert(header::CONTENT_SECURITY_POLICY, v);
+                }
+            }
+        }
         _ => {}
     }
     r

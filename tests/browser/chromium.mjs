@@ -41,6 +41,14 @@ export const launchPersistent = (certPath, userDataDir, contextOptions = {}) => 
   ...contextOptions,
 });
 
+/// The same, trusting nothing of the gateway's (no pin): a device that installed the app and
+/// then stopped trusting the gateway's certificate (its dev CA made again).
+export const launchPersistentUntrusting = (userDataDir, contextOptions = {}) => playwright.chromium.launchPersistentContext(userDataDir, {
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: baseArgs,
+  ...contextOptions,
+});
+
 /// How a WebSocket to `url` opened from `page` ends: 'open', 'error' or 'timeout' (10 s).
 export const wsFrom = (page, url) => page.evaluate((u) => new Promise((done) => {
   const s = new WebSocket(u);

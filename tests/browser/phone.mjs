@@ -74,6 +74,25 @@ const fitsNarrow = async (where) => {
   if (seen.bar > 60 || seen.wide > 360) throw new Error(`${where} at 360 px: header ${seen.bar} px tall, page ${seen.wide} px wide`);
   console.log(`${where} at 360 px: header ${seen.bar} px tall, page ${seen.wide} px wide`);
 };
+// Looks at the tester's 390 px (issue 38): the header's name whole (not clipped by an ellipsis),
+// "Log out" on one line, and every "…" that opens a choice (a summary) drawn as a button.
+const looks = async (where) => {
+  const seen = await page.evaluate(() => {
+    const brand = document.querySelector('.bar .brand');
+    const out = document.querySelector('.bar button.link');
+    const r = document.createRange();
+    r.selectNodeContents(out);
+    const lines = new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size;
+    const plain = [...document.querySelectorAll('details > summary')].filter((e) => e.offsetParent !== null)
+      .filter((e) => { const c = getComputedStyle(e); return parseFloat(c.borderTopWidth) === 0 && c.backgroundColor === 'rgba(0, 0, 0, 0)'; })
+      .map((e) => e.textContent.trim());
+    return { brand: [brand.scrollWidth, brand.clientWidth], lines, plain };
+  });
+  if (seen.brand[0] > seen.brand[1]) throw new Error(`${where}: the name is clipped (${seen.brand[0]} px in ${seen.brand[1]} px)`);
+  if (seen.lines !== 1) throw new Error(`${where}: "Log out" on ${seen.lines} lines`);
+  if (seen.plain.length) throw new Error(`${where}: summaries drawn as plain text: ${JSON.stringify(seen.plain)}`);
+  console.log(`${where} at 390 px: the name whole, "Log out" on one line, every summary a button`);
+};
 const until = async (what, ms, probe) => {
   const deadline = Date.now() + ms;
   for (;;) {
@@ -141,6 +160,7 @@ try {
   if (projectLink !== alphaSessions) throw new Error(`alpha's link is ${projectLink}, not ${alphaSessions}`);
   await tapTargets('the portal');
   await fitsNarrow('the portal');
+  await looks('the portal');
 
   step = 'a prompt in alpha asks for bash';
   const created = await api.post(`${direct}/p/alpha/session`, { data: {} });
@@ -174,6 +194,14 @@ try {
   console.log(`the age counted from ${counted[0]} to ${counted[1]}`);
   await tapTargets('the inbox');
   await fitsNarrow('the inbox');
+  await looks('the inbox');
+  // The patterns as a list, one item each (they read as one command when run together).
+  const patterns = await card.evaluate((c) => {
+    const list = c.querySelector('ul.patterns');
+    return list ? [...list.children].map((li) => li.tagName + ':' + li.textContent.trim()) : null;
+  });
+  if (!patterns || !patterns.length || patterns.some((p) => !p.startsWith('LI:'))) throw new Error(`the patterns are not a list: ${JSON.stringify(patterns)} in ${await card.innerHTML()}`);
+  console.log(`patterns: ${patterns.join(' | ')}`);
   await shot('2-inbox');
 
   step = 'tap "Allow once": the tool runs and the card goes';

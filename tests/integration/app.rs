@@ -8,13 +8,18 @@ use crate::common::client::Https;
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::login::LOGIN_HOST;
 
+/// With the plain-HTTP listener (the CA page, and the offline page's probe).
 fn alice_only() -> Gateway {
-    Gateway::start(&base_config(&users_toml(&[TestUser {
+    let config = base_config(&users_toml(&[TestUser {
         name: "alice",
         password: "alice-password-1",
         projects: "[\"*\"]",
         role: "operator",
-    }])))
+    }]));
+    Gateway::start(&config.replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\nhttp_listen = \"127.0.0.1:0\"\n",
+    ))
 }
 
 /// Chromium finds the control room installable (no installability error, the manifest read),
@@ -28,18 +33,33 @@ async fn the_control_room_installs_as_an_app_and_shows_its_own_offline_page() {
     let gw = alice_only();
     let shots = crate::common::browser::shots("app");
     let (port, cert) = (gw.https.port().to_string(), gw.dir.path().join("certs/server.crt"));
+    let pid = gw.pid().to_string();
     let out = crate::common::browser::run(
         "app.mjs",
         &[
             ("GW_PORT", port.as_ref()),
             ("CERT", cert.as_os_str()),
             ("SHOT_DIR", shots.as_os_str()),
+            ("GW_PID", pid.as_ref()),
         ],
         Duration::from_secs(120),
         || gw.logs(),
     )
     .await;
     assert!(out.contains("icons 192x192 512x512"), "{out}");
+    // Issue 38: the offline page says why, push without a push service ends with a message, a
+    // logout and a certificate no longer trusted are named.
+    for said in [
+        "offline page: ",
+        "push without a push service: ",
+        "blocked: Notifications are blocked for this site. To allow them: on iPhone",
+        "logged out: ",
+        "certificate: The gateway is running",
+        "stopped: Cannot reach the gateway: nothing answered",
+    ] {
+        assert!(out.contains(said), "{said}: {out}");
+    }
+    eprintln!("{out}");
     assert!(
         out.contains("notification: OpenCode: demo waits for you / demo: permission to use bash"),
         "{out}"
@@ -111,4 +131,66 @@ async fn the_app_shell_is_served_with_its_types_and_headers() {
             .body
             .contains("<link rel=\"manifest\" href=\"/_gw/static/manifest.webmanifest\">")
     );
+}
+
+/// The offline page's probe (issue 38): the page a device keeps names the plain-HTTP port, its
+/// policy lets it connect there and nowhere else new, and that port holds a TLS hello unanswered
+/// (a hang tells "the gateway runs here, the secure connection failed" from "nothing runs here",
+/// which fails at once) while still answering plain HTTP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offline_page_names_the_plain_http_port_which_holds_a_tls_hello() {
+    use std::io::{Read, Write};
+    let gw = alice_only();
+    let logs = gw.logs();
+    let http: std::net::SocketAddr = logs
+        .lines()
+        .find(|l| l.contains("plain HTTP listener ready"))
+        .and_then(|l| l.split_whitespace().find_map(|w| w.strip_prefix("listen=")))
+        .unwrap_or_else(|| panic!("no plain HTTP listener line:\n{logs}"))
+        .parse()
+        .unwrap();
+    let c = Https::new(gw.https, &gw.ca()).host(LOGIN_HOST);
+    let offline = c
+        .call(
+            c.request("GET", "/_gw/static/offline.html", None)
+                .body(http_body_util::Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(offline.status, 200);
+    assert!(
+        offline.body.contains(&format!("data-http=\"{}\"", http.port())),
+        "{}",
+        offline.body
+    );
+    let csp = offline.headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains(&format!("connect-src 'self' https://gw.localhost:{};", http.port())),
+        "{csp}"
+    );
+    // A TLS hello (a record of type 22) gets no answer and the connection stays open.
+    let mut hello = std::net::TcpStream::connect(http).unwrap();
+    hello
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x05, 0x01, 0, 0, 1, 0])
+        .unwrap();
+    hello.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    let mut buf = [0u8; 64];
+    match hello.read(&mut buf) {
+        Err(e) => assert!(
+            matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            "{e}"
+        ),
+        Ok(n) => panic!("a TLS hello was answered or closed at once: {n} bytes {:?}", &buf[..n]),
+    }
+    // Plain HTTP on the same port is still answered (the redirect to HTTPS).
+    let mut plain = std::net::TcpStream::connect(http).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        plain,
+        "GET / HTTP/1.1\r\nHost: gw.localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = String::new();
+    plain.read_to_string(&mut head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 308"), "{head}");
 }

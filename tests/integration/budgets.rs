@@ -412,7 +412,7 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
         told[1]["reason"]
             .as_str()
             .unwrap()
-            .contains("of $0.03 (budget.session_usd)"),
+            .contains("of this session's budget, $0.03"),
         "{told:?}"
     );
     for t in &told {

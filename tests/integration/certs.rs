@@ -19,7 +19,11 @@ fn reissue(dir: &Path) {
     );
     std::fs::remove_file(&paths.cert).unwrap();
     let names = opencode_gateway::front::devcert::server_names(Some("gw.localhost"), &[]);
-    assert!(opencode_gateway::front::devcert::ensure(&paths, &names).unwrap().wrote());
+    assert!(
+        opencode_gateway::front::devcert::ensure(&paths, &names)
+            .unwrap()
+            .wrote()
+    );
 }
 
 /// A key that belongs to no certificate served here.

@@ -118,7 +118,11 @@ async fn change_certificate_and_reload(gw: &Gateway, c: &Https, first: &[u8], co
     );
     std::fs::remove_file(&paths.cert).unwrap();
     let names = opencode_gateway::front::devcert::server_names(Some("gw.localhost"), &[]);
-    assert!(opencode_gateway::front::devcert::ensure(&paths, &names).unwrap().wrote());
+    assert!(
+        opencode_gateway::front::devcert::ensure(&paths, &names)
+            .unwrap()
+            .wrote()
+    );
     let deadline = Instant::now() + Duration::from_secs(15);
     while crate::common::client::served_certificate(c).await == first {
         assert!(

@@ -22,6 +22,7 @@ mod boxes_by_the_docs;
 mod boxes_host_keys;
 mod browser;
 mod browser_login;
+mod budget_pages;
 mod budget_races;
 mod budgets;
 mod certs;

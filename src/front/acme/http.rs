@@ -1,6 +1,7 @@
 //! `server.http_listen`: plain HTTP that answers ACME HTTP-01 challenges and redirects everything
 //! else to HTTPS (308, same host and path, the public URL's port). It serves nothing else, so no
-//! credential or cookie is ever asked for over plain HTTP.
+//! credential or cookie is ever asked for over plain HTTP. A TLS hello sent here is held
+//! unanswered (`hold`): the offline page's probe.
 
 use std::sync::Arc;
 
@@ -26,6 +27,10 @@ pub(crate) async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u
         tokio::spawn(tasks.track_future(async move {
             let shed = slot.place.lease().shed.clone();
             let _slot = slot;
+            if tls_hello(&tcp, &gw).await {
+                hold(tcp, &gw, &shed).await;
+                return;
+            }
             let svc_gw = gw.clone();
             let service = service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let r = answer(&svc_gw, &req, https_port);
@@ -42,6 +47,34 @@ pub(crate) async fn serve(gw: Arc<Gateway>, listener: TcpListener, https_port: u
     })
     .await;
 }
+
+/// Does the connection open with a TLS record (a browser speaking HTTPS to this plain port)?
+async fn tls_hello(tcp: &tokio::net::TcpStream, gw: &Gateway) -> bool {
+    let mut first = [0u8; 1];
+    let peek = tokio::time::timeout(gw.limits.request_head_timeout, tcp.peek(&mut first)).await;
+    matches!(peek, Ok(Ok(1))) && first[0] == 0x16
+}
+
+/// A TLS hello here is held unanswered until the client gives up (at most [`HOLD`]). That is the
+/// one signal an HTTPS page can read from this port: the control room's offline page, whose
+/// secure connection failed at once, asks here; a refusal at once means nothing of the gateway
+/// runs on this host, a hang means it runs and the secure connection failed for another reason
+/// (most likely this device no longer trusts its certificate). A plain-HTTP answer would fail the
+/// handshake at once, like a refusal. Nothing is read or answered, and the connection holds an
+/// unauthenticated slot like any other.
+async fn hold(mut tcp: tokio::net::TcpStream, gw: &Gateway, shed: &tokio_util::sync::CancellationToken) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = [0u8; 512];
+    let drain = async { while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {} };
+    tokio::select! {
+        _ = tokio::time::timeout(HOLD, drain) => {}
+        _ = gw.lifecycle.shutdown.cancelled() => {}
+        _ = shed.cancelled() => {}
+    }
+}
+
+/// How long a TLS hello on the plain-HTTP port is held.
+const HOLD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// `/ca`, `/ca.crt`, `/ca.mobileconfig` when the gateway made its own dev CA (`web/ca_page.rs`).
 fn dev_ca(gw: &Gateway, path: &str, https_port: u16, headers: &http::HeaderMap) -> Option<Response<Full<Bytes>>> {
@@ -92,7 +125,11 @@ fn dev_ca(gw: &Gateway, path: &str, https_port: u16, headers: &http::HeaderMap) 
                 None => format!("{}/", reach.base()),
             };
             (
-                Bytes::from(crate::web::ca_page::page(&fp, &next)),
+                Bytes::from(crate::web::ca_page::page(
+                    &crate::web::ca_page::name_of(&der),
+                    &fp,
+                    &next,
+                )),
                 "text/html; charset=utf-8",
             )
         }
