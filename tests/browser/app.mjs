@@ -84,15 +84,23 @@ try {
   await bounded('an activated, running worker', 10000, () => [...versions.values()]
     .find((v) => v.registrationId === reg.registrationId && v.status === 'activated' && v.runningStatus === 'running'));
   await bounded('the notification permission', 5000, () => page.evaluate(() => Notification.permission === 'granted'));
-  await cdp.send('ServiceWorker.deliverPushMessage', {
-    origin: login, registrationId: reg.registrationId,
-    data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
-  });
-  const shown = await bounded('a notification', 10000, async () => {
-    const ns = await page.evaluate(() => navigator.serviceWorker.ready
-      .then((r) => r.getNotifications()).then((all) => all.map((n) => ({ title: n.title, body: n.body, url: n.data && n.data.url }))));
-    return ns.length ? ns : null;
-  });
+  const notifications = () => page.evaluate(() => navigator.serviceWorker.ready
+    .then((r) => r.getNotifications()).then((all) => all.map((n) => ({ title: n.title, body: n.body, url: n.data && n.data.url }))));
+  // A second delivery only when the first showed nothing in 10 s: Chromium dropped one now and
+  // then on a loaded machine (CI, and 2 of 6 runs beside other builds), the worker's handler
+  // untouched. Both carry the same tag, so a slow first one and the second still make one; a
+  // worker that shows nothing still fails.
+  let shown = null;
+  for (let delivery = 1; delivery <= 2 && !shown; delivery += 1) {
+    await cdp.send('ServiceWorker.deliverPushMessage', {
+      origin: login, registrationId: reg.registrationId,
+      data: JSON.stringify({ title: 'demo waits for you', body: 'demo: permission to use bash', url: 'https://evil.example/' }),
+    });
+    shown = await bounded('a notification', 10000, async () => {
+      const ns = await notifications();
+      return ns.length ? ns : null;
+    }).catch((e) => { if (delivery === 2) throw e; console.log(`delivery ${delivery}: no notification within 10 s`); return null; });
+  }
   if (shown.length !== 1) throw new Error(`one delivery, ${shown.length} notifications: ${JSON.stringify(shown)}`);
   const n = shown[0];
   if (n.title !== 'OpenCode: demo waits for you' || n.body !== 'demo: permission to use bash') throw new Error(`shown: ${JSON.stringify(shown)}`);
