@@ -71,7 +71,13 @@ pub(crate) fn host_label<'h>(host: &'h str, domain: &str) -> Option<&'h str> {
     if host.len() <= domain.len() + 1 {
         return None;
     }
-    let (label, rest) = host.split_at(host.len() - domain.len() - 1);
+    // A byte count from the end may fall inside a character of a name that is not ASCII (found
+    // by the fuzz target): such a name is no project's host.
+    let at = host.len() - domain.len() - 1;
+    if !host.is_char_boundary(at) {
+        return None;
+    }
+    let (label, rest) = host.split_at(at);
     if !rest.starts_with('.') || !rest[1..].eq_ignore_ascii_case(domain) || label.contains('.') {
         return None;
     }
@@ -97,6 +103,18 @@ pub(crate) fn strip_port(host: &str) -> &str {
 mod tests {
     use super::*;
     use crate::policy::canonical::CanonicalPath;
+
+    /// The fuzz target's finding: the label's end counted in bytes fell inside `\u{6df}`.
+    #[test]
+    fn a_host_whose_label_ends_inside_a_character_is_no_project() {
+        assert_eq!(host_label("a\u{6df}x", "x"), None);
+        assert_eq!(host_label("w&:\u{6df}{\0\0lauth_tot\n/", "lauth_tot\n/"), None);
+        assert_eq!(
+            host_label("\u{e9}t\u{e9}.gw.localhost", "gw.localhost"),
+            Some("\u{e9}t\u{e9}")
+        );
+        assert_eq!(host_label("web.gw.localhost:8443", "gw.localhost"), Some("web"));
+    }
 
     fn r<'a>(
         bound: Option<&'a str>,

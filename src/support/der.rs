@@ -1,4 +1,5 @@
-//! Just enough DER to read a certificate's validity period (for expiry checks and `doctor`), so the
+//! Just enough DER to read a certificate's validity period (for expiry checks and `doctor`) and its subject's
+//! common name (the dev CA's name, which the certificates it issues name as their issuer), so the
 //! gateway needs no X.509 parsing crate: name checks go through webpki, which rustls already uses.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -50,20 +51,25 @@ fn time(tag: u8, s: &[u8]) -> Option<SystemTime> {
     Some(UNIX_EPOCH + Duration::from_secs(u64::try_from(secs).ok()?))
 }
 
-/// A certificate's `(not_before, not_after)`.
-pub(crate) fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+/// The `n`th field of a certificate's to-be-signed part, counted after the optional `[0]`
+/// version: 0 serial, 1 signature algorithm, 2 issuer, 3 validity, 4 subject.
+fn tbs_field(cert_der: &[u8], n: usize) -> Option<&[u8]> {
     let (_, cert, _) = element(cert_der)?;
     let (_, tbs, _) = element(cert)?;
     let mut rest = tbs;
-    // [0] version is optional; then serial, signature algorithm, issuer, validity.
     let (tag, _, r) = element(rest)?;
     if tag == 0xa0 {
         rest = r;
     }
-    for _ in 0..3 {
+    for _ in 0..n {
         rest = element(rest)?.2;
     }
-    let (_, validity, _) = element(rest)?;
+    Some(element(rest)?.1)
+}
+
+/// A certificate's `(not_before, not_after)`.
+pub(crate) fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
+    let validity = tbs_field(cert_der, 3)?;
     let (t1, from, r) = element(validity)?;
     let (t2, until, _) = element(r)?;
     Some((time(t1, from)?, time(t2, until)?))
@@ -72,18 +78,7 @@ pub(crate) fn validity(cert_der: &[u8]) -> Option<(SystemTime, SystemTime)> {
 /// A certificate's subject common name (the CA's name, which the certificates it issues must
 /// carry as their issuer).
 pub(crate) fn subject_common_name(cert_der: &[u8]) -> Option<String> {
-    let (_, cert, _) = element(cert_der)?;
-    let (_, tbs, _) = element(cert)?;
-    let mut rest = tbs;
-    let (tag, _, r) = element(rest)?;
-    if tag == 0xa0 {
-        rest = r;
-    }
-    // serial, signature algorithm, issuer, validity; then the subject.
-    for _ in 0..4 {
-        rest = element(rest)?.2;
-    }
-    let (_, mut rdns, _) = element(rest)?;
+    let mut rdns = tbs_field(cert_der, 4)?;
     while let Some((_, set, r)) = element(rdns) {
         rdns = r;
         let (_, pair, _) = element(set)?;

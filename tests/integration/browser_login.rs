@@ -330,6 +330,9 @@ async fn a_project_host_gets_its_own_cookie_through_a_single_use_handoff() {
         (format!("https://web.gw.localhost:{}/", port + 1), "OtherPort"),
         (format!("http://web.gw.localhost:{port}/"), "NotHttps"),
         (format!("https://web.gw.localhost:{port}//evil.example/"), "BadPath"),
+        // A label whose end, counted in bytes from the base domain, falls inside a character
+        // (the fuzz target's finding): refused, not a panic.
+        (format!("https://\u{6df}gw.localhost:{port}/"), "NotAProjectHost"),
     ] {
         let q = crate::common::client::encode(&to);
         let r = get(&lh, &format!("/_gw/handoff?to={q}&state=S"), Some(&cookie), true).await;
