@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use crate::config::Settings;
 use crate::config::protected::DevCertPaths;
-use crate::support::invocation::quoted;
+use crate::support::invocation::path_here;
 
 /// `NODE_EXTRA_CA_CERTS=<ca> ` (relative to the current folder when under it) when the gateway
 /// made its own CA; nothing otherwise.
@@ -14,11 +14,7 @@ pub(super) fn node_extra_ca(settings: &Settings) -> String {
         return String::new();
     }
     let ca = DevCertPaths::beside(&settings.tls.cert, &settings.tls.key).ca_cert;
-    let shown = std::env::current_dir()
-        .ok()
-        .and_then(|d| ca.strip_prefix(d).ok().map(|p| p.to_path_buf()))
-        .unwrap_or(ca);
-    format!("NODE_EXTRA_CA_CERTS={} ", quoted(&shown.display().to_string()))
+    format!("NODE_EXTRA_CA_CERTS={} ", path_here(&ca))
 }
 
 /// Where a phone gets the dev CA (the plain-HTTP listener's `/ca`) and the fingerprint to compare

@@ -29,21 +29,10 @@ use crate::cli::args::{CertAction, Cli, Command};
 pub(crate) fn again(config: &Path, args: &str) -> String {
     let me = crate::support::invocation::me();
     let found = crate::config::find(Path::new(crate::config::DEFAULT_PATH));
-    let same = match (found.canonicalize(), config.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => found == config,
-    };
-    if same {
+    if found == config || crate::support::invocation::same_file(&found, config) {
         return format!("{me} {args}");
     }
-    let shown = std::env::current_dir()
-        .ok()
-        .and_then(|d| config.strip_prefix(d).ok().map(Path::to_path_buf))
-        .unwrap_or_else(|| config.to_path_buf());
-    format!(
-        "{me} {args} -c {}",
-        crate::support::invocation::quoted(&shown.display().to_string())
-    )
+    format!("{me} {args} -c {}", crate::support::invocation::path_here(config))
 }
 
 /// Run a parsed command line. `serve` needs the async runtime; the rest are quick and synchronous.

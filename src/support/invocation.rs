@@ -17,6 +17,15 @@ pub fn me() -> &'static str {
     })
 }
 
+/// A file's path as typed from the current folder: relative when under it, quoted.
+pub fn path_here(path: &Path) -> String {
+    let shown = std::env::current_dir()
+        .ok()
+        .and_then(|d| path.strip_prefix(d).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf());
+    quoted(&shown.display().to_string())
+}
+
 /// `program` (a file found by the gateway) as typed from the current folder, `name` when that
 /// name on `PATH` is the same file.
 pub fn typed(program: &Path, name: &str) -> String {
@@ -44,7 +53,8 @@ fn typed_in(program: &Path, name: &str, path: &std::ffi::OsStr, cwd: Option<&Pat
     quoted(&shown.display().to_string())
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
+/// Whether two paths name one file (both exist, and resolve to the same place).
+pub fn same_file(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,

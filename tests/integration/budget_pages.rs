@@ -5,10 +5,8 @@
 //! gets no button and the reason in words, and no page names a config key. The stack and
 //! helpers are `budgets.rs`'s.
 
-use std::time::Duration;
-
-use crate::budgets::{VIC_PW, alice, demo_guarded, until_idle};
-use crate::common::client::{Https, json};
+use crate::budgets::{VIC_PW, demo_guarded};
+use crate::common::client::Https;
 use crate::common::login::{LOGIN_HOST, act, browser_get, form_login, location, portal_post};
 use crate::common::opencode::FakeModel;
 use crate::common::stack::ALICE_PW;
@@ -38,26 +36,7 @@ async fn a_session_stopped_by_its_budget_offers_each_role_what_it_may_do() {
         .allowing_bash();
     let (_oc, gw) = demo_guarded(&model, "session_usd = 0.03", None);
     let c = Https::new(gw.https, &gw.ca());
-    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
-    assert_eq!(status, 200, "{session}");
-    let id = session["id"].as_str().unwrap().to_string();
-    let loop_prompt = r#"{"parts":[{"type":"text","text":"LOOPBASH until stopped"}]}"#;
-    let (status, answer) = json(
-        &c,
-        "POST",
-        &format!("/p/demo/session/{id}/prompt_async"),
-        &alice(),
-        loop_prompt,
-    )
-    .await;
-    assert!((200..300).contains(&status), "{status} {answer}");
-    assert!(
-        gw.wait_log("the guard flagged a session", Duration::from_secs(60))
-            .await,
-        "{}",
-        gw.logs()
-    );
-    until_idle(&c, &id).await;
+    let id = crate::budgets::a_looping_session_stopped_by_the_guard(&c, &gw).await;
     let lh = c.host(LOGIN_HOST);
     let alice_cookie = form_login(&c, "alice", ALICE_PW).await;
     let vic_cookie = form_login(&c, "vic", VIC_PW).await;

@@ -351,26 +351,7 @@ async fn a_session_that_reaches_its_budget_while_it_runs_is_stopped() {
     let (hook, hooked) = receiver(vec![]).await;
     let (_oc, gw) = demo_guarded(&model, "session_usd = 0.03, warn_at = 0.5", Some(&hook));
     let c = Https::new(gw.https, &gw.ca());
-    let (status, session) = json(&c, "POST", "/p/demo/session", &alice(), "{}").await;
-    assert_eq!(status, 200, "{session}");
-    let id = session["id"].as_str().unwrap().to_string();
-    let (status, answer) = json(
-        &c,
-        "POST",
-        &format!("/p/demo/session/{id}/prompt_async"),
-        &alice(),
-        r#"{"parts":[{"type":"text","text":"LOOPBASH until stopped"}]}"#,
-    )
-    .await;
-    assert!((200..300).contains(&status), "{status} {answer}");
-    assert!(
-        gw.wait_log("the guard flagged a session", Duration::from_secs(60))
-            .await,
-        "{}",
-        gw.logs()
-    );
-    // Stopped: OpenCode says the session is no longer busy (bounded wait).
-    until_idle(&c, &id).await;
+    let id = a_looping_session_stopped_by_the_guard(&c, &gw).await;
     let asked = model.requests.load(Ordering::SeqCst);
     let (_, info) = json(&c, "GET", &format!("/p/demo/session/{id}"), &alice(), "").await;
     let cost = info["cost"].as_f64().unwrap();
@@ -503,6 +484,31 @@ async fn the_ssh_front_door_meets_the_same_budget() {
 }
 
 /// Until OpenCode itself says the session is idle (bounded).
+/// A session of alice's in demo whose prompt runs bash until the guard stops it, once OpenCode
+/// says it is no longer busy (bounded waits): its id.
+pub(crate) async fn a_looping_session_stopped_by_the_guard(c: &Https, gw: &Gateway) -> String {
+    let (status, session) = json(c, "POST", "/p/demo/session", &alice(), "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let (status, answer) = json(
+        c,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &alice(),
+        r#"{"parts":[{"type":"text","text":"LOOPBASH until stopped"}]}"#,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    assert!(
+        gw.wait_log("the guard flagged a session", Duration::from_secs(60))
+            .await,
+        "{}",
+        gw.logs()
+    );
+    until_idle(c, &id).await;
+    id
+}
+
 pub(crate) async fn until_idle(c: &Https, id: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

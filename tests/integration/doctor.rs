@@ -126,6 +126,36 @@ async fn models_known(gw: &crate::common::gateway::Gateway, n: usize) -> serde_j
     }
 }
 
+/// Rewrite the config with the ports the gateway holds, as a config with fixed ports names
+/// them: the HTTP listener's and the project's, as the log says them.
+fn pin_bound_ports(gw: &crate::common::gateway::Gateway, config: &str) -> (String, String) {
+    let (http, own) = (
+        bound_in_log(gw, "plain HTTP listener ready"),
+        bound_in_log(gw, "project listener ready"),
+    );
+    let fixed = config
+        .replacen(
+            "listen = \"127.0.0.1:0\"\nbase_domain",
+            &format!("listen = \"{}\"\nbase_domain", gw.https),
+            1,
+        )
+        .replacen(
+            "[admin]\nlisten = \"127.0.0.1:0\"",
+            &format!("[admin]\nlisten = \"{}\"", gw.admin),
+            1,
+        )
+        .replacen("http_listen = \"127.0.0.1:0\"", &format!("http_listen = \"{http}\""), 1)
+        .replacen(
+            "spawn = true\nlisten = \"127.0.0.1:0\"",
+            &format!("spawn = true\nlisten = \"{own}\""),
+            1,
+        );
+    assert!(!fixed.contains(":0\""), "{fixed}");
+    gw.write_config(&fixed);
+    std::fs::set_permissions(&gw.config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    (http, own)
+}
+
 /// `doctor` beside the running gateway its config describes (issue 38: it reported the
 /// gateway's own listening ports as `fail` and exited 1): it recognises the gateway by its
 /// control socket, says each listener is the gateway's, prints each project's model (and the
@@ -153,9 +183,7 @@ async fn doctor_on_a_running_gateway_checks_it_through_its_control_socket() {
     );
     let global = model.config_json();
     let gw = crate::common::gateway::Gateway::start_with(&config, &[], |d| {
-        let dir = d.join("home/.config/opencode");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("opencode.json"), global).unwrap();
+        crate::common::opencode::write_user_config(&d.join("home"), &global)
     });
     let c = crate::common::client::Https::new(gw.https, &gw.ca());
     let alice = crate::common::client::basic("alice", crate::common::stack::ALICE_PW);
@@ -164,31 +192,7 @@ async fn doctor_on_a_running_gateway_checks_it_through_its_control_socket() {
         assert_eq!(r.status, 200, "{p}: {}", r.body);
     }
     models_known(&gw, 2).await;
-    // The config names the ports the gateway holds, as a config with fixed ports does.
-    let (http, own) = (
-        bound_in_log(&gw, "plain HTTP listener ready"),
-        bound_in_log(&gw, "project listener ready"),
-    );
-    let fixed = config
-        .replacen(
-            "listen = \"127.0.0.1:0\"\nbase_domain",
-            &format!("listen = \"{}\"\nbase_domain", gw.https),
-            1,
-        )
-        .replacen(
-            "[admin]\nlisten = \"127.0.0.1:0\"",
-            &format!("[admin]\nlisten = \"{}\"", gw.admin),
-            1,
-        )
-        .replacen("http_listen = \"127.0.0.1:0\"", &format!("http_listen = \"{http}\""), 1)
-        .replacen(
-            "spawn = true\nlisten = \"127.0.0.1:0\"",
-            &format!("spawn = true\nlisten = \"{own}\""),
-            1,
-        );
-    assert!(!fixed.contains(":0\""), "{fixed}");
-    gw.write_config(&fixed);
-    std::fs::set_permissions(&gw.config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (http, own) = pin_bound_ports(&gw, &config);
 
     let (ok, out) = gw.cli(&["doctor"]);
     assert!(ok, "doctor failed beside its running gateway:\n{out}");

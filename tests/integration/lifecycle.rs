@@ -108,18 +108,6 @@ fn copy_dev_config(root: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-/// The one-time password from a first start's banner: the line after the one that announces it.
-fn printed_password(stdout: &str) -> String {
-    let lines: Vec<&str> = stdout.lines().collect();
-    let at = lines
-        .iter()
-        .position(|l| l.contains("Its password, shown only this once:"))
-        .unwrap_or_else(|| panic!("no password printed:\n{stdout}"));
-    lines[at + 2]
-        .trim_matches(|c: char| c == '|' || c.is_whitespace())
-        .to_string()
-}
-
 fn git(dir: &std::path::Path, args: &[&str]) -> String {
     let out = std::process::Command::new("git")
         .args(["-c", "user.name=test", "-c", "user.email=test@example.invalid"])
@@ -161,7 +149,7 @@ async fn the_committed_dev_config_makes_certs_and_a_user_on_first_start() {
         ..
     } = serve_until_ready(&config, root.path(), &path);
     let stdout = out.lock().unwrap().clone();
-    let password = printed_password(&stdout);
+    let password = crate::common::dev_config::printed_password(&stdout);
     assert!(password.len() >= 16, "{password:?}");
     // Printed last, framed, with the way back beside it.
     let tail = &stdout[stdout.find("Its password, shown only this once:").unwrap()..];

@@ -57,8 +57,7 @@ impl Newcomer {
             std::fs::copy(BIN, &built).unwrap();
         }
         let home = root.path().join("home");
-        std::fs::create_dir_all(home.join(".config/opencode")).unwrap();
-        std::fs::write(home.join(".config/opencode/opencode.json"), global).unwrap();
+        crate::common::opencode::write_user_config(&home, global);
         // OpenCode's folder on PATH (as a global npm install puts it), and the system's.
         let npm_bin = opencode_bin().parent().unwrap().to_path_buf();
         let env = vec![
@@ -156,15 +155,6 @@ fn one<'a>(cmds: &'a [String], part: &str) -> &'a str {
     found[0]
 }
 
-/// The password the first start printed, the line after the one that announces it.
-fn password(printed: &str) -> String {
-    let lines: Vec<&str> = printed.lines().collect();
-    let at = lines.iter().position(|l| l.contains("shown only this once")).unwrap();
-    lines[at + 2]
-        .trim_matches(|c: char| c == '|' || c.is_whitespace())
-        .to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode, tmux: run scripts/test.sh"]
 async fn every_command_the_first_start_and_pair_print_runs_as_printed_in_a_fresh_clone() {
@@ -182,18 +172,13 @@ async fn every_command_the_first_start_and_pair_print_runs_as_printed_in_a_fresh
     );
     assert!(banner.contains("  model: fake/fake-model\n"), "{banner}");
     assert!(!banner.contains("WARNING"), "{banner}");
-    let pw = password(&banner);
+    let pw = crate::common::dev_config::printed_password(&banner);
     let c = Https::new(run.https, &n.clone.join("certs-dev/ca.crt"));
 
     // The first prompt, as printed, gets the answer of the model only the user's config names.
     n.sh(one(&cmds, "run --attach"), None, Duration::from_secs(120));
     let dev = basic("dev", &pw);
-    let (_, sessions) = crate::common::client::json(&c, "GET", "/p/demo/session", &dev, "").await;
-    let id = sessions[0]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no session: {sessions}"));
-    let path = format!("/p/demo/session/{id}/message");
-    let (_, messages) = crate::common::client::json(&c, "GET", &path, &dev, "").await;
+    let messages = crate::common::opencode::only_session_messages(&c, "demo", &dev).await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
     // For the README's newcomer timings (the release build itself is not in them).
     eprintln!(

@@ -24,9 +24,7 @@ fn gateway(project: &Path, global: Option<String>, tmp: &Path) -> Gateway {
     let tmp = tmp.display().to_string();
     Gateway::start_with(&server_config(&table), &[("TMPDIR", &tmp)], |d| {
         if let Some(config) = global {
-            let dir = d.join("home/.config/opencode");
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("opencode.json"), config).unwrap();
+            crate::common::opencode::write_user_config(&d.join("home"), &config);
         }
     })
 }
@@ -80,12 +78,7 @@ async fn a_provider_only_in_the_users_global_config_answers_through_the_gateway(
         "{printed}\n{}",
         gw.logs()
     );
-    let (_, sessions) = crate::common::client::json(&c, "GET", "/p/demo/session", &alice, "").await;
-    let id = sessions[0]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no session: {sessions}"));
-    let path = format!("/p/demo/session/{id}/message");
-    let (_, messages) = crate::common::client::json(&c, "GET", &path, &alice, "").await;
+    let messages = crate::common::opencode::only_session_messages(&c, "demo", &alice).await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");
     assert!(model.requests.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     // Nothing of OpenCode's was written into the project.

@@ -32,3 +32,15 @@ pub fn on_ephemeral_ports(text: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The one-time password from a first start's banner: the line after the one that announces it.
+pub fn printed_password(stdout: &str) -> String {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("Its password, shown only this once:"))
+        .unwrap_or_else(|| panic!("no password printed:\n{stdout}"));
+    lines[at + 2]
+        .trim_matches(|c: char| c == '|' || c.is_whitespace())
+        .to_string()
+}

@@ -327,3 +327,22 @@ impl OpenCode {
         p
     }
 }
+
+/// `config` as the user's global OpenCode config under `home` (`~/.config/opencode/opencode.json`):
+/// a provider only there is the user's own setup, as `opencode auth login` or an edit leaves it.
+pub fn write_user_config(home: &std::path::Path, config: &str) {
+    let dir = home.join(".config/opencode");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("opencode.json"), config).unwrap();
+}
+
+/// The messages of the only session of `project`, asked through the gateway as `auth`:
+/// `run --attach` 1.18.33 prints the model's name, not its answer, so tests read it back.
+pub async fn only_session_messages(c: &crate::common::client::Https, project: &str, auth: &str) -> serde_json::Value {
+    let (_, sessions) = crate::common::client::json(c, "GET", &format!("/p/{project}/session"), auth, "").await;
+    let id = sessions[0]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session: {sessions}"));
+    let path = format!("/p/{project}/session/{id}/message");
+    crate::common::client::json(c, "GET", &path, auth, "").await.1
+}
