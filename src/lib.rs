@@ -139,7 +139,9 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
         tokio::spawn(front::acme::http::serve(gw.clone(), l, running.https.port()));
     }
-    gateway::inbox::start(&gw);
+    // The guard stops sessions on the one road, under its own grants (`policy/grants.rs`).
+    let guard_road = pipeline::internal::gateway_road(&gw, policy::grants::Holder::Guard, None);
+    gateway::inbox::start(&gw, guard_road);
     if let Some((l, ssh_settings)) = ssh {
         let server = front::ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));

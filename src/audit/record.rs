@@ -23,6 +23,9 @@ pub(crate) enum Via {
     Oidc,
     /// A passkey (WebAuthn) on the login page.
     Passkey,
+    /// The gateway itself, under one of its grants (`policy/grants.rs`): its guard, its control
+    /// socket.
+    Gateway,
 }
 
 /// How the acting user was identified: how they proved it, and with which token or device.

@@ -152,8 +152,14 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
             .to_string(),
         ),
         (&Method::POST, "/inbox/reply") => {
+            // The gateway's own road, under the control socket's grant: no side road upstream.
+            let road = crate::pipeline::internal::gateway_road(
+                gw,
+                crate::policy::grants::Holder::ControlSocket,
+                Some(&crate::policy::grants::CONTROL_ANSWER),
+            );
             let (code, body) =
-                crate::inbox::control::reply(&gw.inbox, &gw.audit, req.uri().query().unwrap_or_default()).await;
+                crate::inbox::control::reply(&gw.inbox, &*road, req.uri().query().unwrap_or_default()).await;
             reply(
                 StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY),
                 "application/json",

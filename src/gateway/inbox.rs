@@ -26,9 +26,10 @@ pub(super) fn parts(
     }
 }
 
-/// Start the inbox's watchers and the notifier; both end with the gateway's shutdown.
-pub(crate) fn start(gw: &Arc<Gateway>) {
-    crate::inbox::start(&gw.inbox);
+/// Start the inbox's watchers, its guard (stopping sessions through `guard_road`) and the
+/// notifier; all end with the gateway's shutdown.
+pub(crate) fn start(gw: &Arc<Gateway>, guard_road: Box<dyn crate::inbox::Road>) {
+    crate::inbox::start(&gw.inbox, guard_road);
     if let Some(rx) = gw.inbox.notices() {
         // Read when a batch starts: a reload applies to the next message.
         let state = gw.state.clone();

@@ -66,6 +66,15 @@ impl Pending {
         }
     }
 
+    /// Recorded as `event` (a grant's own name for its act: `session_resumed`, `runaway`) when
+    /// given, else as the route's kind.
+    pub(crate) fn named(mut self, event: Option<&'static str>) -> Pending {
+        if let Some(e) = event {
+            self.base.event = e;
+        }
+        self
+    }
+
     /// The terminal's close, recorded when its splice ends (armed once it starts).
     pub(crate) fn terminal_close(&self, audit: &Audit) -> Option<TerminalClose> {
         (self.kind == AuditKind::Terminal).then(|| TerminalClose {
@@ -116,7 +125,7 @@ impl Pending {
                     r = r.field("session", id);
                 }
             }
-            AuditKind::SessionDelete => {}
+            AuditKind::SessionDelete | AuditKind::SessionAbort => {}
         }
         Some(r)
     }

@@ -2,20 +2,21 @@
 //! `GET /inbox` (every project's view as JSON) and
 //! `POST /inbox/reply?project=P&id=ID&reply=once|always|reject[&message=M]` for a permission,
 //! `…&reply=answer&answer=LABEL` or `…&reply=reject` for a question (id `que_…`), or
-//! `…&reply=abort` with a session id. Replies are recorded as by `control`.
+//! `…&reply=abort` with a session id. Replies are recorded as by `control`; each is sent, and
+//! audited once, by `road`: the gateway's own, under the control socket's grant
+//! (`policy/grants.rs::CONTROL_ANSWER`).
 
-use crate::audit::Audit;
 use crate::policy::query;
 
-use super::{Inbox, InboxError, Outcome, Reply};
+use super::{Inbox, InboxError, Outcome, Reply, Road};
 
-/// The status code and JSON answer of `POST /inbox/reply`; the answer recorded in `audit`.
-pub(crate) async fn reply(inbox: &Inbox, audit: &Audit, query_string: &str) -> (u16, serde_json::Value) {
+/// The status code and JSON answer of `POST /inbox/reply`.
+pub(crate) async fn reply(inbox: &Inbox, road: &dyn Road, query_string: &str) -> (u16, serde_json::Value) {
     let get = |name: &str| query::get(query_string, name).map(|v| v.into_owned());
     let (Some(project), Some(id), Some(how)) = (get("project"), get("id"), get("reply")) else {
         return (400, serde_json::json!({"error": "project, id and reply are required"}));
     };
-    let by = &super::By::ControlSocket;
+    let by = road;
     let result: Result<Outcome, InboxError> = match (id.starts_with("que_"), how.as_str()) {
         (_, "abort") => inbox.abort_session(by, &project, &id).await,
         (true, "reject") => inbox.reject_question(&project, &id, by).await,
@@ -39,22 +40,6 @@ pub(crate) async fn reply(inbox: &Inbox, audit: &Audit, query_string: &str) -> (
             );
         }
     };
-    // An answer through the control socket: the gateway's own OS user (the socket is 0600).
-    if how != "abort" {
-        let (event, answer) = match (id.starts_with("que_"), how.as_str()) {
-            (true, "answer") => ("question_answer", "reply"),
-            (true, _) => ("question_answer", "reject"),
-            (false, a) => ("permission_answer", a),
-        };
-        audit.record(
-            crate::audit::Record::new(event)
-                .project(project.as_str())
-                .field("request", id.as_str())
-                .field("answer", answer)
-                .field("from", "control_socket")
-                .field("outcome", if result.is_ok() { "done" } else { "failed" }),
-        );
-    }
     match result {
         Ok(o) => (200, serde_json::json!({"outcome": format!("{o:?}")})),
         Err(e) => (e.status(), serde_json::json!({"error": e.to_string()})),

@@ -11,8 +11,9 @@
 //!
 //! A stopped session is flagged for the pages ("stopped: retried the same failure twice", with
 //! the failure's first line, and a resume button for approvers) until its next turn starts. Each
-//! act is logged and audited (`budget_abort`, `runaway`); alerts never carry a prompt, a command or
-//! its output.
+//! act is logged and audited once (`budget_abort`, `runaway`): a stop by the road that sends it
+//! (the gateway's grant, `policy/grants.rs`), a flag without a stop here; alerts never carry a
+//! prompt, a command or its output.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,9 +21,10 @@ use std::time::Duration;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::model::{Effect, Flag, FlagWhy, Repeat};
-use super::{Alert, AlertKind, By, Inbox, InboxError, Notice};
+use super::{Alert, AlertKind, Call, Inbox, InboxError, Notice, Road};
 use crate::budget::CostSeen;
 use crate::config::settings::OnExceed;
+use crate::policy::grants::{BUDGET_STOP, RESUME, RUNAWAY_STOP};
 
 /// How often busy sessions are looked at for silence.
 const SILENCE_TICK: Duration = Duration::from_secs(1);
@@ -196,8 +198,9 @@ impl Inbox {
         }));
     }
 
-    /// Flag the session, stop it if asked, audit and alert.
-    async fn act(&self, s: Stop) {
+    /// Flag the session, stop it if asked (through `road`, under the guard's grant, which audits
+    /// the stop), audit a flag without a stop, and alert.
+    async fn act(&self, s: Stop, road: &dyn Road) {
         let flag = |stopped: bool, says: String| Flag {
             why: s.why,
             stopped,
@@ -208,9 +211,14 @@ impl Inbox {
         // Flagged first: the silence check does not pick it again while the abort is on its way.
         self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(s.abort, s.says.clone()))));
         tracing::warn!(project = %s.project, session = %s.session, why = ?s.why, stopping = s.abort, reason = %s.reason, "the guard flagged a session");
+        let (grant, kind) = match s.why {
+            FlagWhy::Budget => (&BUDGET_STOP, AlertKind::BudgetSpent),
+            FlagWhy::SameFailure | FlagWhy::Silent => (&RUNAWAY_STOP, AlertKind::Runaway),
+        };
         let mut stopped = false;
         if s.abort {
-            match self.abort_session(&By::Guard, &s.project, &s.session).await {
+            let note = vec![("reason", s.reason.clone())];
+            match self.abort_as(road, &s.project, &s.session, Some(grant), note).await {
                 Ok(_) => stopped = true,
                 Err(e) => {
                     tracing::error!(project = %s.project, session = %s.session, error = %e, "the guard could not stop a session");
@@ -218,80 +226,66 @@ impl Inbox {
                     self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, says))));
                 }
             }
+        } else {
+            self.parts.audit.record(
+                crate::audit::Record::new(grant.audit.unwrap_or(grant.name))
+                    .project(&*s.project)
+                    .field("session", s.session.as_str())
+                    .field("reason", s.reason.as_str())
+                    .field("stopped", false),
+            );
         }
-        let (event, kind) = match s.why {
-            FlagWhy::Budget => ("budget_abort", AlertKind::BudgetSpent),
-            FlagWhy::SameFailure | FlagWhy::Silent => ("runaway", AlertKind::Runaway),
-        };
-        self.parts.audit.record(
-            crate::audit::Record::new(event)
-                .project(&*s.project)
-                .field("session", s.session.as_str())
-                .field("reason", s.reason.as_str())
-                .field("stopped", stopped),
-        );
         self.alert(&s.project, &s.session, kind, s.reason, stopped);
+    }
+
+    /// The guard stopped this session (its flag says so): what "Resume" is for.
+    pub(crate) fn stopped_by_guard(&self, project: &str, session: &str) -> bool {
+        (self.lock().projects.get(project))
+            .and_then(|p| p.sessions.get(session))
+            .and_then(|s| s.flag.as_ref())
+            .is_some_and(|f| f.stopped)
     }
 }
 
 impl Inbox {
-    /// An approver's word on a session the guard stopped: the gateway sends it "continue" (OpenCode's
-    /// `prompt_async`), with its own credential. Only this one fixed prompt, and only on a session
-    /// flagged stopped: an approver may undo the guard's stop, not write prompts. A spent budget
-    /// refuses it as it refuses any prompt; the spend from now on is the approver's.
-    pub(crate) async fn resume(&self, project: &str, session: &str, user: &str) -> Result<super::Outcome, InboxError> {
+    /// An approver's word on a session the guard stopped: the one fixed continuation, as the
+    /// named act "Resume" (`policy/grants.rs::RESUME`) through `road`, the user's: the road
+    /// judges the role, the stop, the budgets and audits it (`session_resumed`). A session not
+    /// stopped (any more) is answered as gone.
+    pub(crate) async fn resume(
+        &self,
+        road: &dyn Road,
+        project: &str,
+        session: &str,
+    ) -> Result<super::Outcome, InboxError> {
         super::reply::check_id(session)?;
-        let stopped = (self.lock().projects.get(project))
-            .and_then(|p| p.sessions.get(session))
-            .and_then(|s| s.flag.as_ref())
-            .is_some_and(|f| f.stopped);
-        if !stopped {
+        if !self.stopped_by_guard(project, session) {
             return Ok(super::Outcome::AlreadyAnswered);
         }
-        let served = (self.parts.projects.get(project)).ok_or_else(|| InboxError::UnknownProject(project.into()))?;
-        let day = crate::budget::meter::today();
-        if served.budget.on_exceed == OnExceed::Abort
-            && let Err(spent) =
-                (self.meter).check(&served.budget, served.user_day_usd, project, user, Some(session), day)
-        {
-            return Err(InboxError::Refused(super::Refusal {
-                status: 403,
-                error: format!("project {project}: {spent}").into(),
-            }));
-        }
-        self.meter.prompted(project, session, user);
-        let body = serde_json::json!({"parts": [{"type": "text", "text": RESUME}]});
-        let path = format!("/session/{session}/prompt_async");
-        let outcome = match super::reply::send(self, &By::Guard, project, &path, Some(body), 300).await? {
-            (200..=299, _) => super::Outcome::Done,
-            (404, _) => super::Outcome::AlreadyAnswered,
-            (status, body) => return Err(InboxError::Upstream { status, body }),
+        let call = Call {
+            grant: Some(&RESUME),
+            ..Call::post(project, format!("/session/{session}/prompt_async"), None)
         };
-        self.parts.audit.record(
-            crate::audit::Record::new("session_resumed")
-                .project(project)
-                .user(user)
-                .field("session", session),
-        );
-        Ok(outcome)
+        match super::reply::send(road, call, 300).await? {
+            (200..=299, _) => Ok(super::Outcome::Done),
+            (404, _) => Ok(super::Outcome::AlreadyAnswered),
+            (status, body) => Err(InboxError::Upstream { status, body }),
+        }
     }
 }
 
-/// What a resumed session is told.
-pub(crate) const RESUME: &str = "continue";
-
-pub(super) async fn run(inbox: Arc<Inbox>, mut stops: UnboundedReceiver<Stop>) {
+pub(super) async fn run(inbox: Arc<Inbox>, mut stops: UnboundedReceiver<Stop>, road: Box<dyn Road>) {
     let mut tick = tokio::time::interval(SILENCE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             s = stops.recv() => match s {
-                Some(s) => inbox.act(s).await,
+                Some(s) => inbox.act(s, &*road).await,
                 None => return,
             },
             _ = tick.tick() => {
                 for s in inbox.silent() {
-                    inbox.act(s).await;
+                    inbox.act(s, &*road).await;
                 }
             }
             _ = inbox.parts.shutdown.cancelled() => return,

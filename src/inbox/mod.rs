@@ -37,7 +37,7 @@ pub(crate) use model::{
     SessionStatus,
 };
 pub(crate) use queue::Queue;
-pub(crate) use reply::{By, InboxError, Outcome, Refusal, Reply, Road, Trip};
+pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip};
 pub(crate) use view::{Card, ProjectView};
 
 use crate::upstream::endpoint::Endpoint;
@@ -188,14 +188,15 @@ impl Inbox {
     }
 }
 
-/// Start the inbox's background tasks (the watcher reconciler, the budget guard); they end with
+/// Start the inbox's background tasks (the watcher reconciler, the budget guard, which stops
+/// sessions through `guard_road`: the gateway's road under the guard's grants); they end with
 /// the gateway's shutdown. The notifier, which takes [`Inbox::new_cards`], is started by the
 /// gateway.
-pub(crate) fn start(inbox: &Arc<Inbox>) {
+pub(crate) fn start(inbox: &Arc<Inbox>, guard_road: Box<dyn Road>) {
     tokio::spawn(reconcile::run(inbox.clone()));
     let taken = inbox.stops_rx.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some(rx) = taken {
-        tokio::spawn(guard::run(inbox.clone(), rx));
+        tokio::spawn(guard::run(inbox.clone(), rx, guard_road));
     }
 }
 

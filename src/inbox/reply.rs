@@ -1,5 +1,5 @@
-//! Answering a card (or aborting a session) on the project's OpenCode server, with the gateway's
-//! own credential, in the project's directory. A request someone answered first (TUI, web UI,
+//! Answering a card (or aborting a session) on the project's OpenCode server: built here, sent by
+//! the one road (`Road`: the proxy's own phases, as a user or as the gateway under its grants). A request someone answered first (TUI, web UI,
 //! another phone) is answered 404 upstream: that is [`Outcome::AlreadyAnswered`], not an error.
 //!
 //! Seen on OpenCode 1.18.33: `POST /permission/{id}/reply {"reply":"once"|"always"|"reject",
@@ -10,15 +10,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::BodyExt;
 
 use super::{Inbox, Projects, Server};
-use crate::upstream::UpstreamBody;
-use crate::upstream::endpoint::Endpoint;
+use crate::policy::grants::Grant;
 use crate::upstream::supervise::Status;
 
 const REPLY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -111,17 +108,16 @@ pub(super) fn check_id(id: &str) -> Result<(), InboxError> {
     }
 }
 
-/// Where a project's requests go now, and the directory its server knows it by. A spawned server
-/// that is not running is not started for this.
-pub(super) fn target(projects: &dyn Projects, project: &str) -> Result<(Arc<Endpoint>, Option<String>), InboxError> {
+/// The project's server is running (a spawned server that is not is not started for an act: it
+/// has no request to answer).
+pub(super) fn running(projects: &dyn Projects, project: &str) -> Result<(), InboxError> {
     let p = projects
         .get(project)
         .ok_or_else(|| InboxError::UnknownProject(project.into()))?;
-    let dir = p.directory;
     match p.server {
-        Server::External(e) => Ok((e, dir)),
+        Server::External(_) => Ok(()),
         Server::Spawned(status) => match status {
-            Status::Ready(e) => Ok((e, dir)),
+            Status::Ready(_) => Ok(()),
             Status::Failed(why) | Status::NotRunning(why) => Err(InboxError::NotRunning(why.to_string())),
             Status::Starting => Err(InboxError::NotRunning("starting".into())),
             Status::Waiting | Status::Stopped => Err(InboxError::NotRunning("stopped".into())),
@@ -129,134 +125,58 @@ pub(super) fn target(projects: &dyn Projects, project: &str) -> Result<(Arc<Endp
     }
 }
 
-/// `path` with `?directory=<dir>` (percent-encoded) when the project has one.
-pub(super) fn with_directory(path: &str, dir: Option<&str>) -> String {
-    let Some(dir) = dir else {
-        return path.to_string();
-    };
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let mut out = format!("{path}{sep}directory=");
-    for b in dir.bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
+/// One request to a project's server, as the inbox builds it; the road decides and sends it.
+pub(crate) struct Call<'a> {
+    pub method: http::Method,
+    pub project: &'a str,
+    /// The path in the project (without a directory: the road pins the project's).
+    pub path: String,
+    pub json: Option<serde_json::Value>,
+    /// The named act it is (`policy/grants.rs`): judged by its grant, not its route's class.
+    pub grant: Option<&'static Grant>,
+    /// What its audit record says besides (the guard's reason).
+    pub note: Vec<(&'static str, String)>,
+}
+
+impl<'a> Call<'a> {
+    /// `POST path` in `project` with an optional JSON body.
+    pub(crate) fn post(project: &'a str, path: String, json: Option<serde_json::Value>) -> Call<'a> {
+        Call {
+            method: http::Method::POST,
+            project,
+            path,
+            json,
+            grant: None,
+            note: Vec::new(),
         }
     }
-    out
 }
 
-/// POST `path` with a JSON body to `endpoint` with the gateway's credential; the status and at
-/// most `keep` characters of the answer (the control socket's road, see [`By`]).
-async fn post_keeping(
-    connect_timeout: std::time::Duration,
-    endpoint: &Endpoint,
-    path: &str,
-    body: Option<serde_json::Value>,
-    keep: usize,
-) -> Result<(u16, String), InboxError> {
-    let body = UpstreamBody::Full(body.map(|b| Bytes::from(b.to_string())));
-    let mut req = endpoint
-        .request(http::Method::POST, path, body)
-        .map_err(InboxError::Unreachable)?;
-    let headers = req.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    headers.insert(
-        http::header::USER_AGENT,
-        http::HeaderValue::from_static(super::INBOX_AGENT),
-    );
-    let exchange = async {
-        let resp = endpoint
-            .send(req, connect_timeout)
-            .await
-            .map_err(|e| InboxError::Unreachable(crate::upstream::describe(&*e)))?;
-        let status = resp.status().as_u16();
-        let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER_BYTES)
-            .collect()
-            .await
-            .map(|c| c.to_bytes())
-            .unwrap_or_default();
-        let mut text = String::from_utf8_lossy(&body).into_owned();
-        if let Some(r) = &endpoint.redactor {
-            text = String::from_utf8_lossy(&r.frame(Bytes::from(text))).into_owned();
-        }
-        Ok((status, text.chars().take(keep).collect()))
-    };
-    tokio::time::timeout(REPLY_TIMEOUT, exchange)
-        .await
-        .map_err(|_| InboxError::Unreachable("no answer in 30 s".into()))?
-}
-
-/// The one road to a project's server for an act on a user's behalf: the proxy's own phases as
-/// that user (`pipeline/internal.rs` implements it): their role, the route table, pinning,
-/// redaction, the request audit. The inbox builds the request; the road decides and sends it.
+/// The one road to a project's server (`pipeline/internal.rs` implements it): the proxy's own
+/// phases, as a principal: a user of the control room, or the gateway itself under its grants
+/// (its guard, its control socket). Their role or grant by the route table, the budgets,
+/// pinning, redaction, the request audit. The inbox builds the request; the road decides.
 pub(crate) trait Road: Send + Sync {
-    /// The user the acts are made for.
-    fn user(&self) -> &str;
+    /// Who acts: a user's name, or the gateway's `guard` or `control`.
+    fn name(&self) -> &str;
 
-    /// `method path` in `project` with an optional JSON body, as this user: the status and the
-    /// start of the answer, or the proxy's refusal.
-    fn call<'a>(
-        &'a self,
-        method: http::Method,
-        project: &'a str,
-        path: &'a str,
-        json: Option<serde_json::Value>,
-    ) -> Trip<'a>;
+    /// The call: the status and the start of the answer, or the proxy's refusal.
+    fn call<'a>(&'a self, call: Call<'a>) -> Trip<'a>;
 }
 
 /// A [`Road::call`] under way.
 pub(crate) type Trip<'a> = Pin<Box<dyn Future<Output = Result<(http::StatusCode, Bytes), Refusal>> + Send + 'a>>;
 
-/// Who acts, and so which road the request takes.
-pub(crate) enum By<'a> {
-    /// A user of the control room: the request goes through the proxy's own phases as theirs
-    /// (the [`Road`] the page was handed).
-    User(&'a dyn Road),
-    /// The gateway's own OS user on the control socket (`front/control.rs`, 0600): outside the user and
-    /// role model, like the CLI; it posts with the gateway's credential and audits itself.
-    ControlSocket,
-    /// The gateway itself, stopping a session over its budget or running away (`guard.rs`), or
-    /// resuming one it stopped (an approver's word): with the gateway's credential, audited.
-    Guard,
-}
-
-impl By<'_> {
-    fn name(&self) -> &str {
-        match self {
-            By::User(road) => road.user(),
-            By::ControlSocket => "control",
-            By::Guard => "guard",
-        }
-    }
-}
-
-/// POST `path` (without a directory: the road adds the project's) in `project` as `by`; the
-/// status and at most `keep` characters of the answer.
-pub(super) async fn send(
-    inbox: &Inbox,
-    by: &By<'_>,
-    project: &str,
-    path: &str,
-    body: Option<serde_json::Value>,
-    keep: usize,
-) -> Result<(u16, String), InboxError> {
-    match by {
-        By::ControlSocket | By::Guard => {
-            let (endpoint, dir) = target(&*inbox.parts.projects, project)?;
-            let path = with_directory(path, dir.as_deref());
-            post_keeping(inbox.parts.connect_timeout, &endpoint, &path, body, keep).await
-        }
-        By::User(road) => match road.call(http::Method::POST, project, path, body).await {
-            Ok((status, answer)) => Ok((
-                status.as_u16(),
-                String::from_utf8_lossy(&answer).chars().take(keep).collect(),
-            )),
-            Err(refusal) => Err(InboxError::Refused(refusal)),
-        },
+/// `call` by `by`: the status and at most `keep` characters of the answer.
+pub(super) async fn send(by: &dyn Road, call: Call<'_>, keep: usize) -> Result<(u16, String), InboxError> {
+    let exchange = by.call(call);
+    match tokio::time::timeout(REPLY_TIMEOUT, exchange).await {
+        Ok(Ok((status, answer))) => Ok((
+            status.as_u16(),
+            String::from_utf8_lossy(&answer).chars().take(keep).collect(),
+        )),
+        Ok(Err(refusal)) => Err(InboxError::Refused(refusal)),
+        Err(_) => Err(InboxError::Unreachable("no answer in 30 s".into())),
     }
 }
 
@@ -274,17 +194,16 @@ impl Inbox {
         project: &str,
         id: &str,
         Answer { path, body, name }: Answer,
-        by: &By<'_>,
+        by: &dyn Road,
     ) -> Result<Outcome, InboxError> {
         let answer = name;
         check_id(id)?;
-        // Not started for an answer: a server that is not running has no request to answer.
-        target(&*self.parts.projects, project)?;
+        running(&*self.parts.projects, project)?;
         self.update(|m, _| {
             m.replying(project, id, by.name(), answer);
             Default::default()
         });
-        let result = send(self, by, project, &path, body, 300).await;
+        let result = send(by, Call::post(project, path, body), 300).await;
         let outcome = match result {
             Ok((200..=299, _)) => Ok(Outcome::Done),
             Ok((404, _)) => Ok(Outcome::AlreadyAnswered),
@@ -312,7 +231,7 @@ impl Inbox {
         id: &str,
         reply: Reply,
         message: Option<String>,
-        by: &By<'_>,
+        by: &dyn Road,
     ) -> Result<Outcome, InboxError> {
         let mut body = serde_json::json!({ "reply": reply.as_str() });
         if let Some(m) = message.filter(|m| !m.is_empty()) {
@@ -338,7 +257,7 @@ impl Inbox {
         project: &str,
         id: &str,
         answers: Vec<Vec<String>>,
-        by: &By<'_>,
+        by: &dyn Road,
     ) -> Result<Outcome, InboxError> {
         let body = serde_json::json!({ "answers": answers });
         self.answer(
@@ -355,7 +274,7 @@ impl Inbox {
     }
 
     /// `POST /question/{id}/reject`: the agent is told the user declined to answer.
-    pub(crate) async fn reject_question(&self, project: &str, id: &str, by: &By<'_>) -> Result<Outcome, InboxError> {
+    pub(crate) async fn reject_question(&self, project: &str, id: &str, by: &dyn Road) -> Result<Outcome, InboxError> {
         self.answer(
             project,
             id,
@@ -372,13 +291,30 @@ impl Inbox {
     /// `POST /session/{id}/abort`: stop what the session is doing.
     pub(crate) async fn abort_session(
         &self,
-        by: &By<'_>,
+        by: &dyn Road,
         project: &str,
         session_id: &str,
     ) -> Result<Outcome, InboxError> {
+        self.abort_as(by, project, session_id, None, Vec::new()).await
+    }
+
+    /// [`Self::abort_session`] as a named act (the guard's stop: its grant, its reason).
+    pub(super) async fn abort_as(
+        &self,
+        by: &dyn Road,
+        project: &str,
+        session_id: &str,
+        grant: Option<&'static Grant>,
+        note: Vec<(&'static str, String)>,
+    ) -> Result<Outcome, InboxError> {
         check_id(session_id)?;
-        target(&*self.parts.projects, project)?;
-        match send(self, by, project, &format!("/session/{session_id}/abort"), None, 300).await? {
+        running(&*self.parts.projects, project)?;
+        let call = Call {
+            grant,
+            note,
+            ..Call::post(project, format!("/session/{session_id}/abort"), None)
+        };
+        match send(by, call, 300).await? {
             (200..=299, _) => Ok(Outcome::Done),
             (404, _) => Ok(Outcome::AlreadyAnswered),
             (status, body) => Err(InboxError::Upstream { status, body }),
@@ -388,14 +324,11 @@ impl Inbox {
 
 impl Inbox {
     /// `POST /session {}` in the project's directory: a new, empty session; its id.
-    pub(crate) async fn create_session(&self, by: &By<'_>, project: &str) -> Result<String, InboxError> {
-        target(&*self.parts.projects, project)?;
+    pub(crate) async fn create_session(&self, by: &dyn Road, project: &str) -> Result<String, InboxError> {
+        running(&*self.parts.projects, project)?;
         match send(
-            self,
             by,
-            project,
-            "/session",
-            Some(serde_json::json!({})),
+            Call::post(project, "/session".into(), Some(serde_json::json!({}))),
             MAX_ANSWER_BYTES,
         )
         .await?
@@ -419,19 +352,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_that_would_change_the_path_are_refused_and_directories_are_encoded() {
+    fn ids_that_would_change_the_path_are_refused() {
         assert!(check_id("per_22ce688af001GlDHe7E7GYSE0q").is_ok());
         for bad in ["", "../x", "per_1/reply", "a?b", "a%2f", "a b"] {
             assert!(check_id(bad).is_err(), "{bad}");
         }
-        assert_eq!(
-            with_directory("/permission", Some("/tmp/a b/ü&x")),
-            "/permission?directory=/tmp/a%20b/%C3%BC%26x"
-        );
-        assert_eq!(
-            with_directory("/session?limit=5", Some("/a")),
-            "/session?limit=5&directory=/a"
-        );
-        assert_eq!(with_directory("/question", None), "/question");
     }
 }

@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::Inbox;
 use super::model::{Effect, Seed, ServerState};
-use super::reply::with_directory;
 use crate::upstream::endpoint::Endpoint;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -149,6 +148,12 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
             if std::mem::take(&mut skipping) {
                 continue;
             }
+            // Redacted as the proxy's own event stream is: a card or a flag carries no secret of
+            // the upstream's to a page (whole events here, so none is split across frames).
+            let event = match &endpoint.redactor {
+                Some(r) => r.frame(event.freeze()),
+                None => event.freeze(),
+            };
             dispatch(inbox, targets, &event);
         }
         if buf.len() > MAX_EVENT_BYTES {
@@ -251,6 +256,10 @@ async fn get_json(inbox: &Inbox, endpoint: &Endpoint, path: &str) -> Result<serd
         .await
         .map_err(|e| e.to_string())?
         .to_bytes();
+    let body = match &endpoint.redactor {
+        Some(r) => r.frame(body),
+        None => body,
+    };
     serde_json::from_slice(&body).map_err(|e| e.to_string())
 }
 
@@ -290,6 +299,24 @@ impl Drop for Open<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// `path` with `?directory=<dir>` (percent-encoded) when the project has one: the watch's reads
+/// of one project on a shared server.
+fn with_directory(path: &str, dir: Option<&str>) -> String {
+    let Some(dir) = dir else {
+        return path.to_string();
+    };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut out = format!("{path}{sep}directory=");
+    for b in dir.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

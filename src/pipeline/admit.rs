@@ -2,7 +2,7 @@
 //! the spending budgets).
 
 use super::request::{Canonical, Target};
-use super::{ConnInfo, Front, OriginRule, Proceeding, own_files};
+use super::{ConnInfo, Front, OriginRule, Principal, Proceeding, own_files};
 use crate::config::Role;
 use crate::config::settings::OnExceed;
 use crate::gateway::state::State;
@@ -10,6 +10,7 @@ use crate::http::body::StreamHold;
 use crate::http::error::HttpError;
 use crate::metrics::{Refusal, StreamKind};
 use crate::policy::csrf;
+use crate::policy::grants::Holder;
 use crate::policy::plan::Treatment;
 
 pub(super) struct Admitted {
@@ -23,7 +24,7 @@ pub(super) struct Admitted {
 /// the origin rule, the request and stream budgets, the declared size, the gateway's own files,
 /// the workspace guard.
 pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -> Result<Admitted, HttpError> {
-    let (gw, user, project) = (on.here.gw, on.user, &target.project);
+    let (gw, user, project) = (on.here.gw, on.principal.name(), &target.project);
     let (limits, method, upgrade) = (&gw.limits, request.method(), request.upgrade.is_some());
     if matches!(on.here.conn.front, Front::Ssh { .. })
         && !request
@@ -31,12 +32,12 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             .as_deref()
             .is_some_and(crate::policy::origin::is_local_host)
     {
-        tracing::warn!(target: "security", peer = %on.here.conn.peer.ip(), user = %user.name, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
+        tracing::warn!(target: "security", peer = %on.here.conn.peer.ip(), user = %user, reason = "foreign_host_over_ssh", "a request through an SSH tunnel named a non-local host");
         return Err(HttpError::Forbidden(
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
         ));
     }
-    let role = role_for(user, method, target)?;
+    let role = role_for(on, method, target)?;
     match on.origin {
         OriginRule::Cookie => {
             // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
@@ -45,12 +46,12 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
                 .unwrap_or_default();
             let trusted = &on.here.state.settings.server.allowed_origins;
             csrf::check(method, upgrade, request.browser(), &own, trusted).map_err(|r| {
-                tracing::warn!(target: "security", peer = %on.here.client, user = %user.name, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
+                tracing::warn!(target: "security", peer = %on.here.client, user = %user, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
                 HttpError::Forbidden(r.message().into())
             })?;
         }
         OriginRule::Credentials => {
-            check_origin(on.here.state, on.here.conn, request, &user.name, &project.name)?;
+            check_origin(on.here.state, on.here.conn, request, user, &project.name)?;
         }
         OriginRule::CheckedByPage => {}
     }
@@ -62,12 +63,15 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             target.label()
         )));
     }
-    gw.auth.limiters.request(&user.name).map_err(|d| {
-        gw.metrics.refused(Refusal::Requests);
-        HttpError::RateLimited {
-            retry_after: d.retry_after,
-        }
-    })?;
+    // The gateway's own acts are no client's traffic: they take no user's request budget.
+    if let Principal::User { user, .. } = on.principal {
+        gw.auth.limiters.request(&user.name).map_err(|d| {
+            gw.metrics.refused(Refusal::Requests);
+            HttpError::RateLimited {
+                retry_after: d.retry_after,
+            }
+        })?;
+    }
     let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
     if let Some(len) = request.content_length
         && len > limits.max_body_bytes
@@ -78,6 +82,7 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
     }
     let protected = &on.here.state.settings.protected;
     own_files::check_request(protected, on.here.client, user, target, request.query_paths())?;
+    stopped_by_guard(on, target)?;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
@@ -97,23 +102,63 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
     })
 }
 
-/// The user's role in the project, if it may use this route.
-fn role_for(user: &crate::auth::users::UserState, method: &http::Method, target: &Target) -> Result<Role, HttpError> {
+/// The principal's standing in the project, if it may make this request: a user's role (judged
+/// by the route's class, or by their named act's grant on its route); the gateway's grant (its
+/// class, only on its routes). The one judgement every request to OpenCode passes.
+pub(super) fn role_for(on: &Proceeding<'_>, method: &http::Method, target: &Target) -> Result<Role, HttpError> {
     let project = &target.project.name;
-    let role = user.grants.role_in(project).ok_or_else(|| HttpError::NotGranted {
-        user: user.name.to_string(),
-        project: project.to_string(),
-    })?;
+    let role = match on.principal {
+        Principal::User { user, .. } => user.grants.role_in(project).ok_or_else(|| HttpError::NotGranted {
+            user: user.name.to_string(),
+            project: project.to_string(),
+        })?,
+        Principal::Gateway(grant) => grant.class.least_role(),
+    };
     // A path judged before the server's document was read waits for it in the plan, which
     // judges it again (a spawned server reads its document as it starts); refused there if the
     // document cannot be read.
-    let class = if target.unread_default() {
-        Some(crate::policy::authz::Class::Read)
-    } else {
-        target.class
+    let class = match target.unread_default() {
+        true => Some(crate::policy::authz::Class::Read),
+        false => target.class,
     };
+    let class = judged_class(on, target, class);
     crate::policy::authz::check_target(role, method, class, target.label(), target.note())?;
     Ok(role)
+}
+
+/// The class a request is judged by: `class` (its route's) for a request without a grant; under
+/// a grant, the grant's class on its routes, held by its kind of principal, and no role may
+/// elsewhere.
+pub(super) fn judged_class(
+    on: &Proceeding<'_>,
+    target: &Target,
+    class: Option<crate::policy::authz::Class>,
+) -> Option<crate::policy::authz::Class> {
+    let held = |holder| match on.principal {
+        Principal::User { .. } => holder == Holder::Users,
+        Principal::Gateway(_) => holder != Holder::Users,
+    };
+    match on.principal.grant() {
+        Some(grant) if held(grant.holder) => crate::policy::grants::class_under(grant, target.route),
+        Some(_) => None,
+        None => class,
+    }
+}
+
+/// A grant for a stopped session only ("Resume") acts only on a session the guard stopped (its
+/// flag in the inbox): refused otherwise, whatever the role.
+fn stopped_by_guard(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> {
+    let Some(grant) = on.principal.grant().filter(|g| g.only_stopped) else {
+        return Ok(());
+    };
+    let session = target.session.as_deref().unwrap_or_default();
+    if on.here.gw.inbox.stopped_by_guard(&target.project.name, session) {
+        return Ok(());
+    }
+    Err(HttpError::Forbidden(format!(
+        "{} is only for a session the guard stopped; session {session} of project {} is not stopped",
+        grant.name, target.project.name
+    )))
 }
 
 /// A route that makes OpenCode ask the model (a prompt, a command, a compaction, `/init`, and any
@@ -122,7 +167,7 @@ fn role_for(user: &crate::auth::users::UserState, method: &http::Method, target:
 /// spelling and front door. With `on_exceed = "notify"` it goes through, logged. Who prompts a
 /// session is remembered: its spend from now on counts toward their daily budget.
 fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::budget::meter::Ticket>, HttpError> {
-    let (gw, user, project) = (on.here.gw, &on.user.name, &target.project);
+    let (gw, user, project) = (on.here.gw, on.principal.name(), &target.project);
     let budget = &project.config.budget;
     let user_day = on.here.state.settings.user_day_usd;
     if !budget.any() && user_day.is_none() {
@@ -136,7 +181,7 @@ fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::b
             tracing::warn!(project = %project.name, user = %user, budget = spent.budget, spent = spent.spent, limit = spent.limit, "a prompt on a spent budget refused");
             gw.audit.record(
                 crate::audit::Record::new("budget_refused")
-                    .user(&**user)
+                    .user(user)
                     .project(&*project.name)
                     .field("budget", spent.budget),
             );
@@ -170,20 +215,21 @@ fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::b
 /// everything it carries) and its count in the open-streams gauge.
 pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<StreamHold, HttpError> {
     let gw = on.here.gw;
-    let slot = if matches!(on.here.conn.front, Front::Ssh { .. }) {
-        None
-    } else {
-        Some(
+    let slot = match on.principal {
+        // An SSH channel holds one for everything it carries.
+        _ if matches!(on.here.conn.front, Front::Ssh { .. }) => None,
+        Principal::Gateway(_) => None,
+        Principal::User { user, .. } => Some(
             gw.doors
                 .streams
-                .try_acquire(on.user.name.clone(), gw.limits.max_streams_per_user)
+                .try_acquire(user.name.clone(), gw.limits.max_streams_per_user)
                 .ok_or_else(|| {
                     gw.metrics.refused(Refusal::Streams);
                     HttpError::TooManyStreams {
                         max: gw.limits.max_streams_per_user,
                     }
                 })?,
-        )
+        ),
     };
     let kind = if treatment == Treatment::TerminalConnect {
         StreamKind::Terminal

@@ -16,7 +16,6 @@ use hyper::body::Incoming;
 use super::ConnInfo;
 use super::request::{Canonical, Target};
 use super::response::{self, Answer};
-use crate::auth::users::UserState;
 use crate::gateway::Gateway;
 use crate::gateway::state::ProjectState;
 use crate::http::body::{ProxyBody, RequestBody};
@@ -29,7 +28,7 @@ use crate::upstream::{ClientBodyFault, UpstreamBody};
 pub(crate) struct Forwarding<'a> {
     pub here: super::Here<'a>,
     pub endpoint: &'a Arc<Endpoint>,
-    pub user: &'a UserState,
+    pub user: &'a str,
     /// The canonical request; the forward takes its head to rewrite for the upstream.
     pub request: &'a mut Canonical,
     pub body: RequestBody,
@@ -160,7 +159,7 @@ fn upstream_head(
 #[allow(clippy::too_many_arguments)]
 async fn upstream_body(
     here: super::Here<'_>,
-    user: &UserState,
+    user: &str,
     endpoint: &Endpoint,
     target: &Target,
     body: RequestBody,
@@ -176,7 +175,7 @@ async fn upstream_body(
             (Some(root), Some(rule)) => {
                 let bytes = whole(body, None).await?;
                 let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
-                tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "directory_outside_project", "{why}");
+                tracing::warn!(target: "security", peer = %client, user = %user, project = %project.name, reason = "directory_outside_project", "{why}");
                 HttpError::Forbidden(why)
             })?;
                 for path in &names.paths {

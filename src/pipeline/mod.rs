@@ -34,6 +34,7 @@ use crate::gateway::state::State;
 use crate::http::body::{AccessRecord, ProxyBody, RequestBody};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
+use crate::policy::grants::Grant;
 use forward::Forwarding;
 use request::{Canonical, Reading, Target};
 
@@ -163,7 +164,10 @@ fn handle_inner<'a>(
         conn.authenticated(gw);
         let on = Proceeding {
             here,
-            user: &user,
+            principal: Principal::User {
+                user: &user,
+                grant: None,
+            },
             who,
             origin: if by_cookie {
                 OriginRule::Cookie
@@ -220,9 +224,41 @@ pub(crate) struct Here<'a> {
 /// beside the canonical request.
 pub(crate) struct Proceeding<'a> {
     pub here: Here<'a>,
-    pub user: &'a Arc<UserState>,
+    pub principal: Principal<'a>,
     pub who: Who,
     pub origin: OriginRule,
+}
+
+/// Who a request to OpenCode is made for. Every request takes [`proceed`], whoever makes it:
+/// a client's own, a page's act on a user's behalf, or the gateway's own act.
+#[derive(Clone, Copy)]
+pub(crate) enum Principal<'a> {
+    /// A person, a token, a device: their role in the project decides, by the route table; or,
+    /// for one of the table's named acts made on their word (`grant`, e.g. "Resume"), by the
+    /// grant's class and only on its route. A client's own request never carries a grant.
+    User {
+        user: &'a Arc<UserState>,
+        grant: Option<&'static Grant>,
+    },
+    /// The gateway itself (its guard, its control socket): no role, only what its grant names.
+    Gateway(&'static Grant),
+}
+
+impl Principal<'_> {
+    /// The name in logs, limits and the audit trail (`guard`, `control` for the gateway).
+    pub(crate) fn name(&self) -> &str {
+        match self {
+            Principal::User { user, .. } => &user.name,
+            Principal::Gateway(g) => g.holder.name(),
+        }
+    }
+
+    pub(crate) fn grant(&self) -> Option<&'static Grant> {
+        match self {
+            Principal::User { grant, .. } => *grant,
+            Principal::Gateway(g) => Some(g),
+        }
+    }
 }
 
 /// The phases after identification, the same for a client's request and for one the gateway
@@ -248,7 +284,7 @@ pub(crate) fn proceed<'a>(
         let result = forward::forward(Forwarding {
             here,
             endpoint: &planned.endpoint,
-            user: on.user,
+            user: on.principal.name(),
             request,
             body: body(),
             target: &target,

@@ -8,7 +8,6 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use super::request::Target;
-use crate::auth::users::UserState;
 use crate::config::protected::ProtectedPaths;
 use crate::gateway::state::ProjectState;
 use crate::http::error::HttpError;
@@ -18,7 +17,7 @@ use crate::http::error::HttpError;
 pub(crate) fn refuse(
     protected: &ProtectedPaths,
     client: IpAddr,
-    user: &UserState,
+    user: &str,
     project: &ProjectState,
     candidate: &str,
 ) -> Result<(), HttpError> {
@@ -31,7 +30,7 @@ pub(crate) fn refuse(
     if !hit {
         return Ok(());
     }
-    tracing::warn!(target: "security", peer = %client, user = %user.name, project = %project.name, reason = "gateway_file", "a request named one of the gateway's own files");
+    tracing::warn!(target: "security", peer = %client, user = %user, project = %project.name, reason = "gateway_file", "a request named one of the gateway's own files");
     Err(HttpError::Forbidden(format!(
         "{candidate} is one of the gateway's own files and is never served"
     )))
@@ -41,7 +40,7 @@ pub(crate) fn refuse(
 pub(crate) fn check_request(
     protected: &ProtectedPaths,
     client: IpAddr,
-    user: &UserState,
+    user: &str,
     target: &Target,
     query_paths: &[String],
 ) -> Result<(), HttpError> {

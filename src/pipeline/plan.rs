@@ -40,13 +40,21 @@ pub(super) async fn plan(
     // table's guess).
     if !target.upstream_known && project.api().is_some() {
         *target = request.resolve_again(on.here.state, target)?;
-        crate::policy::authz::check_target(role, request.method(), target.class, target.label(), target.note())?;
+        let class = super::admit::judged_class(on, target, target.class);
+        crate::policy::authz::check_target(role, request.method(), class, target.label(), target.note())?;
         let protected = &on.here.state.settings.protected;
-        own_files::check_request(protected, on.here.client, on.user, target, request.query_paths())?;
+        own_files::check_request(
+            protected,
+            on.here.client,
+            on.principal.name(),
+            target,
+            request.query_paths(),
+        )?;
         record.class = target.class();
     } else if target.unread_default() {
         // Still unread (the server's document could not be read): the conservative class.
-        crate::policy::authz::check_target(role, request.method(), target.class, target.label(), target.note())?;
+        let class = super::admit::judged_class(on, target, target.class);
+        crate::policy::authz::check_target(role, request.method(), class, target.label(), target.note())?;
     }
     if project.shared_upstream
         && let Some(id) = &target.session
@@ -55,17 +63,20 @@ pub(super) async fn plan(
     }
     // Decided on the route the request was judged on; nothing allocated for other routes.
     let audit = match target.route.and_then(|r| r.audit) {
-        Some(kind) if gw.audit.enabled() => Some(Box::new(Pending::begin(
-            kind,
-            &on.user.name,
-            &project.name,
-            on.here.client,
-            &on.who,
-            target.session.as_deref(),
-            target.label(),
-            &target.upstream_path,
-            request.content_length,
-        ))),
+        Some(kind) if gw.audit.enabled() => Some(Box::new(
+            Pending::begin(
+                kind,
+                on.principal.name(),
+                &project.name,
+                on.here.client,
+                &on.who,
+                target.session.as_deref(),
+                target.label(),
+                &target.upstream_path,
+                request.content_length,
+            )
+            .named(on.principal.grant().and_then(|g| g.audit)),
+        )),
         _ => None,
     };
     Ok(Planned { endpoint, audit })

@@ -14,7 +14,6 @@ use hyper_util::rt::TokioIo;
 
 use super::request::Target;
 use crate::auth::tickets;
-use crate::auth::users::UserState;
 use crate::gateway::Gateway;
 use crate::http::body::ProxyBody;
 use crate::http::body::{SMALL_BODY, read_whole};
@@ -30,7 +29,7 @@ const LISTING_BODY: usize = 16 * 1024 * 1024;
 
 pub(crate) struct Answer<'a> {
     pub gw: &'a Gateway,
-    pub user: &'a UserState,
+    pub user: &'a str,
     pub target: &'a Target,
     pub endpoint: &'a Endpoint,
     pub response: Response<Incoming>,
@@ -172,7 +171,7 @@ struct Small<'a> {
 #[allow(clippy::too_many_arguments)]
 async fn read_small(
     gw: &Gateway,
-    user: &UserState,
+    user: &str,
     target: &Target,
     endpoint: &Endpoint,
     mut parts: http::response::Parts,
@@ -195,7 +194,7 @@ async fn read_small(
         *slot = crate::audit::created_session(&bytes);
     }
     if ticket && let Some(t) = tickets::ticket_from_body(&bytes) {
-        gw.browser.tickets.insert(&t, &user.name, &project.name).await;
+        gw.browser.tickets.insert(&t, user, &project.name).await;
     }
     if let (Some(filter), Some(root)) = (listing, pinned) {
         bytes = filter(&bytes, root).map(Bytes::from).ok_or_else(|| {

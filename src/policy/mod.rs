@@ -12,6 +12,7 @@ pub mod authz;
 pub mod canonical;
 pub mod csrf;
 pub mod drift;
+pub mod grants;
 pub mod origin;
 pub mod pin;
 pub mod plan;

@@ -60,6 +60,8 @@ pub(crate) use crate::metrics::RouteClass;
 pub enum AuditKind {
     SessionCreate,
     SessionDelete,
+    /// A session told to stop what it is doing.
+    SessionAbort,
     /// A prompt, a message or a command for the agent: its size is recorded, never its text.
     Prompt,
     /// An answer to a permission request (the body's once/always/reject is recorded).
@@ -79,6 +81,7 @@ impl AuditKind {
         match self {
             AuditKind::SessionCreate => "session_create",
             AuditKind::SessionDelete => "session_delete",
+            AuditKind::SessionAbort => "session_abort",
             AuditKind::Prompt => "prompt",
             AuditKind::PermissionAnswer => "permission_answer",
             AuditKind::QuestionAnswer(_) => "question_answer",
@@ -121,6 +124,7 @@ const AUDITS: &[(&str, &str, AuditKind)] = &[
     (POST, "/session", AuditKind::SessionCreate),
     (POST, "/api/session", AuditKind::SessionCreate),
     (DELETE, "/session/*", AuditKind::SessionDelete),
+    (POST, "/session/*/abort", AuditKind::SessionAbort),
     (POST, "/session/*/prompt_async", AuditKind::Prompt),
     (POST, "/session/*/message", AuditKind::Prompt),
     (POST, "/session/*/command", AuditKind::Prompt),

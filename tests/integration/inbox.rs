@@ -483,10 +483,14 @@ fn an_unreachable_external_server_is_shown_failed_with_the_reason() {
         assert!(Instant::now() < deadline, "shown failed within 10 s: {v:#}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // A reply to it says why it cannot be sent (an error, not "already answered").
+    // A reply to it says why it cannot be sent (an error, not "already answered"): the proxy's
+    // own 502, which names the project and why.
     let (status, body) = gw.control("POST", "/inbox/reply?project=gone&id=per_1&reply=once");
     assert_eq!(status, 502, "{body}");
-    assert!(body.contains("could not be reached"), "{body}");
+    assert!(
+        body.contains("project gone: its OpenCode server is not reachable (connection refused)"),
+        "{body}"
+    );
     let (status, body) = gw.control("POST", "/inbox/reply?project=gone&id=../x&reply=once");
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("not a request or session id"), "{body}");
@@ -549,6 +553,15 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
         (answered["answer"].as_str(), answered["from"].as_str()),
         (Some("reply"), Some("control_socket"))
     );
+    // Sent on the one road as the gateway, under the control socket's grant; audited there, once.
+    assert_eq!(
+        (&answered["user"], &answered["via"], &answered["status"]),
+        (&"control".into(), &"gateway".into(), &200.into()),
+        "{answered}"
+    );
+    let records = crate::common::audit::records(&crate::common::audit::file(&gw));
+    let once = records.iter().filter(|r| r["request"] == id.as_str()).count();
+    assert_eq!(once, 1, "the control socket's answer is audited once: {records:?}");
     assert!(
         !std::fs::read_to_string(crate::common::audit::file(&gw))
             .unwrap()
@@ -587,6 +600,18 @@ async fn questions_are_answered_or_rejected_through_the_inbox() {
     // Aborting a session through the inbox.
     let r = control_reply(&gw, &format!("project=quiz&id={s2}&reply=abort"));
     assert_eq!(r["outcome"], "Done", "{r}");
+    let file = crate::common::audit::file(&gw);
+    let aborted = crate::common::audit::find(&file, "session_abort", |r| r["session"] == s2.as_str()).await;
+    assert_eq!(
+        (&aborted["user"], &aborted["via"], &aborted["from"], &aborted["status"]),
+        (
+            &"control".into(),
+            &"gateway".into(),
+            &"control_socket".into(),
+            &200.into()
+        ),
+        "{aborted}"
+    );
 }
 
 /// A project folder for the stand-in's project (canonical), and the guard that removes it.

@@ -37,6 +37,7 @@ mod faults_reload;
 mod forwarded_for;
 mod harness;
 mod inbox;
+mod inbox_redact;
 mod isolation;
 mod lan;
 mod lan_phone;

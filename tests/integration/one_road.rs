@@ -249,7 +249,7 @@ async fn the_control_rooms_answers_take_the_proxys_road_and_its_refusals() {
     );
     let logs = gw.logs();
     assert!(
-        logs.contains(&format!("an act on a user's behalf refused: {VIEWER_REFUSAL}")),
+        logs.contains(&format!("an act made through the gateway refused: {VIEWER_REFUSAL}")),
         "{logs}"
     );
 }

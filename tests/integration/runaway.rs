@@ -118,8 +118,20 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     let asked = model.requests.load(Ordering::SeqCst);
     assert!(asked <= 4, "the model was asked {asked} times before the stop");
     let audit = crate::common::audit::file(&gw);
+    // The stop went the one road, under the guard's grant: audited there, once, as the gateway.
     let r = crate::common::audit::find(&audit, "runaway", |r| r["session"] == id.as_str()).await;
-    assert_eq!((&r["stopped"], &r["project"]), (&true.into(), &"demo".into()), "{r}");
+    assert_eq!(
+        (&r["status"], &r["project"], &r["user"], &r["via"], &r["from"]),
+        (
+            &200.into(),
+            &"demo".into(),
+            &"guard".into(),
+            &"gateway".into(),
+            &"guard".into()
+        ),
+        "{r}"
+    );
+    assert_eq!(r["reason"], "the same bash failure twice in a row", "{r}");
 
     // The pages say it, with the button.
     let lh = c.host(LOGIN_HOST);
@@ -154,10 +166,29 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     let form = format!("project=demo&id={id}&do=resume");
     let refused = act(&lh, &vic_cookie, &form).await;
     assert_eq!(refused.status, 403, "{}", refused.body);
+    // Judged on the road by the function that refuses a viewer's prompt (`authz::check_target`),
+    // by Resume's grant: the approver's class, on its one route.
     assert!(
-        refused.body.contains("needs the approver role or above"),
+        refused
+            .body
+            .contains("POST /session/*/prompt_async needs the approver role; you are viewer"),
         "{}",
         refused.body
+    );
+    let (status, prompt) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &crate::common::client::basic("vic", VIC_PW),
+        r#"{"parts":[{"type":"text","text":"continue"}]}"#,
+    )
+    .await;
+    assert_eq!(status, 403, "{prompt}");
+    assert!(
+        prompt
+            .to_string()
+            .contains("POST /session/*/prompt_async needs the operator role; you are viewer"),
+        "{prompt}"
     );
     assert_eq!(
         model.requests.load(Ordering::SeqCst),
@@ -184,10 +215,11 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     assert_eq!(resumed.status, 303, "{}", resumed.body);
     let to = crate::common::login::location(&resumed);
     assert!(to.ends_with("done=resumed"), "{to}");
-    crate::common::audit::find(&audit, "session_resumed", |r| {
+    let r = crate::common::audit::find(&audit, "session_resumed", |r| {
         r["user"] == "alice" && r["session"] == id.as_str()
     })
     .await;
+    assert_eq!((&r["status"], &r["from"]), (&204.into(), &"control_room".into()), "{r}");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !model.bodies.lock().unwrap().iter().any(|b| b.contains("\"continue\"")) {
         assert!(Instant::now() < deadline, "the model was not told to continue");
@@ -316,4 +348,35 @@ async fn a_subagents_spend_counts_toward_its_parents_session() {
             .is_some_and(|m| m.contains("budget.session_usd: $0.0315 of $0.03")),
         "{refused}"
     );
+}
+
+/// A runaway flag's error line passes the redactor the proxy's event stream uses (issue 39):
+/// OpenCode's bash tool runs in the server's own environment, so an agent that runs
+/// `cat "$OPENCODE_SERVER_PASSWORD"` fails with the upstream password in its error line; the
+/// flag the pages show has it overwritten, and nothing of the inbox carries it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_runaway_flag_never_shows_the_upstream_password() {
+    let model = FakeModel::start(r#"cat "$OPENCODE_SERVER_PASSWORD""#)
+        .await
+        .allowing_bash();
+    let (oc, gw) = demo_guarded(&model, "same_failure = 2, on_runaway = \"notify\"", None);
+    let c = Https::new(gw.https, &gw.ca());
+    let id = prompted(&c, "LOOPBASH until stopped").await;
+    let s = session_until(&gw, &id, "the session flagged", |s| s["flag"].is_object()).await;
+    let masked = "*".repeat(oc.password.len());
+    assert_eq!(
+        s["flag"]["detail"],
+        format!("exit 1: cat: {masked}: No such file or directory"),
+        "{s}"
+    );
+    let (status, inbox) = tokio::task::block_in_place(|| gw.control("GET", "/inbox"));
+    assert_eq!(status, 200, "{inbox}");
+    assert!(
+        !inbox.contains(&oc.password),
+        "the upstream password in the inbox: {inbox}"
+    );
+    let (status, _) = json(&c, "POST", &format!("/p/demo/session/{id}/abort"), &alice(), "").await;
+    assert_eq!(status, 200);
+    until_idle(&c, &id).await;
 }

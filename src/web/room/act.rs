@@ -7,7 +7,7 @@ use super::rows::{project_origin, session_link};
 use super::*;
 use crate::audit::{Via, Who};
 use crate::inbox::Card;
-use crate::inbox::{By, Road};
+use crate::inbox::Road;
 use crate::inbox::{InboxError, Outcome, Reply};
 use crate::policy::authz::Class;
 
@@ -35,7 +35,7 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
         )));
     }
     let on = on_behalf(ctx, &live)?;
-    let by = &By::User(&*on);
+    let by: &dyn Road = &*on;
     let view = ctx.gw.inbox.view(|p| p == project);
     let Some(v) = view.first() else {
         return Ok(page::redirect(&format!("{back}?done=elsewhere")));
@@ -69,7 +69,7 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
                 inbox.reply_question(project, id, answers, by).await
             }
         }
-        "resume" => return resume(ctx, &live, project, id, back).await,
+        "resume" => return resume(ctx, &live, by, project, id, back).await,
         "abort" => {
             if !v.sessions.iter().any(|s| s.id == id) {
                 return Ok(page::redirect(&format!("{back}?done=gone")));
@@ -94,21 +94,18 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
     }
 }
 
-/// "Resume" on a session the guard stopped: approvers and up (the role that answers the agent's
-/// requests); the gateway sends the one fixed "continue" (`Inbox::resume`).
+/// "Resume" on a session the guard stopped: the named act `policy/grants.rs::RESUME` on the
+/// user's road, which judges it (approvers and up, only a stopped session, the budgets) and sends
+/// the one fixed "continue" (`Inbox::resume`).
 async fn resume(
     ctx: &Ctx<'_>,
     live: &Live,
+    by: &dyn Road,
     project: &str,
     id: &str,
     back: &str,
 ) -> Result<Response<ProxyBody>, HttpError> {
-    if role_of(ctx.state, &live.user, project).is_none_or(|r| r < Role::Approver) {
-        return Err(HttpError::Forbidden(format!(
-            "resuming a stopped session of {project} needs the approver role or above"
-        )));
-    }
-    let r = ctx.gw.inbox.resume(project, id, &live.user).await;
+    let r = ctx.gw.inbox.resume(by, project, id).await;
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, ok = r.is_ok(), "stopped session resumed from the control room");
     match r {
         Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=resumed"))),
@@ -187,7 +184,7 @@ pub(crate) async fn new_session(ctx: &Ctx<'_>, body: Incoming) -> Result<Respons
     // The role a `POST /session` needs is the proxy's to check: the create goes through it as
     // this user, and the request audit records it (`session_create`, `from: control_room`).
     let on = on_behalf(ctx, &live)?;
-    let created = ctx.gw.inbox.create_session(&By::User(&*on), &project).await;
+    let created = ctx.gw.inbox.create_session(&*on, &project).await;
     let id = created.map_err(|e| inbox_error(&project, e))?;
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session created from the control room");
     let origin = project_origin(ctx, &project);
