@@ -2,10 +2,9 @@
 //! the spending budgets).
 
 use super::request::{Canonical, Target};
-use super::{ConnInfo, Front, OriginRule, Principal, Proceeding, own_files};
+use super::{Front, OriginRule, Principal, Proceeding, own_files};
 use crate::config::Role;
 use crate::config::settings::OnExceed;
-use crate::gateway::state::State;
 use crate::http::body::StreamHold;
 use crate::http::error::HttpError;
 use crate::metrics::{Refusal, StreamKind};
@@ -51,7 +50,7 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             })?;
         }
         OriginRule::Credentials => {
-            check_origin(on.here.state, on.here.conn, request, user, &project.name)?;
+            super::origin_rule::check_origin(on.here.state, on.here.conn, request, user, &project.name)?;
         }
         OriginRule::CheckedByPage => {}
     }
@@ -240,41 +239,4 @@ pub(super) fn stream_hold(on: &Proceeding<'_>, treatment: Treatment) -> Result<S
         _slot: slot,
         _gauge: gw.metrics.stream_open(kind),
     })
-}
-
-/// A browser page from elsewhere may not write or open terminals with the user's credentials
-/// (browsers attach cached Basic credentials to any request to the gateway's origin): the older
-/// origin rule ([`csrf::credentials_rule`]), refused with what to do about it.
-pub(super) fn check_origin(
-    state: &State,
-    conn: &ConnInfo,
-    request: &Canonical,
-    user: &str,
-    project: &str,
-) -> Result<(), HttpError> {
-    let browser = request.browser();
-    let rule = csrf::credentials_rule(
-        request.method(),
-        request.upgrade.is_some(),
-        browser,
-        conn.scheme(),
-        request.host.as_deref(),
-        &state.settings.server.allowed_origins,
-    );
-    match rule {
-        Ok(()) => Ok(()),
-        Err(csrf::Refusal::ForeignOrigin) => {
-            let origin = browser.origin().unwrap_or("null");
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "foreign_origin", origin, "request from a foreign origin refused");
-            Err(HttpError::Forbidden(format!(
-                "requests from the origin {origin} are not allowed (add it to server.allowed_origins to allow it)"
-            )))
-        }
-        Err(_) => {
-            tracing::warn!(target: "security", peer = %conn.peer.ip(), user, project, reason = "cross_site_fetch", "a cross-site request without Origin refused");
-            Err(HttpError::Forbidden(
-                "a cross-site request (Sec-Fetch-Site: cross-site) may not write or open terminals".into(),
-            ))
-        }
-    }
 }

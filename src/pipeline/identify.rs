@@ -14,7 +14,7 @@ use crate::auth::users::UserState;
 use crate::http::error::HttpError;
 use crate::policy::plan::Treatment;
 
-use super::admit::check_origin;
+use super::origin_rule::check_origin;
 use super::{Front, Here};
 
 /// What identification reads: where the request is handled, the canonical request, and its

@@ -10,10 +10,12 @@ mod admit;
 pub mod forward;
 mod identify;
 pub mod internal;
+mod origin_rule;
 pub mod own_files;
 mod plan;
 pub mod request;
 pub mod response;
+mod session_scope;
 
 pub use crate::http::transport::{ConnInfo, Front};
 

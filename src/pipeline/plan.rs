@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::request::{Canonical, Target};
-use super::{Proceeding, forward, own_files};
+use super::{Proceeding, own_files};
 use crate::config::Role;
 use crate::http::audit::Pending;
 use crate::http::body::AccessRecord;
@@ -59,7 +59,7 @@ pub(super) async fn plan(
     if project.shared_upstream
         && let Some(id) = &target.session
     {
-        forward::check_session_scope(gw, &project, &endpoint, id).await?;
+        super::session_scope::check(gw, &project, &endpoint, id).await?;
     }
     // Decided on the route the request was judged on; nothing allocated for other routes.
     let audit = match target.route.and_then(|r| r.audit) {
