@@ -21,7 +21,7 @@ pub struct ConnInfo {
     pub front: Front,
     /// The last password credential verified on this connection (`auth/memo.rs`).
     pub auth_memo: crate::auth::memo::AuthMemo,
-    /// An HTTPS connection's place in the connection table (`front/listen/table.rs`): promoted by its
+    /// An HTTPS connection's place in the connection table (`gateway/connections.rs`): promoted by its
     /// first authenticated request, shed (its token cancelled) while it is idle and still
     /// unauthenticated. SSH channels have none: their connection's place is held by the session.
     pub lease: Option<Arc<crate::gateway::connections::Lease>>,

@@ -162,7 +162,7 @@ fn handle_inner<'a>(
         })
         .await?;
         record.user = Some(user.name.clone());
-        // A valid credential: the connection leaves the unauthenticated share (front/listen/table.rs).
+        // A valid credential: the connection leaves the unauthenticated share (gateway/connections.rs).
         conn.authenticated(gw);
         let on = Proceeding {
             here,

@@ -240,7 +240,7 @@ impl Ctx<'_> {
             .map(|(live, _)| live);
         if live.is_some() {
             // A live login session is a valid credential: the connection leaves the
-            // unauthenticated share (front/listen/table.rs).
+            // unauthenticated share (gateway/connections.rs).
             self.conn.authenticated(self.gw);
         }
         Ok(live)

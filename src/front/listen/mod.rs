@@ -1,5 +1,5 @@
 //! Accept loops. Each survives accept errors (EMFILE and friends) with a backoff, takes a place in
-//! the connection table (`table.rs`: unauthenticated HTTPS connections get a share of it and are
+//! the connection table (`gateway/connections.rs`: unauthenticated HTTPS connections get a share of it and are
 //! shed first) and a per-address connection slot before doing any work (closing the connection at
 //! once when either is refused), and runs the TLS handshake under a timeout.
 
