@@ -5,7 +5,6 @@
 //! read after the seed, so nothing falls between the two (an event that repeats the seed is a
 //! no-op). A stream that breaks or goes quiet past two missed heartbeats is reconnected with backoff.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -227,9 +226,10 @@ fn dispatch(inbox: &Inbox, targets: &[Target], event: &[u8]) {
     };
     let dir = v["directory"].as_str();
     for t in targets {
+        // The proxy's own scope test; an event naming no directory is no pinned project's.
         let mine = match (&t.only_inside, dir) {
             (None, _) => true,
-            (Some(root), Some(d)) => Path::new(d).starts_with(root),
+            (Some(root), Some(d)) => crate::policy::scope::dir_inside(d, std::path::Path::new(root)),
             (Some(_), None) => false,
         };
         if mine {

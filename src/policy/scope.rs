@@ -37,7 +37,9 @@ impl SessionDirs {
     }
 }
 
-fn dir_inside(dir: &str, root: &Path) -> bool {
+/// A directory OpenCode names is the pinned root or inside it: the one test of the proxy's
+/// listings and event stream, and of the inbox's watch.
+pub(crate) fn dir_inside(dir: &str, root: &Path) -> bool {
     Path::new(dir).starts_with(root)
 }
 
