@@ -132,6 +132,13 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
         "{r}"
     );
     assert_eq!(r["reason"], "the same bash failure twice in a row", "{r}");
+    let count = |event: &str| {
+        crate::common::audit::records(&audit)
+            .iter()
+            .filter(|r| r["event"] == event && r["session"] == id.as_str())
+            .count()
+    };
+    assert_eq!(count("runaway"), 1, "the stop is audited once");
 
     // The pages say it, with the button.
     let lh = c.host(LOGIN_HOST);
@@ -220,6 +227,12 @@ async fn a_session_failing_the_same_way_twice_is_stopped_told_and_resumed_by_an_
     })
     .await;
     assert_eq!((&r["status"], &r["from"]), (&204.into(), &"control_room".into()), "{r}");
+    assert_eq!(count("session_resumed"), 1, "the resume is audited once");
+    assert_eq!(
+        count("prompt"),
+        1,
+        "the resume is no prompt of its own in the trail (only the first)"
+    );
     let deadline = Instant::now() + Duration::from_secs(20);
     while !model.bodies.lock().unwrap().iter().any(|b| b.contains("\"continue\"")) {
         assert!(Instant::now() < deadline, "the model was not told to continue");
