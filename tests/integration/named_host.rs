@@ -253,3 +253,41 @@ async fn the_address_hands_off_to_the_named_origin_only() {
         location(&r)
     );
 }
+
+/// Chromium (tests/browser/named_host.mjs): a phone that reaches the name pairs there and adds a
+/// passkey; one whose probe fails pairs at the address, and the portal's button hands it off to
+/// the name, where it adds one. No login form on either; the gateway kept both passkeys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Chromium: run scripts/test.sh"]
+async fn a_phone_adds_a_passkey_at_the_named_host_without_a_password_in_chromium() {
+    let local = local_name();
+    let gw = by_address(&local);
+    let port = gw.https.port();
+    let pair_url = |code: String| format!("https://127.0.0.1:{port}/pair#{code}");
+    let (a, b) = (pair_url(pair_code(&gw)), pair_url(pair_code(&gw)));
+    let named = format!("https://{local}:{port}");
+    let shots = crate::common::browser::shots("named_host");
+    let cert = gw.dir.path().join("certs/server.crt");
+    let out = crate::common::browser::run(
+        "named_host.mjs",
+        &[
+            ("PAIR_A", a.as_ref()),
+            ("PAIR_B", b.as_ref()),
+            ("NAMED", named.as_ref()),
+            ("CERT", cert.as_os_str()),
+            ("SHOT_DIR", shots.as_os_str()),
+        ],
+        Duration::from_secs(120),
+        || gw.logs(),
+    )
+    .await;
+    assert!(out.contains("ok: every step passed"), "{out}");
+    let audit = crate::common::audit::records(&crate::common::audit::file(&gw));
+    let added = audit
+        .iter()
+        .filter(|r| r["event"] == "passkey_added" && r["user"] == "alice")
+        .count();
+    assert_eq!(added, 2, "{audit:#?}");
+    let handoffs = gw.logs().matches("named host handoff").count();
+    assert_eq!(handoffs, 1, "only phone B was handed off:\n{}", gw.logs());
+}
