@@ -14,7 +14,7 @@ use crate::common::gateway::{ALICE, Gateway, base_config, users_toml};
 use crate::common::login::{browser_get, location, pair_code, portal_post, redeem_code};
 
 /// This machine's `<host>.local`, as the gateway computes it (`support::host::local_name`).
-fn local_name() -> String {
+pub fn local_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .expect("the host name")
         .trim()
