@@ -10,7 +10,9 @@
 //! a project's own port, only beside the login cookie of the session it was minted in (a sibling
 //! port can plant the state cookie there, not replace the login cookie: `web/front.rs`), sets its
 //! own host-only `__Host-` cookie (a child of the login session: it dies with it) and goes on to the
-//! path. Nothing under `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
+//! path. The same ticket also gives the gateway's named host (`<host>.local`, where passkeys work
+//! when the login host is an address) a login of its own: `web/handoff_named.rs`. Nothing under
+//! `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
 //! sent as a Referer (`Referrer-Policy: no-referrer`).
 
 use blake2::{Blake2b256, Digest};
