@@ -182,6 +182,10 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
 /// Project host: `GET /_gw/callback?ticket=…`.
 pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let front = super::front::of(ctx.conn, ctx.host, ctx.state.settings.server.base_domain.as_deref());
+    // On a login-host name, only the named host has a callback (the ticket is left alone).
+    if front == super::front::WebFront::Login && !super::handoff_named::here(ctx) {
+        return Err(HttpError::NotFound("no such gateway page".into()));
+    }
     let t = take(ctx, &front).await?;
     let user = ctx.state.users.get(&*t.user);
     let granted = user.is_some_and(|u| u.grants.role_in(&t.project).is_some());
