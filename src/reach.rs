@@ -15,6 +15,8 @@ pub(crate) struct Reach {
     base_domain: Option<String>,
     /// Projects served on their own port (port mode, `web/front.rs`), with the bound port.
     own_ports: Vec<(String, u16)>,
+    /// This machine's `<host>.local` when the served certificate covers it ([`named_host`]).
+    named: Option<String>,
 }
 
 impl Reach {
@@ -50,6 +52,7 @@ impl Reach {
             port,
             base_domain: base_domain.map(str::to_string),
             own_ports: Vec::new(),
+            named: None,
         }
     }
 
@@ -96,6 +99,35 @@ impl Reach {
         }
     }
 
+    /// The same, knowing the gateway's `<host>.local` name ([`named_host`]).
+    pub(crate) fn with_named(mut self, named: Option<String>) -> Reach {
+        self.named = named.map(|n| n.to_ascii_lowercase());
+        self
+    }
+
+    /// The one origin passkey ceremonies are valid on (issue 38): the login origin when its host
+    /// is a name; else, when the login host is an address (`init --lan`: browsers allow WebAuthn
+    /// only on a name), the named host `https://<host>.local[:port]` when the certificate covers
+    /// it; else the login origin (an address: passkeys are not offered). Derived from the
+    /// configuration and the certificate, never from a request.
+    pub(crate) fn passkey_origin(&self) -> String {
+        self.named_origin().unwrap_or_else(|| self.login_origin())
+    }
+
+    /// The named host's origin, when passkeys live there rather than on the login origin: the
+    /// one place a login session at the address is handed off to (`web/handoff_named.rs`).
+    pub(crate) fn named_origin(&self) -> Option<String> {
+        let login = self.login_origin();
+        let host = split_host_port(login.trim_start_matches("https://")).0;
+        let address = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok();
+        let named = self.named.as_deref().filter(|_| address)?;
+        Some(format!("https://{named}{}", port_part(self.port)))
+    }
+
     /// The URL `opencode attach` takes for a project: `<base>/p/<project>`.
     pub(crate) fn project(&self, name: &str) -> String {
         format!("{}/p/{name}", self.base)
@@ -116,6 +148,12 @@ impl Reach {
     pub(crate) fn web_ui(&self, name: &str) -> Option<String> {
         self.web_ui_origin(name).map(|o| format!("{o}/"))
     }
+}
+
+/// This machine's `<host>.local` (`support::host::local_name`, the name the dev certificate
+/// adds for a listener other devices reach) when `covers` says the served certificate covers it.
+pub(crate) fn named_host(covers: impl Fn(&str) -> bool) -> Option<String> {
+    crate::support::host::local_name().filter(|n| covers(n))
 }
 
 /// The SSH forward to a project (then `opencode attach http://127.0.0.1:4096`); a listener on
@@ -263,6 +301,33 @@ mod tests {
         assert_eq!(r.login_origin(), "https://gw.example.com");
         let r = Reach::from_parts("https://127.0.0.1:0", Some("GW.localhost"), Some(40123));
         assert_eq!(r.login_origin(), "https://gw.localhost:40123");
+    }
+
+    #[test]
+    fn passkeys_live_on_the_login_origin_by_name_else_on_the_named_host() {
+        let named = || Some("Devbox.local".to_string());
+        // A login origin by name: passkeys there, whatever the machine is called.
+        let r = Reach::from_parts("https://gw.example.com:8443", None, None).with_named(named());
+        assert_eq!(r.passkey_origin(), "https://gw.example.com:8443");
+        assert_eq!(r.named_origin(), None);
+        let r = Reach::from_parts("https://127.0.0.1:0", Some("gw.localhost"), Some(40123)).with_named(named());
+        assert_eq!(r.passkey_origin(), "https://gw.localhost:40123");
+        // By address (LAN mode): the named host on the same port, lower-cased.
+        let r = Reach::from_parts("https://192.168.1.20:8443", None, None).with_named(named());
+        assert_eq!(r.passkey_origin(), "https://devbox.local:8443");
+        assert_eq!(r.named_origin().as_deref(), Some("https://devbox.local:8443"));
+        assert_eq!(
+            r.login_origin(),
+            "https://192.168.1.20:8443",
+            "the login stays at the address"
+        );
+        let r = Reach::from_parts("https://[2001:db8::1]", None, None).with_named(named());
+        assert_eq!(r.passkey_origin(), "https://devbox.local");
+        // No name the certificate covers: the address, where no passkey is offered.
+        let r = Reach::from_parts("https://192.168.1.20:8443", None, None).with_named(None);
+        assert_eq!(r.passkey_origin(), "https://192.168.1.20:8443");
+        assert_eq!(r.named_origin(), None);
+        assert_eq!(named_host(|_| false), None, "a name the certificate does not cover");
     }
 
     #[test]

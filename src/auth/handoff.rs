@@ -19,6 +19,7 @@ pub(crate) struct Ticket {
     /// The login session it was minted in (the project host's session is its child).
     pub(crate) login_id: String,
     pub(crate) login_expires_at: i64,
+    /// The project host it is for; empty: the gateway's named host (`web/handoff_named.rs`).
     pub(crate) project: String,
     pub(crate) path: String,
     /// The project host's handoff state this ticket answers (its browser holds it as a cookie).

@@ -74,6 +74,10 @@ pub enum Origin<'a> {
         parent_expires_at: i64,
         project: &'a str,
     },
+    /// The gateway's named host's login session (`<host>.local`, where passkeys work when the
+    /// login host is an address: `web/handoff_named.rs`), handed off from the login session
+    /// `parent`: the same user and device, a login session on that host, and it dies with it.
+    Named { parent: &'a str, parent_expires_at: i64 },
 }
 
 impl WebSessions {
@@ -121,6 +125,15 @@ impl WebSessions {
                 None,
                 Some(parent.to_string()),
                 Some(project.to_string()),
+                parent_expires_at.min(now.saturating_add(secs(life.absolute))),
+            ),
+            Origin::Named {
+                parent,
+                parent_expires_at,
+            } => (
+                None,
+                Some(parent.to_string()),
+                None,
                 parent_expires_at.min(now.saturating_add(secs(life.absolute))),
             ),
         };
@@ -337,6 +350,37 @@ mod tests {
         assert!(
             s.check(&child_cookie, PEER).await.unwrap().is_none(),
             "the child died with it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_named_hosts_session_is_a_login_of_the_same_user_and_dies_with_its_parent() {
+        let (_d, s) = sessions();
+        let (_, phone) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
+        let (named_cookie, named) = s
+            .create(
+                "alice",
+                Origin::Named {
+                    parent: &phone.id,
+                    parent_expires_at: phone.expires_at,
+                },
+                LOGIN,
+            )
+            .await
+            .unwrap();
+        assert_eq!(named.host, None, "a login session on its host");
+        assert_eq!(&*named.login_id, &*phone.id);
+        let seen = s.check(&named_cookie, PEER).await.unwrap().unwrap();
+        assert_eq!((&*seen.user, seen.host.as_deref()), ("alice", None));
+        assert!(seen.expires_at <= phone.expires_at);
+        assert_eq!(
+            s.login_of(Some(&named_cookie), PEER).await.unwrap().as_deref(),
+            Some(&*named.id)
+        );
+        s.revoke(&phone.login_id).await.unwrap();
+        assert!(
+            s.check(&named_cookie, PEER).await.unwrap().is_none(),
+            "it died with its parent"
         );
     }
 

@@ -81,14 +81,23 @@ impl Banner {
             Some((u, p)) => (u.as_str(), p.as_str()),
             None => (only.unwrap_or("<user>"), "<password>"),
         };
-        let reach = self.gateway.doors.ports.get().map_or_else(
-            || crate::reach::Reach::new(settings, Some(self.https.port())),
-            |p| crate::reach::Reach::bound(settings, p),
-        );
+        let reach = self
+            .gateway
+            .doors
+            .ports
+            .get()
+            .map_or_else(
+                || crate::reach::Reach::new(settings, Some(self.https.port())),
+                |p| crate::reach::Reach::bound(settings, p),
+            )
+            .with_named(crate::reach::named_host(|n| self.gateway.doors.certs.covers(n)));
         let mut out = format!("\nopencode-gateway is serving {}\n", reach.base());
         out += &super::banner_ca::trust_the_ca(settings, self.http, &reach);
         out += &format!("control room (log in with the form): {}/\n", reach.login());
         out += &format!("pair a phone:\n  {}\n", self.again(&format!("pair {user}")));
+        if let Some(named) = reach.named_origin() {
+            out += &passkeys_line(&named);
+        }
         let client = Client {
             ca: super::banner_ca::node_extra_ca(settings),
             opencode: opencode_typed(settings),
@@ -165,6 +174,14 @@ impl Banner {
         }
         out
     }
+}
+
+/// Where passkeys work when the login host is an address (issue 38): the named host, which a
+/// phone must resolve by multicast DNS.
+pub(crate) fn passkeys_line(named: &str) -> String {
+    format!(
+        "passkeys: {named} (by name, not by address: the portal's \"Add a passkey\" button logs a paired phone in there; the phone must resolve the .local name, see docs/phone.md)\n"
+    )
 }
 
 /// What the attach commands are made of.

@@ -39,6 +39,11 @@ pub(crate) fn pair(config: &Path, user: &str, label: &str, ttl: &str) -> anyhow:
         human(ttl.as_secs())
     );
     println!("See and revoke devices with:\n    {}", super::again(config, "devices"));
+    if let Some(named) = v["passkeys"].as_str() {
+        // The QR code keeps the address (it always resolves); the pairing page moves to the name
+        // when the phone resolves it.
+        print!("\n{}", super::banner::passkeys_line(named));
+    }
     if let Some(why) = only_here(page) {
         // Loud, and on stderr too: a QR code no phone can open looks like one that works.
         eprintln!(

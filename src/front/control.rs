@@ -241,12 +241,15 @@ fn pair(gw: &Gateway, https_port: u16, body: &[u8]) -> Result<serde_json::Value,
         .ttl_secs
         .map_or(crate::auth::pairing::DEFAULT_TTL, Duration::from_secs);
     let issued = gw.browser.pairing.issue(&r.user, label, ttl)?;
-    let base = crate::reach::Reach::new(&state.settings, Some(https_port));
+    let base = crate::reach::Reach::new(&state.settings, Some(https_port))
+        .with_named(crate::reach::named_host(|n| gw.doors.certs.covers(n)));
     tracing::info!(target: "security", user = %r.user, label = %label, expires_at = issued.expires_at, "pairing code issued");
     Ok(serde_json::json!({
         "code": issued.code,
         // The login host: pairing, login and the handoff share its one cookie.
         "url": format!("{}/pair#{}", base.login(), issued.code),
+        // Where passkeys work when the login host is an address (the QR keeps the address).
+        "passkeys": base.named_origin(),
         "expires_at": issued.expires_at,
     }))
 }

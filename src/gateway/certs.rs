@@ -106,6 +106,15 @@ impl CertStore {
         })
     }
 
+    /// Whether the pair served now covers `name` (the gateway's `<host>.local`: passkeys are
+    /// offered there only when a browser can open it without a warning; `reach::named_host`).
+    pub(crate) fn covers(&self, name: &str) -> bool {
+        let pair = self.current.load();
+        pair.cert
+            .first()
+            .is_some_and(|leaf| uncovered(leaf, &[name.to_string()]).is_empty())
+    }
+
     /// Serve `pair` from now on (ACME issued or renewed it).
     pub(crate) fn install(&self, pair: CertifiedKey) {
         self.current.store(Arc::new(pair));

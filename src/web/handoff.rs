@@ -10,7 +10,9 @@
 //! a project's own port, only beside the login cookie of the session it was minted in (a sibling
 //! port can plant the state cookie there, not replace the login cookie: `web/front.rs`), sets its
 //! own host-only `__Host-` cookie (a child of the login session: it dies with it) and goes on to the
-//! path. Nothing under `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
+//! path. The same ticket also gives the gateway's named host (`<host>.local`, where passkeys work
+//! when the login host is an address) a login of its own: `web/handoff_named.rs`. Nothing under
+//! `/_gw/` reaches OpenCode; the ticket is redacted from access lines and never
 //! sent as a Referer (`Referrer-Policy: no-referrer`).
 
 use blake2::{Blake2b256, Digest};
@@ -63,14 +65,21 @@ pub(crate) fn parse_target<'a>(
 }
 
 /// Read a handoff target asked for on the login host `here` (its Host header): a project host
-/// (see [`parse_target`]) or a project's own port on the same host name as `here` (port mode,
-/// `web/front.rs`). Returns the authority, the project and the path.
+/// (see [`parse_target`]), a project's own port on the same host name as `here` (port mode,
+/// `web/front.rs`), or the named host `named` when given (`web/handoff_named.rs`: the project is
+/// then empty). Returns the authority, the project and the path.
 pub(crate) fn target<'a>(
     to: &'a str,
     here: &str,
     base_domain: Option<&str>,
+    named: Option<&str>,
     ports: &crate::reach::BoundPorts,
 ) -> Result<(&'a str, String, &'a str), BadTarget> {
+    if let Some(n) = named
+        && let Some(read) = super::handoff_named::parse(to, n)
+    {
+        return read.map(|path| (split_target(to).map_or("", |(a, _)| a), String::new(), path));
+    }
     if let Some(d) = base_domain
         && let Ok((authority, project, path)) = parse_target(to, d, port_of(here))
     {
@@ -93,7 +102,7 @@ pub(crate) fn target<'a>(
 
 /// `https://authority/path` → the authority and the path (`/` when empty), refusing user info,
 /// backslashes and any path that is not a plain local one.
-fn split_target(to: &str) -> Result<(&str, &str), BadTarget> {
+pub(super) fn split_target(to: &str) -> Result<(&str, &str), BadTarget> {
     let rest = to.strip_prefix("https://").ok_or(BadTarget::NotHttps)?;
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(end);
@@ -123,7 +132,9 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
         ));
     }
     let ports = ctx.gw.doors.ports.get().cloned().unwrap_or_default();
-    let (authority, project, path) = target(&to, ctx.host.unwrap_or(""), base_domain, &ports).map_err(|e| {
+    // The named host, from anywhere but itself (where its own project ports are the targets).
+    let named = ctx.named_origin().filter(|n| *n != ctx.own_origin());
+    let (authority, project, path) = target(&to, ctx.host.unwrap_or(""), base_domain, named.as_deref(), &ports).map_err(|e| {
         tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
         HttpError::BadRequest(format!("cannot hand off to that address ({e:?})"))
     })?;
@@ -132,12 +143,18 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
         .users
         .get(&*login.user)
         .is_some_and(|u| u.grants.role_in(&project).is_some());
-    if !granted || !ctx.state.projects.contains_key(project.as_str()) {
+    // The named host (no project) is the login host by another name: the user's own.
+    if !project.is_empty() && (!granted || !ctx.state.projects.contains_key(project.as_str())) {
         return Err(HttpError::NotGranted {
             user: login.user.to_string(),
             project,
         });
     }
+    // The callback on the origin as configured, however the target spelled its host.
+    let authority = match &named {
+        Some(n) if project.is_empty() => n.trim_start_matches("https://").to_string(),
+        _ => authority.to_string(),
+    };
     let ticket = crate::auth::sessions::random(32);
     let record = Ticket {
         user: login.user.to_string(),
@@ -165,33 +182,35 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
 /// Project host: `GET /_gw/callback?ticket=…`.
 pub(crate) async fn redeem(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
     let front = super::front::of(ctx.conn, ctx.host, ctx.state.settings.server.base_domain.as_deref());
+    // On a login-host name, only the named host has a callback (the ticket is left alone).
+    if front == super::front::WebFront::Login && !super::handoff_named::here(ctx) {
+        return Err(HttpError::NotFound("no such gateway page".into()));
+    }
     let t = take(ctx, &front).await?;
-    let granted = ctx
-        .state
-        .users
-        .get(&*t.user)
-        .is_some_and(|u| u.grants.role_in(&t.project).is_some());
-    if !granted {
+    let user = ctx.state.users.get(&*t.user);
+    let granted = user.is_some_and(|u| u.grants.role_in(&t.project).is_some());
+    // A named host's ticket (no project): the login host by another name, for a configured user.
+    let named = t.project.is_empty();
+    if !(granted || named && user.is_some()) {
         return Err(HttpError::NotGranted {
             user: t.user.clone(),
             project: t.project.clone(),
         });
     }
-    let (value, child) = ctx
-        .gw
-        .browser
-        .sessions
-        .create(
-            &t.user,
-            Origin::Handoff {
-                parent: &t.login_id,
-                parent_expires_at: t.login_expires_at,
-                project: &t.project,
-            },
-            LOGIN,
-        )
-        .await?;
-    tracing::info!(target: "security", peer = %ctx.client, user = %child.user, project = %t.project, session = %child.id, login = %child.login_id, "project host handoff");
+    let origin = if named {
+        Origin::Named {
+            parent: &t.login_id,
+            parent_expires_at: t.login_expires_at,
+        }
+    } else {
+        Origin::Handoff {
+            parent: &t.login_id,
+            parent_expires_at: t.login_expires_at,
+            project: &t.project,
+        }
+    };
+    let (value, child) = ctx.gw.browser.sessions.create(&t.user, origin, LOGIN).await?;
+    tracing::info!(target: "security", peer = %ctx.client, user = %child.user, project = %t.project, session = %child.id, login = %child.login_id, "{}", if named { "named host handoff" } else { "project host handoff" });
     let mut r = page::redirect(&t.path);
     r.headers_mut().append(
         header::SET_COOKIE,
@@ -245,15 +264,20 @@ struct Holder {
     /// The digest of this front's handoff state cookie: the flow began on this front in a browser
     /// holding it.
     state: Option<[u8; 32]>,
-    /// On a project port only: the login session of the login cookie the browser sent (every
-    /// port of a host name receives it). `None` on a project host, which never sees it.
+    /// On a project port: the login session of the login cookie the browser sent (every port
+    /// of a host name receives it); on the named host, the login it holds there already. `None`
+    /// on a project host, which never sees it.
     login: Option<Option<std::sync::Arc<str>>>,
+    /// On the login front: whether it is the named host (`web/handoff_named.rs`), the one login
+    /// name a ticket is redeemed on. `None` on a project front.
+    named: Option<bool>,
 }
 
 impl Holder {
     async fn of(ctx: &Ctx<'_>, front: &super::front::WebFront<'_>) -> Result<Holder, HttpError> {
         let state = cookie::find_named(&ctx.parts.headers, &front.handoff_cookie()).map(digest);
-        let login = if front.own_port() {
+        let named = matches!(front, super::front::WebFront::Login).then(|| super::handoff_named::here(ctx));
+        let login = if front.own_port() || named == Some(true) {
             // Read directly, not through `ctx.login_session()`: here the login cookie only
             // names the browser's login; it does not admit the connection.
             let value = cookie::find(&ctx.parts.headers);
@@ -261,7 +285,7 @@ impl Holder {
         } else {
             None
         };
-        Ok(Holder { state, login })
+        Ok(Holder { state, login, named })
     }
 
     /// Why this browser on the front of project `here` may not redeem `t` (a stable reason for
@@ -270,10 +294,26 @@ impl Holder {
         if t.project != here {
             return Some(("handoff_foreign_host", "this login link is for another project's host"));
         }
+        match self.named {
+            Some(false) => {
+                return Some((
+                    "handoff_foreign_host",
+                    "this login link is for the gateway's named host",
+                ));
+            }
+            // A login held on the named host stays (a handoff never replaces it).
+            Some(true) if matches!(self.login, Some(Some(_))) => {
+                return Some((
+                    "handoff_logged_in",
+                    "this browser is logged in here already; open the gateway's portal",
+                ));
+            }
+            _ => {}
+        }
         // On a project port the state cookie can be planted by a sibling port, so it alone
         // does not show whose flow this is; the login cookie the browser already holds can be
         // neither read nor replaced from there (web/front.rs).
-        if let Some(login) = &self.login
+        if let Some(login) = self.login.as_ref().filter(|_| self.named.is_none())
             && login.as_deref() != Some(t.login_id.as_str())
         {
             return Some((
@@ -358,10 +398,13 @@ mod tests {
         };
         let here = "198.18.0.1:8443";
         assert_eq!(
-            target("https://198.18.0.1:8444/s?x=1", here, None, &ports),
+            target("https://198.18.0.1:8444/s?x=1", here, None, None, &ports),
             Ok(("198.18.0.1:8444", "demo".to_string(), "/s?x=1"))
         );
-        assert_eq!(target("https://198.18.0.1:8445", here, None, &ports).unwrap().1, "api");
+        assert_eq!(
+            target("https://198.18.0.1:8445", here, None, None, &ports).unwrap().1,
+            "api"
+        );
         for (to, want) in [
             ("https://198.18.0.1:8443/", BadTarget::NotAProjectHost),
             ("https://198.18.0.1:9999/", BadTarget::NotAProjectHost),
@@ -371,22 +414,22 @@ mod tests {
             ("http://198.18.0.1:8444/", BadTarget::NotHttps),
             ("https://198.18.0.1:8444//evil.example/", BadTarget::BadPath),
         ] {
-            assert_eq!(target(to, here, None, &ports), Err(want), "{to}");
+            assert_eq!(target(to, here, None, None, &ports), Err(want), "{to}");
         }
         // With a base domain, project hosts keep their rules and ports work beside them.
         let d = Some("gw.localhost");
         assert_eq!(
-            target("https://web.gw.localhost:8443/", "gw.localhost:8443", d, &ports)
+            target("https://web.gw.localhost:8443/", "gw.localhost:8443", d, None, &ports)
                 .unwrap()
                 .1,
             "web"
         );
         assert_eq!(
-            target("https://web.gw.localhost:9443/", "gw.localhost:8443", d, &ports),
+            target("https://web.gw.localhost:9443/", "gw.localhost:8443", d, None, &ports),
             Err(BadTarget::OtherPort)
         );
         assert_eq!(
-            target("https://gw.localhost:8444/", "gw.localhost:8443", d, &ports)
+            target("https://gw.localhost:8444/", "gw.localhost:8443", d, None, &ports)
                 .unwrap()
                 .1,
             "demo"
@@ -406,6 +449,7 @@ mod tests {
         let holder = |state: &str, login: Option<Option<&str>>| Holder {
             state: Some(digest(state)),
             login: login.map(|l| l.map(Into::into)),
+            named: None,
         };
         let reason = |h: Holder, here| h.refusal(&t, here).map(|r| r.0);
         // A project host never sees the login cookie: the state alone binds it.
@@ -423,6 +467,27 @@ mod tests {
             reason(holder("T", Some(Some("ws_bob"))), "web"),
             Some("handoff_other_browser")
         );
+        // The login front: only the named host redeems, only its own tickets, only in a browser
+        // holding the state and no login there yet.
+        let named_ticket = Ticket {
+            project: String::new(),
+            ..t.clone()
+        };
+        let at_login = |state: &str, login: Option<&str>, named: bool| {
+            Holder {
+                state: Some(digest(state)),
+                login: Some(login.map(Into::into)),
+                named: Some(named),
+            }
+            .refusal(&named_ticket, "")
+            .map(|r| r.0)
+        };
+        assert_eq!(at_login("S", None, true), None);
+        assert_eq!(at_login("S", None, false), Some("handoff_foreign_host"));
+        assert_eq!(at_login("T", None, true), Some("handoff_other_browser"));
+        assert_eq!(at_login("S", Some("ws_bob"), true), Some("handoff_logged_in"));
+        let on_project = holder("S", None).refusal(&named_ticket, "web").map(|r| r.0);
+        assert_eq!(on_project, Some("handoff_foreign_host"));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod ca_page;
 pub mod form;
 pub mod front;
 pub mod handoff;
+pub mod handoff_named;
 pub mod login;
 pub mod page;
 pub mod pair;
@@ -50,8 +51,10 @@ pub enum Page {
     Pair,
     /// Login host: mint a handoff ticket for a project host.
     Handoff,
-    /// Project host: redeem a handoff ticket, set the host's own cookie.
+    /// Project host, or the named host: redeem a handoff ticket, set the host's own cookie.
     Callback,
+    /// The named host: begin the handoff from the login address (`handoff_named.rs`).
+    Arrive,
     /// The control room's live updates (SSE).
     Events,
     /// Answer a pending request, abort a session.
@@ -110,6 +113,9 @@ pub(crate) fn page(
         return Some(match (project_host, rest) {
             (true, ["callback"]) => Page::Callback,
             (false, ["handoff"]) => Page::Handoff,
+            // The named host's side of its handoff (refused on any other login-host name).
+            (false, ["callback"]) => Page::Callback,
+            (false, ["arrive"]) => Page::Arrive,
             (false, ["events"]) => Page::Events,
             (false, ["act"]) => Page::Act,
             (false, ["new"]) => Page::NewSession,
@@ -209,9 +215,29 @@ impl Ctx<'_> {
     /// The login host's origin as configured (`Reach::login_origin`: the public URL's port, or
     /// the port bound at start when it says 0), whatever this request's `Host` says.
     pub(crate) fn login_origin(&self) -> String {
-        let bound = self.gw.doors.ports.get().map(|p| p.main);
-        let login = crate::reach::Reach::new(&self.state.settings, bound).login_origin();
+        let login = self.reach().login_origin();
         crate::policy::origin::normalize(&login).unwrap_or(login)
+    }
+
+    /// The one origin passkey ceremonies are valid on (`Reach::passkey_origin`: the login origin
+    /// by name, else the named host `<host>.local` the certificate covers), whatever this
+    /// request's `Host` says.
+    pub(crate) fn passkey_origin(&self) -> String {
+        let origin = self.reach().passkey_origin();
+        crate::policy::origin::normalize(&origin).unwrap_or(origin)
+    }
+
+    /// The named host's origin when passkeys live there instead of at the login address.
+    pub(crate) fn named_origin(&self) -> Option<String> {
+        self.reach().named_origin()
+    }
+
+    /// Where the gateway is reached, with the ports bound at start and its named host. Built
+    /// only for the pages that need it (a passkey, the portal, a handoff), never per proxied request.
+    fn reach(&self) -> crate::reach::Reach {
+        let bound = self.gw.doors.ports.get().map(|p| p.main);
+        crate::reach::Reach::new(&self.state.settings, bound)
+            .with_named(crate::reach::named_host(|n| self.gw.doors.certs.covers(n)))
     }
 
     /// Refuse an unsafe request from another origin (see [`crate::policy::csrf`]).
@@ -265,6 +291,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Logout, &Method::GET) => Ok(page::redirect("/")),
         (Page::Handoff, &Method::GET) => handoff::mint(ctx).await,
         (Page::Callback, &Method::GET) => handoff::redeem(ctx).await,
+        (Page::Arrive, &Method::GET) => handoff_named::arrive(ctx).await,
         (Page::Pair, &Method::GET) => pair::form(ctx).await,
         (Page::Pair, &Method::POST) => pair::submit(ctx, body).await,
         (Page::Portal, &Method::GET) => room::portal(ctx).await,

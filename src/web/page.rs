@@ -121,6 +121,24 @@ pub(crate) fn asset_response(name: &str, probe: Option<(&str, u16)>) -> Response
     r
 }
 
+/// Let a page's script also connect to `origin` (the pairing page's probe of the named host).
+pub(crate) fn allow_connect(r: &mut Response<ProxyBody>, origin: &str) {
+    let safe = origin
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-.[]:/".contains(&b));
+    let Some(policy) = r
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return;
+    };
+    let policy = policy.replace("connect-src 'self'", &format!("connect-src 'self' {origin}"));
+    if let (true, Ok(v)) = (safe, HeaderValue::from_str(&policy)) {
+        r.headers_mut().insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+}
+
 /// The headers every gateway page carries.
 pub(crate) fn secure(r: &mut Response<ProxyBody>, form_targets: &str) {
     let h = r.headers_mut();

@@ -31,6 +31,9 @@ use crate::store::DeviceRecord;
 #[template(path = "pair.html")]
 struct PairPage<'a> {
     error: Option<&'a str>,
+    /// At the address, the named host where passkeys work (issue 38): the page's script probes
+    /// it and pairs there when this phone resolves it (the code stays in the fragment).
+    named: Option<String>,
 }
 
 /// What a person sees for any refused code (which of the reasons it was is only logged).
@@ -38,8 +41,19 @@ pub(crate) const REFUSED_TEXT: &str =
     "This pairing code is wrong, used or expired. Run `opencode-gateway pair <user>` on the host for a new one.";
 
 /// `GET /pair`: the form (its script fills it from the fragment and submits it).
-pub(crate) async fn form(_ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
-    page::html(StatusCode::OK, &PairPage { error: None })
+pub(crate) async fn form(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError> {
+    let named = ctx.named_origin().filter(|n| *n != ctx.own_origin());
+    let mut r = page::html(
+        StatusCode::OK,
+        &PairPage {
+            error: None,
+            named: named.clone(),
+        },
+    )?;
+    if let Some(n) = named {
+        page::allow_connect(&mut r, &n);
+    }
+    Ok(r)
 }
 
 /// `POST /pair`: redeem the code, make the device and its session, set a persistent cookie.
@@ -132,7 +146,13 @@ fn limited(ctx: &Ctx<'_>, d: crate::ratelimit::Denied) -> Result<Response<ProxyB
         reason: d.reason,
     }
     .to_string();
-    let mut r = page::html(StatusCode::TOO_MANY_REQUESTS, &PairPage { error: Some(&text) })?;
+    let mut r = page::html(
+        StatusCode::TOO_MANY_REQUESTS,
+        &PairPage {
+            error: Some(&text),
+            named: None,
+        },
+    )?;
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from(d.retry_after.as_secs().max(1)));
     Ok(r)
@@ -157,6 +177,7 @@ fn refused() -> Result<Response<ProxyBody>, HttpError> {
         StatusCode::UNAUTHORIZED,
         &PairPage {
             error: Some(REFUSED_TEXT),
+            named: None,
         },
     )
 }

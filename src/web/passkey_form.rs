@@ -9,8 +9,10 @@
 //!   audit record (`login`, `method=passkey`);
 //! - `do=remove` with `id` (a plain form on the portal): a user revokes one of their own passkeys.
 //!
-//! Ceremonies happen only on the login host's configured origin (`Ctx::login_origin`): a request
-//! to any other origin, such as another port of the same name, is refused with that origin named.
+//! Ceremonies happen only on the passkey origin (`Ctx::passkey_origin`: the login host's configured
+//! origin by name, or, when that is an address, the named host `<host>.local`): a request to any
+//! other origin, such as another port of the same name or the address, is refused with that
+//! origin named.
 
 use http::{HeaderValue, Response, StatusCode, header};
 use hyper::body::Incoming;
@@ -28,7 +30,7 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let field = |name: &str| f.get(name).map_or("", String::as_str);
-    let origin = ctx.login_origin();
+    let origin = ctx.passkey_origin();
     let place = Place {
         origin: &origin,
         peer: ctx.client,
@@ -111,7 +113,7 @@ fn here(ctx: &Ctx<'_>, place: &Place<'_>) -> Result<(), PasskeyError> {
 
 /// Whether the pages offer passkeys to this request (see [`here`]).
 pub(super) fn offered(ctx: &Ctx<'_>) -> bool {
-    let origin = ctx.login_origin();
+    let origin = ctx.passkey_origin();
     here(
         ctx,
         &Place {
@@ -120,6 +122,23 @@ pub(super) fn offered(ctx: &Ctx<'_>) -> bool {
         },
     )
     .is_ok()
+}
+
+/// Where passkeys work when not on this request's origin, and the link there: the passkey origin
+/// when it has a name; the named host through its handoff (`web/handoff_named.rs`), which logs
+/// this browser in there without a password. `None`: no name anywhere (an address only).
+pub(super) fn elsewhere(ctx: &Ctx<'_>) -> Option<(String, String)> {
+    let origin = ctx.passkey_origin();
+    let rp = crate::auth::passkey_parts::rp_id(origin.strip_prefix("https://")?);
+    if rp.is_err() || ctx.own_origin() == origin {
+        return None;
+    }
+    let link = if ctx.named_origin().as_deref() == Some(origin.as_str()) {
+        format!("{origin}/_gw/arrive")
+    } else {
+        format!("{origin}/")
+    };
+    Some((origin, link))
 }
 
 async fn sign_in(

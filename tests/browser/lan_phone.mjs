@@ -3,8 +3,12 @@
 // ($HOME/.pki/nssdb) holds, which the test imported from the gateway's plain-HTTP CA page. It opens
 // the URL the test decoded from the QR code `pair` printed, pairs, sees the portal list the
 // project, opens the project's web UI from the portal's link without a second login, sends a
-// prompt that asks for bash, and answers the permission from /inbox with "Allow once".
-// Exits non-zero naming the failed step. Env: PAIR_URL, PROJECT, PROJECT_DIR, SHOT_DIR; or UNTRUSTED_URL alone:
+// prompt that asks for bash, and answers the permission from /inbox with "Allow once". Then
+// (issue 38) the portal names where passkeys work, and the same phone, now resolving that name
+// (Chromium's rule MAP <host>.local <box>: what multicast DNS does on a LAN), taps the portal's
+// button, is logged in there without a password and adds a passkey (virtual authenticator).
+// Exits non-zero naming the failed step. Env: PAIR_URL, PROJECT, PROJECT_DIR, SHOT_DIR, NAMED
+// (https://<host>.local:<port>); or UNTRUSTED_URL alone:
 // before the import, the same Chromium must refuse that URL's certificate.
 import { env, launchTrustingNss } from './chromium.mjs';
 
@@ -27,7 +31,7 @@ if (process.env.UNTRUSTED_URL) {
   process.exit();
 }
 
-const [pairUrl, project, projectDir, shots] = ['PAIR_URL', 'PROJECT', 'PROJECT_DIR', 'SHOT_DIR'].map(env);
+const [pairUrl, project, projectDir, shots, named] = ['PAIR_URL', 'PROJECT', 'PROJECT_DIR', 'SHOT_DIR', 'NAMED'].map(env);
 const login = new URL(pairUrl).origin;
 
 const phoneProfile = {
@@ -47,6 +51,39 @@ phone.on('response', (r) => {
   if (r.status() === 401 && r.headers()['www-authenticate']) challenges++;
 });
 page.on('framenavigated', (f) => { if (f === page.mainFrame() && new URL(f.url()).pathname === '/login') logins.push(f.url()); });
+
+/// The same phone (its cookies), now resolving the named host: the portal's button logs it in
+/// there without a password, and a passkey is added there.
+async function namedPasskey(storageState) {
+  const name = new URL(named).hostname;
+  step = `the phone resolving ${name} opens the portal's button`;
+  const resolving = await launchTrustingNss([`--host-resolver-rules=MAP ${name} ${new URL(pairUrl).hostname}`]);
+  try {
+    const context = await resolving.newContext({ ...phoneProfile, storageState });
+    const p = await context.newPage();
+    const seenLogins = [];
+    p.on('framenavigated', (f) => { if (f === p.mainFrame() && new URL(f.url()).pathname === '/login') seenLogins.push(f.url()); });
+    const cdp = await context.newCDPSession(p);
+    await cdp.send('WebAuthn.enable');
+    const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
+      options: { protocol: 'ctap2', transport: 'internal', hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
+    });
+    await p.goto(`${login}/`);
+    await p.locator('#passkey-elsewhere').tap();
+    await p.waitForURL((u) => u.origin === named && u.pathname === '/', { timeout: 30000 });
+    if (seenLogins.length) throw new Error(`a login form was shown: ${seenLogins.join(', ')}`);
+    step = `add a passkey at ${named}`;
+    await p.locator('#passkey-label').fill('lan phone');
+    await p.getByRole('button', { name: 'Add a passkey' }).click();
+    await p.waitForURL((u) => u.searchParams.get('done') === 'passkey_added', { timeout: 15000 });
+    const { credentials } = await cdp.send('WebAuthn.getCredentials', { authenticatorId });
+    if (credentials.length !== 1 || credentials[0].rpId !== name) throw new Error(`credentials: ${JSON.stringify(credentials)}`);
+    await shot('6-passkey-added', p);
+    console.log(`a passkey for ${name} was added at ${p.url()}`);
+  } finally {
+    await resolving.close();
+  }
+}
 
 try {
   step = 'open the QR code\'s URL: TLS to the gateway verifies with the imported dev CA alone';
@@ -133,6 +170,14 @@ try {
   step = 'the web UI sees the run finish';
   await page.getByText('TOOL-FINISHED-7').first().waitFor({ timeout: 60000 });
   await shot('4-finished');
+
+  step = 'the portal at the address names where passkeys work';
+  await page.goto(`${login}/`);
+  const elsewhere = page.locator('#passkey-elsewhere');
+  const offer = await elsewhere.innerText();
+  if (offer !== `Add a passkey at ${named}`) throw new Error(`the portal's passkey button says ${JSON.stringify(offer)}`);
+  await shot('5-passkeys-named');
+  await namedPasskey(await phone.storageState());
 
   step = 'no Basic challenge reached the phone';
   if (challenges !== 0) throw new Error(`${challenges} Basic challenges`);

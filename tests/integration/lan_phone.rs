@@ -6,7 +6,9 @@
 //! gateway's plain-HTTP page and checks its fingerprint against the one the gateway printed,
 //! imports it into the phone's own NSS database (no pin, no --ignore-certificate-errors, no host
 //! file), then pairs, sees the portal, opens the project's web UI without a second login, sends a
-//! prompt and answers the permission from /inbox (tests/browser/lan_phone.mjs).
+//! prompt and answers the permission from /inbox; then, resolving `<host>.local` as multicast DNS
+//! would, it follows the portal's button to the named host and adds a passkey there without a
+//! password (tests/browser/lan_phone.mjs).
 
 use std::path::Path;
 use std::process::Output;
@@ -168,6 +170,12 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
         format!("{BOX_ADDR}:{}", gw.https.port()),
         "the QR code's host is the box's LAN address and the HTTPS port"
     );
+    // Passkeys need a name: `pair` names the one the phone adds them at (issue 38).
+    let named = format!("https://{}:{}", crate::named_host::local_name(), gw.https.port());
+    assert!(
+        printed.contains(&format!("passkeys: {named} ")),
+        "pair does not say where passkeys work ({named}):\n{printed}"
+    );
 
     // Before it trusts anything: the phone's Chromium refuses the gateway's certificate (so what
     // it accepts later is the import's doing, not a pin or an exception).
@@ -274,6 +282,7 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
         &[
             ("HOME", phone_home.path().as_os_str()),
             ("PAIR_URL", decoded.as_ref()),
+            ("NAMED", named.as_ref()),
             ("PROJECT", PROJECT.as_ref()),
             ("PROJECT_DIR", project_dir.as_os_str()),
             ("SHOT_DIR", shots.as_os_str()),

@@ -43,6 +43,7 @@ mod lan;
 mod lan_phone;
 mod lifecycle;
 mod metrics;
+mod named_host;
 mod newcomer;
 mod one_road;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).

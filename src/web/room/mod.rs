@@ -148,6 +148,9 @@ struct PortalPage<'a> {
     /// The user's passkeys, and whether one can be added here (the login origin, by name).
     passkeys: Vec<super::passkey_form::PasskeyRow>,
     passkeys_here: bool,
+    /// Elsewhere: the passkey origin (`Ctx::passkey_origin`) and the link there, when it has a
+    /// name (the named host's goes through its handoff: no second login).
+    passkeys_at: Option<(String, String)>,
 }
 
 #[derive(Template)]
@@ -250,11 +253,13 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
         let push_key = ctx.gw.browser.push.vapid().ok().map(|v| v.public_key());
         let passkeys = super::passkey_form::rows_of(ctx, &live.user).await?;
         let passkeys_here = super::passkey_form::offered(ctx);
+        let passkeys_at = (!passkeys_here).then(|| super::passkey_form::elsewhere(ctx)).flatten();
         let portal = PortalPage {
             r: &r,
             push_key,
             passkeys,
             passkeys_here,
+            passkeys_at,
         };
         page::html_with(StatusCode::OK, &portal, &targets)
     }
