@@ -205,7 +205,8 @@ async fn a_phone_on_the_lan_pairs_from_the_printed_qr_code_and_answers_from_the_
 
     // The phone opens the CA page the gateway's terminal names (plain HTTP: nothing to trust yet),
     // compares the fingerprint it shows with the terminal's, and downloads the certificate it links.
-    let http_origin = printed_http_origin(&gw, Duration::from_secs(10)).unwrap_or_else(|| {
+    // The banner waits up to 30 s for an eager server's model line before it prints.
+    let http_origin = printed_http_origin(&gw, Duration::from_secs(45)).unwrap_or_else(|| {
         panic!(
             "the gateway's terminal names no http://{BOX_ADDR}:<port>/ page for the phone to get the dev CA from:\n{}",
             context()
