@@ -45,6 +45,7 @@ mod lifecycle;
 mod metrics;
 mod named_host;
 mod newcomer;
+mod newcomer_phone;
 mod one_road;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]

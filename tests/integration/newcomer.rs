@@ -9,151 +9,12 @@
 //! printed but not run: the forward binds the fixed port 4096 (SSH forwarding is proven by the
 //! `ssh` tests).
 
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::client::{Https, basic};
-use crate::common::gateway::{BIN, Launched, serve_program};
-use crate::common::opencode::{ANSWER, FakeModel, opencode_bin};
-use crate::common::process::output_within;
-
-/// How the README's first command names the gateway in a checkout.
-const ME: &str = "target/release/opencode-gateway";
-
-struct Newcomer {
-    _root: tempfile::TempDir,
-    clone: PathBuf,
-    env: Vec<(String, String)>,
-}
-
-impl Newcomer {
-    /// A fresh clone with the gateway built where `cargo run --release` puts it, and a home whose
-    /// global OpenCode config holds `global`.
-    fn clone(global: &str) -> Newcomer {
-        let root = tempfile::tempdir().unwrap();
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let clone = root.path().join("opencode-gateway");
-        let out = output_within(
-            std::process::Command::new("git")
-                .arg("clone")
-                .arg("-q")
-                .arg(repo)
-                .arg(&clone),
-            None,
-            Duration::from_secs(60),
-        );
-        assert!(
-            out.status.success(),
-            "git clone: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let config = clone.join("config/gateway.toml");
-        let text = std::fs::read_to_string(&config).unwrap();
-        std::fs::write(&config, crate::common::dev_config::on_ephemeral_ports(&text)).unwrap();
-        let built = clone.join(ME);
-        std::fs::create_dir_all(built.parent().unwrap()).unwrap();
-        if std::fs::hard_link(BIN, &built).is_err() {
-            std::fs::copy(BIN, &built).unwrap();
-        }
-        let home = root.path().join("home");
-        crate::common::opencode::write_user_config(&home, global);
-        // OpenCode's folder on PATH (as a global npm install puts it), and the system's.
-        let npm_bin = opencode_bin().parent().unwrap().to_path_buf();
-        let env = vec![
-            (
-                "PATH".into(),
-                format!("{}:/usr/local/bin:/usr/bin:/bin", npm_bin.display()),
-            ),
-            ("HOME".into(), home.display().to_string()),
-            ("TERM".into(), "xterm-256color".into()),
-        ];
-        Newcomer {
-            _root: root,
-            clone,
-            env,
-        }
-    }
-
-    fn env(&self) -> Vec<(&str, &str)> {
-        self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
-    }
-
-    /// The README's first command, until its banner is printed whole (bounded).
-    fn serve(&self) -> (Launched, String) {
-        let mut env = self.env();
-        // The test's own XDG folders must not leak in: a newcomer's are under HOME.
-        env.extend(["XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME"].map(|k| (k, "")));
-        let run = serve_program(
-            &self.clone.join(ME),
-            &self.clone,
-            Path::new("config/gateway.toml"),
-            &env,
-        );
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let out = run.stdout.lock().unwrap().clone();
-            if out
-                .split_once("shown only this once")
-                .is_some_and(|(_, rest)| rest.contains("\n+-"))
-            {
-                return (run, out);
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no whole banner within 90 s\nstdout:\n{out}\nlog:\n{}",
-                run.log.lock().unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// `line` exactly as printed, through the shell, from the clone's root.
-    fn sh(&self, line: &str, stdin: Option<&[u8]>, within: Duration) -> Output {
-        let mut cmd = std::process::Command::new("sh");
-        cmd.arg("-c")
-            .arg(line)
-            .current_dir(&self.clone)
-            .env_clear()
-            .envs(self.env());
-        let out = output_within(&mut cmd, stdin, within);
-        assert!(
-            out.status.success(),
-            "{line}\nexited {}:\n{}{}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-}
-
-/// The lines of `printed` that are commands (inside the password's frame too), as printed.
-fn commands(printed: &str) -> Vec<String> {
-    printed
-        .lines()
-        .map(|l| l.trim().trim_matches('|').trim())
-        .filter(|l| {
-            let programs = [
-                "target/",
-                "opencode-gateway ",
-                "NODE_EXTRA_CA_CERTS=",
-                "opencode ",
-                "ssh ",
-            ];
-            // The heading names the program too, but is not a command.
-            programs.iter().any(|p| l.starts_with(p)) && !l.contains(" is serving ")
-        })
-        .map(String::from)
-        .collect()
-}
-
-/// The one command of `cmds` containing `part`.
-fn one<'a>(cmds: &'a [String], part: &str) -> &'a str {
-    let found: Vec<&String> = cmds.iter().filter(|c| c.contains(part)).collect();
-    assert_eq!(found.len(), 1, "{part:?} in {cmds:#?}");
-    found[0]
-}
+use crate::common::newcomer::{ME, Newcomer, commands, one};
+use crate::common::opencode::{ANSWER, FakeModel};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode, tmux: run scripts/test.sh"]
@@ -161,8 +22,10 @@ async fn every_command_the_first_start_and_pair_print_runs_as_printed_in_a_fresh
     let began = Instant::now();
     let model = FakeModel::start("true").await;
     let n = Newcomer::clone(&model.config_json());
+    // The one edit: the committed dev config's listeners on ephemeral ports (tests take no fixed ones).
+    n.edit("config/gateway.toml", crate::common::dev_config::on_ephemeral_ports);
     let cloned = began.elapsed();
-    let (run, banner) = n.serve();
+    let (run, banner) = n.serve(Path::new("config/gateway.toml"), &[]);
     let served = began.elapsed();
     let cmds = commands(&banner);
     assert_eq!(

@@ -44,3 +44,26 @@ pub fn printed_password(stdout: &str) -> String {
         .trim_matches(|c: char| c == '|' || c.is_whitespace())
         .to_string()
 }
+
+/// The committed LAN config (`config/gateway.lan.toml`) with each of its fixed listeners on port
+/// 0, their addresses kept: run in a network namespace of its own, "every address" is that
+/// namespace's loopback and LAN address, and the gateway finds the LAN address itself, as on a
+/// home network. It has no `public_url`, so the printed URLs name the ports bound.
+pub fn lan_on_ephemeral_ports(text: &str) -> String {
+    let fixed = [
+        "0.0.0.0:8443",
+        "0.0.0.0:8080",
+        "127.0.0.1:9090",
+        "0.0.0.0:2222",
+        "0.0.0.0:8444",
+    ];
+    let mut out = text.to_string();
+    for addr in fixed {
+        let (ip, _) = addr.split_once(':').unwrap();
+        let line = format!(" = \"{addr}\"");
+        assert_eq!(out.matches(&line).count(), 1, "{addr} in:\n{text}");
+        out = out.replace(&line, &format!(" = \"{ip}:0\""));
+    }
+    assert!(!out.lines().any(|l| l.starts_with("public_url")), "{out}");
+    out
+}

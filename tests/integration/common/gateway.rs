@@ -87,10 +87,12 @@ pub fn serve_in(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Launched {
 }
 
 /// `<program> serve -c <config>` in `dir` with `env`: the gateway as built somewhere else than
-/// the suite's own path (a fresh clone's `target/release/`).
-pub fn serve_program(program: &Path, dir: &Path, config: &Path, env: &[(&str, &str)]) -> Launched {
+/// the suite's own path (a fresh clone's `target/release/`), behind `wrapper` (e.g. `ip netns
+/// exec <namespace>`) when it is not empty.
+pub fn serve_program(program: &Path, dir: &Path, config: &Path, env: &[(&str, &str)], wrapper: &[&str]) -> Launched {
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    launch(program, dir, config, &env, &[])
+    let wrapper: Vec<String> = wrapper.iter().map(|w| w.to_string()).collect();
+    launch(program, dir, config, &env, &wrapper)
 }
 
 /// Run `<program> serve` on `config` in `dir` (behind `wrapper`, e.g. `ip netns exec <ns>`, when not
