@@ -9,6 +9,7 @@ pub mod postgres;
 #[path = "../../tests/support/postgres_cluster.rs"]
 pub(crate) mod postgres_cluster;
 pub mod sqlite;
+mod statements;
 
 #[cfg(test)]
 mod backends {
@@ -180,6 +181,11 @@ pub(crate) struct WebSessionRecord {
 }
 
 impl WebSessionRecord {
+    /// The device whose revocation ends this session: its own, else its parent's.
+    pub(crate) fn device_of<'a>(&'a self, parent: Option<&'a WebSessionRecord>) -> Option<&'a String> {
+        self.device_id.as_ref().or(parent.and_then(|p| p.device_id.as_ref()))
+    }
+
     /// Live at `now`: not revoked, not past its absolute expiry, used within its idle time.
     pub(crate) fn live_at(&self, now: i64) -> bool {
         self.revoked_at.is_none() && now < self.expires_at && now - self.last_seen_at < self.idle_secs
@@ -311,6 +317,21 @@ pub(crate) struct SessionCost {
 
 /// The day under which sessions' raised budgets are kept (they outlive days).
 pub(crate) const SESSION_RAISES_DAY: i64 = 0;
+
+/// The day a spend total is kept under: a session's raise outlives the day
+/// ([`SESSION_RAISES_DAY`]).
+pub(crate) fn spend_day(day: i64, kind: &str, name: &str) -> i64 {
+    if kind == "raised" && name.starts_with("session ") {
+        SESSION_RAISES_DAY
+    } else {
+        day
+    }
+}
+
+/// A token's projects as stored: comma-separated, `NULL` for all the user's.
+pub(crate) fn split_projects(stored: Option<String>) -> Option<Vec<String>> {
+    stored.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
+}
 
 /// The cost meter's half: spend per day (with operators' raises, kind `raised`), and sessions'
 /// last-seen costs.
