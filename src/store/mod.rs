@@ -1,6 +1,8 @@
 //! The gateway's state database: what it must remember across restarts and share with the CLI
-//! (API tokens, browser sessions, paired devices). One small trait, so
-//! another backend can replace SQLite ([`sqlite`]) without touching its callers.
+//! (API tokens, browser sessions, paired devices, spend, push subscriptions, passkeys, single-use
+//! records). [`Store`] is seven small traits, one per job; SQLite ([`sqlite`]) and PostgreSQL
+//! ([`postgres`]) implement them with the same statements (`statements.rs`), so another backend
+//! adds a dialect without touching the callers.
 
 #[cfg(test)]
 mod conformance;
