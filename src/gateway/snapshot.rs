@@ -27,15 +27,20 @@ pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     prometheus_client::encoding::text::encode_registry(out, &r)
 }
 
-fn gauges(r: &mut Registry, each: &[(&str, &str, u64)]) {
-    for &(name, help, v) in each {
-        r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));
-    }
+/// A value read at scrape time: a level now, or a count since the start.
+#[derive(Clone, Copy)]
+enum Kind {
+    Level,
+    Total,
 }
+use Kind::{Level, Total};
 
-fn counters(r: &mut Registry, each: &[(&str, &str, u64)]) {
-    for &(name, help, v) in each {
-        r.register(name, help, ConstCounter::new(v));
+fn register(r: &mut Registry, each: &[(Kind, &str, &str, u64)]) {
+    for &(kind, name, help, v) in each {
+        match kind {
+            Level => r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))),
+            Total => r.register(name, help, ConstCounter::new(v)),
+        }
     }
 }
 
@@ -43,29 +48,35 @@ fn counters(r: &mut Registry, each: &[(&str, &str, u64)]) {
 fn argon2(gw: &Gateway, r: &mut Registry) {
     let c = gw.auth.verifier.counters();
     let now = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed) as u64;
-    counters(
-        r,
-        &[(
-            "argon2_verifications",
-            "argon2 password verifications run",
-            c.runs.load(Ordering::Relaxed),
-        )],
-    );
-    gauges(
+    register(
         r,
         &[
-            ("argon2_running", "argon2 verifications running now", now(&c.running)),
             (
+                Total,
+                "argon2_verifications",
+                "argon2 password verifications run",
+                c.runs.load(Ordering::Relaxed),
+            ),
+            (
+                Level,
+                "argon2_running",
+                "argon2 verifications running now",
+                now(&c.running),
+            ),
+            (
+                Level,
                 "argon2_queued",
                 "argon2 verifications waiting for a core",
                 now(&c.waiting),
             ),
             (
+                Level,
                 "argon2_peak_running",
                 "Most argon2 verifications that ran at once",
                 now(&c.peak_running),
             ),
             (
+                Level,
                 "auth_cache_entries",
                 "Verified credentials cached",
                 gw.auth.cache.len() as u64,
@@ -76,69 +87,77 @@ fn argon2(gw: &Gateway, r: &mut Registry) {
 
 /// The connection table: how full, and how much of it strangers hold.
 fn connections(gw: &Gateway, r: &mut Registry) {
-    let doors = &gw.doors;
-    gauges(
+    let (doors, table) = (&gw.doors, &gw.doors.conn_table);
+    register(
         r,
         &[
             (
+                Level,
                 "connections_open",
                 "HTTPS and SSH connections open",
                 doors.connections.total(),
             ),
             (
+                Level,
                 "connections_unauthenticated",
                 "HTTPS connections that have not presented a valid credential yet",
-                u64::from(doors.conn_table.unauthenticated()),
+                u64::from(table.unauthenticated()),
             ),
             (
+                Level,
                 "connections_unauthenticated_cap",
                 "The share of connections_cap unauthenticated connections may hold",
-                u64::from(doors.conn_table.share()),
+                u64::from(table.share()),
             ),
             (
+                Total,
+                "connections_shed",
+                "Idle unauthenticated connections closed to make room for new ones",
+                table.shed_total(),
+            ),
+            (
+                Level,
                 "connections_cap",
                 "HTTPS and SSH connections allowed at once",
                 u64::from(doors.connection_cap),
             ),
         ],
     );
-    counters(
-        r,
-        &[(
-            "connections_shed",
-            "Idle unauthenticated connections closed to make room for new ones",
-            doors.conn_table.shed_total(),
-        )],
-    );
 }
 
 /// The inbox's subscriptions and what it told: notifications and Web Push.
 fn notifications(gw: &Gateway, r: &mut Registry) {
-    gauges(
-        r,
-        &[(
-            "inbox_subscriptions_open",
-            "Inbox event subscriptions open",
-            gw.inbox.subscriptions() as u64,
-        )],
-    );
     let push = &gw.browser.push;
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
-    counters(
+    register(
         r,
         &[
             (
+                Level,
+                "inbox_subscriptions_open",
+                "Inbox event subscriptions open",
+                gw.inbox.subscriptions() as u64,
+            ),
+            (
+                Total,
                 "notifications_dropped",
                 "Push notifications dropped (queue full or failed)",
                 gw.inbox.notifications_dropped(),
             ),
-            ("push_sent", "Web Push messages a push service accepted", n(&push.sent)),
             (
+                Total,
+                "push_sent",
+                "Web Push messages a push service accepted",
+                n(&push.sent),
+            ),
+            (
+                Total,
                 "push_gone",
                 "Web Push subscriptions a push service said are gone (deleted)",
                 n(&push.gone),
             ),
             (
+                Total,
                 "push_failed",
                 "Web Push messages given up after their attempts",
                 n(&push.failed),
@@ -150,35 +169,35 @@ fn notifications(gw: &Gateway, r: &mut Registry) {
 /// What the gateway writes down: the audit trail and the state database.
 fn records(gw: &Gateway, r: &mut Registry) {
     let db = gw.browser.sessions.store().health();
-    counters(
+    register(
         r,
         &[
             (
+                Total,
                 "audit_dropped",
                 "Audit records dropped because the writer's queue was full",
                 gw.audit.dropped(),
             ),
             (
+                Total,
                 "audit_write_failures",
                 "Audit records the writer could not write (a full disk)",
                 gw.audit.lost(),
             ),
             (
-                "state_db_write_failures",
-                "Writes to the state database that failed (a full disk)",
-                db.failures,
-            ),
-        ],
-    );
-    gauges(
-        r,
-        &[
-            (
+                Level,
                 "audit_writing",
                 "1 while the audit trail is on and its last write worked",
                 u64::from(gw.audit.writing()),
             ),
             (
+                Total,
+                "state_db_write_failures",
+                "Writes to the state database that failed (a full disk)",
+                db.failures,
+            ),
+            (
+                Level,
                 "state_db_writing",
                 "1 while the state database's last write worked",
                 u64::from(db.writing),

@@ -34,6 +34,13 @@ impl Checker<'_> {
         })
     }
 
+    /// `name` (of the table at `key`) is not one `seen` already holds.
+    pub(super) fn unique(&mut self, seen: &mut std::collections::HashSet<String>, key: &str, name: &str, fix: &str) {
+        if !seen.insert(name.to_string()) {
+            self.problem(format!("{key}.name"), format!("{name:?} is used twice"), fix);
+        }
+    }
+
     pub(crate) fn path(&self, value: &str) -> PathBuf {
         let p = Path::new(value);
         if p.is_absolute() {

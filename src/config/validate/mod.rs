@@ -122,13 +122,7 @@ fn projects(c: &mut Checker<'_>, raw: &RawConfig, budget_defaults: &Budget) -> (
     let mut names = HashSet::new();
     for (i, p) in raw.project.iter().enumerate() {
         let key = format!("project[{i}]");
-        if !names.insert(p.name.clone()) {
-            c.problem(
-                format!("{key}.name"),
-                format!("{:?} is used twice", p.name),
-                "give each project its own name",
-            );
-        }
+        c.unique(&mut names, &key, &p.name, "give each project its own name");
         let project = project(c, &key, p).map(|mut project| {
             project.budget = budget::project(c, &key, budget_defaults, p.budget.as_ref());
             project
@@ -160,13 +154,7 @@ fn users(c: &mut Checker<'_>, raw: &RawConfig) -> Vec<User> {
     let mut user_names = HashSet::new();
     for (i, u) in raw.user.iter().enumerate() {
         let key = format!("user[{i}]");
-        if !user_names.insert(u.name.clone()) {
-            c.problem(
-                format!("{key}.name"),
-                format!("{:?} is used twice", u.name),
-                "give each user their own name",
-            );
-        }
+        c.unique(&mut user_names, &key, &u.name, "give each user their own name");
         if let Some(user) = user(c, &key, u, &project_names, &set_names, raw.oidc.is_some()) {
             users.push(user);
         }
