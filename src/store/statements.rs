@@ -80,6 +80,19 @@ macro_rules! passkey_columns {
     };
 }
 
+/// Every record of a table, of one user when `$1` names one, newest first.
+macro_rules! newest_first {
+    ($columns:ident, $table:literal) => {
+        concat!(
+            "SELECT ",
+            $columns!(),
+            " FROM ",
+            $table,
+            " WHERE CAST($1 AS TEXT) IS NULL OR {user} = $1 ORDER BY created_at DESC, id"
+        )
+    };
+}
+
 macro_rules! statements {
     ($($(#[$doc:meta])* $name:ident = $text:expr;)*) => {
         $($(#[$doc])* pub(crate) static $name: Statement = Statement::new($text);)*
@@ -92,18 +105,12 @@ macro_rules! statements {
 statements! {
     TOKEN_INSERT = concat!("INSERT INTO tokens (", token_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
     TOKEN_BY_DIGEST = concat!("SELECT ", token_columns!(), " FROM tokens WHERE digest = $1");
-    TOKENS_OF = concat!(
-        "SELECT ", token_columns!(),
-        " FROM tokens WHERE CAST($1 AS TEXT) IS NULL OR {user} = $1 ORDER BY created_at DESC, id"
-    );
+    TOKENS_OF = newest_first!(token_columns, "tokens");
     TOKEN_REVOKE = "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
     TOKEN_TOUCH = "UPDATE tokens SET last_used_at = $2 WHERE id = $1";
 
     DEVICE_INSERT = concat!("INSERT INTO devices (", device_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
-    DEVICES_OF = concat!(
-        "SELECT ", device_columns!(),
-        " FROM devices WHERE CAST($1 AS TEXT) IS NULL OR {user} = $1 ORDER BY created_at DESC, id"
-    );
+    DEVICES_OF = newest_first!(device_columns, "devices");
     DEVICE_REVOKE = "UPDATE devices SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
     /// A revoked phone is told nothing more.
     DEVICE_PUSH_DELETE = "DELETE FROM push_subscriptions WHERE device_id = $1";
@@ -162,10 +169,7 @@ statements! {
         "INSERT INTO passkeys (", passkey_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
     );
     PASSKEY_BY_CREDENTIAL = concat!("SELECT ", passkey_columns!(), " FROM passkeys WHERE credential_id = $1");
-    PASSKEYS_OF = concat!(
-        "SELECT ", passkey_columns!(),
-        " FROM passkeys WHERE CAST($1 AS TEXT) IS NULL OR {user} = $1 ORDER BY created_at DESC, id"
-    );
+    PASSKEYS_OF = newest_first!(passkey_columns, "passkeys");
     PASSKEY_REVOKE = "UPDATE passkeys SET revoked_at = $3
         WHERE id = $1 AND (CAST($2 AS TEXT) IS NULL OR {user} = $2) AND revoked_at IS NULL";
     PASSKEY_USED = "UPDATE passkeys SET dynamic_state = $2, last_used_at = $3 WHERE id = $1";

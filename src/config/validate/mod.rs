@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use super::file::{RawAdmin, RawConfig, RawSsh};
+use super::file::{RawAdmin, RawConfig, RawProject, RawSsh};
 use super::settings::*;
 use super::{ConfigError, ProtectedPaths};
 
@@ -138,18 +138,10 @@ fn projects(c: &mut Checker<'_>, raw: &RawConfig, budget_defaults: &Budget) -> (
 
 /// Every `[[user]]`, whose grants may name the projects and project sets above.
 fn users(c: &mut Checker<'_>, raw: &RawConfig) -> Vec<User> {
-    let project_names: HashSet<&str> = raw
-        .project
-        .iter()
-        .filter(|p| p.directories.is_none())
-        .map(|p| p.name.as_str())
-        .collect();
-    let set_names: Vec<&str> = raw
-        .project
-        .iter()
-        .filter(|p| p.directories.is_some())
-        .map(|p| p.name.as_str())
-        .collect();
+    let (sets, singles): (Vec<&RawProject>, Vec<&RawProject>) =
+        raw.project.iter().partition(|p| p.directories.is_some());
+    let project_names: HashSet<&str> = singles.iter().map(|p| p.name.as_str()).collect();
+    let set_names: Vec<&str> = sets.iter().map(|p| p.name.as_str()).collect();
     let mut users = Vec::new();
     let mut user_names = HashSet::new();
     for (i, u) in raw.user.iter().enumerate() {

@@ -80,36 +80,37 @@ fn public_url(c: &mut Checker<'_>, raw: Option<&str>, listen: Option<SocketAddr>
     public_url
 }
 
-fn allowed_origins(c: &mut Checker<'_>, raw: &[String]) -> Vec<String> {
-    let mut allowed_origins = Vec::new();
-    for (i, o) in raw.iter().enumerate() {
-        let o = o.trim_end_matches('/');
-        if o.starts_with("https://") || o.starts_with("http://") {
-            allowed_origins.push(o.to_ascii_lowercase());
-        } else {
-            c.problem(
-                format!("server.allowed_origins[{i}]"),
-                format!("{o:?} is not an origin"),
-                "write an origin such as \"https://phone.example:8443\" (scheme, host, optional port)",
-            );
+/// Each entry of the list at `key` read by `read`; one that does not read is a problem.
+fn each<T>(
+    c: &mut Checker<'_>,
+    key: &str,
+    raw: &[String],
+    read: impl Fn(&str) -> Option<T>,
+    not: &str,
+    fix: &str,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    for (i, v) in raw.iter().enumerate() {
+        match read(v) {
+            Some(t) => out.push(t),
+            None => c.problem(format!("{key}[{i}]"), format!("{v:?} is not {not}"), fix),
         }
     }
-    allowed_origins
+    out
+}
+
+fn allowed_origins(c: &mut Checker<'_>, raw: &[String]) -> Vec<String> {
+    let origin = |o: &str| {
+        let o = o.trim_end_matches('/');
+        (o.starts_with("https://") || o.starts_with("http://")).then(|| o.to_ascii_lowercase())
+    };
+    let fix = "write an origin such as \"https://phone.example:8443\" (scheme, host, optional port)";
+    each(c, "server.allowed_origins", raw, origin, "an origin", fix)
 }
 
 fn trusted_proxies(c: &mut Checker<'_>, raw: &[String]) -> Vec<Cidr> {
-    let mut trusted_proxies = Vec::new();
-    for (i, p) in raw.iter().enumerate() {
-        match Cidr::parse(p) {
-            Some(cidr) => trusted_proxies.push(cidr),
-            None => c.problem(
-                format!("server.trusted_proxies[{i}]"),
-                format!("{p:?} is not an address range"),
-                "write a CIDR such as \"10.0.0.0/8\" or a single address",
-            ),
-        }
-    }
-    trusted_proxies
+    let fix = "write a CIDR such as \"10.0.0.0/8\" or a single address";
+    each(c, "server.trusted_proxies", raw, Cidr::parse, "an address range", fix)
 }
 
 /// The LAN address to print for a gateway listening on every address: a private IPv4 address
