@@ -255,6 +255,55 @@ async fn send_with_retries(
     true
 }
 
+/// A receiver of `[notify]`: each kind is one way of posting the same message to the team.
+/// (Web Push is not one of them: it tells each device only of the requests its user may answer,
+/// sealed for that device, `push.rs`.)
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Channel<'a> {
+    /// POST the message's JSON.
+    Webhook(&'a str),
+    /// POST its text to an ntfy topic, with `Title` and `Click` headers.
+    Ntfy(&'a str),
+}
+
+impl<'a> Channel<'a> {
+    /// The receivers `cfg` names.
+    pub(crate) fn all(cfg: &'a Notify) -> impl Iterator<Item = Channel<'a>> {
+        let webhook = cfg.webhook.as_deref().map(Channel::Webhook);
+        let ntfy = cfg.ntfy.as_deref().map(Channel::Ntfy);
+        webhook.into_iter().chain(ntfy)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Channel::Webhook(_) => "webhook",
+            Channel::Ntfy(_) => "ntfy",
+        }
+    }
+
+    fn url(self) -> &'a str {
+        match self {
+            Channel::Webhook(u) | Channel::Ntfy(u) => u,
+        }
+    }
+
+    pub(crate) async fn send(self, msg: &Outgoing) -> Result<(), String> {
+        match self {
+            Channel::Webhook(url) => send::post(url, "application/json", &[], Bytes::from(msg.json.to_string())).await,
+            Channel::Ntfy(url) => {
+                let headers = [
+                    ("Title", msg.title.clone()),
+                    ("Click", msg.url.clone()),
+                    ("Tags", "bell".into()),
+                ];
+                let text = Bytes::from(msg.text.clone());
+                send::post(url, "text/plain; charset=utf-8", &headers, text).await
+            }
+        }
+        .map_err(|e| format!("{}: {e}", self.name()))
+    }
+}
+
 /// One line for `check`: the receivers' hosts only (an ntfy topic's name is its password).
 pub(crate) fn describe(cfg: &Notify) -> String {
     let host = |u: &str| {
@@ -263,13 +312,9 @@ pub(crate) fn describe(cfg: &Notify) -> String {
             .and_then(|u| u.authority().map(|a| a.to_string()))
             .unwrap_or_default()
     };
-    let mut to = Vec::new();
-    if let Some(u) = &cfg.webhook {
-        to.push(format!("webhook {}", host(u)));
-    }
-    if let Some(u) = &cfg.ntfy {
-        to.push(format!("ntfy {}", host(u)));
-    }
+    let to: Vec<String> = Channel::all(cfg)
+        .map(|c| format!("{} {}", c.name(), host(c.url())))
+        .collect();
     format!(
         "  notify {}  (new pending requests, debounce {} ms; budget and runaway alerts)\n",
         to.join(", "),
@@ -279,29 +324,11 @@ pub(crate) fn describe(cfg: &Notify) -> String {
 
 /// Send `msg` to every configured receiver; an error if any failed (all are tried again: a
 /// receiver may then see a message twice, which beats never).
-pub(crate) async fn deliver(cfg: &Notify, msg: &Outgoing) -> Result<(), String> {
+async fn deliver(cfg: &Notify, msg: &Outgoing) -> Result<(), String> {
     let mut errors = Vec::new();
-    if let Some(url) = &cfg.webhook {
-        let body = Bytes::from(msg.json.to_string());
-        if let Err(e) = send::post(url, "application/json", &[], body).await {
-            errors.push(format!("webhook: {e}"));
-        }
-    }
-    if let Some(url) = &cfg.ntfy {
-        let headers = [
-            ("Title", msg.title.clone()),
-            ("Click", msg.url.clone()),
-            ("Tags", "bell".into()),
-        ];
-        if let Err(e) = send::post(
-            url,
-            "text/plain; charset=utf-8",
-            &headers,
-            Bytes::from(msg.text.clone()),
-        )
-        .await
-        {
-            errors.push(format!("ntfy: {e}"));
+    for channel in Channel::all(cfg) {
+        if let Err(e) = channel.send(msg).await {
+            errors.push(e);
         }
     }
     if errors.is_empty() {

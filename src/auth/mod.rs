@@ -103,24 +103,18 @@ pub(crate) async fn password_until(
     } else {
         "<unknown>"
     };
+    let limited = |denied: Denied, why: &'static str| limited(check, peer, log_user, method, denied, why);
     // A spent login budget answers first: no credential from there gets a yes or no, not even
     // a cached one, until the budget refills (a cache hit before the limiter is an oracle).
     if let Err(denied) = auth.limiters.spent(peer, Some(user)) {
-        return Err(limited(
-            check,
-            peer,
-            log_user,
-            method,
-            denied,
-            "login refused: limit reached",
-        ));
+        return Err(limited(denied, "login refused: limit reached"));
     }
     // A token typed as a password (the form, SSH) is never a password: charged, refused, and
     // never sent to argon2.
     if tokens::is_token(password.expose()) {
         return Err(match auth.limiters.attempt(peer, Some(user)).await {
             Ok(()) => refuse_bad(check, peer, log_user, method),
-            Err(denied) => limited(check, peer, log_user, method, denied, "login refused: limit reached"),
+            Err(denied) => limited(denied, "login refused: limit reached"),
         });
     }
     let fp = known.map_or([0; 32], |u| u.fingerprint);
@@ -144,16 +138,7 @@ pub(crate) async fn password_until(
         .await;
     let ok = match verdict {
         Ok(ok) => ok,
-        Err(denied) => {
-            return Err(limited(
-                check,
-                peer,
-                log_user,
-                method,
-                denied,
-                "login refused before verification: limit reached",
-            ));
-        }
+        Err(denied) => return Err(limited(denied, "login refused before verification: limit reached")),
     };
     match known {
         Some(u) if ok => Ok(verified(check, peer, u, key, method)),

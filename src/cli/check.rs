@@ -124,6 +124,16 @@ pub(crate) fn permission_warnings(s: &Settings) -> Vec<String> {
 }
 
 pub(crate) fn summary(s: &Settings) -> String {
+    let mut out = listeners(s);
+    out += &projects(s);
+    out += &sso(s);
+    out += &users(s);
+    out += &routes_summary(s);
+    out
+}
+
+/// Where the gateway listens and what it writes.
+fn listeners(s: &Settings) -> String {
     let mut out = format!(
         "{}: OK\n\nlisteners:\n  https  {}  ({})\n",
         s.path.display(),
@@ -154,8 +164,13 @@ pub(crate) fn summary(s: &Settings) -> String {
         out += &format!("  ssh    {}  (host key {})\n", ssh.listen, ssh.host_key.display());
         out += &crate::front::ssh::host_key::describe(&ssh.host_key, ssh.listen);
     }
+    out
+}
+
+/// Each project (and project set): its server and where it is reached.
+fn projects(s: &Settings) -> String {
     let reach = crate::reach::Reach::new(s, None);
-    out += "\nprojects:\n";
+    let mut out = "\nprojects:\n".to_string();
     for p in &s.projects {
         let upstream = match &p.upstream {
             UpstreamKind::External { authority } => format!(
@@ -203,17 +218,24 @@ pub(crate) fn summary(s: &Settings) -> String {
                 .count()
         );
     }
-    if let Some(o) = &s.oidc {
-        let on = match o.match_on {
-            crate::config::OidcMatch::Email => "verified email",
-            crate::config::OidcMatch::Subject => "subject",
-        };
-        out += &format!(
-            "\nsingle sign-on: {} as client {} (users matched by {on}; secret held by the gateway)\n",
-            o.issuer, o.client_id
-        );
-    }
-    out += "\nusers:\n";
+    out
+}
+
+fn sso(s: &Settings) -> String {
+    let Some(o) = &s.oidc else { return String::new() };
+    let on = match o.match_on {
+        crate::config::OidcMatch::Email => "verified email",
+        crate::config::OidcMatch::Subject => "subject",
+    };
+    format!(
+        "\nsingle sign-on: {} as client {} (users matched by {on}; secret held by the gateway)\n",
+        o.issuer, o.client_id
+    )
+}
+
+/// Each user: what they may reach and how they log in.
+fn users(s: &Settings) -> String {
+    let mut out = "\nusers:\n".to_string();
     for u in &s.users {
         let grants = match &u.grants {
             Grants::All(role) => format!("all projects as {}", role.as_str()),
@@ -236,7 +258,6 @@ pub(crate) fn summary(s: &Settings) -> String {
         }
         out += &format!("  {}  {grants}; {}\n", u.name, how.join(", "));
     }
-    out += &routes_summary(s);
     out
 }
 

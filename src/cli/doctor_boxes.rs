@@ -64,16 +64,27 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
         .find(|b| b.name == name)
         .map(|b| b.opencode.clone())
         .unwrap_or_default();
-    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
-    let mut input = b64(&opencode) + "\n";
     let folders: Vec<_> = projects
         .iter()
         .filter_map(|p| Some((p.name.as_str(), p.directory.as_ref()?.to_string_lossy().into_owned())))
         .collect();
+    let b64 = |v: &str| base64::engine::general_purpose::STANDARD.encode(v);
+    let mut input = b64(&opencode) + "\n";
     for (_, d) in &folders {
         input += &(b64(d) + "\n");
     }
     input.push('\n');
+    let Some(answer) = ask(name, link, input, r).await else {
+        return;
+    };
+    let mut lines = answer.lines();
+    if opencode_found(name, lines.next(), &opencode, spawns, r) {
+        folders_found(name, lines, folders, r);
+    }
+}
+
+/// Runs the probe on the box with `input`; its answer, or `None` when a failure was reported.
+async fn ask(name: &str, link: &BoxLink, input: String, r: &mut Report) -> Option<String> {
     let (channel, _open) = match link.exec(&format!("exec /bin/sh -c '{PROBE}'")).await {
         Ok(c) => c,
         Err(e) => {
@@ -83,7 +94,7 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
             r.fail(format!(
                 "{e}. Fix: check ssh, key and host_key in its [[box]] table, and that the box's sshd lets the gateway's key in"
             ));
-            return;
+            return None;
         }
     };
     let (mut reader, writer) = channel.split();
@@ -115,10 +126,14 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
             "box {name}: it did not answer what it runs within {} s",
             PROBE_TIME.as_secs()
         ));
-        return;
+        return None;
     };
-    let mut lines = answer.lines();
-    match lines.next() {
+    Some(answer)
+}
+
+/// The probe's first line: the box's opencode. False when the box ran nothing (folders unknown).
+fn opencode_found(name: &str, line: Option<&str>, opencode: &str, spawns: bool, r: &mut Report) -> bool {
+    match line {
         Some(l) if l.starts_with("opencode ") => {
             let rest = l.trim_start_matches("opencode ");
             let (path, version) = rest.split_once(' ').unwrap_or((rest, ""));
@@ -145,9 +160,19 @@ async fn one(s: &Settings, name: &str, link: &BoxLink, r: &mut Report) {
             } else {
                 r.warn(what);
             }
-            return;
+            return false;
         }
     }
+    true
+}
+
+/// The probe's next lines: each project's folder, as the box resolved it.
+fn folders_found<'a>(
+    name: &str,
+    mut lines: impl Iterator<Item = &'a str>,
+    folders: Vec<(&str, String)>,
+    r: &mut Report,
+) {
     for (project, dir) in folders {
         match lines.next() {
             Some(l) if l.strip_prefix("dir ") == Some(dir.as_str()) => {

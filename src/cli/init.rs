@@ -63,50 +63,8 @@ pub(crate) fn init(
     project_dir: Option<PathBuf>,
     lan: bool,
 ) -> anyhow::Result<()> {
-    let project_dir = match project_dir {
-        Some(d) => d,
-        None => std::env::current_dir()?,
-    };
-    let project_dir = project_dir
-        .canonicalize()
-        .with_context(|| format!("the project folder {} does not exist", project_dir.display()))?;
-    let name = match project {
-        Some(n) => n,
-        None => sanitize(
-            &project_dir
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        ),
-    };
-    if !crate::config::validate::valid_project_name(&name) {
-        bail!("{name:?} is not a valid project name: pass --project with lower-case letters, digits and '-'");
-    }
-    let (dir, state_dir) = match dir {
-        Some(d) => (absolute(d), None),
-        None => {
-            let home = "set HOME (or XDG_CONFIG_HOME and XDG_STATE_HOME), or pass --dir <folder outside the project>";
-            let config = crate::config::config_home().context(home)?;
-            let state = crate::config::state_home().context(home)?;
-            (config, Some(state))
-        }
-    };
-    let state_abs = state_dir.clone().unwrap_or_else(|| dir.join("state"));
-    for (what, path) in [("the config and keys", &dir), ("the state", &state_abs)] {
-        let real = resolve(path);
-        if real.starts_with(&project_dir) || project_dir.starts_with(&real) {
-            bail!(
-                "{what} would go to {}, {} the project folder {}: the project's clients could read them. Fix: pass --dir <a folder outside the project>, e.g. --dir ~/.config/opencode-gateway",
-                path.display(),
-                if real.starts_with(&project_dir) {
-                    "inside"
-                } else {
-                    "a parent of"
-                },
-                project_dir.display()
-            );
-        }
-    }
+    let (project_dir, name) = project_of(project, project_dir)?;
+    let (dir, state_dir) = destination(dir, &project_dir)?;
     crate::support::files::create_private_dir(&dir)?;
     let config = dir.join("gateway.toml");
     if config.exists() {
@@ -142,9 +100,78 @@ pub(crate) fn init(
     let reach = crate::reach::Reach::new(&settings, None);
     let web = reach.web_ui(&name).unwrap_or_default();
     let ssh_cmd = crate::reach::ssh_forward(&name, "dev", ssh.listen, Some(reach.host()));
-    let phone = match settings.server.http_listen {
+    let phone = phone_line(&settings, &reach, &paths.ca_cert);
+    // ok: the generated password is shown to the operator this once; only its hash is stored.
+    println!(
+        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\n{phone}ssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
+        cfg = config.display(),
+        certs = paths.ca_cert.parent().unwrap_or(Path::new(".")).display(),
+        state = settings.server.state_dir.display(),
+        url = reach.project(&name),
+    );
+    Ok(())
+}
+
+/// The project's folder (the current one by default) and its name (the folder's by default).
+fn project_of(project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, String)> {
+    let project_dir = match project_dir {
+        Some(d) => d,
+        None => std::env::current_dir()?,
+    };
+    let project_dir = project_dir
+        .canonicalize()
+        .with_context(|| format!("the project folder {} does not exist", project_dir.display()))?;
+    let name = match project {
+        Some(n) => n,
+        None => sanitize(
+            &project_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ),
+    };
+    if !crate::config::validate::valid_project_name(&name) {
+        bail!("{name:?} is not a valid project name: pass --project with lower-case letters, digits and '-'");
+    }
+    Ok((project_dir, name))
+}
+
+/// Where the config and keys go, and the state folder (`None`: `state` beside the config);
+/// never inside the project folder nor above it, where its clients could read them.
+fn destination(dir: Option<&Path>, project_dir: &Path) -> anyhow::Result<(PathBuf, Option<PathBuf>)> {
+    let (dir, state_dir) = match dir {
+        Some(d) => (absolute(d), None),
+        None => {
+            let home = "set HOME (or XDG_CONFIG_HOME and XDG_STATE_HOME), or pass --dir <folder outside the project>";
+            let config = crate::config::config_home().context(home)?;
+            let state = crate::config::state_home().context(home)?;
+            (config, Some(state))
+        }
+    };
+    let state_abs = state_dir.clone().unwrap_or_else(|| dir.join("state"));
+    for (what, path) in [("the config and keys", &dir), ("the state", &state_abs)] {
+        let real = resolve(path);
+        if real.starts_with(project_dir) || project_dir.starts_with(&real) {
+            bail!(
+                "{what} would go to {}, {} the project folder {}: the project's clients could read them. Fix: pass --dir <a folder outside the project>, e.g. --dir ~/.config/opencode-gateway",
+                path.display(),
+                if real.starts_with(project_dir) {
+                    "inside"
+                } else {
+                    "a parent of"
+                },
+                project_dir.display()
+            );
+        }
+    }
+    Ok((dir, state_dir))
+}
+
+/// With `http_listen`: how a phone trusts the dev CA and pairs.
+fn phone_line(settings: &crate::config::Settings, reach: &crate::reach::Reach, ca_cert: &Path) -> String {
+    match settings.server.http_listen {
         Some(http) => {
-            let fp = std::fs::read_to_string(&paths.ca_cert)
+            let fp = std::fs::read_to_string(ca_cert)
                 .ok()
                 .and_then(|p| crate::web::ca_page::der_from_pem(&p))
                 .map(|d| crate::web::ca_page::fingerprint(&d))
@@ -156,16 +183,7 @@ pub(crate) fn init(
             )
         }
         None => String::new(),
-    };
-    // ok: the generated password is shown to the operator this once; only its hash is stored.
-    println!(
-        "wrote (outside the project, owner-only):\n  config  {cfg}\n  keys    {certs} (dev CA, server and SSH host keys)\n  state   {state}\n\nuser \"dev\", password: {password}\n(shown only now; the config holds its argon2id hash)\n\nstart:   opencode-gateway serve -c {cfg}\nattach:  NODE_EXTRA_CA_CERTS={ca} opencode attach {url} -u dev -p '{password}'\nweb UI:  {web}\n{phone}ssh:     {ssh_cmd}   then   opencode attach http://127.0.0.1:4096\nSSH host key:\n{host_key}",
-        cfg = config.display(),
-        certs = paths.ca_cert.parent().unwrap_or(Path::new(".")).display(),
-        state = settings.server.state_dir.display(),
-        url = reach.project(&name),
-    );
-    Ok(())
+    }
 }
 
 /// A path as the inside of a TOML basic string.

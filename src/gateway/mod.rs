@@ -150,6 +150,88 @@ pub(crate) fn watch_store(gw: &Arc<Gateway>) {
     }
 }
 
+/// The audit trail, opened before anything runs: a path the gateway cannot write fails the start.
+fn open_audit(settings: &Settings) -> anyhow::Result<crate::audit::Audit> {
+    Ok(match &settings.audit {
+        Some(cfg) => crate::audit::Audit::start(cfg.clone()).map_err(|e| {
+            anyhow::anyhow!(
+                "cannot open the audit log {}: {e} (set [audit] file, or enabled = false)",
+                cfg.file.display()
+            )
+        })?,
+        None => crate::audit::Audit::off(),
+    })
+}
+
+impl Doors {
+    fn new(limits: &Limits, certs: Arc<crate::gateway::certs::CertStore>) -> anyhow::Result<Doors> {
+        let nofile = crate::gateway::connections::open_file_limit();
+        let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
+        if limits.max_connections.is_some_and(|c| c > connection_cap) {
+            tracing::warn!(
+                configured = limits.max_connections,
+                cap = connection_cap,
+                open_file_limit = nofile,
+                "limits.max_connections is above half the open-file limit: capped"
+            );
+        }
+        Ok(Doors {
+            connections: Arc::default(),
+            conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
+                connection_cap,
+                limits.unauthenticated_connection_share,
+            )),
+            connection_cap,
+            streams: Arc::default(),
+            http: http_builder(limits),
+            http1: {
+                let mut b = hyper::server::conn::http1::Builder::new();
+                http1_settings!(b, limits);
+                // The head's size, checked on the parsed head: `max_buf_size` alone is only
+                // checked while a head is incomplete, and one read may bring more than it
+                // (the read buffer grows past it), so a 70 KiB head that arrived at once got
+                // through. hyper-util's auto builder has no such setting; it serves no TLS
+                // connection (a client without ALPN gets this builder too).
+                b.max_header_size(limits.max_head_bytes);
+                b
+            },
+            http2: {
+                let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                http2_settings!(b, limits);
+                b
+            },
+            workers: crate::support::workers::Workers::start()?,
+            ports: std::sync::OnceLock::new(),
+            listening: std::sync::OnceLock::new(),
+            certs,
+            acme_wake: tokio::sync::Notify::new(),
+            http01: Default::default(),
+        })
+    }
+}
+
+impl Browser {
+    /// The browser flows' records live in the store, so any gateway on it can finish a flow.
+    fn new(
+        sessions: crate::auth::sessions::WebSessions,
+        push: Arc<crate::notify::push::Pusher>,
+        store: &Arc<dyn crate::store::Store>,
+        limits: &Limits,
+        digest_key: [u8; 32],
+    ) -> Browser {
+        Browser {
+            sessions,
+            handoffs: crate::auth::handoff::Handoffs::new(store.clone(), limits.handoff_ttl),
+            sso: crate::oidc::flows::Sso::new(store.clone()),
+            pairing: crate::auth::pairing::Pairing::new(store.clone(), digest_key),
+            tickets: Tickets::new(store.clone(), digest_key),
+            compressed: Default::default(),
+            push,
+            passkeys: crate::auth::passkeys::Passkeys::new(store.clone(), digest_key),
+        }
+    }
+}
+
 impl Gateway {
     pub(crate) fn new(
         settings: Settings,
@@ -159,16 +241,7 @@ impl Gateway {
         let limits = settings.limits.clone();
         let shutdown = CancellationToken::new();
         let metrics = Metrics::new();
-        // Opened before anything runs: a path the gateway cannot write fails the start.
-        let audit = match &settings.audit {
-            Some(cfg) => crate::audit::Audit::start(cfg.clone()).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot open the audit log {}: {e} (set [audit] file, or enabled = false)",
-                    cfg.file.display()
-                )
-            })?,
-            None => crate::audit::Audit::off(),
-        };
+        let audit = open_audit(&settings)?;
         let supervisor = Supervisor::new(
             limits.upstream_connect_timeout,
             shutdown.child_token(),
@@ -178,9 +251,7 @@ impl Gateway {
         let store = crate::store::open_for(&settings)?;
         let digest_key = crate::auth::tokens::digest_key(&settings, &*store)?;
         let tokens = crate::auth::tokens::Tokens::new(store.clone(), digest_key);
-        let spend_store = store.clone();
-        let once_store = store.clone();
-        let web = crate::auth::sessions::WebSessions::new(store, digest_key);
+        let web = crate::auth::sessions::WebSessions::new(store.clone(), digest_key);
         let boxes = crate::upstream::box_links::BoxLinks::default();
         let state_dir = settings.server.state_dir.clone();
         let state = State::build(settings, tls, &supervisor, &boxes, &metrics)?;
@@ -192,74 +263,24 @@ impl Gateway {
             &shutdown,
             &audit,
         )));
-        janitor::restore_spend(&inbox.meter, &*spend_store);
+        janitor::restore_spend(&inbox.meter, &*store);
         let push = Arc::new(crate::notify::push::Pusher::new(
-            spend_store.clone(),
+            store.clone(),
             Arc::new(inbox::PushAudience(state.clone())),
             &state_dir,
         ));
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let nofile = crate::gateway::connections::open_file_limit();
-        let connection_cap = crate::gateway::connections::connection_cap(limits.max_connections, nofile);
-        if limits.max_connections.is_some_and(|c| c > connection_cap) {
-            tracing::warn!(
-                configured = limits.max_connections,
-                cap = connection_cap,
-                open_file_limit = nofile,
-                "limits.max_connections is above half the open-file limit: capped"
-            );
-        }
         Ok(Arc::new(Gateway {
             state,
             swapping: std::sync::Mutex::new(()),
             auth: Auth {
                 cache: AuthCache::new(limits.auth_cache_entries, limits.auth_cache_ttl),
                 verifier: Verifier::new(cores),
-                limiters: Limiters::new(&limits).sharing(&once_store),
+                limiters: Limiters::new(&limits).sharing(&store),
                 tokens,
             },
-            doors: Doors {
-                connections: Arc::default(),
-                conn_table: Arc::new(crate::gateway::connections::ConnTable::new(
-                    connection_cap,
-                    limits.unauthenticated_connection_share,
-                )),
-                connection_cap,
-                streams: Arc::default(),
-                http: http_builder(&limits),
-                http1: {
-                    let mut b = hyper::server::conn::http1::Builder::new();
-                    http1_settings!(b, &limits);
-                    // The head's size, checked on the parsed head: `max_buf_size` alone is only
-                    // checked while a head is incomplete, and one read may bring more than it
-                    // (the read buffer grows past it), so a 70 KiB head that arrived at once got
-                    // through. hyper-util's auto builder has no such setting; it serves no TLS
-                    // connection (a client without ALPN gets this builder too).
-                    b.max_header_size(limits.max_head_bytes);
-                    b
-                },
-                http2: {
-                    let mut b = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-                    http2_settings!(b, &limits);
-                    b
-                },
-                workers: crate::support::workers::Workers::start()?,
-                ports: std::sync::OnceLock::new(),
-                listening: std::sync::OnceLock::new(),
-                certs,
-                acme_wake: tokio::sync::Notify::new(),
-                http01: Default::default(),
-            },
-            browser: Browser {
-                sessions: web,
-                handoffs: crate::auth::handoff::Handoffs::new(once_store.clone(), limits.handoff_ttl),
-                sso: crate::oidc::flows::Sso::new(once_store.clone()),
-                pairing: crate::auth::pairing::Pairing::new(once_store.clone(), digest_key),
-                tickets: Tickets::new(once_store.clone(), digest_key),
-                compressed: Default::default(),
-                push,
-                passkeys: crate::auth::passkeys::Passkeys::new(once_store.clone(), digest_key),
-            },
+            doors: Doors::new(&limits, certs)?,
+            browser: Browser::new(web, push, &store, &limits, digest_key),
             lifecycle: Lifecycle {
                 supervisor,
                 boxes,

@@ -17,127 +17,197 @@ use crate::upstream::supervise::Status;
 
 pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
     let mut r = Registry::with_prefix(crate::metrics::PREFIX);
-    let c = gw.auth.verifier.counters();
-    let gauge = |r: &mut Registry, name: &str, help: &str, v: u64| {
-        r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX)));
-    };
-    r.register(
-        "argon2_verifications",
-        "argon2 password verifications run",
-        ConstCounter::new(c.runs.load(Ordering::Relaxed)),
-    );
-    gauge(
-        &mut r,
-        "argon2_running",
-        "argon2 verifications running now",
-        c.running.load(Ordering::Relaxed) as u64,
-    );
-    gauge(
-        &mut r,
-        "argon2_queued",
-        "argon2 verifications waiting for a core",
-        c.waiting.load(Ordering::Relaxed) as u64,
-    );
-    gauge(
-        &mut r,
-        "argon2_peak_running",
-        "Most argon2 verifications that ran at once",
-        c.peak_running.load(Ordering::Relaxed) as u64,
-    );
-    gauge(
-        &mut r,
-        "auth_cache_entries",
-        "Verified credentials cached",
-        gw.auth.cache.len() as u64,
-    );
-    gauge(
-        &mut r,
-        "connections_open",
-        "HTTPS and SSH connections open",
-        gw.doors.connections.total(),
-    );
-    gauge(
-        &mut r,
-        "connections_unauthenticated",
-        "HTTPS connections that have not presented a valid credential yet",
-        u64::from(gw.doors.conn_table.unauthenticated()),
-    );
-    gauge(
-        &mut r,
-        "connections_unauthenticated_cap",
-        "The share of connections_cap unauthenticated connections may hold",
-        u64::from(gw.doors.conn_table.share()),
-    );
-    r.register(
-        "connections_shed",
-        "Idle unauthenticated connections closed to make room for new ones",
-        ConstCounter::new(gw.doors.conn_table.shed_total()),
-    );
-    gauge(
-        &mut r,
-        "connections_cap",
-        "HTTPS and SSH connections allowed at once",
-        u64::from(gw.doors.connection_cap),
-    );
-    gauge(
-        &mut r,
-        "inbox_subscriptions_open",
-        "Inbox event subscriptions open",
-        gw.inbox.subscriptions() as u64,
-    );
-    r.register(
-        "notifications_dropped",
-        "Push notifications dropped (queue full or failed)",
-        ConstCounter::new(gw.inbox.notifications_dropped()),
-    );
-    let push = &gw.browser.push;
-    for (name, help, n) in [
-        ("push_sent", "Web Push messages a push service accepted", &push.sent),
-        (
-            "push_gone",
-            "Web Push subscriptions a push service said are gone (deleted)",
-            &push.gone,
-        ),
-        (
-            "push_failed",
-            "Web Push messages given up after their attempts",
-            &push.failed,
-        ),
-    ] {
-        r.register(
-            name,
-            help,
-            ConstCounter::new(n.load(std::sync::atomic::Ordering::Relaxed)),
-        );
+    argon2(gw, &mut r);
+    connections(gw, &mut r);
+    notifications(gw, &mut r);
+    records(gw, &mut r);
+    upstreams(gw, &mut r);
+    boxes(gw, &mut r);
+    spend(gw, &mut r);
+    prometheus_client::encoding::text::encode_registry(out, &r)
+}
+
+/// A value read at scrape time: a level now, or a count since the start.
+#[derive(Clone, Copy)]
+enum Kind {
+    Level,
+    Total,
+}
+use Kind::{Level, Total};
+
+fn register(r: &mut Registry, each: &[(Kind, &str, &str, u64)]) {
+    for &(kind, name, help, v) in each {
+        match kind {
+            Level => r.register(name, help, ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))),
+            Total => r.register(name, help, ConstCounter::new(v)),
+        }
     }
-    r.register(
-        "audit_dropped",
-        "Audit records dropped because the writer's queue was full",
-        ConstCounter::new(gw.audit.dropped()),
+}
+
+/// The password verifier's work, and the cache that spares it.
+fn argon2(gw: &Gateway, r: &mut Registry) {
+    let c = gw.auth.verifier.counters();
+    let now = |n: &std::sync::atomic::AtomicUsize| n.load(Ordering::Relaxed) as u64;
+    register(
+        r,
+        &[
+            (
+                Total,
+                "argon2_verifications",
+                "argon2 password verifications run",
+                c.runs.load(Ordering::Relaxed),
+            ),
+            (
+                Level,
+                "argon2_running",
+                "argon2 verifications running now",
+                now(&c.running),
+            ),
+            (
+                Level,
+                "argon2_queued",
+                "argon2 verifications waiting for a core",
+                now(&c.waiting),
+            ),
+            (
+                Level,
+                "argon2_peak_running",
+                "Most argon2 verifications that ran at once",
+                now(&c.peak_running),
+            ),
+            (
+                Level,
+                "auth_cache_entries",
+                "Verified credentials cached",
+                gw.auth.cache.len() as u64,
+            ),
+        ],
     );
-    r.register(
-        "audit_write_failures",
-        "Audit records the writer could not write (a full disk)",
-        ConstCounter::new(gw.audit.lost()),
+}
+
+/// The connection table: how full, and how much of it strangers hold.
+fn connections(gw: &Gateway, r: &mut Registry) {
+    let (doors, table) = (&gw.doors, &gw.doors.conn_table);
+    register(
+        r,
+        &[
+            (
+                Level,
+                "connections_open",
+                "HTTPS and SSH connections open",
+                doors.connections.total(),
+            ),
+            (
+                Level,
+                "connections_unauthenticated",
+                "HTTPS connections that have not presented a valid credential yet",
+                u64::from(table.unauthenticated()),
+            ),
+            (
+                Level,
+                "connections_unauthenticated_cap",
+                "The share of connections_cap unauthenticated connections may hold",
+                u64::from(table.share()),
+            ),
+            (
+                Total,
+                "connections_shed",
+                "Idle unauthenticated connections closed to make room for new ones",
+                table.shed_total(),
+            ),
+            (
+                Level,
+                "connections_cap",
+                "HTTPS and SSH connections allowed at once",
+                u64::from(doors.connection_cap),
+            ),
+        ],
     );
-    gauge(
-        &mut r,
-        "audit_writing",
-        "1 while the audit trail is on and its last write worked",
-        u64::from(gw.audit.writing()),
+}
+
+/// The inbox's subscriptions and what it told: notifications and Web Push.
+fn notifications(gw: &Gateway, r: &mut Registry) {
+    let push = &gw.browser.push;
+    let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    register(
+        r,
+        &[
+            (
+                Level,
+                "inbox_subscriptions_open",
+                "Inbox event subscriptions open",
+                gw.inbox.subscriptions() as u64,
+            ),
+            (
+                Total,
+                "notifications_dropped",
+                "Push notifications dropped (queue full or failed)",
+                gw.inbox.notifications_dropped(),
+            ),
+            (
+                Total,
+                "push_sent",
+                "Web Push messages a push service accepted",
+                n(&push.sent),
+            ),
+            (
+                Total,
+                "push_gone",
+                "Web Push subscriptions a push service said are gone (deleted)",
+                n(&push.gone),
+            ),
+            (
+                Total,
+                "push_failed",
+                "Web Push messages given up after their attempts",
+                n(&push.failed),
+            ),
+        ],
     );
+}
+
+/// What the gateway writes down: the audit trail and the state database.
+fn records(gw: &Gateway, r: &mut Registry) {
     let db = gw.browser.sessions.store().health();
-    r.register(
-        "state_db_write_failures",
-        "Writes to the state database that failed (a full disk)",
-        ConstCounter::new(db.failures),
+    register(
+        r,
+        &[
+            (
+                Total,
+                "audit_dropped",
+                "Audit records dropped because the writer's queue was full",
+                gw.audit.dropped(),
+            ),
+            (
+                Total,
+                "audit_write_failures",
+                "Audit records the writer could not write (a full disk)",
+                gw.audit.lost(),
+            ),
+            (
+                Level,
+                "audit_writing",
+                "1 while the audit trail is on and its last write worked",
+                u64::from(gw.audit.writing()),
+            ),
+            (
+                Total,
+                "state_db_write_failures",
+                "Writes to the state database that failed (a full disk)",
+                db.failures,
+            ),
+            (
+                Level,
+                "state_db_writing",
+                "1 while the state database's last write worked",
+                u64::from(db.writing),
+            ),
+        ],
     );
-    gauge(
-        &mut r,
-        "state_db_writing",
-        "1 while the state database's last write worked",
-        u64::from(db.writing),
-    );
+}
+
+/// Spawned project servers: up or not.
+fn upstreams(gw: &Gateway, r: &mut Registry) {
     let up = Family::<ProjectLabel, Gauge>::default();
     for p in gw.state().projects.values() {
         if let Upstream::Supervised(s) = &p.upstream {
@@ -153,9 +223,6 @@ pub(crate) fn encode(gw: &Gateway, out: &mut String) -> std::fmt::Result {
         "Spawned project servers: 1 when ready and answering health checks, else 0",
         up,
     );
-    boxes(gw, &mut r);
-    spend(gw, &mut r);
-    prometheus_client::encoding::text::encode_registry(out, &r)
 }
 
 /// What each project's sessions spent since the gateway started (issue 25), as OpenCode reports

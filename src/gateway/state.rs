@@ -106,23 +106,7 @@ impl State {
         links: &BoxLinks,
         metrics: &crate::metrics::Metrics,
     ) -> anyhow::Result<State> {
-        let mut users = Users::default();
-        for u in &settings.users {
-            users.insert(
-                u.name.clone(),
-                Arc::new(UserState {
-                    name: u.name.as_str().into(),
-                    hash: u.password_hash.as_ref().map(|(h, _)| h.clone()),
-                    fingerprint: u
-                        .password_hash
-                        .as_ref()
-                        .map(|(_, text)| fingerprint(text))
-                        .unwrap_or([0; 32]),
-                    grants: u.grants.clone(),
-                    ssh_keys: u.ssh_keys.clone(),
-                }),
-            );
-        }
+        let users = users(&settings);
         let boxes = links.reconcile(&settings)?;
         let specs: Vec<SpawnSpec> = settings
             .projects
@@ -134,33 +118,12 @@ impl State {
         let mut projects = NameMap::default();
         for p in &settings.projects {
             let upstream = match &p.upstream {
-                UpstreamKind::External { authority } => {
-                    let dial = match &p.on_box {
-                        None => Dial::Tcp,
-                        Some(b) => {
-                            let link = boxes.get(b).ok_or_else(|| anyhow::anyhow!("no box {b}"))?.clone();
-                            let (host, port) = authority
-                                .rsplit_once(':')
-                                .and_then(|(h, p)| {
-                                    Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse().ok()?))
-                                })
-                                .ok_or_else(|| {
-                                    anyhow::anyhow!("project {}: upstream {authority} has no port", p.name)
-                                })?;
-                            Dial::Box {
-                                link,
-                                host: host.to_string(),
-                                port,
-                            }
-                        }
-                    };
-                    Upstream::Fixed(Arc::new(Endpoint::with_dial(
-                        authority.clone(),
-                        &p.upstream_username,
-                        p.upstream_password.as_ref(),
-                        dial,
-                    )))
-                }
+                UpstreamKind::External { authority } => Upstream::Fixed(Arc::new(Endpoint::with_dial(
+                    authority.clone(),
+                    &p.upstream_username,
+                    p.upstream_password.as_ref(),
+                    dial(p, authority, &boxes)?,
+                ))),
                 UpstreamKind::Spawned => Upstream::Supervised(
                     spawned
                         .remove(&p.name)
@@ -195,4 +158,41 @@ impl State {
             tls,
         })
     }
+}
+
+/// The users as the request path reads them: the parsed hash and its fingerprint.
+fn users(settings: &Settings) -> Users {
+    let mut users = Users::default();
+    for u in &settings.users {
+        users.insert(
+            u.name.clone(),
+            Arc::new(UserState {
+                name: u.name.as_str().into(),
+                hash: u.password_hash.as_ref().map(|(h, _)| h.clone()),
+                fingerprint: u
+                    .password_hash
+                    .as_ref()
+                    .map(|(_, text)| fingerprint(text))
+                    .unwrap_or([0; 32]),
+                grants: u.grants.clone(),
+                ssh_keys: u.ssh_keys.clone(),
+            }),
+        );
+    }
+    users
+}
+
+/// How an external server at `authority` is reached: directly, or through its box's SSH link.
+fn dial(p: &Project, authority: &str, boxes: &HashMap<String, Arc<BoxLink>>) -> anyhow::Result<Dial> {
+    let Some(b) = &p.on_box else { return Ok(Dial::Tcp) };
+    let link = boxes.get(b).ok_or_else(|| anyhow::anyhow!("no box {b}"))?.clone();
+    let (host, port) = authority
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.trim_start_matches('[').trim_end_matches(']'), p.parse().ok()?)))
+        .ok_or_else(|| anyhow::anyhow!("project {}: upstream {authority} has no port", p.name))?;
+    Ok(Dial::Box {
+        link,
+        host: host.to_string(),
+        port,
+    })
 }

@@ -266,9 +266,16 @@ impl From<crate::store::StoreError> for HttpError {
 mod tests {
     use super::*;
 
+    fn statuses_are(cases: Vec<(HttpError, u16)>) {
+        for (e, status) in cases {
+            assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");
+        }
+    }
+
+    /// What the gateway refuses: the client's request, credential, grant or rate.
     #[test]
-    fn each_error_has_its_status() {
-        let cases: Vec<(HttpError, u16)> = vec![
+    fn each_refusal_has_its_status() {
+        statuses_are(vec![
             (HttpError::NotFound("x".into()), 404),
             (HttpError::MethodNotAllowed, 405),
             (
@@ -282,11 +289,6 @@ mod tests {
             (HttpError::Unauthenticated, 401),
             (HttpError::BadCredentials, 401),
             (HttpError::BadToken, 401),
-            (HttpError::StateUnavailable(crate::store::Unavailable::Failed), 503),
-            (
-                HttpError::StateUnavailable(crate::store::Unavailable::Unanswered(Duration::from_secs(3))),
-                503,
-            ),
             (
                 HttpError::LoginLimited {
                     retry_after: Duration::from_millis(1500),
@@ -312,6 +314,33 @@ mod tests {
                 403,
             ),
             (HttpError::Forbidden("no".into()), 403),
+            (HttpError::PayloadTooLarge { max: 1 }, 413),
+            (HttpError::UriTooLong { max: 1 }, 414),
+            (
+                HttpError::BodyTimeout {
+                    secs: Duration::from_secs(1),
+                },
+                408,
+            ),
+            (HttpError::BadRequest("x".into()), 400),
+            (
+                HttpError::BadPath(crate::policy::canonical::PathRefusal::DotSegment),
+                400,
+            ),
+            (HttpError::MalformedBody("bad chunk".into()), 400),
+            (HttpError::ProjectGone("web".into()), 404),
+        ]);
+    }
+
+    /// What fails behind the gateway: the state database and the project's server.
+    #[test]
+    fn each_failure_has_its_status() {
+        statuses_are(vec![
+            (HttpError::StateUnavailable(crate::store::Unavailable::Failed), 503),
+            (
+                HttpError::StateUnavailable(crate::store::Unavailable::Unanswered(Duration::from_secs(3))),
+                503,
+            ),
             (
                 HttpError::UpstreamUnavailable {
                     project: "web".into(),
@@ -334,25 +363,7 @@ mod tests {
                 },
                 503,
             ),
-            (HttpError::PayloadTooLarge { max: 1 }, 413),
-            (HttpError::UriTooLong { max: 1 }, 414),
-            (
-                HttpError::BodyTimeout {
-                    secs: Duration::from_secs(1),
-                },
-                408,
-            ),
-            (HttpError::BadRequest("x".into()), 400),
-            (
-                HttpError::BadPath(crate::policy::canonical::PathRefusal::DotSegment),
-                400,
-            ),
-            (HttpError::MalformedBody("bad chunk".into()), 400),
-            (HttpError::ProjectGone("web".into()), 404),
-        ];
-        for (e, status) in cases {
-            assert_eq!(StatusCode::from(&e).as_u16(), status, "{e:?}");
-        }
+        ]);
     }
 
     /// Auth and the route policy say why; this table says how that is answered, as it did when

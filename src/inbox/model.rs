@@ -397,7 +397,7 @@ impl Model {
     /// One event's `payload` (`{"type", "properties"}`) for `project`.
     pub(crate) fn apply(&mut self, project: &str, payload: &Value, now: u64) -> Effect {
         let props = &payload["properties"];
-        let changed = Effect::changed;
+        let of_session = props["sessionID"].as_str();
         match payload["type"].as_str().unwrap_or_default() {
             "permission.asked" => match permission(props, now) {
                 Some(p) => self.add_permission(project, p),
@@ -413,78 +413,81 @@ impl Model {
                     "question.replied" => Some("reply"),
                     _ => Some("reject"),
                 };
-                changed(
-                    props["requestID"]
-                        .as_str()
-                        .is_some_and(|id| self.resolve(project, id, now, answer)),
-                )
+                let id = props["requestID"].as_str();
+                Effect::changed(id.is_some_and(|id| self.resolve(project, id, now, answer)))
             }
-            "session.created" | "session.updated" => {
-                let sessions = &mut self.project_mut(project).sessions;
-                let old = props["info"]["id"].as_str().and_then(|id| sessions.get(id));
-                match session_from_info(&props["info"], old) {
-                    Some(s) => {
-                        let cost = cost_seen(project, old, &s);
-                        sessions.insert(s.id.clone(), s);
-                        bound_sessions(sessions);
-                        let mut effect = changed(true);
-                        effect.costs.extend(cost);
-                        effect
-                    }
-                    None => Effect::default(),
-                }
-            }
-            "session.deleted" => {
-                let Some(id) = props["sessionID"].as_str().or(props["info"]["id"].as_str()) else {
-                    return Effect::default();
-                };
-                let pm = self.project_mut(project);
-                let mut c = pm.sessions.remove(id).is_some();
-                // Its pending requests die with it.
-                let cards: Vec<String> = pm
-                    .permissions
-                    .values()
-                    .filter(|p| p.session_id == id)
-                    .map(|p| p.id.clone())
-                    .chain(
-                        pm.questions
-                            .values()
-                            .filter(|q| q.session_id == id)
-                            .map(|q| q.id.clone()),
-                    )
-                    .collect();
-                for card in cards {
-                    c |= self.resolve(project, &card, now, None);
-                }
-                changed(c)
-            }
-            "session.status" => match props["sessionID"].as_str() {
+            "session.created" | "session.updated" => self.session_seen(project, &props["info"]),
+            "session.deleted" => match of_session.or(props["info"]["id"].as_str()) {
+                Some(id) => self.session_deleted(project, id, now),
+                None => Effect::default(),
+            },
+            "session.status" => match of_session {
                 Some(id) => self.set_status(project, id, now, status(&props["status"])),
                 None => Effect::default(),
             },
-            "session.idle" => match props["sessionID"].as_str() {
+            "session.idle" => match of_session {
                 Some(id) => self.set_status(project, id, now, SessionStatus::Idle),
                 None => Effect::default(),
             },
-            "message.updated" => match props["info"]["sessionID"].as_str().or(props["sessionID"].as_str()) {
-                Some(id) => {
-                    self.said(project, id, now, None);
-                    let mut effect = changed(true);
-                    effect.costs.extend(self.copied_cost(project, id, &props["info"]));
-                    effect
-                }
+            "message.updated" => match props["info"]["sessionID"].as_str().or(of_session) {
+                Some(id) => self.message_seen(project, id, &props["info"], now),
                 None => Effect::default(),
             },
             // The busiest event (a tool's progress, a text part): read for finished tool calls.
             "message.part.updated" => {
                 let part = &props["part"];
-                match props["sessionID"].as_str().or(part["sessionID"].as_str()) {
+                match of_session.or(part["sessionID"].as_str()) {
                     Some(id) => self.said(project, id, now, tool_outcome(part)),
                     None => Effect::default(),
                 }
             }
             _ => Effect::default(),
         }
+    }
+
+    /// A session as OpenCode now describes it (`info`), with the cost it newly shows.
+    fn session_seen(&mut self, project: &str, info: &Value) -> Effect {
+        let sessions = &mut self.project_mut(project).sessions;
+        let old = info["id"].as_str().and_then(|id| sessions.get(id));
+        let Some(s) = session_from_info(info, old) else {
+            return Effect::default();
+        };
+        let cost = cost_seen(project, old, &s);
+        sessions.insert(s.id.clone(), s);
+        bound_sessions(sessions);
+        let mut effect = Effect::changed(true);
+        effect.costs.extend(cost);
+        effect
+    }
+
+    /// A session deleted: its pending requests die with it.
+    fn session_deleted(&mut self, project: &str, id: &str, now: u64) -> Effect {
+        let pm = self.project_mut(project);
+        let mut c = pm.sessions.remove(id).is_some();
+        let cards: Vec<String> = pm
+            .permissions
+            .values()
+            .filter(|p| p.session_id == id)
+            .map(|p| p.id.clone())
+            .chain(
+                pm.questions
+                    .values()
+                    .filter(|q| q.session_id == id)
+                    .map(|q| q.id.clone()),
+            )
+            .collect();
+        for card in cards {
+            c |= self.resolve(project, &card, now, None);
+        }
+        Effect::changed(c)
+    }
+
+    /// A message of session `id` (`info`): the model said something, maybe at a copied cost.
+    fn message_seen(&mut self, project: &str, id: &str, info: &Value, now: u64) -> Effect {
+        self.said(project, id, now, None);
+        let mut effect = Effect::changed(true);
+        effect.costs.extend(self.copied_cost(project, id, info));
+        effect
     }
 
     /// A message older than its session with a cost: a fork's copy of another session's answer

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::model::{Effect, ServerState};
 use super::watch::{self, Target};
-use super::{Inbox, Server};
+use super::{Inbox, Served, Server};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::supervise::Status;
 
@@ -46,11 +46,37 @@ pub(crate) async fn run(inbox: Arc<Inbox>) {
     }
 }
 
+/// A project's server as the inbox lists it: `None` for an external one (its watcher says).
+type Listed = (String, Option<ServerState>, Option<String>);
+
 fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
     let projects = inbox.parts.projects.all();
+    let (desired, servers) = wanted(&projects);
+    // Stop watchers whose server is gone or whose projects or endpoint changed.
+    watching.retain(|authority, w| {
+        let keep = desired
+            .get(authority)
+            .is_some_and(|d| Arc::ptr_eq(&d.endpoint, &w.endpoint) && d.targets == w.targets);
+        if !keep {
+            w.stop.cancel();
+        }
+        keep
+    });
+    for (authority, d) in desired {
+        if let std::collections::hash_map::Entry::Vacant(slot) = watching.entry(authority) {
+            let w = start_watching(inbox, slot.key(), d);
+            slot.insert(w);
+        }
+    }
+    list_servers(inbox, &projects, servers);
+}
+
+/// The watchers the projects now need (one per server address, with the projects it serves) and
+/// each project's server state.
+fn wanted(projects: &[Served]) -> (HashMap<String, Desired>, Vec<Listed>) {
     let mut desired: HashMap<String, Desired> = HashMap::new();
-    let mut servers: Vec<(String, Option<ServerState>, Option<String>)> = Vec::new();
-    for p in &projects {
+    let mut servers = Vec::new();
+    for p in projects {
         let dir = p.directory.clone();
         let (endpoint, external, target, server) = match &p.server {
             Server::External(e) => (
@@ -64,34 +90,7 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
                 None,
             ),
             Server::Spawned(status) => {
-                let (endpoint, server) = match status {
-                    Status::Ready(e) => (Some(e.clone()), ServerState::Running),
-                    Status::Starting => (None, ServerState::Starting),
-                    Status::Waiting => (
-                        None,
-                        ServerState::Stopped {
-                            reason: "starts on the first request".into(),
-                        },
-                    ),
-                    Status::Failed(why) => (
-                        None,
-                        ServerState::Failed {
-                            reason: why.to_string(),
-                        },
-                    ),
-                    Status::NotRunning(why) => (
-                        None,
-                        ServerState::NotRunning {
-                            reason: why.to_string(),
-                        },
-                    ),
-                    Status::Stopped => (
-                        None,
-                        ServerState::Stopped {
-                            reason: "stopped".into(),
-                        },
-                    ),
-                };
+                let (endpoint, server) = spawned(status);
                 // A spawned server has private data: every event it sends is this project's.
                 let target = Target {
                     project: p.name.to_string(),
@@ -114,51 +113,65 @@ fn reconcile(inbox: &Arc<Inbox>, watching: &mut HashMap<String, Watching>) {
     for d in desired.values_mut() {
         d.targets.sort_by(|a, b| a.project.cmp(&b.project));
     }
-    // Stop watchers whose server is gone or whose projects or endpoint changed.
-    watching.retain(|authority, w| {
-        let keep = desired
-            .get(authority)
-            .is_some_and(|d| Arc::ptr_eq(&d.endpoint, &w.endpoint) && d.targets == w.targets);
-        if !keep {
-            w.stop.cancel();
-        }
-        keep
-    });
-    for (authority, d) in desired {
-        if watching.contains_key(&authority) {
-            continue;
-        }
-        let stop = inbox.parts.shutdown.child_token();
-        tracing::debug!(upstream = %authority, projects = d.targets.len(), "inbox: watching a server");
-        tokio::spawn(watch::run(
-            inbox.clone(),
-            d.endpoint.clone(),
-            d.targets.clone(),
-            d.external,
-            stop.clone(),
-        ));
-        if d.external {
-            inbox.update(|m, _| {
-                for t in &d.targets {
-                    if !matches!(
-                        m.projects.get(&t.project).map(|p| &p.server),
-                        Some(ServerState::Running)
-                    ) {
-                        m.set_server(&t.project, ServerState::Starting, t.directory.clone());
-                    }
-                }
-                Effect::changed(true)
-            });
-        }
-        watching.insert(
-            authority,
-            Watching {
-                endpoint: d.endpoint,
-                targets: d.targets,
-                stop,
+    (desired, servers)
+}
+
+/// A spawned server's address to watch (only while ready) and its state as the inbox shows it.
+fn spawned(status: &Status) -> (Option<Arc<Endpoint>>, ServerState) {
+    let stopped = |reason: &str| ServerState::Stopped { reason: reason.into() };
+    match status {
+        Status::Ready(e) => (Some(e.clone()), ServerState::Running),
+        Status::Starting => (None, ServerState::Starting),
+        Status::Waiting => (None, stopped("starts on the first request")),
+        Status::Failed(why) => (
+            None,
+            ServerState::Failed {
+                reason: why.to_string(),
             },
-        );
+        ),
+        Status::NotRunning(why) => (
+            None,
+            ServerState::NotRunning {
+                reason: why.to_string(),
+            },
+        ),
+        Status::Stopped => (None, stopped("stopped")),
     }
+}
+
+fn start_watching(inbox: &Arc<Inbox>, authority: &str, d: Desired) -> Watching {
+    let stop = inbox.parts.shutdown.child_token();
+    tracing::debug!(upstream = %authority, projects = d.targets.len(), "inbox: watching a server");
+    tokio::spawn(watch::run(
+        inbox.clone(),
+        d.endpoint.clone(),
+        d.targets.clone(),
+        d.external,
+        stop.clone(),
+    ));
+    if d.external {
+        // Until its watcher connects: not running yet, unless it was already.
+        inbox.update(|m, _| {
+            for t in &d.targets {
+                if !matches!(
+                    m.projects.get(&t.project).map(|p| &p.server),
+                    Some(ServerState::Running)
+                ) {
+                    m.set_server(&t.project, ServerState::Starting, t.directory.clone());
+                }
+            }
+            Effect::changed(true)
+        });
+    }
+    Watching {
+        endpoint: d.endpoint,
+        targets: d.targets,
+        stop,
+    }
+}
+
+/// The inbox lists exactly the projects there are, each with its server's state.
+fn list_servers(inbox: &Inbox, projects: &[Served], servers: Vec<Listed>) {
     inbox.update(|m, _| {
         let names: HashSet<&str> = projects.iter().map(|p| &*p.name).collect();
         let mut changed = m.retain_projects(|name| names.contains(name));

@@ -197,70 +197,76 @@ impl Default for Metrics {
     }
 }
 
+/// `metric`, registered under `name` (the registry keeps a handle to the same values).
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix(PREFIX);
-        let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        let mut r = Registry::with_prefix(PREFIX);
+        let requests = registered(
+            &mut r,
             "requests",
             "Requests answered, by project, route class (prompt, events, terminal, files, other) and status class",
-            requests.clone(),
+            Family::<RequestLabels, Counter>::default(),
         );
-        let upstream_latency = Family::<ProjectLabel, Latency>::default();
-        registry.register(
+        let upstream_latency = registered(
+            &mut r,
             "upstream_response_seconds",
             "Time from sending a request to a project's server to its response head",
-            upstream_latency.clone(),
+            Family::<ProjectLabel, Latency>::default(),
         );
-        let upstream_restarts = Family::<ProjectLabel, Counter>::default();
-        registry.register(
+        let upstream_restarts = registered(
+            &mut r,
             "upstream_restarts",
             "Restarts of spawned project servers after they failed or stopped answering",
-            upstream_restarts.clone(),
+            Family::<ProjectLabel, Counter>::default(),
         );
-        let streams_family = Family::<KindLabel, Gauge>::default();
-        registry.register(
+        let streams_family = registered(
+            &mut r,
             "streams_open",
             "Long-lived requests open, by kind (events, terminal)",
-            streams_family.clone(),
+            Family::<KindLabel, Gauge>::default(),
         );
         let streams = ["events", "terminal"].map(|kind| streams_family.get_or_create(&KindLabel { kind }).clone());
-        let logins_family = Family::<LoginLabels, Counter>::default();
-        registry.register(
+        let logins_family = registered(
+            &mut r,
             "logins",
             "Login attempts that were judged, by method and outcome (success, failure)",
-            logins_family.clone(),
+            Family::<LoginLabels, Counter>::default(),
         );
         let logins = LOGIN_METHODS.map(|method| {
             ["success", "failure"].map(|outcome| logins_family.get_or_create(&LoginLabels { method, outcome }).clone())
         });
-        let refusals_family = Family::<ReasonLabel, Counter>::default();
-        registry.register(
+        let refusals_family = registered(
+            &mut r,
             "limiter_refusals",
             "Requests, logins and connections a limit refused, by reason",
-            refusals_family.clone(),
+            Family::<ReasonLabel, Counter>::default(),
         );
         let refusals = REFUSALS.map(|reason| refusals_family.get_or_create(&ReasonLabel { reason }).clone());
-        let tls_family = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
+        let tls_family = registered(
+            &mut r,
             "tls_handshakes",
             "TLS handshakes, by outcome (ok, failed)",
-            tls_family.clone(),
+            Family::<OutcomeLabel, Counter>::default(),
         );
-        let tls_ok = tls_family.get_or_create(&OutcomeLabel { outcome: "ok" }).clone();
-        let tls_failed = tls_family.get_or_create(&OutcomeLabel { outcome: "failed" }).clone();
-        let counter = |registry: &mut Registry, name: &str, help: &str| {
-            let c = Counter::default();
-            registry.register(name, help, c.clone());
-            c
-        };
-        let connections = counter(&mut registry, "connections", "HTTPS and SSH connections accepted");
-        let reloads = counter(&mut registry, "reloads", "Configuration reloads applied");
-        let reload_failures = counter(&mut registry, "reload_failures", "Configuration reloads refused");
-        let ssh_sessions = Gauge::default();
-        registry.register("ssh_sessions_open", "SSH connections open", ssh_sessions.clone());
+        let tls = |outcome| tls_family.get_or_create(&OutcomeLabel { outcome }).clone();
+        let (tls_ok, tls_failed) = (tls("ok"), tls("failed"));
+        let mut counter = |name, help| registered(&mut r, name, help, Counter::default());
+        let connections = counter("connections", "HTTPS and SSH connections accepted");
+        let reloads = counter("reloads", "Configuration reloads applied");
+        let reload_failures = counter("reload_failures", "Configuration reloads refused");
+        let ssh_sessions = registered(&mut r, "ssh_sessions_open", "SSH connections open", Gauge::default());
         let mut m = Metrics {
-            registry,
+            registry: r,
             requests,
             upstream_latency,
             upstream_restarts,

@@ -7,19 +7,6 @@ use crate::store::*;
 /// the login they were made in is live, deleted only by their own user when one is named,
 /// and with the paired device they were made on.
 pub(super) fn push_subscriptions_live_with_their_login_and_go_with_their_device(store: &dyn Store) {
-    let login = |id: &str, user: &str, device: Option<&str>, n: u8| WebSessionRecord {
-        id: id.into(),
-        digest: [n; 32],
-        user: user.into(),
-        device_id: device.map(String::from),
-        parent: None,
-        host: None,
-        created_at: 1,
-        last_seen_at: 1,
-        idle_secs: 3600,
-        expires_at: 1000,
-        revoked_at: None,
-    };
     store
         .insert_device(&DeviceRecord {
             id: "dev_1".into(),
@@ -36,14 +23,8 @@ pub(super) fn push_subscriptions_live_with_their_login_and_go_with_their_device(
         .unwrap();
     store.insert_web_session(&login("ws_bob", "bob", None, 2)).unwrap();
     store.insert_web_session(&login("ws_cat", "cat", None, 3)).unwrap();
-    let sub = |endpoint: &str, user: &str, session: &str, device: Option<&str>| PushSubscription {
-        endpoint: endpoint.into(),
-        user: user.into(),
-        session_id: session.into(),
-        device_id: device.map(String::from),
-        p256dh: vec![4; 65],
-        auth: vec![1; 16],
-        created_at: 10,
+    let sub = |endpoint: &str, user: &str, session: &str, device: Option<&str>| {
+        subscription(endpoint, user, session, device, 4)
     };
     store.save_push(&sub("https://p/1", "ann", "ws_ann", None)).unwrap();
     store
@@ -100,31 +81,10 @@ pub(super) fn push_subscriptions_live_with_their_login_and_go_with_their_device(
 /// removal deletes only his.
 pub(super) fn a_push_endpoint_is_kept_per_user(store: &dyn Store) {
     for (id, user, n) in [("ws_alice", "alice", 1), ("ws_bob", "bob", 2)] {
-        store
-            .insert_web_session(&WebSessionRecord {
-                id: id.into(),
-                digest: [n; 32],
-                user: user.into(),
-                device_id: None,
-                parent: None,
-                host: None,
-                created_at: 1,
-                last_seen_at: 1,
-                idle_secs: 3600,
-                expires_at: 1000,
-                revoked_at: None,
-            })
-            .unwrap();
+        store.insert_web_session(&login(id, user, None, n)).unwrap();
     }
-    let sub = |user: &str, session: &str, key: u8| PushSubscription {
-        endpoint: "https://push.example/alice-phone".into(),
-        user: user.into(),
-        session_id: session.into(),
-        device_id: None,
-        p256dh: vec![key; 65],
-        auth: vec![key; 16],
-        created_at: 10,
-    };
+    let sub =
+        |user: &str, session: &str, key: u8| subscription("https://push.example/alice-phone", user, session, None, key);
     let alices = |store: &dyn Store| {
         store
             .push_subscriptions(10)
@@ -339,6 +299,36 @@ pub(super) fn sample(id: &str, digest: u8, user: &str) -> TokenRecord {
         expires_at: 200,
         last_used_at: None,
         revoked_at: None,
+    }
+}
+
+/// A login of `user`'s, live from 1 to 1000.
+fn login(id: &str, user: &str, device: Option<&str>, n: u8) -> WebSessionRecord {
+    WebSessionRecord {
+        id: id.into(),
+        digest: [n; 32],
+        user: user.into(),
+        device_id: device.map(String::from),
+        parent: None,
+        host: None,
+        created_at: 1,
+        last_seen_at: 1,
+        idle_secs: 3600,
+        expires_at: 1000,
+        revoked_at: None,
+    }
+}
+
+/// A Web Push subscription made in login `session`, with keys of byte `key`.
+fn subscription(endpoint: &str, user: &str, session: &str, device: Option<&str>, key: u8) -> PushSubscription {
+    PushSubscription {
+        endpoint: endpoint.into(),
+        user: user.into(),
+        session_id: session.into(),
+        device_id: device.map(String::from),
+        p256dh: vec![key; 65],
+        auth: vec![key; 16],
+        created_at: 10,
     }
 }
 

@@ -1,6 +1,8 @@
 //! The gateway's state database: what it must remember across restarts and share with the CLI
-//! (API tokens, browser sessions, paired devices). One small trait, so
-//! another backend can replace SQLite ([`sqlite`]) without touching its callers.
+//! (API tokens, browser sessions, paired devices, spend, push subscriptions, passkeys, single-use
+//! records). [`Store`] is seven small traits, one per job; SQLite ([`sqlite`]) and PostgreSQL
+//! ([`postgres`]) implement them with the same statements (`statements.rs`), so another backend
+//! adds a dialect without touching the callers.
 
 #[cfg(test)]
 mod conformance;
@@ -9,6 +11,7 @@ pub mod postgres;
 #[path = "../../tests/support/postgres_cluster.rs"]
 pub(crate) mod postgres_cluster;
 pub mod sqlite;
+mod statements;
 
 #[cfg(test)]
 mod backends {
@@ -180,6 +183,11 @@ pub(crate) struct WebSessionRecord {
 }
 
 impl WebSessionRecord {
+    /// The device whose revocation ends this session: its own, else its parent's.
+    pub(crate) fn device_of<'a>(&'a self, parent: Option<&'a WebSessionRecord>) -> Option<&'a String> {
+        self.device_id.as_ref().or(parent.and_then(|p| p.device_id.as_ref()))
+    }
+
     /// Live at `now`: not revoked, not past its absolute expiry, used within its idle time.
     pub(crate) fn live_at(&self, now: i64) -> bool {
         self.revoked_at.is_none() && now < self.expires_at && now - self.last_seen_at < self.idle_secs
@@ -311,6 +319,21 @@ pub(crate) struct SessionCost {
 
 /// The day under which sessions' raised budgets are kept (they outlive days).
 pub(crate) const SESSION_RAISES_DAY: i64 = 0;
+
+/// The day a spend total is kept under: a session's raise outlives the day
+/// ([`SESSION_RAISES_DAY`]).
+pub(crate) fn spend_day(day: i64, kind: &str, name: &str) -> i64 {
+    if kind == "raised" && name.starts_with("session ") {
+        SESSION_RAISES_DAY
+    } else {
+        day
+    }
+}
+
+/// A token's projects as stored: comma-separated, `NULL` for all the user's.
+pub(crate) fn split_projects(stored: Option<String>) -> Option<Vec<String>> {
+    stored.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
+}
 
 /// The cost meter's half: spend per day (with operators' raises, kind `raised`), and sessions'
 /// last-seen costs.

@@ -20,6 +20,8 @@ use postgres::{Client, NoTls};
 
 use conn::{Conn, Sql};
 
+use super::statements::{self as st, Dialect, Statement};
+
 use super::{
     BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
     WriteHealth,
@@ -212,31 +214,30 @@ fn migrate(client: &mut Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A statement as PostgreSQL spells it.
+fn sql(statement: &'static Statement) -> &'static str {
+    statement.sql(Dialect::Postgres)
+}
+
 fn digest(row: &postgres::Row, i: usize) -> [u8; 32] {
     let d: Vec<u8> = row.get(i);
     d.try_into().unwrap_or([0; 32])
 }
 
-const TOKEN_COLUMNS: &str =
-    "id, digest, user_name, label, role, projects, created_at, expires_at, last_used_at, revoked_at";
-
 fn token(row: &postgres::Row) -> TokenRecord {
-    let projects: Option<String> = row.get(5);
     TokenRecord {
         id: row.get(0),
         digest: digest(row, 1),
         user: row.get(2),
         label: row.get(3),
         role: row.get(4),
-        projects: projects.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect()),
+        projects: super::split_projects(row.get(5)),
         created_at: row.get(6),
         expires_at: row.get(7),
         last_used_at: row.get(8),
         revoked_at: row.get(9),
     }
 }
-
-const DEVICE_COLUMNS: &str = "id, user_name, label, created_at, last_seen_at, last_address, revoked_at";
 
 fn device(row: &postgres::Row) -> DeviceRecord {
     DeviceRecord {
@@ -249,9 +250,6 @@ fn device(row: &postgres::Row) -> DeviceRecord {
         revoked_at: row.get(6),
     }
 }
-
-const SESSION_COLUMNS: &str =
-    "id, digest, user_name, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
 
 fn web_session(row: &postgres::Row) -> WebSessionRecord {
     WebSessionRecord {
@@ -269,11 +267,16 @@ fn web_session(row: &postgres::Row) -> WebSessionRecord {
     }
 }
 
+/// A count of rows, as the traits give it.
+fn count(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 impl TokenStore for PostgresStore {
     fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
         self.write("insert_token", |c| {
             c.execute(
-                &format!("INSERT INTO tokens ({TOKEN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
+                sql(&st::TOKEN_INSERT),
                 &[
                     &t.id,
                     &&t.digest[..],
@@ -293,33 +296,20 @@ impl TokenStore for PostgresStore {
 
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
         self.with(|c| {
-            let row = c.query_opt(
-                &format!("SELECT {TOKEN_COLUMNS} FROM tokens WHERE digest = $1"),
-                &[&&digest[..]],
-            )?;
-            Ok(row.as_ref().map(token))
+            Ok(c.query_opt(sql(&st::TOKEN_BY_DIGEST), &[&&digest[..]])?
+                .as_ref()
+                .map(token))
         })
     }
 
     fn list_tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                &format!(
-                    "SELECT {TOKEN_COLUMNS} FROM tokens WHERE $1::text IS NULL OR user_name = $1 ORDER BY created_at DESC, id"
-                ),
-                &[&user],
-            )?;
-            Ok(rows.iter().map(token).collect())
-        })
+        self.with(|c| Ok(c.query(sql(&st::TOKENS_OF), &[&user])?.iter().map(token).collect()))
     }
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_token", |c| {
             let tx = c.transaction()?;
-            let n = tx.execute(
-                "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-                &[&id, &at],
-            )?;
+            let n = tx.execute(sql(&st::TOKEN_REVOKE), &[&id, &at])?;
             shared::notify(&tx, Changed::Tokens)?;
             tx.commit()?;
             Ok(n == 1)
@@ -328,7 +318,7 @@ impl TokenStore for PostgresStore {
 
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
         self.write("touch_token", |c| {
-            c.execute("UPDATE tokens SET last_used_at = $2 WHERE id = $1", &[&id, &at])?;
+            c.execute(sql(&st::TOKEN_TOUCH), &[&id, &at])?;
             Ok(())
         })
     }
@@ -342,7 +332,7 @@ impl BrowserStore for PostgresStore {
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
         self.write("insert_device", |c| {
             c.execute(
-                &format!("INSERT INTO devices ({DEVICE_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)"),
+                sql(&st::DEVICE_INSERT),
                 &[
                     &d.id,
                     &d.user,
@@ -358,30 +348,15 @@ impl BrowserStore for PostgresStore {
     }
 
     fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
-        self.with(|c| {
-            let rows = c.query(
-                &format!(
-                    "SELECT {DEVICE_COLUMNS} FROM devices WHERE $1::text IS NULL OR user_name = $1 ORDER BY created_at DESC, id"
-                ),
-                &[&user],
-            )?;
-            Ok(rows.iter().map(device).collect())
-        })
+        self.with(|c| Ok(c.query(sql(&st::DEVICES_OF), &[&user])?.iter().map(device).collect()))
     }
 
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_device", |c| {
             let tx = c.transaction()?;
-            let n = tx.execute(
-                "UPDATE devices SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL",
-                &[&id, &at],
-            )?;
-            tx.execute("DELETE FROM push_subscriptions WHERE device_id = $1", &[&id])?;
-            tx.execute(
-                "UPDATE web_sessions SET revoked_at = $2 WHERE revoked_at IS NULL AND (device_id = $1
-                   OR parent IN (SELECT id FROM web_sessions WHERE device_id = $1))",
-                &[&id, &at],
-            )?;
+            let n = tx.execute(sql(&st::DEVICE_REVOKE), &[&id, &at])?;
+            tx.execute(sql(&st::DEVICE_PUSH_DELETE), &[&id])?;
+            tx.execute(sql(&st::DEVICE_SESSIONS_REVOKE), &[&id, &at])?;
             shared::notify(&tx, Changed::Sessions)?;
             tx.commit()?;
             Ok(n == 1)
@@ -390,10 +365,7 @@ impl BrowserStore for PostgresStore {
 
     fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
         self.write("touch_device", |c| {
-            c.execute(
-                "UPDATE devices SET last_seen_at = $2, last_address = $3 WHERE id = $1",
-                &[&id, &at, &address],
-            )?;
+            c.execute(sql(&st::DEVICE_TOUCH), &[&id, &at, &address])?;
             Ok(())
         })
     }
@@ -401,44 +373,27 @@ impl BrowserStore for PostgresStore {
     fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
         self.write("password_is", |c| {
             let tx = c.transaction()?;
-            let known: Option<Vec<u8>> = tx
-                .query_opt(
-                    "SELECT fingerprint FROM password_fingerprints WHERE user_name = $1 FOR UPDATE",
-                    &[&user],
-                )?
-                .map(|r| r.get(0));
+            let known: Option<Vec<u8>> = tx.query_opt(sql(&st::FINGERPRINT_OF), &[&user])?.map(|r| r.get(0));
             if known.as_deref() == Some(&fingerprint[..]) {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO password_fingerprints (user_name, fingerprint) VALUES ($1, $2)
-                   ON CONFLICT (user_name) DO UPDATE SET fingerprint = excluded.fingerprint",
-                &[&user, &&fingerprint[..]],
-            )?;
-            let ended = if known.is_none() {
-                0
-            } else {
-                tx.execute(
-                    "UPDATE web_sessions SET revoked_at = $2 WHERE revoked_at IS NULL AND user_name = $1 AND (
-                       (device_id IS NULL AND parent IS NULL)
-                       OR parent IN (SELECT id FROM web_sessions WHERE user_name = $1 AND device_id IS NULL AND parent IS NULL))",
-                    &[&user, &at],
-                )?
+            tx.execute(sql(&st::FINGERPRINT_SAVE), &[&user, &&fingerprint[..]])?;
+            let ended = match known {
+                None => 0,
+                Some(_) => tx.execute(sql(&st::PASSWORD_SESSIONS_REVOKE), &[&user, &at])?,
             };
             if ended > 0 {
                 shared::notify(&tx, Changed::Sessions)?;
             }
             tx.commit()?;
-            Ok(usize::try_from(ended).unwrap_or(usize::MAX))
+            Ok(count(ended))
         })
     }
 
     fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
         self.write("insert_web_session", |c| {
             c.execute(
-                &format!(
-                    "INSERT INTO web_sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-                ),
+                sql(&st::SESSION_INSERT),
                 &[
                     &w.id,
                     &&w.digest[..],
@@ -459,28 +414,20 @@ impl BrowserStore for PostgresStore {
 
     fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
         self.with(|c| {
-            let select = format!("SELECT {SESSION_COLUMNS} FROM web_sessions WHERE");
             let Some(session) = c
-                .query_opt(&format!("{select} digest = $1"), &[&&digest[..]])?
+                .query_opt(sql(&st::SESSION_BY_DIGEST), &[&&digest[..]])?
                 .as_ref()
                 .map(web_session)
             else {
                 return Ok(None);
             };
             let parent = match &session.parent {
-                Some(p) => c
-                    .query_opt(&format!("{select} id = $1"), &[p])?
-                    .as_ref()
-                    .map(web_session),
+                Some(p) => c.query_opt(sql(&st::SESSION_BY_ID), &[p])?.as_ref().map(web_session),
                 None => None,
             };
-            let device = session
-                .device_id
-                .as_ref()
-                .or(parent.as_ref().and_then(|p| p.device_id.as_ref()));
-            let device_revoked = match device {
+            let device_revoked = match session.device_of(parent.as_ref()) {
                 Some(d) => c
-                    .query_opt("SELECT revoked_at IS NOT NULL FROM devices WHERE id = $1", &[d])?
+                    .query_opt(sql(&st::DEVICE_REVOKED), &[d])?
                     // A device row that is gone counts as revoked.
                     .is_none_or(|r| r.get::<_, bool>(0)),
                 None => false,
@@ -496,10 +443,7 @@ impl BrowserStore for PostgresStore {
     fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_web_session", |c| {
             let tx = c.transaction()?;
-            let n = tx.execute(
-                "UPDATE web_sessions SET revoked_at = $2 WHERE (id = $1 OR parent = $1) AND revoked_at IS NULL",
-                &[&id, &at],
-            )?;
+            let n = tx.execute(sql(&st::SESSION_REVOKE), &[&id, &at])?;
             shared::notify(&tx, Changed::Sessions)?;
             tx.commit()?;
             Ok(n >= 1)
@@ -508,11 +452,7 @@ impl BrowserStore for PostgresStore {
 
     fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
         self.write("touch_web_session", |c| {
-            c.execute(
-                "UPDATE web_sessions SET last_seen_at = $2 WHERE id = $1
-                   OR id = (SELECT parent FROM web_sessions WHERE id = $1)",
-                &[&id, &at],
-            )?;
+            c.execute(sql(&st::SESSION_TOUCH), &[&id, &at])?;
             Ok(())
         })
     }
@@ -520,16 +460,10 @@ impl BrowserStore for PostgresStore {
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
         self.write("prune_web_sessions", |c| {
             let tx = c.transaction()?;
-            let n = tx.execute(
-                "DELETE FROM web_sessions WHERE revoked_at < $1 OR expires_at < $1",
-                &[&before],
-            )?;
-            tx.execute(
-                "DELETE FROM push_subscriptions WHERE session_id NOT IN (SELECT id FROM web_sessions)",
-                &[],
-            )?;
+            let n = tx.execute(sql(&st::SESSIONS_PRUNE), &[&before])?;
+            tx.execute(sql(&st::PUSH_PRUNE), &[])?;
             tx.commit()?;
-            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+            Ok(count(n))
         })
     }
 }

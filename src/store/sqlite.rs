@@ -13,6 +13,7 @@ mod once;
 mod passkeys;
 mod push;
 
+use super::statements::{self as st, Dialect, Statement};
 use super::{
     BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
 };
@@ -42,10 +43,6 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl SqliteStore {
-    fn noted<T>(&self, what: &'static str, result: Result<T, StoreError>) -> Result<T, StoreError> {
-        self.writes.noted(what, result)
-    }
-
     pub(crate) fn open(path: &Path) -> anyhow::Result<SqliteStore> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
@@ -94,29 +91,57 @@ impl SqliteStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// A write on the connection: its failure counted and said once per run of failures.
+    fn write<T>(
+        &self,
+        what: &'static str,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = f(&mut self.lock());
+        self.writes.noted(what, result)
+    }
 }
 
-/// A record kept as one row: its columns, named once, in the order [`FromRow::read`] reads them and
-/// the inserts write them.
+/// A statement as SQLite spells it.
+fn sql(statement: &'static Statement) -> &'static str {
+    statement.sql(Dialect::Sqlite)
+}
+
+/// A record kept as one row, read in the order of its columns in `statements`.
 trait FromRow: Sized {
-    const COLUMNS: &'static str;
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self>;
 }
 
-/// The one record `SELECT <its columns> <rest>` finds, if any (a cached statement: these are
-/// the lookups every request makes).
-fn one<T: FromRow>(conn: &Connection, rest: &str, params: impl rusqlite::Params) -> Result<Option<T>, StoreError> {
-    let sql = format!("SELECT {} {rest}", T::COLUMNS);
-    Ok(conn.prepare_cached(&sql)?.query_row(params, T::read).optional()?)
+/// The one record `statement` finds, if any (a cached statement: these are the lookups every
+/// request makes).
+fn one<T: FromRow>(
+    conn: &Connection,
+    statement: &'static Statement,
+    params: impl rusqlite::Params,
+) -> Result<Option<T>, StoreError> {
+    Ok(conn
+        .prepare_cached(sql(statement))?
+        .query_row(params, T::read)
+        .optional()?)
 }
 
-/// Every record `SELECT <its columns> <rest>` finds.
-fn all<T: FromRow>(conn: &Connection, rest: &str, params: impl rusqlite::Params) -> Result<Vec<T>, StoreError> {
-    let sql = format!("SELECT {} {rest}", T::COLUMNS);
+/// Every record `statement` finds.
+fn all<T: FromRow>(
+    conn: &Connection,
+    statement: &'static Statement,
+    params: impl rusqlite::Params,
+) -> Result<Vec<T>, StoreError> {
     Ok(conn
-        .prepare(&sql)?
+        .prepare(sql(statement))?
         .query_map(params, T::read)?
         .collect::<Result<_, _>>()?)
+}
+
+/// An immediate transaction: it holds the file from its first statement, so what it reads stays
+/// true until it commits.
+fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    Ok(conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?)
 }
 
 /// A digest column; a stored value of another length reads as zeros.
@@ -126,8 +151,6 @@ fn digest(row: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<[u8; 32]> {
 }
 
 impl FromRow for TokenRecord {
-    const COLUMNS: &'static str =
-        "id, digest, user, label, role, projects, created_at, expires_at, last_used_at, revoked_at";
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         let projects: Option<String> = row.get(5)?;
         Ok(TokenRecord {
@@ -136,7 +159,7 @@ impl FromRow for TokenRecord {
             user: row.get(2)?,
             label: row.get(3)?,
             role: row.get(4)?,
-            projects: projects.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect()),
+            projects: super::split_projects(projects),
             created_at: row.get(6)?,
             expires_at: row.get(7)?,
             last_used_at: row.get(8)?,
@@ -146,7 +169,6 @@ impl FromRow for TokenRecord {
 }
 
 impl FromRow for DeviceRecord {
-    const COLUMNS: &'static str = "id, user, label, created_at, last_seen_at, last_address, revoked_at";
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(DeviceRecord {
             id: row.get(0)?,
@@ -161,8 +183,6 @@ impl FromRow for DeviceRecord {
 }
 
 impl FromRow for WebSessionRecord {
-    const COLUMNS: &'static str =
-        "id, digest, user, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at";
     fn read(row: &rusqlite::Row<'_>) -> rusqlite::Result<Self> {
         Ok(WebSessionRecord {
             id: row.get(0)?,
@@ -182,12 +202,9 @@ impl FromRow for WebSessionRecord {
 
 impl TokenStore for SqliteStore {
     fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            self.lock().execute(
-                &format!(
-                    "INSERT INTO tokens ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    TokenRecord::COLUMNS
-                ),
+        self.write("insert_token", |c| {
+            c.execute(
+                sql(&st::TOKEN_INSERT),
                 params![
                     t.id,
                     &t.digest[..],
@@ -202,41 +219,28 @@ impl TokenStore for SqliteStore {
                 ],
             )?;
             Ok(())
-        })();
-        self.noted("insert_token", result)
+        })
     }
 
     fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
-        one(&self.lock(), "FROM tokens WHERE digest = ?1", [&digest[..]])
+        one(&self.lock(), &st::TOKEN_BY_DIGEST, [&digest[..]])
     }
 
     fn list_tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>, StoreError> {
-        all(
-            &self.lock(),
-            "FROM tokens WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id",
-            [user],
-        )
+        all(&self.lock(), &st::TOKENS_OF, [user])
     }
 
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let result = (|| -> Result<bool, StoreError> {
-            let n = self.lock().execute(
-                "UPDATE tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, at],
-            )?;
-            Ok(n == 1)
-        })();
-        self.noted("revoke_token", result)
+        self.write("revoke_token", |c| {
+            Ok(c.execute(sql(&st::TOKEN_REVOKE), params![id, at])? == 1)
+        })
     }
 
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            let conn = self.lock();
-            let mut stmt = conn.prepare_cached("UPDATE tokens SET last_used_at = ?2 WHERE id = ?1")?;
-            stmt.execute(params![id, at])?;
+        self.write("touch_token", |c| {
+            c.prepare_cached(sql(&st::TOKEN_TOUCH))?.execute(params![id, at])?;
             Ok(())
-        })();
-        self.noted("touch_token", result)
+        })
     }
 }
 
@@ -246,12 +250,9 @@ impl BrowserStore for SqliteStore {
     }
 
     fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            self.lock().execute(
-                &format!(
-                    "INSERT INTO devices ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    DeviceRecord::COLUMNS
-                ),
+        self.write("insert_device", |c| {
+            c.execute(
+                sql(&st::DEVICE_INSERT),
                 params![
                     d.id,
                     d.user,
@@ -263,96 +264,56 @@ impl BrowserStore for SqliteStore {
                 ],
             )?;
             Ok(())
-        })();
-        self.noted("insert_device", result)
+        })
     }
 
     fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
-        all(
-            &self.lock(),
-            "FROM devices WHERE ?1 IS NULL OR user = ?1 ORDER BY created_at DESC, id",
-            [user],
-        )
+        all(&self.lock(), &st::DEVICES_OF, [user])
     }
 
     fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let result = (|| -> Result<bool, StoreError> {
-            let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let n = tx.execute(
-                "UPDATE devices SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-                params![id, at],
-            )?;
-            // Its push subscriptions: a revoked phone is told nothing more.
-            tx.execute("DELETE FROM push_subscriptions WHERE device_id = ?1", params![id])?;
-            // Its sessions, and the project-host sessions handed off from them.
-            tx.execute(
-                "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND (device_id = ?1
-                   OR parent IN (SELECT id FROM web_sessions WHERE device_id = ?1))",
-                params![id, at],
-            )?;
+        self.write("revoke_device", |c| {
+            let tx = immediate(c)?;
+            let n = tx.execute(sql(&st::DEVICE_REVOKE), params![id, at])?;
+            tx.execute(sql(&st::DEVICE_PUSH_DELETE), params![id])?;
+            tx.execute(sql(&st::DEVICE_SESSIONS_REVOKE), params![id, at])?;
             tx.commit()?;
             Ok(n == 1)
-        })();
-        self.noted("revoke_device", result)
+        })
     }
 
     fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
-        let result = (|| -> Result<usize, StoreError> {
-            let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.write("password_is", |c| {
+            let tx = immediate(c)?;
             let known: Option<Vec<u8>> = tx
-                .query_row(
-                    "SELECT fingerprint FROM password_fingerprints WHERE user = ?1",
-                    [user],
-                    |r| r.get(0),
-                )
+                .query_row(sql(&st::FINGERPRINT_OF), [user], |r| r.get(0))
                 .optional()?;
             if known.as_deref() == Some(&fingerprint[..]) {
                 return Ok(0);
             }
-            tx.execute(
-                "INSERT INTO password_fingerprints (user, fingerprint) VALUES (?1, ?2)
-                   ON CONFLICT(user) DO UPDATE SET fingerprint = excluded.fingerprint",
-                params![user, &fingerprint[..]],
-            )?;
+            tx.execute(sql(&st::FINGERPRINT_SAVE), params![user, &fingerprint[..]])?;
             // First sight of this user's password: nothing was made under another one.
-            let ended = if known.is_none() {
-                0
-            } else {
-                // Login-host sessions that no device owns (password and single sign-on logins), and
-                // the project-host sessions handed off from them.
-                tx.execute(
-                    "UPDATE web_sessions SET revoked_at = ?2 WHERE revoked_at IS NULL AND user = ?1 AND (
-                       (device_id IS NULL AND parent IS NULL)
-                       OR parent IN (SELECT id FROM web_sessions WHERE user = ?1 AND device_id IS NULL AND parent IS NULL))",
-                    params![user, at],
-                )?
+            let ended = match known {
+                None => 0,
+                Some(_) => tx.execute(sql(&st::PASSWORD_SESSIONS_REVOKE), params![user, at])?,
             };
             tx.commit()?;
             Ok(ended)
-        })();
-        self.noted("password_is", result)
+        })
     }
 
     fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            let conn = self.lock();
-            let mut stmt =
-                conn.prepare_cached("UPDATE devices SET last_seen_at = ?2, last_address = ?3 WHERE id = ?1")?;
-            stmt.execute(params![id, at, address])?;
+        self.write("touch_device", |c| {
+            c.prepare_cached(sql(&st::DEVICE_TOUCH))?
+                .execute(params![id, at, address])?;
             Ok(())
-        })();
-        self.noted("touch_device", result)
+        })
     }
 
     fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            self.lock().execute(
-                &format!(
-                    "INSERT INTO web_sessions ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-                    WebSessionRecord::COLUMNS
-                ),
+        self.write("insert_web_session", |c| {
+            c.execute(
+                sql(&st::SESSION_INSERT),
                 params![
                     w.id,
                     &w.digest[..],
@@ -368,27 +329,21 @@ impl BrowserStore for SqliteStore {
                 ],
             )?;
             Ok(())
-        })();
-        self.noted("insert_web_session", result)
+        })
     }
 
     fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
         let conn = self.lock();
-        let Some(session) = one::<WebSessionRecord>(&conn, "FROM web_sessions WHERE digest = ?1", [&digest[..]])?
-        else {
+        let Some(session) = one::<WebSessionRecord>(&conn, &st::SESSION_BY_DIGEST, [&digest[..]])? else {
             return Ok(None);
         };
         let parent: Option<WebSessionRecord> = match &session.parent {
-            Some(p) => one(&conn, "FROM web_sessions WHERE id = ?1", [p])?,
+            Some(p) => one(&conn, &st::SESSION_BY_ID, [p])?,
             None => None,
         };
-        let device = session
-            .device_id
-            .as_ref()
-            .or(parent.as_ref().and_then(|p| p.device_id.as_ref()));
-        let device_revoked = match device {
+        let device_revoked = match session.device_of(parent.as_ref()) {
             Some(d) => conn
-                .prepare_cached("SELECT revoked_at IS NOT NULL FROM devices WHERE id = ?1")?
+                .prepare_cached(sql(&st::DEVICE_REVOKED))?
                 .query_row([d], |r| r.get::<_, bool>(0))
                 .optional()?
                 // A device row that is gone counts as revoked.
@@ -403,66 +358,45 @@ impl BrowserStore for SqliteStore {
     }
 
     fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        let result = (|| -> Result<bool, StoreError> {
-            let n = self.lock().execute(
-                "UPDATE web_sessions SET revoked_at = ?2 WHERE (id = ?1 OR parent = ?1) AND revoked_at IS NULL",
-                params![id, at],
-            )?;
-            Ok(n >= 1)
-        })();
-        self.noted("revoke_web_session", result)
+        self.write("revoke_web_session", |c| {
+            Ok(c.execute(sql(&st::SESSION_REVOKE), params![id, at])? >= 1)
+        })
     }
 
     fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        let result = (|| -> Result<(), StoreError> {
-            let conn = self.lock();
-            let mut stmt = conn.prepare_cached(
-                "UPDATE web_sessions SET last_seen_at = ?2 WHERE id = ?1
-                   OR id = (SELECT parent FROM web_sessions WHERE id = ?1)",
-            )?;
-            stmt.execute(params![id, at])?;
+        self.write("touch_web_session", |c| {
+            c.prepare_cached(sql(&st::SESSION_TOUCH))?.execute(params![id, at])?;
             Ok(())
-        })();
-        self.noted("touch_web_session", result)
+        })
     }
 
     fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
-        let result = (|| -> Result<usize, StoreError> {
-            let conn = self.lock();
-            let n = conn.execute(
-                "DELETE FROM web_sessions WHERE revoked_at < ?1 OR expires_at < ?1",
-                params![before],
-            )?;
-            // Push subscriptions made in logins that are gone now.
-            conn.execute(
-                "DELETE FROM push_subscriptions WHERE session_id NOT IN (SELECT id FROM web_sessions)",
-                [],
-            )?;
+        self.write("prune_web_sessions", |c| {
+            let n = c.execute(sql(&st::SESSIONS_PRUNE), params![before])?;
+            c.execute(sql(&st::PUSH_PRUNE), [])?;
             Ok(n)
-        })();
-        self.noted("prune_web_sessions", result)
+        })
     }
 }
 
 impl super::SpendStore for SqliteStore {
     fn spend_of_day(&self, day: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn.prepare("SELECT kind, name, usd FROM spend_days WHERE day = ?1")?;
+        let conn = self.lock();
+        let mut stmt = conn.prepare(sql(&st::SPEND_OF_DAY))?;
         let rows = stmt.query_map(params![day], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn spend_between(&self, from: i64, to: i64) -> Result<Vec<(String, String, f64)>, StoreError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn
-            .prepare("SELECT kind, name, SUM(usd) FROM spend_days WHERE day >= ?1 AND day < ?2 GROUP BY kind, name")?;
+        let conn = self.lock();
+        let mut stmt = conn.prepare(sql(&st::SPEND_BETWEEN))?;
         let rows = stmt.query_map(params![from, to], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn session_costs(&self) -> Result<Vec<super::SessionCost>, StoreError> {
-        let conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-        let mut stmt = conn.prepare("SELECT project, session, parent, prompter, usd FROM session_costs")?;
+        let conn = self.lock();
+        let mut stmt = conn.prepare(sql(&st::SESSION_COSTS))?;
         let rows = stmt.query_map([], |r| {
             Ok(super::SessionCost {
                 project: r.get(0)?,
@@ -481,33 +415,21 @@ impl super::SpendStore for SqliteStore {
         totals: &[(String, String, f64)],
         sessions: &[super::SessionCost],
     ) -> Result<(), StoreError> {
-        let result = (|| {
-            let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            let tx = conn.transaction()?;
+        self.write("saving spend", |c| {
+            let tx = c.transaction()?;
             for (kind, name, usd) in totals {
-                // A session's raise outlives the day: kept under day 0 (`SESSION_RAISES_DAY`).
-                let day = if kind == "raised" && name.starts_with("session ") {
-                    super::SESSION_RAISES_DAY
-                } else {
-                    day
-                };
-                tx.execute(
-                    "INSERT INTO spend_days (day, kind, name, usd) VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
-                    params![day, kind, name, usd],
-                )?;
+                let day = super::spend_day(day, kind, name);
+                tx.execute(sql(&st::SPEND_SAVE), params![day, kind, name, usd])?;
             }
             for s in sessions {
                 tx.execute(
-                    "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES (?1, ?2, ?3, ?4, ?5)
-                     ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter, usd = excluded.usd",
+                    sql(&st::SESSION_COST_SAVE),
                     params![s.project, s.session, s.parent, s.prompter, s.usd],
                 )?;
             }
             tx.commit()?;
             Ok(())
-        })();
-        self.noted("saving spend", result)
+        })
     }
 }
 

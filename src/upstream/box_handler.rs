@@ -76,6 +76,22 @@ impl Pinned {
     }
 }
 
+/// russh's handlers for channels the box opens, each the same refusal: `name("kind", the
+/// arguments between the channel and the reply)`.
+macro_rules! refused_opens {
+    ($($name:ident($kind:literal $(, $arg:ty)*);)*) => {$(
+        async fn $name(
+            &mut self,
+            _: russh::Channel<Msg>,
+            $(_: $arg,)*
+            reply: ChannelOpenHandle,
+            _: &mut Session,
+        ) -> Result<(), Self::Error> {
+            self.refuse($kind, reply).await
+        }
+    )*};
+}
+
 impl client::Handler for Pinned {
     type Error = russh::Error;
 
@@ -100,94 +116,22 @@ impl client::Handler for Pinned {
         Ok(false)
     }
 
-    async fn server_channel_open_session(
-        &mut self,
-        _: russh::Channel<Msg>,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("session", reply).await
-    }
-
-    async fn server_channel_open_direct_tcpip(
-        &mut self,
-        _: russh::Channel<Msg>,
-        _: &str,
-        _: u32,
-        _: &str,
-        _: u32,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("direct-tcpip", reply).await
-    }
-
-    async fn server_channel_open_forwarded_tcpip(
-        &mut self,
-        _: russh::Channel<Msg>,
-        _: &str,
-        _: u32,
-        _: &str,
-        _: u32,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("forwarded-tcpip", reply).await
-    }
-
-    async fn server_channel_open_direct_streamlocal(
-        &mut self,
-        _: russh::Channel<Msg>,
-        _: &str,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("direct-streamlocal", reply).await
-    }
-
-    async fn server_channel_open_forwarded_streamlocal(
-        &mut self,
-        _: russh::Channel<Msg>,
-        _: &str,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("forwarded-streamlocal", reply).await
-    }
-
-    async fn server_channel_open_agent_forward(
-        &mut self,
-        _: russh::Channel<Msg>,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("agent", reply).await
-    }
-
-    async fn server_channel_open_x11(
-        &mut self,
-        _: russh::Channel<Msg>,
-        _: &str,
-        _: u32,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("x11", reply).await
+    // Every kind of channel a box can open: refused and counted (`Pinned::refuse`).
+    refused_opens! {
+        server_channel_open_session("session");
+        server_channel_open_direct_tcpip("direct-tcpip", &str, u32, &str, u32);
+        server_channel_open_forwarded_tcpip("forwarded-tcpip", &str, u32, &str, u32);
+        server_channel_open_direct_streamlocal("direct-streamlocal", &str);
+        server_channel_open_forwarded_streamlocal("forwarded-streamlocal", &str);
+        server_channel_open_agent_forward("agent");
+        server_channel_open_x11("x11", &str, u32);
+        server_channel_open_unknown("unknown");
     }
 
     /// An unknown type comes to `server_channel_open_unknown`, to be refused and counted like
     /// the others (russh would refuse it itself, uncounted: a flood of them would go on).
     async fn should_accept_unknown_server_channel(&mut self, _: russh::ChannelId, _: &str) -> bool {
         true
-    }
-
-    async fn server_channel_open_unknown(
-        &mut self,
-        _: russh::Channel<Msg>,
-        reply: ChannelOpenHandle,
-        _: &mut Session,
-    ) -> Result<(), Self::Error> {
-        self.refuse("unknown", reply).await
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::{Checker, valid_project_name};
-use crate::config::file::RawBox;
+use crate::config::file::{RawBox, RawProject};
 use crate::config::settings::BoxConfig;
 
 pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
@@ -58,6 +58,21 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
 
 /// Boxes whose `known_hosts` file revokes every key it has for them: the config loads (so a
 /// revocation takes effect at a reload), and the box is refused until its current key is added.
+/// A project's `box` names one of the `[[box]]` tables.
+pub(super) fn projects_name_known_boxes(c: &mut Checker<'_>, projects: &[RawProject], boxes: &[RawBox]) {
+    for (i, p) in projects.iter().enumerate() {
+        if let Some(b) = &p.on_box
+            && !boxes.iter().any(|d| &d.name == b)
+        {
+            c.problem(
+                format!("project[{i}] ({}).box", p.name),
+                format!("no [[box]] is named {b:?}"),
+                "add a [[box]] with that name, or remove box from this project",
+            );
+        }
+    }
+}
+
 pub(crate) fn warnings(s: &crate::config::Settings) -> Vec<String> {
     s.boxes
         .iter()

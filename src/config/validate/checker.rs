@@ -23,6 +23,24 @@ impl Checker<'_> {
         });
     }
 
+    /// Ends a stage: every problem found so far, or nothing when there is none.
+    pub(super) fn done(&mut self, file: &Path) -> Result<(), crate::config::ConfigError> {
+        if self.problems.is_empty() {
+            return Ok(());
+        }
+        Err(crate::config::ConfigError::Invalid {
+            file: file.to_path_buf(),
+            problems: std::mem::take(&mut self.problems),
+        })
+    }
+
+    /// `name` (of the table at `key`) is not one `seen` already holds.
+    pub(super) fn unique(&mut self, seen: &mut std::collections::HashSet<String>, key: &str, name: &str, fix: &str) {
+        if !seen.insert(name.to_string()) {
+            self.problem(format!("{key}.name"), format!("{name:?} is used twice"), fix);
+        }
+    }
+
     pub(crate) fn path(&self, value: &str) -> PathBuf {
         let p = Path::new(value);
         if p.is_absolute() {

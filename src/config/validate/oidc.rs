@@ -76,7 +76,29 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
         );
     }
     let (client_secret, secret_file) = secret(c, raw);
-    let match_on = match raw.match_on.as_deref() {
+    let match_on = match_on(c, raw);
+    let scopes = scopes(c, raw, match_on);
+    let label = raw.label.clone().unwrap_or_else(|| {
+        issuer
+            .trim_start_matches("https://")
+            .trim_start_matches("http://")
+            .into()
+    });
+    let endpoint_origins = endpoint_origins(c, raw, &issuer);
+    Some(Oidc {
+        issuer,
+        client_id: raw.client_id.trim().to_string(),
+        client_secret: client_secret?,
+        match_on,
+        label,
+        scopes,
+        secret_file,
+        endpoint_origins,
+    })
+}
+
+fn match_on(c: &mut Checker<'_>, raw: &RawOidc) -> OidcMatch {
+    match raw.match_on.as_deref() {
         None | Some("email") => OidcMatch::Email,
         Some("sub") => OidcMatch::Subject,
         Some(other) => {
@@ -87,7 +109,11 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
             );
             OidcMatch::Email
         }
-    };
+    }
+}
+
+/// The scopes asked for; `openid` always among them.
+fn scopes(c: &mut Checker<'_>, raw: &RawOidc, match_on: OidcMatch) -> Vec<String> {
     let mut scopes = raw.scopes.clone().unwrap_or_else(|| match match_on {
         OidcMatch::Email => vec!["openid".into(), "email".into()],
         OidcMatch::Subject => vec!["openid".into()],
@@ -105,12 +131,11 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
     if !scopes.iter().any(|s| s == "openid") {
         scopes.insert(0, "openid".into());
     }
-    let label = raw.label.clone().unwrap_or_else(|| {
-        issuer
-            .trim_start_matches("https://")
-            .trim_start_matches("http://")
-            .into()
-    });
+    scopes
+}
+
+/// Origins besides the issuer's that its endpoints may be at.
+fn endpoint_origins(c: &mut Checker<'_>, raw: &RawOidc, issuer: &str) -> Vec<String> {
     let mut endpoint_origins = Vec::new();
     for o in raw.endpoint_origins.iter().flatten() {
         // Plain http only where the issuer itself is on plain http (a loopback test provider).
@@ -133,16 +158,7 @@ pub(super) fn oidc(c: &mut Checker<'_>, raw: &RawOidc) -> Option<Oidc> {
             ),
         }
     }
-    Some(Oidc {
-        issuer,
-        client_id: raw.client_id.trim().to_string(),
-        client_secret: client_secret?,
-        match_on,
-        label,
-        scopes,
-        secret_file,
-        endpoint_origins,
-    })
+    endpoint_origins
 }
 
 fn secret(c: &mut Checker<'_>, raw: &RawOidc) -> (Option<Secret>, Option<std::path::PathBuf>) {

@@ -17,7 +17,47 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
         );
     }
-    let upstream = match (&p.upstream, p.spawn) {
+    let upstream = upstream_kind(c, &key, p)?;
+    on_box_allows(c, &key, p)?;
+    let password = upstream_password(c, &key, p);
+    if upstream == UpstreamKind::Spawned && password.is_some() {
+        c.problem(
+            format!("{key}.upstream_password_env"),
+            "a spawned server gets a random password from the gateway",
+            "remove upstream_password_env and upstream_password_file from this project",
+        );
+    }
+    let directory = directory(c, &key, p);
+    let start = start_mode(c, &key, p);
+    spawn_only_keys(c, &key, p);
+    let env = env(c, &key, p);
+    let secret_files = secret_files(c, &key, p);
+    let listen = p
+        .listen
+        .as_deref()
+        .and_then(|l| c.socket_addr(&format!("{key}.listen"), l));
+    Some(Project {
+        name: p.name.clone(),
+        upstream,
+        upstream_username: p.upstream_username.clone().unwrap_or_else(|| "opencode".into()),
+        upstream_password: password,
+        directory,
+        start,
+        opencode_config: opencode_config(c, &key, p.opencode_config.as_deref()),
+        env,
+        run_as: p.run_as.clone(),
+        listen,
+        secret_files,
+        set: None,
+        on_box: p.on_box.clone(),
+        // Set by the caller, from `[budget]` and the project's own table.
+        budget: Default::default(),
+    })
+}
+
+/// Where the project's server comes from: spawned here, or a loopback address to reach.
+fn upstream_kind(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<UpstreamKind> {
+    Some(match (&p.upstream, p.spawn) {
         (Some(_), true) => {
             c.problem(
                 format!("{key}.upstream"),
@@ -38,7 +78,11 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         (Some(u), false) => UpstreamKind::External {
             authority: loopback_authority(c, &format!("{key}.upstream"), u)?,
         },
-    };
+    })
+}
+
+/// What a project on a box cannot have; `None` (a problem told) when it has one.
+fn on_box_allows(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<()> {
     if p.on_box.is_some() && p.directories.is_some() {
         c.problem(
             format!("{key}.directories"),
@@ -55,15 +99,11 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         );
         return None;
     }
-    let password = upstream_password(c, &key, p);
-    if upstream == UpstreamKind::Spawned && password.is_some() {
-        c.problem(
-            format!("{key}.upstream_password_env"),
-            "a spawned server gets a random password from the gateway",
-            "remove upstream_password_env and upstream_password_file from this project",
-        );
-    }
-    let directory = match &p.directory {
+    Some(())
+}
+
+fn directory(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<std::path::PathBuf> {
+    match &p.directory {
         Some(_) if p.directories.is_some() => {
             c.problem(
                 format!("{key}.directories"),
@@ -110,8 +150,11 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             }
             None
         }
-    };
-    let start = match p.start.as_deref() {
+    }
+}
+
+fn start_mode(c: &mut Checker<'_>, key: &str, p: &RawProject) -> StartMode {
+    match p.start.as_deref() {
         None | Some("eager") => StartMode::Eager,
         Some("on-demand") => StartMode::OnDemand,
         Some(other) => {
@@ -122,7 +165,11 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             );
             StartMode::Eager
         }
-    };
+    }
+}
+
+/// Keys that only a server the gateway spawns can use.
+fn spawn_only_keys(c: &mut Checker<'_>, key: &str, p: &RawProject) {
     if !p.spawn {
         for (set, k) in [
             (!p.env.is_empty(), "env"),
@@ -140,6 +187,10 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             }
         }
     }
+}
+
+/// The spawned server's environment: `env_file`'s lines, then `env`'s (which win).
+fn env(c: &mut Checker<'_>, key: &str, p: &RawProject) -> BTreeMap<String, Secret> {
     let mut env: BTreeMap<String, Secret> = BTreeMap::new();
     if let Some(f) = &p.env_file {
         let path = c.path(f);
@@ -188,6 +239,11 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
             );
         }
     }
+    env
+}
+
+/// The files this project's secrets are read from (their modes are checked apart).
+fn secret_files(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Vec<(String, std::path::PathBuf)> {
     let mut secret_files = Vec::new();
     if let Some(f) = &p.upstream_password_file {
         secret_files.push((format!("{key}.upstream_password_file"), c.path(f)));
@@ -195,27 +251,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
     if let Some(f) = &p.env_file {
         secret_files.push((format!("{key}.env_file"), c.path(f)));
     }
-    let listen = p
-        .listen
-        .as_deref()
-        .and_then(|l| c.socket_addr(&format!("{key}.listen"), l));
-    Some(Project {
-        name: p.name.clone(),
-        upstream,
-        upstream_username: p.upstream_username.clone().unwrap_or_else(|| "opencode".into()),
-        upstream_password: password,
-        directory,
-        start,
-        opencode_config: opencode_config(c, &key, p.opencode_config.as_deref()),
-        env,
-        run_as: p.run_as.clone(),
-        listen,
-        secret_files,
-        set: None,
-        on_box: p.on_box.clone(),
-        // Set by the caller, from `[budget]` and the project's own table.
-        budget: Default::default(),
-    })
+    secret_files
 }
 
 /// A `[[project]]` with `directories`: checks what only a set needs; the template is `project`'s.

@@ -24,7 +24,22 @@ pub(super) fn user(
             "use letters, digits and . _ - @ (at most 64)",
         );
     }
-    let password_hash = match &u.password_hash {
+    let password_hash = password_hash(c, &key, u);
+    let oidc = sign_in(c, &key, u, sso);
+    let role = role(c, &key, u);
+    let grants = grants(c, &key, u, role, projects, sets);
+    let ssh_keys = ssh_keys(c, &key, u);
+    Some(User {
+        name: u.name.clone(),
+        password_hash,
+        ssh_keys,
+        oidc: oidc.map(String::from),
+        grants,
+    })
+}
+
+fn password_hash(c: &mut Checker<'_>, key: &str, u: &RawUser) -> Option<(PasswordHash, String)> {
+    match &u.password_hash {
         Some(h) => match PasswordHash::new(h) {
             Ok(parsed) if parsed.algorithm.as_str() == "argon2id" => Some((parsed, h.clone())),
             Ok(_) => {
@@ -45,7 +60,11 @@ pub(super) fn user(
             }
         },
         None => None,
-    };
+    }
+}
+
+/// The user can log in some way; their single sign-on identity, if any, is usable.
+fn sign_in<'u>(c: &mut Checker<'_>, key: &str, u: &'u RawUser, sso: bool) -> Option<&'u str> {
     if u.password_hash.is_none() && u.ssh_keys.is_empty() && u.oidc.is_none() {
         c.problem(
             format!("{key}.password_hash"),
@@ -67,7 +86,12 @@ pub(super) fn user(
             "add [oidc] with the provider's issuer and client, or remove oidc from this user",
         );
     }
-    let role = match u.role.as_deref() {
+    oidc
+}
+
+/// The one role of `role = …`, for a list of projects.
+fn role(c: &mut Checker<'_>, key: &str, u: &RawUser) -> Option<Role> {
+    match u.role.as_deref() {
         None => None,
         Some(r) => match Role::parse(r) {
             Some(role) => Some(role),
@@ -80,8 +104,18 @@ pub(super) fn user(
                 None
             }
         },
-    };
-    let grants = match &u.projects {
+    }
+}
+
+fn grants(
+    c: &mut Checker<'_>,
+    key: &str,
+    u: &RawUser,
+    role: Option<Role>,
+    projects: &HashSet<&str>,
+    sets: &[&str],
+) -> Grants {
+    match &u.projects {
         RawGrants::List(list) => {
             let role = role.unwrap_or(Role::Viewer);
             if list.iter().any(|p| p == "*") {
@@ -89,7 +123,7 @@ pub(super) fn user(
             } else {
                 let mut map = BTreeMap::new();
                 for p in list {
-                    check_project_ref(c, &key, p, projects, sets);
+                    check_project_ref(c, key, p, projects, sets);
                     map.insert(p.clone(), role);
                 }
                 Grants::Each(map)
@@ -105,7 +139,7 @@ pub(super) fn user(
             }
             let mut out = BTreeMap::new();
             for (p, r) in map {
-                check_project_ref(c, &key, p, projects, sets);
+                check_project_ref(c, key, p, projects, sets);
                 match Role::parse(r) {
                     Some(role) => {
                         out.insert(p.clone(), role);
@@ -124,7 +158,10 @@ pub(super) fn user(
                 Grants::Each(out)
             }
         }
-    };
+    }
+}
+
+fn ssh_keys(c: &mut Checker<'_>, key: &str, u: &RawUser) -> Vec<russh::keys::PublicKey> {
     let mut ssh_keys = Vec::new();
     for (i, line) in u.ssh_keys.iter().enumerate() {
         match crate::config::ssh_key::parse_authorized_key(line) {
@@ -136,13 +173,7 @@ pub(super) fn user(
             ),
         }
     }
-    Some(User {
-        name: u.name.clone(),
-        password_hash,
-        ssh_keys,
-        oidc: oidc.map(String::from),
-        grants,
-    })
+    ssh_keys
 }
 
 fn check_project_ref(c: &mut Checker<'_>, key: &str, p: &str, projects: &HashSet<&str>, sets: &[&str]) {

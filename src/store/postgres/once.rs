@@ -2,8 +2,9 @@
 //! transaction that settles it, so of two replicas given the same ticket at once, one takes it
 //! and the other finds nothing.
 
-use super::PostgresStore;
 use super::conn::Sql;
+use super::{PostgresStore, sql};
+use crate::store::statements as st;
 use crate::store::{PutOnce, Settle, StoreError};
 
 impl crate::store::OnceStore for PostgresStore {
@@ -21,21 +22,12 @@ impl crate::store::OnceStore for PostgresStore {
             let now = crate::store::now_millis();
             // One writer per kind at a time, so that the count below stays true until the insert.
             tx.execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&kind])?;
-            tx.execute(
-                "DELETE FROM once_records WHERE kind = $1 AND expires_at <= $2",
-                &[&kind, &now],
-            )?;
-            let live: i64 = tx
-                .query_one("SELECT COUNT(*) FROM once_records WHERE kind = $1", &[&kind])?
-                .get(0);
+            tx.execute(sql(&st::ONCE_EXPIRED_DELETE), &[&kind, &now])?;
+            let live: i64 = tx.query_one(sql(&st::ONCE_COUNT), &[&kind])?.get(0);
             if live >= max {
                 return Ok(PutOnce::Full);
             }
-            let added = tx.execute(
-                "INSERT INTO once_records (kind, key, value, expires_at) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (kind, key) DO NOTHING",
-                &[&kind, &&key[..], &value, &expires_at],
-            )?;
+            let added = tx.execute(sql(&st::ONCE_INSERT), &[&kind, &&key[..], &value, &expires_at])?;
             tx.commit()?;
             Ok(if added == 1 { PutOnce::Kept } else { PutOnce::KeyInUse })
         })
@@ -50,27 +42,17 @@ impl crate::store::OnceStore for PostgresStore {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.write("once_settle", |c| {
             let tx = c.transaction()?;
-            let Some(row) = tx.query_opt(
-                "SELECT value, expires_at FROM once_records WHERE kind = $1 AND key = $2 FOR UPDATE",
-                &[&kind, &&key[..]],
-            )?
-            else {
+            let Some(row) = tx.query_opt(sql(&st::ONCE_OF), &[&kind, &&key[..]])? else {
                 return Ok(None);
             };
             let (value, expires_at): (Vec<u8>, i64) = (row.get(0), row.get(1));
             match decide(&value, expires_at <= now) {
                 Settle::Keep => {}
                 Settle::Take => {
-                    tx.execute(
-                        "DELETE FROM once_records WHERE kind = $1 AND key = $2",
-                        &[&kind, &&key[..]],
-                    )?;
+                    tx.execute(sql(&st::ONCE_DELETE), &[&kind, &&key[..]])?;
                 }
                 Settle::Replace(new) => {
-                    tx.execute(
-                        "UPDATE once_records SET value = $3 WHERE kind = $1 AND key = $2",
-                        &[&kind, &&key[..], &new],
-                    )?;
+                    tx.execute(sql(&st::ONCE_REPLACE), &[&kind, &&key[..], &new])?;
                 }
             }
             tx.commit()?;
@@ -80,12 +62,7 @@ impl crate::store::OnceStore for PostgresStore {
 
     fn once_live(&self, kind: &str, now: i64) -> Result<usize, StoreError> {
         self.with(|c| {
-            let n: i64 = c
-                .query_one(
-                    "SELECT COUNT(*) FROM once_records WHERE kind = $1 AND expires_at > $2",
-                    &[&kind, &now],
-                )?
-                .get(0);
+            let n: i64 = c.query_one(sql(&st::ONCE_LIVE), &[&kind, &now])?.get(0);
             Ok(usize::try_from(n).unwrap_or(0))
         })
     }

@@ -1,7 +1,8 @@
 //! The spend, push and passkey halves of [`PostgresStore`].
 
-use super::PostgresStore;
 use super::conn::Sql;
+use super::{PostgresStore, sql};
+use crate::store::statements as st;
 use crate::store::{PasskeyRecord, PushSubscription, SessionCost, StoreError};
 
 type Totals = Vec<(String, String, f64)>;
@@ -12,26 +13,16 @@ fn totals(rows: &[postgres::Row]) -> Totals {
 
 impl crate::store::SpendStore for PostgresStore {
     fn spend_of_day(&self, day: i64) -> Result<Totals, StoreError> {
-        self.with(|c| {
-            Ok(totals(&c.query(
-                "SELECT kind, name, usd FROM spend_days WHERE day = $1",
-                &[&day],
-            )?))
-        })
+        self.with(|c| Ok(totals(&c.query(sql(&st::SPEND_OF_DAY), &[&day])?)))
     }
 
     fn spend_between(&self, from: i64, to: i64) -> Result<Totals, StoreError> {
-        self.with(|c| {
-            Ok(totals(&c.query(
-                "SELECT kind, name, SUM(usd) FROM spend_days WHERE day >= $1 AND day < $2 GROUP BY kind, name",
-                &[&from, &to],
-            )?))
-        })
+        self.with(|c| Ok(totals(&c.query(sql(&st::SPEND_BETWEEN), &[&from, &to])?)))
     }
 
     fn session_costs(&self) -> Result<Vec<SessionCost>, StoreError> {
         self.with(|c| {
-            let rows = c.query("SELECT project, session, parent, prompter, usd FROM session_costs", &[])?;
+            let rows = c.query(sql(&st::SESSION_COSTS), &[])?;
             Ok(rows
                 .iter()
                 .map(|r| SessionCost {
@@ -54,22 +45,12 @@ impl crate::store::SpendStore for PostgresStore {
         self.write("saving spend", |c| {
             let tx = c.transaction()?;
             for (kind, name, usd) in totals {
-                // A session's raise outlives the day: kept under day 0 (`SESSION_RAISES_DAY`).
-                let day = if kind == "raised" && name.starts_with("session ") {
-                    crate::store::SESSION_RAISES_DAY
-                } else {
-                    day
-                };
-                tx.execute(
-                    "INSERT INTO spend_days (day, kind, name, usd) VALUES ($1, $2, $3, $4)
-                     ON CONFLICT (day, kind, name) DO UPDATE SET usd = excluded.usd",
-                    &[&day, kind, name, usd],
-                )?;
+                let day = crate::store::spend_day(day, kind, name);
+                tx.execute(sql(&st::SPEND_SAVE), &[&day, kind, name, usd])?;
             }
             for s in sessions {
                 tx.execute(
-                    "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter, usd = excluded.usd",
+                    sql(&st::SESSION_COST_SAVE),
                     &[&s.project, &s.session, &s.parent, &s.prompter, &s.usd],
                 )?;
             }
@@ -79,17 +60,11 @@ impl crate::store::SpendStore for PostgresStore {
     }
 }
 
-const PUSH_COLUMNS: &str = "p.endpoint, p.user_name, p.session_id, p.device_id, p.p256dh, p.auth, p.created_at";
-
 impl crate::store::PushStore for PostgresStore {
     fn save_push(&self, s: &PushSubscription) -> Result<(), StoreError> {
         self.write("save_push", |c| {
             c.execute(
-                "INSERT INTO push_subscriptions (endpoint, user_name, session_id, device_id, p256dh, auth, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (user_name, endpoint) DO UPDATE SET session_id = excluded.session_id,
-                   device_id = excluded.device_id, p256dh = excluded.p256dh, auth = excluded.auth,
-                   created_at = excluded.created_at",
+                sql(&st::PUSH_SAVE),
                 &[
                     &s.endpoint,
                     &s.user,
@@ -106,13 +81,7 @@ impl crate::store::PushStore for PostgresStore {
 
     fn push_subscriptions(&self, now: i64) -> Result<Vec<PushSubscription>, StoreError> {
         self.with(|c| {
-            let rows = c.query(
-                &format!(
-                    "SELECT {PUSH_COLUMNS} FROM push_subscriptions p JOIN web_sessions w ON w.id = p.session_id
-                      WHERE w.revoked_at IS NULL AND w.expires_at > $1"
-                ),
-                &[&now],
-            )?;
+            let rows = c.query(sql(&st::PUSH_LIVE), &[&now])?;
             Ok(rows
                 .iter()
                 .map(|r| PushSubscription {
@@ -130,24 +99,18 @@ impl crate::store::PushStore for PostgresStore {
 
     fn push_endpoints_of(&self, user: &str) -> Result<Vec<String>, StoreError> {
         self.with(|c| {
-            let rows = c.query("SELECT endpoint FROM push_subscriptions WHERE user_name = $1", &[&user])?;
+            let rows = c.query(sql(&st::PUSH_ENDPOINTS_OF), &[&user])?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
 
     fn delete_push(&self, endpoint: &str, user: Option<&str>) -> Result<bool, StoreError> {
         self.write("delete_push", |c| {
-            let n = c.execute(
-                "DELETE FROM push_subscriptions WHERE endpoint = $1 AND ($2::text IS NULL OR user_name = $2)",
-                &[&endpoint, &user],
-            )?;
+            let n = c.execute(sql(&st::PUSH_DELETE), &[&endpoint, &user])?;
             Ok(n >= 1)
         })
     }
 }
-
-const PASSKEY_COLUMNS: &str =
-    "id, credential_id, user_name, handle, static_state, dynamic_state, label, created_at, last_used_at, revoked_at";
 
 fn passkey(r: &postgres::Row) -> PasskeyRecord {
     PasskeyRecord {
@@ -167,21 +130,15 @@ fn passkey(r: &postgres::Row) -> PasskeyRecord {
 impl crate::store::PasskeyStore for PostgresStore {
     fn passkey_handle(&self, user: &str, fresh: &[u8]) -> Result<Vec<u8>, StoreError> {
         self.write("passkey_handle", |c| {
-            c.execute(
-                "INSERT INTO passkey_users (user_name, handle) VALUES ($1, $2) ON CONFLICT (user_name) DO NOTHING",
-                &[&user, &fresh],
-            )?;
-            Ok(
-                c.query_one("SELECT handle FROM passkey_users WHERE user_name = $1", &[&user])?
-                    .get(0),
-            )
+            c.execute(sql(&st::PASSKEY_USER_INSERT), &[&user, &fresh])?;
+            Ok(c.query_one(sql(&st::PASSKEY_HANDLE_OF), &[&user])?.get(0))
         })
     }
 
     fn save_passkey(&self, p: &PasskeyRecord) -> Result<(), StoreError> {
         self.write("save_passkey", |c| {
             c.execute(
-                &format!("INSERT INTO passkeys ({PASSKEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"),
+                sql(&st::PASSKEY_INSERT),
                 &[
                     &p.id,
                     &p.credential_id,
@@ -201,42 +158,28 @@ impl crate::store::PasskeyStore for PostgresStore {
 
     fn passkey_by_credential(&self, credential_id: &[u8]) -> Result<Option<PasskeyRecord>, StoreError> {
         self.with(|c| {
-            let row = c.query_opt(
-                &format!("SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE credential_id = $1"),
-                &[&credential_id],
-            )?;
+            let row = c.query_opt(sql(&st::PASSKEY_BY_CREDENTIAL), &[&credential_id])?;
             Ok(row.as_ref().map(passkey))
         })
     }
 
     fn list_passkeys(&self, user: Option<&str>) -> Result<Vec<PasskeyRecord>, StoreError> {
         self.with(|c| {
-            let rows = c.query(
-                &format!(
-                    "SELECT {PASSKEY_COLUMNS} FROM passkeys WHERE $1::text IS NULL OR user_name = $1 ORDER BY created_at DESC, id"
-                ),
-                &[&user],
-            )?;
+            let rows = c.query(sql(&st::PASSKEYS_OF), &[&user])?;
             Ok(rows.iter().map(passkey).collect())
         })
     }
 
     fn revoke_passkey(&self, id: &str, user: Option<&str>, at: i64) -> Result<bool, StoreError> {
         self.write("revoke_passkey", |c| {
-            let n = c.execute(
-                "UPDATE passkeys SET revoked_at = $3 WHERE id = $1 AND ($2::text IS NULL OR user_name = $2) AND revoked_at IS NULL",
-                &[&id, &user, &at],
-            )?;
+            let n = c.execute(sql(&st::PASSKEY_REVOKE), &[&id, &user, &at])?;
             Ok(n == 1)
         })
     }
 
     fn passkey_used(&self, id: &str, dynamic_state: &[u8], at: i64) -> Result<(), StoreError> {
         self.write("passkey_used", |c| {
-            c.execute(
-                "UPDATE passkeys SET dynamic_state = $2, last_used_at = $3 WHERE id = $1",
-                &[&id, &dynamic_state, &at],
-            )?;
+            c.execute(sql(&st::PASSKEY_USED), &[&id, &dynamic_state, &at])?;
             Ok(())
         })
     }

@@ -3,7 +3,8 @@
 
 use rusqlite::{OptionalExtension, params};
 
-use super::SqliteStore;
+use super::{SqliteStore, immediate, sql};
+use crate::store::statements as st;
 use crate::store::{PutOnce, Settle, StoreError};
 
 impl crate::store::OnceStore for SqliteStore {
@@ -15,31 +16,18 @@ impl crate::store::OnceStore for SqliteStore {
         expires_at: i64,
         max: usize,
     ) -> Result<PutOnce, StoreError> {
-        let result = (|| {
-            let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.write("once_put", |c| {
+            let tx = immediate(c)?;
             let now = crate::store::now_millis();
-            tx.execute(
-                "DELETE FROM once_records WHERE kind = ?1 AND expires_at <= ?2",
-                params![kind, now],
-            )?;
-            let live: i64 = tx.query_row(
-                "SELECT COUNT(*) FROM once_records WHERE kind = ?1",
-                params![kind],
-                |r| r.get(0),
-            )?;
+            tx.execute(sql(&st::ONCE_EXPIRED_DELETE), params![kind, now])?;
+            let live: i64 = tx.query_row(sql(&st::ONCE_COUNT), params![kind], |r| r.get(0))?;
             if usize::try_from(live).unwrap_or(usize::MAX) >= max {
                 return Ok(PutOnce::Full);
             }
-            let added = tx.execute(
-                "INSERT INTO once_records (kind, key, value, expires_at) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT (kind, key) DO NOTHING",
-                params![kind, &key[..], value, expires_at],
-            )?;
+            let added = tx.execute(sql(&st::ONCE_INSERT), params![kind, &key[..], value, expires_at])?;
             tx.commit()?;
             Ok(if added == 1 { PutOnce::Kept } else { PutOnce::KeyInUse })
-        })();
-        self.noted("once_put", result)
+        })
     }
 
     fn once_settle(
@@ -49,15 +37,12 @@ impl crate::store::OnceStore for SqliteStore {
         now: i64,
         decide: &mut (dyn FnMut(&[u8], bool) -> Settle + Send),
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let result = (|| {
-            let mut conn = self.lock();
-            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        self.write("once_settle", |c| {
+            let tx = immediate(c)?;
             let found: Option<(Vec<u8>, i64)> = tx
-                .query_row(
-                    "SELECT value, expires_at FROM once_records WHERE kind = ?1 AND key = ?2",
-                    params![kind, &key[..]],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
-                )
+                .query_row(sql(&st::ONCE_OF), params![kind, &key[..]], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .optional()?;
             let Some((value, expires_at)) = found else {
                 return Ok(None);
@@ -65,30 +50,21 @@ impl crate::store::OnceStore for SqliteStore {
             match decide(&value, expires_at <= now) {
                 Settle::Keep => {}
                 Settle::Take => {
-                    tx.execute(
-                        "DELETE FROM once_records WHERE kind = ?1 AND key = ?2",
-                        params![kind, &key[..]],
-                    )?;
+                    tx.execute(sql(&st::ONCE_DELETE), params![kind, &key[..]])?;
                 }
                 Settle::Replace(new) => {
-                    tx.execute(
-                        "UPDATE once_records SET value = ?3 WHERE kind = ?1 AND key = ?2",
-                        params![kind, &key[..], new],
-                    )?;
+                    tx.execute(sql(&st::ONCE_REPLACE), params![kind, &key[..], new])?;
                 }
             }
             tx.commit()?;
             Ok(Some(value))
-        })();
-        self.noted("once_settle", result)
+        })
     }
 
     fn once_live(&self, kind: &str, now: i64) -> Result<usize, StoreError> {
-        let n: i64 = self.lock().query_row(
-            "SELECT COUNT(*) FROM once_records WHERE kind = ?1 AND expires_at > ?2",
-            params![kind, now],
-            |r| r.get(0),
-        )?;
+        let n: i64 = self
+            .lock()
+            .query_row(sql(&st::ONCE_LIVE), params![kind, now], |r| r.get(0))?;
         Ok(usize::try_from(n).unwrap_or(0))
     }
 }

@@ -107,7 +107,30 @@ pub(super) async fn launch(
         None => None,
     };
     let dirs = prepare_dirs(spec, owner.as_ref().map(|(uid, gid, _)| (*uid, *gid)))?;
-    let mut cmd = Command::new(&bin);
+    let mut cmd = command(spec, &bin, port, &password, owner, &dirs);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    let (tail, ready_rx) = read_output(spec, &mut child, port);
+    let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
+    let server = Running {
+        process: Process::Local(child),
+        port,
+        endpoint,
+        stderr: tail,
+    };
+    wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
+}
+
+/// `opencode serve` on `port` with the password, a minimal environment (`INHERITED_ENV`, the
+/// spec's, its private folders) and, with `run_as`, that user's ids.
+fn command(
+    spec: &SpawnSpec,
+    bin: &Path,
+    port: u16,
+    password: &Secret,
+    owner: Option<(u32, u32, PathBuf)>,
+    dirs: &BTreeMap<&'static str, PathBuf>,
+) -> Command {
+    let mut cmd = Command::new(bin);
     cmd.arg("serve")
         .arg("--hostname")
         .arg("127.0.0.1")
@@ -136,7 +159,7 @@ pub(super) async fn launch(
             }
         }
     }
-    for (name, dir) in &dirs {
+    for (name, dir) in dirs {
         cmd.env(name, dir);
     }
     for (k, v) in &spec.env {
@@ -159,7 +182,15 @@ pub(super) async fn launch(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    cmd
+}
+
+/// Standard error's last lines kept (and logged); the ready line looked for on standard output.
+fn read_output(
+    spec: &SpawnSpec,
+    child: &mut Child,
+    port: u16,
+) -> (Arc<Mutex<VecDeque<String>>>, tokio::sync::oneshot::Receiver<()>) {
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
     let tail = Arc::new(Mutex::new(VecDeque::new()));
@@ -185,14 +216,7 @@ pub(super) async fn launch(
             }
         }
     });
-    let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
-    let server = Running {
-        process: Process::Local(child),
-        port,
-        endpoint,
-        stderr: tail,
-    };
-    wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
+    (tail, ready_rx)
 }
 
 /// Ready: the server said it listens, and then its health check answered, within

@@ -341,91 +341,28 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
     loop {
         s.status.send_replace(Status::Starting);
         let started = tokio::time::Instant::now();
-        // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
-        let mut ran = false;
         let launched = match &s.spec.on_box {
             None => launch::launch(&s.spec, connect_timeout, &s.stop).await,
             Some(on) => remote::launch(&s.spec, on, connect_timeout, &s.stop).await,
         };
+        // Whether this attempt got as far as a ready server (a crash) or not (a failed start).
+        let ran = launched.is_ok();
         let why = match launched {
-            Ok(mut server) => {
-                let on_box = s.spec.on_box.as_ref().map(|b| b.link.name().to_string());
-                tracing::info!(project = %project, port = server.port, pid = server.process.id(), r#box = on_box.as_deref(), "project server ready");
-                let mut record = Record::new("server_started")
-                    .project(&*project)
-                    .field("port", server.port)
-                    .field("pid", server.process.id());
-                if let Some(b) = on_box {
-                    record = record.field("box", b);
-                }
-                audit.record(record);
-                *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                // Read before Ready, so no request is judged on the table alone once it serves.
-                // Logged when it changed (a restart of the same server says nothing new).
-                match server.endpoint.read_api(connect_timeout).await {
-                    Ok(api) => {
-                        let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
-                        let api = Arc::new(api);
-                        s.api.store(Some(api.clone()));
-                        // After the store: what the log says applies is what `status` shows.
-                        if !same {
-                            crate::upstream::api::log(&project, &api);
-                        }
-                    }
-                    Err(why) => crate::upstream::api::unreadable(&project, &server.endpoint.authority, &why),
-                }
-                s.status.send_replace(Status::Ready(server.endpoint.clone()));
-                // Beside the serving, not before it: asking the model took seconds on a fresh
-                // server, which a first request would otherwise wait for.
-                tokio::spawn(read_model(s.clone(), server.endpoint.clone(), connect_timeout));
-                ran = true;
-                let why = watch_server(&s, &mut server, connect_timeout).await;
-                s.status.send_replace(Status::Starting);
-                server.process.stop().await;
-                remove_tmp(&s.spec);
-                if why == RESTART_ASKED {
-                    tracing::info!(project = %project, "project server restarted on request");
-                    let mut record = Record::new("server_restarted").project(&*project);
-                    if let Some(user) = s.restart_by.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                        record = record.user(user).field("from", "control_room");
-                    }
-                    audit.record(record);
-                    backoff = Duration::from_secs(1);
-                    continue;
-                }
-                why
-            }
+            Ok(mut server) => serve(&s, &mut server, connect_timeout, &audit).await,
             Err(why) => why,
         };
+        if why == RESTART_ASKED {
+            restarted(&s, &audit);
+            backoff = Duration::from_secs(1);
+            continue;
+        }
         if s.stop.is_cancelled() {
             break;
         }
         if started.elapsed() > Duration::from_secs(60) {
             backoff = Duration::from_secs(1);
         }
-        if ran {
-            tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
-        } else {
-            tracing::error!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server NOT RUNNING: it could not be started; its requests get 503 with this reason");
-        }
-        s.restarts.inc();
-        // The fact, not the reason: it may quote the server's own output.
-        audit.record(
-            Record::new(if ran {
-                "server_crashed"
-            } else {
-                "server_failed_to_start"
-            })
-            .project(&*project)
-            .field("restart_in_s", backoff.as_secs()),
-        );
-        let why: Arc<str> = why.into();
-        *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
-        s.status.send_replace(if ran {
-            Status::Failed(why)
-        } else {
-            Status::NotRunning(why)
-        });
+        failed(&s, &audit, ran, why, backoff);
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = s.stop.cancelled() => break,
@@ -436,6 +373,88 @@ async fn run(s: Arc<Supervised>, connect_timeout: Duration, audit: crate::audit:
     remove_tmp(&s.spec);
     tracing::info!(project = %project, "project server stopped");
     audit.record(Record::new("server_stopped").project(&*project));
+}
+
+/// A launched server: told, read, served until it fails or is stopped; why it ended.
+async fn serve(
+    s: &Arc<Supervised>,
+    server: &mut Running,
+    connect_timeout: Duration,
+    audit: &crate::audit::Audit,
+) -> String {
+    let project = &s.spec.project;
+    let on_box = s.spec.on_box.as_ref().map(|b| b.link.name().to_string());
+    tracing::info!(project = %project, port = server.port, pid = server.process.id(), r#box = on_box.as_deref(), "project server ready");
+    let mut record = crate::audit::Record::new("server_started")
+        .project(&**project)
+        .field("port", server.port)
+        .field("pid", server.process.id());
+    if let Some(b) = on_box {
+        record = record.field("box", b);
+    }
+    audit.record(record);
+    *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    // Read before Ready, so no request is judged on the table alone once it serves.
+    // Logged when it changed (a restart of the same server says nothing new).
+    match server.endpoint.read_api(connect_timeout).await {
+        Ok(api) => {
+            let same = s.api.load().as_deref().is_some_and(|old| old.same_as(&api));
+            let api = Arc::new(api);
+            s.api.store(Some(api.clone()));
+            // After the store: what the log says applies is what `status` shows.
+            if !same {
+                crate::upstream::api::log(project, &api);
+            }
+        }
+        Err(why) => crate::upstream::api::unreadable(project, &server.endpoint.authority, &why),
+    }
+    s.status.send_replace(Status::Ready(server.endpoint.clone()));
+    // Beside the serving, not before it: asking the model took seconds on a fresh
+    // server, which a first request would otherwise wait for.
+    tokio::spawn(read_model(s.clone(), server.endpoint.clone(), connect_timeout));
+    let why = watch_server(s, server, connect_timeout).await;
+    s.status.send_replace(Status::Starting);
+    server.process.stop().await;
+    remove_tmp(&s.spec);
+    why
+}
+
+fn restarted(s: &Supervised, audit: &crate::audit::Audit) {
+    let project = &s.spec.project;
+    tracing::info!(project = %project, "project server restarted on request");
+    let mut record = crate::audit::Record::new("server_restarted").project(&**project);
+    if let Some(user) = s.restart_by.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        record = record.user(user).field("from", "control_room");
+    }
+    audit.record(record);
+}
+
+/// A server that crashed (`ran`) or could not start: logged, counted, audited, shown.
+fn failed(s: &Supervised, audit: &crate::audit::Audit, ran: bool, why: String, backoff: Duration) {
+    let project = &s.spec.project;
+    if ran {
+        tracing::warn!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server failed; restarting");
+    } else {
+        tracing::error!(project = %project, reason = %why, retry_in_s = backoff.as_secs(), "project server NOT RUNNING: it could not be started; its requests get 503 with this reason");
+    }
+    s.restarts.inc();
+    // The fact, not the reason: it may quote the server's own output.
+    audit.record(
+        crate::audit::Record::new(if ran {
+            "server_crashed"
+        } else {
+            "server_failed_to_start"
+        })
+        .project(&**project)
+        .field("restart_in_s", backoff.as_secs()),
+    );
+    let why: Arc<str> = why.into();
+    *s.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.clone());
+    s.status.send_replace(if ran {
+        Status::Failed(why)
+    } else {
+        Status::NotRunning(why)
+    });
 }
 
 /// Ask the ready server which model it answers with: logged (a warning when it will likely fail
