@@ -93,8 +93,8 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
         "with a project host's cookie refused",
         // The viewer's answer and new session went through the proxy as hers and were refused
         // by the route table's roles (issue 23: one road to the upstream).
-        "an act on a user's behalf refused: POST /permission/*/reply needs the approver role; you are viewer",
-        "an act on a user's behalf refused: POST /session needs the operator role; you are viewer",
+        "an act made through the gateway refused: POST /permission/*/reply needs the approver role; you are viewer",
+        "an act made through the gateway refused: POST /session needs the operator role; you are viewer",
         "a restart from a role that may not restart refused",
     ] {
         assert!(logs.contains(reason), "no {reason:?} in the gateway log:\n{logs}");
