@@ -16,7 +16,7 @@ script, and every load must show the prompt input: a target that never renders s
 import base64, json, os, re, secrets, signal, subprocess, sys, threading, time
 from pathlib import Path
 
-from bench import GW, OUT, PASSWORD, ROOT, USER, Proxy, free_port, med, run, span, wait_port
+from common import GW, OUT, PASSWORD, ROOT, USER, Proxy, free_port, med, run, span, wait_port
 
 OPENCODE = ROOT / "node_modules" / ".bin" / "opencode"
 ROUNDS = int(os.environ.get("WEBUI_ROUNDS", "3"))

@@ -7,7 +7,7 @@
 //!   LAN addresses, DER, form encoding, compression, worker runtimes, memory, logging).
 //! - `config/`: the file and its validation into `Settings`. `reach`: where a project is reachable.
 //! - `store/` (the state database), `metrics/`, `audit/`.
-//! - `policy/`: pure decisions on the canonical request. `ratelimit`: login budgets and slots.
+//! - `policy/`: pure decisions on the canonical request. `ratelimit`: login allowances and slots.
 //! - `auth/`: credentials, verification, tokens, browser sessions, handoff tickets, pairing codes.
 //! - `upstream/` (OpenCode's side), `notify`, `oidc/` (the provider and SSO flows), `inbox/`.
 //! - `gateway/`: the running gateway (state a reload swaps, reload, connection table, certificates).

@@ -2,9 +2,9 @@
 //! requests per user, and counted slots (connections per address, streams per user) held by RAII
 //! guards that give the slot back when the connection or stream ends.
 //!
-//! A login budget that is spent is remembered until it refills ([`Limiters::spent`]): every
+//! A login allowance that is spent is remembered until it refills ([`Limiters::spent`]): every
 //! answer to a credential that costs less than a login attempt (a cached password, a cached
-//! token) asks it first, so an address over its budget learns nothing, right or wrong, from a
+//! token) asks it first, so an address over its allowance learns nothing, right or wrong, from a
 //! cheaper answer.
 
 use std::collections::HashMap;
@@ -24,16 +24,16 @@ use crate::config::Limits;
 use crate::support::ttl_map::TtlMap;
 
 mod shared;
-use shared::{Shape, SharedBudgets, Taken};
+use shared::{Shape, SharedAllowances, Taken};
 
 type Keyed<K, C> = RateLimiter<K, DashMapStateStore<K>, C, NoOpMiddleware<<C as Clock>::Instant>>;
 /// A keyed limiter that says, when it lets a cell through, how much of the burst is left.
 type Counted<K, C> = RateLimiter<K, DashMapStateStore<K>, C, StateInformationMiddleware>;
 
-/// How long a successful login keeps an (address, user) pair exempt from the per-user budget.
+/// How long a successful login keeps an (address, user) pair exempt from the per-user allowance.
 const KNOWN_GOOD_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 const KNOWN_GOOD_MAX: usize = 100_000;
-/// Bounds of the spent-budget tables. An entry's own deadline decides; the table's lifetime only
+/// Bounds of the spent-allowance tables. An entry's own deadline decides; the table's lifetime only
 /// has to outlast the longest refill (one cell at the slowest quota the config allows, a minute).
 const SPENT_MAX: usize = 100_000;
 const SPENT_KEPT: Duration = Duration::from_secs(3600);
@@ -42,7 +42,7 @@ const SPENT_KEPT: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Denied {
     pub retry_after: Duration,
-    /// Which budget ran out: `"address"`, `"user"` or `"rate"` (a stable log field).
+    /// Which allowance ran out: `"address"`, `"user"` or `"rate"` (a stable log field).
     pub reason: &'static str,
 }
 
@@ -54,17 +54,17 @@ pub struct Limiters<C: Clock = DefaultClock> {
     /// (address, user) pairs that logged in before: a user name under attack from elsewhere does
     /// not lock its owner out of the places they already use.
     known_good: TtlMap<(IpAddr, Arc<str>), ()>,
-    /// Addresses and user names whose login budget is spent, and when it refills.
+    /// Addresses and user names whose login allowance is spent, and when it refills.
     spent: Spent<C::Instant>,
-    /// The login budgets' shapes, for the shared ones.
+    /// The login allowances' shapes, for the shared ones.
     address_shape: Shape,
     user_shape: Shape,
-    /// With a shared store: the budgets every gateway on it spends together.
-    shared: Option<SharedBudgets>,
+    /// With a shared store: the allowances every gateway on it spends together.
+    shared: Option<SharedAllowances>,
 }
 
-/// Budgets known to be spent. `live` counts entries since the last purge, so the common case
-/// (nobody over budget) costs one atomic load and takes no lock.
+/// Allowances known to be spent. `live` counts entries since the last purge, so the common case
+/// (nobody over allowance) costs one atomic load and takes no lock.
 struct Spent<I> {
     addresses: TtlMap<IpAddr, I>,
     users: TtlMap<Arc<str>, I>,
@@ -120,9 +120,9 @@ impl<C: Clock + Clone> Limiters<C> {
         }
     }
 
-    /// Spend the login budgets in `store` too, when other gateways may share it.
+    /// Spend the login allowances in `store` too, when other gateways may share it.
     pub(crate) fn sharing(mut self, store: &Arc<dyn crate::store::Store>) -> Self {
-        self.shared = SharedBudgets::on(store);
+        self.shared = SharedAllowances::on(store);
         self
     }
 
@@ -157,7 +157,7 @@ impl<C: Clock + Clone> Limiters<C> {
     /// The shared half of a login attempt this gateway's own limiter let through
     /// ([`login_attempt`](Self::login_attempt) with `user`, else
     /// [`address_attempt`](Self::address_attempt)): with a shared store, the same cells are
-    /// taken from the budgets every gateway on it spends, and a budget found spent there is
+    /// taken from the allowances every gateway on it spends, and an allowance found spent there is
     /// marked here and told to the others. Nothing (and no await point) without one.
     pub(crate) async fn shared_attempt(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
         let Some(shared) = &self.shared else {
@@ -193,7 +193,7 @@ impl<C: Clock + Clone> Limiters<C> {
     }
 
     /// A login attempt outside an argon2 run (a token lookup, a pairing or passkey answer, a
-    /// sign-on's start): this gateway's limiter, then the shared budgets.
+    /// sign-on's start): this gateway's limiter, then the shared allowances.
     pub(crate) async fn attempt(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
         match user {
             Some(u) => self.login_attempt(ip, u)?,
@@ -202,7 +202,7 @@ impl<C: Clock + Clone> Limiters<C> {
         self.shared_attempt(ip, user).await
     }
 
-    /// Take one cell of `key`'s budget. Taking the last one, or being refused one, marks the key
+    /// Take one cell of `key`'s allowance. Taking the last one, or being refused one, marks the key
     /// spent until a cell is back: from then on no cheaper answer may tell it right from wrong. A
     /// newly spent key is told to the other gateways on a shared store.
     fn charge<K: Hash + Eq + Clone + std::fmt::Display>(
@@ -251,7 +251,7 @@ impl<C: Clock + Clone> Limiters<C> {
         self.spent.live.fetch_add(1, Ordering::Release);
     }
 
-    /// Another gateway on the shared store found budget `key` (`address:<ip>`, `user:<name>`)
+    /// Another gateway on the shared store found allowance `key` (`address:<ip>`, `user:<name>`)
     /// spent for `for_`, or (zero) refilled by a login: mark it here too, so that this
     /// gateway's cheaper answers agree.
     pub(crate) fn spent_elsewhere(&self, key: &str, for_: Duration) {
@@ -269,7 +269,7 @@ impl<C: Clock + Clone> Limiters<C> {
         }
     }
 
-    /// Is this address's login budget spent, or (from an address `user` has not logged in from)
+    /// Is this address's login allowance spent, or (from an address `user` has not logged in from)
     /// the user name's? Asked before any answer to a credential that costs less than a login
     /// attempt: while it refuses, no credential from there gets a yes or no.
     pub(crate) fn spent(&self, ip: IpAddr, user: Option<&str>) -> Result<(), Denied> {
@@ -297,7 +297,7 @@ impl<C: Clock + Clone> Limiters<C> {
         Ok(())
     }
 
-    /// A login verified by a full check (within the budget): the address has shown it holds
+    /// A login verified by a full check (within the allowance): the address has shown it holds
     /// the credential, so its own spent mark goes (a user who mistyped until the last attempt
     /// is not refused their next connection). The user name's mark stays: it bounds guesses from
     /// other addresses.
@@ -323,7 +323,7 @@ impl<C: Clock + Clone> Limiters<C> {
             .map_err(|n| self.denied(n, "rate"))
     }
 
-    /// Forget keys whose budget is full again, so the maps only hold recent activity.
+    /// Forget keys whose allowance is full again, so the maps only hold recent activity.
     pub(crate) fn purge(&self) {
         self.login_by_address.retain_recent();
         self.login_by_user.retain_recent();
@@ -465,7 +465,7 @@ mod tests {
         let home: IpAddr = "127.0.0.9".parse().unwrap();
         l.login_attempt(home, "alice").unwrap();
         l.login_succeeded(home, &"alice".into());
-        // The user budget (5) already paid for the login from home.
+        // The user allowance (5) already paid for the login from home.
         for i in 0..4u8 {
             l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice").unwrap();
         }
@@ -476,11 +476,11 @@ mod tests {
             "a bounded wait, not a lock"
         );
         l.login_attempt(home, "alice")
-            .expect("the owner's address is exempt from the user budget");
+            .expect("the owner's address is exempt from the user allowance");
     }
 
     #[test]
-    fn a_spent_budget_refuses_cheaper_answers_until_a_cell_is_back() {
+    fn a_spent_allowance_refuses_cheaper_answers_until_a_cell_is_back() {
         let clock = FakeRelativeClock::default();
         let l = Limiters::with_clock(&limits(), clock.clone());
         let a: IpAddr = "127.0.0.2".parse().unwrap();
@@ -532,7 +532,7 @@ mod tests {
             Ok(()),
             "the owner who mistyped is let back in"
         );
-        // Guesses at alice from many addresses spend the user name's budget (5).
+        // Guesses at alice from many addresses spend the user name's allowance (5).
         for i in 0..2u8 {
             l.login_attempt(IpAddr::from([10, 0, 0, i]), "alice").unwrap();
         }
@@ -569,10 +569,10 @@ mod tests {
         assert!(s.try_acquire(1, 2).is_some());
     }
 
-    /// A budget another gateway found spent is spent here too (for the address's /64, for a
+    /// An allowance another gateway found spent is spent here too (for the address's /64, for a
     /// user name from addresses it has not logged in from), until told it refilled.
     #[test]
-    fn a_budget_spent_elsewhere_is_spent_here() {
+    fn an_allowance_spent_elsewhere_is_spent_here() {
         let clock = FakeRelativeClock::default();
         let l = Limiters::with_clock(&limits(), clock.clone());
         let v6: IpAddr = "2001:db8::1".parse().unwrap();

@@ -32,7 +32,7 @@ use crate::config::Secret;
 use crate::ratelimit::{Denied, Limiters};
 
 /// The gateway's part that checks credentials, and outlives reloads: the cache of verified
-/// credentials, the argon2 verifier, the limiters (the login budgets, and the per-user request
+/// credentials, the argon2 verifier, the limiters (the login allowances, and the per-user request
 /// rate the pipeline asks of the same table) and the API tokens. The gateway holds one; a check
 /// borrows it ([`Check`]) rather than the whole gateway, so auth needs nothing above it.
 pub struct Auth {
@@ -63,7 +63,7 @@ pub(crate) enum AuthError {
     BadCredentials,
     /// A wrong, expired or revoked API token (or one of another user).
     BadToken,
-    /// A login budget is spent: which one, and when it refills.
+    /// A login allowance is spent: which one, and when it refills.
     LoginLimited {
         retry_after: Duration,
         reason: &'static str,
@@ -73,7 +73,7 @@ pub(crate) enum AuthError {
 }
 
 /// Check a user name and password. An authenticated request costs one keyed hash and a lookup;
-/// argon2 runs only for a credential not seen before, and only within the login budget.
+/// argon2 runs only for a credential not seen before, and only within the login allowance.
 pub(crate) async fn password(
     check: &Check<'_>,
     peer: IpAddr,
@@ -104,8 +104,8 @@ pub(crate) async fn password_until(
         "<unknown>"
     };
     let limited = |denied: Denied, why: &'static str| limited(check, peer, log_user, method, denied, why);
-    // A spent login budget answers first: no credential from there gets a yes or no, not even
-    // a cached one, until the budget refills (a cache hit before the limiter is an oracle).
+    // A spent login allowance answers first: no credential from there gets a yes or no, not even
+    // a cached one, until the allowance refills (a cache hit before the limiter is an oracle).
     if let Err(denied) = auth.limiters.spent(peer, Some(user)) {
         return Err(limited(denied, "login refused: limit reached"));
     }
@@ -171,7 +171,7 @@ fn verified(
     (u.clone(), until)
 }
 
-/// A login refused because a budget is spent: counted, logged and audited with which one.
+/// A login refused because an allowance is spent: counted, logged and audited with which one.
 fn limited(
     check: &Check<'_>,
     peer: IpAddr,

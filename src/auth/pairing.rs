@@ -14,7 +14,7 @@
 //! secret is kept, since on a shared store the digest key sits in the same database, and a keyed
 //! digest of 40 bits would fall to a search by whoever reads a copy of it within the code's
 //! minutes. Unknown, used, expired, dead and wrong codes get one answer (status, body, the same
-//! budget charged, and an argon2 run: a redeem whose id selects nothing verifies against a dummy
+//! allowance charged, and an argon2 run: a redeem whose id selects nothing verifies against a dummy
 //! hash), so a guesser cannot find a live id to aim its wrong tries at.
 
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! argon2 (256 random bits need no stretching). A token narrows its user's grants, never widens
 //! them: at create time a wider scope is refused, and at use time the token's scope is intersected
 //! with the user's grants of the moment. A wrong, expired or revoked token is charged to the login
-//! limiter like a wrong password; once an address is over its budget, its uncached tokens get 429
+//! limiter like a wrong password; once an address is over its allowance, its uncached tokens get 429
 //! before the database is asked (a valid token is not charged: a CI fleet cannot lock itself out).
 
 use std::os::unix::fs::OpenOptionsExt;

@@ -58,7 +58,7 @@ impl Verifier {
     /// Verify `password` against `hash` (the dummy when the user is unknown, which always fails).
     /// `key` identifies the credential: concurrent calls with the same key share one argon2 run,
     /// and only a call that starts a run asks `admit` (the login limiter) and then `admit_shared`
-    /// (its budgets shared with other gateways, `Limiters::shared_attempt`) first. So a client that
+    /// (its allowances shared with other gateways, `Limiters::shared_attempt`) first. So a client that
     /// opens many connections at once with one new credential is charged one attempt, not one per
     /// connection, and joining a run can never start an uncharged one.
     ///
@@ -101,7 +101,7 @@ impl Verifier {
                         key,
                         rx: tx.subscribe(),
                     };
-                    // The shared half (other gateways' budgets, in the store) is awaited here,
+                    // The shared half (other gateways' allowances, in the store) is awaited here,
                     // outside the lock: refused, the entry goes and those who joined start over.
                     admit_shared().await?;
                     let ok = self.run(hash.unwrap_or(&self.dummy).clone(), password.clone()).await;
@@ -202,7 +202,7 @@ mod tests {
         assert_eq!(v.counters().runs.load(Ordering::SeqCst), 0);
     }
 
-    /// The shared half refusing (another gateway spent the budget) starts no run either, and
+    /// The shared half refusing (another gateway spent the allowance) starts no run either, and
     /// leaves no entry behind: the next call is asked again.
     #[tokio::test]
     async fn refused_shared_admission_starts_no_run() {

@@ -59,10 +59,10 @@ async fn prune_ended_sessions(gw: &Gateway) {
     {
         tracing::info!(sessions = n, "pruned browser sessions that ended more than a day ago");
     }
-    // Shared login budgets that are full again (a store of one gateway keeps none).
+    // Shared login allowances that are full again (a store of one gateway keeps none).
     let store = gw.browser.sessions.store().clone();
-    let _ = crate::store::blocking("pruning full login budgets", move || {
-        store.prune_budgets(crate::store::now_millis())
+    let _ = crate::store::blocking("pruning full login allowances", move || {
+        store.prune_allowances(crate::store::now_millis())
     })
     .await;
 }

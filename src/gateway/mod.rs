@@ -140,7 +140,7 @@ pub(crate) fn watch_store(gw: &Arc<Gateway>) {
         }
         if let Changed::Spent { key, ms } = &what {
             gw.auth.limiters.spent_elsewhere(key, std::time::Duration::from_millis(u64::try_from(*ms).unwrap_or(0)));
-            tracing::info!(target: "security", budget = %key, for_ms = ms, "a login budget spent (or refilled) through another gateway");
+            tracing::info!(target: "security", allowance = %key, for_ms = ms, "a login allowance spent (or refilled) through another gateway");
             return;
         }
         tracing::info!(changed = ?what, "cached verifications forgotten: a revocation through another gateway or the CLI");

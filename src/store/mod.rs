@@ -39,11 +39,11 @@ mod backends {
         let url = cluster.url("tokens");
         let again = super::postgres::PostgresStore::open(&url).unwrap();
         assert!(!super::TokenStore::list_tokens(&again, None).unwrap().is_empty());
-        login_budgets_are_spent_together(&cluster.database("budgets"));
+        login_allowances_are_spent_together(&cluster.database("budgets"));
     }
 
-    /// Two gateways' stores on one database spend one budget: 3 cells, one back a minute.
-    fn login_budgets_are_spent_together(url: &str) {
+    /// Two gateways' stores on one database spend one allowance: 3 cells, one back a minute.
+    fn login_allowances_are_spent_together(url: &str) {
         use super::SharedStore;
         let (a, b) = (
             super::postgres::PostgresStore::open(url).unwrap(),
@@ -51,9 +51,9 @@ mod backends {
         );
         let (t, minute) = (1_000_000_i64, 60_000_i64);
         let take =
-            |s: &super::postgres::PostgresStore, key: &str, now: i64| s.take_budget(key, minute, 3, now).unwrap();
+            |s: &super::postgres::PostgresStore, key: &str, now: i64| s.take_allowance(key, minute, 3, now).unwrap();
         assert_eq!(take(&a, "address:10.0.0.1", t), Ok(2));
-        assert_eq!(take(&b, "address:10.0.0.1", t), Ok(1), "B spends A's budget");
+        assert_eq!(take(&b, "address:10.0.0.1", t), Ok(1), "B spends A's allowance");
         assert_eq!(take(&a, "address:10.0.0.1", t + 1), Ok(0));
         assert_eq!(
             take(&b, "address:10.0.0.1", t + 2),
@@ -63,8 +63,8 @@ mod backends {
         assert_eq!(take(&a, "address:10.0.0.2", t), Ok(2), "another key has its own");
         assert_eq!(take(&b, "address:10.0.0.1", t + minute), Ok(0), "one cell back");
         // 10.0.0.2 is full again a minute after its one cell; 10.0.0.1 four minutes after t.
-        assert_eq!(a.prune_budgets(t + 3 * minute).unwrap(), 1, "only the full one");
-        assert_eq!(a.prune_budgets(t + 10 * minute).unwrap(), 1);
+        assert_eq!(a.prune_allowances(t + 3 * minute).unwrap(), 1, "only the full one");
+        assert_eq!(a.prune_allowances(t + 10 * minute).unwrap(), 1);
         assert_eq!(take(&b, "address:10.0.0.1", t + 10 * minute), Ok(2), "full again");
     }
 }
@@ -472,7 +472,7 @@ pub(crate) enum Changed {
     Sessions,
     /// Tokens were revoked.
     Tokens,
-    /// Login budget `key` (`address:<ip>`, `user:<name>`) is spent for `ms` (0: a login refilled
+    /// Login allowance `key` (`address:<ip>`, `user:<name>`) is spent for `ms` (0: a login refilled
     /// it), found by another gateway.
     Spent { key: String, ms: i64 },
     /// An operator raised a spend budget (its row is saved): read the raises again.
@@ -501,21 +501,27 @@ pub(crate) trait SharedStore: Send + Sync {
     fn leader(&self, _name: &'static str) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
         None
     }
-    /// Whether other gateways may use this store too (then login budgets are spent in it).
+    /// Whether other gateways may use this store too (then login allowances are spent in it).
     fn is_shared(&self) -> bool {
         false
     }
-    /// Take one cell of login budget `key` (`burst` cells, one back every `interval` ms) at
+    /// Take one cell of login allowance `key` (`burst` cells, one back every `interval` ms) at
     /// `now` (Unix ms), for every gateway on this store: the cells left, or the ms until one is
     /// back. Asked only of a shared store.
-    fn take_budget(&self, _key: &str, _interval: i64, _burst: u32, _now: i64) -> Result<Result<u32, i64>, StoreError> {
+    fn take_allowance(
+        &self,
+        _key: &str,
+        _interval: i64,
+        _burst: u32,
+        _now: i64,
+    ) -> Result<Result<u32, i64>, StoreError> {
         Ok(Ok(u32::MAX))
     }
     /// Tell the other gateways on this store that `what` changed (nothing to tell on a store of
     /// one gateway).
     fn tell(&self, _what: Changed) {}
-    /// Delete budgets that are full again at `now` (Unix ms).
-    fn prune_budgets(&self, _now: i64) -> Result<usize, StoreError> {
+    /// Delete allowances that are full again at `now` (Unix ms).
+    fn prune_allowances(&self, _now: i64) -> Result<usize, StoreError> {
         Ok(0)
     }
 }

@@ -18,6 +18,7 @@
 use blake2::{Blake2b256, Digest};
 use http::{Response, header};
 
+use super::handoff_target::{port_of, target};
 use super::{Ctx, form, page};
 use crate::auth::handoff::Ticket;
 use crate::auth::once::{Seen, Verdict};
@@ -29,91 +30,6 @@ use crate::store::PutOnce;
 
 fn digest(ticket: &str) -> [u8; 32] {
     Blake2b256::digest(ticket.as_bytes()).into()
-}
-
-/// The port of a `host[:port]` (443 when none).
-pub(crate) fn port_of(host: &str) -> u16 {
-    let h = crate::policy::route::strip_port(host);
-    host[h.len()..]
-        .strip_prefix(':')
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(443)
-}
-
-/// Why a handoff target is refused (a stable code for logs and tests).
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum BadTarget {
-    NotHttps,
-    NotAProjectHost,
-    OtherPort,
-    BadPath,
-}
-
-/// Read a handoff target: `https://<project>.<base_domain>[:port]/path` on this gateway's port.
-/// Returns the authority, the project and the path.
-pub(crate) fn parse_target<'a>(
-    to: &'a str,
-    base_domain: &str,
-    port: u16,
-) -> Result<(&'a str, &'a str, &'a str), BadTarget> {
-    let (authority, path) = split_target(to)?;
-    let project = crate::policy::route::host_label(authority, base_domain).ok_or(BadTarget::NotAProjectHost)?;
-    if port_of(authority) != port {
-        return Err(BadTarget::OtherPort);
-    }
-    Ok((authority, project, path))
-}
-
-/// Read a handoff target asked for on the login host `here` (its Host header): a project host
-/// (see [`parse_target`]), a project's own port on the same host name as `here` (port mode,
-/// `web/front.rs`), or the named host `named` when given (`web/handoff_named.rs`: the project is
-/// then empty). Returns the authority, the project and the path.
-pub(crate) fn target<'a>(
-    to: &'a str,
-    here: &str,
-    base_domain: Option<&str>,
-    named: Option<&str>,
-    ports: &crate::reach::BoundPorts,
-) -> Result<(&'a str, String, &'a str), BadTarget> {
-    if let Some(n) = named
-        && let Some(read) = super::handoff_named::parse(to, n)
-    {
-        return read.map(|path| (split_target(to).map_or("", |(a, _)| a), String::new(), path));
-    }
-    if let Some(d) = base_domain
-        && let Ok((authority, project, path)) = parse_target(to, d, port_of(here))
-    {
-        return Ok((authority, project.to_string(), path));
-    }
-    let (authority, path) = split_target(to)?;
-    if let Some(d) = base_domain
-        && crate::policy::route::host_label(authority, d).is_some()
-    {
-        return Err(BadTarget::OtherPort);
-    }
-    let same_name =
-        crate::policy::route::strip_port(authority).eq_ignore_ascii_case(crate::policy::route::strip_port(here));
-    let project = ports
-        .project_on(port_of(authority))
-        .filter(|_| same_name)
-        .ok_or(BadTarget::NotAProjectHost)?;
-    Ok((authority, project.to_string(), path))
-}
-
-/// `https://authority/path` → the authority and the path (`/` when empty), refusing user info,
-/// backslashes and any path that is not a plain local one.
-pub(super) fn split_target(to: &str) -> Result<(&str, &str), BadTarget> {
-    let rest = to.strip_prefix("https://").ok_or(BadTarget::NotHttps)?;
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    if authority.is_empty() || authority.contains(['@', '\\']) {
-        return Err(BadTarget::NotAProjectHost);
-    }
-    let path = if path.is_empty() { "/" } else { path };
-    if form::local_path(path) != path || path.contains('#') {
-        return Err(BadTarget::BadPath);
-    }
-    Ok((authority, path))
 }
 
 /// Login host: `GET /_gw/handoff?to=…`.
@@ -352,89 +268,6 @@ pub(crate) fn login_redirect_to(login: &str, host: &str, path_and_query: &str, s
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_this_gateways_project_hosts_on_its_port_are_targets() {
-        let d = "gw.localhost";
-        assert_eq!(
-            parse_target("https://web.gw.localhost:8443/x?y=1", d, 8443),
-            Ok(("web.gw.localhost:8443", "web", "/x?y=1"))
-        );
-        assert_eq!(parse_target("https://web.gw.localhost:8443", d, 8443).unwrap().2, "/");
-        assert_eq!(parse_target("https://web.gw.localhost/", d, 443).unwrap().1, "web");
-        let refused = [
-            ("http://web.gw.localhost:8443/", BadTarget::NotHttps),
-            ("//web.gw.localhost:8443/", BadTarget::NotHttps),
-            ("https://evil.example/", BadTarget::NotAProjectHost),
-            ("https://gw.localhost:8443/", BadTarget::NotAProjectHost),
-            ("https://a.b.gw.localhost:8443/", BadTarget::NotAProjectHost),
-            (
-                "https://web.gw.localhost.evil.example:8443/",
-                BadTarget::NotAProjectHost,
-            ),
-            (
-                "https://web.gw.localhost:8443@evil.example/",
-                BadTarget::NotAProjectHost,
-            ),
-            (
-                "https://evil.example\\@web.gw.localhost:8443/",
-                BadTarget::NotAProjectHost,
-            ),
-            ("https://web.gw.localhost:9443/", BadTarget::OtherPort),
-            ("https://web.gw.localhost:8443//evil.example/", BadTarget::BadPath),
-            ("https://web.gw.localhost:8443/#frag", BadTarget::BadPath),
-        ];
-        for (to, want) in refused {
-            assert_eq!(parse_target(to, d, 8443), Err(want), "{to}");
-        }
-    }
-
-    #[test]
-    fn a_project_port_is_a_target_only_on_the_same_host_name_and_a_bound_port() {
-        let ports = crate::reach::BoundPorts {
-            main: 8443,
-            projects: vec![("demo".into(), 8444), ("api".into(), 8445)],
-            http: None,
-        };
-        let here = "198.18.0.1:8443";
-        assert_eq!(
-            target("https://198.18.0.1:8444/s?x=1", here, None, None, &ports),
-            Ok(("198.18.0.1:8444", "demo".to_string(), "/s?x=1"))
-        );
-        assert_eq!(
-            target("https://198.18.0.1:8445", here, None, None, &ports).unwrap().1,
-            "api"
-        );
-        for (to, want) in [
-            ("https://198.18.0.1:8443/", BadTarget::NotAProjectHost),
-            ("https://198.18.0.1:9999/", BadTarget::NotAProjectHost),
-            ("https://198.18.0.9:8444/", BadTarget::NotAProjectHost),
-            ("https://evil.example:8444/", BadTarget::NotAProjectHost),
-            ("https://198.18.0.1:8444@evil.example/", BadTarget::NotAProjectHost),
-            ("http://198.18.0.1:8444/", BadTarget::NotHttps),
-            ("https://198.18.0.1:8444//evil.example/", BadTarget::BadPath),
-        ] {
-            assert_eq!(target(to, here, None, None, &ports), Err(want), "{to}");
-        }
-        // With a base domain, project hosts keep their rules and ports work beside them.
-        let d = Some("gw.localhost");
-        assert_eq!(
-            target("https://web.gw.localhost:8443/", "gw.localhost:8443", d, None, &ports)
-                .unwrap()
-                .1,
-            "web"
-        );
-        assert_eq!(
-            target("https://web.gw.localhost:9443/", "gw.localhost:8443", d, None, &ports),
-            Err(BadTarget::OtherPort)
-        );
-        assert_eq!(
-            target("https://gw.localhost:8444/", "gw.localhost:8443", d, None, &ports)
-                .unwrap()
-                .1,
-            "demo"
-        );
-    }
 
     #[test]
     fn a_ticket_is_redeemed_only_on_its_front_beside_its_login_and_its_state() {

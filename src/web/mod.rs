@@ -15,6 +15,7 @@ pub mod form;
 pub mod front;
 pub mod handoff;
 pub mod handoff_named;
+pub mod handoff_target;
 pub mod login;
 pub mod page;
 pub mod pair;
@@ -166,7 +167,7 @@ fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, H
     {
         return None;
     }
-    let port = match handoff::port_of(host) {
+    let port = match handoff_target::port_of(host) {
         443 => String::new(),
         p => format!(":{p}"),
     };

@@ -10,7 +10,7 @@
 //! single use (taken out under the lock that checks them), and die after [`MAX_TRIES`] wrong
 //! secrets. Only a keyed digest of the secret is kept; it is compared in constant time. Every
 //! attempt first passes the login limiter (see `submit`), so 40 bits are plenty. Unknown, used,
-//! expired, dead and wrong codes get one answer (status, body, and the same budget charged), so
+//! expired, dead and wrong codes get one answer (status, body, and the same allowance charged), so
 //! a guesser cannot find a live id to aim its wrong tries at.
 
 use askama::Template;
@@ -61,8 +61,8 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
     ctx.check_csrf()?;
     let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
     let parsed = parse(f.get("code").map_or("", String::as_str));
-    // Every attempt is charged to the address alone, whatever its id selects: a budget that
-    // followed the code's user would tell live ids from unknown ones by which budget runs out.
+    // Every attempt is charged to the address alone, whatever its id selects: an allowance that
+    // followed the code's user would tell live ids from unknown ones by which allowance runs out.
     // Guessing one code's secret is bounded by the code itself (MAX_TRIES, then it dies).
     if let Err(d) = ctx.gw.auth.limiters.attempt(ctx.client, None).await {
         return limited(ctx, d);
@@ -133,7 +133,7 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
     Ok(r)
 }
 
-/// The address's login budget is spent: 429 with Retry-After, on the pairing page, before the
+/// The address's login allowance is spent: 429 with Retry-After, on the pairing page, before the
 /// code is looked at.
 fn limited(ctx: &Ctx<'_>, d: crate::ratelimit::Denied) -> Result<Response<ProxyBody>, HttpError> {
     ctx.gw.metrics.refused(crate::metrics::Refusal::Login);

@@ -165,7 +165,7 @@ async fn sign_in(
     let Some(user) = ctx.state.users.get(record.user.as_str()).map(|u| u.name.clone()) else {
         return Ok(failed(ctx, Some(&record.user), &PasskeyError::Unknown).await);
     };
-    // The user name's budget too, as a password login's (a name locked out from elsewhere).
+    // The user name's allowance too, as a password login's (a name locked out from elsewhere).
     if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, Some(&user)) {
         return Ok(limited(denied.retry_after));
     }
@@ -186,7 +186,7 @@ async fn sign_in(
     Ok(r)
 }
 
-/// A sign-in refused: charged to the address's login budget (as a wrong password, without a
+/// A sign-in refused: charged to the address's login allowance (as a wrong password, without a
 /// user name to charge), counted, logged and audited with why (the user only once a passkey
 /// named one).
 async fn failed(ctx: &Ctx<'_>, user: Option<&str>, e: &PasskeyError) -> Response<ProxyBody> {

@@ -89,7 +89,7 @@ pub(crate) async fn start(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErro
     if ctx.login_session().await?.is_some() {
         return Ok(page::redirect(&next));
     }
-    // Each start holds a flow in memory for ten minutes: an address gets the login budget.
+    // Each start holds a flow in memory for ten minutes: an address gets the login allowance.
     ctx.gw.auth.limiters.attempt(ctx.client, None).await.map_err(|d| {
         tracing::warn!(target: "security", peer = %ctx.client, reason = "oidc_start_limited", "single sign-on: too many sign-ins begun from one address");
         ctx.gw.audit.record(sso_record(ctx, "lockout", None).field("reason", d.reason));

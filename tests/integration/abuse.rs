@@ -449,7 +449,7 @@ async fn requests_per_user_are_rate_limited() {
             .await
             .status,
         200,
-        "bob has his own budget"
+        "bob has his own allowance"
     );
 }
 
@@ -481,12 +481,12 @@ async fn connections_per_address_are_capped() {
 }
 
 /// Issue 21, defect 1: the verified-credential caches answered before the login limiter, so an
-/// address far over its budget still told a right guess (200) from a wrong one (429). Now a spent
-/// budget answers first on every road a credential takes (Basic, Bearer, the form), and only a
+/// address far over its allowance still told a right guess (200) from a wrong one (429). Now a spent
+/// allowance answers first on every road a credential takes (Basic, Bearer, the form), and only a
 /// credential already proven on the same connection keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_over_its_login_budget_learns_nothing_from_the_caches() {
-    // A burst of 3, then one a minute: the budget cannot refill while the test runs.
+async fn an_address_over_its_login_allowance_learns_nothing_from_the_caches() {
+    // A burst of 3, then one a minute: the allowance cannot refill while the test runs.
     let (gw, _web, c) = gateway("[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n").await;
     let token = crate::common::login::token_create(&gw, "alice");
     let bearer = format!("Bearer {token}");

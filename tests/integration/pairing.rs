@@ -279,12 +279,12 @@ async fn wrong_tries_expiry_and_the_limiter_bound_pairing_codes() {
     cookie_of(&post_code(&c.from("127.0.0.6"), &good).await);
 }
 
-/// Issue 21, defect 4: unknown ids were charged to one budget and live ids to their user's, so
+/// Issue 21, defect 4: unknown ids were charged to one allowance and live ids to their user's, so
 /// once the first ran out a prober told live ids from unknown ones (429 against 401), and then
 /// killed the live code with wrong tries. Now every kind of refused code gets one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unknown_and_wrong_codes_get_one_answer_from_one_budget() {
-    // A user-name budget smaller than the address's: a budget that followed the code's user
+async fn unknown_and_wrong_codes_get_one_answer_from_one_allowance() {
+    // A user-name allowance smaller than the address's: a budget that followed the code's user
     // would run out first and show.
     let (gw, _web) = one_project(
         PW,

@@ -124,7 +124,7 @@ async fn a_passkey_is_added_signs_in_and_stops_when_revoked_in_chromium() {
     assert!(!ok && said.contains("there is no passkey"), "{said}");
 }
 
-/// A passkey sign-in from an address whose login budget is spent is refused before any ceremony
+/// A passkey sign-in from an address whose login allowance is spent is refused before any ceremony
 /// (429 with Retry-After, as the password form); a page opened by address offers no passkey and
 /// cannot start one; adding one needs a login.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,7 +184,7 @@ async fn passkeys_ask_the_login_limiter_first_and_need_a_name_and_a_login() {
         page.body
     );
 
-    // Spend the address's login budget with wrong passwords: the next passkey start is refused.
+    // Spend the address's login allowance with wrong passwords: the next passkey start is refused.
     let mut limited = None;
     for _ in 0..30 {
         let r = post_login(&c, "alice", "wrong-password").await;

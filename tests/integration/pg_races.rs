@@ -3,7 +3,7 @@
 //! pairing code are each tried [`TRIES`] times at once, half through each gateway, every try on
 //! a connection made beforehand and sent when a barrier releases them all. Exactly one try takes
 //! the record; every other gets the refusal for a record that is gone. Guesses at a password,
-//! spread over both gateways at once, spend one login budget the same way.
+//! spread over both gateways at once, spend one login allowance the same way.
 //!
 //! So that the two gateways' settles surely overlap (else a race is won by timing alone), the
 //! test holds the record locked in a transaction of its own, as a third replica's settle would,
@@ -378,7 +378,7 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
     for round in 0..ROUNDS {
         let code = tokio::task::block_in_place(|| pair_code(if round % 2 == 0 { &a } else { &b }));
         // Each try from its own phone (address): the pairing page charges each address's login
-        // budget, and one phone's budget is not what is raced here.
+        // allowance, and one phone's allowance is not what is raced here.
         let held = hold_record(&url, "pairing").await;
         let tries = race(
             held,
@@ -404,7 +404,7 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
         );
         assert_eq!(won.reply.headers["location"], "/?done=paired");
     }
-    // Every loser was refused as a code that is gone (not a wrong secret, not a spent budget).
+    // Every loser was refused as a code that is gone (not a wrong secret, not a spent allowance).
     let unknown = count_both(&a, &b, "reason=\"pairing_unknown\"", ROUNDS * (TRIES - 1)).await;
     assert_eq!(unknown, ROUNDS * (TRIES - 1), "A:\n{}\nB:\n{}", a.logs(), b.logs());
     let (ok, listing) = tokio::task::block_in_place(|| a.cli(&["devices", "alice"]));
@@ -416,12 +416,12 @@ async fn of_two_gateways_given_one_pairing_code_at_once_one_takes_it() {
 }
 
 /// Guesses spread over both gateways at once (wrong passwords from one address): the address's
-/// login budget of 3 in the database admits 3 of them in all, not 3 on each gateway; every other
-/// is refused as over the limit. The test holds the budgets' table (`LOCK TABLE`) until both
+/// login allowance of 3 in the database admits 3 of them in all, not 3 on each gateway; every other
+/// is refused as over the limit. The test holds the allowances' table (`LOCK TABLE ocgw_budgets`) until both
 /// gateways wait to charge it: the charge is one statement (`store/postgres/shared.rs`
-/// `take_budget`), so the two charges are counted one after the other whatever their timing.
+/// `take_allowance`), so the two charges are counted one after the other whatever their timing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn of_two_gateways_given_guesses_at_once_one_login_budget_admits_its_burst() {
+async fn of_two_gateways_given_guesses_at_once_one_login_allowance_admits_its_burst() {
     let fake = FakeUpstream::start(UPSTREAM_PW).await;
     let limits = "[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n";
     let Some(Two {
@@ -455,7 +455,7 @@ async fn of_two_gateways_given_guesses_at_once_one_login_budget_admits_its_burst
         },
     )
     .await;
-    // A guess the budget admitted is answered as a wrong password (its argon2 ran).
+    // A guess the allowance admitted is answered as a wrong password (its argon2 ran).
     took_n(
         tries,
         "guesses from 127.0.0.9",

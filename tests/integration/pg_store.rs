@@ -232,19 +232,19 @@ async fn two_gateways_on_one_database_share_logins_tokens_and_logouts() {
     tokio::task::spawn_blocking(move || drop(cluster)).await.unwrap();
 }
 
-/// Two gateways on one database spend one login budget (3 failures, one back a minute): two
-/// wrong passwords through A and one through B spend an address's budget, and B then refuses
-/// even though its own limiter saw only one. A budget spent through A is told to B, which then
+/// Two gateways on one database spend one login allowance (3 failures, one back a minute): two
+/// wrong passwords through A and one through B spend an address's allowance, and B then refuses
+/// even though its own limiter saw only one. An allowance spent through A is told to B, which then
 /// refuses the right password it had cached for that address (no cheaper answer elsewhere).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_gateways_on_one_database_spend_one_login_budget() {
+async fn two_gateways_on_one_database_spend_one_login_allowance() {
     let Some((cluster, _url, config)) = on_postgres().await else {
         return;
     };
     let config = format!("{config}\n[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n");
     let (a, b, ca, cb) = two_gateways(&config, "").await;
 
-    // One budget for 127.0.0.4, wherever it tries.
+    // One allowance for 127.0.0.4, wherever it tries.
     let (a4, b4) = (ca.from("127.0.0.4"), cb.from("127.0.0.4"));
     assert_eq!(post_login(&a4, "alice", "wrong-1").await.status, 401);
     assert_eq!(post_login(&a4, "alice", "wrong-2").await.status, 401);
@@ -255,11 +255,11 @@ async fn two_gateways_on_one_database_spend_one_login_budget() {
     let refused = post_login(&a4, "alice", ALICE).await;
     assert_eq!(
         refused.status, 429,
-        "A answered the right password after the budget was spent"
+        "A answered the right password after the allowance was spent"
     );
 
     // 127.0.0.5 logged in through B (its password is cached there; the login's argon2 run took
-    // one cell of the shared budget), then spends the rest through A only: B is told, and
+    // one cell of the shared allowance), then spends the rest through A only: B is told, and
     // refuses the cached password too.
     let (a5, b5) = (ca.from("127.0.0.5"), cb.from("127.0.0.5"));
     assert_eq!(post_login(&b5, "alice", ALICE).await.status, 303);
@@ -267,7 +267,7 @@ async fn two_gateways_on_one_database_spend_one_login_budget() {
         assert_eq!(post_login(&a5, "alice", &format!("wrong-{n}")).await.status, 401);
     }
     assert!(
-        b.wait_log("budget=address:127.0.0.5", Duration::from_secs(5)).await,
+        b.wait_log("allowance=address:127.0.0.5", Duration::from_secs(5)).await,
         "B was not told: {}",
         b.logs()
     );

@@ -89,7 +89,7 @@ async fn behind_haproxy_the_gateway_sees_the_real_client_and_refuses_a_header_fr
     a_header_from_anyone_else_is_closed_unanswered_and_logged_once(&gw).await;
 }
 
-/// Through HAProxy, 127.0.0.2 spends its login budget (10 at once) and is refused, the right
+/// Through HAProxy, 127.0.0.2 spends its login allowance (10 at once) and is refused, the right
 /// password included, while another client of the same HAProxy still logs in: the login limiter
 /// counts the client the header names, not the balancer.
 fn the_login_limiter_counts_the_client_the_header_names(gw: &Gateway, port: u16) {

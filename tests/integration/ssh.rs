@@ -59,7 +59,7 @@ fn stderr(out: &std::process::Output) -> String {
 }
 
 /// The real `ssh` logging in as alice with the gateway password only (answered by `ask`, asked at
-/// most `prompts` times), from its own loopback `source` address (so the login budget it spends is
+/// most `prompts` times), from its own loopback `source` address (so the login allowance it spends is
 /// its test's alone), running `id` (which the gateway refuses: no shell).
 fn password_login(s: &SshSetup, ask: &Path, prompts: u32, source: &str) -> std::process::Command {
     let mut cmd = std::process::Command::new("ssh");
@@ -258,14 +258,14 @@ async fn everything_but_forwards_to_granted_projects_is_refused_and_logged() {
 }
 
 /// The gateway password over SSH goes through the HTTPS path's limiter and caches: once the
-/// address's budget is spent, even the right (cached) password is refused (issue 21, defect 1:
-/// the right one used to be accepted from an address over its budget), and a token typed as the
+/// address's allowance is spent, even the right (cached) password is refused (issue 21, defect 1:
+/// the right one used to be accepted from an address over its allowance), and a token typed as the
 /// password never costs an argon2 run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     let web = FakeUpstream::start(PW).await;
     let api = FakeUpstream::start(PW).await;
-    // A burst of 3, then one a minute: the budget cannot refill while the test runs.
+    // A burst of 3, then one a minute: the allowance cannot refill while the test runs.
     let s = setup_ssh(&format!(
         "[limits]\nauth_failure_burst = 3\nauth_failures_per_minute = 1\n\n{}",
         projects(&web, &api)
@@ -301,7 +301,7 @@ async fn the_gateway_password_logs_in_over_ssh_through_the_same_limiter() {
     let out = tokio::task::block_in_place(|| run(with_password(&wrong)));
     assert!(stderr(&out).contains("Permission denied"), "{}", stderr(&out));
     assert_eq!(s.gw.metric("logins_total{method=\"password\",outcome=\"failure\"}"), 2);
-    // The budget is spent: the right password, cached since attempt 1, is refused too.
+    // The allowance is spent: the right password, cached since attempt 1, is refused too.
     let runs = argon2();
     let out = tokio::task::block_in_place(|| run(with_password(&right)));
     assert!(

@@ -116,7 +116,7 @@ async fn without_a_usable_provider_or_flow_the_pages_refuse_plainly() {
         .await;
     assert_eq!(pw.status, 401, "{}", pw.body);
 
-    // Every start holds a flow for ten minutes: one address gets the login budget (burst 10).
+    // Every start holds a flow for ten minutes: one address gets the login allowance (burst 10).
     let mut limited = None;
     for i in 0..20 {
         let r = get(&c, "/_gw/oidc/start", None).await;

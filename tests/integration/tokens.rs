@@ -172,7 +172,7 @@ async fn wrong_tokens_hit_the_login_limiter_and_never_run_argon2() {
     assert_eq!(unauthorized + limited, 30);
     assert_eq!(gw.metric("argon2_verifications_total"), 0);
     assert!(gw.metric("limiter_refusals_total{reason=\"login\"}") > 0);
-    // Over its budget, the address gets 429 even for a right token it has not used yet (the
+    // Over its allowance, the address gets 429 even for a right token it has not used yet (the
     // answer is not looked up); the owner, from elsewhere, is not locked out.
     let r = attacker.get("/p/web/session", Some(&bearer(&good))).await;
     assert_eq!(r.status, 429);

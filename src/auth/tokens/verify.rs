@@ -118,8 +118,8 @@ pub(crate) async fn authenticate(
     token: &Secret,
 ) -> Result<(Arc<UserState>, Arc<str>), AuthError> {
     let tokens = &check.auth.tokens;
-    // A spent login budget answers first, cached token or not: an address over its budget
-    // learns nothing, from the cache or the database, until the budget refills.
+    // A spent login allowance answers first, cached token or not: an address over its budget
+    // learns nothing, from the cache or the database, until the allowance refills.
     if let Err(denied) = check.auth.limiters.spent(peer, basic_user) {
         check.metrics.refused(crate::metrics::Refusal::Login);
         let log_user = basic_user

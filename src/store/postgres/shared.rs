@@ -32,7 +32,7 @@ pub(super) fn notify(c: &impl Sql, what: Changed) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// This process among the gateways on the database: its own notices of spent budgets come back
+/// This process among the gateways on the database: its own notices of spent allowances come back
 /// to its listening connection, and are not news.
 fn instance() -> u64 {
     static ID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
@@ -43,7 +43,7 @@ fn instance() -> u64 {
     })
 }
 
-/// What a notice says; `None` for this process's own notice of a spent budget.
+/// What a notice says; `None` for this process's own notice of a spent allowance.
 fn read(payload: &str) -> Option<Changed> {
     Some(match payload {
         "sessions" => Changed::Sessions,
@@ -117,11 +117,12 @@ impl crate::store::SharedStore for PostgresStore {
         true
     }
 
-    fn take_budget(&self, key: &str, interval: i64, burst: u32, now: i64) -> Result<Result<u32, i64>, StoreError> {
+    fn take_allowance(&self, key: &str, interval: i64, burst: u32, now: i64) -> Result<Result<u32, i64>, StoreError> {
         let window = interval.saturating_mul(i64::from(burst));
         self.with(|c| {
             // GCRA: the key's theoretical arrival time moves one interval on per cell taken; a
-            // cell is there while it stays within `burst` intervals of now.
+            // cell is there while it stays within `burst` intervals of now. The table keeps the
+            // name it was made with (`ocgw_budgets`, issue 27): the login allowances are its rows.
             let taken = c.query_opt(
                 "INSERT INTO ocgw_budgets (key, tat) VALUES ($1::TEXT, $2::BIGINT + $3::BIGINT) \
                  ON CONFLICT (key) DO UPDATE SET tat = GREATEST(ocgw_budgets.tat, $2) + $3 \
@@ -151,7 +152,7 @@ impl crate::store::SharedStore for PostgresStore {
         }
     }
 
-    fn prune_budgets(&self, now: i64) -> Result<usize, StoreError> {
+    fn prune_allowances(&self, now: i64) -> Result<usize, StoreError> {
         self.with(|c| Ok(usize::try_from(c.execute("DELETE FROM ocgw_budgets WHERE tat < $1", &[&now])?).unwrap_or(0)))
     }
 
@@ -225,7 +226,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_spent_budget_is_read_back_and_anything_else_forgets_all() {
+    fn a_spent_allowance_is_read_back_and_anything_else_forgets_all() {
         assert_eq!(
             read("spent 5000 17\tuser:al ice\tx"),
             Some(Changed::Spent {
