@@ -17,12 +17,14 @@ pub(super) fn parts(
     connect_timeout: std::time::Duration,
     shutdown: &CancellationToken,
     audit: &crate::audit::Audit,
+    meter: &Arc<crate::budget::Meter>,
 ) -> Parts {
     Parts {
         projects: Arc::new(Current(state.clone())),
         connect_timeout,
         shutdown: shutdown.clone(),
         audit: audit.clone(),
+        meter: meter.clone(),
     }
 }
 

@@ -84,7 +84,7 @@ pub(crate) fn merge_raised(gw: &Gateway) {
                 .filter(|(kind, _, _)| kind == "raised")
                 .map(|(_, key, usd)| (key, usd))
                 .collect();
-            let grew = gw.inbox.meter.merge_raised(day, raised);
+            let grew = gw.meter.merge_raised(day, raised);
             tracing::info!(raised = grew, "budget raises made through another gateway merged");
         }
         Err(e) => tracing::error!(error = %e, "cannot read the budget raises another gateway made"),
@@ -113,7 +113,7 @@ pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::sto
 /// Save what the meter changed since the last save (every tick, and once more at shutdown):
 /// a crash loses at most a tick of it.
 pub(crate) async fn save_spend(gw: &Gateway) {
-    let Some((day, totals, sessions)) = gw.inbox.meter.to_save() else {
+    let Some((day, totals, sessions)) = gw.meter.to_save() else {
         return;
     };
     let store = gw.browser.sessions.store().clone();

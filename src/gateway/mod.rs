@@ -57,6 +57,9 @@ pub struct Gateway {
     pub lifecycle: Lifecycle,
     /// Pending permission requests and questions, sessions and server states of every project.
     pub inbox: Arc<crate::inbox::Inbox>,
+    /// What sessions, projects and users spent (fed by the inbox's events, asked by admit, the
+    /// guard and the pages): a part of its own, not the inbox's (issue 39).
+    pub(crate) meter: Arc<crate::budget::Meter>,
     pub metrics: Metrics,
     /// The audit trail (fixed at start: `[audit]` changes need a restart).
     pub audit: crate::audit::Audit,
@@ -257,13 +260,15 @@ impl Gateway {
         let state = State::build(settings, tls, &supervisor, &boxes, &metrics)?;
         end_sessions_of_new_passwords(&web, &audit, &state);
         let state = Arc::new(ArcSwap::from_pointee(state));
+        let meter = Arc::new(crate::budget::Meter::default());
+        janitor::restore_spend(&meter, &*store);
         let inbox = Arc::new(crate::inbox::Inbox::new(inbox::parts(
             &state,
             limits.upstream_connect_timeout,
             &shutdown,
             &audit,
+            &meter,
         )));
-        janitor::restore_spend(&inbox.meter, &*store);
         let push = Arc::new(crate::notify::push::Pusher::new(
             store.clone(),
             Arc::new(inbox::PushAudience(state.clone())),
@@ -289,6 +294,7 @@ impl Gateway {
                 tasks: TaskTracker::new(),
             },
             inbox,
+            meter,
             metrics,
             audit,
             limits,

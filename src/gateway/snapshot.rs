@@ -228,7 +228,7 @@ fn upstreams(gw: &Gateway, r: &mut Registry) {
 /// What each project's sessions spent since the gateway started (issue 25), as OpenCode reports
 /// cost: by project only, never by user or session (unbounded labels, and names).
 fn spend(gw: &Gateway, r: &mut Registry) {
-    let totals = gw.inbox.meter.project_totals();
+    let totals = gw.meter.project_totals();
     if totals.is_empty() {
         return;
     }

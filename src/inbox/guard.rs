@@ -328,6 +328,7 @@ mod tests {
             connect_timeout: Duration::from_secs(1),
             shutdown: CancellationToken::new(),
             audit: crate::audit::Audit::off(),
+            meter: Default::default(),
         });
         let stops = inbox.stops_rx.lock().unwrap().take().unwrap();
         let notices = inbox.notices().unwrap();

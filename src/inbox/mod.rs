@@ -46,8 +46,9 @@ use model::{Effect, Model};
 
 pub struct Inbox {
     model: Mutex<Model>,
-    /// What sessions, projects and users spent, from the costs the model reads (issue 25).
-    pub(crate) meter: crate::budget::Meter,
+    /// The gateway's spend meter (a part of its own, `Gateway::meter`): the inbox feeds it the
+    /// costs and turn ends its model reads, and its guard reads it (issue 25).
+    meter: Arc<crate::budget::Meter>,
     /// Sessions over a budget or running away, for the guard to stop or report (`guard.rs`).
     stops: tokio::sync::mpsc::UnboundedSender<guard::Stop>,
     stops_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<guard::Stop>>>,
@@ -70,6 +71,8 @@ pub(crate) struct Parts {
     pub shutdown: CancellationToken,
     /// The audit trail, for what the inbox does on its own (a session stopped for its budget).
     pub audit: crate::audit::Audit,
+    /// The spend meter the inbox feeds (the same one the pipeline and the pages ask).
+    pub meter: Arc<crate::budget::Meter>,
 }
 
 /// The projects the gateway serves now, as the inbox needs them.
@@ -117,7 +120,7 @@ impl Inbox {
             stops,
             stops_rx: Mutex::new(Some(stops_rx)),
             model: Mutex::new(Model::default()),
-            meter: Default::default(),
+            meter: parts.meter.clone(),
             changes: tokio_watch::Sender::new(0),
             notify: Queue::new(),
             subscriptions: Default::default(),
@@ -229,6 +232,7 @@ mod tests {
             connect_timeout: std::time::Duration::from_secs(1),
             shutdown: CancellationToken::new(),
             audit: crate::audit::Audit::off(),
+            meter: Default::default(),
         })
     }
 

@@ -172,7 +172,7 @@ fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::b
     if !budget.any() && user_day.is_none() {
         return Ok(None);
     }
-    let meter = &gw.inbox.meter;
+    let meter = &gw.meter;
     let session = target.session.as_deref();
     let day = crate::budget::meter::today();
     if let Err(spent) = meter.check(budget, user_day, &project.name, user, session, day) {

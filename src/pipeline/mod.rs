@@ -297,7 +297,7 @@ pub(crate) fn proceed<'a>(
         .await;
         if let Some(turn) = admitted.turn {
             let accepted = result.as_ref().is_ok_and(|r| r.status().is_success());
-            here.gw.inbox.meter.turn_answered(turn, accepted);
+            here.gw.meter.turn_answered(turn, accepted);
         }
         // Finished once the status (the upstream's, or the gateway's error) is known.
         record.audit = audit;

@@ -54,7 +54,7 @@ pub(crate) async fn raise(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
         },
         _ => return Err(HttpError::BadRequest("do: write raise or reset".into())),
     };
-    let Some(raised) = ctx.gw.inbox.meter.raise(&project, &key, usd, today()) else {
+    let Some(raised) = ctx.gw.meter.raise(&project, &key, usd, today()) else {
         return Err(HttpError::BadRequest(
             "too many budgets are raised today; raise the configured limit instead".into(),
         ));

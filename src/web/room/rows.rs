@@ -33,7 +33,7 @@ fn mark_blocked(gw: &crate::gateway::Gateway, state: &State, user: &str, row: &m
         let Some(f) = s.flag.as_mut().filter(|f| f.resumable) else {
             continue;
         };
-        let meter = &gw.inbox.meter;
+        let meter = &gw.meter;
         if let Err(e) = meter.check(&budget, state.settings.user_day_usd, &row.name, user, Some(&s.id), day) {
             f.resumable = false;
             f.blocked = Some(Blocked {
@@ -260,11 +260,11 @@ fn spend_line(gw: &crate::gateway::Gateway, state: &State, project: &str) -> Opt
     use crate::budget::meter::{project_key, today};
     let budget = state.projects.get(project)?.config.budget;
     let day = today();
-    let (spent, month) = gw.inbox.meter.spend_of("project", project, day);
+    let (spent, month) = gw.meter.spend_of("project", project, day);
     if !budget.any() && month == 0.0 {
         return None;
     }
-    let raised = gw.inbox.meter.raised(&project_key(project), day);
+    let raised = gw.meter.raised(&project_key(project), day);
     Some(match budget.project_day_usd {
         Some(limit) if raised > 0.0 => format!(
             "Spent today: ${spent:.4} of ${:.2} (raised by ${raised:.2}; UTC day) · this month: ${month:.4}",
@@ -279,7 +279,7 @@ fn spend_line(gw: &crate::gateway::Gateway, state: &State, project: &str) -> Opt
 /// anything this month or has a daily limit.
 fn my_spend_line(gw: &crate::gateway::Gateway, state: &State, user: &str) -> Option<String> {
     let limit = state.settings.user_day_usd;
-    let (spent, month) = gw.inbox.meter.spend_of("user", user, crate::budget::meter::today());
+    let (spent, month) = gw.meter.spend_of("user", user, crate::budget::meter::today());
     if limit.is_none() && month == 0.0 {
         return None;
     }
