@@ -1,18 +1,18 @@
 //! The request phase: rewrite the request for the upstream (the canonical path, credentials,
-//! forwarding headers, directory pinning, checked bodies) and send it on the endpoint's pool.
+//! forwarding headers, directory pinning) and send it, with the body as the body phase left it
+//! (`body_check.rs`), on the endpoint's pool. It decides nothing: every refusal was made before.
 //! What comes back is handed to [`super::response`], which follows the route's plan.
 
-use crate::http::body::{SMALL_BODY, StreamHold};
+use crate::http::body::StreamHold;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
 
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 
 use super::ConnInfo;
+use super::body_check::Checked;
 use super::request::{Canonical, Target};
 use super::response::{self, Answer};
 use crate::gateway::Gateway;
@@ -30,11 +30,12 @@ pub(crate) struct Forwarding<'a> {
     pub user: &'a str,
     /// The canonical request; the forward takes its head to rewrite for the upstream.
     pub request: &'a mut Canonical,
-    pub body: RequestBody,
+    /// The body as the body phase left it (`body_check.rs`).
+    pub body: Checked,
     pub target: &'a Target,
     pub stream_slot: Option<StreamHold>,
-    /// The audit record begun for this request: a permission answer's once/always/reject is
-    /// read from its small body, a body without a length is counted, a created session noted.
+    /// The audit record begun for this request: a body without a length is counted, a created
+    /// session noted.
     pub audit: Option<&'a mut crate::http::audit::Pending>,
     /// Records the terminal's close when its splice ends.
     pub terminal_close: Option<crate::http::audit::TerminalClose>,
@@ -44,7 +45,7 @@ pub(crate) struct Forwarding<'a> {
 /// future (once as given, once bound inside), and every connection's task holds the largest
 /// request future it may run; the fields of `f` are used where they lie (docs/performance.md).
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
-pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
+pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + '_ {
     async move {
         let (gw, target) = (f.here.gw, f.target);
         let project = &*target.project;
@@ -62,7 +63,6 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
         } else {
             crate::support::compress::Ask::take(&parts.headers)
         };
-        let upgrading = upgrade.is_some();
         upstream_head(
             &mut parts,
             f.here.conn,
@@ -72,16 +72,7 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
             target,
             upgrade,
         )?;
-        let body = upstream_body(
-            f.here,
-            f.user,
-            f.endpoint,
-            target,
-            f.body,
-            upgrading,
-            f.audit.as_deref_mut(),
-        )
-        .await?;
+        let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
         // Streams may legitimately say nothing for a long time (the per-session event stream
         // sends no headers until its first event), so only ordinary requests are timed.
         let asked = std::time::Instant::now();
@@ -152,60 +143,23 @@ fn upstream_head(
     Ok(())
 }
 
-/// The body the upstream gets: none for an upgrade; read whole and checked when the route's
-/// body can choose a directory (pinned projects) or is a permission answer (for the audit);
-/// else the client's stream, bounded in size and idle time (or the bytes the gateway holds).
-#[allow(clippy::too_many_arguments)]
-async fn upstream_body(
-    here: super::Here<'_>,
-    user: &str,
-    endpoint: &Endpoint,
-    target: &Target,
-    body: RequestBody,
-    upgrade: bool,
-    mut audit: Option<&mut crate::http::audit::Pending>,
-) -> Result<UpstreamBody, HttpError> {
-    let (gw, client) = (here.gw, here.client);
-    let limits = &gw.limits;
-    let project = &*target.project;
-    Ok(
-        match (project.config.directory.as_deref(), target.route.and_then(|r| r.body)) {
-            _ if upgrade => UpstreamBody::Empty,
-            (Some(root), Some(rule)) => {
-                let bytes = whole(body, None).await?;
-                let names = crate::policy::pin::check_body(&bytes, rule, root).map_err(|why| {
-                tracing::warn!(target: "security", peer = %client, user = %user, project = %project.name, reason = "directory_outside_project", "{why}");
-                HttpError::Forbidden(why)
-            })?;
-                for path in &names.paths {
-                    super::own_files::refuse(&here.state.settings.protected, client, user, project, path)?;
-                }
-                if project.shared_upstream {
-                    for id in &names.sessions {
-                        super::session_scope::check(gw, project, endpoint, id).await?;
-                    }
-                }
-                UpstreamBody::Full(Some(bytes))
-            }
-            // A permission answer is read whole (small JSON) for its once/always/reject, bounded in
-            // size and in time like any client body.
-            (_, _) if audit.as_ref().is_some_and(|p| p.kind == AuditKind::PermissionAnswer) => {
-                let bytes = whole(body, Some(limits.body_idle_timeout)).await?;
-                if let Some(p) = audit.as_deref_mut() {
-                    p.answer = crate::http::audit::permission_answer(&bytes);
-                }
-                UpstreamBody::Full(Some(bytes))
-            }
-            _ => match body {
-                RequestBody::Stream(body) => {
-                    UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
-                        .counting(audit.as_ref().and_then(|p| p.counted.clone()))
-                }
-                RequestBody::Whole(bytes) if bytes.is_empty() => UpstreamBody::Empty,
-                RequestBody::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
-            },
-        },
-    )
+/// The body the upstream gets, as the body phase left it (`body_check.rs`): a client's stream
+/// bounded in size and idle time and counted for the audit, or the bytes the gateway holds.
+fn upstream_body(
+    limits: &crate::config::Limits,
+    body: Checked,
+    audit: Option<&crate::http::audit::Pending>,
+) -> UpstreamBody {
+    match body {
+        Checked::Empty => UpstreamBody::Empty,
+        Checked::Whole(bytes) => UpstreamBody::Full(Some(bytes)),
+        Checked::Untouched(RequestBody::Stream(body)) => {
+            UpstreamBody::client(body, limits.max_body_bytes, limits.body_idle_timeout)
+                .counting(audit.and_then(|p| p.counted.clone()))
+        }
+        Checked::Untouched(RequestBody::Whole(bytes)) if bytes.is_empty() => UpstreamBody::Empty,
+        Checked::Untouched(RequestBody::Whole(bytes)) => UpstreamBody::Full(Some(bytes)),
+    }
 }
 
 fn timed_out(gw: &Gateway, project: &ProjectState) -> HttpError {
@@ -245,25 +199,6 @@ fn received(
         });
     }
     Ok((response, lease))
-}
-
-/// A small body read whole (at most [`SMALL_BODY`], within `idle` when given): a client's
-/// stream is read, bytes the gateway holds are taken as they are.
-async fn whole(body: RequestBody, idle: Option<std::time::Duration>) -> Result<Bytes, HttpError> {
-    let body = match body {
-        RequestBody::Whole(bytes) => return Ok(bytes),
-        RequestBody::Stream(body) => body,
-    };
-    let read = Limited::new(body, SMALL_BODY).collect();
-    let collected = match idle {
-        Some(secs) => tokio::time::timeout(secs, read)
-            .await
-            .map_err(|_| HttpError::BodyTimeout { secs })?,
-        None => read.await,
-    };
-    Ok(collected
-        .map_err(|_| HttpError::BadRequest("the request body is cut or larger than 1 MiB".into()))?
-        .to_bytes())
 }
 
 /// The canonical path with the client's query, less gateway credentials and (pinned) directory

@@ -7,6 +7,7 @@
 //! makes on a user's behalf (`internal`) enters at [`proceed`].
 
 mod admit;
+mod body_check;
 pub mod forward;
 mod identify;
 pub mod internal;
@@ -265,7 +266,8 @@ impl Principal<'_> {
 
 /// The phases after identification, the same for a client's request and for one the gateway
 /// makes on a user's behalf: admit (role, origin, limits, size, files), plan (endpoint, the
-/// upstream's own routes, session scope, audit), forward. `body` is taken only by the forward.
+/// upstream's own routes, session scope, audit), the body phase (the few bodies that decide
+/// something, read whole and judged: `body_check.rs`), forward. `body` is taken by the body phase.
 #[allow(clippy::manual_async_fn)] // on purpose: an async fn would keep its arguments twice
 pub(crate) fn proceed<'a>(
     on: &'a Proceeding<'a>,
@@ -283,18 +285,34 @@ pub(crate) fn proceed<'a>(
         let mut audit = planned.audit;
         let here = on.here;
         let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&here.gw.audit));
-        let result = forward::forward(Forwarding {
+        let (user, upgrade) = (on.principal.name(), request.upgrade.is_some());
+        let body = body_check::check(
             here,
-            endpoint: &planned.endpoint,
-            user: on.principal.name(),
-            request,
-            body: body(),
-            target: &target,
-            stream_slot: admitted.stream_slot,
-            audit: audit.as_deref_mut(),
-            terminal_close,
-        })
-        .await;
+            user,
+            &planned.endpoint,
+            &target,
+            body(),
+            upgrade,
+            audit.as_deref_mut(),
+        );
+        let result = match body.await {
+            Ok(body) => {
+                forward::forward(Forwarding {
+                    here,
+                    endpoint: &planned.endpoint,
+                    user,
+                    request,
+                    body,
+                    target: &target,
+                    stream_slot: admitted.stream_slot,
+                    audit: audit.as_deref_mut(),
+                    terminal_close,
+                })
+                .await
+            }
+            // Refused by the body phase: nothing was sent; the turn and the audit close below.
+            Err(e) => Err(e),
+        };
         if let Some(turn) = admitted.turn {
             let accepted = result.as_ref().is_ok_and(|r| r.status().is_success());
             here.gw.meter.turn_answered(turn, accepted);
