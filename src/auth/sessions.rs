@@ -80,6 +80,49 @@ pub enum Origin<'a> {
     Named { parent: &'a str, parent_expires_at: i64 },
 }
 
+/// What a new session is tied to: the device it was paired from, the login session it was
+/// handed off or named from, the project host it serves, and when it ends.
+struct Ties {
+    device: Option<String>,
+    parent: Option<String>,
+    host: Option<String>,
+    expires_at: i64,
+}
+
+/// A new session's ties, `ends` being when its own absolute life runs out.
+fn ties(origin: Origin<'_>, ends: i64) -> Ties {
+    let (device, parent, host, expires_at) = match origin {
+        Origin::Password => (None, None, None, ends),
+        Origin::Device(d) => (Some(d.to_string()), None, None, ends),
+        // A child never outlives its login session.
+        Origin::Handoff {
+            parent,
+            parent_expires_at,
+            project,
+        } => (
+            None,
+            Some(parent.to_string()),
+            Some(project.to_string()),
+            parent_expires_at.min(ends),
+        ),
+        Origin::Named {
+            parent,
+            parent_expires_at,
+        } => (None, Some(parent.to_string()), None, parent_expires_at.min(ends)),
+    };
+    Ties {
+        device,
+        parent,
+        host,
+        expires_at,
+    }
+}
+
+/// A duration in whole seconds, as the store keeps it (saturated, never wrapped).
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
 impl WebSessions {
     pub(crate) fn new(store: Arc<dyn Store>, key: [u8; 32]) -> WebSessions {
         WebSessions {
@@ -112,31 +155,12 @@ impl WebSessions {
         let value = random(32);
         let id: Arc<str> = format!("ws_{}", random(9)).into();
         let now = now_unix();
-        let secs = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
-        let (device, parent, host, expires_at) = match origin {
-            Origin::Password => (None, None, None, now.saturating_add(secs(life.absolute))),
-            Origin::Device(d) => (Some(d.to_string()), None, None, now.saturating_add(secs(life.absolute))),
-            // A child never outlives its login session.
-            Origin::Handoff {
-                parent,
-                parent_expires_at,
-                project,
-            } => (
-                None,
-                Some(parent.to_string()),
-                Some(project.to_string()),
-                parent_expires_at.min(now.saturating_add(secs(life.absolute))),
-            ),
-            Origin::Named {
-                parent,
-                parent_expires_at,
-            } => (
-                None,
-                Some(parent.to_string()),
-                None,
-                parent_expires_at.min(now.saturating_add(secs(life.absolute))),
-            ),
-        };
+        let Ties {
+            device,
+            parent,
+            host,
+            expires_at,
+        } = ties(origin, now.saturating_add(secs(life.absolute)));
         let record = WebSessionRecord {
             id: id.to_string(),
             digest: self.digest(&value),

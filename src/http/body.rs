@@ -216,6 +216,96 @@ impl ProxyBody {
     }
 }
 
+impl ProxyBody {
+    /// The upstream's event stream broke: the client's ends cleanly (its browser reconnects), the
+    /// access line says why, and the broken connection never goes back to the pool.
+    fn events_broke(&mut self, e: &hyper::Error) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        tracing::debug!(error = %e, "the upstream's event stream broke: ending the client's cleanly");
+        if let Some(m) = self.meter.as_mut() {
+            m.outcome = "upstream_error";
+        }
+        self.lease = None;
+        Poll::Ready(None)
+    }
+
+    /// The bookkeeping after a poll: bytes counted for the access line; at the end the line
+    /// written, the stream slot freed and the connection given back to its pool.
+    #[inline]
+    fn settle(&mut self, polled: &Poll<Option<Result<Frame<Bytes>, hyper::Error>>>) {
+        match polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let (Some(data), Some(m)) = (frame.data_ref(), self.meter.as_mut()) {
+                    m.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(Some(Err(_))) => {
+                if let Some(m) = self.meter.as_mut() {
+                    m.outcome = "upstream_error";
+                }
+                self.meter = None;
+            }
+            Poll::Ready(None) => {
+                self.meter = None;
+                self.slot = None;
+                if let Some(lease) = self.lease.take() {
+                    lease.release();
+                }
+            }
+            Poll::Pending => {}
+        }
+    }
+}
+
+/// The upstream's next frame, its data redacted.
+#[inline]
+fn poll_redacted(
+    body: &mut Incoming,
+    redactor: Option<&Redactor>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    match Pin::new(body).poll_frame(cx) {
+        Poll::Ready(Some(Ok(frame))) => match (redactor, frame.into_data()) {
+            (Some(r), Ok(data)) => Poll::Ready(Some(Ok(Frame::data(r.frame(data))))),
+            (None, Ok(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            (_, Err(frame)) => Poll::Ready(Some(Ok(frame))),
+        },
+        other => other,
+    }
+}
+
+/// The next frame of an event stream that holds anything for the client: filtered to the
+/// directory, then redacted. The upstream's error is handed back for the caller to end cleanly.
+#[inline]
+fn poll_events(
+    body: &mut Incoming,
+    mut filter: Option<&mut EventFilter>,
+    redactor: Option<&Redactor>,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    loop {
+        let data = match Pin::new(&mut *body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            },
+            other => return other,
+        };
+        let kept = match filter.as_deref_mut() {
+            Some(f) => f.push(&data),
+            None => data,
+        };
+        // A frame that held only other directories' events: wait for the next.
+        if kept.is_empty() {
+            continue;
+        }
+        let kept = match redactor {
+            Some(r) => r.frame(kept),
+            None => kept,
+        };
+        return Poll::Ready(Some(Ok(Frame::data(kept))));
+    }
+}
+
 impl Body for ProxyBody {
     type Data = Bytes;
     type Error = hyper::Error;
@@ -225,68 +315,15 @@ impl Body for ProxyBody {
         let polled = match &mut this.kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),
             Kind::Channel(rx) => rx.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b)))),
-            Kind::Stream(body, redactor) => match Pin::new(body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => match (redactor, frame.into_data()) {
-                    (Some(r), Ok(data)) => Poll::Ready(Some(Ok(Frame::data(r.frame(data))))),
-                    (None, Ok(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
-                    (_, Err(frame)) => Poll::Ready(Some(Ok(frame))),
-                },
-                other => other,
-            },
-            Kind::Events(body, filter, redactor) => loop {
-                match Pin::new(&mut *body).poll_frame(cx) {
-                    Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                        Ok(data) => {
-                            let kept = match filter {
-                                Some(f) => f.push(&data),
-                                None => data,
-                            };
-                            // A frame that held only other directories' events: wait for the next.
-                            if kept.is_empty() {
-                                continue;
-                            }
-                            let kept = match redactor {
-                                Some(r) => r.frame(kept),
-                                None => kept,
-                            };
-                            break Poll::Ready(Some(Ok(Frame::data(kept))));
-                        }
-                        Err(frame) => break Poll::Ready(Some(Ok(frame))),
-                    },
-                    Poll::Ready(Some(Err(e))) => {
-                        tracing::debug!(error = %e, "the upstream's event stream broke: ending the client's cleanly");
-                        if let Some(m) = this.meter.as_mut() {
-                            m.outcome = "upstream_error";
-                        }
-                        // A broken connection never goes back to the pool.
-                        this.lease = None;
-                        break Poll::Ready(None);
-                    }
-                    other => break other,
+            Kind::Stream(body, redactor) => poll_redacted(body, redactor.as_deref(), cx),
+            Kind::Events(body, filter, redactor) => {
+                match poll_events(body, filter.as_deref_mut(), redactor.as_deref(), cx) {
+                    Poll::Ready(Some(Err(e))) => this.events_broke(&e),
+                    other => other,
                 }
-            },
+            }
         };
-        match &polled {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let (Some(data), Some(m)) = (frame.data_ref(), this.meter.as_mut()) {
-                    m.bytes += data.len() as u64;
-                }
-            }
-            Poll::Ready(Some(Err(_))) => {
-                if let Some(m) = this.meter.as_mut() {
-                    m.outcome = "upstream_error";
-                }
-                this.meter = None;
-            }
-            Poll::Ready(None) => {
-                this.meter = None;
-                this.slot = None;
-                if let Some(lease) = this.lease.take() {
-                    lease.release();
-                }
-            }
-            Poll::Pending => {}
-        }
+        this.settle(&polled);
         polled
     }
 

@@ -33,8 +33,8 @@ use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use model::{
-    Alert, AlertKind, CardKind, Flag, FlagWhy, NewCard, Notice, Resolution, Resolved, ServerState, Session,
-    SessionStatus,
+    Alert, AlertKind, CardKind, Flag, FlagWhy, NewCard, Notice, QuestionItem, Resolution, Resolved, ServerState,
+    Session, SessionStatus,
 };
 pub(crate) use queue::Queue;
 pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip};

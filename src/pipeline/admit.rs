@@ -21,10 +21,35 @@ pub(super) struct Admitted {
 
 /// May this user do this here, now? The host an SSH tunnel may name, the role the route needs,
 /// the origin rule, the request and stream budgets, the declared size, the gateway's own files,
-/// the workspace guard.
+/// the workspace guard. The checks run in this order: the first refusal is the one answered.
 pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -> Result<Admitted, HttpError> {
-    let (gw, user, project) = (on.here.gw, on.principal.name(), &target.project);
-    let (limits, method, upgrade) = (&gw.limits, request.method(), request.upgrade.is_some());
+    let user = on.principal.name();
+    names_local_host(on, request, user)?;
+    let role = role_for(on, request.method(), target)?;
+    origin_allowed(on, request, target, user)?;
+    let treatment = target.treatment();
+    switches_only_terminals(request, target, treatment)?;
+    take_request_budget(on)?;
+    let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
+    within_body_limit(on, request)?;
+    let protected = &on.here.state.settings.protected;
+    own_files::check_request(protected, on.here.client, user, target, request.query_paths())?;
+    stopped_by_guard(on, target)?;
+    stays_in_directory(request, target)?;
+    let turn = match target.route.is_some_and(|r| r.asks_model) {
+        true => spend_allowed(on, target)?,
+        false => None,
+    };
+    Ok(Admitted {
+        role,
+        stream_slot,
+        turn,
+    })
+}
+
+/// Through an SSH tunnel the browser talks to a local port: a request naming any other host is
+/// not one the tunnel's user made for this gateway (DNS rebinding through the forwarded port).
+fn names_local_host(on: &Proceeding<'_>, request: &Canonical, user: &str) -> Result<(), HttpError> {
     if matches!(on.here.conn.front, Front::Ssh { .. })
         && !request
             .host
@@ -36,7 +61,13 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             "through an SSH tunnel, use http://127.0.0.1:<local port> or http://localhost:<local port>".into(),
         ));
     }
-    let role = role_for(on, method, target)?;
+    Ok(())
+}
+
+/// The origin rule the way in chose: the cookie's (stricter), the credentials', or none here
+/// because the gateway's own page checked it.
+fn origin_allowed(on: &Proceeding<'_>, request: &Canonical, target: &Target, user: &str) -> Result<(), HttpError> {
+    let project = &target.project;
     match on.origin {
         OriginRule::Cookie => {
             // The browser's cookie authenticates this: the stricter rule, and a WebSocket must
@@ -44,26 +75,35 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             let own = crate::policy::origin::normalize(&format!("https://{}", request.host.as_deref().unwrap_or("")))
                 .unwrap_or_default();
             let trusted = &on.here.state.settings.server.allowed_origins;
+            let (method, upgrade) = (request.method(), request.upgrade.is_some());
             csrf::check(method, upgrade, request.browser(), &own, trusted).map_err(|r| {
                 tracing::warn!(target: "security", peer = %on.here.client, user = %user, project = %project.name, reason = r.code(), "a cross-origin request with a project host's cookie refused");
                 HttpError::Forbidden(r.message().into())
-            })?;
+            })
         }
         OriginRule::Credentials => {
-            super::origin_rule::check_origin(on.here.state, on.here.conn, request, user, &project.name)?;
+            super::origin_rule::check_origin(on.here.state, on.here.conn, request, user, &project.name)
         }
-        OriginRule::CheckedByPage => {}
+        OriginRule::CheckedByPage => Ok(()),
     }
-    let treatment = target.treatment();
-    if upgrade && treatment != Treatment::TerminalConnect {
+}
+
+/// Only a terminal connection may switch protocols.
+fn switches_only_terminals(request: &Canonical, target: &Target, treatment: Treatment) -> Result<(), HttpError> {
+    if request.upgrade.is_some() && treatment != Treatment::TerminalConnect {
         return Err(HttpError::BadRequest(format!(
             "{} {} does not switch protocols; only terminal connections do",
-            method,
+            request.method(),
             target.label()
         )));
     }
-    // The gateway's own acts are no client's traffic: they take no user's request budget.
+    Ok(())
+}
+
+/// A user's request budget. The gateway's own acts are no client's traffic: they take none.
+fn take_request_budget(on: &Proceeding<'_>) -> Result<(), HttpError> {
     if let Principal::User { user, .. } = on.principal {
+        let gw = on.here.gw;
         gw.auth.limiters.request(&user.name).map_err(|d| {
             gw.metrics.refused(Refusal::Requests);
             HttpError::RateLimited {
@@ -71,34 +111,32 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
             }
         })?;
     }
-    let stream_slot = treatment.long_lived().then(|| stream_hold(on, treatment)).transpose()?;
+    Ok(())
+}
+
+/// The declared size, refused before a byte of the body is read.
+fn within_body_limit(on: &Proceeding<'_>, request: &Canonical) -> Result<(), HttpError> {
+    let max = on.here.gw.limits.max_body_bytes;
     if let Some(len) = request.content_length
-        && len > limits.max_body_bytes
+        && len > max
     {
-        return Err(HttpError::PayloadTooLarge {
-            max: limits.max_body_bytes,
-        });
+        return Err(HttpError::PayloadTooLarge { max });
     }
-    let protected = &on.here.state.settings.protected;
-    own_files::check_request(protected, on.here.client, user, target, request.query_paths())?;
-    stopped_by_guard(on, target)?;
+    Ok(())
+}
+
+/// A project pinned to a directory: a workspace switch would take OpenCode out of it.
+fn stays_in_directory(request: &Canonical, target: &Target) -> Result<(), HttpError> {
+    let project = &target.project;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
-            method,
+            request.method(),
             target.label(),
             project.name
         )));
     }
-    let turn = match target.route.is_some_and(|r| r.asks_model) {
-        true => spend_allowed(on, target)?,
-        false => None,
-    };
-    Ok(Admitted {
-        role,
-        stream_slot,
-        turn,
-    })
+    Ok(())
 }
 
 /// The principal's standing in the project, if it may make this request: a user's role (judged

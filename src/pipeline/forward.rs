@@ -4,14 +4,12 @@
 //! What comes back is handed to [`super::response`], which follows the route's plan.
 
 use crate::http::body::StreamHold;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
 
 use hyper::body::Incoming;
 
-use super::ConnInfo;
 use super::body_check::Checked;
 use super::request::{Canonical, Target};
 use super::response::{self, Answer};
@@ -50,23 +48,13 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let (gw, target) = (f.here.gw, f.target);
         let project = &*target.project;
         let (mut parts, upgrade) = (f.request.take_head(), f.request.upgrade.take());
-        let client_upgrade = upgrade.as_ref().map(|_| {
-            let mut head = Request::new(());
-            *head.extensions_mut() = std::mem::take(&mut parts.extensions);
-            hyper::upgrade::on(head)
-        });
-        // Taken before the headers are rewritten for the upstream (which asks it for identity),
-        // for the web UI's files and the compressible API routes only (decided on the resolved
-        // route). GET only: a HEAD answer has a length but no body to compress.
-        let compress = if !target.may_compress() || upgrade.is_some() || parts.method != http::Method::GET {
-            None
-        } else {
-            crate::support::compress::Ask::take(&parts.headers)
-        };
+        let upgrading = upgrade.is_some();
+        let client_upgrade = client_upgrade(&mut parts, upgrading);
+        // Taken before the headers are rewritten for the upstream (which asks it for identity).
+        let compress = compress_ask(target, &parts, upgrading);
         upstream_head(
             &mut parts,
-            f.here.conn,
-            f.here.client,
+            f.here,
             f.request.host.as_deref(),
             f.endpoint,
             target,
@@ -98,10 +86,7 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
             lease,
             client_upgrade,
             stream_slot: f.stream_slot,
-            created: f
-                .audit
-                .filter(|p| p.kind == AuditKind::SessionCreate)
-                .map(|p| &mut p.created),
+            created: created_slot(f.audit),
             terminal_close: f.terminal_close,
             compress,
         })
@@ -109,13 +94,38 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
     }
 }
 
+/// The client's side of a protocol switch, taken with the request's extensions (where hyper keeps
+/// it) before the head is rewritten.
+fn client_upgrade(parts: &mut Parts, upgrading: bool) -> Option<hyper::upgrade::OnUpgrade> {
+    upgrading.then(|| {
+        let mut head = Request::new(());
+        *head.extensions_mut() = std::mem::take(&mut parts.extensions);
+        hyper::upgrade::on(head)
+    })
+}
+
+/// The coding the client accepts, for the web UI's files and the compressible API routes only
+/// (decided on the resolved route). GET only: a HEAD answer has a length but no body to compress.
+fn compress_ask(target: &Target, parts: &Parts, upgrading: bool) -> Option<crate::support::compress::Ask> {
+    if !target.may_compress() || upgrading || parts.method != http::Method::GET {
+        return None;
+    }
+    crate::support::compress::Ask::take(&parts.headers)
+}
+
+/// Where a session create's new id goes: only an audited create's record has a place for it.
+fn created_slot(audit: Option<&mut crate::http::audit::Pending>) -> Option<&mut Option<String>> {
+    audit
+        .filter(|p| p.kind == AuditKind::SessionCreate)
+        .map(|p| &mut p.created)
+}
+
 /// The head the upstream gets: the canonical path in origin form with the client's query (less
 /// gateway credentials and, pinned, directory selectors), HTTP/1.1, rewritten headers
 /// (`http/rewrite.rs`: the gateway's credential, forwarding headers), the project's directory pinned.
 fn upstream_head(
     parts: &mut Parts,
-    conn: &ConnInfo,
-    client: IpAddr,
+    here: super::Here<'_>,
     host: Option<&str>,
     endpoint: &Endpoint,
     target: &Target,
@@ -128,8 +138,8 @@ fn upstream_head(
     rewrite::request_headers(
         &mut parts.headers,
         &Forward {
-            client_ip: client,
-            proto: conn.scheme(),
+            client_ip: here.client,
+            proto: here.conn.scheme(),
             original_host: host,
             upstream_host: &endpoint.host_header,
             upstream_origin: &endpoint.origin_header,

@@ -56,14 +56,6 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
         conn,
         client,
     } = a.here;
-    let by_token = |(user, id): (Arc<UserState>, Arc<str>)| Identified {
-        user,
-        by_cookie: false,
-        who: Who {
-            via: Via::Token,
-            id: Some(id),
-        },
-    };
     if let Front::Ssh { user, .. } = &conn.front {
         return state
             .users
@@ -108,6 +100,18 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
         }
         Some(Credentials::Bearer(_)) => Err(HttpError::BadCredentials),
         None => by_cookie_or_ticket(a).await,
+    }
+}
+
+/// A user an API token vouched for, with the token's id for the audit trail.
+fn by_token((user, id): (Arc<UserState>, Arc<str>)) -> Identified {
+    Identified {
+        user,
+        by_cookie: false,
+        who: Who {
+            via: Via::Token,
+            id: Some(id),
+        },
     }
 }
 

@@ -35,10 +35,27 @@ pub(super) async fn plan(
                 .await?
         }
     };
-    // A server whose API document was not known when the request was read has it now (or could
-    // not be read): judge the request again with it (a route it added may need more than the
-    // table's guess).
-    if !target.upstream_known && project.api().is_some() {
+    judged_again(on, request, target, role, record)?;
+    if project.shared_upstream
+        && let Some(id) = &target.session
+    {
+        super::session_scope::check(gw, &project, &endpoint, id).await?;
+    }
+    let audit = begin_audit(on, request, target);
+    Ok(Planned { endpoint, audit })
+}
+
+/// A server whose API document was not known when the request was read has it now (or could
+/// not be read): judge the request again with it (a route it added may need more than the
+/// table's guess).
+fn judged_again(
+    on: &Proceeding<'_>,
+    request: &Canonical,
+    target: &mut Target,
+    role: Role,
+    record: &mut AccessRecord,
+) -> Result<(), HttpError> {
+    if !target.upstream_known && target.project.api().is_some() {
         *target = request.resolve_again(on.here.state, target)?;
         let class = super::admit::judged_class(on, target, target.class);
         crate::policy::authz::check_target(role, request.method(), class, target.label(), target.note())?;
@@ -56,28 +73,28 @@ pub(super) async fn plan(
         let class = super::admit::judged_class(on, target, target.class);
         crate::policy::authz::check_target(role, request.method(), class, target.label(), target.note())?;
     }
-    if project.shared_upstream
-        && let Some(id) = &target.session
-    {
-        super::session_scope::check(gw, &project, &endpoint, id).await?;
+    Ok(())
+}
+
+/// The audit record the route asks for, when auditing is on. Decided on the route the request
+/// was judged on; nothing allocated for other routes.
+fn begin_audit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -> Option<Box<Pending>> {
+    let kind = target.route.and_then(|r| r.audit)?;
+    if !on.here.gw.audit.enabled() {
+        return None;
     }
-    // Decided on the route the request was judged on; nothing allocated for other routes.
-    let audit = match target.route.and_then(|r| r.audit) {
-        Some(kind) if gw.audit.enabled() => Some(Box::new(
-            Pending::begin(
-                kind,
-                on.principal.name(),
-                &project.name,
-                on.here.client,
-                &on.who,
-                target.session.as_deref(),
-                target.label(),
-                &target.upstream_path,
-                request.content_length,
-            )
-            .named(on.principal.grant().and_then(|g| g.audit)),
-        )),
-        _ => None,
-    };
-    Ok(Planned { endpoint, audit })
+    Some(Box::new(
+        Pending::begin(
+            kind,
+            on.principal.name(),
+            &target.project.name,
+            on.here.client,
+            &on.who,
+            target.session.as_deref(),
+            target.label(),
+            &target.upstream_path,
+            request.content_length,
+        )
+        .named(on.principal.grant().and_then(|g| g.audit)),
+    ))
 }

@@ -89,39 +89,62 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
         return read_small(gw, user, target, endpoint, parts, body, lease, small).await;
     }
-    // The web UI's own files and the few API routes whose answer echoes nothing of the request
-    // (never another API answer: BREACH), after redaction; decided on the resolved route.
-    if target.may_compress() && compress::eligible(false, parts.status, &parts.headers) {
-        parts
-            .headers
-            .append(header::VARY, HeaderValue::from_static("accept-encoding"));
-        if let Some(ask) = ask
-            && let Some(len) = content_length(&parts.headers)
-            && len <= compress::MAX_BODY
-            && let Some(_room) = gw.browser.compressed.room_for(len)
-        {
-            let bytes = read_whole(body, len)
-                .await
-                .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
-            lease.release();
-            return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
-        }
+    if let Some((len, ask, _room)) = to_compress(gw, target, &mut parts, ask) {
+        let bytes = read_whole(body, len)
+            .await
+            .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
+        lease.release();
+        return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
     }
-    let body = match (treatment, pinned) {
+    let body = streamed(treatment, pinned, &mut parts.headers, body, endpoint);
+    Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// Whether this answer is compressed here, and with what: the web UI's own files and the few API
+/// routes whose answer echoes nothing of the request (never another API answer: BREACH), after
+/// redaction; decided on the resolved route. Every eligible answer varies on the coding, even one
+/// passed on as it came. The permit holds the buffered bytes' room while the body is read and
+/// compressed.
+fn to_compress<'g>(
+    gw: &'g Gateway,
+    target: &Target,
+    parts: &mut http::response::Parts,
+    ask: Option<compress::Ask>,
+) -> Option<(usize, compress::Ask, tokio::sync::SemaphorePermit<'g>)> {
+    if !(target.may_compress() && compress::eligible(false, parts.status, &parts.headers)) {
+        return None;
+    }
+    parts
+        .headers
+        .append(header::VARY, HeaderValue::from_static("accept-encoding"));
+    let ask = ask?;
+    let len = content_length(&parts.headers).filter(|&len| len <= compress::MAX_BODY)?;
+    let room = gw.browser.compressed.room_for(len)?;
+    Some((len, ask, room))
+}
+
+/// The body passed on as it comes: the global event stream of a pinned project on a shared
+/// upstream scoped to its directory (its length no longer known), an event stream framed for
+/// redaction, anything else streamed through the redactor.
+fn streamed(
+    treatment: Treatment,
+    pinned: Option<&Path>,
+    headers: &mut HeaderMap,
+    body: Incoming,
+    endpoint: &Endpoint,
+) -> ProxyBody {
+    match (treatment, pinned) {
         (Treatment::GlobalEvents, Some(root)) => {
-            parts.headers.remove(header::CONTENT_LENGTH);
+            headers.remove(header::CONTENT_LENGTH);
             let filter = scope::EventFilter::new(root.to_path_buf());
             ProxyBody::events(body, Some(filter), endpoint.redactor.clone())
         }
         // Decided on the route, not the answer's headers: nothing read on other answers.
-        (Treatment::EventStream | Treatment::GlobalEvents, _)
-            if !parts.headers.contains_key(header::CONTENT_LENGTH) =>
-        {
+        (Treatment::EventStream | Treatment::GlobalEvents, _) if !headers.contains_key(header::CONTENT_LENGTH) => {
             ProxyBody::events(body, None, endpoint.redactor.clone())
         }
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),
-    };
-    Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+    }
 }
 
 /// The scope filter a listing's answer needs: only on a pinned project of a shared upstream.
@@ -256,21 +279,7 @@ async fn compressed(
     }
     let path = target.label();
     let asset = compress::hashed_asset(path);
-    let cached = match target.route {
-        // Keyed by the route the request was judged on, never by how the client spelled it.
-        Some(route) => Some((
-            route.pattern,
-            gw.browser.compressed.digest(&bytes),
-            compress::Effort::Catalog,
-        )),
-        None if asset => Some((
-            path,
-            compress::Key::validator(&parts.headers, &bytes),
-            compress::Effort::Asset,
-        )),
-        None => None,
-    };
-    let out = if let Some((path, validator, effort)) = cached {
+    let out = if let Some((path, validator, effort)) = cache_place(gw, target, &parts.headers, &bytes, asset) {
         let key = compress::Key {
             project: target.project.name.clone(),
             path: path.to_owned(),
@@ -278,14 +287,7 @@ async fn compressed(
             coding: ask.coding,
             effort,
         };
-        // OpenCode sends no validator for its assets or catalogs: the digest one lets a browser
-        // revalidate (a 304 instead of the body again).
-        if !parts.headers.contains_key(header::ETAG)
-            && !parts.headers.contains_key(header::LAST_MODIFIED)
-            && let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", key.validator))
-        {
-            parts.headers.insert(header::ETAG, etag);
-        }
+        offer_etag(&mut parts.headers, &key.validator);
         let (out, hit) = gw.browser.compressed.get_or_compress(key, bytes.clone()).await;
         if hit {
             tracing::debug!(path, "compressed answer served from the cache");
@@ -298,6 +300,48 @@ async fn compressed(
         tracing::warn!(path, "compressing an answer failed: sent as it came");
         return Response::from_parts(parts, ProxyBody::full(bytes));
     };
+    variant(parts, out, &ask, asset)
+}
+
+/// Where a compressed answer is cached, if it is: a catalog API answer under the route it was
+/// judged on and a keyed digest of its bytes; a hashed asset under its path and validator. The
+/// HTML document is not cached (compressed on the fly).
+fn cache_place<'t>(
+    gw: &Gateway,
+    target: &'t Target,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    asset: bool,
+) -> Option<(&'t str, String, compress::Effort)> {
+    match target.route {
+        // Keyed by the route the request was judged on, never by how the client spelled it.
+        Some(route) => Some((
+            route.pattern,
+            gw.browser.compressed.digest(bytes),
+            compress::Effort::Catalog,
+        )),
+        None if asset => Some((
+            target.label(),
+            compress::Key::validator(headers, bytes),
+            compress::Effort::Asset,
+        )),
+        None => None,
+    }
+}
+
+/// OpenCode sends no validator for its assets or catalogs: the digest one lets a browser
+/// revalidate (a 304 instead of the body again).
+fn offer_etag(headers: &mut HeaderMap, validator: &str) {
+    if !headers.contains_key(header::ETAG)
+        && !headers.contains_key(header::LAST_MODIFIED)
+        && let Ok(etag) = HeaderValue::from_str(&format!("\"{validator}\""))
+    {
+        headers.insert(header::ETAG, etag);
+    }
+}
+
+/// The compressed variant's answer, or 304 when the client's `If-None-Match` names it.
+fn variant(mut parts: http::response::Parts, out: Bytes, ask: &compress::Ask, asset: bool) -> Response<ProxyBody> {
     let not_modified = compress::variant_headers(
         &mut parts.headers,
         ask.coding,

@@ -183,29 +183,7 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
         || extra.upstream.is_some_and(|u| u.is_root(root))
         || extra.configured.has_root(root);
     if !api_root {
-        let api = first.eq_ignore_ascii_case(DOC_ROOT);
-        let class = if method == Method::OPTIONS {
-            Some(Class::Read)
-        } else if m == "GET" && !api {
-            // A root nobody lists is the web UI's only once the server's own document says what
-            // its API is: until then (not read yet, or unreadable) a newer OpenCode's new root
-            // would be a viewer's. Only the web UI's own files stay readable meanwhile.
-            Some(if extra.upstream.is_some() || web_ui_file(segs) {
-                Class::Read
-            } else {
-                Class::Operate
-            })
-        } else {
-            None
-        };
-        return Resolved {
-            route: None,
-            api,
-            class,
-            session: None,
-            upstream_path: render_static(segs),
-            file: None,
-        };
+        return outside_api(method, m, first, segs, extra);
     }
     let table = table.into_iter().flatten();
     let doc = doc.into_iter().flatten().copied();
@@ -236,6 +214,34 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
         class: (method == Method::OPTIONS).then_some(Class::Read),
         session: None,
         upstream_path: spelled.unwrap_or_else(|| render_static(segs)),
+        file: None,
+    }
+}
+
+/// A path under no API root: the web UI's, or the API document's own path. Only its reads are
+/// judged here (OPTIONS and GET); anything else has no class and is refused.
+fn outside_api<'p>(method: &Method, m: &str, first: &str, segs: &'p [Cow<'p, str>], extra: Extra<'_>) -> Resolved<'p> {
+    let api = first.eq_ignore_ascii_case(DOC_ROOT);
+    let class = if method == Method::OPTIONS {
+        Some(Class::Read)
+    } else if m == "GET" && !api {
+        // A root nobody lists is the web UI's only once the server's own document says what
+        // its API is: until then (not read yet, or unreadable) a newer OpenCode's new root
+        // would be a viewer's. Only the web UI's own files stay readable meanwhile.
+        Some(if extra.upstream.is_some() || web_ui_file(segs) {
+            Class::Read
+        } else {
+            Class::Operate
+        })
+    } else {
+        None
+    };
+    Resolved {
+        route: None,
+        api,
+        class,
+        session: None,
+        upstream_path: render_static(segs),
         file: None,
     }
 }

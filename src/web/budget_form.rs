@@ -28,32 +28,8 @@ pub(crate) async fn raise(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
         )));
     }
     let field = |name: &str| f.get(name).map_or("", String::as_str);
-    let key = match field("scope") {
-        "day" => project_key(&project),
-        "session" => {
-            let session = field("session");
-            if session.is_empty()
-                || session.len() > 128
-                || !session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-            {
-                return Err(HttpError::BadRequest("session: not a session id".into()));
-            }
-            session_key(&project, session)
-        }
-        _ => return Err(HttpError::BadRequest("scope: write day or session".into())),
-    };
-    let usd = match field("do") {
-        "reset" => None,
-        "raise" => match field("usd").trim().parse::<f64>() {
-            Ok(x) if x.is_finite() && x > 0.0 && x <= MAX_RAISE_USD => Some(x),
-            _ => {
-                return Err(HttpError::BadRequest(format!(
-                    "usd: write an amount of US dollars above 0 and at most {MAX_RAISE_USD}"
-                )));
-            }
-        },
-        _ => return Err(HttpError::BadRequest("do: write raise or reset".into())),
-    };
+    let key = budget_key(&project, field("scope"), field("session"))?;
+    let usd = amount(field("do"), field("usd"))?;
     let Some(raised) = ctx.gw.meter.raise(&project, &key, usd, today()) else {
         return Err(HttpError::BadRequest(
             "too many budgets are raised today; raise the configured limit instead".into(),
@@ -83,4 +59,37 @@ pub(crate) async fn raise(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
     .await;
     let done = if usd.is_some() { "raised" } else { "reset" };
     Ok(page::redirect(&format!("/?done={done}")))
+}
+
+/// The budget the form names: the project's day, or one of its sessions (a session id as
+/// OpenCode writes them, so the key holds nothing else).
+fn budget_key(project: &str, scope: &str, session: &str) -> Result<String, HttpError> {
+    match scope {
+        "day" => Ok(project_key(project)),
+        "session" => {
+            if session.is_empty()
+                || session.len() > 128
+                || !session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(HttpError::BadRequest("session: not a session id".into()));
+            }
+            Ok(session_key(project, session))
+        }
+        _ => Err(HttpError::BadRequest("scope: write day or session".into())),
+    }
+}
+
+/// What the form adds: dollars for a raise (above 0, at most [`MAX_RAISE_USD`]), `None` for a
+/// reset (what was spent so far).
+fn amount(act: &str, usd: &str) -> Result<Option<f64>, HttpError> {
+    match act {
+        "reset" => Ok(None),
+        "raise" => match usd.trim().parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 && x <= MAX_RAISE_USD => Ok(Some(x)),
+            _ => Err(HttpError::BadRequest(format!(
+                "usd: write an amount of US dollars above 0 and at most {MAX_RAISE_USD}"
+            ))),
+        },
+        _ => Err(HttpError::BadRequest("do: write raise or reset".into())),
+    }
 }

@@ -54,18 +54,7 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
         tracing::warn!(target: "security", peer = %ctx.client, user = %login.user, reason = ?e, "a handoff to a target that is not a project host of this gateway refused");
         HttpError::BadRequest(format!("cannot hand off to that address ({e:?})"))
     })?;
-    let granted = ctx
-        .state
-        .users
-        .get(&*login.user)
-        .is_some_and(|u| u.grants.role_in(&project).is_some());
-    // The named host (no project) is the login host by another name: the user's own.
-    if !project.is_empty() && (!granted || !ctx.state.projects.contains_key(project.as_str())) {
-        return Err(HttpError::NotGranted {
-            user: login.user.to_string(),
-            project,
-        });
-    }
+    let project = granted(ctx, &login.user, project)?;
     // The callback on the origin as configured, however the target spelled its host.
     let authority = match &named {
         Some(n) if project.is_empty() => n.trim_start_matches("https://").to_string(),
@@ -80,19 +69,39 @@ pub(crate) async fn mint(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpError
         path: path.to_string(),
         state: digest(&state),
     };
-    match ctx.gw.browser.handoffs.tickets.put(digest(&ticket), record).await {
-        Ok(PutOnce::Kept) => {}
-        // 10 000 tickets in a minute: a flood, answered as one.
-        Ok(_) => {
-            return Err(HttpError::RateLimited {
-                retry_after: std::time::Duration::from_secs(60),
-            });
-        }
-        Err(e) => return Err(e.into()),
-    }
+    keep(ctx, &ticket, record).await?;
     Ok(page::redirect(&format!(
         "https://{authority}/_gw/callback?ticket={ticket}"
     )))
+}
+
+/// The target's project, if the user may use it (and it is still configured). The named host (no
+/// project) is the login host by another name: the user's own.
+fn granted(ctx: &Ctx<'_>, user: &str, project: String) -> Result<String, HttpError> {
+    let granted = ctx
+        .state
+        .users
+        .get(user)
+        .is_some_and(|u| u.grants.role_in(&project).is_some());
+    if !project.is_empty() && (!granted || !ctx.state.projects.contains_key(project.as_str())) {
+        return Err(HttpError::NotGranted {
+            user: user.to_string(),
+            project,
+        });
+    }
+    Ok(project)
+}
+
+/// The minted ticket kept (by its digest) until the callback takes it.
+async fn keep(ctx: &Ctx<'_>, ticket: &str, record: Ticket) -> Result<(), HttpError> {
+    match ctx.gw.browser.handoffs.tickets.put(digest(ticket), record).await {
+        Ok(PutOnce::Kept) => Ok(()),
+        // 10 000 tickets in a minute: a flood, answered as one.
+        Ok(_) => Err(HttpError::RateLimited {
+            retry_after: std::time::Duration::from_secs(60),
+        }),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Project host: `GET /_gw/callback?ticket=…`.

@@ -111,28 +111,39 @@ pub(crate) fn page(
         || matches!((host, base_domain), (Some(h), Some(d)) if crate::policy::route::host_label(h, d).is_some());
     if segs.first().is_some_and(|s| s.eq_ignore_ascii_case(PREFIX)) {
         let rest = if too_long { &["", "", ""][..] } else { &segs[1..] };
-        return Some(match (project_host, rest) {
-            (true, ["callback"]) => Page::Callback,
-            (false, ["handoff"]) => Page::Handoff,
-            // The named host's side of its handoff (refused on any other login-host name).
-            (false, ["callback"]) => Page::Callback,
-            (false, ["arrive"]) => Page::Arrive,
-            (false, ["events"]) => Page::Events,
-            (false, ["act"]) => Page::Act,
-            (false, ["new"]) => Page::NewSession,
-            (false, ["restart"]) => Page::Restart,
-            (false, ["budget"]) => Page::Budget,
-            (false, ["push"]) => Page::Push,
-            (false, ["passkey"]) => Page::Passkey,
-            (false, ["oidc", "start"]) => Page::OidcStart,
-            (false, ["oidc", "callback"]) => Page::OidcCallback,
-            (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
-            _ => Page::Missing,
-        });
+        return Some(reserved_page(project_host, rest));
     }
     if project_host || too_long {
         return None;
     }
+    login_host_page(segs, has_authorization, only_project)
+}
+
+/// A page under the reserved prefix (`rest`: the segments after it). A project front serves
+/// only the handoff's callback; anything else there is missing.
+fn reserved_page(project_host: bool, rest: &[&str]) -> Page {
+    match (project_host, rest) {
+        (true, ["callback"]) => Page::Callback,
+        (false, ["handoff"]) => Page::Handoff,
+        // The named host's side of its handoff (refused on any other login-host name).
+        (false, ["callback"]) => Page::Callback,
+        (false, ["arrive"]) => Page::Arrive,
+        (false, ["events"]) => Page::Events,
+        (false, ["act"]) => Page::Act,
+        (false, ["new"]) => Page::NewSession,
+        (false, ["restart"]) => Page::Restart,
+        (false, ["budget"]) => Page::Budget,
+        (false, ["push"]) => Page::Push,
+        (false, ["passkey"]) => Page::Passkey,
+        (false, ["oidc", "start"]) => Page::OidcStart,
+        (false, ["oidc", "callback"]) => Page::OidcCallback,
+        (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
+        _ => Page::Missing,
+    }
+}
+
+/// The login host's pages outside the reserved prefix; any other path is a project's.
+fn login_host_page(segs: &[&str], has_authorization: bool, only_project: bool) -> Option<Page> {
     match segs {
         [] if has_authorization && only_project => None,
         // `/` with credentials and several projects keeps its old answer (which project?).

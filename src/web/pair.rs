@@ -67,37 +67,14 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
     if let Err(d) = ctx.gw.auth.limiters.attempt(ctx.client, None).await {
         return limited(ctx, d);
     }
-    // Only for the log: the person sees the same answer whichever reason it was.
-    let pairing = ctx.gw.browser.pairing.clone();
-    let (charged, verdict) = crate::store::blocking("redeeming a pairing code", move || {
-        let Some(p) = parsed else {
-            return Ok((None, Err(Refused::Malformed)));
-        };
-        pairing.redeem(&p)
-    })
-    .await
-    .map_err(HttpError::from)?;
-    let charged = charged.unwrap_or_else(|| UNKNOWN_USER.to_string());
-    let redeemed = match verdict {
-        Ok(r) if ctx.state.users.contains_key(&r.user) => r,
-        Ok(r) => {
-            tracing::warn!(target: "security", peer = %ctx.client, user = %r.user, reason = "pairing_user_gone", "pairing refused");
-            return refused();
-        }
-        Err(why) => {
-            ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, false);
-            tracing::warn!(target: "security", peer = %ctx.client, user = %charged, reason = why.code(), "pairing refused");
-            ctx.gw
-                .audit
-                .record(pairing_refused(ctx, "login_failed", &charged, why.code()));
-            return refused();
-        }
+    let Some(redeemed) = redeem(ctx, parsed).await? else {
+        return refused();
     };
     let now = now_unix();
     let device = DeviceRecord {
         id: format!("dev_{}", crate::auth::sessions::random(9)),
-        user: redeemed.user.clone(),
-        label: redeemed.label.clone(),
+        user: redeemed.user,
+        label: redeemed.label,
         created_at: now,
         last_seen_at: Some(now),
         last_address: Some(ctx.client.to_string()),
@@ -114,6 +91,50 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         .sessions
         .create(&device.user, Origin::Device(&device.id), DEVICE)
         .await?;
+    paired(ctx, &device, &live);
+    let max_age = (live.expires_at - now).max(1);
+    // The portal confirms it: "This device is paired".
+    let mut r = page::redirect("/?done=paired");
+    r.headers_mut()
+        .append(header::SET_COOKIE, cookie::set(&value, Some(max_age)));
+    Ok(r)
+}
+
+/// The code taken out of the store, if it is a live one for a user still configured (`None`:
+/// refused, and logged with its reason; the person sees the same answer whichever it was).
+async fn redeem(
+    ctx: &Ctx<'_>,
+    parsed: Option<crate::auth::pairing::Parsed>,
+) -> Result<Option<crate::auth::pairing::Redeemed>, HttpError> {
+    let pairing = ctx.gw.browser.pairing.clone();
+    let (charged, verdict) = crate::store::blocking("redeeming a pairing code", move || {
+        let Some(p) = parsed else {
+            return Ok((None, Err(Refused::Malformed)));
+        };
+        pairing.redeem(&p)
+    })
+    .await
+    .map_err(HttpError::from)?;
+    let charged = charged.unwrap_or_else(|| UNKNOWN_USER.to_string());
+    match verdict {
+        Ok(r) if ctx.state.users.contains_key(&r.user) => Ok(Some(r)),
+        Ok(r) => {
+            tracing::warn!(target: "security", peer = %ctx.client, user = %r.user, reason = "pairing_user_gone", "pairing refused");
+            Ok(None)
+        }
+        Err(why) => {
+            ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, false);
+            tracing::warn!(target: "security", peer = %ctx.client, user = %charged, reason = why.code(), "pairing refused");
+            ctx.gw
+                .audit
+                .record(pairing_refused(ctx, "login_failed", &charged, why.code()));
+            Ok(None)
+        }
+    }
+}
+
+/// A paired device: the address's allowance refilled, counted, logged and audited.
+fn paired(ctx: &Ctx<'_>, device: &DeviceRecord, live: &crate::auth::sessions::Live) {
     ctx.gw.auth.limiters.login_succeeded(ctx.client, &live.user);
     ctx.gw.metrics.login(crate::metrics::LoginMethod::Pairing, true);
     tracing::info!(target: "security", peer = %ctx.client, user = %device.user, device = %device.id, label = %device.label, session = %live.id, "device paired");
@@ -125,12 +146,6 @@ pub(crate) async fn submit(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
             .field("method", "pairing")
             .field("label", device.label.as_str()),
     );
-    let max_age = (live.expires_at - now).max(1);
-    // The portal confirms it: "This device is paired".
-    let mut r = page::redirect("/?done=paired");
-    r.headers_mut()
-        .append(header::SET_COOKIE, cookie::set(&value, Some(max_age)));
-    Ok(r)
 }
 
 /// The address's login allowance is spent: 429 with Retry-After, on the pairing page, before the

@@ -42,18 +42,7 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
     let passkeys = &ctx.gw.browser.passkeys;
     let store = ctx.gw.browser.sessions.store();
     match field("do") {
-        "sign-in-options" => {
-            // A spent address starts nothing. Starting is not charged: it proves nothing and
-            // guesses nothing (a signature cannot be guessed), and the ceremonies it may hold are
-            // bounded per address; a failed answer is charged.
-            if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, None) {
-                return Ok(limited(denied.retry_after));
-            }
-            Ok(match passkeys.start_sign_in(&place).await {
-                Ok(options) => json(StatusCode::OK, options),
-                Err(e) => refusal(&e),
-            })
-        }
+        "sign-in-options" => Ok(sign_in_options(ctx, &place).await),
         "sign-in" => sign_in(ctx, &place, [field("credential"), field("ceremony")], field("next")).await,
         "register-options" | "register" | "remove" => {
             let Some(live) = ctx.login_session().await? else {
@@ -64,37 +53,64 @@ pub(crate) async fn post(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Proxy
                     Ok(options) => json(StatusCode::OK, options),
                     Err(e) => refusal(&e),
                 }),
-                "register" => {
-                    let made = passkeys
-                        .finish_registration(store, &live.user, &place, field("credential"), field("label"))
-                        .await;
-                    Ok(match made {
-                        Ok(p) => {
-                            ctx.gw.audit.record(
-                                crate::audit::Record::new("passkey_added")
-                                    .user(&*live.user)
-                                    .address(ctx.client)
-                                    .field("passkey", p.id.as_str())
-                                    .field("label", p.label.as_str()),
-                            );
-                            tracing::info!(target: "security", peer = %ctx.client, user = %live.user, passkey = %p.id, "a passkey was added");
-                            json(
-                                StatusCode::OK,
-                                serde_json::json!({ "id": p.id, "label": p.label }).to_string(),
-                            )
-                        }
-                        Err(e) => {
-                            tracing::warn!(target: "security", peer = %ctx.client, user = %live.user, reason = e.code(), detail = %e.detail(), "a passkey was not added");
-                            refusal(&e)
-                        }
-                    })
-                }
+                "register" => Ok(register(ctx, &live.user, &place, field("credential"), field("label")).await),
                 _ => remove(ctx, &live.user, field("id")).await,
             }
         }
         _ => Err(HttpError::BadRequest(
             "do: write sign-in-options, sign-in, register-options, register or remove".into(),
         )),
+    }
+}
+
+/// The options a sign-in starts with. A spent address starts nothing. Starting is not charged: it
+/// proves nothing and guesses nothing (a signature cannot be guessed), and the ceremonies it may
+/// hold are bounded per address; a failed answer is charged.
+async fn sign_in_options(ctx: &Ctx<'_>, place: &Place<'_>) -> Response<ProxyBody> {
+    if let Err(denied) = ctx.gw.auth.limiters.spent(ctx.client, None) {
+        return limited(denied.retry_after);
+    }
+    match ctx.gw.browser.passkeys.start_sign_in(place).await {
+        Ok(options) => json(StatusCode::OK, options),
+        Err(e) => refusal(&e),
+    }
+}
+
+/// A logged-in user's new passkey, from the browser's answer to the registration options:
+/// audited and logged when added; the reason logged when not.
+async fn register(
+    ctx: &Ctx<'_>,
+    user: &std::sync::Arc<str>,
+    place: &Place<'_>,
+    credential: &str,
+    label: &str,
+) -> Response<ProxyBody> {
+    let store = ctx.gw.browser.sessions.store();
+    let made = ctx
+        .gw
+        .browser
+        .passkeys
+        .finish_registration(store, user, place, credential, label)
+        .await;
+    match made {
+        Ok(p) => {
+            ctx.gw.audit.record(
+                crate::audit::Record::new("passkey_added")
+                    .user(&**user)
+                    .address(ctx.client)
+                    .field("passkey", p.id.as_str())
+                    .field("label", p.label.as_str()),
+            );
+            tracing::info!(target: "security", peer = %ctx.client, user = %user, passkey = %p.id, "a passkey was added");
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "id": p.id, "label": p.label }).to_string(),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(target: "security", peer = %ctx.client, user = %user, reason = e.code(), detail = %e.detail(), "a passkey was not added");
+            refusal(&e)
+        }
     }
 }
 

@@ -120,25 +120,7 @@ pub(crate) async fn authenticate(
     let tokens = &check.auth.tokens;
     // A spent login allowance answers first, cached token or not: an address over its budget
     // learns nothing, from the cache or the database, until the allowance refills.
-    if let Err(denied) = check.auth.limiters.spent(peer, basic_user) {
-        check.metrics.refused(crate::metrics::Refusal::Login);
-        let log_user = basic_user
-            .filter(|u| check.users.contains_key(*u))
-            .unwrap_or("<unknown>");
-        tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "token refused before lookup: login limit reached");
-        check.audit.record(refusal_record(
-            "lockout",
-            log_user,
-            peer,
-            basic_user,
-            "-",
-            denied.reason,
-        ));
-        return Err(AuthError::LoginLimited {
-            retry_after: denied.retry_after,
-            reason: denied.reason,
-        });
-    }
+    allowance_left(check, peer, basic_user)?;
     let digest = digest(&tokens.key, token.expose());
     let cached = tokens.cached(&digest);
     let fresh = cached.is_none();
@@ -153,31 +135,64 @@ pub(crate) async fn authenticate(
             Some(user) => {
                 // A login is a verification against the database, not every cached request.
                 if fresh {
-                    check.metrics.login(LoginMethod::Token, true);
-                    check.audit.record(
-                        Record::new("login")
-                            .user(&*user.name)
-                            .address(peer)
-                            .via(Via::Token, Some(&v.id))
-                            .field("method", login_method(basic_user)),
-                    );
+                    logged_in(check, peer, basic_user, &user.name, &v.id);
                 }
-                return Ok((
-                    Arc::new(UserState {
-                        name: user.name.clone(),
-                        hash: None,
-                        fingerprint: user.fingerprint,
-                        grants: v.scope.narrow(&user.grants),
-                        ssh_keys: Vec::new(),
-                    }),
-                    v.id.clone(),
-                ));
+                return Ok((scoped(user, &v), v.id.clone()));
             }
             None => Refusal::UserGone(v.id.clone()),
         },
         Err(r) => r,
     };
     Err(refuse(check, peer, basic_user, refusal).await)
+}
+
+/// Refused before any lookup while the address (or the Basic user) has spent its login
+/// allowance; the user is named in the log only when it exists.
+fn allowance_left(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>) -> Result<(), AuthError> {
+    let Err(denied) = check.auth.limiters.spent(peer, basic_user) else {
+        return Ok(());
+    };
+    check.metrics.refused(crate::metrics::Refusal::Login);
+    let log_user = basic_user
+        .filter(|u| check.users.contains_key(*u))
+        .unwrap_or("<unknown>");
+    tracing::warn!(target: "security", peer = %peer, user = log_user, reason = denied.reason, "token refused before lookup: login limit reached");
+    check.audit.record(refusal_record(
+        "lockout",
+        log_user,
+        peer,
+        basic_user,
+        "-",
+        denied.reason,
+    ));
+    Err(AuthError::LoginLimited {
+        retry_after: denied.retry_after,
+        reason: denied.reason,
+    })
+}
+
+/// A token login counted and audited (its id, never its text).
+fn logged_in(check: &Check<'_>, peer: IpAddr, basic_user: Option<&str>, name: &str, id: &str) {
+    check.metrics.login(LoginMethod::Token, true);
+    check.audit.record(
+        Record::new("login")
+            .user(name)
+            .address(peer)
+            .via(Via::Token, Some(id))
+            .field("method", login_method(basic_user)),
+    );
+}
+
+/// The token's user with grants narrowed to the token's scope (no password, no SSH keys: a
+/// token is not a way to either).
+fn scoped(user: &UserState, v: &Verified) -> Arc<UserState> {
+    Arc::new(UserState {
+        name: user.name.clone(),
+        hash: None,
+        fingerprint: user.fingerprint,
+        grants: v.scope.narrow(&user.grants),
+        ssh_keys: Vec::new(),
+    })
 }
 
 /// Charge the login limiter and log, without the token: its id when known, never its text.

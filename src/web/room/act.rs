@@ -6,8 +6,8 @@ use hyper::body::Incoming;
 use super::rows::{project_origin, session_link};
 use super::*;
 use crate::audit::{Via, Who};
-use crate::inbox::Card;
 use crate::inbox::Road;
+use crate::inbox::{Card, Inbox, ProjectView};
 use crate::inbox::{InboxError, Outcome, Reply};
 use crate::policy::authz::Class;
 
@@ -41,48 +41,15 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
         return Ok(page::redirect(&format!("{back}?done=elsewhere")));
     };
     let inbox = &ctx.gw.inbox;
+    // The card must still be pending: one answered meanwhile (here or elsewhere) says so.
     let outcome = match action {
-        "once" | "always" | "reject" => {
-            if !v
-                .pending
-                .iter()
-                .any(|c| matches!(c, Card::Permission(_)) && c.id() == id)
-            {
-                return Ok(page::redirect(&format!("{back}?done=elsewhere")));
-            }
-            let reply = Reply::parse(action).expect("matched above");
-            let message = f.get("message").cloned().filter(|m| !m.trim().is_empty());
-            inbox.reply_permission(project, id, reply, message, by).await
-        }
-        "answer" | "dismiss" => {
-            let Some(Card::Question(q)) = v
-                .pending
-                .iter()
-                .find(|c| matches!(c, Card::Question(_)) && c.id() == id)
-            else {
-                return Ok(page::redirect(&format!("{back}?done=elsewhere")));
-            };
-            if action == "dismiss" {
-                inbox.reject_question(project, id, by).await
-            } else {
-                let answers = chosen_answers(&f, q.request.questions.len());
-                inbox.reply_question(project, id, answers, by).await
-            }
-        }
+        "once" | "always" | "reject" | "answer" | "dismiss" => answer_card(inbox, &f, v, project, id, action, by).await,
         "resume" => return resume(ctx, &live, by, project, id, back).await,
-        "abort" => {
-            if !v.sessions.iter().any(|s| s.id == id) {
-                return Ok(page::redirect(&format!("{back}?done=gone")));
-            }
-            let r = inbox.abort_session(by, project, id).await;
-            tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
-            return match r {
-                Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=aborted"))),
-                Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=gone"))),
-                Err(e) => Err(inbox_error(project, e)),
-            };
-        }
+        "abort" => return abort(ctx, &live, by, v, project, id, back).await,
         _ => return Err(HttpError::BadRequest("unknown action".into())),
+    };
+    let Some(outcome) = outcome else {
+        return Ok(page::redirect(&format!("{back}?done=elsewhere")));
     };
     // The request audit recorded the answer (`from: control_room`) as the proxy sent it.
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, device = live.device.as_deref().unwrap_or("-"), project, request = id, answer = action, "answered from the control room");
@@ -107,11 +74,68 @@ async fn resume(
 ) -> Result<Response<ProxyBody>, HttpError> {
     let r = ctx.gw.inbox.resume(by, project, id).await;
     tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, ok = r.is_ok(), "stopped session resumed from the control room");
+    session_done(back, project, "resumed", r)
+}
+
+/// "Abort" on a session the project still has: the inbox stops it on the user's road.
+async fn abort(
+    ctx: &Ctx<'_>,
+    live: &Live,
+    by: &dyn Road,
+    v: &ProjectView,
+    project: &str,
+    id: &str,
+    back: &str,
+) -> Result<Response<ProxyBody>, HttpError> {
+    if !v.sessions.iter().any(|s| s.id == id) {
+        return Ok(page::redirect(&format!("{back}?done=gone")));
+    }
+    let r = ctx.gw.inbox.abort_session(by, project, id).await;
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
+    session_done(back, project, "aborted", r)
+}
+
+/// A session act's outcome as the page to go back to: its notice, "gone" when the session was
+/// no longer there to act on, or the inbox's failure.
+fn session_done(
+    back: &str,
+    project: &str,
+    done: &str,
+    r: Result<Outcome, InboxError>,
+) -> Result<Response<ProxyBody>, HttpError> {
     match r {
-        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done=resumed"))),
+        Ok(Outcome::Done) => Ok(page::redirect(&format!("{back}?done={done}"))),
         Ok(Outcome::AlreadyAnswered) => Ok(page::redirect(&format!("{back}?done=gone"))),
         Err(e) => Err(inbox_error(project, e)),
     }
+}
+
+/// Answer the card the form names, if it is still pending (`None`: it is not): allow once,
+/// always or reject a permission request; answer or dismiss a question.
+async fn answer_card(
+    inbox: &Inbox,
+    f: &form::Form,
+    v: &ProjectView,
+    project: &str,
+    id: &str,
+    action: &str,
+    by: &dyn Road,
+) -> Option<Result<Outcome, InboxError>> {
+    let mut named = v.pending.iter().filter(|c| c.id() == id);
+    if let Some(reply) = Reply::parse(action) {
+        named.find(|c| matches!(c, Card::Permission(_)))?;
+        let message = f.get("message").cloned().filter(|m| !m.trim().is_empty());
+        return Some(inbox.reply_permission(project, id, reply, message, by).await);
+    }
+    let Some(Card::Question(q)) = named.find(|c| matches!(c, Card::Question(_))) else {
+        return None;
+    };
+    Some(if action == "dismiss" {
+        inbox.reject_question(project, id, by).await
+    } else {
+        let answers = chosen_answers(f, q.request.questions.len());
+        inbox.reply_question(project, id, answers, by).await
+    })
 }
 
 /// For each of a question card's `n` questions, the labels ticked (`q<i>`) and the user's own

@@ -35,37 +35,7 @@ pub(crate) async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     let gw = ctx.gw.clone();
     let client = ctx.client;
     let user = live.user.clone();
-    tokio::spawn(async move {
-        let mut changes = gw.inbox.changes();
-        let digest = |gw: &crate::gateway::Gateway| {
-            let state = gw.state();
-            let views = gw.inbox.view(|p| role_of(&state, &user, p).is_some());
-            serde_json::to_string(&views).unwrap_or_default()
-        };
-        let mut last = digest(&gw);
-        if tx.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
-            return;
-        }
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
-        loop {
-            tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() { return; }
-                    let now = digest(&gw);
-                    if now != last {
-                        last = now;
-                        if tx.send(Bytes::from_static(b"event: change\ndata: {}\n\n")).await.is_err() { return; }
-                    }
-                }
-                _ = tick.tick() => {
-                    if !matches!(gw.browser.sessions.check(&cookie, client).await, Ok(Some(_))) { return; }
-                    if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
-                }
-                _ = tx.closed() => return,
-                _ = gw.lifecycle.shutdown.cancelled() => return,
-            }
-        }
-    });
+    tokio::spawn(say_changes(gw, user, cookie, client, tx));
     let mut r = Response::new(ProxyBody::channel(rx).holding(Some(crate::http::body::StreamHold {
         _slot: Some(slot),
         _gauge: ctx.gw.metrics.stream_open(crate::metrics::StreamKind::Events),
@@ -75,4 +45,46 @@ pub(crate) async fn events(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     Ok(r)
+}
+
+/// The stream's task: `change` when what the user sees changed, a keep-alive at each tick while
+/// the login lasts; ends when the client goes, the login ends or the gateway stops.
+async fn say_changes(
+    gw: Arc<crate::gateway::Gateway>,
+    user: Arc<str>,
+    cookie: String,
+    client: std::net::IpAddr,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let mut changes = gw.inbox.changes();
+    let mut last = seen_by(&gw, &user);
+    if tx.send(Bytes::from_static(b": connected\n\n")).await.is_err() {
+        return;
+    }
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+    loop {
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() { return; }
+                let now = seen_by(&gw, &user);
+                if now != last {
+                    last = now;
+                    if tx.send(Bytes::from_static(b"event: change\ndata: {}\n\n")).await.is_err() { return; }
+                }
+            }
+            _ = tick.tick() => {
+                if !matches!(gw.browser.sessions.check(&cookie, client).await, Ok(Some(_))) { return; }
+                if tx.send(Bytes::from_static(b": keep-alive\n\n")).await.is_err() { return; }
+            }
+            _ = tx.closed() => return,
+            _ = gw.lifecycle.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// What the user sees of the inbox, as text to compare: only projects they have a role in.
+fn seen_by(gw: &crate::gateway::Gateway, user: &str) -> String {
+    let state = gw.state();
+    let views = gw.inbox.view(|p| role_of(&state, user, p).is_some());
+    serde_json::to_string(&views).unwrap_or_default()
 }

@@ -193,47 +193,23 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         // One notice per answer: this user's own answers are said once, by the notice at the
         // top of the page after the answer (`?done=…&id=…`), and not again in the list.
         for r in &v.resolved {
-            let words = answered_words(r.kind, r.answer.as_deref());
-            let what = resolved_what(r);
-            let text = match &r.how {
+            match &r.how {
                 Resolution::AnsweredHere { by } if by == user => {
-                    if let Some((_, id)) = &done
-                        && *id == r.id
-                        && answered.is_none()
-                    {
-                        answered = Some(format!("{words}: {what}"));
+                    if answered.is_none() && done.as_ref().is_some_and(|(_, id)| *id == r.id) {
+                        answered = Some(format!(
+                            "{}: {}",
+                            answered_words(r.kind, r.answer.as_deref()),
+                            resolved_what(r)
+                        ));
                     }
-                    continue;
                 }
-                Resolution::AnsweredHere { by } => {
-                    format!(
-                        "{words} by {by}: {what} (in {}, {} ago)",
-                        v.name,
-                        ago(r.resolved_at_ms, now)
-                    )
-                }
-                Resolution::Elsewhere => format!(
-                    "{what} (in {}): answered elsewhere{} ({} ago)",
-                    v.name,
-                    match r.answer.as_deref() {
-                        Some(_) => format!(", {}", words.to_lowercase()),
-                        None => String::new(),
-                    },
-                    ago(r.resolved_at_ms, now)
-                ),
-            };
-            notes.push(NoteRow { text });
+                _ => notes.push(NoteRow {
+                    text: resolved_note(v, r, now),
+                }),
+            }
         }
     }
-    // The fixed sentence after what was answered ("Allowed once: ls. The agent goes on.").
-    let flash = match (answered, flash) {
-        (Some(what), Some(f)) => Some(match f.split_once(": ") {
-            Some((_, tail)) => format!("{what}. {}", capitalize(tail)),
-            None => what,
-        }),
-        (None, f) => f.map(String::from),
-        (Some(what), None) => Some(what),
-    };
+    let flash = flash_line(answered, flash);
     cards.sort_by(|a, b| b.waited.len().cmp(&a.waited.len()).then(a.waited.cmp(&b.waited)));
     Room {
         pending: cards.len(),
@@ -243,6 +219,43 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         flash,
         viewer_only: viewer_only && !views.is_empty(),
         my_spend: my_spend_line(ctx.gw, state, user),
+    }
+}
+
+/// Another's answer, or one given outside the gateway, as a line in the list.
+fn resolved_note(v: &ProjectView, r: &crate::inbox::Resolved, now: u64) -> String {
+    let words = answered_words(r.kind, r.answer.as_deref());
+    let what = resolved_what(r);
+    match &r.how {
+        Resolution::AnsweredHere { by } => {
+            format!(
+                "{words} by {by}: {what} (in {}, {} ago)",
+                v.name,
+                ago(r.resolved_at_ms, now)
+            )
+        }
+        Resolution::Elsewhere => format!(
+            "{what} (in {}): answered elsewhere{} ({} ago)",
+            v.name,
+            match r.answer.as_deref() {
+                Some(_) => format!(", {}", words.to_lowercase()),
+                None => String::new(),
+            },
+            ago(r.resolved_at_ms, now)
+        ),
+    }
+}
+
+/// The notice at the top: what this user just answered, then the fixed sentence after it
+/// ("Allowed once: ls. The agent goes on.").
+fn flash_line(answered: Option<String>, flash: Option<&'static str>) -> Option<String> {
+    match (answered, flash) {
+        (Some(what), Some(f)) => Some(match f.split_once(": ") {
+            Some((_, tail)) => format!("{what}. {}", capitalize(tail)),
+            None => what,
+        }),
+        (None, f) => f.map(String::from),
+        (Some(what), None) => Some(what),
     }
 }
 
@@ -318,51 +331,7 @@ fn project_row(
         ServerState::Failed { reason } => ("failed", "restarting".to_string(), Some(reason.clone())),
         ServerState::NotRunning { reason } => ("failed", "NOT RUNNING".to_string(), Some(reason.clone())),
     };
-    let sessions = v
-        .sessions
-        .iter()
-        .map(|s| {
-            // The badge says the state in a word; an error's text goes below it, as a sentence.
-            let (status_class, status_text, status_reason) = match &s.status {
-                SessionStatus::Idle => ("idle", "idle".to_string(), None),
-                SessionStatus::Busy => ("busy", "busy".to_string(), None),
-                SessionStatus::Retry { attempt, message, .. } => (
-                    "retry",
-                    format!("retrying (attempt {attempt})"),
-                    Some(message.clone()).filter(|m| !m.trim().is_empty()),
-                ),
-            };
-            let waiting = v.pending.iter().find_map(|c| match c {
-                Card::Permission(p) if p.request.session_id == s.id => Some(WaitingRow {
-                    id: p.request.id.clone(),
-                    what: match p.request.lines.first() {
-                        Some(line) => format!("{}: {line}", permission_title(&p.request.tool)),
-                        None => permission_title(&p.request.tool),
-                    },
-                }),
-                _ => None,
-            });
-            SessionRow {
-                id: s.id.clone(),
-                title: if s.title.is_empty() {
-                    s.id.clone()
-                } else {
-                    s.title.clone()
-                },
-                status_class,
-                status_text,
-                status_reason,
-                ago: ago(s.last_activity_ms, now),
-                since_ms: s.last_activity_ms,
-                usage: usage(s),
-                link: session_link(origin, v.directory.as_deref(), &s.id),
-                subagent: s.parent_id.is_some(),
-                busy: !matches!(s.status, SessionStatus::Idle),
-                waiting,
-                flag: s.flag.as_ref().map(flag_row),
-            }
-        })
-        .collect();
+    let sessions = v.sessions.iter().map(|s| session_row(v, s, origin, now)).collect();
     ProjectRow {
         spend: None,
         name: v.name.clone(),
@@ -379,6 +348,53 @@ fn project_row(
         can_raise: false,
         origin: None,
     }
+}
+
+/// A session's line under its project: its state in a word (an error's text below it, as a
+/// sentence), its cost so far, and the permission it waits on, if any.
+fn session_row(v: &ProjectView, s: &crate::inbox::Session, origin: &Option<String>, now: u64) -> SessionRow {
+    let (status_class, status_text, status_reason) = match &s.status {
+        SessionStatus::Idle => ("idle", "idle".to_string(), None),
+        SessionStatus::Busy => ("busy", "busy".to_string(), None),
+        SessionStatus::Retry { attempt, message, .. } => (
+            "retry",
+            format!("retrying (attempt {attempt})"),
+            Some(message.clone()).filter(|m| !m.trim().is_empty()),
+        ),
+    };
+    SessionRow {
+        id: s.id.clone(),
+        title: if s.title.is_empty() {
+            s.id.clone()
+        } else {
+            s.title.clone()
+        },
+        status_class,
+        status_text,
+        status_reason,
+        ago: ago(s.last_activity_ms, now),
+        since_ms: s.last_activity_ms,
+        usage: usage(s),
+        link: session_link(origin, v.directory.as_deref(), &s.id),
+        subagent: s.parent_id.is_some(),
+        busy: !matches!(s.status, SessionStatus::Idle),
+        waiting: waiting_on(v, &s.id),
+        flag: s.flag.as_ref().map(flag_row),
+    }
+}
+
+/// The permission request a session waits on, in a line.
+fn waiting_on(v: &ProjectView, session: &str) -> Option<WaitingRow> {
+    v.pending.iter().find_map(|c| match c {
+        Card::Permission(p) if p.request.session_id == session => Some(WaitingRow {
+            id: p.request.id.clone(),
+            what: match p.request.lines.first() {
+                Some(line) => format!("{}: {line}", permission_title(&p.request.tool)),
+                None => permission_title(&p.request.tool),
+            },
+        }),
+        _ => None,
+    })
 }
 
 /// What a permission request asks, in words a person reads on a phone, with OpenCode's own name
@@ -452,20 +468,7 @@ fn card_row(
         Card::Question(q) => CardRow {
             permission: false,
             tool: "question".into(),
-            questions: q
-                .request
-                .questions
-                .iter()
-                .enumerate()
-                .map(|(index, item)| QuestionRow {
-                    index,
-                    header: item.header.clone(),
-                    text: item.question.clone(),
-                    options: item.options.iter().map(|o| o.label.clone()).collect(),
-                    multiple: item.multiple,
-                    custom: item.custom.unwrap_or(true),
-                })
-                .collect(),
+            questions: q.request.questions.iter().enumerate().map(question_row).collect(),
             ..base(
                 &q.request.session_id,
                 &q.session_title,
@@ -473,5 +476,17 @@ fn card_row(
                 q.request.asked_at_ms,
             )
         },
+    }
+}
+
+/// One question of a question card, as the form asks it (a free answer allowed unless it says not).
+fn question_row((index, item): (usize, &crate::inbox::QuestionItem)) -> QuestionRow {
+    QuestionRow {
+        index,
+        header: item.header.clone(),
+        text: item.question.clone(),
+        options: item.options.iter().map(|o| o.label.clone()).collect(),
+        multiple: item.multiple,
+        custom: item.custom.unwrap_or(true),
     }
 }
