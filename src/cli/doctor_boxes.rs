@@ -222,19 +222,15 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let at_login = runtime.block_on(TestBox::start(Hang::AtLogin));
         let at_channels = runtime.block_on(TestBox::start(Hang::AtChannels));
-        let key = dir.path().join("id_ed25519");
-        let text = at_login
-            .client_key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
-            .unwrap();
-        crate::support::files::write_private(&key, &text).unwrap();
+        let write = |name: &str, client: &russh::keys::PrivateKey| {
+            let path = dir.path().join(name);
+            let text = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
+            crate::support::files::write_private(&path, &text).unwrap();
+            path
+        };
+        let key = write("id_ed25519", &at_login.client_key);
         // The box at channels lets in another key: give it that one.
-        let key2 = dir.path().join("id2");
-        let text = at_channels
-            .client_key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
-            .unwrap();
-        crate::support::files::write_private(&key2, &text).unwrap();
+        let key2 = write("id2", &at_channels.client_key);
         let some_key = &at_login.host_key;
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n[limits]\nupstream_connect_timeout = \"1s\"\n{}{}{}{}",

@@ -10,13 +10,13 @@ use crate::config::settings::*;
 
 pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
     let key = format!("{key} ({})", p.name);
-    if !valid_project_name(&p.name) {
-        c.problem(
-            format!("{key}.name"),
-            format!("{:?} is not a valid project name", p.name),
-            "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
-        );
-    }
+    c.valid_name(
+        &key,
+        "project",
+        &p.name,
+        valid_project_name,
+        "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
+    );
     let upstream = upstream_kind(c, &key, p)?;
     on_box_allows(c, &key, p)?;
     let password = upstream_password(c, &key, p);
