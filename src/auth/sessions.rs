@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use blake2::{Blake2b256, Digest};
 
 use crate::auth::tokens::{now_unix, same_digest};
 use crate::store::{Store, Unavailable, WebSessionRecord};
@@ -95,11 +94,7 @@ impl WebSessions {
     }
 
     fn digest(&self, value: &str) -> [u8; 32] {
-        let mut h = Blake2b256::new();
-        h.update(self.key);
-        h.update(b"web-session\0");
-        h.update(value.as_bytes());
-        h.finalize().into()
+        crate::auth::tokens::keyed(&self.key, &[b"web-session\0", value.as_bytes()])
     }
 
     /// Make a session; returns the cookie value (shown to the browser only) and the session.
