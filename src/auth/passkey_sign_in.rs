@@ -18,7 +18,6 @@ use std::sync::Arc;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use blake2::{Blake2b256, Digest};
 use subtle::ConstantTimeEq;
 
 use webauthn_rp::bin::{Decode, Encode};
@@ -57,13 +56,7 @@ impl SignIns {
     }
 
     fn mac(&self, origin: &str, body: &[u8]) -> [u8; 32] {
-        let mut h = Blake2b256::new();
-        h.update(self.key);
-        h.update(b"passkey-sign-in\0");
-        h.update(origin.as_bytes());
-        h.update(b"\0");
-        h.update(body);
-        h.finalize().into()
+        crate::auth::tokens::keyed(&self.key, &[b"passkey-sign-in\0", origin.as_bytes(), b"\0", body])
     }
 
     /// The library's `state` for `origin`, good until `expires` (Unix milliseconds), sealed.

@@ -25,6 +25,15 @@ fn store(dir: &std::path::Path) -> Arc<dyn Store> {
     Arc::new(crate::store::sqlite::SqliteStore::open(&dir.join("g.db")).unwrap())
 }
 
+/// A store (in the folder returned with it) where alice has a passkey, and the gateway's passkeys.
+fn alice_with_a_passkey() -> (tempfile::TempDir, Arc<dyn Store>, Passkeys, Authenticator) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path());
+    let passkeys = Passkeys::new(store.clone(), [5; 32]);
+    let alice = Authenticator::registered(&store, "alice");
+    (dir, store, passkeys, alice)
+}
+
 fn at(origin: &str, peer: IpAddr) -> Place<'_> {
     Place { origin, peer }
 }
@@ -121,10 +130,7 @@ fn sealed(options: &serde_json::Value) -> &str {
 /// the only record made is its used challenge. The same answer again is refused.
 #[tokio::test]
 async fn unfinished_sign_ins_from_many_addresses_do_not_lock_out_a_fresh_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store(dir.path());
-    let passkeys = Passkeys::new(store.clone(), [5; 32]);
-    let alice = Authenticator::registered(&store, "alice");
+    let (_dir, store, passkeys, alice) = alice_with_a_passkey();
     for i in 0..1100u32 {
         let peer = IpAddr::from([10, 1, (i / 200) as u8, (i % 200) as u8]);
         passkeys
@@ -157,10 +163,7 @@ async fn unfinished_sign_ins_from_many_addresses_do_not_lock_out_a_fresh_one() {
 /// ceremony is good only for the origin it was sealed for, untampered, and until it expires.
 #[tokio::test]
 async fn a_sign_in_is_valid_only_for_the_login_origin_it_was_sealed_for() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = store(dir.path());
-    let passkeys = Passkeys::new(store.clone(), [5; 32]);
-    let alice = Authenticator::registered(&store, "alice");
+    let (_dir, store, passkeys, alice) = alice_with_a_passkey();
     let peer: IpAddr = "10.0.0.1".parse().unwrap();
     let sibling = "https://gw.localhost:9443";
 

@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use blake2::{Blake2b256, Digest};
 
 use crate::auth::tokens::{now_unix, same_digest};
 use crate::store::{Store, Unavailable, WebSessionRecord};
@@ -138,11 +137,7 @@ impl WebSessions {
     }
 
     fn digest(&self, value: &str) -> [u8; 32] {
-        let mut h = Blake2b256::new();
-        h.update(self.key);
-        h.update(b"web-session\0");
-        h.update(value.as_bytes());
-        h.finalize().into()
+        crate::auth::tokens::keyed(&self.key, &[b"web-session\0", value.as_bytes()])
     }
 
     /// Make a session; returns the cookie value (shown to the browser only) and the session.
@@ -346,52 +341,53 @@ mod tests {
 
     const PEER: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
 
+    /// A session of alice's, made as `origin` says: its cookie and itself.
+    async fn alices(s: &WebSessions, origin: Origin<'_>) -> (String, Arc<Live>) {
+        s.create("alice", origin, LOGIN).await.unwrap()
+    }
+
+    /// Whether the session behind `cookie` is gone (a check from [`PEER`] finds none).
+    async fn gone(s: &WebSessions, cookie: &str) -> bool {
+        s.check(cookie, PEER).await.unwrap().is_none()
+    }
+
     #[tokio::test]
     async fn logout_ends_the_login_and_its_project_sessions_at_once() {
         let (_d, s) = sessions();
-        let (cookie, login) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
-        let (child_cookie, child) = s
-            .create(
-                "alice",
-                Origin::Handoff {
-                    parent: &login.id,
-                    parent_expires_at: login.expires_at,
-                    project: "web",
-                },
-                LOGIN,
-            )
-            .await
-            .unwrap();
+        let (cookie, login) = alices(&s, Origin::Password).await;
+        let (child_cookie, child) = alices(
+            &s,
+            Origin::Handoff {
+                parent: &login.id,
+                parent_expires_at: login.expires_at,
+                project: "web",
+            },
+        )
+        .await;
         assert_eq!(child.host.as_deref(), Some("web"));
         assert_eq!(&*child.login_id, &*login.id);
         assert!(child.expires_at <= login.expires_at);
         let seen = s.check(&child_cookie, PEER).await.unwrap().unwrap();
         assert_eq!(&*seen.user, "alice");
-        assert!(s.check(&cookie, PEER).await.unwrap().is_some());
-        assert!(s.check("made-up", PEER).await.unwrap().is_none());
+        assert!(!gone(&s, &cookie).await);
+        assert!(gone(&s, "made-up").await);
         s.revoke(&login.login_id).await.unwrap();
-        assert!(s.check(&cookie, PEER).await.unwrap().is_none(), "the cache was voided");
-        assert!(
-            s.check(&child_cookie, PEER).await.unwrap().is_none(),
-            "the child died with it"
-        );
+        assert!(gone(&s, &cookie).await, "the cache was voided");
+        assert!(gone(&s, &child_cookie).await, "the child died with it");
     }
 
     #[tokio::test]
     async fn a_named_hosts_session_is_a_login_of_the_same_user_and_dies_with_its_parent() {
         let (_d, s) = sessions();
-        let (_, phone) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
-        let (named_cookie, named) = s
-            .create(
-                "alice",
-                Origin::Named {
-                    parent: &phone.id,
-                    parent_expires_at: phone.expires_at,
-                },
-                LOGIN,
-            )
-            .await
-            .unwrap();
+        let (_, phone) = alices(&s, Origin::Password).await;
+        let (named_cookie, named) = alices(
+            &s,
+            Origin::Named {
+                parent: &phone.id,
+                parent_expires_at: phone.expires_at,
+            },
+        )
+        .await;
         assert_eq!(named.host, None, "a login session on its host");
         assert_eq!(&*named.login_id, &*phone.id);
         let seen = s.check(&named_cookie, PEER).await.unwrap().unwrap();
@@ -402,16 +398,13 @@ mod tests {
             Some(&*named.id)
         );
         s.revoke(&phone.login_id).await.unwrap();
-        assert!(
-            s.check(&named_cookie, PEER).await.unwrap().is_none(),
-            "it died with its parent"
-        );
+        assert!(gone(&s, &named_cookie).await, "it died with its parent");
     }
 
     #[tokio::test]
     async fn only_a_digest_of_the_cookie_is_stored() {
         let (dir, s) = sessions();
-        let (cookie, _) = s.create("alice", Origin::Password, LOGIN).await.unwrap();
+        let (cookie, _) = alices(&s, Origin::Password).await;
         drop(s);
         for entry in std::fs::read_dir(dir.path()).unwrap() {
             let bytes = std::fs::read(entry.unwrap().path()).unwrap();

@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use blake2::{Blake2b256, Digest};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::once::{OnceKind, Seen, Verdict};
@@ -40,11 +39,7 @@ impl Tickets {
     }
 
     fn digest(&self, ticket: &str) -> [u8; 32] {
-        let mut h = Blake2b256::new();
-        h.update(self.key);
-        h.update(b"pty-ticket\0");
-        h.update(ticket.as_bytes());
-        h.finalize().into()
+        crate::auth::tokens::keyed(&self.key, &[b"pty-ticket\0", ticket.as_bytes()])
     }
 
     /// Remember `ticket` for `user` and `project`. Not kept (a full table, a database down): the

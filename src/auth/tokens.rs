@@ -54,9 +54,17 @@ pub(crate) fn generate() -> (Secret, String) {
 
 /// The keyed digest a token is stored and looked up by.
 pub(crate) fn digest(key: &[u8; 32], token: &str) -> TokenDigest {
+    keyed(key, &[token.as_bytes()])
+}
+
+/// BLAKE2b-256 of `key` followed by `parts`, each as it is (a caller that names its purpose puts
+/// a label ending in NUL first: `b"web-session\0"`).
+pub(crate) fn keyed(key: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Blake2b256::new();
     h.update(key);
-    h.update(token.as_bytes());
+    for p in parts {
+        h.update(p);
+    }
     h.finalize().into()
 }
 

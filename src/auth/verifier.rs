@@ -184,21 +184,40 @@ mod tests {
         Ok(())
     }
 
+    /// Verify `password` for `key` with the limiter refusing.
+    async fn limited(v: &Verifier, key: CacheKey, hash: &PasswordHash, password: &str) -> Result<bool, &'static str> {
+        v.verify(
+            key,
+            Some(hash),
+            &Secret::new(password),
+            || Err("limited"),
+            || async { Ok(()) },
+        )
+        .await
+    }
+
+    /// Verify `password` for `key`, each admission adding one to `charged` (the shared half
+    /// always admits).
+    async fn counted(
+        v: &Verifier,
+        key: CacheKey,
+        hash: &PasswordHash,
+        password: &str,
+        charged: &AtomicUsize,
+    ) -> Result<bool, ()> {
+        let admit = || {
+            charged.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        };
+        v.verify(key, Some(hash), &Secret::new(password), admit, || async { Ok(()) })
+            .await
+    }
+
     #[tokio::test]
     async fn refused_admission_starts_no_run() {
         let v = Verifier::new(1);
         let hash = PasswordHash::new(&hash_password("pw")).unwrap();
-        assert_eq!(
-            v.verify(
-                [4; 32],
-                Some(&hash),
-                &Secret::new("pw"),
-                || Err("limited"),
-                || async { Ok(()) }
-            )
-            .await,
-            Err("limited")
-        );
+        assert_eq!(limited(&v, [4; 32], &hash, "pw").await, Err("limited"));
         assert_eq!(v.counters().runs.load(Ordering::SeqCst), 0);
     }
 
@@ -269,19 +288,7 @@ mod tests {
                 let v = v.clone();
                 let hash = hash.clone();
                 let admitted = admitted.clone();
-                tokio::spawn(async move {
-                    v.verify(
-                        [9; 32],
-                        Some(&hash),
-                        &Secret::new("pw"),
-                        || {
-                            admitted.fetch_add(1, Ordering::SeqCst);
-                            Ok::<(), ()>(())
-                        },
-                        || async { Ok(()) },
-                    )
-                    .await
-                })
+                tokio::spawn(async move { counted(&v, [9; 32], &hash, "pw", &admitted).await })
             })
             .collect();
         for t in tasks {
@@ -303,19 +310,7 @@ mod tests {
         let hash = PasswordHash::new(&hash_password("pw")).unwrap();
         let charged = Arc::new(AtomicUsize::new(0));
         let (v2, hash2, charged2) = (v.clone(), hash.clone(), charged.clone());
-        let first = tokio::spawn(async move {
-            v2.verify(
-                [7; 32],
-                Some(&hash2),
-                &Secret::new("guess"),
-                || {
-                    charged2.fetch_add(1, Ordering::SeqCst);
-                    Ok::<(), ()>(())
-                },
-                || async { Ok(()) },
-            )
-            .await
-        });
+        let first = tokio::spawn(async move { counted(&v2, [7; 32], &hash2, "guess", &charged2).await });
         // Wait (bounded) until argon2 runs, then cancel the request, as a client that hangs up does.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while v.counters().running.load(Ordering::SeqCst) == 0 {
@@ -327,14 +322,7 @@ mod tests {
         assert_eq!(v.inflight_len(), 0, "the cancelled run left its in-flight entry");
         // The same credential again: a new run, and the limiter is asked (and may refuse).
         assert_eq!(
-            v.verify(
-                [7; 32],
-                Some(&hash),
-                &Secret::new("guess"),
-                || Err("limited"),
-                || async { Ok(()) }
-            )
-            .await,
+            limited(&v, [7; 32], &hash, "guess").await,
             Err("limited"),
             "the next attempt skipped the limiter"
         );

@@ -222,19 +222,15 @@ mod tests {
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let at_login = runtime.block_on(TestBox::start(Hang::AtLogin));
         let at_channels = runtime.block_on(TestBox::start(Hang::AtChannels));
-        let key = dir.path().join("id_ed25519");
-        let text = at_login
-            .client_key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
-            .unwrap();
-        crate::support::files::write_private(&key, &text).unwrap();
+        let write = |name: &str, client: &russh::keys::PrivateKey| {
+            let path = dir.path().join(name);
+            let text = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
+            crate::support::files::write_private(&path, &text).unwrap();
+            path
+        };
+        let key = write("id_ed25519", &at_login.client_key);
         // The box at channels lets in another key: give it that one.
-        let key2 = dir.path().join("id2");
-        let text = at_channels
-            .client_key
-            .to_openssh(russh::keys::ssh_key::LineEnding::LF)
-            .unwrap();
-        crate::support::files::write_private(&key2, &text).unwrap();
+        let key2 = write("id2", &at_channels.client_key);
         let some_key = &at_login.host_key;
         let config = format!(
             "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n[limits]\nupstream_connect_timeout = \"1s\"\n{}{}{}{}",
@@ -261,26 +257,21 @@ mod tests {
                 .unwrap_or_else(|| panic!("no line starting {start:?} in:\n{out}"))
                 .to_string()
         };
-        let silent_line = line("fail box a-silent: ");
-        assert!(
-            silent_line.contains("took the connection but sent no SSH banner within 1 s"),
-            "{silent_line}"
-        );
-        let banner_line = line("fail box b-banner: ");
-        assert!(
-            banner_line.contains("no answer to the SSH key exchange from"),
-            "{banner_line}"
-        );
-        let login = line("fail box c-login: ");
-        assert!(
-            login.contains("no answer to the SSH login as dev within 1 s"),
-            "{login}"
-        );
-        let channels = line("fail box d-channels: ");
-        assert!(
-            channels.contains("no answer to opening a channel to run a command within 1 s"),
-            "{channels}"
-        );
+        for (start, says) in [
+            (
+                "fail box a-silent: ",
+                "took the connection but sent no SSH banner within 1 s",
+            ),
+            ("fail box b-banner: ", "no answer to the SSH key exchange from"),
+            ("fail box c-login: ", "no answer to the SSH login as dev within 1 s"),
+            (
+                "fail box d-channels: ",
+                "no answer to opening a channel to run a command within 1 s",
+            ),
+        ] {
+            let found = line(start);
+            assert!(found.contains(says), "{found}");
+        }
         drop(runtime);
     }
 }

@@ -149,14 +149,7 @@ pub(crate) fn parse_with_users(text: &str, path: &Path, users_text: Option<&str>
         let more: file::RawUsers = read_shaped(&text, &users)?;
         raw.user.extend(more.user);
     }
-    let abs = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .map(|d| d.join(path))
-            .unwrap_or_else(|_| path.to_path_buf())
-    };
-    validate::validate(raw, &abs)
+    validate::validate(raw, &protected::joined(path))
 }
 
 /// `text` in its typed form, or every key of the wrong form at once (`shape`).

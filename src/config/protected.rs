@@ -87,14 +87,18 @@ impl ProtectedPaths {
 
 /// Absolute (against the working directory) and lexically clean (`.` and `..` applied).
 pub(crate) fn absolute(p: &Path) -> PathBuf {
-    let joined = if p.is_absolute() {
+    lexical_clean(&joined(p))
+}
+
+/// Absolute: against the working directory when relative (as it is when that is unknown).
+pub(crate) fn joined(p: &Path) -> PathBuf {
+    if p.is_absolute() {
         p.to_path_buf()
     } else {
         std::env::current_dir()
             .map(|d| d.join(p))
             .unwrap_or_else(|_| p.to_path_buf())
-    };
-    lexical_clean(&joined)
+    }
 }
 
 fn lexical_clean(p: &Path) -> PathBuf {

@@ -302,15 +302,8 @@ mod tests {
     use super::*;
 
     fn write_pair(dir: &Path, name: &str, days: (i64, i64)) -> (PathBuf, PathBuf) {
-        let mut params = rcgen::CertificateParams::new(vec![name.to_string()]).unwrap();
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now + time::Duration::days(days.0);
-        params.not_after = now + time::Duration::days(days.1);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
         let (c, k) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
+        crate::support::tls::write_self_signed(&c, &k, &[name], days);
         (c, k)
     }
 

@@ -169,23 +169,36 @@ mod tests {
     use super::*;
     use crate::audit::Via;
 
-    #[test]
-    fn a_body_without_a_length_is_counted() {
-        let who = Who {
-            via: Via::Password,
-            id: None,
-        };
-        let p = Pending::begin(
-            AuditKind::Shell,
+    const PASSWORD: Who = Who {
+        via: Via::Password,
+        id: None,
+    };
+
+    /// An act of alice's in project `web` (in `session`, when given) from 127.0.0.1.
+    fn alices(
+        who: &Who,
+        kind: AuditKind,
+        session: Option<&str>,
+        (pattern, path): (&str, &str),
+        length: Option<u64>,
+    ) -> Pending {
+        Pending::begin(
+            kind,
             "alice",
             "web",
             "127.0.0.1".parse().unwrap(),
-            &who,
-            Some("ses_1"),
-            "/session/*/shell",
-            "/session/ses_1/shell",
-            None,
-        );
+            who,
+            session,
+            pattern,
+            path,
+            length,
+        )
+    }
+
+    #[test]
+    fn a_body_without_a_length_is_counted() {
+        let shell = ("/session/*/shell", "/session/ses_1/shell");
+        let p = alices(&PASSWORD, AuditKind::Shell, Some("ses_1"), shell, None);
         p.counted
             .as_ref()
             .expect("a counter without Content-Length")
@@ -207,21 +220,8 @@ mod tests {
 
     #[test]
     fn a_prompt_record_has_its_size_and_never_its_text() {
-        let who = Who {
-            via: Via::Password,
-            id: None,
-        };
-        let p = Pending::begin(
-            AuditKind::Prompt,
-            "alice",
-            "web",
-            "127.0.0.1".parse().unwrap(),
-            &who,
-            Some("ses_1"),
-            "/session/*/prompt_async",
-            "/session/ses_1/prompt_async",
-            Some(37),
-        );
+        let prompt = ("/session/*/prompt_async", "/session/ses_1/prompt_async");
+        let p = alices(&PASSWORD, AuditKind::Prompt, Some("ses_1"), prompt, Some(37));
         let line = String::from_utf8(p.finish(204).unwrap().to_line()).unwrap();
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["event"], "prompt");
@@ -249,17 +249,8 @@ mod tests {
             AuditKind::FileWrite,
             AuditKind::Terminal,
         ] {
-            let p = Pending::begin(
-                kind,
-                "alice",
-                "web",
-                "127.0.0.1".parse().unwrap(),
-                &who,
-                Some("ses_1"),
-                "/session/*/x/*",
-                "/session/ses_1/x/id_2",
-                Some(12),
-            );
+            let path = ("/session/*/x/*", "/session/ses_1/x/id_2");
+            let p = alices(&who, kind, Some("ses_1"), path, Some(12));
             let line = String::from_utf8(p.finish(101).unwrap().to_line()).unwrap();
             assert!(!line.contains("Basic") && !line.contains("ocgw"), "{kind:?}: {line}");
             assert!(line.contains("tok_id1"), "the token's id, not the token: {line}");
@@ -272,17 +263,8 @@ mod tests {
             via: Via::Ticket,
             id: None,
         };
-        let p = Pending::begin(
-            AuditKind::Terminal,
-            "alice",
-            "web",
-            "127.0.0.1".parse().unwrap(),
-            &who,
-            None,
-            "/pty/*/connect",
-            "/pty/pty_1/connect",
-            None,
-        );
+        let connect = ("/pty/*/connect", "/pty/pty_1/connect");
+        let p = alices(&who, AuditKind::Terminal, None, connect, None);
         assert!(p.finish(403).is_none());
     }
 }

@@ -75,6 +75,16 @@ impl AccessRecord {
         }
     }
 
+    /// The answer's status, counted in its project's metrics (the handles were resolved with the
+    /// state: one atomic add, no label lookup), or in those of requests that named none.
+    pub(crate) fn answered(&mut self, status: u16, metrics: &crate::metrics::Metrics) {
+        self.status = status;
+        self.project
+            .as_ref()
+            .map_or(&metrics.unrouted, |p| &p.metrics)
+            .count(self.class, status);
+    }
+
     fn emit(&self, bytes: u64, outcome: &str) {
         tracing::info!(
             target: "access",

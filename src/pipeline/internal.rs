@@ -103,16 +103,11 @@ impl OnBehalf {
             Ok(r) => r.status(),
             Err(e) => StatusCode::from(e),
         };
-        record.status = status.as_u16();
         if let Err(e) = result {
             record.reason = Some(e.code());
             tracing::warn!(target: "security", peer = %self.client, user = %self.name(), project, from = self.from, reason = e.code(), "an act made through the gateway refused: {e}");
         }
-        record
-            .project
-            .as_ref()
-            .map_or(&gw.metrics.unrouted, |p| &p.metrics)
-            .count(record.class, record.status);
+        record.answered(status.as_u16(), &gw.metrics);
         if let Some(pending) = record.audit.take()
             && let Some(mut r) = pending.finish(record.status)
         {

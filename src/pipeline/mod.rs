@@ -88,13 +88,7 @@ pub(crate) async fn handle(
             r
         }
     };
-    record.status = response.status().as_u16();
-    // The handles were resolved with the state: one atomic add, no label lookup.
-    record
-        .project
-        .as_ref()
-        .map_or(&gw.metrics.unrouted, |p| &p.metrics)
-        .count(record.class, record.status);
+    record.answered(response.status().as_u16(), &gw.metrics);
     if let Some(pending) = record.audit.take()
         && let Some(r) = pending.finish(record.status)
     {

@@ -181,18 +181,22 @@ mod tests {
     #[test]
     fn ambiguous_spellings_are_refused_with_their_reason() {
         let refusal = |raw| CanonicalPath::parse(raw).unwrap_err();
-        assert_eq!(refusal("/session/../pty"), PathRefusal::DotSegment);
-        assert_eq!(refusal("/session/%2e%2E/pty"), PathRefusal::DotSegment);
-        assert_eq!(refusal("/session/.;x"), PathRefusal::DotSegment);
-        assert_eq!(refusal("/global%2Fhealth"), PathRefusal::EncodedSeparator);
-        assert_eq!(refusal("/a%5Cb"), PathRefusal::EncodedSeparator);
-        assert_eq!(refusal("/a\\b"), PathRefusal::Backslash);
-        assert_eq!(refusal("/a%00"), PathRefusal::ControlCharacter);
-        assert_eq!(refusal("/a%0a"), PathRefusal::ControlCharacter);
-        assert_eq!(refusal("/a%zz"), PathRefusal::MalformedEscape);
-        assert_eq!(refusal("/a%4"), PathRefusal::MalformedEscape);
-        assert_eq!(refusal("/a%ff"), PathRefusal::NotUtf8);
-        assert_eq!(refusal("session"), PathRefusal::NotAbsolute);
+        for (raw, why) in [
+            ("/session/../pty", PathRefusal::DotSegment),
+            ("/session/%2e%2E/pty", PathRefusal::DotSegment),
+            ("/session/.;x", PathRefusal::DotSegment),
+            ("/global%2Fhealth", PathRefusal::EncodedSeparator),
+            ("/a%5Cb", PathRefusal::EncodedSeparator),
+            ("/a\\b", PathRefusal::Backslash),
+            ("/a%00", PathRefusal::ControlCharacter),
+            ("/a%0a", PathRefusal::ControlCharacter),
+            ("/a%zz", PathRefusal::MalformedEscape),
+            ("/a%4", PathRefusal::MalformedEscape),
+            ("/a%ff", PathRefusal::NotUtf8),
+            ("session", PathRefusal::NotAbsolute),
+        ] {
+            assert_eq!(refusal(raw), why, "{raw}");
+        }
     }
 
     #[test]

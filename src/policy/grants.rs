@@ -61,27 +61,24 @@ pub(crate) static RESUME: Grant = Grant {
     body: Some(r#"{"parts":[{"type":"text","text":"continue"}]}"#),
 };
 
+/// The guard stopping a session, for the reason its audit record names.
+const fn guard_stop(name: &'static str, audit: &'static str) -> Grant {
+    Grant {
+        name,
+        holder: Holder::Guard,
+        routes: &[(POST, "/session/*/abort")],
+        class: Class::Respond,
+        audit: Some(audit),
+        only_stopped: false,
+        body: None,
+    }
+}
+
 /// The guard stops a session whose spend grew on a spent budget.
-pub(crate) static BUDGET_STOP: Grant = Grant {
-    name: "budget_stop",
-    holder: Holder::Guard,
-    routes: &[(POST, "/session/*/abort")],
-    class: Class::Respond,
-    audit: Some("budget_abort"),
-    only_stopped: false,
-    body: None,
-};
+pub(crate) static BUDGET_STOP: Grant = guard_stop("budget_stop", "budget_abort");
 
 /// The guard stops a session that runs away (the same failure again, or silent too long).
-pub(crate) static RUNAWAY_STOP: Grant = Grant {
-    name: "runaway_stop",
-    holder: Holder::Guard,
-    routes: &[(POST, "/session/*/abort")],
-    class: Class::Respond,
-    audit: Some("runaway"),
-    only_stopped: false,
-    body: None,
-};
+pub(crate) static RUNAWAY_STOP: Grant = guard_stop("runaway_stop", "runaway");
 
 /// The control socket answers the agent's requests and aborts sessions.
 pub(crate) static CONTROL_ANSWER: Grant = Grant {

@@ -4,8 +4,11 @@
 //! ([`postgres`]) implement them with the same statements (`statements.rs`), so another backend
 //! adds a dialect without touching the callers.
 
+mod backend;
 #[cfg(test)]
 mod conformance;
+mod kept;
+mod logins;
 pub mod postgres;
 #[cfg(test)]
 #[path = "../../tests/support/postgres_cluster.rs"]
@@ -328,11 +331,6 @@ pub(crate) fn spend_day(day: i64, kind: &str, name: &str) -> i64 {
     } else {
         day
     }
-}
-
-/// A token's projects as stored: comma-separated, `NULL` for all the user's.
-pub(crate) fn split_projects(stored: Option<String>) -> Option<Vec<String>> {
-    stored.map(|p| p.split(',').filter(|s| !s.is_empty()).map(String::from).collect())
 }
 
 /// The cost meter's half: spend per day (with operators' raises, kind `raised`), and sessions'

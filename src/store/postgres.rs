@@ -9,8 +9,7 @@
 //! once migrate once), counted in `ocgw_schema`.
 
 mod conn;
-mod once;
-mod rest;
+mod exec;
 mod shared;
 mod slot;
 
@@ -20,12 +19,8 @@ use postgres::{Client, NoTls};
 
 use conn::{Conn, Sql};
 
-use super::statements::{self as st, Dialect, Statement};
-
-use super::{
-    BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
-    WriteHealth,
-};
+use super::StoreError;
+use super::backend::{self, Backend};
 
 /// Applied in order; a database at version n has the first n.
 const MIGRATIONS: &[&str] = &[
@@ -174,15 +169,6 @@ impl PostgresStore {
         conn.arm(deadline, bound);
         f(conn)
     }
-
-    /// A write: its failure counted and said once per run of failures, as SQLite's.
-    fn write<T: Send>(
-        &self,
-        what: &'static str,
-        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send,
-    ) -> Result<T, StoreError> {
-        self.writes.noted(what, self.with(f))
-    }
 }
 
 fn migrate(client: &mut Conn) -> anyhow::Result<()> {
@@ -199,13 +185,7 @@ fn migrate(client: &mut Conn) -> anyhow::Result<()> {
         }
     };
     let have = usize::try_from(have).unwrap_or(usize::MAX);
-    if have > MIGRATIONS.len() {
-        anyhow::bail!(
-            "it is at schema version {have}, newer than this gateway knows ({}); fix: run the newer gateway",
-            MIGRATIONS.len()
-        );
-    }
-    for sql in &MIGRATIONS[have..] {
+    for sql in super::backend::pending(MIGRATIONS, have)? {
         tx.batch_execute(sql)?;
     }
     let now = i32::try_from(MIGRATIONS.len())?;
@@ -214,257 +194,22 @@ fn migrate(client: &mut Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A statement as PostgreSQL spells it.
-fn sql(statement: &'static Statement) -> &'static str {
-    statement.sql(Dialect::Postgres)
-}
-
-fn digest(row: &postgres::Row, i: usize) -> [u8; 32] {
-    let d: Vec<u8> = row.get(i);
-    d.try_into().unwrap_or([0; 32])
-}
-
-fn token(row: &postgres::Row) -> TokenRecord {
-    TokenRecord {
-        id: row.get(0),
-        digest: digest(row, 1),
-        user: row.get(2),
-        label: row.get(3),
-        role: row.get(4),
-        projects: super::split_projects(row.get(5)),
-        created_at: row.get(6),
-        expires_at: row.get(7),
-        last_used_at: row.get(8),
-        revoked_at: row.get(9),
-    }
-}
-
-fn device(row: &postgres::Row) -> DeviceRecord {
-    DeviceRecord {
-        id: row.get(0),
-        user: row.get(1),
-        label: row.get(2),
-        created_at: row.get(3),
-        last_seen_at: row.get(4),
-        last_address: row.get(5),
-        revoked_at: row.get(6),
-    }
-}
-
-fn web_session(row: &postgres::Row) -> WebSessionRecord {
-    WebSessionRecord {
-        id: row.get(0),
-        digest: digest(row, 1),
-        user: row.get(2),
-        device_id: row.get(3),
-        parent: row.get(4),
-        host: row.get(5),
-        created_at: row.get(6),
-        last_seen_at: row.get(7),
-        idle_secs: row.get(8),
-        expires_at: row.get(9),
-        revoked_at: row.get(10),
-    }
-}
-
-/// A count of rows, as the traits give it.
-fn count(n: u64) -> usize {
-    usize::try_from(n).unwrap_or(usize::MAX)
-}
-
-impl TokenStore for PostgresStore {
-    fn insert_token(&self, t: &TokenRecord) -> Result<(), StoreError> {
-        self.write("insert_token", |c| {
-            c.execute(
-                sql(&st::TOKEN_INSERT),
-                &[
-                    &t.id,
-                    &&t.digest[..],
-                    &t.user,
-                    &t.label,
-                    &t.role,
-                    &t.projects.as_ref().map(|p| p.join(",")),
-                    &t.created_at,
-                    &t.expires_at,
-                    &t.last_used_at,
-                    &t.revoked_at,
-                ],
-            )?;
-            Ok(())
-        })
+impl Backend for PostgresStore {
+    fn on_connection<T: Send>(&self, f: impl backend::Work<T>) -> Result<T, StoreError> {
+        self.with(|c| f(&*c))
     }
 
-    fn token_by_digest(&self, digest: &[u8; 32]) -> Result<Option<TokenRecord>, StoreError> {
+    fn in_transaction<T: Send>(&self, f: impl backend::Work<T>) -> Result<T, StoreError> {
         self.with(|c| {
-            Ok(c.query_opt(sql(&st::TOKEN_BY_DIGEST), &[&&digest[..]])?
-                .as_ref()
-                .map(token))
-        })
-    }
-
-    fn list_tokens(&self, user: Option<&str>) -> Result<Vec<TokenRecord>, StoreError> {
-        self.with(|c| Ok(c.query(sql(&st::TOKENS_OF), &[&user])?.iter().map(token).collect()))
-    }
-
-    fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        self.write("revoke_token", |c| {
             let tx = c.transaction()?;
-            let n = tx.execute(sql(&st::TOKEN_REVOKE), &[&id, &at])?;
-            shared::notify(&tx, Changed::Tokens)?;
+            let result = f(&tx)?;
             tx.commit()?;
-            Ok(n == 1)
+            Ok(result)
         })
     }
 
-    fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        self.write("touch_token", |c| {
-            c.execute(sql(&st::TOKEN_TOUCH), &[&id, &at])?;
-            Ok(())
-        })
-    }
-}
-
-impl BrowserStore for PostgresStore {
-    fn health(&self) -> WriteHealth {
-        self.writes.health()
-    }
-
-    fn insert_device(&self, d: &DeviceRecord) -> Result<(), StoreError> {
-        self.write("insert_device", |c| {
-            c.execute(
-                sql(&st::DEVICE_INSERT),
-                &[
-                    &d.id,
-                    &d.user,
-                    &d.label,
-                    &d.created_at,
-                    &d.last_seen_at,
-                    &d.last_address,
-                    &d.revoked_at,
-                ],
-            )?;
-            Ok(())
-        })
-    }
-
-    fn list_devices(&self, user: Option<&str>) -> Result<Vec<DeviceRecord>, StoreError> {
-        self.with(|c| Ok(c.query(sql(&st::DEVICES_OF), &[&user])?.iter().map(device).collect()))
-    }
-
-    fn revoke_device(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        self.write("revoke_device", |c| {
-            let tx = c.transaction()?;
-            let n = tx.execute(sql(&st::DEVICE_REVOKE), &[&id, &at])?;
-            tx.execute(sql(&st::DEVICE_PUSH_DELETE), &[&id])?;
-            tx.execute(sql(&st::DEVICE_SESSIONS_REVOKE), &[&id, &at])?;
-            shared::notify(&tx, Changed::Sessions)?;
-            tx.commit()?;
-            Ok(n == 1)
-        })
-    }
-
-    fn touch_device(&self, id: &str, at: i64, address: &str) -> Result<(), StoreError> {
-        self.write("touch_device", |c| {
-            c.execute(sql(&st::DEVICE_TOUCH), &[&id, &at, &address])?;
-            Ok(())
-        })
-    }
-
-    fn password_is(&self, user: &str, fingerprint: &[u8; 32], at: i64) -> Result<usize, StoreError> {
-        self.write("password_is", |c| {
-            let tx = c.transaction()?;
-            let known: Option<Vec<u8>> = tx.query_opt(sql(&st::FINGERPRINT_OF), &[&user])?.map(|r| r.get(0));
-            if known.as_deref() == Some(&fingerprint[..]) {
-                return Ok(0);
-            }
-            tx.execute(sql(&st::FINGERPRINT_SAVE), &[&user, &&fingerprint[..]])?;
-            let ended = match known {
-                None => 0,
-                Some(_) => tx.execute(sql(&st::PASSWORD_SESSIONS_REVOKE), &[&user, &at])?,
-            };
-            if ended > 0 {
-                shared::notify(&tx, Changed::Sessions)?;
-            }
-            tx.commit()?;
-            Ok(count(ended))
-        })
-    }
-
-    fn insert_web_session(&self, w: &WebSessionRecord) -> Result<(), StoreError> {
-        self.write("insert_web_session", |c| {
-            c.execute(
-                sql(&st::SESSION_INSERT),
-                &[
-                    &w.id,
-                    &&w.digest[..],
-                    &w.user,
-                    &w.device_id,
-                    &w.parent,
-                    &w.host,
-                    &w.created_at,
-                    &w.last_seen_at,
-                    &w.idle_secs,
-                    &w.expires_at,
-                    &w.revoked_at,
-                ],
-            )?;
-            Ok(())
-        })
-    }
-
-    fn web_session_by_digest(&self, digest: &[u8; 32]) -> Result<Option<WebSessionLookup>, StoreError> {
-        self.with(|c| {
-            let Some(session) = c
-                .query_opt(sql(&st::SESSION_BY_DIGEST), &[&&digest[..]])?
-                .as_ref()
-                .map(web_session)
-            else {
-                return Ok(None);
-            };
-            let parent = match &session.parent {
-                Some(p) => c.query_opt(sql(&st::SESSION_BY_ID), &[p])?.as_ref().map(web_session),
-                None => None,
-            };
-            let device_revoked = match session.device_of(parent.as_ref()) {
-                Some(d) => c
-                    .query_opt(sql(&st::DEVICE_REVOKED), &[d])?
-                    // A device row that is gone counts as revoked.
-                    .is_none_or(|r| r.get::<_, bool>(0)),
-                None => false,
-            };
-            Ok(Some(WebSessionLookup {
-                session,
-                parent,
-                device_revoked,
-            }))
-        })
-    }
-
-    fn revoke_web_session(&self, id: &str, at: i64) -> Result<bool, StoreError> {
-        self.write("revoke_web_session", |c| {
-            let tx = c.transaction()?;
-            let n = tx.execute(sql(&st::SESSION_REVOKE), &[&id, &at])?;
-            shared::notify(&tx, Changed::Sessions)?;
-            tx.commit()?;
-            Ok(n >= 1)
-        })
-    }
-
-    fn touch_web_session(&self, id: &str, at: i64) -> Result<(), StoreError> {
-        self.write("touch_web_session", |c| {
-            c.execute(sql(&st::SESSION_TOUCH), &[&id, &at])?;
-            Ok(())
-        })
-    }
-
-    fn prune_web_sessions(&self, before: i64) -> Result<usize, StoreError> {
-        self.write("prune_web_sessions", |c| {
-            let tx = c.transaction()?;
-            let n = tx.execute(sql(&st::SESSIONS_PRUNE), &[&before])?;
-            tx.execute(sql(&st::PUSH_PRUNE), &[])?;
-            tx.commit()?;
-            Ok(count(n))
-        })
+    fn writes(&self) -> &super::WriteNotes {
+        &self.writes
     }
 }
 

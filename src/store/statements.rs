@@ -96,8 +96,7 @@ macro_rules! newest_first {
 macro_rules! statements {
     ($($(#[$doc:meta])* $name:ident = $text:expr;)*) => {
         $($(#[$doc])* pub(crate) static $name: Statement = Statement::new($text);)*
-        /// Every statement, for the test that spells them all.
-        #[cfg(test)]
+        /// Every statement (SQLite caches them all prepared; a test spells them all).
         pub(crate) static ALL: &[&Statement] = &[$(&$name),*];
     };
 }

@@ -34,3 +34,17 @@ pub(crate) fn client_config() -> Result<Arc<rustls::ClientConfig>, String> {
         })
         .clone()
 }
+
+/// A self-signed certificate for `names` and its key, written as PEM to `cert` and `key`, valid
+/// from `days.0` to `days.1` days from now (tests).
+#[cfg(test)]
+pub(crate) fn write_self_signed(cert: &std::path::Path, key: &std::path::Path, names: &[&str], days: (i64, i64)) {
+    let mut params = rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now + time::Duration::days(days.0);
+    params.not_after = now + time::Duration::days(days.1);
+    let pair = rcgen::KeyPair::generate().unwrap();
+    let signed = params.self_signed(&pair).unwrap();
+    std::fs::write(cert, signed.pem()).unwrap();
+    std::fs::write(key, pair.serialize_pem()).unwrap();
+}

@@ -375,6 +375,11 @@ mod tests {
     }
 
     /// Read the answer to its end and give the connection back.
+    /// A health check through `pool`, answered within a second.
+    async fn health(pool: &Arc<Pool>, addr: &str) -> (Response<Incoming>, Lease) {
+        pool.send(get(addr), Duration::from_secs(1)).await.unwrap()
+    }
+
     async fn finish(resp: Response<Incoming>, lease: Lease) {
         assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "ok");
         lease.release();
@@ -385,7 +390,7 @@ mod tests {
         let (addr, accepted) = server().await;
         let pool = Pool::new(addr.clone());
         for _ in 0..5 {
-            let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+            let (resp, lease) = health(&pool, &addr).await;
             finish(resp, lease).await;
         }
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -396,8 +401,8 @@ mod tests {
     async fn concurrent_requests_get_their_own_connections() {
         let (addr, accepted) = server().await;
         let pool = Pool::new(addr.clone());
-        let (a, lease_a) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
-        let (b, lease_b) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        let (a, lease_a) = health(&pool, &addr).await;
+        let (b, lease_b) = health(&pool, &addr).await;
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
         finish(a, lease_a).await;
         finish(b, lease_b).await;
@@ -408,9 +413,9 @@ mod tests {
     async fn a_dropped_lease_is_not_reused_and_a_closed_server_is_an_error() {
         let (addr, accepted) = server().await;
         let pool = Pool::new(addr.clone());
-        let (_resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        let (_resp, lease) = health(&pool, &addr).await;
         drop(lease);
-        let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        let (resp, lease) = health(&pool, &addr).await;
         finish(resp, lease).await;
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
 
@@ -432,7 +437,7 @@ mod tests {
         let (addr, accepted) = server().await;
         let pool = Pool::new(addr.clone());
         for _ in 0..3 {
-            let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+            let (resp, lease) = health(&pool, &addr).await;
             let body = Leased::new(resp.into_body(), lease);
             assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
         }
@@ -442,7 +447,7 @@ mod tests {
             "one connection for all three"
         );
         assert_eq!(pool.idle_count(), 1);
-        let (resp, lease) = pool.send(get(&addr), Duration::from_secs(1)).await.unwrap();
+        let (resp, lease) = health(&pool, &addr).await;
         drop(Leased::new(resp.into_body(), lease));
         assert_eq!(
             pool.idle_count(),

@@ -14,13 +14,13 @@ pub(super) fn boxes(c: &mut Checker<'_>, raw: &[RawBox]) -> Vec<BoxConfig> {
     let mut out = Vec::new();
     for (i, b) in raw.iter().enumerate() {
         let key = format!("box[{i}] ({})", b.name);
-        if !valid_project_name(&b.name) {
-            c.problem(
-                format!("{key}.name"),
-                format!("{:?} is not a valid box name", b.name),
-                "use lower-case letters, digits and '-'",
-            );
-        }
+        c.valid_name(
+            &key,
+            "box",
+            &b.name,
+            valid_project_name,
+            "use lower-case letters, digits and '-'",
+        );
         if !names.insert(b.name.as_str()) {
             c.problem(
                 format!("{key}.name"),

@@ -34,6 +34,17 @@ impl Checker<'_> {
         })
     }
 
+    /// `name` (of the `what` at `key`) is one `valid` accepts; else a problem, with `fix`.
+    pub(super) fn valid_name(&mut self, key: &str, what: &str, name: &str, valid: fn(&str) -> bool, fix: &str) {
+        if !valid(name) {
+            self.problem(
+                format!("{key}.name"),
+                format!("{name:?} is not a valid {what} name"),
+                fix,
+            );
+        }
+    }
+
     /// `name` (of the table at `key`) is not one `seen` already holds.
     pub(super) fn unique(&mut self, seen: &mut std::collections::HashSet<String>, key: &str, name: &str, fix: &str) {
         if !seen.insert(name.to_string()) {

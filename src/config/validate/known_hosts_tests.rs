@@ -126,13 +126,19 @@ fn an_unknown_marker_is_refused_naming_it() {
     );
 }
 
+/// The gateway's client key for the box, written (0600) in `dir`.
+fn client_key(dir: &std::path::Path) -> std::path::PathBuf {
+    let client = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
+    let key = dir.join("id_ed25519");
+    let pem = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
+    crate::support::files::write_private(&key, &pem).unwrap();
+    key
+}
+
 /// The config a box pinned through a `known_hosts` file holding `text` loads to, or its error.
 fn load_with(text: &str) -> Result<crate::config::Settings, String> {
     let dir = tempfile::tempdir().unwrap();
-    let client = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
-    let key = dir.path().join("id_ed25519");
-    let pem = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
-    crate::support::files::write_private(&key, &pem).unwrap();
+    let key = client_key(dir.path());
     let known_hosts = dir.path().join("known_hosts");
     std::fs::write(&known_hosts, text).unwrap();
     let config = format!(
@@ -209,10 +215,7 @@ fn a_config_whose_known_hosts_has_a_cert_authority_for_the_box_is_refused() {
 /// The config a box pinned with `host_key = '''<text>'''` loads to, or its error.
 fn load_host_key(text: &str) -> Result<crate::config::Settings, String> {
     let dir = tempfile::tempdir().unwrap();
-    let client = russh::keys::PrivateKey::from(russh::keys::ssh_key::private::Ed25519Keypair::from_seed(&[7; 32]));
-    let key = dir.path().join("id_ed25519");
-    let pem = client.to_openssh(russh::keys::ssh_key::LineEnding::LF).unwrap();
-    crate::support::files::write_private(&key, &pem).unwrap();
+    let key = client_key(dir.path());
     let config = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n\
          [[box]]\nname = \"gpu1\"\nssh = \"dev@127.0.0.1:2222\"\nkey = \"{}\"\nhost_key = '''{text}'''\n",

@@ -10,13 +10,13 @@ use crate::config::settings::*;
 
 pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Project> {
     let key = format!("{key} ({})", p.name);
-    if !valid_project_name(&p.name) {
-        c.problem(
-            format!("{key}.name"),
-            format!("{:?} is not a valid project name", p.name),
-            "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
-        );
-    }
+    c.valid_name(
+        &key,
+        "project",
+        &p.name,
+        valid_project_name,
+        "use lower-case letters, digits and '-' (it becomes a host name: <project>.<base_domain>)",
+    );
     let upstream = upstream_kind(c, &key, p)?;
     on_box_allows(c, &key, p)?;
     let password = upstream_password(c, &key, p);
@@ -83,20 +83,25 @@ fn upstream_kind(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Upstr
 
 /// What a project on a box cannot have; `None` (a problem told) when it has one.
 fn on_box_allows(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<()> {
-    if p.on_box.is_some() && p.directories.is_some() {
-        c.problem(
-            format!("{key}.directories"),
+    if p.on_box.is_none() {
+        return Some(());
+    }
+    let refused = [
+        (
+            p.directories.is_some(),
+            "directories",
             "a set of directories is found by listing folders, and the gateway lists none on a box",
             "declare one [[project]] per folder on the box, each with its directory",
-        );
-        return None;
-    }
-    if p.on_box.is_some() && p.run_as.is_some() {
-        c.problem(
-            format!("{key}.run_as"),
+        ),
+        (
+            p.run_as.is_some(),
+            "run_as",
             "a server on a box runs as the box's SSH user",
             "remove run_as, and set the user in the box's ssh = \"user@host\" (a box per user)",
-        );
+        ),
+    ];
+    if let Some((_, field, problem, fix)) = refused.into_iter().find(|(set, ..)| *set) {
+        c.problem(format!("{key}.{field}"), problem, fix);
         return None;
     }
     Some(())

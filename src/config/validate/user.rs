@@ -17,13 +17,13 @@ pub(super) fn user(
     sso: bool,
 ) -> Option<User> {
     let key = format!("{key} ({})", u.name);
-    if !valid_user_name(&u.name) {
-        c.problem(
-            format!("{key}.name"),
-            format!("{:?} is not a valid user name", u.name),
-            "use letters, digits and . _ - @ (at most 64)",
-        );
-    }
+    c.valid_name(
+        &key,
+        "user",
+        &u.name,
+        valid_user_name,
+        "use letters, digits and . _ - @ (at most 64)",
+    );
     let password_hash = password_hash(c, &key, u);
     let oidc = sign_in(c, &key, u, sso);
     let role = role(c, &key, u);

@@ -269,16 +269,8 @@ mod tests {
     use super::*;
 
     fn pair(dir: &std::path::Path, names: &[&str], days: (i64, i64)) -> (std::path::PathBuf, std::path::PathBuf) {
-        let mut params =
-            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
-        let now = time::OffsetDateTime::now_utc();
-        params.not_before = now + time::Duration::days(days.0);
-        params.not_after = now + time::Duration::days(days.1);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
         let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
+        crate::support::tls::write_self_signed(&c, &k, names, days);
         (c, k)
     }
 

@@ -146,30 +146,28 @@ impl Drop for Tx<'_> {
     }
 }
 
+/// [`GenericClient`]'s calls of a statement and its parameters, each awaited until the call's
+/// deadline: `name -> what it gives`.
+macro_rules! awaited {
+    ($($name:ident -> $out:ty),* $(,)?) => {$(
+        fn $name(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<$out, StoreError> {
+            let (clock, c) = self.parts();
+            clock.wait(c.$name(sql, params))
+        }
+    )*};
+}
+
 /// Statements on a connection or in a transaction, each awaited until the call's deadline.
 pub(crate) trait Sql {
     type Client: GenericClient + Sync;
 
     fn parts(&self) -> (&Clock, &Self::Client);
 
-    fn execute(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<u64, StoreError> {
-        let (clock, c) = self.parts();
-        clock.wait(c.execute(sql, params))
-    }
-
-    fn query(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, StoreError> {
-        let (clock, c) = self.parts();
-        clock.wait(c.query(sql, params))
-    }
-
-    fn query_one(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Row, StoreError> {
-        let (clock, c) = self.parts();
-        clock.wait(c.query_one(sql, params))
-    }
-
-    fn query_opt(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, StoreError> {
-        let (clock, c) = self.parts();
-        clock.wait(c.query_opt(sql, params))
+    awaited! {
+        execute -> u64,
+        query -> Vec<Row>,
+        query_one -> Row,
+        query_opt -> Option<Row>,
     }
 
     fn batch_execute(&self, sql: &str) -> Result<(), StoreError> {

@@ -72,19 +72,22 @@ fn spent(payload: &str) -> Option<(u64, Changed)> {
 
 impl crate::store::SharedStore for PostgresStore {
     fn shared_key(&self, name: &str, fresh: &[u8; 32]) -> Result<Option<[u8; 32]>, StoreError> {
-        self.write("shared_key", |c| {
-            c.execute(
-                "INSERT INTO ocgw_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                &[&name, &&fresh[..]],
-            )?;
-            let value: Vec<u8> = c
-                .query_one("SELECT value FROM ocgw_keys WHERE name = $1", &[&name])?
-                .get(0);
-            value
-                .try_into()
-                .map(Some)
-                .map_err(|_| StoreError::Backend(format!("ocgw_keys.{name} is not 32 bytes")))
-        })
+        self.writes.noted(
+            "shared_key",
+            self.with(|c| {
+                c.execute(
+                    "INSERT INTO ocgw_keys (name, value) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                    &[&name, &&fresh[..]],
+                )?;
+                let value: Vec<u8> = c
+                    .query_one("SELECT value FROM ocgw_keys WHERE name = $1", &[&name])?
+                    .get(0);
+                value
+                    .try_into()
+                    .map(Some)
+                    .map_err(|_| StoreError::Backend(format!("ocgw_keys.{name} is not 32 bytes")))
+            }),
+        )
     }
 
     fn leader(&self, name: &'static str) -> Option<Arc<AtomicBool>> {

@@ -81,24 +81,22 @@ pub(super) fn project_origin(ctx: &Ctx<'_>, project: &str) -> Option<String> {
 
 /// The web UI's address for a session: `/<base64url(directory)>/session/<id>`.
 pub(super) fn session_link(origin: &Option<String>, directory: Option<&str>, id: &str) -> Option<String> {
-    let o = origin.as_ref()?;
-    Some(match directory {
-        Some(d) => format!(
-            "{o}/{}/session/{id}",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d)
-        ),
-        None => format!("{o}/"),
-    })
+    web_ui_link(origin, directory, &format!("session/{id}"))
 }
 
 /// The project in its web UI: its sessions, at `/<base64url(directory)>/session` (the path
 /// OpenCode's web UI itself navigates to for a project); `/` (the web UI's home, which lists only
 /// projects opened in that browser before) when the project has no directory.
 fn project_link(origin: &Option<String>, directory: Option<&str>) -> Option<String> {
+    web_ui_link(origin, directory, "session")
+}
+
+/// `tail` under the project's folder in the web UI at `origin`; its home without a directory.
+fn web_ui_link(origin: &Option<String>, directory: Option<&str>, tail: &str) -> Option<String> {
     let o = origin.as_ref()?;
     Some(match directory {
         Some(d) => format!(
-            "{o}/{}/session",
+            "{o}/{}/{tail}",
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(d)
         ),
         None => format!("{o}/"),
