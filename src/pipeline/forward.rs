@@ -38,6 +38,8 @@ pub(crate) struct Forwarding<'a> {
     pub audit: Option<&'a mut crate::http::audit::Pending>,
     /// Records the terminal's close when its splice ends.
     pub terminal_close: Option<crate::http::audit::TerminalClose>,
+    /// Who asks, for a permission policy's body checks.
+    pub asker: super::Asker<'a>,
 }
 
 /// The request phase. Not an `async fn`: an async fn keeps each by-value argument twice in its
@@ -72,12 +74,13 @@ pub(crate) fn forward(mut f: Forwarding<'_>) -> impl Future<Output = Result<Resp
             target,
             upgrade,
         )?;
+        let body = policy_body(f.here, target, f.asker, f.body, upgrading, f.audit.as_deref_mut()).await?;
         let body = upstream_body(
             f.here,
             f.user,
             f.endpoint,
             target,
-            f.body,
+            body,
             upgrading,
             f.audit.as_deref_mut(),
         )
@@ -206,6 +209,43 @@ async fn upstream_body(
             },
         },
     )
+}
+
+/// A client's body a permission policy judges (`policy_check.rs`), read whole (small JSON,
+/// bounded in size and time like any client body): a permission answer, and a new session made
+/// with a policy token. Anything else, and the gateway's own acts, go on as they came.
+async fn policy_body(
+    here: super::Here<'_>,
+    target: &Target,
+    asker: super::Asker<'_>,
+    body: RequestBody,
+    upgrade: bool,
+    audit: Option<&mut crate::http::audit::Pending>,
+) -> Result<RequestBody, HttpError> {
+    let (Some(route), super::Asker::Client(own)) = (target.route, asker) else {
+        return Ok(body);
+    };
+    let project = &target.project.name;
+    let idle = Some(here.gw.limits.body_idle_timeout);
+    Ok(match route.audit {
+        _ if upgrade => body,
+        Some(AuditKind::PermissionAnswer) => {
+            let bytes = whole(body, idle).await?;
+            // A refused answer is recorded with what it said.
+            if let Some(p) = audit {
+                p.answer = crate::http::audit::permission_answer(&bytes);
+            }
+            let id = crate::policy::plan::last_param(route.pattern, &target.upstream_path);
+            super::policy_check::answer(here.gw, project, id, own, &bytes)?;
+            RequestBody::Whole(bytes)
+        }
+        Some(AuditKind::SessionCreate) if let Some(policy) = own => {
+            let bytes = whole(body, idle).await?;
+            super::policy_check::new_session(policy, &bytes)?;
+            RequestBody::Whole(bytes)
+        }
+        _ => body,
+    })
 }
 
 fn timed_out(gw: &Gateway, project: &ProjectState) -> HttpError {

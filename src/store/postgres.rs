@@ -23,8 +23,8 @@ use conn::{Conn, Sql};
 use super::statements::{self as st, Dialect, Statement};
 
 use super::{
-    BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
-    WriteHealth,
+    BrowserStore, Changed, DeviceRecord, SessionPolicy, StoreError, TokenRecord, TokenStore, WebSessionLookup,
+    WebSessionRecord, WriteHealth,
 };
 
 /// Applied in order; a database at version n has the first n.
@@ -34,6 +34,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0003_once.sql"),
     include_str!("migrations/postgres/0004_budgets.sql"),
     include_str!("migrations/postgres/0005_push_per_user.sql"),
+    include_str!("migrations/postgres/0006_policies.sql"),
 ];
 /// How long a connection to the database may take when the URL does not say (the store's calls
 /// are bounded by [`CALL_TIMEOUT`] all the same; this bounds the listening and lock threads').
@@ -236,6 +237,7 @@ fn token(row: &postgres::Row) -> TokenRecord {
         expires_at: row.get(7),
         last_used_at: row.get(8),
         revoked_at: row.get(9),
+        policy: row.get(10),
     }
 }
 
@@ -288,6 +290,7 @@ impl TokenStore for PostgresStore {
                     &t.expires_at,
                     &t.last_used_at,
                     &t.revoked_at,
+                    &t.policy,
                 ],
             )?;
             Ok(())
@@ -320,6 +323,26 @@ impl TokenStore for PostgresStore {
         self.write("touch_token", |c| {
             c.execute(sql(&st::TOKEN_TOUCH), &[&id, &at])?;
             Ok(())
+        })
+    }
+
+    fn set_session_policy(&self, p: &SessionPolicy, at: i64) -> Result<(), StoreError> {
+        self.write("set_session_policy", |c| {
+            c.execute(sql(&st::SESSION_POLICY_SET), &[&p.session, &p.project, &p.policy, &at])?;
+            Ok(())
+        })
+    }
+
+    fn session_policies(&self) -> Result<Vec<SessionPolicy>, StoreError> {
+        self.with(|c| {
+            Ok(c.query(sql(&st::SESSION_POLICIES), &[])?
+                .iter()
+                .map(|r| SessionPolicy {
+                    session: r.get(0),
+                    project: r.get(1),
+                    policy: r.get(2),
+                })
+                .collect())
         })
     }
 }

@@ -15,7 +15,8 @@ mod push;
 
 use super::statements::{self as st, Dialect, Statement};
 use super::{
-    BrowserStore, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord, WriteHealth,
+    BrowserStore, DeviceRecord, SessionPolicy, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
+    WriteHealth,
 };
 
 /// Applied in order; a database at `user_version = n` has the first n.
@@ -28,6 +29,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_passkeys.sql"),
     include_str!("migrations/0007_once.sql"),
     include_str!("migrations/0008_push_per_user.sql"),
+    include_str!("migrations/0009_policies.sql"),
 ];
 
 pub(crate) struct SqliteStore {
@@ -164,6 +166,7 @@ impl FromRow for TokenRecord {
             expires_at: row.get(7)?,
             last_used_at: row.get(8)?,
             revoked_at: row.get(9)?,
+            policy: row.get(10)?,
         })
     }
 }
@@ -215,7 +218,8 @@ impl TokenStore for SqliteStore {
                     t.created_at,
                     t.expires_at,
                     t.last_used_at,
-                    t.revoked_at
+                    t.revoked_at,
+                    t.policy
                 ],
             )?;
             Ok(())
@@ -241,6 +245,29 @@ impl TokenStore for SqliteStore {
             c.prepare_cached(sql(&st::TOKEN_TOUCH))?.execute(params![id, at])?;
             Ok(())
         })
+    }
+
+    fn set_session_policy(&self, p: &SessionPolicy, at: i64) -> Result<(), StoreError> {
+        self.write("set_session_policy", |c| {
+            c.execute(
+                sql(&st::SESSION_POLICY_SET),
+                params![p.session, p.project, p.policy, at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn session_policies(&self) -> Result<Vec<SessionPolicy>, StoreError> {
+        let c = self.lock();
+        let mut stmt = c.prepare(sql(&st::SESSION_POLICIES))?;
+        let rows = stmt.query_map([], |r| {
+            Ok(SessionPolicy {
+                session: r.get(0)?,
+                project: r.get(1)?,
+                policy: r.get(2)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 }
 

@@ -1,0 +1,253 @@
+//! Permission policies (issue 40, item 1) against the real OpenCode and the fake model: a session
+//! made with a token that carries `[[policy]] ci` has its permission requests answered by the
+//! gateway: an allowed command runs without a person, a denied one is rejected and the agent's
+//! next message shows the rejection, one no rule speaks for waits in the inbox and is rejected at
+//! `ask_timeout`; every answer is audited once with its rule; a client's approval the policy does
+//! not allow is refused before OpenCode with the reason.
+
+use std::time::{Duration, Instant};
+
+use crate::budgets::alice;
+use crate::common::client::{Https, json};
+use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
+use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::stack::ALICE_PW;
+
+const POLICY: &str = r#"[[policy]]
+name = "ci"
+allow = ["bash: echo allowed*", "read: **"]
+deny = ["bash: echo denied*", "external_directory: **"]
+otherwise = "ask"
+ask_timeout = "3s"
+"#;
+
+fn demo(oc: &OpenCode) -> Gateway {
+    let pw = oc.password.clone();
+    let users = users_toml(&[TestUser {
+        name: "alice",
+        password: ALICE_PW,
+        projects: "[\"*\"]",
+        role: "operator",
+    }]);
+    let config = base_config(&format!(
+        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{users}{POLICY}",
+        oc.url()
+    ));
+    Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw))
+}
+
+/// A new session of demo made as `auth`, prompted with `text`: its id.
+async fn prompted(c: &Https, auth: &str, text: &str) -> String {
+    let (status, session) = json(c, "POST", "/p/demo/session", auth, "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    let body = serde_json::json!({"parts": [{"type": "text", "text": text}]}).to_string();
+    let (status, answer) = json(c, "POST", &format!("/p/demo/session/{id}/prompt_async"), auth, &body).await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    id
+}
+
+/// The model's last words in session `id` once they start with `SAW:` (bounded).
+async fn saw(c: &Https, id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
+        let said = messages
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+            .filter_map(|p| p["text"].as_str().map(str::to_string))
+            .find(|t| t.starts_with("SAW:"));
+        if let Some(t) = said {
+            return t;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the model never said what it saw: {messages:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The pending permission request of session `id` in the gateway's inbox (bounded).
+async fn pending(gw: &Gateway, id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, body) = tokio::task::block_in_place(|| gw.control("GET", "/inbox?project=demo"));
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let card = v["projects"][0]["pending"]
+            .as_array()
+            .and_then(|a| a.iter().find(|c| c["session_id"] == id).cloned());
+        if let Some(card) = card {
+            return card["id"].as_str().unwrap().to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pending request of {id}: {v:#}\n{}",
+            gw.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn count(audit: &std::path::Path, session: &str) -> usize {
+    crate::common::audit::records(audit)
+        .iter()
+        .filter(|r| r["event"] == "policy_answer" && r["session"] == session)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approval_cannot_widen_it() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc);
+    let c = Https::new(gw.https, &gw.ca());
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "ci"]);
+    assert!(ok, "{out}");
+    let ci = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--policy", "nope"]);
+    assert!(!ok && out.contains("no [[policy]] named \"nope\""), "{out}");
+
+    // Allowed: runs without a person.
+    let allowed = prompted(&c, &ci, "RUNCMD: echo allowed > allowed-marker").await;
+    let said = saw(&c, &allowed).await;
+    assert!(
+        oc.project.join("allowed-marker").exists(),
+        "the allowed command did not run: {said}"
+    );
+    // Denied: rejected, and the agent's next message shows the gateway's words.
+    let denied = prompted(&c, &ci, "RUNCMD: echo denied > denied-marker").await;
+    let said = saw(&c, &denied).await;
+    assert!(
+        said.contains("denied by the gateway's policy ci: echo denied*"),
+        "{said}"
+    );
+    assert!(!oc.project.join("denied-marker").exists());
+    // Both audited once, with their rules, as the gateway's own act.
+    let audit = crate::common::audit::file(&gw);
+    for (session, rule, answer) in [
+        (&allowed, "allow: bash: echo allowed*", "once"),
+        (&denied, "deny: bash: echo denied*", "reject"),
+    ] {
+        let r = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == session.as_str()).await;
+        assert_eq!(
+            (
+                &r["policy"],
+                &r["rule"],
+                &r["answer"],
+                &r["user"],
+                &r["via"],
+                &r["status"]
+            ),
+            (
+                &"ci".into(),
+                &rule.into(),
+                &answer.into(),
+                &"guard".into(),
+                &"gateway".into(),
+                &200.into()
+            ),
+            "{r}"
+        );
+        assert_eq!(count(&audit, session), 1, "audited once");
+    }
+
+    // No rule speaks for it: it waits in the inbox; the policy's own token cannot approve it,
+    // nor can anyone say "always"; at ask_timeout it is rejected.
+    let asked = prompted(&c, &ci, "RUNCMD: echo other > other-marker").await;
+    let id = pending(&gw, &asked).await;
+    let reply = |r: &str| format!(r#"{{"reply":"{r}"}}"#);
+    let path = format!("/p/demo/permission/{id}/reply");
+    let (status, body) = json(&c, "POST", &path, &ci, &reply("once")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string()
+            .contains("leaves this request to a person in the inbox"),
+        "{body}"
+    );
+    let (status, body) = json(&c, "POST", &path, &alice(), &reply("always")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string()
+            .contains("\\\"always\\\" is not available under the gateway's policy ci"),
+        "{body}"
+    );
+    let said = saw(&c, &asked).await;
+    assert!(
+        said.contains("rejected by the gateway's policy ci: nobody answered within 3s"),
+        "{said}"
+    );
+    assert!(!oc.project.join("other-marker").exists());
+    let r = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == asked.as_str()).await;
+    assert_eq!(r["rule"], "otherwise: ask (timed out)", "{r}");
+
+    // A session alice made herself is no policy's; the ci token still cannot approve there what
+    // its policy denies (the reply is refused before OpenCode), and cannot bring allow rules.
+    let own = prompted(&c, &alice(), "RUNCMD: echo denied > own-marker").await;
+    let id = pending(&gw, &own).await;
+    let path = format!("/p/demo/permission/{id}/reply");
+    let (status, body) = json(&c, "POST", &path, &ci, &reply("once")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string()
+            .contains("denied by the gateway's policy ci: echo denied*"),
+        "{body}"
+    );
+    assert_eq!(count(&audit, &own), 0, "not a policy session");
+    let (status, _) = json(&c, "POST", &path, &alice(), &reply("reject")).await;
+    assert_eq!(status, 200);
+    let wide = r#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#;
+    let (status, body) = json(&c, "POST", "/p/demo/session", &ci, wide).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.to_string().contains("cannot bring its own allow rules"), "{body}");
+}
+
+/// `opencode run --attach … --auto` with the ci token answers every request it sees with
+/// `once`: a denied command never runs (the gateway rejects it, and refuses the client's own
+/// approval if it comes first), nor does one the policy leaves to a person (the token's
+/// approval is refused, and the timeout rejects it); an allowed one runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn opencode_run_auto_with_a_policy_token_approves_nothing_the_policy_does_not_allow() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc);
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "ci"]);
+    assert!(ok, "{out}");
+    let token = out.lines().find(|l| l.starts_with("ocgw_")).unwrap().to_string();
+    let url = format!("https://127.0.0.1:{}/p/demo", gw.https.port());
+    let work = tempfile::tempdir().unwrap();
+    for (command, marker, runs) in [
+        ("echo denied > run-denied-marker", "run-denied-marker", false),
+        ("echo other > run-asked-marker", "run-asked-marker", false),
+        ("echo allowed > run-allowed-marker", "run-allowed-marker", true),
+    ] {
+        let prompt = format!("RUNCMD: {command}");
+        let args = ["run", "--attach", &url, "-u", "alice", "-p", &token, "--auto", &prompt];
+        let out = crate::real_opencode::run_cli(&args, &gw.ca(), work.path()).await;
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            oc.project.join(marker).exists(),
+            runs,
+            "{command}: {printed}\n{}",
+            gw.logs()
+        );
+    }
+    let audit = crate::common::audit::file(&gw);
+    let r = crate::common::audit::find(&audit, "policy_answer", |r| r["rule"] == "otherwise: ask (timed out)").await;
+    assert_eq!(r["answer"], "reject", "{r}");
+    // The token's own approval of the request left to a person was refused before OpenCode.
+    let refused = crate::common::audit::records(&audit)
+        .into_iter()
+        .filter(|r| r["event"] == "permission_answer" && r["status"] == 403 && r["answer"] == "once")
+        .count();
+    assert!(refused >= 1, "{:#?}", crate::common::audit::records(&audit));
+}
