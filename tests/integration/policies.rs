@@ -251,3 +251,45 @@ async fn opencode_run_auto_with_a_policy_token_approves_nothing_the_policy_does_
         .count();
     assert!(refused >= 1, "{:#?}", crate::common::audit::records(&audit));
 }
+
+/// A session's policy is kept in the state database: after the gateway restarts, the session
+/// made before it is still answered by its policy (a denied command rejected without a person).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_sessions_policy_survives_a_restart_of_the_gateway() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let mut gw = demo(&oc);
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "ci"]);
+    assert!(ok, "{out}");
+    let ci = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, session) = json(&c, "POST", "/p/demo/session", &ci, "{}").await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["id"].as_str().unwrap().to_string();
+    tokio::task::block_in_place(|| gw.restart());
+    assert!(
+        gw.logs()
+            .contains("sessions under a permission policy read from the state database"),
+        "{}",
+        gw.logs()
+    );
+    let c = Https::new(gw.https, &gw.ca());
+    // Prompted by alice herself: the session, not the prompter, carries the policy.
+    let body = r#"{"parts":[{"type":"text","text":"RUNCMD: echo denied > after-restart"}]}"#;
+    let (status, answer) = json(
+        &c,
+        "POST",
+        &format!("/p/demo/session/{id}/prompt_async"),
+        &alice(),
+        body,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    let said = saw(&c, &id).await;
+    assert!(
+        said.contains("denied by the gateway's policy ci: echo denied*"),
+        "{said}"
+    );
+    assert!(!oc.project.join("after-restart").exists());
+}
