@@ -239,9 +239,10 @@ async fn policy_body(
             super::policy_check::answer(here.gw, project, id, own, &bytes)?;
             RequestBody::Whole(bytes)
         }
-        Some(AuditKind::SessionCreate) if let Some(policy) = own => {
+        _ if crate::policy::permission::sets_session_rules(route) => {
             let bytes = whole(body, idle).await?;
-            super::policy_check::new_session(policy, &bytes)?;
+            let session = target.session.as_deref();
+            super::policy_check::session_rules(here.gw, project, own, session, &bytes)?;
             RequestBody::Whole(bytes)
         }
         _ => body,

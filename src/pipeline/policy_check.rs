@@ -102,22 +102,41 @@ pub(super) fn answer(
     Ok(())
 }
 
-/// A session made with a policy token brings no `allow` rule of its own.
-pub(super) fn new_session(policy: &str, body: &[u8]) -> Result<(), HttpError> {
+/// Does this body set session rules that allow (anything but `deny` and `ask`)?
+fn widens(v: &serde_json::Value) -> bool {
+    v.get("permission").and_then(|p| p.as_array()).is_some_and(|rules| {
+        rules
+            .iter()
+            .any(|r| !matches!(r["action"].as_str(), Some("deny" | "ask")))
+    })
+}
+
+/// A session's own permission rules (`POST /session`, `PATCH /session/{id}`) may only narrow
+/// (`deny`, `ask`) when the session is under a policy: the asker's token's, the session's own
+/// (`session`, for a change), or its parent's (`parentID`, for a new child session).
+pub(super) fn session_rules(
+    gw: &Gateway,
+    project: &str,
+    own: Option<&str>,
+    session: Option<&str>,
+    body: &[u8],
+) -> Result<(), HttpError> {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
         return Ok(()); // not JSON: OpenCode refuses it
     };
-    let allows = v.get("permission").and_then(|p| p.as_array()).is_some_and(|rules| {
-        rules.iter().any(|r| {
-            r.get("action").and_then(|a| a.as_str()) != Some("deny")
-                && r.get("action").and_then(|a| a.as_str()) != Some("ask")
-        })
-    });
-    match allows {
-        true => Err(refused(format!(
-            "a session made with a token under the gateway's policy {policy} cannot bring its own allow rules (only \"deny\" or \"ask\")"
+    if !widens(&v) {
+        return Ok(());
+    }
+    let parent = v.get("parentID").and_then(|p| p.as_str());
+    let under = [session, parent]
+        .into_iter()
+        .flatten()
+        .find_map(|s| gw.inbox.session_policy(project, s));
+    match own.or(under.as_deref()) {
+        Some(policy) => Err(refused(format!(
+            "a session under the gateway's policy {policy} cannot have allow rules of its own (only \"deny\" or \"ask\")"
         ))),
-        false => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -144,22 +163,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_answer_approves_by_either_name_and_a_session_brings_no_allow() {
+    fn an_answer_approves_by_either_name_and_only_deny_and_ask_rules_narrow() {
         assert_eq!(approves(br#"{"reply":"once"}"#), (true, false));
         assert_eq!(approves(br#"{"response":"always"}"#), (true, true));
         assert_eq!(approves(br#"{"reply":"reject","response":"once"}"#), (true, false));
         assert_eq!(approves(br#"{"reply":"reject","message":"no"}"#), (false, false));
         assert_eq!(approves(b"not json"), (false, false));
         // What `opencode run` 1.18.33 sends, and an allow of its own.
-        let run = br#"{"permission":[{"permission":"question","action":"deny","pattern":"*"},{"permission":"plan_enter","action":"deny","pattern":"*"}]}"#;
-        assert!(new_session("ci", run).is_ok());
-        assert!(new_session("ci", b"{}").is_ok());
-        let e = new_session(
-            "ci",
-            br#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#,
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("cannot bring its own allow rules"), "{e}");
-        assert!(new_session("ci", br#"{"permission":[{"permission":"bash","pattern":"*"}]}"#).is_err());
+        let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+        let run = br#"{"permission":[{"permission":"question","action":"deny","pattern":"*"},{"permission":"plan_enter","action":"ask","pattern":"*"}]}"#;
+        assert!(!widens(&json(run)));
+        assert!(!widens(&json(b"{}")));
+        assert!(widens(&json(
+            br#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#
+        )));
+        assert!(widens(&json(
+            br#"{"permission":[{"permission":"bash","pattern":"*"}]}"#
+        )));
     }
 }

@@ -21,7 +21,21 @@
 //! itself, the whole string; a pattern ending in ` *` also matches without that part
 //! (`npm test *` matches `npm test`).
 
+use super::routes::{PATCH, POST};
+use super::table::ApiRoute;
 use crate::config::permissions::{Otherwise, PermissionPolicy, Rule};
+
+/// The routes whose body may set a session's own permission rules (`"permission": [...]`, seen
+/// in 1.18.33's document): making a session, and changing one. A rule of a session's own that
+/// allows would make OpenCode stop asking, past any policy.
+const SETS_SESSION_RULES: &[(&str, &str)] = &[(POST, "/session"), (POST, "/api/session"), (PATCH, "/session/*")];
+
+/// Does `route`'s body set a session's own permission rules?
+pub(crate) fn sets_session_rules(route: &ApiRoute) -> bool {
+    SETS_SESSION_RULES
+        .iter()
+        .any(|(m, p)| *m == route.method && *p == route.pattern)
+}
 
 /// A policy's answer to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,6 +146,19 @@ mod tests {
 
     fn pats(p: &[&str]) -> Vec<String> {
         p.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_routes_that_set_a_sessions_rules_are_in_the_table() {
+        use crate::policy::authz::{Extra, resolve_with};
+        use crate::policy::canonical::CanonicalPath;
+        for (m, p) in SETS_SESSION_RULES {
+            let raw = p.replace('*', "ses_1");
+            let path = CanonicalPath::parse(&raw).unwrap();
+            let method = http::Method::from_bytes(m.as_bytes()).unwrap();
+            let route = resolve_with(&method, path.segments(), Extra::NONE).route.unwrap();
+            assert!(sets_session_rules(route), "{m} {p}");
+        }
     }
 
     #[test]

@@ -186,7 +186,7 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
     assert_eq!(r["rule"], "otherwise: ask (timed out)", "{r}");
 
     // A session alice made herself is no policy's; the ci token still cannot approve there what
-    // its policy denies (the reply is refused before OpenCode), and cannot bring allow rules.
+    // its policy denies (the reply is refused before OpenCode), and cannot add allow rules.
     let own = prompted(&c, &alice(), "RUNCMD: echo denied > own-marker").await;
     let id = pending(&gw, &own).await;
     let path = format!("/p/demo/permission/{id}/reply");
@@ -203,7 +203,21 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
     let wide = r#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#;
     let (status, body) = json(&c, "POST", "/p/demo/session", &ci, wide).await;
     assert_eq!(status, 403, "{body}");
-    assert!(body.to_string().contains("cannot bring its own allow rules"), "{body}");
+    assert!(
+        body.to_string().contains("cannot have allow rules of its own"),
+        "{body}"
+    );
+    // Nor can anyone give a policy session allow rules later, or a child session of it.
+    let (status, body) = json(&c, "PATCH", &format!("/p/demo/session/{denied}"), &alice(), wide).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.to_string().contains("under the gateway's policy ci"), "{body}");
+    let child =
+        format!(r#"{{"parentID":"{denied}","permission":[{{"permission":"bash","action":"allow","pattern":"*"}}]}}"#);
+    let (status, body) = json(&c, "POST", "/p/demo/session", &alice(), &child).await;
+    assert_eq!(status, 403, "{body}");
+    // A session of no policy may still be given its own rules by its operator.
+    let (status, body) = json(&c, "PATCH", &format!("/p/demo/session/{own}"), &alice(), wide).await;
+    assert_eq!(status, 200, "{body}");
 }
 
 /// `opencode run --attach … --auto` with the ci token answers every request it sees with
