@@ -19,6 +19,12 @@ allow = ["bash: echo allowed*", "read: **"]
 deny = ["bash: echo denied*", "external_directory: **"]
 otherwise = "ask"
 ask_timeout = "3s"
+
+[[policy]]
+name = "patient"
+allow = ["bash: echo allowed*"]
+otherwise = "ask"
+ask_timeout = "10m"
 "#;
 
 fn demo(oc: &OpenCode) -> Gateway {
@@ -156,31 +162,34 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
         assert_eq!(count(&audit, session), 1, "audited once");
     }
 
-    // No rule speaks for it: it waits in the inbox; the policy's own token cannot approve it,
-    // nor can anyone say "always"; at ask_timeout it is rejected.
-    let asked = prompted(&c, &ci, "RUNCMD: echo other > other-marker").await;
-    let id = pending(&gw, &asked).await;
+    // No rule speaks for it: it waits in the inbox, where a person may approve it (under a
+    // policy that waits long enough for a loaded machine); the policy's own token cannot, nor
+    // can anyone say "always".
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "patient"]);
+    assert!(ok, "{out}");
+    let patient = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let person = prompted(&c, &patient, "RUNCMD: echo person > person-marker").await;
+    let id = pending(&gw, &person).await;
     let reply = |r: &str| format!(r#"{{"reply":"{r}"}}"#);
     let path = format!("/p/demo/permission/{id}/reply");
-    let (status, body) = json(&c, "POST", &path, &ci, &reply("once")).await;
+    let (status, body) = json(&c, "POST", &path, &patient, &reply("once")).await;
     assert_eq!(status, 403, "{body}");
-    assert!(
-        body.to_string()
-            .contains("leaves this request to a person in the inbox"),
-        "{body}"
-    );
+    let leaves = "the gateway's policy patient leaves this request to a person in the inbox";
+    assert!(body.to_string().contains(leaves), "{body}");
     let (status, body) = json(&c, "POST", &path, &alice(), &reply("always")).await;
     assert_eq!(status, 403, "{body}");
-    assert!(
-        body.to_string()
-            .contains("\\\"always\\\" is not available under the gateway's policy ci"),
-        "{body}"
-    );
+    let always = "\\\"always\\\" is not available under the gateway's policy patient";
+    assert!(body.to_string().contains(always), "{body}");
+    let (status, body) = json(&c, "POST", &path, &alice(), &reply("once")).await;
+    assert_eq!(status, 200, "{body}");
+    saw(&c, &person).await;
+    assert!(oc.project.join("person-marker").exists());
+    // Nobody answers: rejected at ask_timeout.
+    let asked = prompted(&c, &ci, "RUNCMD: echo other > other-marker").await;
+    pending(&gw, &asked).await;
     let said = saw(&c, &asked).await;
-    assert!(
-        said.contains("rejected by the gateway's policy ci: nobody answered within 3s"),
-        "{said}"
-    );
+    let timed_out = "rejected by the gateway's policy ci: nobody answered within 3s";
+    assert!(said.contains(timed_out), "{said}");
     assert!(!oc.project.join("other-marker").exists());
     let r = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == asked.as_str()).await;
     assert_eq!(r["rule"], "otherwise: ask (timed out)", "{r}");
