@@ -21,7 +21,7 @@
 //! itself, the whole string; a pattern ending in ` *` also matches without that part
 //! (`npm test *` matches `npm test`).
 
-use super::routes::{PATCH, POST};
+use super::routes::{Class, GET, PATCH, POST};
 use super::table::ApiRoute;
 use crate::config::permissions::{Otherwise, PermissionPolicy, Rule};
 
@@ -29,6 +29,32 @@ use crate::config::permissions::{Otherwise, PermissionPolicy, Rule};
 /// in 1.18.33's document): making a session, and changing one. A rule of a session's own that
 /// allows would make OpenCode stop asking, past any policy.
 const SETS_SESSION_RULES: &[(&str, &str)] = &[(POST, "/session"), (POST, "/api/session"), (PATCH, "/session/*")];
+
+/// What runs a command or writes files without OpenCode asking: a terminal (made, connected,
+/// its ticket), a session's shell, a patch applied to the working tree.
+const UNASKED: &[(&str, &str)] = &[
+    (POST, "/pty"),
+    (POST, "/api/pty"),
+    (GET, "/pty/*/connect"),
+    (GET, "/api/pty/*/connect"),
+    (POST, "/pty/*/connect-token"),
+    (POST, "/api/pty/*/connect-token"),
+    (POST, "/session/*/shell"),
+    (POST, "/vcs/apply"),
+];
+
+/// Why a principal under a policy may not make a request on `route`, if it may not: a route
+/// that acts without OpenCode asking (the policy would never see it), or one that configures
+/// the server (its permission rules among the rest).
+pub(crate) fn beyond_a_policy(route: &ApiRoute) -> Option<&'static str> {
+    if route.class == Class::Configure {
+        return Some("configures the server");
+    }
+    UNASKED
+        .iter()
+        .any(|(m, p)| *m == route.method && *p == route.pattern)
+        .then_some("runs without OpenCode asking permission")
+}
 
 /// Does `route`'s body set a session's own permission rules?
 pub(crate) fn sets_session_rules(route: &ApiRoute) -> bool {
@@ -152,6 +178,23 @@ mod tests {
     fn the_routes_that_set_a_sessions_rules_are_in_the_table() {
         use crate::policy::authz::{Extra, resolve_with};
         use crate::policy::canonical::CanonicalPath;
+        for (m, p) in UNASKED {
+            let raw = p.replace('*', "pty_1");
+            let path = CanonicalPath::parse(&raw).unwrap();
+            let method = http::Method::from_bytes(m.as_bytes()).unwrap();
+            let route = resolve_with(&method, path.segments(), Extra::NONE).route.unwrap();
+            assert!(beyond_a_policy(route).is_some(), "{m} {p}");
+        }
+        let config = CanonicalPath::parse("/config").unwrap();
+        let patch = resolve_with(&http::Method::PATCH, config.segments(), Extra::NONE)
+            .route
+            .unwrap();
+        assert_eq!(beyond_a_policy(patch), Some("configures the server"));
+        let prompt = CanonicalPath::parse("/session/ses_1/prompt_async").unwrap();
+        let post = resolve_with(&http::Method::POST, prompt.segments(), Extra::NONE)
+            .route
+            .unwrap();
+        assert_eq!(beyond_a_policy(post), None, "a prompt is what the token is for");
         for (m, p) in SETS_SESSION_RULES {
             let raw = p.replace('*', "ses_1");
             let path = CanonicalPath::parse(&raw).unwrap();

@@ -224,6 +224,22 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
         format!(r#"{{"parentID":"{denied}","permission":[{{"permission":"bash","action":"allow","pattern":"*"}}]}}"#);
     let (status, body) = json(&c, "POST", "/p/demo/session", &alice(), &child).await;
     assert_eq!(status, 403, "{body}");
+    // The token cannot go around its policy: no terminal, no shell (nor configuration, for an
+    // admin's token: `src/policy/permission.rs`).
+    let shell = r#"{"agent":"build","command":"echo denied > shell-marker"}"#;
+    for (method, path, body) in [
+        ("POST", "/p/demo/pty".to_string(), "{}"),
+        ("POST", format!("/p/demo/session/{denied}/shell"), shell),
+    ] {
+        let (status, body) = json(&c, method, &path, &ci, body).await;
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        assert!(
+            body.to_string()
+                .contains("not for a token under the gateway's policy ci"),
+            "{body}"
+        );
+    }
+    assert!(!oc.project.join("shell-marker").exists());
     // A session of no policy may still be given its own rules by its operator.
     let (status, body) = json(&c, "PATCH", &format!("/p/demo/session/{own}"), &alice(), wide).await;
     assert_eq!(status, 200, "{body}");
