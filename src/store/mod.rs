@@ -491,6 +491,8 @@ pub(crate) enum Changed {
     Spent { key: String, ms: i64 },
     /// An operator raised a spend budget (its row is saved): read the raises again.
     Budgets,
+    /// A session under a permission policy was made through another gateway: read them again.
+    Policies,
     /// Unknown (the watch reconnected, and may have missed some): everything.
     All,
 }

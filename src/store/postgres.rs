@@ -328,7 +328,11 @@ impl TokenStore for PostgresStore {
 
     fn set_session_policy(&self, p: &SessionPolicy, at: i64) -> Result<(), StoreError> {
         self.write("set_session_policy", |c| {
-            c.execute(sql(&st::SESSION_POLICY_SET), &[&p.session, &p.project, &p.policy, &at])?;
+            let tx = c.transaction()?;
+            tx.execute(sql(&st::SESSION_POLICY_SET), &[&p.session, &p.project, &p.policy, &at])?;
+            // The other gateways answer its requests too (and refuse widening answers to them).
+            shared::notify(&tx, Changed::Policies)?;
+            tx.commit()?;
             Ok(())
         })
     }

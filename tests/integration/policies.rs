@@ -28,6 +28,11 @@ ask_timeout = "10m"
 "#;
 
 fn demo(oc: &OpenCode) -> Gateway {
+    demo_on(oc, "")
+}
+
+/// [`demo`], with `store` (a `[store]` table) before it.
+fn demo_on(oc: &OpenCode, store: &str) -> Gateway {
     let pw = oc.password.clone();
     let users = users_toml(&[TestUser {
         name: "alice",
@@ -36,7 +41,7 @@ fn demo(oc: &OpenCode) -> Gateway {
         role: "operator",
     }]);
     let config = base_config(&format!(
-        "[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{users}{POLICY}",
+        "{store}[[project]]\nname = \"demo\"\nupstream = \"{}\"\nupstream_password_file = \"pw\"\n\n{users}{POLICY}",
         oc.url()
     ));
     Gateway::start_with(&config, &[], move |d| crate::common::write_secret(&d.join("pw"), &pw))
@@ -331,4 +336,36 @@ async fn a_sessions_policy_survives_a_restart_of_the_gateway() {
         "{said}"
     );
     assert!(!oc.project.join("after-restart").exists());
+}
+
+/// Two gateways on one PostgreSQL database in front of one server: a session made with a policy
+/// token through one is under the policy on the other at once (the store's notice): the other
+/// refuses a person's "always" for it, and lets the person approve once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn on_one_postgresql_database_every_gateway_knows_a_sessions_policy() {
+    let Some((_cluster, url)) = crate::common::pg_config::cluster().await else {
+        return;
+    };
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let store = format!("[store]\nurl = \"{url}\"\n\n");
+    let (a, b) = (demo_on(&oc, &store), demo_on(&oc, &store));
+    let (ok, out) = a.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "patient"]);
+    assert!(ok, "{out}");
+    let patient = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let (ca, cb) = (Https::new(a.https, &a.ca()), Https::new(b.https, &b.ca()));
+    let session = prompted(&ca, &patient, "RUNCMD: echo person > pg-marker").await;
+    let id = pending(&b, &session).await;
+    let path = format!("/p/demo/permission/{id}/reply");
+    let (status, body) = json(&cb, "POST", &path, &alice(), r#"{"reply":"always"}"#).await;
+    assert_eq!(status, 403, "{body}\n{}", b.logs());
+    assert!(
+        body.to_string().contains("under the gateway's policy patient"),
+        "{body}"
+    );
+    let (status, body) = json(&cb, "POST", &path, &alice(), r#"{"reply":"once"}"#).await;
+    assert_eq!(status, 200, "{body}");
+    saw(&cb, &session).await;
+    assert!(oc.project.join("pg-marker").exists());
 }
