@@ -193,6 +193,64 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inbox::{Parts, Projects, Served};
+    use serde_json::json;
+
+    struct NoProjects;
+
+    impl Projects for NoProjects {
+        fn all(&self) -> Vec<Served> {
+            vec![]
+        }
+        fn get(&self, _: &str) -> Option<Served> {
+            None
+        }
+    }
+
+    /// A subagent's session (OpenCode's `parentID`) is under its parent's policy, however deep;
+    /// a session of no policy, and one of another project, are under none; a new permission
+    /// request is queued for judgement only while some session is under a policy.
+    #[test]
+    fn a_subagents_session_is_under_its_parents_policy() {
+        let inbox = Inbox::new(Parts {
+            projects: Arc::new(NoProjects),
+            connect_timeout: Duration::from_secs(1),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            audit: crate::audit::Audit::off(),
+        });
+        let mut acts = inbox.desk.rx.lock().unwrap().take().unwrap();
+        let asked = json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_c2",
+            "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        assert!(acts.try_recv().is_err(), "no session is under a policy yet");
+        for (id, parent) in [
+            ("ses_root", None),
+            ("ses_c1", Some("ses_root")),
+            ("ses_c2", Some("ses_c1")),
+        ] {
+            let e = json!({"type": "session.created", "properties": {"info": {"id": id, "parentID": parent,
+                "title": id, "time": {"created": 1, "updated": 1}}}});
+            inbox.update(|m, now| m.apply("web", &e, now));
+        }
+        inbox.keep_session_policy("ses_root", "ci");
+        assert_eq!(inbox.session_policy("web", "ses_c2").as_deref(), Some("ci"));
+        assert_eq!(inbox.session_policy("web", "ses_root").as_deref(), Some("ci"));
+        assert_eq!(inbox.session_policy("api", "ses_c2"), None, "another project's model");
+        assert_eq!(inbox.session_policy("web", "ses_other"), None);
+        let asked = json!({"type": "permission.asked", "properties": {"id": "per_2", "sessionID": "ses_c2",
+            "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        let act = acts.try_recv().unwrap();
+        assert_eq!(
+            (act.project.as_str(), act.id.as_str(), act.timed_out),
+            ("web", "per_2", false)
+        );
+        let r = inbox.permission_request("web", "per_2").unwrap();
+        assert_eq!(
+            (r.session.as_str(), r.permission.as_str(), r.patterns),
+            ("ses_c2", "bash", vec!["ls".to_string()])
+        );
+    }
 
     #[test]
     fn timeouts_are_said_as_the_config_writes_them() {
