@@ -77,6 +77,11 @@ impl Inbox {
         self.desk.sessions().insert(session.to_string(), policy.into());
     }
 
+    /// Is any session under a policy (else nothing here needs a request's body)?
+    pub(crate) fn any_session_policy(&self) -> bool {
+        !self.desk.sessions().is_empty()
+    }
+
     /// The policy `session` is under: its own, or the nearest parent's (a subagent's session).
     pub(crate) fn session_policy(&self, project: &str, session: &str) -> Option<Arc<str>> {
         let model = self.lock();

@@ -239,7 +239,10 @@ async fn policy_body(
             super::policy_check::answer(here.gw, project, id, own, &bytes)?;
             RequestBody::Whole(bytes)
         }
-        _ if crate::policy::permission::sets_session_rules(route) => {
+        // Only while a policy could apply: a gateway without policy sessions streams as before.
+        _ if crate::policy::permission::sets_session_rules(route)
+            && (own.is_some() || here.gw.inbox.any_session_policy()) =>
+        {
             let bytes = whole(body, idle).await?;
             let session = target.session.as_deref();
             super::policy_check::session_rules(here.gw, project, own, session, &bytes)?;
