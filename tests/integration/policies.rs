@@ -369,3 +369,34 @@ async fn on_one_postgresql_database_every_gateway_knows_a_sessions_policy() {
     saw(&cb, &session).await;
     assert!(oc.project.join("pg-marker").exists());
 }
+
+/// A policy is reloaded with the file: after a reload that moves `echo allowed*` from allow to
+/// deny, the same token's session is refused what it was allowed before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_policy_is_reloaded_with_the_file() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc);
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "ci"]);
+    assert!(ok, "{out}");
+    let ci = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let config = std::fs::read_to_string(&gw.config).unwrap();
+    let changed = config.replacen(
+        "allow = [\"bash: echo allowed*\", \"read: **\"]\ndeny = [\"bash: echo denied*\"",
+        "allow = [\"read: **\"]\ndeny = [\"bash: echo allowed*\"",
+        1,
+    );
+    assert_ne!(config, changed);
+    std::fs::write(&gw.config, changed).unwrap();
+    let (status, body) = tokio::task::block_in_place(|| gw.control("POST", "/reload"));
+    assert_eq!(status, 200, "{body}");
+    let c = Https::new(gw.https, &gw.ca());
+    let id = prompted(&c, &ci, "RUNCMD: echo allowed > reloaded-marker").await;
+    let said = saw(&c, &id).await;
+    assert!(
+        said.contains("denied by the gateway's policy ci: echo allowed*"),
+        "{said}"
+    );
+    assert!(!oc.project.join("reloaded-marker").exists());
+}
