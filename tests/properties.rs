@@ -28,6 +28,10 @@ mod oracle;
 #[path = "properties/boundaries.rs"]
 mod boundaries;
 
+/// Permission policies' matcher and rule parser (issue 40).
+#[path = "properties/permission.rs"]
+mod permission;
+
 /// The PROXY protocol read from its specification, written apart from the gateway's parser
 /// (shared with fuzz/).
 #[path = "oracle/proxy_protocol.rs"]
@@ -220,6 +224,7 @@ proptest! {
             fingerprint: [0; 32],
             grants: opencode_gateway::config::Grants::All(Role::Viewer),
             ssh_keys: Vec::new(),
+            policy: None,
         });
         let mut users = opencode_gateway::support::name_map::NameMap::default();
         users.insert("u".to_string(), user.clone());

@@ -88,6 +88,7 @@ mod tests {
             fingerprint: [0; 32],
             grants: crate::config::settings::Grants::Each(Default::default()),
             ssh_keys: Vec::new(),
+            policy: None,
         })
     }
 

@@ -96,6 +96,7 @@ pub(crate) fn issue(
         expires_at: now.saturating_add(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX)),
         last_used_at: None,
         revoked_at: None,
+        policy: scope.policy.clone(),
     };
     store.insert_token(&record)?;
     Ok((secret, record))

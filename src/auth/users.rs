@@ -19,4 +19,7 @@ pub struct UserState {
     pub fingerprint: [u8; 32],
     pub grants: Grants,
     pub ssh_keys: Vec<russh::keys::PublicKey>,
+    /// A token's `[[policy]]`: its requests cannot approve what the policy does not allow, and
+    /// the sessions it makes are answered by the policy (`None` for everyone else).
+    pub policy: Option<Arc<str>>,
 }

@@ -179,6 +179,10 @@ pub enum TokenAction {
         /// At most this role: viewer | approver | operator | admin (default: the user's).
         #[arg(long)]
         role: Option<String>,
+        /// A `[[policy]]` of the config: the gateway answers the permission requests of every
+        /// session made with this token by it.
+        #[arg(long)]
+        policy: Option<String>,
         /// Lifetime: 30d, 12h, 90m, 45s.
         #[arg(long, default_value = "30d")]
         ttl: String,

@@ -19,9 +19,21 @@ pub(crate) fn token(config: &Path, action: TokenAction) -> anyhow::Result<()> {
             user,
             projects,
             role,
+            policy,
             ttl,
             label,
-        } => create(config, &settings, &*store, &user, scope(role, projects)?, &ttl, &label),
+        } => {
+            if let Some(p) = &policy
+                && !settings.policies.iter().any(|q| &q.name == p)
+            {
+                bail!("there is no [[policy]] named {p:?} in {}", config.display());
+            }
+            let scope = Scope {
+                policy,
+                ..scope(role, projects)?
+            };
+            create(config, &settings, &*store, &user, scope, &ttl, &label)
+        }
         TokenAction::List { user } => list(&*store, user.as_deref()),
         TokenAction::Revoke { id } => revoke(config, &settings, &*store, &id),
     }
@@ -35,7 +47,11 @@ fn scope(role: Option<String>, projects: Option<Vec<String>>) -> anyhow::Result<
             Role::parse(r).with_context(|| format!("{r:?} is not a role: use viewer, approver, operator or admin"))?,
         ),
     };
-    Ok(Scope { role, projects })
+    Ok(Scope {
+        role,
+        projects,
+        policy: None,
+    })
 }
 
 fn create(
@@ -117,8 +133,9 @@ fn revoke(
 }
 
 fn describe(scope: &Scope) -> String {
+    let policy = scope.policy.as_ref().map_or(String::new(), |p| format!(", policy {p}"));
     format!(
-        "{} in {}",
+        "{} in {}{policy}",
         scope.role.map_or("user's role", Role::as_str),
         scope
             .projects

@@ -25,6 +25,9 @@ pub(crate) struct RawConfig {
     pub user: Vec<RawUser>,
     #[serde(default)]
     pub route_role: Vec<RawRouteRole>,
+    /// `[[policy]]`: named permission policies a token may carry.
+    #[serde(default)]
+    pub policy: Vec<RawPolicy>,
     /// `[[box]]`: other machines whose OpenCode servers the gateway reaches over SSH.
     #[serde(default, rename = "box")]
     pub boxes: Vec<RawBox>,
@@ -84,6 +87,19 @@ pub(crate) struct RawBox {
     /// The `opencode` to run on the box for `spawn = true` projects (default: `opencode` on the
     /// box user's PATH).
     pub opencode: Option<String>,
+}
+
+/// `[[policy]]`: a named permission policy (`config/permissions.rs`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    pub name: String,
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    pub otherwise: Option<String>,
+    pub ask_timeout: Option<String>,
 }
 
 /// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.

@@ -5,6 +5,7 @@ pub mod discover;
 pub mod edit;
 pub mod file;
 pub mod limits;
+pub mod permissions;
 pub mod protected;
 mod secret;
 pub mod settings;

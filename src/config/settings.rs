@@ -40,6 +40,8 @@ pub struct Settings {
     /// `[[route_role]]` entries, compiled into routes.
     /// `[[route_role]]` entries as validated; the running state compiles them into routes.
     pub route_roles: Vec<RouteRoleEntry>,
+    /// `[[policy]]`: named permission policies, by name (reloadable).
+    pub policies: Vec<std::sync::Arc<crate::config::permissions::PermissionPolicy>>,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
     /// `[[box]]`: machines reached over SSH.

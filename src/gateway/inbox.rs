@@ -31,6 +31,8 @@ pub(super) fn parts(
 /// Start the inbox's watchers, its guard (stopping sessions through `guard_road`) and the
 /// notifier; all end with the gateway's shutdown.
 pub(crate) fn start(gw: &Arc<Gateway>, guard_road: Box<dyn crate::inbox::Road>) {
+    // The sessions under a permission policy, before the watchers seed their requests.
+    read_session_policies(gw);
     crate::inbox::start(&gw.inbox, guard_road);
     if let Some(rx) = gw.inbox.notices() {
         // Read when a batch starts: a reload applies to the next message.
@@ -57,6 +59,25 @@ pub(crate) fn start(gw: &Arc<Gateway>, guard_road: Box<dyn crate::inbox::Road>) 
             leads,
             gw.lifecycle.shutdown.clone(),
         ));
+    }
+}
+
+/// Read the sessions under a permission policy from the state database into the inbox: at start,
+/// and when another gateway on the same database made one (PostgreSQL's notice).
+pub(crate) fn read_session_policies(gw: &Gateway) {
+    match gw.browser.sessions.store().session_policies() {
+        Ok(kept) => {
+            for s in &kept {
+                gw.inbox.keep_session_policy(&s.session, &s.policy);
+            }
+            if !kept.is_empty() {
+                tracing::info!(
+                    sessions = kept.len(),
+                    "sessions under a permission policy read from the state database"
+                );
+            }
+        }
+        Err(e) => tracing::error!(error = %e, "the sessions under a permission policy could not be read"),
     }
 }
 
@@ -93,6 +114,11 @@ impl Projects for Current {
     fn get(&self, name: &str) -> Option<Served> {
         let state = self.0.load();
         state.projects.get(name).map(|p| served(p, &state))
+    }
+
+    fn policy(&self, name: &str) -> Option<Arc<crate::config::permissions::PermissionPolicy>> {
+        let state = self.0.load();
+        state.settings.policies.iter().find(|p| p.name == name).cloned()
     }
 }
 

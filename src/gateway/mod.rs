@@ -141,6 +141,12 @@ pub(crate) fn watch_store(gw: &Arc<Gateway>) {
         if matches!(what, Changed::Budgets | Changed::All) {
             janitor::merge_raised(&gw);
         }
+        if matches!(what, Changed::Policies | Changed::All) {
+            inbox::read_session_policies(&gw);
+            if matches!(what, Changed::Policies) {
+                return;
+            }
+        }
         if let Changed::Spent { key, ms } = &what {
             gw.auth.limiters.spent_elsewhere(key, std::time::Duration::from_millis(u64::try_from(*ms).unwrap_or(0)));
             tracing::info!(target: "security", allowance = %key, for_ms = ms, "a login allowance spent (or refilled) through another gateway");

@@ -176,6 +176,7 @@ fn users(settings: &Settings) -> Users {
                     .unwrap_or([0; 32]),
                 grants: u.grants.clone(),
                 ssh_keys: u.ssh_keys.clone(),
+                policy: None,
             }),
         );
     }

@@ -274,7 +274,14 @@ impl Inbox {
     }
 }
 
-pub(super) async fn run(inbox: Arc<Inbox>, mut stops: UnboundedReceiver<Stop>, road: Box<dyn Road>) {
+/// The guard's task: stops, silent sessions, and the permission policies' answers
+/// (`policy.rs`), each through `road`, the gateway's under the guard's grants.
+pub(super) async fn run(
+    inbox: Arc<Inbox>,
+    mut stops: UnboundedReceiver<Stop>,
+    mut acts: UnboundedReceiver<super::policy::Act>,
+    road: Box<dyn Road>,
+) {
     let mut tick = tokio::time::interval(SILENCE_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -283,6 +290,7 @@ pub(super) async fn run(inbox: Arc<Inbox>, mut stops: UnboundedReceiver<Stop>, r
                 Some(s) => inbox.act(s, &*road).await,
                 None => return,
             },
+            Some(a) = acts.recv() => inbox.policy_act(a, &*road).await,
             _ = tick.tick() => {
                 for s in inbox.silent() {
                     inbox.act(s, &*road).await;

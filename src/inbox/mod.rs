@@ -21,6 +21,7 @@ pub mod control;
 mod guard;
 mod model;
 mod parse;
+mod policy;
 mod queue;
 mod reconcile;
 mod reply;
@@ -56,6 +57,8 @@ pub struct Inbox {
     notify: Queue,
     /// Upstream event streams open now (one per running server).
     pub(crate) subscriptions: std::sync::atomic::AtomicUsize,
+    /// Sessions under a permission policy, and their requests to judge (`policy.rs`).
+    desk: policy::Desk,
     parts: Parts,
 }
 
@@ -81,6 +84,10 @@ pub(crate) trait Projects: Send + Sync {
     fn all(&self) -> Vec<Served>;
     /// The project named `name`, if there is one.
     fn get(&self, name: &str) -> Option<Served>;
+    /// The `[[policy]]` named `name` now (reloads apply).
+    fn policy(&self, _name: &str) -> Option<Arc<crate::config::permissions::PermissionPolicy>> {
+        None
+    }
 }
 
 /// A project: its name, the directory its server knows it by, where that server is, and its
@@ -124,6 +131,7 @@ impl Inbox {
             changes: tokio_watch::Sender::new(0),
             notify: Queue::new(),
             subscriptions: Default::default(),
+            desk: Default::default(),
             parts,
         }
     }
@@ -186,6 +194,9 @@ impl Inbox {
             self.meter.turn_ended(project, session);
         }
         for card in effect.new_cards {
+            if card.kind == CardKind::Permission {
+                self.judge_permission(&card.project, &card.id);
+            }
             self.notify.push(Notice::Card(card));
         }
     }
@@ -198,8 +209,9 @@ impl Inbox {
 pub(crate) fn start(inbox: &Arc<Inbox>, guard_road: Box<dyn Road>) {
     tokio::spawn(reconcile::run(inbox.clone()));
     let taken = inbox.stops_rx.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if let Some(rx) = taken {
-        tokio::spawn(guard::run(inbox.clone(), rx, guard_road));
+    let acts = inbox.desk.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let (Some(rx), Some(acts)) = (taken, acts) {
+        tokio::spawn(guard::run(inbox.clone(), rx, acts, guard_road));
     }
 }
 

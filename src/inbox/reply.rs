@@ -185,6 +185,9 @@ struct Answer {
     path: String,
     body: Option<serde_json::Value>,
     name: &'static str,
+    /// The gateway's own answer's grant and what its audit record says besides (the policy's).
+    grant: Option<&'static Grant>,
+    note: Vec<(&'static str, String)>,
 }
 
 impl Inbox {
@@ -193,7 +196,13 @@ impl Inbox {
         &self,
         project: &str,
         id: &str,
-        Answer { path, body, name }: Answer,
+        Answer {
+            path,
+            body,
+            name,
+            grant,
+            note,
+        }: Answer,
         by: &dyn Road,
     ) -> Result<Outcome, InboxError> {
         let answer = name;
@@ -203,7 +212,12 @@ impl Inbox {
             m.replying(project, id, by.name(), answer);
             Default::default()
         });
-        let result = send(by, Call::post(project, path, body), 300).await;
+        let call = Call {
+            grant,
+            note,
+            ..Call::post(project, path, body)
+        };
+        let result = send(by, call, 300).await;
         let outcome = match result {
             Ok((200..=299, _)) => Ok(Outcome::Done),
             Ok((404, _)) => Ok(Outcome::AlreadyAnswered),
@@ -244,10 +258,37 @@ impl Inbox {
                 path: format!("/permission/{id}/reply"),
                 body: Some(body),
                 name: reply.as_str(),
+                grant: None,
+                note: Vec::new(),
             },
             by,
         )
         .await
+    }
+
+    /// The gateway's own answer under `grant` (a permission policy's, `inbox/policy.rs`): the
+    /// same road and record as a person's, with the policy and rule in the audit record.
+    pub(super) async fn reply_permission_as(
+        &self,
+        by: &dyn Road,
+        (project, id): (&str, &str),
+        body: serde_json::Value,
+        grant: &'static Grant,
+        note: Vec<(&'static str, String)>,
+    ) -> Result<Outcome, InboxError> {
+        let name = match body["reply"].as_str() {
+            Some("once") => "once",
+            _ => "reject",
+        };
+        let path = format!("/permission/{id}/reply");
+        let answer = Answer {
+            path,
+            body: Some(body),
+            name,
+            grant: Some(grant),
+            note,
+        };
+        self.answer(project, id, answer, by).await
     }
 
     /// `POST /question/{id}/reply` with `{"answers": [[label, …], …]}`: for each question in
@@ -267,6 +308,8 @@ impl Inbox {
                 path: format!("/question/{id}/reply"),
                 body: Some(body),
                 name: "reply",
+                grant: None,
+                note: Vec::new(),
             },
             by,
         )
@@ -282,6 +325,8 @@ impl Inbox {
                 path: format!("/question/{id}/reject"),
                 body: None,
                 name: "reject",
+                grant: None,
+                note: Vec::new(),
             },
             by,
         )

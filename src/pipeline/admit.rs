@@ -26,6 +26,7 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
     let user = on.principal.name();
     names_local_host(on, request, user)?;
     let role = role_for(on, request.method(), target)?;
+    beyond_a_policy(on, target)?;
     origin_allowed(on, request, target, user)?;
     let treatment = target.treatment();
     switches_only_terminals(request, target, treatment)?;
@@ -179,6 +180,28 @@ pub(super) fn judged_class(
         Some(grant) if held(grant.holder) => crate::policy::grants::class_under(grant, target.route),
         Some(_) => None,
         None => class,
+    }
+}
+
+/// A token under a permission policy makes no request the policy would never see (a terminal, a
+/// shell, a patch) and configures nothing (issue 40).
+fn beyond_a_policy(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> {
+    let Principal::User { user, .. } = on.principal else {
+        return Ok(());
+    };
+    let (Some(policy), Some(route)) = (user.policy.as_deref(), target.route) else {
+        return Ok(());
+    };
+    match crate::policy::permission::beyond_a_policy(route) {
+        Some(why) => {
+            tracing::warn!(target: "security", user = %user.name, policy, reason = "beyond_a_policy", "{} {} refused to a token under a policy", route.method, route.pattern);
+            Err(HttpError::Forbidden(format!(
+                "{} {} {why}: not for a token under the gateway's policy {policy}",
+                route.method,
+                target.label()
+            )))
+        }
+        None => Ok(()),
     }
 }
 

@@ -4,12 +4,15 @@
 //! - in a pinned project, a body that can name a directory, a file or a session (the route's
 //!   `body` rule): a directory outside the project, one of the gateway's own files or another
 //!   gateway session's id on a shared server is refused;
-//! - a permission answer, whose once/always/reject the audit record keeps.
+//! - a permission answer, whose once/always/reject the audit record keeps, and which a client
+//!   may not give against a session's permission policy (`policy_check.rs`, issue 40);
+//! - while a policy could apply, a body that sets a session's permission rules.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 
 use super::request::Target;
+use super::{Asker, Principal};
 use crate::http::audit::Pending;
 use crate::http::body::{RequestBody, SMALL_BODY};
 use crate::http::error::HttpError;
@@ -23,35 +26,73 @@ pub(crate) enum Checked {
     Whole(Bytes),
 }
 
-/// Judge `body` for the planned `target`. `upgrade`: a WebSocket, whose upstream request has no
-/// body. `audit`: the record begun for this request (a permission answer's reply is noted).
+/// Judge `body` for the planned `target`, sent by `principal`. `upgrade`: a WebSocket, whose
+/// upstream request has no body. `audit`: the record begun for this request (a permission
+/// answer's reply is noted).
 pub(crate) async fn check(
     here: super::Here<'_>,
-    user: &str,
+    principal: &Principal<'_>,
     endpoint: &Endpoint,
     target: &Target,
     body: RequestBody,
     upgrade: bool,
     audit: Option<&mut Pending>,
 ) -> Result<Checked, HttpError> {
-    let project = &*target.project;
     if upgrade {
         return Ok(Checked::Empty);
     }
-    if let (Some(root), Some(rule)) = (project.config.directory.as_deref(), target.route.and_then(|r| r.body)) {
-        let bytes = whole(body, None).await?;
-        pinned(here, user, endpoint, target, &bytes, rule, root).await?;
-        return Ok(Checked::Whole(bytes));
+    let project = &*target.project;
+    let pin = match (project.config.directory.as_deref(), target.route.and_then(|r| r.body)) {
+        (Some(root), Some(rule)) => Some((root, rule)),
+        _ => None,
+    };
+    let answer = target
+        .route
+        .is_some_and(|r| r.audit == Some(AuditKind::PermissionAnswer));
+    let rules = sets_rules_under_a_policy(here, target, principal.asker());
+    if pin.is_none() && !answer && !rules {
+        return Ok(Checked::Untouched(body));
     }
-    match audit {
-        // Small JSON, bounded in size and in time like any client body.
-        Some(p) if p.kind == AuditKind::PermissionAnswer => {
-            let bytes = whole(body, Some(here.gw.limits.body_idle_timeout)).await?;
-            p.answer = crate::http::audit::permission_answer(&bytes);
-            Ok(Checked::Whole(bytes))
-        }
-        _ => Ok(Checked::Untouched(body)),
+    // Small JSON, bounded in size and (unless a pinned body, which may be a long prompt) in time
+    // like any client body.
+    let idle = pin.is_none().then_some(here.gw.limits.body_idle_timeout);
+    let bytes = whole(body, idle).await?;
+    if answer && let Some(p) = audit {
+        // Noted first: a refused answer is recorded with what it said.
+        p.answer = crate::http::audit::permission_answer(&bytes);
     }
+    if let Some((root, rule)) = pin {
+        pinned(here, principal.name(), endpoint, target, &bytes, rule, root).await?;
+    }
+    under_policy(here, target, principal.asker(), &bytes)?;
+    Ok(Checked::Whole(bytes))
+}
+
+/// A body that sets a session's permission rules, read only while a policy could apply: a
+/// gateway without policy sessions streams it as before.
+fn sets_rules_under_a_policy(here: super::Here<'_>, target: &Target, asker: Asker<'_>) -> bool {
+    let Asker::Client(own) = asker else {
+        return false;
+    };
+    target.route.is_some_and(crate::policy::permission::sets_session_rules)
+        && (own.is_some() || here.gw.inbox.any_session_policy())
+}
+
+/// A client's permission answer or session rules, judged by the session's permission policy
+/// (`policy_check.rs`). The gateway's own acts are its policy's: not judged here.
+fn under_policy(here: super::Here<'_>, target: &Target, asker: Asker<'_>, bytes: &Bytes) -> Result<(), HttpError> {
+    let (Some(route), Asker::Client(own)) = (target.route, asker) else {
+        return Ok(());
+    };
+    let project = &target.project.name;
+    if route.audit == Some(AuditKind::PermissionAnswer) {
+        let id = crate::policy::plan::last_param(route.pattern, &target.upstream_path);
+        return super::policy_check::answer(here.gw, project, id, own, bytes);
+    }
+    if crate::policy::permission::sets_session_rules(route) && (own.is_some() || here.gw.inbox.any_session_policy()) {
+        super::policy_check::session_rules(here.gw, project, own, target.session.as_deref(), bytes)?;
+    }
+    Ok(())
 }
 
 /// A pinned project's checked body: every directory it names inside the project, no file of the

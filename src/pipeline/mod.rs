@@ -14,6 +14,7 @@ pub mod internal;
 mod origin_rule;
 pub mod own_files;
 mod plan;
+mod policy_check;
 pub mod request;
 pub mod response;
 mod session_scope;
@@ -241,7 +242,40 @@ pub(crate) enum Principal<'a> {
     Gateway(&'static Grant),
 }
 
-impl Principal<'_> {
+/// Who asks, for the body checks of a permission policy (`policy_check.rs`).
+#[derive(Clone, Copy)]
+pub(crate) enum Asker<'a> {
+    /// A client or a person: with their token's policy, if it carries one.
+    Client(Option<&'a str>),
+    /// The gateway's own act (its policy's answers, its control socket's): not judged there.
+    Gateway,
+}
+
+impl<'a> Asker<'a> {
+    fn policy(self) -> Option<&'a str> {
+        match self {
+            Asker::Client(p) => p,
+            Asker::Gateway => None,
+        }
+    }
+}
+
+/// The session a `POST /session` made (its id, read from the answer for the audit).
+fn created_session(audit: &Option<Box<crate::http::audit::Pending>>) -> Option<String> {
+    audit
+        .as_ref()
+        .filter(|p| p.kind == crate::policy::plan::AuditKind::SessionCreate)
+        .and_then(|p| p.created.clone())
+}
+
+impl<'p> Principal<'p> {
+    pub(crate) fn asker(&self) -> Asker<'p> {
+        match self {
+            Principal::User { user, .. } => Asker::Client(user.policy.as_deref()),
+            Principal::Gateway(_) => Asker::Gateway,
+        }
+    }
+
     /// The name in logs, limits and the audit trail (`guard`, `control` for the gateway).
     pub(crate) fn name(&self) -> &str {
         match self {
@@ -282,7 +316,7 @@ pub(crate) fn proceed<'a>(
         let (user, upgrade) = (on.principal.name(), request.upgrade.is_some());
         let body = body_check::check(
             here,
-            user,
+            &on.principal,
             &planned.endpoint,
             &target,
             body(),
@@ -307,6 +341,9 @@ pub(crate) fn proceed<'a>(
             // Refused by the body phase: nothing was sent; the turn and the audit close below.
             Err(e) => Err(e),
         };
+        if let (Some(policy), Some(session)) = (on.principal.asker().policy(), created_session(&audit)) {
+            policy_check::keep(here.gw, &target.project.name, &session, policy).await;
+        }
         if let Some(turn) = admitted.turn {
             let accepted = result.as_ref().is_ok_and(|r| r.status().is_success());
             here.gw.meter.turn_answered(turn, accepted);

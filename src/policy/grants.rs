@@ -80,6 +80,18 @@ pub(crate) static BUDGET_STOP: Grant = guard_stop("budget_stop", "budget_abort")
 /// The guard stops a session that runs away (the same failure again, or silent too long).
 pub(crate) static RUNAWAY_STOP: Grant = guard_stop("runaway_stop", "runaway");
 
+/// A permission policy's answer (issue 40): the gateway answers a policy session's permission
+/// request itself, once or reject, audited as `policy_answer` with the policy and its rule.
+pub(crate) static POLICY_ANSWER: Grant = Grant {
+    name: "policy_answer",
+    holder: Holder::Guard,
+    routes: &[(POST, "/permission/*/reply")],
+    class: Class::Respond,
+    audit: Some("policy_answer"),
+    only_stopped: false,
+    body: None,
+};
+
 /// The control socket answers the agent's requests and aborts sessions.
 pub(crate) static CONTROL_ANSWER: Grant = Grant {
     name: "control_answer",
@@ -98,7 +110,7 @@ pub(crate) static CONTROL_ANSWER: Grant = Grant {
 
 /// Every grant (for the table's tests).
 #[cfg(test)]
-pub(crate) static GRANTS: [&Grant; 4] = [&RESUME, &BUDGET_STOP, &RUNAWAY_STOP, &CONTROL_ANSWER];
+pub(crate) static GRANTS: [&Grant; 5] = [&RESUME, &BUDGET_STOP, &RUNAWAY_STOP, &POLICY_ANSWER, &CONTROL_ANSWER];
 
 impl Grant {
     fn covers(&self, route: &ApiRoute) -> bool {
@@ -156,6 +168,15 @@ mod tests {
         );
         assert_eq!(class_under(&CONTROL_ANSWER, route("POST", "/tui/submit-prompt")), None);
         assert_eq!(class_under(&CONTROL_ANSWER, None), None);
+        // A policy only answers permission requests: no abort, no prompt, no question.
+        for (m, raw) in [
+            ("POST", "/session/x1/abort"),
+            ("POST", "/session/x1/prompt_async"),
+            ("POST", "/question/x1/reply"),
+            ("POST", "/session/x1/permissions/x2"),
+        ] {
+            assert_eq!(class_under(&POLICY_ANSWER, route(m, raw)), None, "{m} {raw}");
+        }
     }
 
     #[test]

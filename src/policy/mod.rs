@@ -14,6 +14,7 @@ pub mod csrf;
 pub mod drift;
 pub mod grants;
 pub mod origin;
+pub mod permission;
 pub mod pin;
 pub mod plan;
 pub mod query;

@@ -238,6 +238,19 @@ pub(super) fn tokens_round_trip_revoke_and_touch(store: &dyn Store) {
     assert!(!s.revoke_token("a", 170).unwrap(), "once");
     assert!(!s.revoke_token("nope", 170).unwrap());
     assert_eq!(s.token_by_digest(&[1; 32]).unwrap().unwrap().revoked_at, Some(160));
+    // A session's policy (issue 40): kept, the first word stands, read back oldest first.
+    let sp = |session: &str, policy: &str| super::SessionPolicy {
+        session: session.into(),
+        project: "web".into(),
+        policy: policy.into(),
+    };
+    s.set_session_policy(&sp("ses_b", "ci"), 20).unwrap();
+    s.set_session_policy(&sp("ses_a", "nightly"), 10).unwrap();
+    s.set_session_policy(&sp("ses_b", "other"), 30).unwrap();
+    assert_eq!(
+        s.session_policies().unwrap(),
+        vec![sp("ses_a", "nightly"), sp("ses_b", "ci")]
+    );
 }
 
 fn key(id: &str, cred: u8, user: &str) -> PasskeyRecord {
@@ -299,6 +312,7 @@ pub(super) fn sample(id: &str, digest: u8, user: &str) -> TokenRecord {
         expires_at: 200,
         last_used_at: None,
         revoked_at: None,
+        policy: Some("ci".into()),
     }
 }
 

@@ -3,8 +3,8 @@
 use super::backend::{Backend, Record, all, one, record};
 use super::statements as st;
 use super::{
-    BrowserStore, Changed, DeviceRecord, StoreError, TokenRecord, TokenStore, WebSessionLookup, WebSessionRecord,
-    WriteHealth,
+    BrowserStore, Changed, DeviceRecord, SessionPolicy, StoreError, TokenRecord, TokenStore, WebSessionLookup,
+    WebSessionRecord, WriteHealth,
 };
 
 record!(TokenRecord {
@@ -18,6 +18,12 @@ record!(TokenRecord {
     expires_at,
     last_used_at,
     revoked_at,
+    policy,
+});
+record!(SessionPolicy {
+    session,
+    project,
+    policy,
 });
 record!(DeviceRecord {
     id,
@@ -65,6 +71,18 @@ impl<B: Backend> TokenStore for B {
 
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError> {
         self.write("touch_token", |c| c.execute(&st::TOKEN_TOUCH, &[&id, &at]).map(drop))
+    }
+
+    fn set_session_policy(&self, p: &SessionPolicy, at: i64) -> Result<(), StoreError> {
+        self.write_all("set_session_policy", |c| {
+            c.execute(&st::SESSION_POLICY_SET, &[&p.session, &p.project, &p.policy, &at])?;
+            // The other gateways answer its requests too (and refuse widening answers to them).
+            c.notify(Changed::Policies)
+        })
+    }
+
+    fn session_policies(&self) -> Result<Vec<SessionPolicy>, StoreError> {
+        self.on_connection(|c| all(c, &st::SESSION_POLICIES, &[]))
     }
 }
 

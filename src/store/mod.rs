@@ -153,6 +153,16 @@ pub(crate) struct TokenRecord {
     pub expires_at: i64,
     pub last_used_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// `[[policy]]` name: the gateway answers the permission requests of sessions made with it.
+    pub policy: Option<String>,
+}
+
+/// A session made under a token that carries a permission policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionPolicy {
+    pub session: String,
+    pub project: String,
+    pub policy: String,
 }
 
 /// A paired device (a phone).
@@ -230,6 +240,10 @@ pub(crate) trait TokenStore: Send + Sync {
     /// Mark revoked; false when there is no such token (or it was revoked already).
     fn revoke_token(&self, id: &str, at: i64) -> Result<bool, StoreError>;
     fn touch_token(&self, id: &str, at: i64) -> Result<(), StoreError>;
+    /// Keep which policy a session made under a token answers by (the first word stands).
+    fn set_session_policy(&self, p: &SessionPolicy, at: i64) -> Result<(), StoreError>;
+    /// Every session's policy, oldest first (read at start).
+    fn session_policies(&self) -> Result<Vec<SessionPolicy>, StoreError>;
 }
 
 /// Whether writes work (a full disk makes them fail while reads go on).
@@ -475,6 +489,8 @@ pub(crate) enum Changed {
     Spent { key: String, ms: i64 },
     /// An operator raised a spend budget (its row is saved): read the raises again.
     Budgets,
+    /// A session under a permission policy was made through another gateway: read them again.
+    Policies,
     /// Unknown (the watch reconnected, and may have missed some): everything.
     All,
 }

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_passkeys.sql"),
     include_str!("migrations/0007_once.sql"),
     include_str!("migrations/0008_push_per_user.sql"),
+    include_str!("migrations/0009_policies.sql"),
 ];
 
 pub(crate) struct SqliteStore {

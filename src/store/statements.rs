@@ -61,7 +61,7 @@ impl Statement {
 /// The columns of a record kept as one row, in the order the backends read them.
 macro_rules! token_columns {
     () => {
-        "id, digest, {user}, label, role, projects, created_at, expires_at, last_used_at, revoked_at"
+        "id, digest, {user}, label, role, projects, created_at, expires_at, last_used_at, revoked_at, policy"
     };
 }
 macro_rules! device_columns {
@@ -102,11 +102,15 @@ macro_rules! statements {
 }
 
 statements! {
-    TOKEN_INSERT = concat!("INSERT INTO tokens (", token_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+    TOKEN_INSERT = concat!("INSERT INTO tokens (", token_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)");
     TOKEN_BY_DIGEST = concat!("SELECT ", token_columns!(), " FROM tokens WHERE digest = $1");
     TOKENS_OF = newest_first!(token_columns, "tokens");
     TOKEN_REVOKE = "UPDATE tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL";
     TOKEN_TOUCH = "UPDATE tokens SET last_used_at = $2 WHERE id = $1";
+    /// A session made under a token with a policy (the first word stands: a session is made once).
+    SESSION_POLICY_SET = "INSERT INTO session_policies (session, project, policy, created_at) VALUES ($1, $2, $3, $4)
+        ON CONFLICT (session) DO NOTHING";
+    SESSION_POLICIES = "SELECT session, project, policy FROM session_policies ORDER BY created_at, session";
 
     DEVICE_INSERT = concat!("INSERT INTO devices (", device_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
     DEVICES_OF = newest_first!(device_columns, "devices");

@@ -59,6 +59,7 @@ mod pg_races;
 mod pg_store;
 mod phone;
 mod pinning;
+mod policies;
 mod project_ports;
 mod proxy;
 mod proxy_protocol;

@@ -10,6 +10,8 @@ pub(crate) struct Scope {
     pub role: Option<Role>,
     /// Only these projects; `None`: all the user's.
     pub projects: Option<Vec<String>>,
+    /// The `[[policy]]` the gateway answers this token's sessions' permission requests by.
+    pub policy: Option<String>,
 }
 
 impl Scope {
@@ -17,6 +19,7 @@ impl Scope {
         Scope {
             role: record.role.as_deref().and_then(Role::parse),
             projects: record.projects.clone(),
+            policy: record.policy.clone(),
         }
     }
 
@@ -87,6 +90,7 @@ mod tests {
         let scope = |role, projects: Option<&[&str]>| Scope {
             role,
             projects: projects.map(|l| l.iter().map(|s| s.to_string()).collect()),
+            policy: None,
         };
         assert!(
             scope(Some(Role::Viewer), Some(&["web"]))
@@ -124,6 +128,7 @@ mod tests {
         let scope = Scope {
             role: Some(Role::Operator),
             projects: Some(vec!["web".into(), "api".into()]),
+            policy: None,
         };
         // The user was demoted in api and lost web since the token was made.
         let now = each(&[("api", Role::Viewer), ("ops", Role::Admin)]);
@@ -134,11 +139,13 @@ mod tests {
         let viewer = Scope {
             role: Some(Role::Viewer),
             projects: None,
+            policy: None,
         };
         assert_eq!(viewer.narrow(&Grants::All(Role::Admin)), Grants::All(Role::Viewer));
         let all = Scope {
             role: None,
             projects: None,
+            policy: None,
         };
         assert_eq!(all.narrow(&now), now);
     }

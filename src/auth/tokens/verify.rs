@@ -192,6 +192,7 @@ fn scoped(user: &UserState, v: &Verified) -> Arc<UserState> {
         fingerprint: user.fingerprint,
         grants: v.scope.narrow(&user.grants),
         ssh_keys: Vec::new(),
+        policy: v.scope.policy.as_deref().map(Arc::from),
     })
 }
 
@@ -288,6 +289,12 @@ mod tests {
         fn touch_token(&self, _: &str, _: i64) -> Result<(), crate::store::StoreError> {
             Ok(())
         }
+        fn set_session_policy(&self, _: &crate::store::SessionPolicy, _: i64) -> Result<(), crate::store::StoreError> {
+            Ok(())
+        }
+        fn session_policies(&self) -> Result<Vec<crate::store::SessionPolicy>, crate::store::StoreError> {
+            Ok(vec![])
+        }
     }
 
     fn record(key: &[u8; 32], token: &str, expires_at: i64) -> TokenRecord {
@@ -302,6 +309,7 @@ mod tests {
             expires_at,
             last_used_at: None,
             revoked_at: None,
+            policy: None,
         }
     }
 
@@ -334,6 +342,7 @@ mod tests {
         let scope = Scope {
             role: Some(Role::Viewer),
             projects: None,
+            policy: None,
         };
         let (secret, record) = issue(&*store, &key, "alice", &scope, Duration::from_secs(60), "ci").unwrap();
         assert_eq!(record.digest, digest(&key, secret.expose()));
@@ -365,6 +374,12 @@ mod tests {
         }
         fn touch_token(&self, _: &str, _: i64) -> Result<(), crate::store::StoreError> {
             Ok(())
+        }
+        fn set_session_policy(&self, _: &crate::store::SessionPolicy, _: i64) -> Result<(), crate::store::StoreError> {
+            Ok(())
+        }
+        fn session_policies(&self) -> Result<Vec<crate::store::SessionPolicy>, crate::store::StoreError> {
+            Ok(vec![])
         }
     }
 

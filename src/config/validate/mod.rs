@@ -16,6 +16,7 @@ pub(crate) mod known_hosts;
 pub(crate) mod names;
 mod notify;
 pub(crate) mod oidc;
+mod policy;
 mod project;
 mod route_role;
 mod server;
@@ -54,6 +55,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     let users = users(&mut c, &raw);
     oidc::identities_unique(&mut c, &users, oidc.as_ref());
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
+    let policies = policy::policies(&mut c, &raw.policy);
     let boxes = boxes::boxes(&mut c, &raw.boxes);
     boxes::projects_name_known_boxes(&mut c, &raw.project, &raw.boxes);
     c.done(path)?;
@@ -73,6 +75,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         discovery_warnings: Vec::new(),
         users,
         route_roles,
+        policies,
         protected: ProtectedPaths::default(),
         boxes,
         user_day_usd,

@@ -24,6 +24,7 @@ pub(super) fn notify(c: &impl Sql, what: Changed) -> Result<(), StoreError> {
         Changed::Sessions => "sessions".to_string(),
         Changed::Tokens => "tokens".to_string(),
         Changed::Budgets => "budgets".to_string(),
+        Changed::Policies => "policies".to_string(),
         // The key last: a user name is the config's, and this splits on the first tab only.
         Changed::Spent { key, ms } => format!("spent {ms} {}\t{key}", instance()),
         Changed::All => "all".to_string(),
@@ -49,6 +50,7 @@ fn read(payload: &str) -> Option<Changed> {
         "sessions" => Changed::Sessions,
         "tokens" => Changed::Tokens,
         "budgets" => Changed::Budgets,
+        "policies" => Changed::Policies,
         other => match spent(other) {
             Some((from, _)) if from == instance() => return None,
             Some((_, changed)) => changed,
@@ -245,6 +247,7 @@ mod tests {
         assert_eq!(read("sessions"), Some(Changed::Sessions));
         assert_eq!(read("tokens"), Some(Changed::Tokens));
         assert_eq!(read("budgets"), Some(Changed::Budgets));
+        assert_eq!(read("policies"), Some(Changed::Policies));
         for other in [
             "",
             "spent",

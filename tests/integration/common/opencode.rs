@@ -3,7 +3,8 @@
 //! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission; one
 //! with ASKQUESTION makes it ask the user a question (OpenCode's question tool); LOOPBASH makes it
 //! call bash again after every result; HANGMODEL makes it never answer; SPAWNTASK makes it start a
-//! subagent (OpenCode's task tool).
+//! subagent (OpenCode's task tool); `RUNCMD: <command>` makes it run that command, and then say
+//! what the tool answered (`SAW: …`).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -77,6 +78,24 @@ fn hangs(body: &serde_json::Value) -> bool {
         })
 }
 
+/// The text of a chat message (a string, or the text parts of an array).
+fn text_of(m: &serde_json::Value) -> String {
+    match &m["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+        _ => String::new(),
+    }
+}
+
+/// `RUNCMD: <command>` in a user's prompt: the model runs that command with the bash tool.
+fn runcmd(m: &serde_json::Value) -> Option<String> {
+    let text = text_of(m);
+    let at = text.find("RUNCMD: ")?;
+    // `opencode run` 1.18.33 sends a prompt with spaces in quotes (`"RUNCMD: …"`).
+    let line = text[at + 8..].lines().next().unwrap_or_default().trim();
+    Some(line.strip_suffix('"').unwrap_or(line).to_string())
+}
+
 /// The stream the fake model answers a request with.
 fn answer(body: &serde_json::Value, bash_command: &str) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -92,6 +111,17 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         let args = serde_json::json!({"command": bash_command, "description": "again"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()), "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools
+        && last["role"] == "user"
+        && let Some(command) = runcmd(&last)
+    {
+        // RUNCMD: the command the prompt names; after its result the model says what it saw.
+        let args = serde_json::json!({"command": command, "description": "as asked"}).to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_c", "type": "function", "function": {"name": "bash", "arguments": args}}]}),
             None,
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
@@ -122,7 +152,12 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
     } else {
-        let text = if last["role"] == "tool" { AFTER_TOOL } else { ANSWER };
+        let asked_cmd = messages.iter().any(|m| m["role"] == "user" && runcmd(m).is_some());
+        let text = match last["role"] == "tool" {
+            true if asked_cmd => format!("SAW: {}", text_of(&last)),
+            true => AFTER_TOOL.to_string(),
+            false => ANSWER.to_string(),
+        };
         out += &chunk(serde_json::json!({"role": "assistant", "content": text}), None);
         out += &chunk(serde_json::json!({}), Some("stop"));
     }

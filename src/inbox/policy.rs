@@ -1,0 +1,268 @@
+//! The gateway's answers to the permission requests of sessions under a permission policy
+//! (issue 40; `[[policy]]`, judged by `policy/permission.rs`). A session made with a token that
+//! carries a policy is kept here (and in the state database, by the pipeline); so are its
+//! subagents' sessions, through their parent. Each new permission request of such a session is
+//! judged off the event path, by the guard's task: allowed ones are answered "once" at once,
+//! denied ones and (with `otherwise = "reject"`) unmatched ones rejected with a message the agent
+//! reads; with `otherwise = "ask"` the card stays for a person until `ask_timeout`, then it is
+//! rejected. Every answer goes the one road as the gateway under `POLICY_ANSWER`, which audits it
+//! once (`policy_answer`, with the policy and the rule).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::{Inbox, Road};
+use crate::policy::grants::POLICY_ANSWER;
+use crate::policy::permission::{Verdict, judge};
+
+/// How deep a subagent's session may be under the session that carries the policy.
+const MAX_DEPTH: usize = 16;
+
+/// A permission request to judge (or, once its `ask_timeout` passed, to reject).
+#[derive(Debug)]
+pub(crate) struct Act {
+    project: String,
+    id: String,
+    timed_out: bool,
+}
+
+/// Sessions under a policy, and the queue of requests to judge.
+pub(crate) struct Desk {
+    sessions: Mutex<HashMap<String, Arc<str>>>,
+    tx: UnboundedSender<Act>,
+    pub(super) rx: Mutex<Option<UnboundedReceiver<Act>>>,
+}
+
+impl Default for Desk {
+    fn default() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Desk {
+            sessions: Mutex::new(HashMap::new()),
+            tx,
+            rx: Mutex::new(Some(rx)),
+        }
+    }
+}
+
+impl Desk {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<str>>> {
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// What a request under a policy is, as the model holds it.
+pub(crate) struct Asked {
+    pub session: String,
+    pub permission: String,
+    pub patterns: Vec<String>,
+}
+
+/// `30m`, `2s`, `500ms`: as the config writes a duration.
+fn words(d: Duration) -> String {
+    match (d.as_secs(), d.subsec_millis()) {
+        (s, 0) if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, 0) if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        (s, 0) => format!("{s}s"),
+        _ => format!("{}ms", d.as_millis()),
+    }
+}
+
+impl Inbox {
+    /// `session` (of `project`) was made under `policy`: its requests, and its subagents', are
+    /// the policy's to answer.
+    pub(crate) fn keep_session_policy(&self, session: &str, policy: &str) {
+        self.desk.sessions().insert(session.to_string(), policy.into());
+    }
+
+    /// Is any session under a policy (else nothing here needs a request's body)?
+    pub(crate) fn any_session_policy(&self) -> bool {
+        !self.desk.sessions().is_empty()
+    }
+
+    /// The policy `session` is under: its own, or the nearest parent's (a subagent's session).
+    pub(crate) fn session_policy(&self, project: &str, session: &str) -> Option<Arc<str>> {
+        let model = self.lock();
+        let kept = self.desk.sessions();
+        let mut at = session.to_string();
+        for _ in 0..MAX_DEPTH {
+            if let Some(p) = kept.get(&at) {
+                return Some(p.clone());
+            }
+            let parent = model.projects.get(project)?.sessions.get(&at)?.parent_id.clone()?;
+            at = parent;
+        }
+        None
+    }
+
+    /// The pending permission request `id` of `project`, as the model holds it.
+    pub(crate) fn permission_request(&self, project: &str, id: &str) -> Option<Asked> {
+        let model = self.lock();
+        let p = model.projects.get(project)?.permissions.get(id)?;
+        Some(Asked {
+            session: p.session_id.clone(),
+            permission: p.tool.clone(),
+            patterns: p.patterns.clone(),
+        })
+    }
+
+    /// A new permission request: judged by the guard's task when its session is under a policy.
+    pub(super) fn judge_permission(&self, project: &str, id: &str) {
+        if self.desk.sessions().is_empty() {
+            return;
+        }
+        let _ = self.desk.tx.send(Act {
+            project: project.into(),
+            id: id.into(),
+            timed_out: false,
+        });
+    }
+
+    /// Judge one request and answer it through `road` (or leave it for a person, with a timer).
+    pub(super) async fn policy_act(&self, act: Act, road: &dyn Road) {
+        let Some(asked) = self.permission_request(&act.project, &act.id) else {
+            return; // answered meanwhile
+        };
+        let Some(name) = self.session_policy(&act.project, &asked.session) else {
+            return;
+        };
+        let policy = self.parts.projects.policy(&name);
+        let (reply, rule) = match (&policy, act.timed_out) {
+            (None, _) => (
+                Err(format!(
+                    "rejected: the gateway's policy {name} is not configured any more"
+                )),
+                "policy missing".to_string(),
+            ),
+            (Some(p), true) => (
+                Err(format!(
+                    "rejected by the gateway's policy {name}: nobody answered within {}",
+                    words(p.ask_timeout)
+                )),
+                "otherwise: ask (timed out)".to_string(),
+            ),
+            (Some(p), false) => {
+                let verdict = judge(p, &asked.permission, &asked.patterns);
+                let reply = match &verdict {
+                    Verdict::Allow(_) => Ok(()),
+                    Verdict::Deny(r) => Err(format!("denied by the gateway's policy {name}: {}", r.pattern)),
+                    Verdict::Reject => Err(format!(
+                        "rejected by the gateway's policy {name}: no rule allows {} {}",
+                        asked.permission,
+                        asked.patterns.join(", ")
+                    )),
+                    Verdict::Ask => {
+                        self.ask_a_person(act, p.ask_timeout);
+                        return;
+                    }
+                };
+                (reply, verdict.rule())
+            }
+        };
+        let body = match &reply {
+            Ok(()) => serde_json::json!({"reply": "once"}),
+            Err(message) => serde_json::json!({"reply": "reject", "message": message}),
+        };
+        let note = vec![
+            ("policy", name.to_string()),
+            ("rule", rule),
+            ("session", asked.session.clone()),
+        ];
+        tracing::info!(project = %act.project, id = %act.id, policy = %name, once = reply.is_ok(), "the gateway answers a permission request by its policy");
+        if let Err(e) = self
+            .reply_permission_as(road, (&act.project, &act.id), body, &POLICY_ANSWER, note)
+            .await
+        {
+            tracing::error!(project = %act.project, id = %act.id, error = %e, "the gateway could not answer a permission request by its policy");
+        }
+    }
+
+    /// Leave the request to a person; reject it when `timeout` has passed unanswered.
+    fn ask_a_person(&self, act: Act, timeout: Duration) {
+        tracing::info!(project = %act.project, id = %act.id, timeout = %words(timeout), "a policy leaves a permission request to a person");
+        let tx = self.desk.tx.clone();
+        let shutdown = self.parts.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep(timeout) => {
+                    let _ = tx.send(Act { timed_out: true, ..act });
+                }
+                _ = shutdown.cancelled() => {}
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inbox::{Parts, Projects, Served};
+    use serde_json::json;
+
+    struct NoProjects;
+
+    impl Projects for NoProjects {
+        fn all(&self) -> Vec<Served> {
+            vec![]
+        }
+        fn get(&self, _: &str) -> Option<Served> {
+            None
+        }
+    }
+
+    /// A subagent's session (OpenCode's `parentID`) is under its parent's policy, however deep;
+    /// a session of no policy, and one of another project, are under none; a new permission
+    /// request is queued for judgement only while some session is under a policy.
+    #[test]
+    fn a_subagents_session_is_under_its_parents_policy() {
+        let inbox = Inbox::new(Parts {
+            projects: Arc::new(NoProjects),
+            connect_timeout: Duration::from_secs(1),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+            meter: Default::default(),
+            audit: crate::audit::Audit::off(),
+        });
+        let mut acts = inbox.desk.rx.lock().unwrap().take().unwrap();
+        let asked = json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_c2",
+            "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        assert!(acts.try_recv().is_err(), "no session is under a policy yet");
+        for (id, parent) in [
+            ("ses_root", None),
+            ("ses_c1", Some("ses_root")),
+            ("ses_c2", Some("ses_c1")),
+        ] {
+            let e = json!({"type": "session.created", "properties": {"info": {"id": id, "parentID": parent,
+                "title": id, "time": {"created": 1, "updated": 1}}}});
+            inbox.update(|m, now| m.apply("web", &e, now));
+        }
+        inbox.keep_session_policy("ses_root", "ci");
+        assert_eq!(inbox.session_policy("web", "ses_c2").as_deref(), Some("ci"));
+        assert_eq!(inbox.session_policy("web", "ses_root").as_deref(), Some("ci"));
+        assert_eq!(inbox.session_policy("api", "ses_c2"), None, "another project's model");
+        assert_eq!(inbox.session_policy("web", "ses_other"), None);
+        let asked = json!({"type": "permission.asked", "properties": {"id": "per_2", "sessionID": "ses_c2",
+            "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        let act = acts.try_recv().unwrap();
+        assert_eq!(
+            (act.project.as_str(), act.id.as_str(), act.timed_out),
+            ("web", "per_2", false)
+        );
+        let r = inbox.permission_request("web", "per_2").unwrap();
+        assert_eq!(
+            (r.session.as_str(), r.permission.as_str(), r.patterns),
+            ("ses_c2", "bash", vec!["ls".to_string()])
+        );
+    }
+
+    #[test]
+    fn timeouts_are_said_as_the_config_writes_them() {
+        assert_eq!(words(Duration::from_secs(1800)), "30m");
+        assert_eq!(words(Duration::from_secs(7200)), "2h");
+        assert_eq!(words(Duration::from_secs(2)), "2s");
+        assert_eq!(words(Duration::from_millis(1500)), "1500ms");
+    }
+}
