@@ -252,7 +252,7 @@ pub(crate) enum Asker<'a> {
 }
 
 impl<'a> Asker<'a> {
-    fn policy(self) -> Option<&'a str> {
+    pub(super) fn policy(self) -> Option<&'a str> {
         match self {
             Asker::Client(p) => p,
             Asker::Gateway => None,

@@ -9,6 +9,7 @@ use crate::config::Role;
 use crate::http::audit::Pending;
 use crate::http::body::AccessRecord;
 use crate::http::error::HttpError;
+use crate::policy::plan::AuditKind;
 
 pub(super) struct Planned {
     pub(super) endpoint: Arc<crate::upstream::endpoint::Endpoint>,
@@ -77,10 +78,13 @@ fn judged_again(
 }
 
 /// The audit record the route asks for, when auditing is on. Decided on the route the request
-/// was judged on; nothing allocated for other routes.
+/// was judged on; nothing allocated for other routes. A session made under a permission policy
+/// gets one whether auditing is on or not: its new id, which the policy must answer for, is
+/// noted there (`proceed` keeps it; with auditing off the record itself goes nowhere).
 fn begin_audit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -> Option<Box<Pending>> {
     let kind = target.route.and_then(|r| r.audit)?;
-    if !on.here.gw.audit.enabled() {
+    let under_policy = kind == AuditKind::SessionCreate && on.principal.asker().policy().is_some();
+    if !on.here.gw.audit.enabled() && !under_policy {
         return None;
     }
     Some(Box::new(

@@ -338,6 +338,30 @@ async fn a_sessions_policy_survives_a_restart_of_the_gateway() {
     assert!(!oc.project.join("after-restart").exists());
 }
 
+/// With the audit trail turned off, a session made with a policy token is still under its policy:
+/// the session's new id is noted for the policy whether or not a record is written (before the
+/// change it was noted only in the audit record, so the session waited for a person).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn with_the_audit_trail_off_a_policy_tokens_session_is_still_answered() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo_on(&oc, "[audit]\nenabled = false\n\n");
+    let (ok, out) = gw.cli(&["token", "create", "alice", "--projects", "demo", "--policy", "ci"]);
+    assert!(ok, "{out}");
+    let ci = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
+    let c = Https::new(gw.https, &gw.ca());
+    let id = prompted(&c, &ci, "RUNCMD: echo denied > no-audit").await;
+    let said = saw(&c, &id).await;
+    assert!(
+        said.contains("denied by the gateway's policy ci: echo denied*"),
+        "{said}"
+    );
+    assert!(!oc.project.join("no-audit").exists());
+    // The trail was off: the policy's answer is nowhere in it.
+    assert!(crate::common::audit::records(&crate::common::audit::file(&gw)).is_empty());
+}
+
 /// Two gateways on one PostgreSQL database in front of one server: a session made with a policy
 /// token through one is under the policy on the other at once (the store's notice): the other
 /// refuses a person's "always" for it, and lets the person approve once.
