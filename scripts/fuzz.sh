@@ -7,7 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-15}"
-targets=(credentials route_and_rewrite directory_pin config_parse passkey_answer proxy_header)
+# Every target fuzz/Cargo.toml declares: a new one is fuzzed without being listed here again
+# (policy_rule, issue 40, was built but never run while this was a hand-kept list).
+mapfile -t targets < <(sed -n 's/^name = "\([a-z_]*\)"$/\1/p' fuzz/Cargo.toml | grep -v '^opencode-gateway-fuzz$')
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
 export RUSTC_BOOTSTRAP=1
 cd fuzz
