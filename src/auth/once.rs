@@ -121,6 +121,20 @@ impl<V: Serialize + DeserializeOwned + Send + 'static> OnceKind<V> {
         crate::store::blocking("using a single-use record", move || this.settle_blocking(&key, decide)).await
     }
 
+    /// Take the record under `key` if it is `ours` (an expired one is cleared too); another's is
+    /// left in place, for the host or browser it was made for. Returns what was seen.
+    pub(crate) async fn take_if(
+        self: &Arc<Self>,
+        key: [u8; 32],
+        ours: impl Fn(&V) -> bool + Send + 'static,
+    ) -> Result<Seen<V>, StoreError> {
+        self.settle(key, move |v, expired| match expired || ours(v) {
+            true => Verdict::Take,
+            false => Verdict::Keep,
+        })
+        .await
+    }
+
     #[cfg(test)]
     pub(crate) fn store(&self) -> Arc<dyn Store> {
         self.store.clone()

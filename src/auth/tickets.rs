@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::once::{OnceKind, Seen, Verdict};
+use crate::auth::once::{OnceKind, Seen};
 use crate::store::{PutOnce, Store};
 
 /// OpenCode's tickets live 60 s.
@@ -64,13 +64,7 @@ impl Tickets {
         let wanted = project.to_string();
         let seen = self
             .once
-            .settle(self.digest(ticket), move |t, expired| {
-                if expired || t.project == wanted {
-                    Verdict::Take
-                } else {
-                    Verdict::Keep
-                }
-            })
+            .take_if(self.digest(ticket), move |t| t.project == wanted)
             .await
             .ok()?;
         match seen {

@@ -2,10 +2,22 @@
 //! SSH channel), the peer, and the connection's own memory (its last verified password, its place
 //! in the connection table). Every phase of the pipeline reads it; only the front sets it.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use crate::gateway::Gateway;
+use crate::gateway::state::State;
+
+/// Where a request is handled: the gateway, its running state as the request found it, the
+/// connection it came on and the client's address (after trusted proxies). The proxy's phases
+/// and the gateway's pages (`web::Ctx`) both start from it.
+#[derive(Clone, Copy)]
+pub(crate) struct Here<'a> {
+    pub gw: &'a Arc<Gateway>,
+    pub state: &'a State,
+    pub conn: &'a ConnInfo,
+    pub client: IpAddr,
+}
 
 /// How a connection reached the gateway.
 #[derive(Debug, Clone)]

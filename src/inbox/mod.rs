@@ -222,12 +222,10 @@ pub(crate) fn to_json(inbox: &Inbox, only: Option<&str>) -> serde_json::Value {
     serde_json::json!({ "projects": projects, "notifications_dropped": inbox.notifications_dropped(), "subscriptions": inbox.subscriptions() })
 }
 
+/// An inbox whose gateway serves nothing, for the inbox's own tests.
 #[cfg(test)]
-mod tests {
-    use super::*;
-
+pub(crate) fn detached() -> Inbox {
     struct NoProjects;
-
     impl Projects for NoProjects {
         fn all(&self) -> Vec<Served> {
             vec![]
@@ -236,17 +234,18 @@ mod tests {
             None
         }
     }
+    Inbox::new(Parts {
+        projects: Arc::new(NoProjects),
+        connect_timeout: std::time::Duration::from_secs(1),
+        shutdown: CancellationToken::new(),
+        audit: crate::audit::Audit::off(),
+        meter: Default::default(),
+    })
+}
 
-    /// An inbox whose gateway serves nothing.
-    fn detached() -> Inbox {
-        Inbox::new(Parts {
-            projects: Arc::new(NoProjects),
-            connect_timeout: std::time::Duration::from_secs(1),
-            shutdown: CancellationToken::new(),
-            audit: crate::audit::Audit::off(),
-            meter: Default::default(),
-        })
-    }
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[test]
     fn every_change_bumps_the_counter_and_new_cards_are_queued_for_notification() {

@@ -198,32 +198,14 @@ impl Inbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::inbox::{Parts, Projects, Served};
     use serde_json::json;
-
-    struct NoProjects;
-
-    impl Projects for NoProjects {
-        fn all(&self) -> Vec<Served> {
-            vec![]
-        }
-        fn get(&self, _: &str) -> Option<Served> {
-            None
-        }
-    }
 
     /// A subagent's session (OpenCode's `parentID`) is under its parent's policy, however deep;
     /// a session of no policy, and one of another project, are under none; a new permission
     /// request is queued for judgement only while some session is under a policy.
     #[test]
     fn a_subagents_session_is_under_its_parents_policy() {
-        let inbox = Inbox::new(Parts {
-            projects: Arc::new(NoProjects),
-            connect_timeout: Duration::from_secs(1),
-            shutdown: tokio_util::sync::CancellationToken::new(),
-            meter: Default::default(),
-            audit: crate::audit::Audit::off(),
-        });
+        let inbox = crate::inbox::detached();
         let mut acts = inbox.desk.rx.lock().unwrap().take().unwrap();
         let asked = json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_c2",
             "permission": "bash", "patterns": ["ls"], "always": ["ls *"], "metadata": {"command": "ls"}}});

@@ -20,6 +20,7 @@ pub mod response;
 mod session_scope;
 
 pub use crate::http::transport::{ConnInfo, Front};
+pub(crate) use crate::http::transport::Here;
 
 use admit::admit;
 use identify::{Identified, identify};
@@ -132,10 +133,12 @@ fn handle_inner<'a>(
         let (mut request, target) = match request::read(state, conn, parts, gw.limits.max_uri_bytes)? {
             Reading::Page { page, parts, host } => {
                 let ctx = crate::web::Ctx {
-                    gw,
-                    state,
-                    conn,
-                    client,
+                    here: Here {
+                        gw,
+                        state,
+                        conn,
+                        client,
+                    },
                     parts: &parts,
                     host: host.as_deref(),
                     on_behalf: internal::on_behalf,
@@ -206,16 +209,6 @@ pub(crate) enum OriginRule {
     /// A request the gateway makes on a user's behalf from one of its own pages, which passed
     /// the page's cross-site rule before it was made (`pipeline/internal.rs`).
     CheckedByPage,
-}
-
-/// Where a request is handled: the gateway, its running state as the request found it, the
-/// connection it came on and the client's address (after trusted proxies).
-#[derive(Clone, Copy)]
-pub(crate) struct Here<'a> {
-    pub gw: &'a Arc<Gateway>,
-    pub state: &'a State,
-    pub conn: &'a ConnInfo,
-    pub client: IpAddr,
 }
 
 /// Who a request is for and how it arrived, once identified: what the later phases read

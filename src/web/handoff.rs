@@ -21,7 +21,7 @@ use http::{Response, header};
 use super::handoff_target::{port_of, target};
 use super::{Ctx, form, page};
 use crate::auth::handoff::Ticket;
-use crate::auth::once::{Seen, Verdict};
+use crate::auth::once::Seen;
 use crate::auth::sessions::{LOGIN, Origin};
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
@@ -155,18 +155,9 @@ async fn take(ctx: &Ctx<'_>, front: &super::front::WebFront<'_>) -> Result<Ticke
     let key = digest(&crate::policy::query::get(query, "ticket").unwrap_or_default());
     let holder = Holder::of(ctx, front).await?;
     let (h, at) = (holder.clone(), here.clone());
-    let seen = ctx
-        .gw
-        .browser
-        .handoffs
-        .tickets
-        .settle(key, move |t, expired| {
-            if expired || h.refusal(t, &at).is_none() {
-                Verdict::Take
-            } else {
-                Verdict::Keep
-            }
-        })
+    let tickets = &ctx.gw.browser.handoffs.tickets;
+    let seen = tickets
+        .take_if(key, move |t| h.refusal(t, &at).is_none())
         .await
         .map_err(HttpError::from)?;
     let (reason, text) = match seen {

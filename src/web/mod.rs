@@ -36,7 +36,7 @@ use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;
-use crate::http::transport::{ConnInfo, Front};
+use crate::http::transport::{ConnInfo, Front, Here};
 use crate::policy::canonical::CanonicalPath;
 
 /// The reserved first path segment (any case: nothing under it ever reaches OpenCode).
@@ -196,16 +196,21 @@ fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, H
 /// Everything a page handler (and identification) may need about its request.
 #[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
-    pub gw: &'a Arc<Gateway>,
-    pub state: &'a State,
-    pub conn: &'a ConnInfo,
-    pub client: IpAddr,
+    /// The gateway, its state, the connection and the client: read as `ctx.gw`, `ctx.client`.
+    pub here: Here<'a>,
     pub parts: &'a Parts,
     pub host: Option<&'a str>,
     /// The road for a request a page makes on a user's behalf (the control room's answers, aborts
     /// and new sessions): the pipeline's own phases as that user (`pipeline/internal.rs`), handed
     /// in by the pipeline, so there is one road to the upstream.
     pub on_behalf: OnBehalf,
+}
+
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Here<'a>;
+    fn deref(&self) -> &Here<'a> {
+        &self.here
+    }
 }
 
 /// Makes the road for requests on a user's behalf: the gateway, the user, how they were

@@ -11,7 +11,7 @@
 //! page and a `security` log line giving the reason. Then the session is made as for the password
 //! form, and the project-host handoff works as before.
 
-use crate::auth::once::{Seen, Verdict};
+use crate::auth::once::Seen;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -192,19 +192,7 @@ async fn take_flow(ctx: &Ctx<'_>, state: &str) -> Result<Flow, Box<Response<Prox
     let binding = binding_of(&ctx.parts.headers).map(|b| digest("binding", b));
     let ours =
         move |f: &Flow| binding.is_some_and(|b| bool::from(subtle::ConstantTimeEq::ct_eq(&b[..], &f.binding[..])));
-    let seen = ctx
-        .gw
-        .browser
-        .sso
-        .flows
-        .settle(key, move |f, expired| {
-            if expired || ours(f) {
-                Verdict::Take
-            } else {
-                Verdict::Keep
-            }
-        })
-        .await;
+    let seen = ctx.gw.browser.sso.flows.take_if(key, ours).await;
     let reason = match seen {
         Ok(Seen::Live(f)) if ours(&f) => return Ok(f),
         Ok(Seen::Live(_)) => "oidc_other_browser",
