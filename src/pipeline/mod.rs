@@ -19,8 +19,8 @@ pub mod request;
 pub mod response;
 mod session_scope;
 
-pub use crate::http::transport::{ConnInfo, Front};
 pub(crate) use crate::http::transport::Here;
+pub use crate::http::transport::{ConnInfo, Front};
 
 use admit::admit;
 use identify::{Identified, identify};
@@ -130,15 +130,16 @@ fn handle_inner<'a>(
 ) -> impl Future<Output = Result<Response<ProxyBody>, HttpError>> + 'a {
     // Not an `async fn`, so `parts` is kept once in the future (see `forward::forward`).
     async move {
+        let here = Here {
+            gw,
+            state,
+            conn,
+            client,
+        };
         let (mut request, target) = match request::read(state, conn, parts, gw.limits.max_uri_bytes)? {
             Reading::Page { page, parts, host } => {
                 let ctx = crate::web::Ctx {
-                    here: Here {
-                        gw,
-                        state,
-                        conn,
-                        client,
-                    },
+                    here,
                     parts: &parts,
                     host: host.as_deref(),
                     on_behalf: internal::on_behalf,
@@ -147,12 +148,6 @@ fn handle_inner<'a>(
                 return serve_page(&ctx, body, page, record).await;
             }
             Reading::Project { request, target } => (request, target),
-        };
-        let here = Here {
-            gw,
-            state,
-            conn,
-            client,
         };
         let Identified { user, by_cookie, who } = identify(&identify::Asking {
             here,

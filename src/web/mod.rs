@@ -32,7 +32,6 @@ use http::{Method, Response};
 use hyper::body::Incoming;
 
 use crate::gateway::Gateway;
-use crate::gateway::state::State;
 use crate::http::body::ProxyBody;
 use crate::http::cookie;
 use crate::http::error::HttpError;

@@ -277,7 +277,13 @@ mod tests {
         }
         fn token_by_digest(&self, d: &[u8; 32]) -> Result<Option<TokenRecord>, crate::store::StoreError> {
             self.1.fetch_add(1, Ordering::SeqCst);
-            Ok(self.0.lock().unwrap().iter().find(|t| self.2 || &t.digest == d).cloned())
+            Ok(self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|t| self.2 || &t.digest == d)
+                .cloned())
         }
         fn list_tokens(&self, _: Option<&str>) -> Result<Vec<TokenRecord>, crate::store::StoreError> {
             Ok(self.0.lock().unwrap().clone())
@@ -360,7 +366,11 @@ mod tests {
     #[tokio::test]
     async fn the_digest_is_compared_in_constant_time_after_the_lookup() {
         let key = [3; 32];
-        let sloppy = Memory(std::sync::Mutex::new(vec![record(&key, "ocgw_real", now_unix() + 60)]), AtomicU64::new(0), true);
+        let sloppy = Memory(
+            std::sync::Mutex::new(vec![record(&key, "ocgw_real", now_unix() + 60)]),
+            AtomicU64::new(0),
+            true,
+        );
         let t = Tokens::new(Arc::new(sloppy), key);
         assert!(t.lookup(digest(&key, "ocgw_real")).await.unwrap().is_ok());
         assert!(matches!(
