@@ -42,6 +42,8 @@ pub struct Settings {
     pub route_roles: Vec<RouteRoleEntry>,
     /// `[[policy]]`: named permission policies, by name (reloadable).
     pub policies: Vec<std::sync::Arc<crate::config::permissions::PermissionPolicy>>,
+    /// `[[trigger]]`: signed webhooks that start a turn, by name (reloadable).
+    pub triggers: Vec<std::sync::Arc<crate::config::triggers::Trigger>>,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
     /// `[[box]]`: machines reached over SSH.

@@ -1,0 +1,218 @@
+//! `[[trigger]]`: a unique name, a known project, exactly one of `github_secret_env` /
+//! `hmac_secret_env` / `schedule`, a secret that is set, events in words, a template that parses,
+//! a policy that exists, and a `run_as_user` who is a configured user with the operator role
+//! (or more) in the project: a firing creates and prompts a session as that user.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use super::Checker;
+use crate::config::Secret;
+use crate::config::file::RawTrigger;
+use crate::config::permissions::PermissionPolicy;
+use crate::config::settings::{Role, User};
+use crate::config::triggers::{
+    DEFAULT_MAX_BODY, DEFAULT_REPLAY_WINDOW, HookKind, MAX_MAX_BODY, SessionChoice, Trigger, parse_session,
+    parse_template, valid_event,
+};
+
+/// What a trigger is checked against: the projects, users and policies as validated.
+pub(super) struct Known<'a> {
+    pub projects: &'a HashSet<String>,
+    pub users: &'a [User],
+    pub policies: &'a [Arc<PermissionPolicy>],
+}
+
+pub(super) fn triggers(c: &mut Checker<'_>, raw: &[RawTrigger], known: &Known<'_>) -> Vec<Arc<Trigger>> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (i, t) in raw.iter().enumerate() {
+        let key = format!("trigger[{i}]");
+        if !super::valid_user_name(&t.name) {
+            c.problem(
+                format!("{key}.name"),
+                format!("{:?} is not a trigger name", t.name),
+                "write a short name of letters, digits, `-` and `_`, like \"gh\"",
+            );
+        } else if !seen.insert(t.name.clone()) {
+            c.problem(
+                format!("{key}.name"),
+                format!("two [[trigger]] tables are named {:?}", t.name),
+                "give each trigger its own name",
+            );
+        }
+        references(c, &key, t, known);
+        let kind = kind(c, &key, t);
+        let events = events(c, &key, t, kind.as_ref());
+        let prompt = parse_template(&t.prompt).unwrap_or_else(|why| {
+            c.problem(
+                format!("{key}.prompt"),
+                format!("the template {why}"),
+                "write text with payload fields in double braces, like \"A push to {{ref}}: run the tests.\"",
+            );
+            Vec::new()
+        });
+        let session = parse_session(t.session.as_deref().unwrap_or("new")).unwrap_or_else(|why| {
+            c.problem(
+                format!("{key}.session"),
+                why,
+                "write session = \"new\" or session = \"titled: nightly-fixes\"",
+            );
+            SessionChoice::New
+        });
+        let max_body = max_body(c, &key, t.max_body);
+        if let Some(kind) = kind {
+            out.push(Arc::new(Trigger {
+                name: t.name.clone(),
+                project: t.project.clone(),
+                kind,
+                events,
+                prompt,
+                session,
+                policy: t.policy.clone(),
+                run_as_user: t.run_as_user.clone(),
+                max_body,
+            }));
+        }
+    }
+    out
+}
+
+/// The project, the policy and the user it names exist, and the user may create and prompt
+/// sessions in the project.
+fn references(c: &mut Checker<'_>, key: &str, t: &RawTrigger, known: &Known<'_>) {
+    if !known.projects.contains(&t.project) {
+        c.problem(
+            format!("{key}.project"),
+            format!("no [[project]] is named {:?}", t.project),
+            "name a configured project",
+        );
+    }
+    if !known.policies.iter().any(|p| p.name == t.policy) {
+        c.problem(
+            format!("{key}.policy"),
+            format!("no [[policy]] is named {:?}", t.policy),
+            "name a configured [[policy]]: an unattended run answers its permission requests by it",
+        );
+    }
+    match known.users.iter().find(|u| u.name == t.run_as_user) {
+        None => c.problem(
+            format!("{key}.run_as_user"),
+            format!("no [[user]] is named {:?}", t.run_as_user),
+            "name a configured user (for example one made with `opencode-gateway user add ci-bot`): the runs count as theirs",
+        ),
+        Some(u) => match u.grants.role_in(&t.project) {
+            Some(role) if role >= Role::Operator => {}
+            role => c.problem(
+                format!("{key}.run_as_user"),
+                format!(
+                    "{} has {} in project {}, and a trigger creates and prompts sessions",
+                    t.run_as_user,
+                    role.map_or("no role", |r| r.as_str()),
+                    t.project
+                ),
+                format!("give {} the operator role in {}", t.run_as_user, t.project),
+            ),
+        },
+    }
+}
+
+/// Exactly one of the three, its secret set.
+fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
+    let set = [&t.github_secret_env, &t.hmac_secret_env, &t.schedule]
+        .iter()
+        .filter(|v| v.is_some())
+        .count();
+    if set != 1 {
+        c.problem(
+            key.to_string(),
+            format!("sets {set} of github_secret_env, hmac_secret_env and schedule"),
+            "set exactly one: github_secret_env (GitHub's webhooks), hmac_secret_env (any other signed sender) or schedule",
+        );
+        return None;
+    }
+    if t.schedule.is_some() {
+        c.problem(
+            format!("{key}.schedule"),
+            "scheduled triggers are not available in this version".to_string(),
+            "use a webhook (github_secret_env or hmac_secret_env) and a scheduler of your own to send it",
+        );
+        return None;
+    }
+    let window = match t.replay_window.as_deref() {
+        Some(_) if t.hmac_secret_env.is_none() => {
+            c.problem(
+                format!("{key}.replay_window"),
+                "only the generic signed kind has a replay window".to_string(),
+                "remove replay_window (GitHub's deliveries are each used once by their id)",
+            );
+            DEFAULT_REPLAY_WINDOW
+        }
+        Some(w) => c.duration(&format!("{key}.replay_window"), w),
+        None => DEFAULT_REPLAY_WINDOW,
+    };
+    let (field, var) = match (&t.github_secret_env, &t.hmac_secret_env) {
+        (Some(v), _) => ("github_secret_env", v),
+        (_, Some(v)) => ("hmac_secret_env", v),
+        _ => return None,
+    };
+    let secret = match std::env::var(var) {
+        Ok(v) if v.len() >= 16 => Secret::new(v),
+        Ok(v) if !v.is_empty() => {
+            c.problem(
+                format!("{key}.{field}"),
+                format!("the secret in {var} is shorter than 16 bytes"),
+                format!("export {var}=\"$(openssl rand -hex 32)\" and give the sender the same value"),
+            );
+            return None;
+        }
+        _ => {
+            c.problem(
+                format!("{key}.{field}"),
+                format!("the environment variable {var} is not set"),
+                format!("export {var}=<the webhook's secret> before starting the gateway"),
+            );
+            return None;
+        }
+    };
+    Some(if field == "github_secret_env" {
+        HookKind::GitHub { secret }
+    } else {
+        HookKind::Hmac { secret, window }
+    })
+}
+
+fn events(c: &mut Checker<'_>, key: &str, t: &RawTrigger, kind: Option<&HookKind>) -> Vec<String> {
+    for (j, e) in t.events.iter().enumerate() {
+        if !valid_event(e) {
+            c.problem(
+                format!("{key}.events[{j}]"),
+                format!("{e:?} is not an event"),
+                "write an event, or an event and its action: \"push\", \"issues.opened\"",
+            );
+        }
+    }
+    if t.events.is_empty() && matches!(kind, Some(HookKind::GitHub { .. })) {
+        c.problem(
+            format!("{key}.events"),
+            "a GitHub trigger listens for no event".to_string(),
+            "list the events that fire it: events = [\"push\", \"issues.opened\"]",
+        );
+    }
+    t.events.clone()
+}
+
+fn max_body(c: &mut Checker<'_>, key: &str, raw: Option<u64>) -> usize {
+    match raw {
+        None => DEFAULT_MAX_BODY,
+        Some(n) if n >= 1 && n <= MAX_MAX_BODY as u64 => n as usize,
+        Some(n) => {
+            c.problem(
+                format!("{key}.max_body"),
+                format!("{n} bytes is outside 1 ..= {MAX_MAX_BODY}"),
+                "write max_body = 262144 (bytes), or leave it out",
+            );
+            DEFAULT_MAX_BODY
+        }
+    }
+}
