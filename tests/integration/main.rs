@@ -80,4 +80,5 @@ mod sso;
 mod streaming;
 mod supervise;
 mod tokens;
+mod triggers;
 mod worktrees;
