@@ -114,6 +114,8 @@ pub(crate) struct RawTrigger {
     pub github_secret_env: Option<String>,
     pub hmac_secret_env: Option<String>,
     pub schedule: Option<String>,
+    /// The schedule's time zone: `UTC` (default) or a fixed offset (`+02:00`).
+    pub time_zone: Option<String>,
     pub replay_window: Option<String>,
     #[serde(default)]
     pub events: Vec<String>,

@@ -1,4 +1,4 @@
-//! `[[trigger]]`: a signed webhook that starts a turn in a project, as validated (issue 40).
+//! `[[trigger]]`: a signed webhook, or a schedule, that starts a turn in a project, as validated (issue 40).
 //! The gateway runs it as `run_as_user` (roles, budgets, audit), under `policy` (its session's
 //! permission requests are answered by the gateway). Parsing is here (the config room); judging a
 //! delivery (signatures, events, the template's values) is the policy room's (`policy/hook.rs`);
@@ -29,6 +29,12 @@ pub enum HookKind {
     /// `X-Signature-Timestamp` (Unix seconds) within `window` of the gateway's clock, the event
     /// (optional) in `X-Event`; the signature itself is the delivery's id.
     Hmac { secret: Secret, window: Duration },
+    /// No webhook: due by `cron` at `offset` from UTC (`zone` as written, for messages).
+    Schedule {
+        cron: crate::support::cron::Cron,
+        offset: time::UtcOffset,
+        zone: String,
+    },
 }
 
 /// Which session a firing prompts.

@@ -9,4 +9,5 @@ pub mod control;
 pub mod devcert;
 pub mod listen;
 pub mod proxy_header;
+pub(crate) mod schedule;
 pub mod ssh;

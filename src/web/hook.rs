@@ -26,20 +26,13 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::{Ctx, page};
-use crate::audit::{Record, Via, Who};
-use crate::auth::once::OnceKind;
-use crate::auth::users::UserState;
-use crate::config::Grants;
-use crate::config::triggers::{HookKind, SessionChoice, Trigger};
+use crate::audit::Record;
+use crate::config::triggers::{HookKind, Trigger};
+use crate::gateway::trigger;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
-use crate::inbox::Call;
 use crate::policy::hook::{self, Refusal, refusal};
 
-/// Delivery ids are remembered this long (GitHub redelivers by hand, days later).
-const DELIVERY_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
-/// At most this many remembered at once; past it deliveries are refused, not forgotten.
-const MAX_DELIVERIES: usize = 100_000;
 /// How long a refusal's or a firing's record may hold the answer back.
 const AUDIT_WAIT: Duration = Duration::from_millis(250);
 /// The longest delivery id kept.
@@ -72,12 +65,29 @@ pub(crate) async fn deliver(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result
         Ok(None) => return Ok(answer(200, serde_json::json!({"trigger": name, "pong": true}))),
         Err(r) => return Ok(refused(ctx, name, r).await),
     };
-    match fire(ctx, &accepted).await {
+    let t = &accepted.trigger;
+    let Some(user) = trigger::runner(ctx.state, t) else {
+        let r = refusal(
+            "firing_failed",
+            503,
+            format!("the trigger's user {} has no role in {}", t.run_as_user, t.project),
+        );
+        return Ok(refused(ctx, name, r).await);
+    };
+    let road = (ctx.on_behalf)(ctx.gw, user, trigger::who(t), ctx.client, "trigger");
+    let firing = trigger::Firing {
+        trigger: t,
+        delivery: &accepted.delivery,
+        event: &accepted.event,
+        prompt: &accepted.prompt,
+        client: ctx.client,
+    };
+    match trigger::fire(ctx.gw, &*road, &firing).await {
         Ok(session) => Ok(answer(
             202,
             serde_json::json!({"trigger": name, "delivery": accepted.delivery, "session": session}),
         )),
-        Err(r) => Ok(refused(ctx, name, r).await),
+        Err(why) => Ok(refused(ctx, name, refusal("firing_failed", 502, why)).await),
     }
 }
 
@@ -101,7 +111,14 @@ async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
 }
 
 fn trigger_named(ctx: &Ctx<'_>, name: &str) -> Option<Arc<Trigger>> {
-    ctx.state.settings.triggers.iter().find(|t| t.name == name).cloned()
+    let hook = |t: &&Arc<Trigger>| !matches!(t.kind, HookKind::Schedule { .. });
+    ctx.state
+        .settings
+        .triggers
+        .iter()
+        .filter(hook)
+        .find(|t| t.name == name)
+        .cloned()
 }
 
 /// Steps 1–6; `None` for a ping.
@@ -127,7 +144,7 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
         .ok_or_else(|| refusal("payload_not_json", 400, "the delivery's body is not a JSON object"))?;
     let sent = match &trigger.kind {
         HookKind::GitHub { .. } => header(headers, "x-github-event"),
-        HookKind::Hmac { .. } => header(headers, "x-event"),
+        HookKind::Hmac { .. } | HookKind::Schedule { .. } => header(headers, "x-event"),
     };
     let sent = sent.and_then(|e| std::str::from_utf8(e).ok()).unwrap_or("").trim();
     if sent == "ping" && matches!(trigger.kind, HookKind::GitHub { .. }) {
@@ -177,6 +194,7 @@ fn signed(kind: &HookKind, headers: &HeaderMap, raw: &[u8]) -> Result<String, Re
             // The signature is unique to its timestamp and body: it names the delivery.
             format!("sig:{}", hex_digest(signature.unwrap_or_default()))
         }
+        HookKind::Schedule { .. } => return Err(refusal("unknown_trigger", 404, "no webhook trigger has this name")),
     })
 }
 
@@ -227,17 +245,8 @@ fn hex_digest(bytes: &[u8]) -> String {
 
 /// The delivery is used once, in the state database: a second one with its id (on this gateway
 /// or another on the same database) is refused.
-async fn claim(ctx: &Ctx<'_>, trigger: &Trigger, delivery: &str) -> Result<(), Refusal> {
-    use blake2::{Blake2b256, Digest};
-    let store = ctx.gw.browser.sessions.store().clone();
-    let once = Arc::new(OnceKind::<String>::new(
-        store,
-        "hook-delivery",
-        DELIVERY_TTL,
-        MAX_DELIVERIES,
-    ));
-    let key: [u8; 32] = Blake2b256::digest(format!("{}\0{delivery}", trigger.name)).into();
-    match once.put(key, trigger.name.clone()).await {
+async fn claim(ctx: &Ctx<'_>, t: &Trigger, delivery: &str) -> Result<(), Refusal> {
+    match trigger::use_once(ctx.gw, &t.name, delivery).await {
         Ok(crate::store::PutOnce::Kept) => Ok(()),
         Ok(crate::store::PutOnce::KeyInUse) => {
             Err(refusal("delivery_replayed", 409, "this delivery was received before"))
@@ -248,7 +257,7 @@ async fn claim(ctx: &Ctx<'_>, trigger: &Trigger, delivery: &str) -> Result<(), R
             "the gateway remembers too many deliveries; retry later",
         )),
         Err(e) => {
-            tracing::warn!(trigger = trigger.name, "a delivery could not be recorded: {e}");
+            tracing::warn!(trigger = t.name, "a delivery could not be recorded: {e}");
             Err(refusal(
                 "state_unavailable",
                 503,
@@ -256,106 +265,4 @@ async fn claim(ctx: &Ctx<'_>, trigger: &Trigger, delivery: &str) -> Result<(), R
             ))
         }
     }
-}
-
-/// The trigger's user, narrowed to its project and carrying its policy, as a token with the
-/// policy would be: the sessions it makes are answered by the policy.
-fn runner(ctx: &Ctx<'_>, t: &Trigger) -> Result<Arc<UserState>, Refusal> {
-    let gone = || {
-        refusal(
-            "firing_failed",
-            503,
-            format!("the trigger's user {} is not configured", t.run_as_user),
-        )
-    };
-    let user = ctx.state.users.get(&t.run_as_user).ok_or_else(gone)?;
-    let role = user.grants.role_in(&t.project).ok_or_else(gone)?;
-    Ok(Arc::new(UserState {
-        name: user.name.clone(),
-        hash: None,
-        fingerprint: user.fingerprint,
-        grants: Grants::Each([(t.project.clone(), role)].into_iter().collect()),
-        ssh_keys: Vec::new(),
-        policy: Some(Arc::from(t.policy.as_str())),
-    }))
-}
-
-/// Create (or find) the session and prompt it, as the trigger's user through the one road.
-async fn fire(ctx: &Ctx<'_>, a: &Accepted) -> Result<String, Refusal> {
-    let t = &a.trigger;
-    let who = Who {
-        via: Via::Trigger,
-        id: Some(Arc::from(t.name.as_str())),
-    };
-    let road = (ctx.on_behalf)(ctx.gw, runner(ctx, t)?, who, ctx.client, "trigger");
-    let failed = |what: &str, status: u16, body: &[u8]| {
-        let said: String = String::from_utf8_lossy(body).chars().take(200).collect();
-        refusal("firing_failed", 502, format!("{what} answered {status}: {said}"))
-    };
-    let session = match &t.session {
-        SessionChoice::New => None,
-        SessionChoice::Titled(title) => titled(&*road, &t.project, title).await,
-    };
-    let session = match session {
-        Some(id) => id,
-        None => {
-            let title = match &t.session {
-                SessionChoice::Titled(title) => title.clone(),
-                SessionChoice::New => format!("{}: {}", t.name, a.event),
-            };
-            let call = Call::post(&t.project, "/session".into(), Some(serde_json::json!({"title": title})));
-            let (status, body) = road
-                .call(call)
-                .await
-                .map_err(|e| failed("creating the session", e.status, b""))?;
-            crate::audit::created_session(&body)
-                .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-                .ok_or_else(|| failed("creating the session", status.as_u16(), &body))?
-        }
-    };
-    let prompt = serde_json::json!({"parts": [{"type": "text", "text": a.prompt}]});
-    let call = Call::post(&t.project, format!("/session/{session}/prompt_async"), Some(prompt));
-    let (status, body) = road
-        .call(call)
-        .await
-        .map_err(|e| failed("prompting the session", e.status, b""))?;
-    if !status.is_success() {
-        return Err(failed("prompting the session", status.as_u16(), &body));
-    }
-    let record = Record::new("trigger_fired")
-        .user(t.run_as_user.clone())
-        .address(ctx.client)
-        .project(t.project.clone())
-        .via(Via::Trigger, Some(&t.name))
-        .field("trigger", t.name.clone())
-        .field("delivery", a.delivery.clone())
-        .field("hook_event", a.event.clone())
-        .field("session", session.clone())
-        .field("policy", t.policy.clone());
-    ctx.gw.audit.record_written(record, AUDIT_WAIT).await;
-    tracing::info!(target: "security", trigger = t.name, project = t.project, session, delivery = a.delivery, "a trigger fired");
-    Ok(session)
-}
-
-/// The project's session titled `title`, if one is listed.
-async fn titled(road: &dyn crate::inbox::Road, project: &str, title: &str) -> Option<String> {
-    let call = Call {
-        method: http::Method::GET,
-        project,
-        path: "/session".into(),
-        json: None,
-        grant: None,
-        note: Vec::new(),
-    };
-    let (status, body) = road.call(call).await.ok()?;
-    if !status.is_success() {
-        return None;
-    }
-    let list: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    list.as_array()?
-        .iter()
-        .find(|s| s["title"] == title)
-        .and_then(|s| s["id"].as_str())
-        .filter(|id| id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .map(str::to_string)
 }

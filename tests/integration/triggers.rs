@@ -16,7 +16,7 @@ use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::opencode::{FakeModel, OpenCode};
 use crate::common::stack::ALICE_PW;
 
-const SECRET: &str = "a-webhook-secret-of-the-test-0123";
+pub(crate) const SECRET: &str = "a-webhook-secret-of-the-test-0123";
 
 const POLICY: &str = r#"[[policy]]
 name = "ci"
@@ -48,7 +48,7 @@ policy = "ci"
 run_as_user = "ci-bot"
 "#;
 
-fn demo(oc_url: &str, oc_password: &str, limits: &str) -> Gateway {
+pub(crate) fn demo(oc_url: &str, oc_password: &str, limits: &str) -> Gateway {
     let pw = oc_password.to_string();
     let users = users_toml(&[
         TestUser {
@@ -72,7 +72,7 @@ fn demo(oc_url: &str, oc_password: &str, limits: &str) -> Gateway {
     })
 }
 
-fn signature(secret: &str, body: &[u8]) -> String {
+pub(crate) fn signature(secret: &str, body: &[u8]) -> String {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
     let tag = ring::hmac::sign(&key, body);
     let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
@@ -81,7 +81,7 @@ fn signature(secret: &str, body: &[u8]) -> String {
 
 /// A delivery as GitHub sends it: `headers` besides the event, the delivery id and (when
 /// `signed`) the signature.
-async fn deliver(c: &Https, trigger: &str, event: &str, id: &str, body: &str, sig: Option<String>) -> Reply {
+pub(crate) async fn deliver(c: &Https, trigger: &str, event: &str, id: &str, body: &str, sig: Option<String>) -> Reply {
     let mut req = c
         .request("POST", &format!("/_gw/hook/{trigger}"), None)
         .header("content-type", "application/json")
@@ -95,12 +95,12 @@ async fn deliver(c: &Https, trigger: &str, event: &str, id: &str, body: &str, si
         .await
 }
 
-fn push_payload(pusher: &str) -> String {
+pub(crate) fn push_payload(pusher: &str) -> String {
     serde_json::json!({"ref": "refs/heads/main", "pusher": {"name": pusher}, "head_commit": {"id": "abc"}}).to_string()
 }
 
 /// The model's last words in session `id` once they start with `SAW:` (bounded).
-async fn saw(c: &Https, id: &str) -> String {
+pub(crate) async fn saw(c: &Https, id: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
@@ -128,7 +128,7 @@ async fn sessions(c: &Https) -> usize {
     list.as_array().map_or(0, Vec::len)
 }
 
-fn session_of(r: &Reply) -> String {
+pub(crate) fn session_of(r: &Reply) -> String {
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap_or_default();
     v["session"]
         .as_str()

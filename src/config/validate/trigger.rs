@@ -131,13 +131,15 @@ fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
         );
         return None;
     }
-    if t.schedule.is_some() {
+    if let Some(cron) = &t.schedule {
+        return schedule(c, key, t, cron);
+    }
+    if t.time_zone.is_some() {
         c.problem(
-            format!("{key}.schedule"),
-            "scheduled triggers are not available in this version".to_string(),
-            "use a webhook (github_secret_env or hmac_secret_env) and a scheduler of your own to send it",
+            format!("{key}.time_zone"),
+            "only a schedule has a time zone".to_string(),
+            "remove time_zone",
         );
-        return None;
     }
     let window = match t.replay_window.as_deref() {
         Some(_) if t.hmac_secret_env.is_none() => {
@@ -179,6 +181,48 @@ fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
         HookKind::GitHub { secret }
     } else {
         HookKind::Hmac { secret, window }
+    })
+}
+
+/// `schedule = "0 3 * * *"` in `time_zone` (UTC unless said); no payload, so no fields and no events.
+fn schedule(c: &mut Checker<'_>, key: &str, t: &RawTrigger, cron: &str) -> Option<HookKind> {
+    let zone = t.time_zone.clone().unwrap_or_else(|| "UTC".into());
+    let offset = crate::support::cron::parse_offset(&zone)
+        .map_err(|why| {
+            c.problem(
+                format!("{key}.time_zone"),
+                why,
+                "write time_zone = \"UTC\" or a fixed offset like \"+02:00\" (daylight-saving zones are not read)",
+            )
+        })
+        .ok();
+    let cron = crate::support::cron::Cron::parse(cron)
+        .map_err(|why| {
+            c.problem(
+                format!("{key}.schedule"),
+                format!("{cron:?} {why}"),
+                "write five cron fields, like \"0 3 * * *\" (03:00 every day), or six with seconds first",
+            )
+        })
+        .ok();
+    if !t.events.is_empty() || t.replay_window.is_some() || t.max_body.is_some() {
+        c.problem(
+            key.to_string(),
+            "a schedule has no deliveries: events, replay_window and max_body do not apply".to_string(),
+            "remove them from this trigger",
+        );
+    }
+    if t.prompt.contains("{{") {
+        c.problem(
+            format!("{key}.prompt"),
+            "a schedule has no payload for the template's fields".to_string(),
+            "write the prompt as plain text",
+        );
+    }
+    Some(HookKind::Schedule {
+        cron: cron?,
+        offset: offset?,
+        zone,
     })
 }
 
