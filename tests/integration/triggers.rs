@@ -46,6 +46,15 @@ prompt = "A push to {{ref}}.\nRUNCMD: echo denied > hook-denied"
 session = "titled: nightly-fixes"
 policy = "ci"
 run_as_user = "ci-bot"
+
+[[trigger]]
+name = "deploys"
+project = "demo"
+hmac_secret_env = "GH_HOOK_SECRET"
+replay_window = "1m"
+prompt = "Deploy {{version}} finished.\nRUNCMD: echo allowed > deploy-marker"
+policy = "ci"
+run_as_user = "ci-bot"
 "#;
 
 pub(crate) fn demo(oc_url: &str, oc_password: &str, limits: &str) -> Gateway {
@@ -322,4 +331,77 @@ async fn refused_deliveries_spend_the_addresss_allowance() {
     .await;
     assert_eq!(r.status, 429, "{}", r.body);
     assert!(r.body.contains("\"limited\""), "{}", r.body);
+}
+
+/// A delivery of the generic kind: `X-Signature-Timestamp` and `X-Signature-256` over
+/// `<timestamp>.<body>` (or `sig` instead), `ts` seconds from now.
+async fn generic(c: &Https, body: &str, ts: i64, sig: Option<&str>) -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let stamp = (now + ts).to_string();
+    let signed = signature(SECRET, format!("{stamp}.{body}").as_bytes());
+    let req = c
+        .request("POST", "/_gw/hook/deploys", None)
+        .header("content-type", "application/json")
+        .header("x-signature-timestamp", stamp)
+        .header("x-signature-256", sig.unwrap_or(&signed));
+    c.call(req.body(Full::new(Bytes::from(body.to_string()))).unwrap())
+        .await
+}
+
+/// The generic signed kind: a wrong signature, a signature over the body alone, and a timestamp
+/// outside the replay window are refused with their reasons; a good one fires once, and the same
+/// signed request again is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_generic_kind_signs_a_timestamp_and_the_body_within_a_replay_window() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc.url(), &oc.password, "[limits]\nauth_failure_burst = 100\n\n");
+    let c = Https::new(gw.https, &gw.ca());
+    let body = r#"{"version":"1.4.2"}"#;
+    let body_only = signature(SECRET, body.as_bytes());
+    for (ts, sig, status, reason) in [
+        (0, Some("sha256=00"), 401, "signature_wrong"),
+        (0, Some(body_only.as_str()), 401, "signature_wrong"),
+        (-120, None, 401, "timestamp_stale"),
+        (120, None, 401, "timestamp_stale"),
+    ] {
+        let r = generic(&c, body, ts, sig).await;
+        assert_eq!(r.status.as_u16(), status, "{reason}: {}", r.body);
+        assert!(r.body.contains(reason), "{reason}: {}", r.body);
+    }
+    let stamp = "1";
+    let req = c.request("POST", "/_gw/hook/deploys", None).header(
+        "x-signature-256",
+        signature(SECRET, format!("{stamp}.{body}").as_bytes()),
+    );
+    let r = c.call(req.body(Full::new(Bytes::from(body))).unwrap()).await;
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert!(r.body.contains("timestamp_missing"), "{}", r.body);
+    assert_eq!(sessions(&c).await, 0, "a refused delivery started a session");
+
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let sig = signature(SECRET, format!("{now}.{body}").as_bytes());
+    let send = || async {
+        let req = c
+            .request("POST", "/_gw/hook/deploys", None)
+            .header("x-signature-timestamp", now.to_string())
+            .header("x-signature-256", sig.clone());
+        c.call(req.body(Full::new(Bytes::from(body))).unwrap()).await
+    };
+    let r = send().await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let session = session_of(&r);
+    let said = saw(&c, &session).await;
+    assert!(oc.project.join("deploy-marker").exists(), "{said}");
+    let r = send().await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("delivery_replayed"), "{}", r.body);
+    assert_eq!(sessions(&c).await, 1);
 }
