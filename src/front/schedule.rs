@@ -91,6 +91,14 @@ fn look(gw: &Arc<Gateway>, next: &mut HashMap<String, (Arc<Trigger>, i64)>, now:
 async fn run(gw: Arc<Gateway>, t: Arc<Trigger>, due: i64) {
     let at = crate::audit::rfc3339(due);
     let delivery = format!("schedule:{at}");
+    if trigger::paused(&gw, &t.name).await {
+        tracing::info!(
+            trigger = t.name,
+            due = at,
+            "a scheduled run was skipped: the trigger is paused"
+        );
+        return;
+    }
     match trigger::use_once(&gw, &t.name, &delivery).await {
         Ok(crate::store::PutOnce::Kept) => {}
         Ok(_) => {

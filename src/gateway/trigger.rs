@@ -77,6 +77,45 @@ pub(crate) async fn use_once(
     once.put(key, name.to_string()).await
 }
 
+/// Paused triggers: a record per trigger in the state database (shared by every gateway on it),
+/// kept until resumed.
+fn paused_kind(gw: &Gateway) -> Arc<crate::auth::once::OnceKind<String>> {
+    const FOR_EVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let store = gw.browser.sessions.store().clone();
+    Arc::new(crate::auth::once::OnceKind::new(
+        store,
+        "trigger-paused",
+        FOR_EVER,
+        10_000,
+    ))
+}
+
+fn paused_key(name: &str) -> [u8; 32] {
+    use blake2::{Blake2b256, Digest};
+    Blake2b256::digest(format!("paused\0{name}")).into()
+}
+
+/// Is trigger `name` paused (`trigger pause`)? A store that cannot answer counts as paused: an
+/// unattended run is not started on a guess.
+pub(crate) async fn paused(gw: &Gateway, name: &str) -> bool {
+    use crate::auth::once::{Seen, Verdict};
+    let seen = paused_kind(gw).settle(paused_key(name), |_, _| Verdict::Keep).await;
+    !matches!(seen, Ok(Seen::Nothing | Seen::Expired(_)))
+}
+
+/// Pause (`true`) or resume trigger `name`; whether that changed anything.
+pub(crate) async fn set_paused(gw: &Gateway, name: &str, pause: bool) -> Result<bool, crate::store::StoreError> {
+    use crate::auth::once::{Seen, Verdict};
+    let kind = paused_kind(gw);
+    if pause {
+        let put = kind.put(paused_key(name), name.to_string()).await?;
+        Ok(matches!(put, crate::store::PutOnce::Kept))
+    } else {
+        let seen = kind.settle(paused_key(name), |_, _| Verdict::Take).await?;
+        Ok(matches!(seen, Seen::Live(_)))
+    }
+}
+
 fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }

@@ -95,7 +95,7 @@ async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
     tracing::warn!(target: "security", peer = %ctx.client, trigger = name, reason = r.reason, "a webhook delivery refused: {}", r.message);
     // Charged (unless the allowance is what refused it): a forger's guesses are bounded like a
     // password guesser's. A failed firing is the gateway's or OpenCode's fault, not the sender's.
-    if r.reason != "limited" && r.reason != "firing_failed" {
+    if !matches!(r.reason, "limited" | "firing_failed" | "trigger_paused") {
         let _ = ctx.gw.auth.limiters.attempt(ctx.client, None).await;
     }
     let mut record = Record::new("trigger_refused")
@@ -160,6 +160,13 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
                 trigger.name,
                 event.chars().take(64).collect::<String>()
             ),
+        ));
+    }
+    if trigger::paused(ctx.gw, &trigger.name).await {
+        return Err(refusal(
+            "trigger_paused",
+            503,
+            "the trigger is paused (`opencode-gateway trigger resume`)",
         ));
     }
     claim(ctx, &trigger, &delivery).await?;

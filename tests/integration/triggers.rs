@@ -405,3 +405,64 @@ async fn the_generic_kind_signs_a_timestamp_and_the_body_within_a_replay_window(
     assert!(r.body.contains("delivery_replayed"), "{}", r.body);
     assert_eq!(sessions(&c).await, 1);
 }
+
+/// `trigger list|pause|resume|fire` on the running gateway: a paused trigger refuses deliveries
+/// (503, its delivery id left unused, so the same delivery fires after `resume`); `fire` runs it
+/// now with a payload file, as its user under its policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn the_cli_lists_pauses_resumes_and_fires_a_trigger() {
+    let model = FakeModel::start("true").await;
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc.url(), &oc.password, "");
+    let c = Https::new(gw.https, &gw.ca());
+    let (ok, out) = gw.cli_with_env(&["trigger", "list"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("gh  github  project demo  as ci-bot  policy ci  POST /_gw/hook/gh"),
+        "{out}"
+    );
+    assert!(out.contains("deploys  hmac"), "{out}");
+    let (ok, out) = gw.cli_with_env(&["trigger", "pause", "gh"]);
+    assert!(ok, "{out}");
+    let (_, out) = gw.cli_with_env(&["trigger", "list"]);
+    assert!(
+        out.lines().any(|l| l.starts_with("gh  ") && l.ends_with("PAUSED")),
+        "{out}"
+    );
+    let body = push_payload("mona");
+    let sig = signature(SECRET, body.as_bytes());
+    let r = deliver(&c, "gh", "push", "p-1", &body, Some(sig.clone())).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("trigger_paused"), "{}", r.body);
+    assert_eq!(sessions(&c).await, 0);
+    let (ok, out) = gw.cli_with_env(&["trigger", "resume", "gh"]);
+    assert!(ok, "{out}");
+    let r = deliver(&c, "gh", "push", "p-1", &body, Some(sig)).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let audit = crate::common::audit::file(&gw);
+    crate::common::audit::find(&audit, "trigger_paused", |r| r["trigger"] == "gh").await;
+    crate::common::audit::find(&audit, "trigger_resumed", |r| r["trigger"] == "gh").await;
+
+    let payload = gw.dir.path().join("payload.json");
+    std::fs::write(&payload, r#"{"ref":"refs/heads/cli","pusher":{"name":"ops"}}"#).unwrap();
+    let (ok, out) = gw.cli_with_env(&["trigger", "fire", "gh", "--payload", payload.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    let session = out.split("session ").nth(1).unwrap().trim().to_string();
+    saw(&c, &session).await;
+    let (_, messages) = json(&c, "GET", &format!("/p/demo/session/{session}/message"), &alice(), "").await;
+    assert!(
+        messages
+            .to_string()
+            .contains(r#"A push to \"refs/heads/cli\" by \"ops\"."#),
+        "{messages:#}"
+    );
+    let r = crate::common::audit::find(&audit, "trigger_fired", |r| r["session"] == session.as_str()).await;
+    assert_eq!(
+        (&r["hook_event"], &r["user"]),
+        (&"manual".into(), &"ci-bot".into()),
+        "{r}"
+    );
+    let (ok, out) = gw.cli_with_env(&["trigger", "fire", "nope"]);
+    assert!(!ok && out.contains("no [[trigger]] is named \"nope\""), "{out}");
+}
