@@ -92,6 +92,12 @@ pub(crate) async fn deliver(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result
 }
 
 async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
+    // The name comes from the URL: logged only when it is a name a trigger could have.
+    let name = if crate::config::validate::valid_user_name(name) {
+        name
+    } else {
+        "(not a trigger name)"
+    };
     tracing::warn!(target: "security", peer = %ctx.client, trigger = name, reason = r.reason, "a webhook delivery refused: {}", r.message);
     // Charged (unless the allowance is what refused it): a forger's guesses are bounded like a
     // password guesser's. A failed firing is the gateway's or OpenCode's fault, not the sender's.
@@ -100,7 +106,7 @@ async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
     }
     let mut record = Record::new("trigger_refused")
         .address(ctx.client)
-        .field("trigger", name.chars().take(64).collect::<String>())
+        .field("trigger", name.to_string())
         .field("reason", r.reason)
         .field("status", r.status);
     if let Some(t) = trigger_named(ctx, name) {

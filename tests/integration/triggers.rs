@@ -466,3 +466,39 @@ async fn the_cli_lists_pauses_resumes_and_fires_a_trigger() {
     let (ok, out) = gw.cli_with_env(&["trigger", "fire", "nope"]);
     assert!(!ok && out.contains("no [[trigger]] is named \"nope\""), "{out}");
 }
+
+/// Budgets apply to a triggered run as to any prompt, counted to the trigger's user: the run that
+/// spends ci-bot's day is stopped by the guard, and the next delivery's prompt is refused before
+/// the model (502 `firing_failed` naming the budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode: run scripts/test.sh"]
+async fn a_triggered_run_spends_its_users_budget_and_a_spent_one_refuses_the_next() {
+    let model = FakeModel::start("true").await.priced(3.0, 15.0);
+    let oc = tokio::task::block_in_place(|| OpenCode::start(&model));
+    let gw = demo(&oc.url(), &oc.password, "[budget]\nuser_day_usd = 0.01\n\n");
+    let c = Https::new(gw.https, &gw.ca());
+    let body = push_payload("mona");
+    let sig = signature(SECRET, body.as_bytes());
+    let r = deliver(&c, "gh", "push", "b-1", &body, Some(sig.clone())).await;
+    assert_eq!(r.status, 202, "{}", r.body);
+    let first = session_of(&r);
+    // Its first answer ($0.0105) crosses ci-bot's $0.01: the guard stops the run.
+    crate::budgets::until_spent(&gw, crate::budgets::ANSWER_USD).await;
+    let audit = crate::common::audit::file(&gw);
+    let stop = crate::common::audit::find(&audit, "budget_abort", |r| r["session"] == first.as_str()).await;
+    assert_eq!(stop["user"], "guard", "{stop}");
+    let asked = model.requests.load(std::sync::atomic::Ordering::SeqCst);
+    let r = deliver(&c, "gh", "push", "b-2", &body, Some(sig)).await;
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(
+        r.body.contains("firing_failed") && r.body.contains("budget.user_day_usd"),
+        "{}",
+        r.body
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        model.requests.load(std::sync::atomic::Ordering::SeqCst),
+        asked,
+        "the model was asked again"
+    );
+}
