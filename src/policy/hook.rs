@@ -5,9 +5,9 @@
 //!
 //! A payload value reaches the prompt only through the template's `{{field}}`s, and only as
 //! data: a string, number, boolean or null is written as a JSON string literal (in double
-//! quotes, with `"`, `\` and control characters escaped, so it cannot end its quotes or start a
-//! line of its own), cut to `MAX_VALUE_CHARS` characters; an object, an array or a missing field
-//! is written `(none)`.
+//! quotes, with `"`, `\`, control characters and the Unicode line separators escaped, so it
+//! cannot end its quotes or start a line of its own), cut to `MAX_VALUE_CHARS` characters; an
+//! object, an array or a missing field is written `(none)`.
 
 use ring::hmac;
 use subtle::ConstantTimeEq;
@@ -139,8 +139,17 @@ fn value_at(payload: &serde_json::Value, path: &[String]) -> String {
     if cut.len() < text.len() {
         cut.push('…');
     }
-    // A JSON string literal: quotes, backslashes and every control character escaped.
-    serde_json::Value::String(cut).to_string()
+    // A JSON string literal: quotes, backslashes and every control character escaped (serde_json
+    // escapes U+0000–U+001F; DEL, the C1 controls and the line and paragraph separators too).
+    let mut out = String::new();
+    for c in serde_json::Value::String(cut).to_string().chars() {
+        if c.is_control() || c == '\u{2028}' || c == '\u{2029}' {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -199,6 +208,25 @@ mod tests {
         assert!(!event_listed(&listed, "release.published"));
         assert!(event_listed(&["issues".to_string()], "issues.closed"));
         assert!(event_listed(&[], "anything"));
+    }
+
+    proptest::proptest! {
+        /// Whatever a value holds, it stays inside its quotes on the template's line, reads back
+        /// as itself (cut to the bound), and carries no control or line-separator character.
+        #[test]
+        fn any_value_stays_inside_its_quotes(value in proptest::prelude::any::<String>()) {
+            let t = parse_template("X {{v}} Y").unwrap();
+            let out = render(&t, &serde_json::json!({"v": value}));
+            proptest::prop_assert!(out.starts_with("X \"") && out.ends_with("\" Y"), "{}", out);
+            let separator = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+            proptest::prop_assert!(!out.chars().any(separator), "{:?}", out);
+            let back: String = serde_json::from_str(&out[2..out.len() - 2]).unwrap();
+            let mut expected: String = value.chars().take(MAX_VALUE_CHARS).collect();
+            if expected.len() < value.len() {
+                expected.push('…');
+            }
+            proptest::prop_assert_eq!(back, expected);
+        }
     }
 
     #[test]
