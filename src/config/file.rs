@@ -112,7 +112,9 @@ pub(crate) struct RawTrigger {
     pub name: String,
     pub project: String,
     pub github_secret_env: Option<String>,
+    pub github_secret_file: Option<String>,
     pub hmac_secret_env: Option<String>,
+    pub hmac_secret_file: Option<String>,
     pub schedule: Option<String>,
     /// The schedule's time zone: `UTC` (default) or a fixed offset (`+02:00`).
     pub time_zone: Option<String>,

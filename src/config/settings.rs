@@ -498,6 +498,11 @@ impl Settings {
         for b in &s.boxes {
             p.add(format!("box ({}).key", b.name), &b.key, false);
         }
+        for t in &s.triggers {
+            if let Some(file) = &t.secret_file {
+                p.add(format!("trigger ({}) secret file", t.name), file, false);
+            }
+        }
         for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {
                 p.add(key, file, false);

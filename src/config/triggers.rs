@@ -66,6 +66,9 @@ pub struct Trigger {
     pub policy: String,
     pub run_as_user: String,
     pub max_body: usize,
+    /// `github_secret_file` / `hmac_secret_file`: one of the gateway's own files (kept out of
+    /// every project, like a password file).
+    pub secret_file: Option<std::path::PathBuf>,
 }
 
 /// `"A push to {{ref}}"` → text and fields. A field is letters, digits, `_` and `-`, separated

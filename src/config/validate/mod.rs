@@ -100,6 +100,8 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         policies: &settings.policies,
     };
     settings.triggers = trigger::triggers(&mut c, &raw.trigger, &known);
+    // Their secret files are the gateway's own too.
+    settings.protected = settings.protected_paths();
     secrets_outside_projects(&mut c, &settings);
     c.done(path)?;
     Ok(settings)

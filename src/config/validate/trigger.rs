@@ -1,6 +1,6 @@
-//! `[[trigger]]`: a unique name, a known project, exactly one of `github_secret_env` /
-//! `hmac_secret_env` / `schedule`, a secret that is set, events in words, a template that parses,
-//! a policy that exists, and a `run_as_user` who is a configured user with the operator role
+//! `[[trigger]]`: a unique name, a known project, exactly one of `github_secret_env` or `_file`,
+//! `hmac_secret_env` or `_file`, and `schedule`, a secret that is set, events in words, a
+//! template that parses, a policy that exists, and a `run_as_user` who is a configured user with the operator role
 //! (or more) in the project: a firing creates and prompts a session as that user.
 
 use std::collections::HashSet;
@@ -72,6 +72,11 @@ pub(super) fn triggers(c: &mut Checker<'_>, raw: &[RawTrigger], known: &Known<'_
                 policy: t.policy.clone(),
                 run_as_user: t.run_as_user.clone(),
                 max_body,
+                secret_file: t
+                    .github_secret_file
+                    .as_ref()
+                    .or(t.hmac_secret_file.as_ref())
+                    .map(|f| c.path(f)),
             }));
         }
     }
@@ -117,22 +122,30 @@ fn references(c: &mut Checker<'_>, key: &str, t: &RawTrigger, known: &Known<'_>)
     }
 }
 
-/// Exactly one of the three, its secret set.
+/// Exactly one of the kinds (GitHub's or the generic signed kind, each by environment variable
+/// or file; or a schedule), its secret set.
 fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
-    let set = [&t.github_secret_env, &t.hmac_secret_env, &t.schedule]
+    let sources = [
+        ("github_secret_env", &t.github_secret_env),
+        ("github_secret_file", &t.github_secret_file),
+        ("hmac_secret_env", &t.hmac_secret_env),
+        ("hmac_secret_file", &t.hmac_secret_file),
+        ("schedule", &t.schedule),
+    ];
+    let set: Vec<(&str, &String)> = sources
         .iter()
-        .filter(|v| v.is_some())
-        .count();
-    if set != 1 {
+        .filter_map(|(k, v)| v.as_ref().map(|v| (*k, v)))
+        .collect();
+    let [(field, value)] = set[..] else {
         c.problem(
             key.to_string(),
-            format!("sets {set} of github_secret_env, hmac_secret_env and schedule"),
-            "set exactly one: github_secret_env (GitHub's webhooks), hmac_secret_env (any other signed sender) or schedule",
+            format!("sets {} of github_secret_env/_file, hmac_secret_env/_file and schedule", set.len()),
+            "set exactly one: github_secret_env or _file (GitHub's webhooks), hmac_secret_env or _file (any other signed sender), or schedule",
         );
         return None;
-    }
-    if let Some(cron) = &t.schedule {
-        return schedule(c, key, t, cron);
+    };
+    if field == "schedule" {
+        return schedule(c, key, t, value);
     }
     if t.time_zone.is_some() {
         c.problem(
@@ -141,8 +154,9 @@ fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
             "remove time_zone",
         );
     }
+    let generic = field.starts_with("hmac");
     let window = match t.replay_window.as_deref() {
-        Some(_) if t.hmac_secret_env.is_none() => {
+        Some(_) if !generic => {
             c.problem(
                 format!("{key}.replay_window"),
                 "only the generic signed kind has a replay window".to_string(),
@@ -153,35 +167,50 @@ fn kind(c: &mut Checker<'_>, key: &str, t: &RawTrigger) -> Option<HookKind> {
         Some(w) => c.duration(&format!("{key}.replay_window"), w),
         None => DEFAULT_REPLAY_WINDOW,
     };
-    let (field, var) = match (&t.github_secret_env, &t.hmac_secret_env) {
-        (Some(v), _) => ("github_secret_env", v),
-        (_, Some(v)) => ("hmac_secret_env", v),
-        _ => return None,
-    };
-    let secret = match std::env::var(var) {
-        Ok(v) if v.len() >= 16 => Secret::new(v),
-        Ok(v) if !v.is_empty() => {
-            c.problem(
-                format!("{key}.{field}"),
-                format!("the secret in {var} is shorter than 16 bytes"),
-                format!("export {var}=\"$(openssl rand -hex 32)\" and give the sender the same value"),
-            );
-            return None;
-        }
-        _ => {
-            c.problem(
-                format!("{key}.{field}"),
-                format!("the environment variable {var} is not set"),
-                format!("export {var}=<the webhook's secret> before starting the gateway"),
-            );
-            return None;
-        }
-    };
-    Some(if field == "github_secret_env" {
-        HookKind::GitHub { secret }
-    } else {
+    let secret = secret(c, &format!("{key}.{field}"), field.ends_with("_file"), value)?;
+    Some(if generic {
         HookKind::Hmac { secret, window }
+    } else {
+        HookKind::GitHub { secret }
     })
+}
+
+/// The secret in environment variable `name`, or in file `name` (trailing newline dropped): at
+/// least 16 bytes.
+fn secret(c: &mut Checker<'_>, key: &str, file: bool, name: &str) -> Option<Secret> {
+    let read = if file {
+        let path = c.path(name);
+        std::fs::read_to_string(&path)
+            .map(|v| v.trim_end_matches(['\r', '\n']).to_string())
+            .map_err(|e| {
+                (
+                    format!("cannot read {}: {e}", path.display()),
+                    "create it (mode 0600) with the webhook's secret".to_string(),
+                )
+            })
+    } else {
+        std::env::var(name).map_err(|_| {
+            (
+                format!("the environment variable {name} is not set"),
+                format!("export {name}=<the webhook's secret> before starting the gateway, or use the _file key"),
+            )
+        })
+    };
+    match read {
+        Ok(v) if v.len() >= 16 => Some(Secret::new(v)),
+        Ok(_) => {
+            c.problem(
+                key,
+                format!("the secret in {name} is shorter than 16 bytes"),
+                "write a long random value, like the output of `openssl rand -hex 32`, and give the sender the same",
+            );
+            None
+        }
+        Err((why, fix)) => {
+            c.problem(key, why, fix);
+            None
+        }
+    }
 }
 
 /// `schedule = "0 3 * * *"` in `time_zone` (UTC unless said); no payload, so no fields and no events.
