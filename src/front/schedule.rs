@@ -101,7 +101,15 @@ async fn run(gw: Arc<Gateway>, t: Arc<Trigger>, due: i64) {
     }
     match trigger::use_once(&gw, &t.name, &delivery).await {
         Ok(crate::store::PutOnce::Kept) => {}
-        Ok(_) => {
+        Ok(crate::store::PutOnce::Full) => {
+            tracing::warn!(
+                trigger = t.name,
+                due = at,
+                "a scheduled run was not fired: the state database holds too many delivery records"
+            );
+            return;
+        }
+        Ok(crate::store::PutOnce::KeyInUse) => {
             tracing::info!(
                 trigger = t.name,
                 due = at,
