@@ -139,16 +139,23 @@ pub async fn start(settings: Settings) -> anyhow::Result<Running> {
         tracing::info!(listen = %l.local_addr()?, "plain HTTP listener ready (ACME HTTP-01, redirects to HTTPS)");
         tokio::spawn(front::acme::http::serve(gw.clone(), l, running.https.port()));
     }
-    // The guard stops sessions on the one road, under its own grants (`policy/grants.rs`).
-    let guard_road = pipeline::internal::gateway_road(&gw, policy::grants::Holder::Guard, None);
-    gateway::inbox::start(&gw, guard_road);
+    start_tasks(&gw);
     if let Some((l, ssh_settings)) = ssh {
         let server = front::ssh::server::SshServer::new(gw.clone(), &ssh_settings)?;
         tokio::spawn(server.serve(l));
     }
+    Ok(running)
+}
+
+/// The gateway's own tasks: the inbox and its guard, which stops sessions on the one road under
+/// its own grants (`policy/grants.rs`); scheduled triggers, which fire on it as their user
+/// (`front/schedule.rs`); the probes of external upstreams; the janitor.
+fn start_tasks(gw: &Arc<Gateway>) {
+    let guard_road = pipeline::internal::gateway_road(gw, policy::grants::Holder::Guard, None);
+    gateway::inbox::start(gw, guard_road);
+    front::schedule::start(gw.clone());
     gw.probe_external_upstreams();
     gateway::janitor::start(gw.clone());
-    Ok(running)
 }
 
 async fn bind(addr: SocketAddr, key: &str) -> anyhow::Result<TcpListener> {

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 
 pub(crate) use crate::config::AuditConfig;
-pub(crate) use record::{Record, Via, Who, created_session};
+pub(crate) use record::{Record, Via, Who, created_session, rfc3339};
 
 /// Records waiting for the writer before new ones are dropped.
 const QUEUE: usize = 4096;

@@ -26,6 +26,8 @@ pub(crate) enum Via {
     /// The gateway itself, under one of its grants (`policy/grants.rs`): its guard, its control
     /// socket.
     Gateway,
+    /// A signed webhook delivery (`[[trigger]]`): no login, the signature is the credential.
+    Trigger,
 }
 
 /// How the acting user was identified: how they proved it, and with which token or device.

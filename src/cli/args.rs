@@ -120,6 +120,13 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH)]
         config: PathBuf,
     },
+    /// Triggers (`[[trigger]]`) of the running gateway: list them, fire one now, pause or resume one.
+    Trigger {
+        #[command(subcommand)]
+        action: TriggerAction,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
     /// Restart one spawned project's OpenCode server now (it reads an edited opencode.json).
     Restart {
         project: String,
@@ -205,6 +212,23 @@ pub enum DevicesAction {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TriggerAction {
+    /// Each trigger: kind, project, user, policy, paused, a schedule's next run, a webhook's endpoint.
+    List,
+    /// Fire a trigger now, as its user under its policy (no signature: the control socket is the
+    /// gateway's own user's); its template reads the payload file's JSON object, if given.
+    Fire {
+        name: String,
+        #[arg(long)]
+        payload: Option<PathBuf>,
+    },
+    /// Pause a trigger on every gateway of the state database: deliveries refused, runs skipped.
+    Pause { name: String },
+    /// Resume a paused trigger.
+    Resume { name: String },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum PasskeysAction {
     /// List passkeys (of one user, when given): id, user, added, last used, state, name.
     List { user: Option<String> },
@@ -244,6 +268,7 @@ impl Command {
             | Command::Status { config }
             | Command::Reload { config }
             | Command::Restart { config, .. }
+            | Command::Trigger { config, .. }
             | Command::Audit { config, .. }
             | Command::Cert {
                 action: CertAction::Dev { config, .. },

@@ -17,6 +17,7 @@ pub mod passkeys;
 pub mod password;
 pub mod serve;
 pub mod token;
+pub mod trigger;
 pub mod user;
 
 use std::path::Path;
@@ -82,6 +83,7 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
         Command::Status { config } => admin_client::status(&config),
         Command::Reload { config } => admin_client::reload(&config),
         Command::Restart { project, config } => admin_client::restart(&config, &project),
+        Command::Trigger { action, config } => trigger::trigger(&config, action),
         Command::Audit {
             user,
             project,

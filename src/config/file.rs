@@ -28,6 +28,9 @@ pub(crate) struct RawConfig {
     /// `[[policy]]`: named permission policies a token may carry.
     #[serde(default)]
     pub policy: Vec<RawPolicy>,
+    /// `[[trigger]]`: signed webhooks that start a turn (`config/triggers.rs`).
+    #[serde(default)]
+    pub trigger: Vec<RawTrigger>,
     /// `[[box]]`: other machines whose OpenCode servers the gateway reaches over SSH.
     #[serde(default, rename = "box")]
     pub boxes: Vec<RawBox>,
@@ -100,6 +103,30 @@ pub(crate) struct RawPolicy {
     pub deny: Vec<String>,
     pub otherwise: Option<String>,
     pub ask_timeout: Option<String>,
+}
+
+/// `[[trigger]]`: a signed webhook (or, later, a schedule) that starts a turn.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTrigger {
+    pub name: String,
+    pub project: String,
+    pub github_secret_env: Option<String>,
+    pub github_secret_file: Option<String>,
+    pub hmac_secret_env: Option<String>,
+    pub hmac_secret_file: Option<String>,
+    pub schedule: Option<String>,
+    /// The schedule's time zone: `UTC` (default) or a fixed offset (`+02:00`).
+    pub time_zone: Option<String>,
+    pub replay_window: Option<String>,
+    #[serde(default)]
+    pub events: Vec<String>,
+    pub prompt: String,
+    pub session: Option<String>,
+    pub policy: String,
+    pub run_as_user: String,
+    /// Bytes (`262144`).
+    pub max_body: Option<u64>,
 }
 
 /// `[[route_role]]`: the least role for one OpenCode route, instead of the table's or the default.

@@ -11,6 +11,7 @@ mod secret;
 pub mod settings;
 mod shape;
 pub mod ssh_key;
+pub mod triggers;
 pub mod validate;
 
 use std::fmt;

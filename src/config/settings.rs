@@ -42,6 +42,8 @@ pub struct Settings {
     pub route_roles: Vec<RouteRoleEntry>,
     /// `[[policy]]`: named permission policies, by name (reloadable).
     pub policies: Vec<std::sync::Arc<crate::config::permissions::PermissionPolicy>>,
+    /// `[[trigger]]`: signed webhooks that start a turn, by name (reloadable).
+    pub triggers: Vec<std::sync::Arc<crate::config::triggers::Trigger>>,
     /// The gateway's own files (keys, config, state): no client may read them through a project.
     pub protected: ProtectedPaths,
     /// `[[box]]`: machines reached over SSH.
@@ -495,6 +497,11 @@ impl Settings {
         }
         for b in &s.boxes {
             p.add(format!("box ({}).key", b.name), &b.key, false);
+        }
+        for t in &s.triggers {
+            if let Some(file) = &t.secret_file {
+                p.add(format!("trigger ({}) secret file", t.name), file, false);
+            }
         }
         for project in s.projects.iter().chain(s.project_sets.iter().map(|set| &set.template)) {
             for (key, file) in &project.secret_files {

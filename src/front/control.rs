@@ -1,6 +1,6 @@
 //! The control socket: a Unix socket at `<state_dir>/control/gateway.sock` (folder 0700, socket
 //! 0600, peers checked to be the gateway's own user or root) on which `opencode-gateway status`,
-//! `reload` and `pair` ask the running gateway, and `token revoke` and `devices revoke` tell it
+//! `reload`, `pair` and `trigger` ask the running gateway, and `token revoke` and `devices revoke` tell it
 //! that the database changed. Only the gateway's OS user can reach it, so a web page (CSRF, DNS
 //! rebinding) or another local user can neither reload the gateway, mint a pairing code nor read
 //! its users and directories.
@@ -202,7 +202,13 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
                 serde_json::json!({ "error": why }).to_string(),
             ),
         },
-        _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+        (method, path) => {
+            let query = req.uri().query().unwrap_or_default();
+            match super::control_triggers::route(gw, method, path, query, req.body()).await {
+                Some((code, v)) => reply(code, "application/json", v.to_string()),
+                None => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
+            }
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod reload;
 mod restart_needed;
 pub mod snapshot;
 pub mod state;
+pub(crate) mod trigger;
 
 use std::net::IpAddr;
 use std::sync::Arc;

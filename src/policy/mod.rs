@@ -13,6 +13,7 @@ pub mod canonical;
 pub mod csrf;
 pub mod drift;
 pub mod grants;
+pub mod hook;
 pub mod origin;
 pub mod permission;
 pub mod pin;

@@ -6,6 +6,7 @@
 //! provider (`tls`).
 
 pub mod compress;
+pub mod cron;
 pub mod der;
 pub mod files;
 pub mod form;

@@ -16,6 +16,7 @@ pub mod front;
 pub mod handoff;
 pub mod handoff_named;
 pub mod handoff_target;
+pub mod hook;
 pub mod login;
 pub mod page;
 pub mod pair;
@@ -74,6 +75,8 @@ pub enum Page {
     OidcStart,
     /// Login host: back from the identity provider.
     OidcCallback,
+    /// A signed webhook delivery for a `[[trigger]]` (`hook.rs`): no login.
+    Hook,
     /// Under the reserved prefix, but nothing there.
     Missing,
 }
@@ -136,6 +139,7 @@ fn reserved_page(project_host: bool, rest: &[&str]) -> Page {
         (false, ["passkey"]) => Page::Passkey,
         (false, ["oidc", "start"]) => Page::OidcStart,
         (false, ["oidc", "callback"]) => Page::OidcCallback,
+        (false, ["hook", _]) => Page::Hook,
         (false, ["static", name]) => page::asset(name).map_or(Page::Missing, Page::Static),
         _ => Page::Missing,
     }
@@ -167,7 +171,8 @@ fn login_host_page(segs: &[&str], has_authorization: bool, only_project: bool) -
 /// anything else is refused, since only a page served elsewhere could have sent it.
 fn elsewhere(ctx: &Ctx<'_>, which: Page) -> Option<Result<Response<ProxyBody>, HttpError>> {
     let domain = ctx.state.settings.server.base_domain.as_deref()?;
-    if matches!(which, Page::Static(_) | Page::Callback | Page::Missing) {
+    // A webhook's sender is no browser: it posts to whichever name its URL has.
+    if matches!(which, Page::Static(_) | Page::Callback | Page::Missing | Page::Hook) {
         return None;
     }
     let host = ctx.host?;
@@ -321,6 +326,10 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Passkey, &Method::POST) => passkey_form::post(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,
         (Page::OidcCallback, &Method::GET) => sso::callback(ctx).await,
+        (Page::Hook, &Method::POST) => {
+            let name = ctx.parts.uri.path().rsplit('/').next().unwrap_or("");
+            hook::deliver(ctx, name, body).await
+        }
         (Page::Missing, _) => Err(HttpError::NotFound("no such gateway page".into())),
         _ => Err(HttpError::MethodNotAllowed),
     }

@@ -80,4 +80,6 @@ mod sso;
 mod streaming;
 mod supervise;
 mod tokens;
+mod trigger_schedule;
+mod triggers;
 mod worktrees;

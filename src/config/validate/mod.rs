@@ -22,6 +22,7 @@ mod route_role;
 mod server;
 mod store;
 mod tls;
+mod trigger;
 mod user;
 
 pub(crate) use oidc::acceptable_url as acceptable_oidc_url;
@@ -76,6 +77,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         users,
         route_roles,
         policies,
+        triggers: Vec::new(),
         protected: ProtectedPaths::default(),
         boxes,
         user_day_usd,
@@ -91,6 +93,15 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     settings.projects.extend(found);
     settings.discovery_warnings = warnings;
     settings.store_url = store::url(&mut c, raw.store.as_ref(), &settings.projects);
+    let names: HashSet<String> = settings.projects.iter().map(|p| p.name.clone()).collect();
+    let known = trigger::Known {
+        projects: &names,
+        users: &settings.users,
+        policies: &settings.policies,
+    };
+    settings.triggers = trigger::triggers(&mut c, &raw.trigger, &known);
+    // Their secret files are the gateway's own too.
+    settings.protected = settings.protected_paths();
     secrets_outside_projects(&mut c, &settings);
     c.done(path)?;
     Ok(settings)

@@ -290,11 +290,23 @@ impl Gateway {
     /// succeeded, and what it printed (stdout, then stderr). Bounded: a command that hangs (on a
     /// state database that does not answer, say) fails the test with what it printed.
     pub fn cli(&self, args: &[&str]) -> (bool, String) {
+        self.cli_in(args, &[])
+    }
+
+    /// [`cli`](Self::cli) with the environment the gateway was started with (a config that names
+    /// secrets by environment variable loads only with them).
+    pub fn cli_with_env(&self, args: &[&str]) -> (bool, String) {
+        let env: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.cli_in(args, &env)
+    }
+
+    fn cli_in(&self, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         let out = crate::common::process::bounded(
             std::process::Command::new(BIN)
                 .args(args)
                 .arg("-c")
                 .arg(&self.config)
+                .envs(env.iter().copied())
                 .current_dir(self.dir.path()),
         );
         let text = format!(

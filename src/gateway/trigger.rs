@@ -1,0 +1,196 @@
+//! A trigger's firing (issue 40), the same for a webhook delivery (`web/hook.rs`) and a schedule
+//! (`front/schedule.rs`): a session of the project (new, or the titled one) created or found and
+//! prompted through the one road as the trigger's user, narrowed to the project and carrying the
+//! trigger's policy (as a policy token's user is), so `pipeline::proceed` keeps the new session
+//! under the policy and the inbox's policy task answers its permission requests; audited once as
+//! `trigger_fired`. The caller makes the road (the pipeline's `on_behalf`), so it stays one road.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use super::Gateway;
+use super::state::State;
+use crate::audit::{Record, Via, Who};
+use crate::auth::users::UserState;
+use crate::config::Grants;
+use crate::config::triggers::{SessionChoice, Trigger};
+use crate::inbox::{Call, Road};
+
+/// Delivery ids and schedule runs are remembered this long (GitHub redelivers by hand, days
+/// later); at most `MAX_ONCE` at once, past which deliveries are refused, never forgotten.
+const ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+const MAX_ONCE: usize = 100_000;
+
+/// How long a firing's record may hold its caller back.
+const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// One firing: which trigger, the delivery's id (or the schedule's due time), the event, the
+/// rendered prompt, and the address it came from (loopback for a schedule).
+pub(crate) struct Firing<'a> {
+    pub trigger: &'a Trigger,
+    pub delivery: &'a str,
+    pub event: &'a str,
+    pub prompt: &'a str,
+    pub client: IpAddr,
+}
+
+/// The trigger's user, narrowed to its project and carrying its policy; `None` when the user or
+/// their role there is gone (a reload since the trigger was checked cannot remove one without
+/// the check refusing the file, but the state and the settings are read apart).
+pub(crate) fn runner(state: &State, t: &Trigger) -> Option<Arc<UserState>> {
+    let user = state.users.get(&t.run_as_user)?;
+    let role = user.grants.role_in(&t.project)?;
+    Some(Arc::new(UserState {
+        name: user.name.clone(),
+        hash: None,
+        fingerprint: user.fingerprint,
+        grants: Grants::Each([(t.project.clone(), role)].into_iter().collect()),
+        ssh_keys: Vec::new(),
+        policy: Some(Arc::from(t.policy.as_str())),
+    }))
+}
+
+/// How a trigger's requests are identified in the audit trail: `via: trigger`, its name.
+pub(crate) fn who(t: &Trigger) -> Who {
+    Who {
+        via: Via::Trigger,
+        id: Some(Arc::from(t.name.as_str())),
+    }
+}
+
+/// Use `id` (a delivery's, or a schedule's due time) of trigger `name` once, in the state
+/// database: `Kept` the first time on any gateway sharing it, `KeyInUse` after.
+pub(crate) async fn use_once(
+    gw: &Gateway,
+    name: &str,
+    id: &str,
+) -> Result<crate::store::PutOnce, crate::store::StoreError> {
+    use blake2::{Blake2b256, Digest};
+    let store = gw.browser.sessions.store().clone();
+    let once = Arc::new(crate::auth::once::OnceKind::<String>::new(
+        store,
+        "hook-delivery",
+        ONCE_TTL,
+        MAX_ONCE,
+    ));
+    let key: [u8; 32] = Blake2b256::digest(format!("{name}\0{id}")).into();
+    once.put(key, name.to_string()).await
+}
+
+/// Paused triggers: a record per trigger in the state database (shared by every gateway on it),
+/// kept until resumed.
+fn paused_kind(gw: &Gateway) -> Arc<crate::auth::once::OnceKind<String>> {
+    const FOR_EVER: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+    let store = gw.browser.sessions.store().clone();
+    Arc::new(crate::auth::once::OnceKind::new(
+        store,
+        "trigger-paused",
+        FOR_EVER,
+        10_000,
+    ))
+}
+
+fn paused_key(name: &str) -> [u8; 32] {
+    use blake2::{Blake2b256, Digest};
+    Blake2b256::digest(format!("paused\0{name}")).into()
+}
+
+/// Is trigger `name` paused (`trigger pause`)? A store that cannot answer counts as paused: an
+/// unattended run is not started on a guess.
+pub(crate) async fn paused(gw: &Gateway, name: &str) -> bool {
+    use crate::auth::once::{Seen, Verdict};
+    let seen = paused_kind(gw).settle(paused_key(name), |_, _| Verdict::Keep).await;
+    !matches!(seen, Ok(Seen::Nothing | Seen::Expired(_)))
+}
+
+/// Pause (`true`) or resume trigger `name`; whether that changed anything.
+pub(crate) async fn set_paused(gw: &Gateway, name: &str, pause: bool) -> Result<bool, crate::store::StoreError> {
+    use crate::auth::once::{Seen, Verdict};
+    let kind = paused_kind(gw);
+    if pause {
+        let put = kind.put(paused_key(name), name.to_string()).await?;
+        Ok(matches!(put, crate::store::PutOnce::Kept))
+    } else {
+        let seen = kind.settle(paused_key(name), |_, _| Verdict::Take).await?;
+        Ok(matches!(seen, Seen::Live(_)))
+    }
+}
+
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Create (or find) the session and prompt it on `road`; the session's id, or why not.
+pub(crate) async fn fire(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
+    let t = f.trigger;
+    let failed = |what: &str, status: u16, body: &[u8]| {
+        let said: String = String::from_utf8_lossy(body).chars().take(200).collect();
+        format!("{what} answered {status}: {said}")
+    };
+    let found = match &t.session {
+        SessionChoice::New => None,
+        SessionChoice::Titled(title) => titled(road, &t.project, title).await,
+    };
+    let session = match found {
+        Some(id) => id,
+        None => {
+            let title = match &t.session {
+                SessionChoice::Titled(title) => title.clone(),
+                SessionChoice::New => format!("{}: {}", t.name, f.event),
+            };
+            let call = Call::post(&t.project, "/session".into(), Some(serde_json::json!({"title": title})));
+            let (status, body) = road
+                .call(call)
+                .await
+                .map_err(|e| failed("creating the session", e.status, e.error.to_string().as_bytes()))?;
+            crate::audit::created_session(&body)
+                .filter(|id| valid_id(id))
+                .ok_or_else(|| failed("creating the session", status.as_u16(), &body))?
+        }
+    };
+    let prompt = serde_json::json!({"parts": [{"type": "text", "text": f.prompt}]});
+    let call = Call::post(&t.project, format!("/session/{session}/prompt_async"), Some(prompt));
+    let (status, body) = road
+        .call(call)
+        .await
+        .map_err(|e| failed("prompting the session", e.status, e.error.to_string().as_bytes()))?;
+    if !status.is_success() {
+        return Err(failed("prompting the session", status.as_u16(), &body));
+    }
+    let record = Record::new("trigger_fired")
+        .user(t.run_as_user.clone())
+        .address(f.client)
+        .project(t.project.clone())
+        .via(Via::Trigger, Some(&t.name))
+        .field("trigger", t.name.clone())
+        .field("delivery", f.delivery.to_string())
+        .field("hook_event", f.event.to_string())
+        .field("session", session.clone())
+        .field("policy", t.policy.clone());
+    gw.audit.record_written(record, AUDIT_WAIT).await;
+    tracing::info!(target: "security", trigger = t.name, project = t.project, session, delivery = f.delivery, "a trigger fired");
+    Ok(session)
+}
+
+/// The project's session titled `title`, if one is listed.
+async fn titled(road: &dyn Road, project: &str, title: &str) -> Option<String> {
+    let call = Call {
+        method: http::Method::GET,
+        project,
+        path: "/session".into(),
+        json: None,
+        grant: None,
+        note: Vec::new(),
+    };
+    let (status, body) = road.call(call).await.ok()?;
+    if !status.is_success() {
+        return None;
+    }
+    let list: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    list.as_array()?
+        .iter()
+        .find(|s| s["title"] == title)
+        .and_then(|s| s["id"].as_str())
+        .filter(|id| valid_id(id))
+        .map(str::to_string)
+}
