@@ -143,7 +143,7 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
         trigger_named(ctx, name).ok_or_else(|| refusal("unknown_trigger", 404, "no webhook trigger has this name"))?;
     let headers = &ctx.parts.headers;
     let raw = read_bounded(ctx, body, trigger.max_body).await?;
-    let delivery = signed(&trigger.kind, headers, &raw)?;
+    let names = signed(&trigger.kind, headers, &raw)?;
     let payload: serde_json::Value = serde_json::from_slice(&raw)
         .ok()
         .filter(serde_json::Value::is_object)
@@ -175,7 +175,10 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
             "the trigger is paused (`opencode-gateway trigger resume`)",
         ));
     }
-    claim(ctx, &trigger, &delivery).await?;
+    for name in &names {
+        claim(ctx, &trigger, name).await?;
+    }
+    let delivery = names.into_iter().next().unwrap_or_default();
     let prompt = hook::render(&trigger.prompt, &payload);
     Ok(Some(Accepted {
         trigger,
@@ -185,12 +188,16 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
     }))
 }
 
-/// Step 4: the signature (and the generic kind's timestamp); the delivery's id.
-fn signed(kind: &HookKind, headers: &HeaderMap, raw: &[u8]) -> Result<String, Refusal> {
+/// Step 4: the signature (and the generic kind's timestamp); the names the delivery is used
+/// once under. GitHub's `X-GitHub-Delivery` is not signed: a body captured once could come again
+/// under a fresh id, so the signed body's MAC is used once too (GitHub never sends one body as
+/// two events: each names its commit, issue or comment; its "Redeliver" keeps the id).
+fn signed(kind: &HookKind, headers: &HeaderMap, raw: &[u8]) -> Result<Vec<String>, Refusal> {
     Ok(match kind {
         HookKind::GitHub { secret } => {
-            hook::check_signature(secret, header(headers, "x-hub-signature-256"), &[raw])?;
-            delivery_id(header(headers, "x-github-delivery"))?
+            let mac = hook::check_signature(secret, header(headers, "x-hub-signature-256"), &[raw])?;
+            let id = delivery_id(header(headers, "x-github-delivery"))?;
+            vec![id, format!("sig:{}", hex_digest(&mac))]
         }
         HookKind::Hmac { secret, window } => {
             let ts = header(headers, "x-signature-timestamp");
@@ -202,10 +209,11 @@ fn signed(kind: &HookKind, headers: &HeaderMap, raw: &[u8]) -> Result<String, Re
                 )
             })?;
             let signature = header(headers, "x-signature-256");
-            hook::check_signature(secret, signature, &[stamp, b".", raw])?;
+            let mac = hook::check_signature(secret, signature, &[stamp, b".", raw])?;
             hook::check_timestamp(ts, crate::auth::tokens::now_unix(), window.as_secs())?;
-            // The signature is unique to its timestamp and body: it names the delivery.
-            format!("sig:{}", hex_digest(signature.unwrap_or_default()))
+            // The MAC is unique to its timestamp and body: it names the delivery. The MAC's bytes,
+            // not the header's text: the same MAC in upper-case hex is the same delivery.
+            vec![format!("sig:{}", hex_digest(&mac))]
         }
         HookKind::Schedule { .. } => return Err(refusal("unknown_trigger", 404, "no webhook trigger has this name")),
     })

@@ -244,11 +244,14 @@ async fn a_signed_push_starts_a_session_under_the_triggers_policy_and_forgeries_
             .contains(r#"A push to \"refs/heads/main\" by \"mona\"."#),
         "{messages:#}"
     );
-    // The same delivery again: refused, no second session.
+    // The same delivery again: refused, no second session; and the same signed body under a
+    // fresh delivery id (the id is not signed): refused too (it fired a second session before).
     let count = sessions(&c).await;
-    let r = deliver(&c, "gh", "push", "d-good", &body, Some(good.clone())).await;
-    assert_eq!(r.status, 409, "{}", r.body);
-    assert!(r.body.contains("delivery_replayed"), "{}", r.body);
+    for id in ["d-good", "d-fresh-id"] {
+        let r = deliver(&c, "gh", "push", id, &body, Some(good.clone())).await;
+        assert_eq!(r.status, 409, "{id}: {}", r.body);
+        assert!(r.body.contains("delivery_replayed"), "{}", r.body);
+    }
     assert_eq!(sessions(&c).await, count);
 
     // The denied command: rejected by the policy, and the model's next words show it.
@@ -301,8 +304,17 @@ async fn a_signed_push_starts_a_session_under_the_triggers_policy_and_forgeries_
     let r = crate::common::audit::find(&audit, "session_create", |r| r["session"] == allowed.as_str()).await;
     assert_eq!((&r["user"], &r["from"]), (&"ci-bot".into(), &"trigger".into()), "{r}");
 
-    // "titled: nightly-fixes": the next delivery wakes the same session, not a new one.
-    let r = deliver(&c, "gh-push", "push", "d-again", &body, Some(good)).await;
+    // "titled: nightly-fixes": the next delivery (another push) wakes the same session.
+    let next = push_payload("octo");
+    let r = deliver(
+        &c,
+        "gh-push",
+        "push",
+        "d-again",
+        &next,
+        Some(signature(SECRET, next.as_bytes())),
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(session_of(&r), denied);
 }
@@ -403,6 +415,16 @@ async fn the_generic_kind_signs_a_timestamp_and_the_body_within_a_replay_window(
     let r = send().await;
     assert_eq!(r.status, 409, "{}", r.body);
     assert!(r.body.contains("delivery_replayed"), "{}", r.body);
+    // The same MAC spelt in upper-case hex is the same delivery, not a new one (it was named by
+    // the header's text before, and this replay fired a second session).
+    let upper = format!("sha256={}", sig["sha256=".len()..].to_ascii_uppercase());
+    let req = c
+        .request("POST", "/_gw/hook/deploys", None)
+        .header("x-signature-timestamp", now.to_string())
+        .header("x-signature-256", upper);
+    let r = c.call(req.body(Full::new(Bytes::from(body))).unwrap()).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("delivery_replayed"), "{}", r.body);
     assert_eq!(sessions(&c).await, 1);
 }
 
@@ -488,7 +510,8 @@ async fn a_triggered_run_spends_its_users_budget_and_a_spent_one_refuses_the_nex
     let stop = crate::common::audit::find(&audit, "budget_abort", |r| r["session"] == first.as_str()).await;
     assert_eq!(stop["user"], "guard", "{stop}");
     let asked = model.requests.load(std::sync::atomic::Ordering::SeqCst);
-    let r = deliver(&c, "gh", "push", "b-2", &body, Some(sig)).await;
+    let next = push_payload("octo");
+    let r = deliver(&c, "gh", "push", "b-2", &next, Some(signature(SECRET, next.as_bytes()))).await;
     assert_eq!(r.status, 502, "{}", r.body);
     assert!(
         r.body.contains("firing_failed") && r.body.contains("budget.user_day_usd"),
