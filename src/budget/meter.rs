@@ -132,18 +132,17 @@ fn date(day: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
-/// Year, month, day of a day since the epoch (civil from days, H. Hinnant's algorithm).
+/// Year, month, day of a day since the epoch.
 fn civil(day: u64) -> (i64, i64, i64) {
-    let z = day as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+    let date = i64::try_from(day)
+        .ok()
+        .and_then(|d| time::OffsetDateTime::from_unix_timestamp(d.checked_mul(86_400)?).ok())
+        .map_or(time::Date::MAX, |t| t.date());
+    (
+        i64::from(date.year()),
+        i64::from(u8::from(date.month())),
+        i64::from(date.day()),
+    )
 }
 
 /// A session's limit's key (its root session's).

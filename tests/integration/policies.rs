@@ -59,7 +59,7 @@ async fn prompted(c: &Https, auth: &str, text: &str) -> String {
 }
 
 /// The model's last words in session `id` once they start with `SAW:` (bounded).
-async fn saw(c: &Https, id: &str) -> String {
+pub(crate) async fn saw(c: &Https, id: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;

@@ -26,18 +26,9 @@ fn schedule_in(gws: &[&Gateway], name: &str, secs: u64) -> String {
         let (status, body) = tokio::task::block_in_place(|| gw.control("POST", "/reload"));
         assert_eq!(status, 200, "{body}");
     }
-    let secs = unix as i64;
-    let days = secs.div_euclid(86_400);
-    // The date of `days` since 1970 (civil-from-days), for the expected delivery id.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    // The expected delivery id, from the `time` crate, not from the gateway's own formatting.
+    let at = time::OffsetDateTime::from_unix_timestamp(unix as i64).unwrap();
+    let (year, month, d) = (at.year(), u8::from(at.month()), at.day());
     format!("schedule:{year:04}-{month:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 

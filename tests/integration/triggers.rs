@@ -5,7 +5,7 @@
 //! A wrong or missing signature, a replayed delivery, a body over the bound and an unlisted event
 //! are each refused with their reason, audited, and start no session.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -108,28 +108,8 @@ pub(crate) fn push_payload(pusher: &str) -> String {
     serde_json::json!({"ref": "refs/heads/main", "pusher": {"name": pusher}, "head_commit": {"id": "abc"}}).to_string()
 }
 
-/// The model's last words in session `id` once they start with `SAW:` (bounded).
-pub(crate) async fn saw(c: &Https, id: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, messages) = json(c, "GET", &format!("/p/demo/session/{id}/message"), &alice(), "").await;
-        let said = messages
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
-            .filter_map(|p| p["text"].as_str().map(str::to_string))
-            .find(|t| t.starts_with("SAW:"));
-        if let Some(t) = said {
-            return t;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the model never said what it saw: {messages:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
+/// The model's last words, read as the policies' tests read them.
+pub(crate) use crate::policies::saw;
 
 async fn sessions(c: &Https) -> usize {
     let (status, list) = json(c, "GET", "/p/demo/session", &alice(), "").await;

@@ -208,3 +208,14 @@ fn a_budget_near_its_end_admits_one_turn_at_a_time() {
     assert!(m.begin_turn(&prompt("s5"), 10, t0).is_err());
     assert!(m.begin_turn(&prompt("s5"), 10, t0 + turns::HOLD_MAX).unwrap().is_some());
 }
+
+/// Days since 1970 read as calendar dates (the `time` crate's reading): the epoch, a leap day,
+/// a month's first day.
+#[test]
+fn days_are_read_as_dates() {
+    assert_eq!(date(0), "1970-01-01");
+    assert_eq!(date(11_016), "2000-02-29");
+    assert_eq!(date(20_791), "2026-12-04");
+    assert_eq!(month_start(20_791), 20_791 - 3);
+    assert_eq!(month_start(11_016), 11_016 - 28);
+}
