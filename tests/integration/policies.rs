@@ -181,6 +181,20 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
     assert_eq!(status, 403, "{body}");
     let leaves = "the gateway's policy patient leaves this request to a person in the inbox";
     assert!(body.to_string().contains(leaves), "{body}");
+    // The same approval by the other reply routes and spellings OpenCode 1.18.33 takes: the same
+    // refusal, before OpenCode (the request still waits for a person below).
+    for (path, said) in [
+        (format!("/p/demo/session/{person}/permissions/{id}"), r#"{"response":"once"}"#.to_string()),
+        (format!("/p/demo/api/session/{person}/permission/{id}/reply"), reply("once")),
+        (format!("/p/demo/%70ermission/{id}/reply"), reply("once")),
+        (format!("/p/demo//permission/{id}/reply"), reply("once")),
+        (format!("/p/demo/permission/{id}/reply"), r#"{"reply":"reject","reply":"once"}"#.to_string()),
+        (format!("/p/demo/permission/{id}/reply"), r#"{"\u0072eply":"\u006fnce"}"#.to_string()),
+    ] {
+        let (status, body) = json(&c, "POST", &path, &patient, &said).await;
+        assert_eq!(status, 403, "{path} {said}: {body}");
+        assert!(body.to_string().contains(leaves), "{path}: {body}");
+    }
     let (status, body) = json(&c, "POST", &path, &alice(), &reply("always")).await;
     assert_eq!(status, 403, "{body}");
     let always = "\\\"always\\\" is not available under the gateway's policy patient";
