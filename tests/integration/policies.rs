@@ -184,12 +184,24 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
     // The same approval by the other reply routes and spellings OpenCode 1.18.33 takes: the same
     // refusal, before OpenCode (the request still waits for a person below).
     for (path, said) in [
-        (format!("/p/demo/session/{person}/permissions/{id}"), r#"{"response":"once"}"#.to_string()),
-        (format!("/p/demo/api/session/{person}/permission/{id}/reply"), reply("once")),
+        (
+            format!("/p/demo/session/{person}/permissions/{id}"),
+            r#"{"response":"once"}"#.to_string(),
+        ),
+        (
+            format!("/p/demo/api/session/{person}/permission/{id}/reply"),
+            reply("once"),
+        ),
         (format!("/p/demo/%70ermission/{id}/reply"), reply("once")),
         (format!("/p/demo//permission/{id}/reply"), reply("once")),
-        (format!("/p/demo/permission/{id}/reply"), r#"{"reply":"reject","reply":"once"}"#.to_string()),
-        (format!("/p/demo/permission/{id}/reply"), r#"{"\u0072eply":"\u006fnce"}"#.to_string()),
+        (
+            format!("/p/demo/permission/{id}/reply"),
+            r#"{"reply":"reject","reply":"once"}"#.to_string(),
+        ),
+        (
+            format!("/p/demo/permission/{id}/reply"),
+            r#"{"\u0072eply":"\u006fnce"}"#.to_string(),
+        ),
     ] {
         let (status, body) = json(&c, "POST", &path, &patient, &said).await;
         assert_eq!(status, 403, "{path} {said}: {body}");
