@@ -244,7 +244,13 @@ pub async fn the_phone_answered(audit: &Path, user: &str, project: &str, dir: &P
         ),
         "the answer was the paired phone's, from /inbox: {answered}"
     );
-    let ran = std::fs::read_to_string(dir.join("ran.txt")).unwrap_or_default();
+    // The tool's line is written by OpenCode's bash, after the answer (bounded: 30 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut ran = String::new();
+    while ran.is_empty() && std::time::Instant::now() < deadline {
+        ran = std::fs::read_to_string(dir.join("ran.txt")).unwrap_or_default();
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(
         ran.lines().count(),
         1,
