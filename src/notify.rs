@@ -119,6 +119,7 @@ pub(crate) fn alert(a: &Alert, public_url: &str) -> Outgoing {
     let url = format!("{}/inbox", public_url.trim_end_matches('/'));
     let title = match (a.kind, a.stopped) {
         (AlertKind::BudgetWarning, _) => format!("OpenCode: {} nears its budget", a.project),
+        (AlertKind::TriggerPaused, _) => format!("OpenCode: a trigger of {} paused itself", a.project),
         (_, true) => format!("OpenCode: a session of {} was stopped", a.project),
         (AlertKind::BudgetSpent, false) => format!("OpenCode: {} spent its budget", a.project),
         (AlertKind::Runaway, false) => format!("OpenCode: a session of {} looks stuck", a.project),

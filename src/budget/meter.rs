@@ -477,7 +477,6 @@ impl Meter {
     }
 
     /// A session's spend, its subagents' included.
-    #[cfg(test)]
     pub(crate) fn session_spend(&self, project: &str, session: &str) -> f64 {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let root = st.root(project, session).to_string();

@@ -51,7 +51,10 @@ fn print_list(v: &serde_json::Value) {
             (None, Some(endpoint)) => format!("POST {endpoint}"),
             _ => "-".into(),
         };
-        let paused = if t["paused"] == true { "  PAUSED" } else { "" };
+        let paused = match t["paused_why"].as_str() {
+            Some(why) => format!("  PAUSED ({why})"),
+            None => String::new(),
+        };
         println!(
             "{}  {}  project {}  as {}  policy {}  {when}{paused}",
             s("name"),
@@ -60,5 +63,24 @@ fn print_list(v: &serde_json::Value) {
             s("run_as_user"),
             s("policy")
         );
+        for run in t["runs"].as_array().into_iter().flatten() {
+            println!("    {}", run_line(run));
+        }
     }
+}
+
+/// One run, as `trigger list` prints it: when, outcome, session, cost, why it failed.
+fn run_line(run: &serde_json::Value) -> String {
+    let s = |k: &str| run[k].as_str().unwrap_or("-").to_string();
+    let cost = run["usd"].as_f64().map_or(String::new(), |usd| format!("  ${usd:.4}"));
+    let why = match s("detail").as_str() {
+        "-" | "" => String::new(),
+        d => format!("  ({d})"),
+    };
+    format!(
+        "{}  {}  session {}{cost}{why}",
+        s("started"),
+        s("outcome"),
+        s("session")
+    )
 }

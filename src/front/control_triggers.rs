@@ -1,15 +1,15 @@
 //! The control socket's trigger routes, for `opencode-gateway trigger list|fire|pause|resume`
 //! (only the gateway's OS user reaches the socket):
 //!
-//! - `GET /triggers`: each trigger, its kind, project, user, policy, whether it is paused, and a
-//!   schedule's next due time;
+//! - `GET /triggers`: each trigger, its kind, project, user, policy, whether it is paused and
+//!   why, a schedule's next due time, and its last runs (when, session, outcome, cost);
 //! - `POST /trigger/fire?name=N` (body: a JSON object, the payload; empty: `{}`): fire it now, as
 //!   a delivery would (the template, the trigger's user and policy, the one road), without a
 //!   signature, an event filter or a delivery id: `delivery: manual:<ms>`, `from: control_socket`;
 //!   a paused trigger fires too (the operator asked for this run);
 //! - `POST /trigger/pause?name=N`, `POST /trigger/resume?name=N`: kept in the state database, so
 //!   every gateway on it stops (deliveries refused 503 `trigger_paused`, scheduled runs skipped)
-//!   and starts again; audited `trigger_paused` / `trigger_resumed`.
+//!   and starts again; audited `trigger_paused` / `trigger_resumed` (`trigger::steer`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -55,6 +55,22 @@ fn named(gw: &Gateway, name: &str) -> Result<Arc<Trigger>, (StatusCode, Value)> 
         })
 }
 
+/// Runs listed per trigger.
+const LISTED_RUNS: i64 = 5;
+
+fn run_json(r: &crate::store::TriggerRun) -> Value {
+    let ms = |t: i64| crate::audit::rfc3339(t / 1000);
+    json!({
+        "started": ms(r.started_at),
+        "ended": r.ended_at.map(ms),
+        "session": r.session,
+        "delivery": r.delivery,
+        "outcome": r.outcome,
+        "detail": r.detail,
+        "usd": r.usd,
+    })
+}
+
 async fn list(gw: &Gateway) -> Value {
     let state = gw.state();
     let now = crate::store::now_millis() / 1000;
@@ -65,6 +81,12 @@ async fn list(gw: &Gateway) -> Value {
             HookKind::Hmac { .. } => ("hmac", None),
             HookKind::Schedule { cron, offset, .. } => ("schedule", cron.next_after(now, *offset)),
         };
+        let paused = trigger::paused_why(gw, &t.name).await;
+        let runs: Vec<Value> = crate::gateway::trigger_runs::last_runs(gw, &t.name, LISTED_RUNS)
+            .await
+            .iter()
+            .map(run_json)
+            .collect();
         out.push(json!({
             "name": t.name,
             "kind": kind,
@@ -72,7 +94,9 @@ async fn list(gw: &Gateway) -> Value {
             "run_as_user": t.run_as_user,
             "policy": t.policy,
             "events": t.events,
-            "paused": trigger::paused(gw, &t.name).await,
+            "paused": paused.is_some(),
+            "paused_why": paused,
+            "runs": runs,
             "next": next.map(crate::audit::rfc3339),
             "endpoint": matches!(kind, "github" | "hmac").then(|| format!("/_gw/hook/{}", t.name)),
         }));
@@ -127,20 +151,11 @@ async fn pause(gw: &Gateway, name: &str, pause: bool) -> (StatusCode, Value) {
     if let Err(e) = named(gw, name) {
         return e;
     }
-    match trigger::set_paused(gw, name, pause).await {
-        Ok(changed) => {
-            let event = if pause { "trigger_paused" } else { "trigger_resumed" };
-            if changed {
-                let record = crate::audit::Record::new(event)
-                    .field("trigger", name.to_string())
-                    .field("from", "control_socket");
-                gw.audit.record(record);
-            }
-            (
-                StatusCode::OK,
-                json!({"trigger": name, "paused": pause, "changed": changed}),
-            )
-        }
+    match trigger::steer(gw, name, pause, "control_socket", None).await {
+        Ok(changed) => (
+            StatusCode::OK,
+            json!({"trigger": name, "paused": pause, "changed": changed}),
+        ),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
             json!({"error": format!("the state database did not answer: {e}")}),

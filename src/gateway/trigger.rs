@@ -95,67 +95,93 @@ fn paused_key(name: &str) -> [u8; 32] {
     Blake2b256::digest(format!("paused\0{name}")).into()
 }
 
-/// Is trigger `name` paused (`trigger pause`)? A store that cannot answer counts as paused: an
-/// unattended run is not started on a guess.
-pub(crate) async fn paused(gw: &Gateway, name: &str) -> bool {
+/// Why trigger `name` is paused (`trigger pause`, the portal, or itself after failed runs), or
+/// `None` when it is not. A store that cannot answer counts as paused: an unattended run is not
+/// started on a guess.
+pub(crate) async fn paused_why(gw: &Gateway, name: &str) -> Option<String> {
     use crate::auth::once::{Seen, Verdict};
-    let seen = paused_kind(gw).settle(paused_key(name), |_, _| Verdict::Keep).await;
-    !matches!(seen, Ok(Seen::Nothing | Seen::Expired(_)))
+    match paused_kind(gw).settle(paused_key(name), |_, _| Verdict::Keep).await {
+        Ok(Seen::Nothing | Seen::Expired(_)) => None,
+        Ok(Seen::Live(why)) => Some(why),
+        Err(_) => Some("the state database did not answer".into()),
+    }
 }
 
-/// Pause (`true`) or resume trigger `name`; whether that changed anything.
-pub(crate) async fn set_paused(gw: &Gateway, name: &str, pause: bool) -> Result<bool, crate::store::StoreError> {
+/// Is trigger `name` paused? ([`paused_why`].)
+pub(crate) async fn paused(gw: &Gateway, name: &str) -> bool {
+    paused_why(gw, name).await.is_some()
+}
+
+/// Pause trigger `name`, saying `why` (`Some`), or resume it (`None`); whether that changed
+/// anything (a paused trigger keeps its first reason).
+pub(crate) async fn set_paused(gw: &Gateway, name: &str, why: Option<&str>) -> Result<bool, crate::store::StoreError> {
     use crate::auth::once::{Seen, Verdict};
     let kind = paused_kind(gw);
-    if pause {
-        let put = kind.put(paused_key(name), name.to_string()).await?;
-        Ok(matches!(put, crate::store::PutOnce::Kept))
-    } else {
-        let seen = kind.settle(paused_key(name), |_, _| Verdict::Take).await?;
-        Ok(matches!(seen, Seen::Live(_)))
+    match why {
+        Some(why) => {
+            let put = kind.put(paused_key(name), why.to_string()).await?;
+            Ok(matches!(put, crate::store::PutOnce::Kept))
+        }
+        None => {
+            let seen = kind.settle(paused_key(name), |_, _| Verdict::Take).await?;
+            Ok(matches!(seen, Seen::Live(_)))
+        }
     }
+}
+
+/// A person's pause (`true`) or resume of trigger `name`, from `from` (`control_socket`,
+/// `portal`) as `user` when known: whether it changed anything, audited when it did
+/// (`trigger_paused` / `trigger_resumed`).
+pub(crate) async fn steer(
+    gw: &Gateway,
+    name: &str,
+    pause: bool,
+    from: &str,
+    user: Option<&str>,
+) -> Result<bool, crate::store::StoreError> {
+    let why = match user {
+        Some(user) => format!("paused by {user} from the {}", from.replace('_', " ")),
+        None => format!("paused from the {}", from.replace('_', " ")),
+    };
+    let changed = set_paused(gw, name, pause.then_some(why.as_str())).await?;
+    if changed {
+        let event = if pause { "trigger_paused" } else { "trigger_resumed" };
+        let mut record = Record::new(event)
+            .field("trigger", name.to_string())
+            .field("from", from.to_string());
+        if let Some(user) = user {
+            record = record.user(user.to_string());
+        }
+        gw.audit.record(record);
+        tracing::info!(target: "security", trigger = name, from, user, paused = pause, "a trigger was steered");
+    }
+    Ok(changed)
 }
 
 fn valid_id(id: &str) -> bool {
     !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Create (or find) the session and prompt it on `road`; the session's id, or why not.
+fn failed(what: &str, status: u16, body: &[u8]) -> String {
+    let said: String = String::from_utf8_lossy(body).chars().take(200).collect();
+    format!("{what} answered {status}: {said}")
+}
+
+/// Create (or find) the session and prompt it on `road`, kept as a run (`trigger_runs.rs`); the
+/// session's id, or why not (a failed run).
 pub(crate) async fn fire(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
     let t = f.trigger;
-    let failed = |what: &str, status: u16, body: &[u8]| {
-        let said: String = String::from_utf8_lossy(body).chars().take(200).collect();
-        format!("{what} answered {status}: {said}")
-    };
-    let found = match &t.session {
-        SessionChoice::New => None,
-        SessionChoice::Titled(title) => titled(road, &t.project, title).await,
-    };
-    let session = match found {
-        Some(id) => id,
-        None => {
-            let title = match &t.session {
-                SessionChoice::Titled(title) => title.clone(),
-                SessionChoice::New => format!("{}: {}", t.name, f.event),
-            };
-            let call = Call::post(&t.project, "/session".into(), Some(serde_json::json!({"title": title})));
-            let (status, body) = road
-                .call(call)
-                .await
-                .map_err(|e| failed("creating the session", e.status, e.error.to_string().as_bytes()))?;
-            crate::audit::created_session(&body)
-                .filter(|id| valid_id(id))
-                .ok_or_else(|| failed("creating the session", status.as_u16(), &body))?
+    let session = match session_for(road, f).await {
+        Ok(session) => session,
+        Err(why) => {
+            super::trigger_runs::failed(gw, f, None, &why).await;
+            return Err(why);
         }
     };
-    let prompt = serde_json::json!({"parts": [{"type": "text", "text": f.prompt}]});
-    let call = Call::post(&t.project, format!("/session/{session}/prompt_async"), Some(prompt));
-    let (status, body) = road
-        .call(call)
-        .await
-        .map_err(|e| failed("prompting the session", e.status, e.error.to_string().as_bytes()))?;
-    if !status.is_success() {
-        return Err(failed("prompting the session", status.as_u16(), &body));
+    let run = super::trigger_runs::begin(gw, f, &session).await;
+    if let Err(why) = prompt(road, f, &session).await {
+        super::trigger_runs::failed(gw, f, run, &why).await;
+        return Err(why);
     }
     let record = Record::new("trigger_fired")
         .user(t.run_as_user.clone())
@@ -170,6 +196,46 @@ pub(crate) async fn fire(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Resul
     gw.audit.record_written(record, AUDIT_WAIT).await;
     tracing::info!(target: "security", trigger = t.name, project = t.project, session, delivery = f.delivery, "a trigger fired");
     Ok(session)
+}
+
+/// The session a firing prompts: the titled one when it is listed, else a new one.
+async fn session_for(road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
+    let t = f.trigger;
+    if let SessionChoice::Titled(title) = &t.session
+        && let Some(id) = titled(road, &t.project, title).await
+    {
+        return Ok(id);
+    }
+    let title = match &t.session {
+        SessionChoice::Titled(title) => title.clone(),
+        SessionChoice::New => format!("{}: {}", t.name, f.event),
+    };
+    let call = Call::post(&t.project, "/session".into(), Some(serde_json::json!({"title": title})));
+    let (status, body) = road
+        .call(call)
+        .await
+        .map_err(|e| failed("creating the session", e.status, e.error.to_string().as_bytes()))?;
+    crate::audit::created_session(&body)
+        .filter(|id| valid_id(id))
+        .ok_or_else(|| failed("creating the session", status.as_u16(), &body))
+}
+
+/// Prompt `session` with the firing's prompt (OpenCode answers at once; the turn runs on).
+async fn prompt(road: &dyn Road, f: &Firing<'_>, session: &str) -> Result<(), String> {
+    let prompt = serde_json::json!({"parts": [{"type": "text", "text": f.prompt}]});
+    let call = Call::post(
+        &f.trigger.project,
+        format!("/session/{session}/prompt_async"),
+        Some(prompt),
+    );
+    let (status, body) = road
+        .call(call)
+        .await
+        .map_err(|e| failed("prompting the session", e.status, e.error.to_string().as_bytes()))?;
+    if !status.is_success() {
+        return Err(failed("prompting the session", status.as_u16(), &body));
+    }
+    Ok(())
 }
 
 /// The project's session titled `title`, if one is listed.

@@ -66,6 +66,9 @@ pub(crate) struct Session {
     /// Messages older than the session itself whose cost it took over: a fork's copies.
     #[serde(skip)]
     pub copied: Vec<String>,
+    /// The error OpenCode said ended its turn (`session.error`), until its next turn starts.
+    #[serde(skip)]
+    pub error: Option<String>,
 }
 
 impl Session {
@@ -84,6 +87,7 @@ impl Session {
             last_said_ms: now,
             created_ms: 0,
             copied: Vec::new(),
+            error: None,
         }
     }
 }
@@ -204,8 +208,9 @@ pub(crate) struct NewCard {
     pub tool: String,
 }
 
-/// Something the guard wants people told of (a budget warned at or spent, a runaway). Names the
-/// project, the session and why: never a prompt, a command or its output.
+/// Something the guard wants people told of (a budget warned at or spent, a runaway, a trigger
+/// that paused itself). Names the project, the session and why: never a prompt, a command or its
+/// output.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Alert {
     pub project: String,
@@ -225,6 +230,8 @@ pub(crate) enum AlertKind {
     BudgetWarning,
     BudgetSpent,
     Runaway,
+    /// A trigger paused itself after failed runs in a row (`gateway/trigger_runs.rs`).
+    TriggerPaused,
 }
 
 /// What waits for the notifier: a new pending request, or an alert.

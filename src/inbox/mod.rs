@@ -25,6 +25,7 @@ mod policy;
 mod queue;
 mod reconcile;
 mod reply;
+mod turns;
 mod view;
 mod watch;
 
@@ -39,6 +40,7 @@ pub(crate) use model::{
 };
 pub(crate) use queue::Queue;
 pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip};
+pub(crate) use turns::TurnEnd;
 pub(crate) use view::{Card, ProjectView};
 
 use crate::upstream::endpoint::Endpoint;
@@ -59,6 +61,8 @@ pub struct Inbox {
     pub(crate) subscriptions: std::sync::atomic::AtomicUsize,
     /// Sessions under a permission policy, and their requests to judge (`policy.rs`).
     desk: policy::Desk,
+    /// Turn ends, for the gateway's trigger runs (`turns.rs`).
+    turns: turns::Turns,
     parts: Parts,
 }
 
@@ -132,6 +136,7 @@ impl Inbox {
             notify: Queue::new(),
             subscriptions: Default::default(),
             desk: Default::default(),
+            turns: Default::default(),
             parts,
         }
     }
@@ -164,6 +169,11 @@ impl Inbox {
         self.notify.take_receiver()
     }
 
+    /// Tell people of `alert` as the guard tells of its own (the notifier, Web Push).
+    pub(crate) fn tell(&self, alert: Alert) {
+        self.notify.push(Notice::Alert(alert));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Model> {
         self.model.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -192,6 +202,7 @@ impl Inbox {
         }
         for (project, session) in &effect.ended {
             self.meter.turn_ended(project, session);
+            self.tell_turn_end(project, session);
         }
         for card in effect.new_cards {
             if card.kind == CardKind::Permission {

@@ -17,7 +17,7 @@ pub use super::cards::*;
 pub(crate) use super::parse::Failure;
 #[cfg(test)]
 use super::parse::first_lines;
-use super::parse::{permission, question, session_from_info, status, tool_outcome};
+use super::parse::{permission, question, session_error, session_from_info, status, tool_outcome};
 
 /// Sessions kept per project (the most recently active).
 pub(crate) const MAX_SESSIONS: usize = 200;
@@ -332,6 +332,7 @@ impl Model {
         let session = self.touch_session(project, id, now);
         if status != SessionStatus::Idle && session.status == SessionStatus::Idle {
             session.flag = None;
+            session.error = None;
             session.streak = None;
             session.last_said_ms = now;
         }
@@ -427,6 +428,13 @@ impl Model {
             },
             "session.idle" => match of_session {
                 Some(id) => self.set_status(project, id, now, SessionStatus::Idle),
+                None => Effect::default(),
+            },
+            "session.error" => match of_session {
+                Some(id) => {
+                    self.touch_session(project, id, now).error = Some(session_error(&props["error"]));
+                    Effect::changed(true)
+                }
                 None => Effect::default(),
             },
             "message.updated" => match props["info"]["sessionID"].as_str().or(of_session) {

@@ -127,8 +127,19 @@ pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<S
             .as_u64()
             .unwrap_or_else(|| old.map_or(0, |o| o.created_ms)),
         copied: old.map(|o| o.copied.clone()).unwrap_or_default(),
+        error: old.and_then(|o| o.error.clone()),
         id,
     })
+}
+
+/// What a `session.error` says (`properties.error`: `{name, data: {message}}`): its first line,
+/// at most 200 characters, after its name ("APIError: rate limited").
+pub(super) fn session_error(error: &Value) -> String {
+    let name = error["name"].as_str().unwrap_or("an error");
+    match error["data"]["message"].as_str().and_then(|m| m.lines().next()) {
+        Some(m) if !m.trim().is_empty() => format!("{name}: {}", m.trim()).chars().take(200).collect(),
+        _ => name.chars().take(200).collect(),
+    }
 }
 
 /// How a finished tool call ended (`message.part.updated`'s `part`): `None` for anything that is

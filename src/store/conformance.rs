@@ -417,12 +417,68 @@ pub(super) fn single_use_records_are_taken_once(store: &dyn Store) {
     );
 }
 
+/// A trigger's runs: begun running, ended once, read newest first, the oldest past the kept
+/// number gone.
+fn trigger_runs_end_once_and_the_newest_are_kept(s: &dyn Store) {
+    use super::runs::KEPT_PER_TRIGGER;
+    let run = |n: i64, session: Option<&str>| TriggerRun {
+        id: format!("run_{n:03}"),
+        trigger_name: "gh".into(),
+        project: "web".into(),
+        session: session.map(String::from),
+        delivery: format!("d{n}"),
+        started_at: 1_000 + n,
+        ended_at: None,
+        outcome: "running".into(),
+        detail: String::new(),
+        usd: None,
+    };
+    s.add_trigger_run(&run(1, Some("ses_a"))).unwrap();
+    s.add_trigger_run(&run(2, Some("ses_a"))).unwrap();
+    let other = TriggerRun {
+        trigger_name: "nightly".into(),
+        ..run(3, Some("ses_b"))
+    };
+    s.add_trigger_run(&other).unwrap();
+    let running: Vec<String> = s.running_in("ses_a").unwrap().into_iter().map(|r| r.id).collect();
+    assert_eq!(running, ["run_001", "run_002"], "oldest first");
+    assert!(
+        s.end_trigger_run("run_001", 5_000, "failed", "stopped", Some(0.25))
+            .unwrap()
+    );
+    assert!(
+        !s.end_trigger_run("run_001", 6_000, "ok", "", None).unwrap(),
+        "a run ends once"
+    );
+    let ended = &s.trigger_runs("gh", 10).unwrap()[1];
+    assert_eq!(
+        (ended.outcome.as_str(), ended.detail.as_str(), ended.ended_at, ended.usd),
+        ("failed", "stopped", Some(5_000), Some(0.25))
+    );
+    assert_eq!(s.running_in("ses_a").unwrap().len(), 1);
+    for n in 10..10 + KEPT_PER_TRIGGER {
+        s.add_trigger_run(&run(n, None)).unwrap();
+    }
+    let kept = s.trigger_runs("gh", 1_000).unwrap();
+    assert_eq!(kept.len() as i64, KEPT_PER_TRIGGER);
+    assert_eq!(kept[0].id, format!("run_{:03}", 9 + KEPT_PER_TRIGGER), "newest first");
+    assert!(
+        kept.iter().all(|r| r.id != "run_001" && r.id != "run_002"),
+        "the oldest went"
+    );
+    assert_eq!(
+        s.trigger_runs("nightly", 10).unwrap(),
+        [other],
+        "another trigger's are untouched"
+    );
+}
+
 /// One case of the store's behaviour.
 type Case = fn(&dyn Store);
 
 /// Every case, each on a fresh store `fresh` makes.
 pub(super) fn every_case(fresh: &mut dyn FnMut(&str) -> std::sync::Arc<dyn Store>) {
-    let cases: [(&str, Case); 7] = [
+    let cases: [(&str, Case); 8] = [
         (
             "push",
             push_subscriptions_live_with_their_login_and_go_with_their_device,
@@ -436,6 +492,7 @@ pub(super) fn every_case(fresh: &mut dyn FnMut(&str) -> std::sync::Arc<dyn Store
         ("tokens", tokens_round_trip_revoke_and_touch),
         ("passkeys", passkeys_round_trip_revoke_and_keep_one_handle_per_user),
         ("once", single_use_records_are_taken_once),
+        ("trigger_runs", trigger_runs_end_once_and_the_newest_are_kept),
     ];
     for (name, case) in cases {
         case(&*fresh(name));

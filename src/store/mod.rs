@@ -1,6 +1,6 @@
 //! The gateway's state database: what it must remember across restarts and share with the CLI
 //! (API tokens, browser sessions, paired devices, spend, push subscriptions, passkeys, single-use
-//! records). [`Store`] is seven small traits, one per job; SQLite ([`sqlite`]) and PostgreSQL
+//! records, triggers' runs). [`Store`] is eight small traits, one per job; SQLite ([`sqlite`]) and PostgreSQL
 //! ([`postgres`]) implement them with the same statements (`statements.rs`), so another backend
 //! adds a dialect without touching the callers.
 
@@ -13,8 +13,11 @@ pub mod postgres;
 #[cfg(test)]
 #[path = "../../tests/support/postgres_cluster.rs"]
 pub(crate) mod postgres_cluster;
+mod runs;
 pub mod sqlite;
 mod statements;
+
+pub(crate) use runs::{RunStore, TriggerRun};
 
 #[cfg(test)]
 mod backends {
@@ -542,10 +545,13 @@ pub(crate) trait SharedStore: Send + Sync {
 
 /// The whole state database.
 pub(crate) trait Store:
-    TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + SharedStore
+    TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + RunStore + SharedStore
 {
 }
-impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + SharedStore> Store for T {}
+impl<T: TokenStore + BrowserStore + SpendStore + PushStore + PasskeyStore + OnceStore + RunStore + SharedStore> Store
+    for T
+{
+}
 
 /// Open (creating and migrating) the state database the settings name: PostgreSQL at
 /// `[store] url`, else SQLite under `state_dir`.

@@ -30,6 +30,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/postgres/0004_budgets.sql"),
     include_str!("migrations/postgres/0005_push_per_user.sql"),
     include_str!("migrations/postgres/0006_policies.sql"),
+    include_str!("migrations/postgres/0007_trigger_runs.sql"),
 ];
 /// How long a connection to the database may take when the URL does not say (the store's calls
 /// are bounded by [`CALL_TIMEOUT`] all the same; this bounds the listening and lock threads').

@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_once.sql"),
     include_str!("migrations/0008_push_per_user.sql"),
     include_str!("migrations/0009_policies.sql"),
+    include_str!("migrations/0010_trigger_runs.sql"),
 ];
 
 pub(crate) struct SqliteStore {

@@ -74,6 +74,11 @@ macro_rules! session_columns {
         "id, digest, {user}, device_id, parent, host, created_at, last_seen_at, idle_secs, expires_at, revoked_at"
     };
 }
+macro_rules! trigger_run_columns {
+    () => {
+        "id, trigger_name, project, session, delivery, started_at, ended_at, outcome, detail, usd"
+    };
+}
 macro_rules! passkey_columns {
     () => {
         "id, credential_id, {user}, handle, static_state, dynamic_state, label, created_at, last_used_at, revoked_at"
@@ -111,6 +116,19 @@ statements! {
     SESSION_POLICY_SET = "INSERT INTO session_policies (session, project, policy, created_at) VALUES ($1, $2, $3, $4)
         ON CONFLICT (session) DO NOTHING";
     SESSION_POLICIES = "SELECT session, project, policy FROM session_policies ORDER BY created_at, session";
+
+    /// A trigger's run (`runs.rs`), begun or already over.
+    TRIGGER_RUN_INSERT = concat!("INSERT INTO trigger_runs (", trigger_run_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)");
+    /// The trigger's newest runs stay (`runs::KEPT_PER_TRIGGER`).
+    TRIGGER_RUNS_PRUNE = "DELETE FROM trigger_runs WHERE trigger_name = $1 AND id NOT IN
+        (SELECT id FROM trigger_runs WHERE trigger_name = $1 ORDER BY started_at DESC, id LIMIT $2)";
+    /// A run's end, once: only a running run is ended.
+    TRIGGER_RUN_END = "UPDATE trigger_runs SET ended_at = $2, outcome = $3, detail = $4, usd = $5
+        WHERE id = $1 AND outcome = 'running'";
+    TRIGGER_RUNS_OF = concat!("SELECT ", trigger_run_columns!(), " FROM trigger_runs WHERE trigger_name = $1
+        ORDER BY started_at DESC, id LIMIT $2");
+    TRIGGER_RUNS_RUNNING_IN = concat!("SELECT ", trigger_run_columns!(), " FROM trigger_runs
+        WHERE session = $1 AND outcome = 'running' ORDER BY started_at, id");
 
     DEVICE_INSERT = concat!("INSERT INTO devices (", device_columns!(), ") VALUES ($1, $2, $3, $4, $5, $6, $7)");
     DEVICES_OF = newest_first!(device_columns, "devices");

@@ -24,6 +24,7 @@ pub mod passkey_form;
 pub mod push_form;
 pub mod room;
 pub mod sso;
+pub mod trigger_form;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -66,6 +67,7 @@ pub enum Page {
     Restart,
     /// Raise or reset a project's or a session's budget (operators).
     Budget,
+    Trigger,
     /// This browser's Web Push subscription.
     Push,
     /// Passkeys: add one, sign in with one, revoke one.
@@ -135,6 +137,7 @@ fn reserved_page(project_host: bool, rest: &[&str]) -> Page {
         (false, ["new"]) => Page::NewSession,
         (false, ["restart"]) => Page::Restart,
         (false, ["budget"]) => Page::Budget,
+        (false, ["trigger"]) => Page::Trigger,
         (false, ["push"]) => Page::Push,
         (false, ["passkey"]) => Page::Passkey,
         (false, ["oidc", "start"]) => Page::OidcStart,
@@ -322,6 +325,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::NewSession, &Method::POST) => room::new_session(ctx, body).await,
         (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
         (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
+        (Page::Trigger, &Method::POST) => trigger_form::steer(ctx, body).await,
         (Page::Push, &Method::POST) => push_form::subscribe(ctx, body).await,
         (Page::Passkey, &Method::POST) => passkey_form::post(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,

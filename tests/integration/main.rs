@@ -80,6 +80,7 @@ mod sso;
 mod streaming;
 mod supervise;
 mod tokens;
+mod trigger_runs;
 mod trigger_schedule;
 mod triggers;
 mod worktrees;

@@ -72,6 +72,12 @@ pub(crate) fn demo(oc_url: &str, oc_password: &str, limits: &str) -> Gateway {
             projects: "[\"demo\"]",
             role: "operator",
         },
+        TestUser {
+            name: "vic",
+            password: crate::budgets::VIC_PW,
+            projects: "[\"demo\"]",
+            role: "viewer",
+        },
     ]);
     let config = base_config(&format!(
         "{limits}[[project]]\nname = \"demo\"\nupstream = \"{oc_url}\"\nupstream_password_file = \"pw\"\n\n{users}{POLICY}\n{TRIGGERS}"
@@ -429,7 +435,7 @@ async fn the_cli_lists_pauses_resumes_and_fires_a_trigger() {
     assert!(ok, "{out}");
     let (_, out) = gw.cli_with_env(&["trigger", "list"]);
     assert!(
-        out.lines().any(|l| l.starts_with("gh  ") && l.ends_with("PAUSED")),
+        out.lines().any(|l| l.starts_with("gh  ") && l.ends_with("PAUSED (paused from the control socket)")),
         "{out}"
     );
     let body = push_payload("mona");

@@ -88,6 +88,10 @@ pub(crate) struct ProjectRow {
     pub can_raise: bool,
     /// Its web UI's origin, as this browser reaches it.
     pub origin: Option<String>,
+    /// The folder its server knows it by (for links to its sessions in the web UI).
+    pub directory: Option<String>,
+    /// Its `[[trigger]]`s with their last runs (the portal only: `trigger_rows.rs`).
+    pub triggers: Vec<trigger_rows::TriggerRow>,
 }
 
 pub(crate) struct QuestionRow {
@@ -209,6 +213,10 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         Some("aborted") => Some("The session was told to stop."),
         Some("resumed") => Some("The session was told to continue."),
         Some("raised") => Some("The budget was raised."),
+        Some("trigger_paused") => {
+            Some("The trigger is paused: no delivery or schedule starts a run until it is resumed.")
+        }
+        Some("trigger_resumed") => Some("The trigger is resumed: its next delivery or due time starts a run."),
         Some("passkey_added") => Some("Passkey added: sign in with it next time."),
         Some("passkey_removed") => Some("Passkey revoked: it signs no one in from now on."),
         Some("reset") => Some("The budget was reset: what was spent so far no longer counts against it."),
@@ -231,7 +239,8 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
         Ok(l) => l,
         Err(redirect) => return Ok(redirect),
     };
-    let r = room(ctx, &live.user, flash_of(ctx));
+    let mut r = room(ctx, &live.user, flash_of(ctx));
+    trigger_rows::add(ctx, &live.user, &mut r).await;
     if fragment(ctx) {
         page::html(StatusCode::OK, &PortalContent { r: &r })
     } else {
@@ -283,6 +292,7 @@ mod events;
 mod rows;
 #[cfg(test)]
 mod tests;
+mod trigger_rows;
 
 pub(crate) use act::portal_form_fields;
 pub(crate) use act::{act, new_session, restart};

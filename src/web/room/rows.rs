@@ -53,7 +53,7 @@ fn mark_blocked(gw: &crate::gateway::Gateway, state: &State, user: &str, row: &m
     }
 }
 
-fn ago(ms: u64, now: u64) -> String {
+pub(super) fn ago(ms: u64, now: u64) -> String {
     let s = now.saturating_sub(ms) / 1000;
     match s {
         0..=59 => format!("{s} s"),
@@ -345,6 +345,8 @@ fn project_row(
         can_restart: false,
         can_raise: false,
         origin: None,
+        directory: v.directory.clone(),
+        triggers: Vec::new(),
     }
 }
 

@@ -20,6 +20,8 @@ fn project(name: &str, on_box: Option<&str>) -> ProjectRow {
         can_restart: false,
         can_raise: false,
         origin: None,
+        directory: None,
+        triggers: Vec::new(),
     }
 }
 
@@ -178,4 +180,73 @@ fn a_spent_budget_offers_each_role_what_it_may_do() {
         assert!(!part.contains("<button"), "{part}");
         assert!(part.contains("Only an operator of web can raise or reset it"), "{part}");
     }
+}
+
+#[test]
+fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() {
+    use super::trigger_rows::{RunRow, TriggerRow};
+    let run = |outcome: &'static str, class: &'static str, detail: &str| RunRow {
+        ago: "2 min".into(),
+        since_ms: 1,
+        class,
+        outcome,
+        session: Some("ses_9".into()),
+        link: Some("https://web.example/L3c/session/ses_9".into()),
+        cost: Some("$0.0120".into()),
+        detail: detail.into(),
+    };
+    let trigger = |can_steer: bool, paused: Option<&str>| TriggerRow {
+        name: "gh".into(),
+        kind: "GitHub webhook: push".into(),
+        next: None,
+        paused: paused.map(String::from),
+        runs: vec![
+            run("failed", "failed", "stopped by the gateway's guard: <b>twice</b>"),
+            run("ok", "running", ""),
+        ],
+        can_steer,
+    };
+    let room_with = |t: TriggerRow| {
+        let mut p = project("web", None);
+        p.triggers.push(t);
+        Room {
+            projects: vec![p],
+            cards: Vec::new(),
+            notes: Vec::new(),
+            pending: 0,
+            flash: None,
+            viewer_only: false,
+            my_spend: None,
+        }
+    };
+    let operator = PortalContent {
+        r: &room_with(trigger(true, Some("paused itself: its last 2 runs failed"))),
+    }
+    .render()
+    .unwrap();
+    assert!(operator.contains("GitHub webhook: push"), "{operator}");
+    assert!(operator.contains("paused itself: its last 2 runs failed"), "{operator}");
+    assert!(
+        operator.contains(r#"href="https://web.example/L3c/session/ses_9""#),
+        "{operator}"
+    );
+    assert!(operator.contains("$0.0120"), "{operator}");
+    assert!(
+        operator.contains("&lt;b&gt;twice&lt;/b&gt;"),
+        "a run's words are escaped: {operator}"
+    );
+    assert!(operator.contains(r#"value="resume""#) && !operator.contains(r#"value="pause""#));
+    let active = PortalContent {
+        r: &room_with(trigger(true, None)),
+    }
+    .render()
+    .unwrap();
+    assert!(active.contains(r#"value="pause""#) && !active.contains(r#"value="resume""#));
+    let viewer = PortalContent {
+        r: &room_with(trigger(false, None)),
+    }
+    .render()
+    .unwrap();
+    assert!(viewer.contains("GitHub webhook: push"), "viewers see the card");
+    assert!(!viewer.contains("/_gw/trigger"), "but get no steering form: {viewer}");
 }
