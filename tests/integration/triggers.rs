@@ -435,7 +435,8 @@ async fn the_cli_lists_pauses_resumes_and_fires_a_trigger() {
     assert!(ok, "{out}");
     let (_, out) = gw.cli_with_env(&["trigger", "list"]);
     assert!(
-        out.lines().any(|l| l.starts_with("gh  ") && l.ends_with("PAUSED (paused from the control socket)")),
+        out.lines()
+            .any(|l| l.starts_with("gh  ") && l.ends_with("PAUSED (paused from the control socket)")),
         "{out}"
     );
     let body = push_payload("mona");
