@@ -232,7 +232,7 @@ fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() 
     );
     assert!(operator.contains("$0.0120"), "{operator}");
     assert!(
-        operator.contains("&lt;b&gt;twice&lt;/b&gt;"),
+        operator.contains("&#60;b&#62;twice&#60;/b&#62;") && !operator.contains("<b>"),
         "a run's words are escaped: {operator}"
     );
     assert!(operator.contains(r#"value="resume""#) && !operator.contains(r#"value="pause""#));
