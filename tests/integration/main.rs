@@ -65,6 +65,7 @@ mod proxy;
 mod proxy_protocol;
 mod push;
 mod push_guarded;
+mod readme_trigger;
 mod real_opencode;
 mod refusals;
 mod reload;

@@ -17,7 +17,7 @@ use crate::triggers::{SECRET, deliver, demo, push_payload, session_of, signature
 
 /// Trigger `name` as the control socket lists it, once `pred` holds for its newest run
 /// (bounded: 60 s).
-async fn newest_run_until(
+pub(crate) async fn newest_run_until(
     gw: &Gateway,
     name: &str,
     what: &str,

@@ -96,6 +96,19 @@ fn runcmd(m: &serde_json::Value) -> Option<String> {
     Some(line.strip_suffix('"').unwrap_or(line).to_string())
 }
 
+/// [`FakeModel::start`] with this "command": the model runs the commands its prompt names in
+/// backticks, in order, one a step, then says what the last one answered (`SAW: …`), as a real
+/// model told "run the tests (`npm test`), then push (`git push origin main`)" would.
+pub const BACKTICKED: &str = "<the prompt's backticked commands>";
+
+/// The next backticked command of the conversation's first user prompt: the one after as many
+/// as there are tool results so far.
+fn next_backticked(messages: &[serde_json::Value]) -> Option<String> {
+    let prompt = text_of(messages.iter().find(|m| m["role"] == "user")?);
+    let done = messages.iter().filter(|m| m["role"] == "tool").count();
+    prompt.split('`').skip(1).step_by(2).nth(done).map(str::to_string)
+}
+
 /// The stream the fake model answers a request with.
 fn answer(body: &serde_json::Value, bash_command: &str) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
@@ -107,7 +120,17 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
     let looping = messages
         .iter()
         .any(|m| m["role"] == "user" && m.to_string().contains("LOOPBASH"));
-    if has_tools && looping {
+    let backticked = (bash_command == BACKTICKED && has_tools)
+        .then(|| next_backticked(&messages))
+        .flatten();
+    if let Some(command) = backticked {
+        let args = serde_json::json!({"command": command, "description": "as the prompt says"}).to_string();
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_b{}", messages.len()), "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools && looping {
         let args = serde_json::json!({"command": bash_command, "description": "again"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()), "type": "function", "function": {"name": "bash", "arguments": args}}]}),
@@ -152,7 +175,8 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
     } else {
-        let asked_cmd = messages.iter().any(|m| m["role"] == "user" && runcmd(m).is_some());
+        let asked_cmd =
+            bash_command == BACKTICKED || messages.iter().any(|m| m["role"] == "user" && runcmd(m).is_some());
         let text = match last["role"] == "tool" {
             true if asked_cmd => format!("SAW: {}", text_of(&last)),
             true => AFTER_TOOL.to_string(),
