@@ -182,10 +182,8 @@ fn a_spent_budget_offers_each_role_what_it_may_do() {
     }
 }
 
-#[test]
-fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() {
-    use super::trigger_rows::{RunRow, TriggerRow};
-    let run = |outcome: &'static str, class: &'static str, detail: &str| RunRow {
+fn run_row(outcome: &'static str, class: &'static str, detail: &str) -> super::trigger_rows::RunRow {
+    super::trigger_rows::RunRow {
         ago: "2 min".into(),
         since_ms: 1,
         class,
@@ -194,36 +192,38 @@ fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() 
         link: Some("https://web.example/L3c/session/ses_9".into()),
         cost: Some("$0.0120".into()),
         detail: detail.into(),
-    };
-    let trigger = |can_steer: bool, paused: Option<&str>| TriggerRow {
+    }
+}
+
+/// Project web's portal with trigger gh: a failed run and an ok one, steerable or not, paused or not.
+fn portal_with_trigger(can_steer: bool, paused: Option<&str>) -> String {
+    let mut p = project("web", None);
+    p.triggers.push(super::trigger_rows::TriggerRow {
         name: "gh".into(),
         kind: "GitHub webhook: push".into(),
         next: None,
         paused: paused.map(String::from),
         runs: vec![
-            run("failed", "failed", "stopped by the gateway's guard: <b>twice</b>"),
-            run("ok", "running", ""),
+            run_row("failed", "failed", "stopped by the gateway's guard: <b>twice</b>"),
+            run_row("ok", "running", ""),
         ],
         can_steer,
+    });
+    let room = Room {
+        projects: vec![p],
+        cards: Vec::new(),
+        notes: Vec::new(),
+        pending: 0,
+        flash: None,
+        viewer_only: false,
+        my_spend: None,
     };
-    let room_with = |t: TriggerRow| {
-        let mut p = project("web", None);
-        p.triggers.push(t);
-        Room {
-            projects: vec![p],
-            cards: Vec::new(),
-            notes: Vec::new(),
-            pending: 0,
-            flash: None,
-            viewer_only: false,
-            my_spend: None,
-        }
-    };
-    let operator = PortalContent {
-        r: &room_with(trigger(true, Some("paused itself: its last 2 runs failed"))),
-    }
-    .render()
-    .unwrap();
+    PortalContent { r: &room }.render().unwrap()
+}
+
+#[test]
+fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() {
+    let operator = portal_with_trigger(true, Some("paused itself: its last 2 runs failed"));
     assert!(operator.contains("GitHub webhook: push"), "{operator}");
     assert!(operator.contains("paused itself: its last 2 runs failed"), "{operator}");
     assert!(
@@ -236,17 +236,9 @@ fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() 
         "a run's words are escaped: {operator}"
     );
     assert!(operator.contains(r#"value="resume""#) && !operator.contains(r#"value="pause""#));
-    let active = PortalContent {
-        r: &room_with(trigger(true, None)),
-    }
-    .render()
-    .unwrap();
+    let active = portal_with_trigger(true, None);
     assert!(active.contains(r#"value="pause""#) && !active.contains(r#"value="resume""#));
-    let viewer = PortalContent {
-        r: &room_with(trigger(false, None)),
-    }
-    .render()
-    .unwrap();
+    let viewer = portal_with_trigger(false, None);
     assert!(viewer.contains("GitHub webhook: push"), "viewers see the card");
     assert!(!viewer.contains("/_gw/trigger"), "but get no steering form: {viewer}");
 }
