@@ -9,7 +9,7 @@
 //!   a paused trigger fires too (the operator asked for this run);
 //! - `POST /trigger/pause?name=N`, `POST /trigger/resume?name=N`: kept in the state database, so
 //!   every gateway on it stops (deliveries refused 503 `trigger_paused`, scheduled runs skipped)
-//!   and starts again; audited `trigger_paused` / `trigger_resumed` (`trigger::steer`).
+//!   and starts again; audited `trigger_paused` / `trigger_resumed` (`trigger_pause::steer`).
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 use crate::config::triggers::{HookKind, Trigger};
 use crate::gateway::Gateway;
 use crate::gateway::trigger::{self, Firing};
+use crate::gateway::trigger_pause;
 
 /// The answer to a trigger route, or `None` for a path that is not one.
 pub(super) async fn route(
@@ -81,7 +82,7 @@ async fn list(gw: &Gateway) -> Value {
             HookKind::Hmac { .. } => ("hmac", None),
             HookKind::Schedule { cron, offset, .. } => ("schedule", cron.next_after(now, *offset)),
         };
-        let paused = trigger::paused_why(gw, &t.name).await;
+        let paused = trigger_pause::paused_why(gw, &t.name).await;
         let runs: Vec<Value> = crate::gateway::trigger_runs::last_runs(gw, &t.name, LISTED_RUNS)
             .await
             .iter()
@@ -151,7 +152,7 @@ async fn pause(gw: &Gateway, name: &str, pause: bool) -> (StatusCode, Value) {
     if let Err(e) = named(gw, name) {
         return e;
     }
-    match trigger::steer(gw, name, pause, "control_socket", None).await {
+    match trigger_pause::steer(gw, name, pause, "control_socket", None).await {
         Ok(changed) => (
             StatusCode::OK,
             json!({"trigger": name, "paused": pause, "changed": changed}),

@@ -91,7 +91,7 @@ fn look(gw: &Arc<Gateway>, next: &mut HashMap<String, (Arc<Trigger>, i64)>, now:
 async fn run(gw: Arc<Gateway>, t: Arc<Trigger>, due: i64) {
     let at = crate::audit::rfc3339(due);
     let delivery = format!("schedule:{at}");
-    if trigger::paused(&gw, &t.name).await {
+    if crate::gateway::trigger_pause::paused(&gw, &t.name).await {
         tracing::info!(
             trigger = t.name,
             due = at,

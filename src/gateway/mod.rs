@@ -10,6 +10,7 @@ mod restart_needed;
 pub mod snapshot;
 pub mod state;
 pub(crate) mod trigger;
+pub(crate) mod trigger_pause;
 pub(crate) mod trigger_runs;
 
 use std::net::IpAddr;

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::Gateway;
-use super::trigger::Firing;
+use crate::config::triggers::Trigger;
 use crate::inbox::{Alert, AlertKind, TurnEnd};
 use crate::store::{Store, TriggerRun};
 
@@ -22,14 +22,14 @@ fn store(gw: &Gateway) -> Arc<dyn Store> {
     gw.browser.sessions.store().clone()
 }
 
-fn run_of(f: &Firing<'_>, session: Option<&str>, outcome: &str, detail: &str) -> TriggerRun {
+fn run_of(t: &Trigger, delivery: &str, session: Option<&str>, outcome: &str, detail: &str) -> TriggerRun {
     let now = crate::store::now_millis();
     TriggerRun {
         id: format!("run_{}", crate::auth::sessions::random(9)),
-        trigger_name: f.trigger.name.clone(),
-        project: f.trigger.project.clone(),
+        trigger_name: t.name.clone(),
+        project: t.project.clone(),
         session: session.map(str::to_string),
-        delivery: f.delivery.to_string(),
+        delivery: delivery.to_string(),
         started_at: now,
         ended_at: (outcome != "running").then_some(now),
         outcome: outcome.to_string(),
@@ -38,10 +38,10 @@ fn run_of(f: &Firing<'_>, session: Option<&str>, outcome: &str, detail: &str) ->
     }
 }
 
-/// A run begins in `session`: its id, or `None` when the database did not keep it (logged; the
-/// firing goes on, unrecorded).
-pub(crate) async fn begin(gw: &Gateway, f: &Firing<'_>, session: &str) -> Option<String> {
-    let run = run_of(f, Some(session), "running", "");
+/// A run of `t` for `delivery` begins in `session`: its id, or `None` when the database did not
+/// keep it (logged; the firing goes on, unrecorded).
+pub(crate) async fn begin(gw: &Gateway, t: &Trigger, delivery: &str, session: &str) -> Option<String> {
+    let run = run_of(t, delivery, Some(session), "running", "");
     let id = run.id.clone();
     let store = store(gw);
     crate::store::blocking("keeping a trigger's run", move || store.add_trigger_run(&run))
@@ -50,8 +50,9 @@ pub(crate) async fn begin(gw: &Gateway, f: &Firing<'_>, session: &str) -> Option
         .map(|()| id)
 }
 
-/// The firing failed: before a session (`run` none), or at its prompt (`run` begun).
-pub(crate) async fn failed(gw: &Gateway, f: &Firing<'_>, run: Option<String>, why: &str) {
+/// The firing of `t` for `delivery` failed: before a session (`run` none), or at its prompt
+/// (`run` begun).
+pub(crate) async fn failed(gw: &Gateway, t: &Trigger, delivery: &str, run: Option<String>, why: &str) {
     let store = store(gw);
     let kept = match run {
         Some(id) => {
@@ -63,7 +64,7 @@ pub(crate) async fn failed(gw: &Gateway, f: &Firing<'_>, run: Option<String>, wh
             .await
         }
         None => {
-            let run = run_of(f, None, "failed", why);
+            let run = run_of(t, delivery, None, "failed", why);
             crate::store::blocking("keeping a trigger's run", move || {
                 store.add_trigger_run(&run).map(|()| true)
             })
@@ -71,7 +72,7 @@ pub(crate) async fn failed(gw: &Gateway, f: &Firing<'_>, run: Option<String>, wh
         }
     };
     if kept.unwrap_or(false) {
-        after_failure(gw, &f.trigger.name, &f.trigger.project, None).await;
+        after_failure(gw, &t.name, &t.project, None).await;
     }
 }
 
@@ -157,7 +158,10 @@ async fn after_failure(gw: &Gateway, name: &str, project: &str, session: Option<
         "paused itself: its last {FAILED_IN_A_ROW} runs failed ({})",
         last[0].detail
     );
-    if !matches!(super::trigger::set_paused(gw, name, Some(&reason)).await, Ok(true)) {
+    if !matches!(
+        super::trigger_pause::set_paused(gw, name, Some(&reason)).await,
+        Ok(true)
+    ) {
         return;
     }
     gw.audit.record(

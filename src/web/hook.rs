@@ -168,7 +168,7 @@ async fn judge(ctx: &Ctx<'_>, name: &str, body: Incoming) -> Result<Option<Accep
             ),
         ));
     }
-    if trigger::paused(ctx.gw, &trigger.name).await {
+    if crate::gateway::trigger_pause::paused(ctx.gw, &trigger.name).await {
         return Err(refusal(
             "trigger_paused",
             503,

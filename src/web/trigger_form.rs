@@ -39,7 +39,7 @@ pub(crate) async fn steer(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Prox
         Some("resume") => false,
         _ => return Err(HttpError::BadRequest("do: write pause or resume".into())),
     };
-    crate::gateway::trigger::steer(ctx.gw, name, pause, "portal", Some(&live.user))
+    crate::gateway::trigger_pause::steer(ctx.gw, name, pause, "portal", Some(&live.user))
         .await
         .map_err(|e| HttpError::StateUnavailable((&e).into()))?;
     let done = if pause { "trigger_paused" } else { "trigger_resumed" };

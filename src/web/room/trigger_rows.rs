@@ -62,7 +62,7 @@ pub(crate) async fn add(ctx: &Ctx<'_>, user: &str, room: &mut Room) {
                 name: t.name.clone(),
                 kind: kind_of(t),
                 next: next_of(t),
-                paused: crate::gateway::trigger::paused_why(ctx.gw, &t.name).await,
+                paused: crate::gateway::trigger_pause::paused_why(ctx.gw, &t.name).await,
                 runs,
                 can_steer: role >= Role::Operator,
             });
