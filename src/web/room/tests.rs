@@ -25,6 +25,19 @@ fn project(name: &str, on_box: Option<&str>) -> ProjectRow {
     }
 }
 
+/// The pages of one project, nothing waiting.
+fn room_of(project: ProjectRow) -> Room {
+    Room {
+        projects: vec![project],
+        cards: Vec::new(),
+        notes: Vec::new(),
+        pending: 0,
+        flash: None,
+        viewer_only: false,
+        my_spend: None,
+    }
+}
+
 fn flagged(budget: bool) -> SessionRow {
     SessionRow {
         id: "ses_1".into(),
@@ -131,15 +144,7 @@ fn a_spent_budget_offers_each_role_what_it_may_do() {
     let mut web = project("web", None);
     web.sessions = vec![flagged(true)];
     web.can_raise = true;
-    let mut room = Room {
-        projects: vec![web],
-        cards: Vec::new(),
-        notes: Vec::new(),
-        pending: 0,
-        flash: None,
-        viewer_only: false,
-        my_spend: None,
-    };
+    let mut room = room_of(web);
     if let Some(f) = room.projects[0].sessions[0].flag.as_mut() {
         f.resumable = false;
         f.blocked = Some(Blocked {
@@ -209,15 +214,7 @@ fn portal_with_trigger(can_steer: bool, paused: Option<&str>) -> String {
         ],
         can_steer,
     });
-    let room = Room {
-        projects: vec![p],
-        cards: Vec::new(),
-        notes: Vec::new(),
-        pending: 0,
-        flash: None,
-        viewer_only: false,
-        my_spend: None,
-    };
+    let room = room_of(p);
     PortalContent { r: &room }.render().unwrap()
 }
 
