@@ -32,6 +32,10 @@ mod boundaries;
 #[path = "properties/permission.rs"]
 mod permission;
 
+/// A task's slug and base branch (issue 41).
+#[path = "properties/task_name.rs"]
+mod task_name;
+
 /// The PROXY protocol read from its specification, written apart from the gateway's parser
 /// (shared with fuzz/).
 #[path = "oracle/proxy_protocol.rs"]

@@ -22,7 +22,7 @@ pub(crate) fn matches(prefix: &str, name: &str) -> bool {
 /// The project a set makes of folder `folder`: `<set>-<folder>`, the folder's name spelled as a
 /// project name (lower case; every run of other characters, `_` and `.` included, becomes one
 /// `-`), so `Feat_Login.v2` serves as `<set>-feat-login-v2`.
-pub(crate) fn project_name(set: &str, folder: &str) -> String {
+pub fn project_name(set: &str, folder: &str) -> String {
     let mut name = format!("{set}-");
     for c in folder.chars() {
         if c.is_ascii_alphanumeric() {
