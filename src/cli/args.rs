@@ -127,6 +127,13 @@ pub enum Command {
         #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
         config: PathBuf,
     },
+    /// Tasks (issue 41): a branch, a worktree, a server and a prompted session, in one action.
+    Task {
+        #[command(subcommand)]
+        action: TaskAction,
+        #[arg(short, long, default_value = crate::config::DEFAULT_PATH, global = true)]
+        config: PathBuf,
+    },
     /// Restart one spawned project's OpenCode server now (it reads an edited opencode.json).
     Restart {
         project: String,
@@ -229,6 +236,29 @@ pub enum TriggerAction {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TaskAction {
+    /// Make a task in a project set: `git worktree add -b <slug of the title>` from the base, the
+    /// set's worktree_files copied in, its server started, a session titled TITLE told PROMPT.
+    New {
+        set: String,
+        title: String,
+        #[arg(long)]
+        prompt: String,
+        /// The gateway user the task is made as (roles, budgets, audit).
+        #[arg(long = "as")]
+        user: String,
+        /// The branch to start from (default: the checkout's current branch).
+        #[arg(long)]
+        base: Option<String>,
+        #[arg(long)]
+        agent: Option<String>,
+        /// provider/model
+        #[arg(long)]
+        model: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum PasskeysAction {
     /// List passkeys (of one user, when given): id, user, added, last used, state, name.
     List { user: Option<String> },
@@ -269,6 +299,7 @@ impl Command {
             | Command::Reload { config }
             | Command::Restart { config, .. }
             | Command::Trigger { config, .. }
+            | Command::Task { config, .. }
             | Command::Audit { config, .. }
             | Command::Cert {
                 action: CertAction::Dev { config, .. },

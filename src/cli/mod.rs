@@ -16,6 +16,7 @@ pub mod pair;
 pub mod passkeys;
 pub mod password;
 pub mod serve;
+pub mod task;
 pub mod token;
 pub mod trigger;
 pub mod user;
@@ -84,6 +85,7 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
         Command::Reload { config } => admin_client::reload(&config),
         Command::Restart { project, config } => admin_client::restart(&config, &project),
         Command::Trigger { action, config } => trigger::trigger(&config, action),
+        Command::Task { action, config } => task::task(&config, action),
         Command::Audit {
             user,
             project,

@@ -268,6 +268,10 @@ pub(crate) struct RawProject {
     pub on_box: Option<String>,
     /// This project's own limits, over `[budget]`'s.
     pub budget: Option<RawBudget>,
+    /// A set's checkout, where tasks' worktrees are made (issue 41).
+    pub repository: Option<String>,
+    /// What a task's new worktree gets from the checkout (issue 41).
+    pub worktree_files: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

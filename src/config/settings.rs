@@ -247,6 +247,17 @@ pub struct ProjectSet {
     pub prefix: String,
     /// The set's settings; its `directory` is `None` and `name` is the set's name.
     pub template: Project,
+    /// Where its tasks' worktrees come from (issue 41).
+    pub tasks: TaskSettings,
+}
+
+/// A project set's task settings (`config/validate/tasks.rs`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskSettings {
+    /// The main checkout `git worktree add` runs in; `None`: the set makes no tasks.
+    pub repository: Option<PathBuf>,
+    /// Paths relative to the checkout, copied into a new task's worktree.
+    pub worktree_files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

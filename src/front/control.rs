@@ -202,6 +202,10 @@ async fn route(gw: &Arc<Gateway>, config: &Path, https_port: u16, req: &Request<
                 serde_json::json!({ "error": why }).to_string(),
             ),
         },
+        (&Method::POST, "/task/new") => {
+            let (code, v) = super::control_tasks::new(gw, req.body()).await;
+            reply(code, "application/json", v.to_string())
+        }
         (method, path) => {
             let query = req.uri().query().unwrap_or_default();
             match super::control_triggers::route(gw, method, path, query, req.body()).await {

@@ -6,6 +6,7 @@ pub mod acme;
 pub mod admin;
 pub mod connection;
 pub mod control;
+mod control_tasks;
 mod control_triggers;
 pub mod devcert;
 pub mod listen;

@@ -9,6 +9,8 @@ pub mod reload;
 mod restart_needed;
 pub mod snapshot;
 pub mod state;
+pub(crate) mod task;
+mod task_git;
 pub(crate) mod trigger;
 pub(crate) mod trigger_pause;
 pub(crate) mod trigger_runs;

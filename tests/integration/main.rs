@@ -80,6 +80,7 @@ mod ssh;
 mod sso;
 mod streaming;
 mod supervise;
+mod tasks;
 mod tokens;
 mod trigger_runs;
 mod trigger_schedule;

@@ -21,6 +21,7 @@ mod project;
 mod route_role;
 mod server;
 mod store;
+mod tasks;
 mod tls;
 mod trigger;
 mod user;
@@ -137,6 +138,7 @@ fn projects(c: &mut Checker<'_>, raw: &RawConfig, budget_defaults: &Budget) -> (
     for (i, p) in raw.project.iter().enumerate() {
         let key = format!("project[{i}]");
         c.unique(&mut names, &key, &p.name, "give each project its own name");
+        tasks::only_on_a_set(c, &key, p);
         let project = project(c, &key, p).map(|mut project| {
             project.budget = budget::project(c, &key, budget_defaults, p.budget.as_ref());
             project

@@ -302,6 +302,7 @@ pub(super) fn project_set(c: &mut Checker<'_>, key: &str, p: &RawProject, templa
     };
     Some(ProjectSet {
         name: p.name.clone(),
+        tasks: super::tasks::task_settings(c, &key, p, &parent),
         parent,
         prefix: prefix.to_string(),
         template,

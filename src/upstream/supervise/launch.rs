@@ -421,7 +421,7 @@ fn make_dir(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("cannot create {}: {e}", dir.display()))
 }
 
-fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
+pub(crate) fn lookup_user(name: &str) -> Result<(u32, u32, PathBuf), String> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         return Err(format!("run_as = {name:?} needs the gateway to run as root"));

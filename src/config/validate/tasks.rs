@@ -1,0 +1,85 @@
+//! A project set's task settings (issue 41): `repository`, the checkout `git worktree add` runs
+//! in (by default the folder above the set's, when it is a git checkout: `/srv/app` for
+//! `/srv/app/.worktrees/*`), and `worktree_files`, what a new task's worktree gets from that
+//! checkout before its server starts (untracked config such as `opencode.json` or `.env`).
+//! Only a set takes them: one folder is not a place to make worktrees in.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::Checker;
+use crate::config::file::RawProject;
+use crate::config::settings::TaskSettings;
+
+/// At most this many worktree files.
+const MAX_FILES: usize = 32;
+
+/// The set's task settings; a plain project with either key is told to move it.
+pub(super) fn task_settings(c: &mut Checker<'_>, key: &str, p: &RawProject, parent: &Path) -> TaskSettings {
+    let repository = match &p.repository {
+        Some(r) => {
+            let path = c.path(r);
+            match path.canonicalize() {
+                Ok(dir) if dir.join(".git").exists() => Some(dir),
+                _ => {
+                    c.problem(
+                        format!("{key}.repository"),
+                        format!("{} is not a git checkout", path.display()),
+                        "point repository at the main checkout the set's worktrees are made from",
+                    );
+                    None
+                }
+            }
+        }
+        None => parent
+            .parent()
+            .filter(|d| d.join(".git").exists())
+            .map(Path::to_path_buf),
+    };
+    TaskSettings {
+        repository,
+        worktree_files: files(c, key, p.worktree_files.as_deref().unwrap_or_default()),
+    }
+}
+
+/// Each a relative path inside the checkout: no `..`, no root, nothing empty.
+fn files(c: &mut Checker<'_>, key: &str, listed: &[String]) -> Vec<PathBuf> {
+    if listed.len() > MAX_FILES {
+        c.problem(
+            format!("{key}.worktree_files"),
+            format!("{} files are listed", listed.len()),
+            format!("list at most {MAX_FILES} files (a folder's files are listed one by one)"),
+        );
+        return Vec::new();
+    }
+    let mut kept = Vec::new();
+    for f in listed {
+        let path = Path::new(f);
+        let plain = !f.is_empty() && path.components().all(|part| matches!(part, Component::Normal(_)));
+        if plain {
+            kept.push(path.to_path_buf());
+        } else {
+            c.problem(
+                format!("{key}.worktree_files"),
+                format!("{f:?} is not a path inside the checkout"),
+                "write paths relative to the repository, without '..' or a leading '/' (\"opencode.json\", \".env\")",
+            );
+        }
+    }
+    kept
+}
+
+/// A project that is not a set may not have the keys.
+pub(super) fn only_on_a_set(c: &mut Checker<'_>, key: &str, p: &RawProject) {
+    for (set, field) in [
+        (p.repository.is_some(), "repository"),
+        (p.worktree_files.is_some(), "worktree_files"),
+    ] {
+        if set && p.directories.is_none() {
+            c.problem(
+                format!("{key} ({}).{field}", p.name),
+                "only a project set (directories = \"…/*\") makes worktrees for tasks",
+                format!("remove {field}, or make the project a set"),
+            );
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! New tasks (issue 41, item 1) with real git and the real OpenCode: `task new` makes the branch
+//! (the title's slug) and the worktree in the set's checkout, copies the set's `worktree_files`,
+//! the set serves the folder as a project, its server starts, a session titled after the task is
+//! told the prompt and the fake model answers. Hostile titles and bases, a viewer, a taken name:
+//! each refused at the check with its reason, nothing made. A step that fails after the worktree
+//! (a worktree file git's checkout cannot copy) undoes the worktree and its branch.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::client::{Https, basic, json};
+use crate::common::gateway::{Gateway, TestUser, users_toml};
+use crate::common::opencode::{ANSWER, FakeModel};
+use crate::common::supervised::{server_config, spawned};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A checkout with one commit on main, an untracked `.env` and `notes/local.txt`, a folder, and
+/// the two sets' folders inside it.
+fn checkout(root: &Path) -> std::path::PathBuf {
+    let repo = root.join("repo");
+    for d in ["", ".worktrees", ".doomed", "adir"] {
+        std::fs::create_dir_all(repo.join(d)).unwrap();
+    }
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    git(&repo, &["add", "README"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    std::fs::write(repo.join(".env"), "LOCAL_ONLY=1\n").unwrap();
+    std::fs::create_dir_all(repo.join("notes")).unwrap();
+    std::fs::write(repo.join("notes/local.txt"), "mine\n").unwrap();
+    repo
+}
+
+fn gateway(repo: &Path, model: &FakeModel) -> Gateway {
+    let set = |name: &str, folder: &str, files: &str| {
+        spawned(
+            name,
+            &repo.join(folder).join("*"),
+            model,
+            &format!("start = \"on-demand\"\nworktree_files = {files}"),
+        )
+        .replace("directory = ", "directories = ")
+    };
+    let sets = set("app", ".worktrees", r#"[".env", "notes/local.txt", "absent.json"]"#)
+        + &set("doomed", ".doomed", r#"["adir"]"#);
+    let users = users_toml(&[
+        TestUser {
+            name: "bob",
+            password: "bob-password-12",
+            projects: "[\"app-*\", \"doomed-*\"]",
+            role: "operator",
+        },
+        TestUser {
+            name: "vic",
+            password: "vic-password-12",
+            projects: "[\"app-*\"]",
+            role: "viewer",
+        },
+    ]);
+    let limits = "[limits]\nspawn_ready_timeout = \"90s\"\n";
+    Gateway::start_with(&server_config(&format!("{sets}{users}{limits}")), &[], |_| {})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and git: run scripts/test.sh"]
+async fn a_new_task_makes_its_branch_worktree_server_and_prompted_session() {
+    let model = FakeModel::start("true").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = checkout(tmp.path());
+    let gw = gateway(&repo, &model);
+    let (ok, out) = tokio::task::block_in_place(|| {
+        gw.cli(&[
+            "task",
+            "new",
+            "app",
+            "Fix the login bug",
+            "--prompt",
+            "hello",
+            "--as",
+            "bob",
+        ])
+    });
+    assert!(ok, "{out}\n{}", gw.logs());
+    assert!(out.contains("branch fix-the-login-bug from main"), "{out}");
+    assert!(
+        out.contains("note: worktree_files: the checkout has no absent.json"),
+        "{out}"
+    );
+    let tree = repo.join(".worktrees/fix-the-login-bug");
+    assert_eq!(std::fs::read_to_string(tree.join(".env")).unwrap(), "LOCAL_ONLY=1\n");
+    assert_eq!(std::fs::read_to_string(tree.join("notes/local.txt")).unwrap(), "mine\n");
+    assert!(git(&tree, &["branch", "--show-current"]).trim() == "fix-the-login-bug");
+    let session = out
+        .split("session ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+
+    // The session is the task's, in the new project, and the model answered its prompt.
+    let c = Https::new(gw.https, &gw.ca());
+    let bob = basic("bob", "bob-password-12");
+    let (status, list) = json(&c, "GET", "/p/app-fix-the-login-bug/session", &bob, "").await;
+    assert_eq!(status, 200, "{list}");
+    assert!(
+        list.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == session.as_str() && s["title"] == "Fix the login bug"),
+        "{list:#}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let path = format!("/p/app-fix-the-login-bug/session/{session}/message");
+        let (_, messages) = json(&c, "GET", &path, &bob, "").await;
+        if messages.to_string().contains(ANSWER) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the model never answered: {messages:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let audit = crate::common::audit::file(&gw);
+    let r = crate::common::audit::find(&audit, "task_created", |r| r["session"] == session.as_str()).await;
+    assert_eq!(
+        (&r["user"], &r["branch"], &r["from"]),
+        (&"bob".into(), &"fix-the-login-bug".into(), &"control_socket".into()),
+        "{r}"
+    );
+
+    refusals_make_nothing(&gw, &repo, tmp.path()).await;
+}
+
+/// Each refused at the check with its step and reason; no branch, worktree or marker made.
+async fn refusals_make_nothing(gw: &Gateway, repo: &Path, tmp: &Path) {
+    let branches = git(repo, &["branch", "--list"]);
+    let trees = git(repo, &["worktree", "list"]);
+    let marker = tmp.join("pwned");
+    let shell = format!("$(touch {})`touch {}`", marker.display(), marker.display());
+    let long = "x".repeat(10_000);
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["app", "Fix the login bug", "--as", "bob"],
+            "a branch named fix-the-login-bug exists",
+        ),
+        (
+            &["app", "!!! ... ///", "--as", "bob"],
+            "the title has no letter or digit",
+        ),
+        (&["app", &long, "--as", "bob"], "title: write 1 to 200 characters"),
+        (
+            &["app", "Line\none", "--as", "bob"],
+            "title: write 1 to 200 characters, on one line",
+        ),
+        (
+            &["app", "x", "--as", "bob", "--base=--orphan"],
+            "base \"--orphan\": a branch name does not start with '-'",
+        ),
+        (&["app", "x", "--as", "bob", "--base", "main..HEAD"], "holds no '..'"),
+        (
+            &["app", "x", "--as", "bob", "--base", "nosuch"],
+            "base \"nosuch\" is not a branch",
+        ),
+        (
+            &["app", "Look around", "--as", "vic"],
+            "needs the operator role in app-look-around; vic has viewer",
+        ),
+        (&["nosuch", "x", "--as", "bob"], "no project set is named \"nosuch\""),
+    ];
+    for (args, says) in cases {
+        let mut all = vec!["task", "new"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--prompt", "hello"]);
+        let (ok, out) = tokio::task::block_in_place(|| gw.cli(&all));
+        assert!(
+            !ok && out.contains("step check") && out.contains(says),
+            "{args:?}: {out}"
+        );
+    }
+    // Shell characters in a title are only a title: the slug names the branch, nothing runs.
+    let (ok, out) =
+        tokio::task::block_in_place(|| gw.cli(&["task", "new", "doomed", &shell, "--prompt", "hello", "--as", "bob"]));
+    assert!(
+        !ok && out.contains("step files"),
+        "a folder in worktree_files fails its copy: {out}"
+    );
+    assert!(!marker.exists(), "a title ran a command");
+    assert_eq!(
+        git(repo, &["branch", "--list"]),
+        branches,
+        "a failed or refused task left a branch"
+    );
+    assert_eq!(
+        git(repo, &["worktree", "list"]),
+        trees,
+        "a failed or refused task left a worktree"
+    );
+    assert!(
+        std::fs::read_dir(repo.join(".doomed")).unwrap().next().is_none(),
+        "a folder was left in .doomed"
+    );
+}
