@@ -83,3 +83,54 @@ pub(super) fn only_on_a_set(c: &mut Checker<'_>, key: &str, p: &RawProject) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A set under a checkout's `.worktrees` finds the checkout itself; what is not a checkout, a
+    /// file path that climbs out, and the keys on a plain project are each refused with the key.
+    #[test]
+    fn a_sets_checkout_and_files_are_found_or_refused_with_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join(".git")).unwrap();
+        std::fs::create_dir_all(repo.join(".worktrees")).unwrap();
+        std::fs::create_dir_all(dir.path().join("plain")).unwrap();
+        let base = "[server]\nlisten = \"127.0.0.1:0\"\nstate_dir = \"state\"\n[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n";
+        let set = |extra: &str| {
+            format!(
+                "{base}[[project]]\nname = \"app\"\ndirectories = \"{}/*\"\nspawn = true\n{extra}\n",
+                repo.join(".worktrees").display()
+            )
+        };
+        let path = dir.path().join("gateway.toml");
+        let s = crate::config::parse(&set("worktree_files = [\".env\", \"conf/a.json\"]"), &path).unwrap();
+        let tasks = &s.project_sets[0].tasks;
+        assert_eq!(
+            tasks.repository.as_deref(),
+            Some(repo.canonicalize().unwrap().as_path())
+        );
+        assert_eq!(tasks.worktree_files.len(), 2);
+        let refused = |text: String| crate::config::parse(&text, &path).unwrap_err().to_string();
+        let e = refused(set(&format!("repository = \"{}\"", dir.path().join("plain").display())));
+        assert!(
+            e.contains("project[0] (app).repository") && e.contains("is not a git checkout"),
+            "{e}"
+        );
+        let e = refused(set("worktree_files = [\"../secrets\"]"));
+        assert!(
+            e.contains("project[0] (app).worktree_files") && e.contains("\"../secrets\" is not a path inside"),
+            "{e}"
+        );
+        let e = refused(set("worktree_files = [\"/etc/passwd\"]"));
+        assert!(e.contains("\"/etc/passwd\" is not a path inside"), "{e}");
+        let plain = format!(
+            "{base}[[project]]\nname = \"web\"\ndirectory = \"{}\"\nspawn = true\nworktree_files = [\".env\"]\n",
+            dir.path().join("plain").display()
+        );
+        let e = refused(plain);
+        assert!(
+            e.contains("project[0] (web).worktree_files") && e.contains("only a project set"),
+            "{e}"
+        );
+    }
+}
