@@ -58,7 +58,8 @@ pub(super) async fn new(gw: &Arc<Gateway>, body: &[u8]) -> (StatusCode, Value) {
         id: Some(Arc::from("control_socket")),
     };
     let client = IpAddr::V4(Ipv4Addr::LOCALHOST);
-    match new_task(gw, user, who, client, "control_socket", &t).await {
+    let road = crate::pipeline::internal::on_behalf(gw, user.clone(), who, client, "control_socket");
+    match new_task(gw, &*road, &user, client, "control_socket", &t).await {
         Ok(made) => (StatusCode::OK, json!(made)),
         Err(r) => (
             StatusCode::from_u16(r.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),

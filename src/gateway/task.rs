@@ -6,12 +6,10 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Gateway;
 use super::task_git::Checkout;
-use crate::audit::Who;
 use crate::auth::users::UserState;
 use crate::config::Role;
 use crate::config::settings::ProjectSet;
@@ -84,17 +82,19 @@ impl Plan<'_> {
     }
 }
 
-/// Make the task as `user` (the road's person), from `client`; audited `task_created`.
+/// Make the task as `user` on `road` (the caller makes it, the pipeline's `on_behalf` as
+/// `user`, so the session and the prompt take the one road), from `client`; audited
+/// `task_created`.
 pub(crate) async fn new_task(
-    gw: &Arc<Gateway>,
-    user: Arc<UserState>,
-    who: Who,
+    gw: &Gateway,
+    road: &dyn Road,
+    user: &UserState,
     client: IpAddr,
     from: &'static str,
     t: &NewTask,
 ) -> Result<Made, Refused> {
     let state = gw.state();
-    let plan = plan(&state.settings.project_sets, &user, t).await?;
+    let plan = plan(&state.settings.project_sets, user, t).await?;
     let git = plan.checkout();
     git.add_worktree(&plan.branch, &plan.folder, &plan.base)
         .await
@@ -103,9 +103,8 @@ pub(crate) async fn new_task(
         let missing = (git.copy_files(&plan.set.tasks.worktree_files, &plan.folder).await)
             .map_err(|e| refused("files", 500, e))?;
         discovered(gw, &plan.project).await?;
-        let road = crate::pipeline::internal::on_behalf(gw, user.clone(), who, client, from);
-        let session = session(&*road, &plan.project, &t.title).await?;
-        prompt(&*road, &plan.project, &session, t).await?;
+        let session = session(road, &plan.project, &t.title).await?;
+        prompt(road, &plan.project, &session, t).await?;
         Ok::<_, Refused>((session, missing))
     }
     .await;

@@ -24,6 +24,7 @@ pub mod passkey_form;
 pub mod push_form;
 pub mod room;
 pub mod sso;
+pub mod task_form;
 pub mod trigger_form;
 
 use std::net::IpAddr;
@@ -68,6 +69,7 @@ pub enum Page {
     /// Raise or reset a project's or a session's budget (operators).
     Budget,
     Trigger,
+    Task,
     /// This browser's Web Push subscription.
     Push,
     /// Passkeys: add one, sign in with one, revoke one.
@@ -138,6 +140,7 @@ fn reserved_page(project_host: bool, rest: &[&str]) -> Page {
         (false, ["restart"]) => Page::Restart,
         (false, ["budget"]) => Page::Budget,
         (false, ["trigger"]) => Page::Trigger,
+        (false, ["task"]) => Page::Task,
         (false, ["push"]) => Page::Push,
         (false, ["passkey"]) => Page::Passkey,
         (false, ["oidc", "start"]) => Page::OidcStart,
@@ -326,6 +329,7 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Restart, &Method::POST) => room::restart(ctx, body).await,
         (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
         (Page::Trigger, &Method::POST) => trigger_form::steer(ctx, body).await,
+        (Page::Task, &Method::POST) => task_form::create(ctx, body).await,
         (Page::Push, &Method::POST) => push_form::subscribe(ctx, body).await,
         (Page::Passkey, &Method::POST) => passkey_form::post(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,

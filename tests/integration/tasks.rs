@@ -152,6 +152,57 @@ async fn a_new_task_makes_its_branch_worktree_server_and_prompted_session() {
     );
 
     refusals_make_nothing(&gw, &repo, tmp.path()).await;
+    from_the_portal(&gw, &c, &repo).await;
+}
+
+/// "New task" on the portal: offered to bob (operator of the set), made by his form post; not
+/// offered to vic (viewer), whose post is refused with the role; a cross-site post refused first.
+async fn from_the_portal(gw: &Gateway, c: &Https, repo: &Path) {
+    use crate::common::login::{LOGIN_HOST, browser_get, form_login, portal_post};
+    let lh = c.host(LOGIN_HOST);
+    let bob = form_login(c, "bob", "bob-password-12").await;
+    let page = browser_get(&lh, "/", Some(&bob), true).await;
+    assert!(
+        page.body.contains("id=\"new-task\"") && page.body.contains("<option>app</option>"),
+        "{}",
+        page.body
+    );
+    let made = portal_post(&lh, &bob, "/_gw/task", "set=app&title=From+the+phone&prompt=hello").await;
+    assert_eq!(made.status, 303, "{}\n{}", made.body, gw.logs());
+    let to = crate::common::login::location(&made);
+    assert_eq!(to, "/?done=task_created#project-app-from-the-phone");
+    assert!(repo.join(".worktrees/from-the-phone").is_dir());
+    let audit = crate::common::audit::file(gw);
+    let r = crate::common::audit::find(&audit, "task_created", |r| r["branch"] == "from-the-phone").await;
+    assert_eq!((&r["user"], &r["from"]), (&"bob".into(), &"control_room".into()), "{r}");
+
+    let vic = form_login(c, "vic", "vic-password-12").await;
+    let page = browser_get(&lh, "/", Some(&vic), true).await;
+    assert!(
+        !page.body.contains("id=\"new-task\""),
+        "a viewer is offered New task: {}",
+        page.body
+    );
+    let refused = portal_post(&lh, &vic, "/_gw/task", "set=app&title=Viewer+task&prompt=hello").await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains("needs the operator role in app-viewer-task; vic has viewer"),
+        "{}",
+        refused.body
+    );
+    let cross = lh
+        .request("POST", "/_gw/task", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", &bob)
+        .header("origin", "https://evil.example")
+        .header("sec-fetch-site", "cross-site")
+        .body(http_body_util::Full::from("set=app&title=Cross+site&prompt=hello"))
+        .unwrap();
+    let r = lh.call(cross).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(!repo.join(".worktrees/viewer-task").exists() && !repo.join(".worktrees/cross-site").exists());
 }
 
 /// Each refused at the check with its step and reason; no branch, worktree or marker made.

@@ -155,6 +155,8 @@ struct PortalPage<'a> {
     /// Elsewhere: the passkey origin (`Ctx::passkey_origin`) and the link there, when it has a
     /// name (the named host's goes through its handoff: no second login).
     passkeys_at: Option<(String, String)>,
+    /// The project sets the user may start a task in (`web/task_form.rs`).
+    task_sets: Vec<String>,
 }
 
 #[derive(Template)]
@@ -213,6 +215,7 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         Some("aborted") => Some("The session was told to stop."),
         Some("resumed") => Some("The session was told to continue."),
         Some("raised") => Some("The budget was raised."),
+        Some("task_created") => Some("The task's branch, worktree and session are made, and its prompt sent."),
         Some("trigger_paused") => {
             Some("The trigger is paused: no delivery or schedule starts a run until it is resumed.")
         }
@@ -269,6 +272,7 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
             passkeys,
             passkeys_here,
             passkeys_at,
+            task_sets: super::task_form::sets_for(ctx, &live.user),
         };
         page::html_with(StatusCode::OK, &portal, &targets)
     }

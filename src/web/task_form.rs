@@ -1,0 +1,80 @@
+//! `POST /_gw/task`: "New task" on the portal (issue 41, item 1): a title, a prompt and
+//! optionally a base branch, for a project set the person may start tasks in (the operator role
+//! in the project the task becomes, `gateway/task.rs` checks it), made on the person's own road.
+//! Answered with the portal, the new project's row in view; or with the step that refused or
+//! failed and why (nothing is left made).
+
+use http::Response;
+use hyper::body::Incoming;
+
+use super::{Ctx, form, page};
+use crate::audit::Who;
+use crate::config::Role;
+use crate::gateway::task::{NewTask, new_task};
+use crate::http::body::ProxyBody;
+use crate::http::error::HttpError;
+
+pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyBody>, HttpError> {
+    ctx.check_csrf()?;
+    let Some(live) = ctx.login_session().await? else {
+        return Err(HttpError::Unauthenticated);
+    };
+    let f = form::read(body, ctx.gw.limits.body_idle_timeout).await?;
+    let field = |name: &str| f.get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let t = NewTask {
+        set: field("set").unwrap_or_default(),
+        title: field("title").unwrap_or_default(),
+        prompt: f.get("prompt").cloned().unwrap_or_default(),
+        base: field("base"),
+        agent: None,
+        model: None,
+    };
+    let user = ctx
+        .state
+        .users
+        .get(&*live.user)
+        .cloned()
+        .ok_or(HttpError::Unauthenticated)?;
+    let via = if live.device.is_some() {
+        crate::audit::Via::Device
+    } else {
+        crate::audit::Via::Cookie
+    };
+    let who = Who {
+        via,
+        id: live.device.clone(),
+    };
+    let road = (ctx.on_behalf)(ctx.gw, user.clone(), who, ctx.client, "control_room");
+    match new_task(ctx.gw, &*road, &user, ctx.client, "control_room", &t).await {
+        Ok(made) => Ok(page::redirect(&format!("/?done=task_created#project-{}", made.project))),
+        Err(r) => {
+            let said = format!("the task was not made (step {}): {}", r.step, r.why);
+            Err(match r.status {
+                403 => HttpError::Forbidden(said),
+                404 => HttpError::NotFound(said),
+                400 | 409 => HttpError::BadRequest(said),
+                _ => HttpError::UpstreamUnavailable {
+                    project: t.set.clone(),
+                    reason: said,
+                },
+            })
+        }
+    }
+}
+
+/// The sets `user` may start tasks in (those with a checkout, where a task's project would give
+/// them the operator role), for the portal's form.
+pub(crate) fn sets_for(ctx: &Ctx<'_>, user: &str) -> Vec<String> {
+    let Some(u) = ctx.state.users.get(user) else {
+        return Vec::new();
+    };
+    (ctx.state.settings.project_sets.iter())
+        .filter(|s| s.tasks.repository.is_some())
+        .filter(|s| {
+            u.grants
+                .role_in(&format!("{}-{}task", s.name, s.prefix))
+                .is_some_and(|r| r >= Role::Operator)
+        })
+        .map(|s| s.name.clone())
+        .collect()
+}
