@@ -154,7 +154,7 @@ fn start_tasks(gw: &Arc<Gateway>) {
     let guard_road = pipeline::internal::gateway_road(gw, policy::grants::Holder::Guard, None);
     gateway::inbox::start(gw, guard_road);
     front::schedule::start(gw.clone());
-    gateway::trigger_runs::listen(gw);
+    gateway::turn_ends::listen(gw);
     gw.probe_external_upstreams();
     gateway::janitor::start(gw.clone());
 }

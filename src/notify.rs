@@ -120,6 +120,7 @@ pub(crate) fn alert(a: &Alert, public_url: &str) -> Outgoing {
     let title = match (a.kind, a.stopped) {
         (AlertKind::BudgetWarning, _) => format!("OpenCode: {} nears its budget", a.project),
         (AlertKind::TriggerPaused, _) => format!("OpenCode: a trigger of {} paused itself", a.project),
+        (AlertKind::ReadyForReview, _) => format!("OpenCode: {} is ready for review", a.project),
         (_, true) => format!("OpenCode: a session of {} was stopped", a.project),
         (AlertKind::BudgetSpent, false) => format!("OpenCode: {} spent its budget", a.project),
         (AlertKind::Runaway, false) => format!("OpenCode: a session of {} looks stuck", a.project),

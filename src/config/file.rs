@@ -272,6 +272,9 @@ pub(crate) struct RawProject {
     pub repository: Option<String>,
     /// What a task's new worktree gets from the checkout (issue 41).
     pub worktree_files: Option<Vec<String>>,
+    /// The acceptance test run when a session goes idle with changes (issue 41).
+    pub accept: Option<String>,
+    pub accept_timeout: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

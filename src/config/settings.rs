@@ -234,6 +234,16 @@ pub struct Project {
     pub on_box: Option<String>,
     /// Its spending limits.
     pub budget: Budget,
+    /// Its acceptance test (`accept`, issue 41).
+    pub accept: Option<AcceptTest>,
+}
+
+/// `accept = "npm test"`: what the gateway runs in a project's folder when a session goes idle
+/// with changes, and for how long at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcceptTest {
+    pub command: String,
+    pub timeout: std::time::Duration,
 }
 
 /// `directories = "/srv/app/.worktrees/*"`: every folder of `parent` whose name starts with

@@ -1,6 +1,7 @@
 //! The running gateway: the swappable [`State`] plus everything that outlives a reload (the auth
 //! part: cache, argon2 verifier, limiters, tokens; supervisor, metrics, shutdown tokens).
 
+pub(crate) mod accept;
 pub mod certs;
 pub mod connections;
 pub mod inbox;
@@ -14,6 +15,7 @@ mod task_git;
 pub(crate) mod trigger;
 pub(crate) mod trigger_pause;
 pub(crate) mod trigger_runs;
+pub(crate) mod turn_ends;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -128,6 +130,8 @@ pub struct Lifecycle {
     /// The drain deadline passed: cut what is left (streams, WebSockets).
     pub abort: CancellationToken,
     pub tasks: TaskTracker,
+    /// Projects' acceptance tests (issue 41): their last outcomes, and which run now.
+    pub(crate) acceptance: accept::Board,
 }
 
 /// Forget cached verifications when a revocation is made through another gateway on the same
@@ -303,6 +307,7 @@ impl Gateway {
                 shutdown,
                 abort: CancellationToken::new(),
                 tasks: TaskTracker::new(),
+                acceptance: Default::default(),
             },
             inbox,
             meter,

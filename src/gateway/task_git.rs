@@ -17,7 +17,7 @@ pub(crate) struct Checkout<'a> {
 }
 
 impl Checkout<'_> {
-    fn command(&self, program: &str) -> Result<tokio::process::Command, String> {
+    pub(crate) fn command(&self, program: &str) -> Result<tokio::process::Command, String> {
         let mut cmd = tokio::process::Command::new(program);
         cmd.current_dir(self.repo)
             .env_clear()
@@ -62,6 +62,14 @@ impl Checkout<'_> {
         let mut all: Vec<&std::ffi::OsStr> = vec!["-c".as_ref(), "core.hooksPath=/dev/null".as_ref()];
         all.extend(args.iter().map(std::ffi::OsStr::new));
         self.run("git", &all).await
+    }
+
+    /// What the folder holds now, to tell a change by: its `HEAD` and `git status --porcelain`
+    /// (`None`: not a checkout git can read).
+    pub(crate) async fn state(&self) -> Option<(String, String)> {
+        let head = self.git(&["rev-parse", "HEAD"]).await.ok()?;
+        let status = self.git(&["status", "--porcelain"]).await.ok()?;
+        Some((head, status))
     }
 
     /// Is `name` a branch of the checkout?

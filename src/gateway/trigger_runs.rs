@@ -76,28 +76,9 @@ pub(crate) async fn failed(gw: &Gateway, t: &Trigger, delivery: &str, run: Optio
     }
 }
 
-/// Listen to the inbox's turn ends for the gateway's life (one task).
-pub(crate) fn listen(gw: &Arc<Gateway>) {
-    let Some(mut ends) = gw.inbox.turn_ends() else {
-        return;
-    };
-    let gw = gw.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                end = ends.recv() => match end {
-                    Some(end) => turn_ended(&gw, end).await,
-                    None => return,
-                },
-                _ = gw.lifecycle.shutdown.cancelled() => return,
-            }
-        }
-    });
-}
-
 /// A session's turn ended: end the runs running in it (only asked of the database when the
 /// config has triggers).
-async fn turn_ended(gw: &Gateway, end: TurnEnd) {
+pub(crate) async fn turn_ended(gw: &Gateway, end: TurnEnd) {
     if gw.state().settings.triggers.is_empty() {
         return;
     }

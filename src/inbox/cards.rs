@@ -232,6 +232,9 @@ pub(crate) enum AlertKind {
     Runaway,
     /// A trigger paused itself after failed runs in a row (`gateway/trigger_runs.rs`).
     TriggerPaused,
+    /// A session's acceptance test passed: its task waits for a person's review
+    /// (`gateway/accept.rs`).
+    ReadyForReview,
 }
 
 /// What waits for the notifier: a new pending request, or an alert.

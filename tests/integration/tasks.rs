@@ -274,3 +274,107 @@ async fn refusals_make_nothing(gw: &Gateway, repo: &Path, tmp: &Path) {
         "a folder was left in .doomed"
     );
 }
+
+/// A task's acceptance test (`accept`): its turn ends with a file changed, the test runs in the
+/// worktree and fails with its output's tail on the portal; asked for changes, the agent makes
+/// the file the test wants, the test passes, the card says ready for review and the team is told
+/// (without the output).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and git: run scripts/test.sh"]
+async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_told_ready() {
+    use crate::common::login::{LOGIN_HOST, browser_get, form_login};
+    let model = FakeModel::start("true").await.allowing_bash();
+    let (hook, hooked) = crate::common::webhook::receiver(vec![]).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = checkout(tmp.path());
+    let set = spawned(
+        "app",
+        &repo.join(".worktrees/*"),
+        &model,
+        "start = \"on-demand\"\naccept = \"cat fixed.txt\"",
+    )
+    .replace("directory = ", "directories = ");
+    let users = users_toml(&[TestUser {
+        name: "bob",
+        password: "bob-password-12",
+        projects: "[\"app-*\"]",
+        role: "operator",
+    }]);
+    let notify = format!("[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n");
+    let gw = Gateway::start_with(&server_config(&format!("{notify}{set}{users}")), &[], |_| {});
+    let (ok, out) = tokio::task::block_in_place(|| {
+        gw.cli(&[
+            "task",
+            "new",
+            "app",
+            "Fix it",
+            "--prompt",
+            "RUNCMD: echo wip > wip.txt",
+            "--as",
+            "bob",
+        ])
+    });
+    assert!(ok, "{out}");
+    let session = out
+        .split("session ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let c = Https::new(gw.https, &gw.ca());
+    let lh = c.host(LOGIN_HOST);
+    let cookie = form_login(&c, "bob", "bob-password-12").await;
+    let accept_until = |state: &'static str| {
+        let (lh, cookie) = (lh.clone(), cookie.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let page = browser_get(&lh, "/", Some(&cookie), true).await.body;
+                if page.contains(&format!("data-accept=\"{state}\"")) {
+                    return page;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "no {state} acceptance test on the portal: {page}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    let page = accept_until("failed").await;
+    assert!(
+        page.contains("test failed (exit 1)") && page.contains("cat: fixed.txt: No such file or directory"),
+        "{page}"
+    );
+    // Ask for changes: the next prompt makes the file.
+    let bob = basic("bob", "bob-password-12");
+    let body = serde_json::json!({"parts": [{"type": "text", "text": "RUNCMD: echo fixed > fixed.txt"}]}).to_string();
+    let (status, said) = json(
+        &c,
+        "POST",
+        &format!("/p/app-fix-it/session/{session}/prompt_async"),
+        &bob,
+        &body,
+    )
+    .await;
+    assert!((200..300).contains(&status), "{status} {said}");
+    let page = accept_until("passed").await;
+    assert!(page.contains("test passed: ready for review"), "{page}");
+    let told = crate::budgets::alerts_until(&hooked, 1).await;
+    let ready: Vec<_> = told.iter().filter(|a| a["kind"] == "ready_for_review").collect();
+    assert_eq!(ready.len(), 1, "{told:?}");
+    assert_eq!(
+        (&ready[0]["project"], &ready[0]["session"]),
+        (&"app-fix-it".into(), &session.clone().into()),
+        "{told:?}"
+    );
+    let audit = crate::common::audit::file(&gw);
+    let runs: Vec<bool> = crate::common::audit::records(&audit)
+        .iter()
+        .filter(|r| r["event"] == "acceptance_test")
+        .map(|r| r["passed"] == true)
+        .collect();
+    assert_eq!(runs, [false, true], "one run per change");
+}

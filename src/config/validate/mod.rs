@@ -8,6 +8,7 @@ use super::file::{RawAdmin, RawConfig, RawProject, RawSsh};
 use super::settings::*;
 use super::{ConfigError, ProtectedPaths};
 
+mod accept;
 mod audit;
 pub(crate) mod boxes;
 mod budget;

@@ -52,6 +52,7 @@ pub(super) fn project(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<
         on_box: p.on_box.clone(),
         // Set by the caller, from `[budget]` and the project's own table.
         budget: Default::default(),
+        accept: super::accept::accept(c, &key, p),
     })
 }
 

@@ -92,6 +92,8 @@ pub(crate) struct ProjectRow {
     pub directory: Option<String>,
     /// Its `[[trigger]]`s with their last runs (the portal only: `trigger_rows.rs`).
     pub triggers: Vec<trigger_rows::TriggerRow>,
+    /// Its acceptance test's last run (`accept_rows.rs`).
+    pub accept: Option<accept_rows::AcceptRow>,
 }
 
 pub(crate) struct QuestionRow {
@@ -291,6 +293,7 @@ pub(crate) async fn inbox(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErro
     }
 }
 
+mod accept_rows;
 mod act;
 mod events;
 mod rows;

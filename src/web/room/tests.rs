@@ -22,6 +22,7 @@ fn project(name: &str, on_box: Option<&str>) -> ProjectRow {
         origin: None,
         directory: None,
         triggers: Vec::new(),
+        accept: None,
     }
 }
 

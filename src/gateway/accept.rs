@@ -1,0 +1,224 @@
+//! Acceptance tests (issue 41, item 3): a project with `accept = "npm test"` has it run in its
+//! folder when one of its sessions' turns ends with changes there (uncommitted files, or a `HEAD`
+//! other than the one last tested), as the project's OS user (`run_as`, else the gateway's own),
+//! with the environment emptied but for `PATH`, `HOME` and `LANG`, within `accept_timeout` (its
+//! process group killed past it), keeping the output's last [`TAIL`] bytes. One run per project
+//! at a time, [`CONCURRENT`] in all. The outcome is the project's, for the portal (`Board`);
+//! each run is audited (`acceptance_test`), and a pass tells the team the task is ready for
+//! review (the notifier and Web Push, as the guard's alerts go: never the output).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::io::AsyncReadExt;
+
+use super::Gateway;
+use super::task_git::Checkout;
+use crate::config::settings::AcceptTest;
+use crate::inbox::{Alert, AlertKind, TurnEnd};
+
+/// Runs at once, in all projects.
+const CONCURRENT: usize = 2;
+/// Bytes of output kept.
+pub(crate) const TAIL: usize = 4096;
+
+/// How a project's last acceptance test went.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Outcome {
+    pub session: String,
+    pub command: String,
+    /// When it started (ms since the epoch).
+    pub at_ms: u64,
+    /// `None` while it runs; `Some(Ok(()))` passed; `Some(Err(why))`: "exit 1", "timed out".
+    pub result: Option<Result<(), String>>,
+    pub tail: String,
+    /// What the folder held when it was tested (`HEAD`, status).
+    tested: (String, String),
+}
+
+/// Every project's last outcome, and which run now.
+pub(crate) struct Board {
+    outcomes: Mutex<HashMap<String, Outcome>>,
+    running: Mutex<HashSet<String>>,
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Board {
+    fn default() -> Board {
+        Board {
+            outcomes: Mutex::default(),
+            running: Mutex::default(),
+            slots: Arc::new(tokio::sync::Semaphore::new(CONCURRENT)),
+        }
+    }
+}
+
+impl Board {
+    /// Project `name`'s last outcome.
+    pub(crate) fn of(&self, name: &str) -> Option<Outcome> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    fn set(&self, project: &str, outcome: Outcome) {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(project.to_string(), outcome);
+    }
+
+    /// Take project `name`'s turn to run: false while it runs.
+    fn begin(&self, name: &str) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_string())
+    }
+
+    fn end(&self, name: &str) {
+        self.running.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+    }
+}
+
+/// A session's turn ended: test its project's folder if it has an acceptance test and changed.
+pub(crate) fn turn_ended(gw: &Arc<Gateway>, end: &TurnEnd) {
+    let state = gw.state();
+    let Some(p) = state.projects.get(&end.project) else {
+        return;
+    };
+    let (Some(test), Some(dir)) = (p.config.accept.clone(), p.config.directory.clone()) else {
+        return;
+    };
+    let board = &gw.lifecycle.acceptance;
+    if !board.begin(&end.project) {
+        return;
+    }
+    let (gw, end, run_as) = (gw.clone(), end.clone(), p.config.run_as.clone());
+    tokio::spawn(async move {
+        let git = Checkout {
+            repo: &dir,
+            run_as: run_as.as_deref(),
+        };
+        // A turn that ends while the test runs is not lost: the folder is looked at again after
+        // each run (a few times at most: a folder that keeps changing waits for the next turn).
+        for _ in 0..3 {
+            let Some(now) = git.state().await else { break };
+            let last = gw.lifecycle.acceptance.of(&end.project).map(|o| o.tested);
+            if !last.as_ref().map_or(!now.1.is_empty(), |l| *l != now) {
+                break;
+            }
+            run(&gw, &git, &end, &test, now).await;
+        }
+        gw.lifecycle.acceptance.end(&end.project);
+    });
+}
+
+async fn run(gw: &Gateway, git: &Checkout<'_>, end: &TurnEnd, test: &AcceptTest, tested: (String, String)) {
+    let Ok(_slot) = gw.lifecycle.acceptance.slots.clone().acquire_owned().await else {
+        return;
+    };
+    let mut outcome = Outcome {
+        session: end.session.clone(),
+        command: test.command.clone(),
+        at_ms: crate::inbox::now_ms(),
+        result: None,
+        tail: String::new(),
+        tested,
+    };
+    gw.lifecycle.acceptance.set(&end.project, outcome.clone());
+    let started = Instant::now();
+    let (result, tail) = shell(git, test).await;
+    outcome.result = Some(result.clone());
+    outcome.tail = tail;
+    gw.lifecycle.acceptance.set(&end.project, outcome);
+    told(gw, end, test, &result, started.elapsed().as_secs());
+}
+
+/// Run the command through `sh -c` in the folder: passed or why not, and the output's tail.
+async fn shell(git: &Checkout<'_>, test: &AcceptTest) -> (Result<(), String>, String) {
+    let mut cmd = match git.command("sh") {
+        Ok(c) => c,
+        Err(e) => return (Err(e), String::new()),
+    };
+    cmd.args(["-c", &format!("exec 2>&1; {}", test.command)])
+        .stdout(std::process::Stdio::piped())
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return (Err(format!("cannot run sh: {e}")), String::new()),
+    };
+    let mut out = child.stdout.take();
+    let pid = child.id();
+    let reading = async {
+        let mut tail: Vec<u8> = Vec::new();
+        let mut buf = [0u8; 8192];
+        while let Some(n) = match out.as_mut() {
+            Some(o) => o.read(&mut buf).await.ok().filter(|n| *n > 0),
+            None => None,
+        } {
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 2 * TAIL {
+                tail.drain(..tail.len() - TAIL);
+            }
+        }
+        let status = child.wait().await;
+        (status, tail)
+    };
+    match tokio::time::timeout(test.timeout, reading).await {
+        Ok((status, tail)) => {
+            let from = tail.len().saturating_sub(TAIL);
+            let tail = String::from_utf8_lossy(&tail[from..]).into_owned();
+            match status {
+                Ok(s) if s.success() => (Ok(()), tail),
+                Ok(s) => (
+                    Err(s.code().map_or("killed by a signal".into(), |c| format!("exit {c}"))),
+                    tail,
+                ),
+                Err(e) => (Err(format!("cannot wait for sh: {e}")), tail),
+            }
+        }
+        Err(_) => {
+            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                // SAFETY: kill(2) on the process group the test was started in.
+                unsafe { libc::kill(-pid, libc::SIGKILL) };
+            }
+            (
+                Err(format!("timed out after {} s", test.timeout.as_secs())),
+                String::new(),
+            )
+        }
+    }
+}
+
+/// Audit the run; a pass tells the team the task is ready for review.
+fn told(gw: &Gateway, end: &TurnEnd, test: &AcceptTest, result: &Result<(), String>, secs: u64) {
+    gw.audit.record(
+        crate::audit::Record::new("acceptance_test")
+            .project(end.project.clone())
+            .field("session", end.session.clone())
+            .field("passed", result.is_ok())
+            .field("reason", result.clone().err().unwrap_or_default())
+            .field("secs", secs),
+    );
+    tracing::info!(
+        project = end.project,
+        session = end.session,
+        passed = result.is_ok(),
+        secs,
+        "an acceptance test ran"
+    );
+    if result.is_ok() {
+        gw.inbox.tell(Alert {
+            project: end.project.clone(),
+            session: end.session.clone(),
+            title: String::new(),
+            kind: AlertKind::ReadyForReview,
+            reason: format!("its acceptance test passed ({})", test.command),
+            stopped: false,
+        });
+    }
+}
