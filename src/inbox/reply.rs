@@ -343,6 +343,46 @@ impl Inbox {
         self.abort_as(by, project, session_id, None, Vec::new()).await
     }
 
+    /// Stop a session and every session under it (subagents, sessions it started: what the
+    /// model knows of their parents), the deepest first, each on `by` (the person's road, so each
+    /// is judged and audited); the session's own outcome.
+    pub(crate) async fn abort_tree(
+        &self,
+        by: &dyn Road,
+        project: &str,
+        session_id: &str,
+    ) -> Result<Outcome, InboxError> {
+        check_id(session_id)?;
+        for child in self.descendants(project, session_id).iter().rev() {
+            if let Err(e) = self.abort_session(by, project, child).await {
+                tracing::warn!(project, session = child, error = %e, "a session under a stopped one could not be stopped");
+            }
+        }
+        self.abort_session(by, project, session_id).await
+    }
+
+    /// The sessions under `root`, parents before their children (bounded by the model's own).
+    fn descendants(&self, project: &str, root: &str) -> Vec<String> {
+        let model = self.lock();
+        let Some(p) = model.projects.get(project) else {
+            return Vec::new();
+        };
+        let mut found: Vec<String> = vec![root.to_string()];
+        let mut i = 0;
+        while i < found.len() {
+            let parent = found[i].clone();
+            found.extend(
+                (p.sessions.values())
+                    .filter(|s| s.parent_id.as_deref() == Some(parent.as_str()) && !found.contains(&s.id))
+                    .map(|s| s.id.clone())
+                    .collect::<Vec<_>>(),
+            );
+            i += 1;
+        }
+        found.remove(0);
+        found
+    }
+
     /// [`Self::abort_session`] as a named act (the guard's stop: its grant, its reason).
     pub(super) async fn abort_as(
         &self,

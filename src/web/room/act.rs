@@ -90,8 +90,9 @@ async fn abort(
     if !v.sessions.iter().any(|s| s.id == id) {
         return Ok(page::redirect(&format!("{back}?done=gone")));
     }
-    let r = ctx.gw.inbox.abort_session(by, project, id).await;
-    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room");
+    // "Stop" on a card stops the session and everything under it (issue 41).
+    let r = ctx.gw.inbox.abort_tree(by, project, id).await;
+    tracing::info!(target: "security", peer = %ctx.client, user = %live.user, project, session = id, "session aborted from the control room, with the sessions under it");
     session_done(back, project, "aborted", r)
 }
 

@@ -34,6 +34,8 @@ pub(crate) struct SessionRow {
     pub waiting: Option<WaitingRow>,
     /// What the gateway's guard said of it ("stopped: retried the same failure twice").
     pub flag: Option<FlagRow>,
+    /// How deep under a root session it is (0: a root), for the page's nesting.
+    pub depth: usize,
 }
 
 pub(crate) struct FlagRow {

@@ -330,7 +330,13 @@ fn project_row(
         ServerState::Failed { reason } => ("failed", "restarting".to_string(), Some(reason.clone())),
         ServerState::NotRunning { reason } => ("failed", "NOT RUNNING".to_string(), Some(reason.clone())),
     };
-    let sessions = v.sessions.iter().map(|s| session_row(v, s, origin, now)).collect();
+    let sessions = nested(&v.sessions)
+        .into_iter()
+        .map(|(s, depth)| SessionRow {
+            depth,
+            ..session_row(v, s, origin, now)
+        })
+        .collect();
     ProjectRow {
         spend: None,
         name: v.name.clone(),
@@ -350,6 +356,31 @@ fn project_row(
         triggers: Vec::new(),
         accept: None,
     }
+}
+
+/// The sessions as a tree (issue 41): each root in the order given (most recently active first),
+/// the sessions under it right after it, with their depth (a session whose parent is not listed
+/// is a root).
+fn nested(sessions: &[crate::inbox::Session]) -> Vec<(&crate::inbox::Session, usize)> {
+    let listed = |id: &str| sessions.iter().any(|s| s.id == id);
+    let mut out = Vec::with_capacity(sessions.len());
+    let mut stack: Vec<(&crate::inbox::Session, usize)> = (sessions.iter().rev())
+        .filter(|s| s.parent_id.as_deref().is_none_or(|p| !listed(p)))
+        .map(|s| (s, 0))
+        .collect();
+    while let Some((s, depth)) = stack.pop() {
+        out.push((s, depth));
+        let children = sessions
+            .iter()
+            .rev()
+            .filter(|c| c.parent_id.as_deref() == Some(s.id.as_str()));
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    // Sessions no root leads to (parents naming each other: never from OpenCode) still show.
+    let shown: std::collections::HashSet<&str> = out.iter().map(|(s, _)| s.id.as_str()).collect();
+    let unreached: Vec<_> = sessions.iter().filter(|s| !shown.contains(s.id.as_str())).collect();
+    out.extend(unreached.into_iter().map(|s| (s, 0)));
+    out
 }
 
 /// A session's line under its project: its state in a word (an error's text below it, as a
@@ -382,6 +413,7 @@ fn session_row(v: &ProjectView, s: &crate::inbox::Session, origin: &Option<Strin
         busy: !matches!(s.status, SessionStatus::Idle),
         waiting: waiting_on(v, &s.id),
         flag: s.flag.as_ref().map(flag_row),
+        depth: 0,
     }
 }
 
@@ -490,5 +522,38 @@ fn question_row((index, item): (usize, &crate::inbox::QuestionItem)) -> Question
         options: item.options.iter().map(|o| o.label.clone()).collect(),
         multiple: item.multiple,
         custom: item.custom.unwrap_or(true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::inbox::Session;
+
+    fn session(id: &str, parent: Option<&str>) -> Session {
+        Session {
+            parent_id: parent.map(str::to_string),
+            ..Session::new(id, 0)
+        }
+    }
+
+    #[test]
+    fn children_follow_their_parent_one_deeper_and_orphans_and_cycles_stay_listed_once() {
+        let list = [
+            session("a", None),
+            session("b", None),
+            session("a1", Some("a")),
+            session("a1x", Some("a1")),
+            session("orphan", Some("gone")),
+            session("b1", Some("b")),
+        ];
+        let got: Vec<(&str, usize)> = super::nested(&list).iter().map(|(s, d)| (s.id.as_str(), *d)).collect();
+        assert_eq!(
+            got,
+            [("a", 0), ("a1", 1), ("a1x", 2), ("b", 0), ("b1", 1), ("orphan", 0)]
+        );
+        // Parents that name each other (never from OpenCode): no loop, each shown once, at the top.
+        let cycle = [session("x", Some("y")), session("y", Some("x"))];
+        let got: Vec<(&str, usize)> = super::nested(&cycle).iter().map(|(s, d)| (s.id.as_str(), *d)).collect();
+        assert_eq!(got, [("x", 0), ("y", 0)]);
     }
 }

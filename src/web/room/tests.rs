@@ -53,6 +53,7 @@ fn flagged(budget: bool) -> SessionRow {
         subagent: false,
         busy: false,
         waiting: None,
+        depth: 0,
         flag: Some(FlagRow {
             says: "stopped: retried the same failure twice".into(),
             detail: "exit 1: cat: x: No such file or directory".into(),

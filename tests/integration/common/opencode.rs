@@ -3,7 +3,8 @@
 //! offline: a prompt with RUNBASH makes the model call the bash tool, which needs permission; one
 //! with ASKQUESTION makes it ask the user a question (OpenCode's question tool); LOOPBASH makes it
 //! call bash again after every result; HANGMODEL makes it never answer; SPAWNTASK makes it start a
-//! subagent (OpenCode's task tool); `RUNCMD: <command>` makes it run that command, and then say
+//! subagent (OpenCode's task tool; with SPAWNHANG the subagent's model never answers);
+//! `RUNCMD: <command>` makes it run that command, and then say
 //! what the tool answered (`SAW: …`).
 
 use std::convert::Infallible;
@@ -156,9 +157,15 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
     } else if has_tools && last["role"] == "user" && last_text.contains("SPAWNTASK") {
-        // OpenCode's task tool: a subagent's session (with `parentID`) answers "hello".
-        let args = serde_json::json!({"description": "sub work", "prompt": "hello from the parent", "subagent_type": "general"})
-            .to_string();
+        // OpenCode's task tool: a subagent's session (with `parentID`) answers "hello" (or, with
+        // SPAWNHANG, never answers: a child still busy when its parent is stopped).
+        let child = if last_text.contains("SPAWNHANG") {
+            "HANGMODEL from the parent"
+        } else {
+            "hello from the parent"
+        };
+        let args =
+            serde_json::json!({"description": "sub work", "prompt": child, "subagent_type": "general"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_t", "type": "function", "function": {"name": "task", "arguments": args}}]}),
             None,
