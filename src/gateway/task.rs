@@ -55,7 +55,7 @@ pub(crate) struct Refused {
     pub why: String,
 }
 
-fn refused(step: &'static str, status: u16, why: impl Into<String>) -> Refused {
+pub(super) fn refused(step: &'static str, status: u16, why: impl Into<String>) -> Refused {
     Refused {
         step,
         status,
@@ -217,7 +217,7 @@ async fn plan<'a>(sets: &'a [ProjectSet], user: &UserState, t: &NewTask) -> Resu
 }
 
 /// The title, the prompt, the agent and the model, as words.
-fn check_text(t: &NewTask) -> Result<(), Refused> {
+pub(super) fn check_text(t: &NewTask) -> Result<(), Refused> {
     let title = t.title.trim();
     if title.is_empty() || title.chars().count() > 200 || title.chars().any(char::is_control) {
         return Err(refused("check", 400, "title: write 1 to 200 characters, on one line"));
@@ -296,7 +296,7 @@ async fn session(road: &dyn Road, project: &str, title: &str) -> Result<String, 
 }
 
 /// The task's prompt, with its agent and model when given.
-async fn prompt(road: &dyn Road, project: &str, session: &str, t: &NewTask) -> Result<(), Refused> {
+pub(super) async fn prompt(road: &dyn Road, project: &str, session: &str, t: &NewTask) -> Result<(), Refused> {
     let mut body = serde_json::json!({"parts": [{"type": "text", "text": t.prompt}]});
     if let Some(agent) = &t.agent {
         body["agent"] = agent.clone().into();

@@ -58,7 +58,7 @@ impl Checkout<'_> {
         }
     }
 
-    async fn git(&self, args: &[&str]) -> Result<String, String> {
+    pub(super) async fn git(&self, args: &[&str]) -> Result<String, String> {
         let mut all: Vec<&std::ffi::OsStr> = vec!["-c".as_ref(), "core.hooksPath=/dev/null".as_ref()];
         all.extend(args.iter().map(std::ffi::OsStr::new));
         self.run("git", &all).await
@@ -83,13 +83,26 @@ impl Checkout<'_> {
         self.git(&["symbolic-ref", "--short", "HEAD"]).await
     }
 
-    /// `git worktree add -b <branch> <folder> <base>`.
+    /// `git worktree add --track -b <branch> <folder> <base>`: the branch's upstream is its base
+    /// (git's own record of it, which the review's diff reads back: `@{upstream}`).
     pub(crate) async fn add_worktree(&self, branch: &str, folder: &Path, base: &str) -> Result<(), String> {
         let base = format!("refs/heads/{base}");
         let folder = folder.to_string_lossy();
-        self.git(&["worktree", "add", "--quiet", "-b", branch, &folder, &base])
+        self.git(&["worktree", "add", "--quiet", "--track", "-b", branch, &folder, &base])
             .await
             .map(drop)
+    }
+
+    /// "Remove" on a task (issue 41, item 4): the worktree goes, its branch stays. Without
+    /// `force` git refuses a worktree with uncommitted or untracked files (and the main checkout).
+    pub(crate) async fn remove_only_worktree(&self, folder: &Path, force: bool) -> Result<(), String> {
+        let path = folder.to_string_lossy();
+        let mut args = vec!["worktree", "remove"];
+        if force {
+            args.push("--force");
+        }
+        args.push(&path);
+        self.git(&args).await.map(drop)
     }
 
     /// Undo [`Checkout::add_worktree`]: the worktree and the branch it made go.

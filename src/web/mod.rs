@@ -22,6 +22,7 @@ pub mod page;
 pub mod pair;
 pub mod passkey_form;
 pub mod push_form;
+pub mod review;
 pub mod room;
 pub mod sso;
 pub mod task_form;
@@ -70,6 +71,8 @@ pub enum Page {
     Budget,
     Trigger,
     Task,
+    /// A task's review (issue 41): its diff, Ask for changes, Remove.
+    Review,
     /// This browser's Web Push subscription.
     Push,
     /// Passkeys: add one, sign in with one, revoke one.
@@ -141,6 +144,7 @@ fn reserved_page(project_host: bool, rest: &[&str]) -> Page {
         (false, ["budget"]) => Page::Budget,
         (false, ["trigger"]) => Page::Trigger,
         (false, ["task"]) => Page::Task,
+        (false, ["review"]) => Page::Review,
         (false, ["push"]) => Page::Push,
         (false, ["passkey"]) => Page::Passkey,
         (false, ["oidc", "start"]) => Page::OidcStart,
@@ -330,6 +334,8 @@ pub(crate) async fn serve(ctx: &Ctx<'_>, body: Incoming, which: Page) -> Result<
         (Page::Budget, &Method::POST) => budget_form::raise(ctx, body).await,
         (Page::Trigger, &Method::POST) => trigger_form::steer(ctx, body).await,
         (Page::Task, &Method::POST) => task_form::create(ctx, body).await,
+        (Page::Review, &Method::GET) => review::show(ctx).await,
+        (Page::Review, &Method::POST) => review::act(ctx, body).await,
         (Page::Push, &Method::POST) => push_form::subscribe(ctx, body).await,
         (Page::Passkey, &Method::POST) => passkey_form::post(ctx, body).await,
         (Page::OidcStart, &Method::GET) => sso::start(ctx).await,

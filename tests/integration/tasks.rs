@@ -294,12 +294,20 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
         "start = \"on-demand\"\naccept = \"cat fixed.txt\"",
     )
     .replace("directory = ", "directories = ");
-    let users = users_toml(&[TestUser {
-        name: "bob",
-        password: "bob-password-12",
-        projects: "[\"app-*\"]",
-        role: "operator",
-    }]);
+    let users = users_toml(&[
+        TestUser {
+            name: "bob",
+            password: "bob-password-12",
+            projects: "[\"app-*\"]",
+            role: "operator",
+        },
+        TestUser {
+            name: "vic",
+            password: "vic-password-12",
+            projects: "[\"app-*\"]",
+            role: "viewer",
+        },
+    ]);
     let notify = format!("[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n");
     let gw = Gateway::start_with(&server_config(&format!("{notify}{set}{users}")), &[], |_| {});
     let (ok, out) = tokio::task::block_in_place(|| {
@@ -348,18 +356,19 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
         page.contains("test failed (exit 1)") && page.contains("cat: fixed.txt: No such file or directory"),
         "{page}"
     );
-    // Ask for changes: the next prompt makes the file.
-    let bob = basic("bob", "bob-password-12");
-    let body = serde_json::json!({"parts": [{"type": "text", "text": "RUNCMD: echo fixed > fixed.txt"}]}).to_string();
-    let (status, said) = json(
-        &c,
-        "POST",
-        &format!("/p/app-fix-it/session/{session}/prompt_async"),
-        &bob,
-        &body,
-    )
-    .await;
-    assert!((200..300).contains(&status), "{status} {said}");
+    // Ask for changes, from the review page: the next prompt makes the file.
+    let review = "/_gw/review?project=app-fix-it";
+    let page = browser_get(&lh, review, Some(&cookie), true).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("data-file=\"wip.txt\""),
+        "the agent's new file is in the diff: {}",
+        page.body
+    );
+    assert!(page.body.contains("+1 \u{2212}0 in 1 file since main"), "{}", page.body);
+    let ask = format!("project=app-fix-it&session={session}&do=ask&text=RUNCMD%3A+echo+fixed+%3E+fixed.txt");
+    let asked = crate::common::login::portal_post(&lh, &cookie, "/_gw/review", &ask).await;
+    assert_eq!(asked.status, 303, "{}", asked.body);
     let page = accept_until("passed").await;
     assert!(page.contains("test passed: ready for review"), "{page}");
     let told = crate::budgets::alerts_until(&hooked, 1).await;
@@ -377,4 +386,112 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
         .map(|r| r["passed"] == true)
         .collect();
     assert_eq!(runs, [false, true], "one run per change");
+    let prompts = crate::common::audit::records(&audit);
+    let asked = prompts
+        .iter()
+        .find(|r| r["event"] == "prompt" && r["from"] == "control_room");
+    assert!(
+        asked.is_some_and(|r| r["user"] == "bob"),
+        "the asked changes went the road as bob: {prompts:?}"
+    );
+    review_then_remove(&gw, &lh, &cookie, &repo).await;
+}
+
+/// The passed task's review shows both files, escaped; Remove refuses while they are not
+/// committed, and after the commit removes the worktree (the branch stays, the routes answer 404).
+async fn review_then_remove(gw: &Gateway, lh: &Https, cookie: &str, repo: &Path) {
+    use crate::common::login::{browser_get, portal_post};
+    let folder = repo.join(".worktrees/fix-it");
+    std::fs::write(folder.join("odd <b>name.txt"), "<script>x</script>\n").unwrap();
+    let page = browser_get(lh, "/_gw/review?project=app-fix-it", Some(cookie), true)
+        .await
+        .body;
+    for file in ["wip.txt", "fixed.txt"] {
+        assert!(page.contains(&format!("data-file=\"{file}\"")), "{file}: {page}");
+    }
+    assert!(page.contains("+3 \u{2212}0 in 3 files since main"), "{page}");
+    assert!(
+        !page.contains("<script>x") && page.contains("&#60;script&#62;x"),
+        "escaped: {page}"
+    );
+    let portal = browser_get(lh, "/", Some(cookie), true).await.body;
+    assert!(
+        portal.contains("+3 \u{2212}0 in 3 files since main"),
+        "the card counts: {portal}"
+    );
+    a_viewer_and_another_site_cannot_act(gw, lh).await;
+    let refused = portal_post(lh, cookie, "/_gw/review", "project=app-fix-it&do=remove").await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("holds uncommitted changes"), "{}", refused.body);
+    assert!(folder.is_dir(), "nothing removed");
+    git(&folder, &["add", "-A"]);
+    git(&folder, &["commit", "-q", "-m", "the task"]);
+    let page = browser_get(lh, "/_gw/review?project=app-fix-it", Some(cookie), true)
+        .await
+        .body;
+    assert!(
+        page.contains("+3 \u{2212}0 in 3 files since main"),
+        "committed changes count the same: {page}"
+    );
+    let removed = portal_post(lh, cookie, "/_gw/review", "project=app-fix-it&do=remove").await;
+    assert_eq!(removed.status, 303, "{}", removed.body);
+    assert!(!folder.exists(), "the worktree is gone");
+    assert!(
+        git(repo, &["branch", "--list", "fix-it"]).contains("fix-it"),
+        "the branch is kept"
+    );
+    let c = Https::new(gw.https, &gw.ca());
+    let (status, _) = json(&c, "GET", "/p/app-fix-it/session", &basic("bob", "bob-password-12"), "").await;
+    assert_eq!(status, 404, "its routes answer 404");
+    let r = crate::common::audit::find(&crate::common::audit::file(gw), "task_removed", |_| true).await;
+    assert_eq!(
+        (&r["user"], &r["project"]),
+        (&"bob".into(), &"app-fix-it".into()),
+        "{r}"
+    );
+}
+
+/// A viewer sees the review without its forms, and is refused asking and removing with the role;
+/// a post from another site is refused before any of it.
+async fn a_viewer_and_another_site_cannot_act(gw: &Gateway, lh: &Https) {
+    use crate::common::login::{browser_get, form_login, portal_post};
+    let c = Https::new(gw.https, &gw.ca());
+    let vic = form_login(&c, "vic", "vic-password-12").await;
+    let page = browser_get(lh, "/_gw/review?project=app-fix-it", Some(&vic), true).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body.contains("data-file=\"wip.txt\"")
+            && !page.body.contains("id=\"remove\"")
+            && !page.body.contains("id=\"ask\""),
+        "{}",
+        page.body
+    );
+    let removed = portal_post(lh, &vic, "/_gw/review", "project=app-fix-it&do=remove&confirm=yes").await;
+    assert_eq!(removed.status, 403, "{}", removed.body);
+    assert!(
+        removed.body.contains("needs the operator role; vic has viewer"),
+        "{}",
+        removed.body
+    );
+    let session = gw.control("GET", "/inbox?project=app-fix-it").1;
+    let id = serde_json::from_str::<serde_json::Value>(&session).unwrap()["projects"][0]["sessions"][0]["id"].clone();
+    let ask = format!(
+        "project=app-fix-it&session={}&do=ask&text=RUNCMD%3A+rm+-rf+.",
+        id.as_str().unwrap()
+    );
+    let asked = portal_post(lh, &vic, "/_gw/review", &ask).await;
+    assert_eq!(asked.status, 403, "{}", asked.body);
+    assert!(asked.body.contains("viewer"), "refused for the role: {}", asked.body);
+    let other = browser_get(lh, "/_gw/review?project=elsewhere", Some(&vic), true).await;
+    assert_eq!(other.status, 404, "{}", other.body);
+    let cross = lh
+        .request("POST", "/_gw/review", None)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .header("cookie", &vic)
+        .header("origin", "https://evil.example")
+        .header("sec-fetch-site", "cross-site")
+        .body(http_body_util::Full::from("project=app-fix-it&do=remove&confirm=yes"))
+        .unwrap();
+    let cross = lh.call(cross).await;
+    assert_eq!(cross.status, 403, "{}", cross.body);
 }

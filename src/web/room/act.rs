@@ -179,7 +179,7 @@ pub(crate) async fn portal_form_fields(
 
 /// The user behind a login session, as the proxy knows them, for a request made on their behalf:
 /// the road through the proxy's own phases as them.
-fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<Box<dyn Road + 'a>, HttpError> {
+pub(crate) fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<Box<dyn Road + 'a>, HttpError> {
     let user = ctx
         .state
         .users

@@ -96,6 +96,8 @@ pub(crate) struct ProjectRow {
     pub triggers: Vec<trigger_rows::TriggerRow>,
     /// Its acceptance test's last run (`accept_rows.rs`).
     pub accept: Option<accept_rows::AcceptRow>,
+    /// A task's changes and its review's link (the portal only: `task_rows.rs`).
+    pub task: Option<task_rows::TaskRow>,
 }
 
 pub(crate) struct QuestionRow {
@@ -219,6 +221,8 @@ fn flash_of(ctx: &Ctx<'_>) -> Option<&'static str> {
         Some("aborted") => Some("The session was told to stop."),
         Some("resumed") => Some("The session was told to continue."),
         Some("raised") => Some("The budget was raised."),
+        Some("asked") => Some("Your changes were asked for: the agent has the prompt."),
+        Some("removed") => Some("The task's worktree is removed; its branch is kept."),
         Some("task_created") => Some("The task's branch, worktree and session are made, and its prompt sent."),
         Some("trigger_paused") => {
             Some("The trigger is paused: no delivery or schedule starts a run until it is resumed.")
@@ -248,6 +252,7 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     };
     let mut r = room(ctx, &live.user, flash_of(ctx));
     trigger_rows::add(ctx, &live.user, &mut r).await;
+    task_rows::add(ctx, &mut r).await;
     if fragment(ctx) {
         page::html(StatusCode::OK, &PortalContent { r: &r })
     } else {
@@ -299,11 +304,13 @@ mod accept_rows;
 mod act;
 mod events;
 mod rows;
+mod task_rows;
 #[cfg(test)]
 mod tests;
 mod trigger_rows;
 
-pub(crate) use act::portal_form_fields;
 pub(crate) use act::{act, new_session, restart};
+pub(crate) use act::{on_behalf, portal_form_fields};
 pub(crate) use events::events;
 use rows::room;
+pub(crate) use task_rows::said as changes_said;

@@ -355,6 +355,7 @@ fn project_row(
         directory: v.directory.clone(),
         triggers: Vec::new(),
         accept: None,
+        task: None,
     }
 }
 

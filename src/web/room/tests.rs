@@ -23,6 +23,7 @@ fn project(name: &str, on_box: Option<&str>) -> ProjectRow {
         directory: None,
         triggers: Vec::new(),
         accept: None,
+        task: None,
     }
 }
 
