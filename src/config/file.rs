@@ -40,10 +40,24 @@ pub(crate) struct RawConfig {
     pub push: Option<RawPush>,
     /// `[store]`: where the state database is (default: SQLite in `state_dir`).
     pub store: Option<RawStore>,
+    /// `[fleet]`: how many sessions may be busy at once, and tasks wait for review (issue 41).
+    pub fleet: Option<RawFleet>,
     /// How many of `user` this file itself holds (the rest came from `server.users_file`):
     /// whether this file holds password hashes, for its mode warning.
     #[serde(skip)]
     pub own_users: usize,
+}
+
+/// `[fleet]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFleet {
+    pub max_busy_per_user: Option<i64>,
+    pub max_busy_per_project: Option<i64>,
+    pub max_waiting_reviews: Option<i64>,
+    /// `"queue"` (default) or `"refuse"`.
+    pub over_cap: Option<String>,
+    pub queue_wait: Option<String>,
 }
 
 /// `[store]`.

@@ -51,6 +51,8 @@ pub struct Settings {
     /// `[budget]`'s limit on one user's spend per UTC day, across projects (the other limits
     /// are each project's, in [`Project::budget`]).
     pub user_day_usd: Option<f64>,
+    /// `[fleet]`: the caps on busy sessions and waiting reviews (issue 41, item 5).
+    pub fleet: Fleet,
     /// `[push] allow_private_endpoints`: push endpoints may be private or loopback addresses.
     pub push_private_endpoints: bool,
     /// `[store] url`: the state database on PostgreSQL (it may hold a password); `None`: SQLite in
@@ -530,5 +532,28 @@ impl Settings {
             }
         }
         p
+    }
+}
+
+/// `[fleet]`: caps on how much runs at once (issue 41, item 5). `None`: no cap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub max_busy_per_user: Option<usize>,
+    pub max_busy_per_project: Option<usize>,
+    pub max_waiting_reviews: Option<usize>,
+    /// A prompt past a cap waits (`true`, up to `queue_wait`) or is refused.
+    pub queue: bool,
+    pub queue_wait: std::time::Duration,
+}
+
+impl Default for Fleet {
+    fn default() -> Fleet {
+        Fleet {
+            max_busy_per_user: None,
+            max_busy_per_project: None,
+            max_waiting_reviews: None,
+            queue: true,
+            queue_wait: std::time::Duration::from_secs(1800),
+        }
     }
 }

@@ -64,6 +64,15 @@ impl Board {
             .cloned()
     }
 
+    /// The projects whose last test passed, with the session it was for: tasks ready for review.
+    pub(crate) fn passed(&self) -> Vec<(String, String)> {
+        let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        (outcomes.iter())
+            .filter(|(_, o)| o.result == Some(Ok(())))
+            .map(|(p, o)| (p.clone(), o.session.clone()))
+            .collect()
+    }
+
     fn set(&self, project: &str, outcome: Outcome) {
         self.outcomes
             .lock()

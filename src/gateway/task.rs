@@ -95,6 +95,7 @@ pub(crate) async fn new_task(
 ) -> Result<Made, Refused> {
     let state = gw.state();
     let plan = plan(&state.settings.project_sets, user, t).await?;
+    under_waiting_reviews(gw, &user.name)?;
     let git = plan.checkout();
     git.add_worktree(&plan.branch, &plan.folder, &plan.base)
         .await
@@ -239,6 +240,34 @@ pub(super) fn check_text(t: &NewTask) -> Result<(), Refused> {
             "check",
             400,
             "model: write provider/model, as the server's list names it",
+        ));
+    }
+    Ok(())
+}
+
+/// `[fleet] max_waiting_reviews`: a user with that many tasks ready for review (their last
+/// acceptance test passed, the session theirs, the project still served) starts no new one.
+fn under_waiting_reviews(gw: &Gateway, user: &str) -> Result<(), Refused> {
+    let Some(max) = gw.state().settings.fleet.max_waiting_reviews else {
+        return Ok(());
+    };
+    let state = gw.state();
+    let waiting = (gw.lifecycle.acceptance.passed().into_iter())
+        .filter(|(project, _)| state.projects.contains_key(project))
+        .filter(|(project, session)| gw.inbox.fleet_owner(project, session).as_deref() == Some(user))
+        .count();
+    if waiting >= max {
+        let tasks = if waiting == 1 {
+            "task of yours is"
+        } else {
+            "tasks of yours are"
+        };
+        return Err(refused(
+            "check",
+            429,
+            format!(
+                "{waiting} {tasks} ready for review (fleet.max_waiting_reviews = {max}): review or remove one first"
+            ),
         ));
     }
     Ok(())

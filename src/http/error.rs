@@ -35,6 +35,9 @@ pub enum HttpError {
     /// A budget near its end is held by another running turn (`budget/meter/turns.rs`).
     #[error("{0}")]
     BudgetTurnRunning(String),
+    /// A prompt past the fleet's caps, refused (`over_cap = "refuse"`) or waited out.
+    #[error("{0}")]
+    OverFleetCap(String),
     #[error("no project named {0:?} on this gateway")]
     UnknownProject(String),
     #[error("this gateway serves several projects: use /p/<project>/ or <project>.<base domain>")]
@@ -128,9 +131,11 @@ impl From<&HttpError> for StatusCode {
         use HttpError::*;
         match e {
             Unauthenticated | BadCredentials | BadToken | MalformedCredentials(_) => StatusCode::UNAUTHORIZED,
-            LoginLimited { .. } | RateLimited { .. } | TooManyStreams { .. } | BudgetTurnRunning(_) => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            LoginLimited { .. }
+            | RateLimited { .. }
+            | TooManyStreams { .. }
+            | BudgetTurnRunning(_)
+            | OverFleetCap(_) => StatusCode::TOO_MANY_REQUESTS,
             UnknownProject(_) | NoProject => StatusCode::NOT_FOUND,
             NotGranted { .. } | Forbidden(_) => StatusCode::FORBIDDEN,
             UpstreamUnavailable { .. } | UpstreamRejectedCredential { .. } => StatusCode::BAD_GATEWAY,
@@ -161,6 +166,7 @@ impl HttpError {
             RateLimited { .. } => "rate_limited",
             TooManyStreams { .. } => "too_many_streams",
             BudgetTurnRunning(_) => "budget_turn_running",
+            OverFleetCap(_) => "over_fleet_cap",
             UnknownProject(_) => "unknown_project",
             NoProject => "no_project",
             NotGranted { .. } => "not_granted",
@@ -201,6 +207,7 @@ impl HttpError {
             HttpError::LoginLimited { retry_after, .. } | HttpError::RateLimited { retry_after } => Some(*retry_after),
             HttpError::TooManyStreams { .. } => Some(Duration::from_secs(1)),
             HttpError::BudgetTurnRunning(_) => Some(Duration::from_secs(5)),
+            HttpError::OverFleetCap(_) => Some(Duration::from_secs(30)),
             _ => None,
         }
     }

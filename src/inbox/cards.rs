@@ -69,6 +69,9 @@ pub(crate) struct Session {
     /// The error OpenCode said ended its turn (`session.error`), until its next turn starts.
     #[serde(skip)]
     pub error: Option<String>,
+    /// Why its prompt waits for room in the fleet's caps ("queued: 1 session of yours is busy
+    /// (fleet.max_busy_per_user = 1)"), while it does.
+    pub queued: Option<String>,
 }
 
 impl Session {
@@ -88,6 +91,7 @@ impl Session {
             created_ms: 0,
             copied: Vec::new(),
             error: None,
+            queued: None,
         }
     }
 }

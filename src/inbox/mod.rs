@@ -18,6 +18,7 @@
 
 mod cards;
 pub mod control;
+mod fleet;
 mod guard;
 mod model;
 mod parse;
@@ -63,6 +64,8 @@ pub struct Inbox {
     desk: policy::Desk,
     /// Turn ends, for the gateway's trigger runs (`turns.rs`).
     turns: turns::Turns,
+    /// Who prompted which top session, for the fleet's caps (`fleet.rs`).
+    fleet: fleet::Book,
     parts: Parts,
 }
 
@@ -137,6 +140,7 @@ impl Inbox {
             subscriptions: Default::default(),
             desk: Default::default(),
             turns: Default::default(),
+            fleet: Default::default(),
             parts,
         }
     }

@@ -128,6 +128,7 @@ pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<S
             .unwrap_or_else(|| old.map_or(0, |o| o.created_ms)),
         copied: old.map(|o| o.copied.clone()).unwrap_or_default(),
         error: old.and_then(|o| o.error.clone()),
+        queued: old.and_then(|o| o.queued.clone()),
         id,
     })
 }

@@ -8,6 +8,7 @@
 
 mod admit;
 mod body_check;
+mod fleet_gate;
 pub mod forward;
 mod identify;
 pub mod internal;
@@ -298,6 +299,7 @@ pub(crate) fn proceed<'a>(
         record.class = target.class();
         let admitted = admit(on, request, &target)?;
         let planned = plan(on, request, &mut target, admitted.role, record).await?;
+        fleet_gate::wait_for_room(on, &target).await?;
         let mut audit = planned.audit;
         let here = on.here;
         let terminal_close = audit.as_ref().and_then(|p| p.terminal_close(&here.gw.audit));

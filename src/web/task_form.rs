@@ -53,6 +53,7 @@ pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
                 403 => HttpError::Forbidden(said),
                 404 => HttpError::NotFound(said),
                 400 | 409 => HttpError::BadRequest(said),
+                429 => HttpError::OverFleetCap(said),
                 _ => HttpError::UpstreamUnavailable {
                     project: t.set.clone(),
                     reason: said,

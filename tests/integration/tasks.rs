@@ -308,7 +308,8 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
             role: "viewer",
         },
     ]);
-    let notify = format!("[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n");
+    let notify =
+        format!("[notify]\nwebhook = \"{hook}\"\ndebounce = \"100ms\"\n\n[fleet]\nmax_waiting_reviews = 1\n\n");
     let gw = Gateway::start_with(&server_config(&format!("{notify}{set}{users}")), &[], |_| {});
     let (ok, out) = tokio::task::block_in_place(|| {
         gw.cli(&[
@@ -386,6 +387,15 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
         .map(|r| r["passed"] == true)
         .collect();
     assert_eq!(runs, [false, true], "one run per change");
+    // One task of bob's waits for review: the fleet's cap refuses him another until it is done.
+    let (ok, out) =
+        tokio::task::block_in_place(|| gw.cli(&["task", "new", "app", "Another", "--prompt", "x", "--as", "bob"]));
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("1 task of yours is ready for review (fleet.max_waiting_reviews = 1)"),
+        "{out}"
+    );
+    assert!(!repo.join(".worktrees/another").exists(), "nothing made");
     let prompts = crate::common::audit::records(&audit);
     let asked = prompts
         .iter()

@@ -13,6 +13,7 @@ mod audit;
 pub(crate) mod boxes;
 mod budget;
 pub(crate) mod checker;
+mod fleet;
 pub(crate) mod known_hosts;
 pub(crate) mod names;
 mod notify;
@@ -60,6 +61,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
     let policies = policy::policies(&mut c, &raw.policy);
     let boxes = boxes::boxes(&mut c, &raw.boxes);
+    let fleet = fleet::fleet(&mut c, raw.fleet.as_ref());
     boxes::projects_name_known_boxes(&mut c, &raw.project, &raw.boxes);
     c.done(path)?;
     let mut settings = Settings {
@@ -83,6 +85,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         protected: ProtectedPaths::default(),
         boxes,
         user_day_usd,
+        fleet,
         push_private_endpoints: raw
             .push
             .as_ref()

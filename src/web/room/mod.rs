@@ -36,6 +36,8 @@ pub(crate) struct SessionRow {
     pub flag: Option<FlagRow>,
     /// How deep under a root session it is (0: a root), for the page's nesting.
     pub depth: usize,
+    /// Why its prompt waits for room in the fleet's caps, while it does.
+    pub queued: Option<String>,
 }
 
 pub(crate) struct FlagRow {

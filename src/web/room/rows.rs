@@ -415,6 +415,7 @@ fn session_row(v: &ProjectView, s: &crate::inbox::Session, origin: &Option<Strin
         waiting: waiting_on(v, &s.id),
         flag: s.flag.as_ref().map(flag_row),
         depth: 0,
+        queued: s.queued.clone(),
     }
 }
 

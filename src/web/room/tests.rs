@@ -55,6 +55,7 @@ fn flagged(budget: bool) -> SessionRow {
         busy: false,
         waiting: None,
         depth: 0,
+        queued: None,
         flag: Some(FlagRow {
             says: "stopped: retried the same failure twice".into(),
             detail: "exit 1: cat: x: No such file or directory".into(),
