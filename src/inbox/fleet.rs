@@ -130,3 +130,77 @@ impl Inbox {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(inbox: &Inbox, v: serde_json::Value) {
+        inbox.update(|m, now| m.apply("web", &v, now));
+    }
+
+    fn session(inbox: &Inbox, id: &str, parent: Option<&str>) {
+        let info = serde_json::json!({"id": id, "parentID": parent, "title": id, "time": {"created": 1, "updated": 1}});
+        event(inbox, serde_json::json!({"type": "session.created", "properties": {"info": info}}));
+    }
+
+    fn status(inbox: &Inbox, id: &str, kind: &str) {
+        let props = serde_json::json!({"sessionID": id, "status": {"type": kind}});
+        event(inbox, serde_json::json!({"type": "session.status", "properties": props}));
+    }
+
+    #[test]
+    fn a_users_busy_top_sessions_count_once_with_their_children_and_a_prompt_just_let_through() {
+        let inbox = super::super::detached();
+        let caps = Fleet {
+            max_busy_per_user: Some(1),
+            ..Fleet::default()
+        };
+        for (id, parent) in [("ses_a", None), ("ses_b", None), ("ses_a1", Some("ses_a"))] {
+            session(&inbox, id, parent);
+        }
+        assert_eq!(inbox.fleet_room(&caps, "ann", "web", "ses_b"), Ok(()));
+        // Let through, nothing heard yet: busy for the caps already (two prompts released at once
+        // cannot both take the last place).
+        inbox.fleet_admitted("ann", "web", "ses_a");
+        let why = "1 session of yours is busy (fleet.max_busy_per_user = 1)";
+        assert_eq!(inbox.fleet_room(&caps, "ann", "web", "ses_b"), Err(why.into()));
+        // Another prompt to the same tree is not held back by itself; another user is not capped.
+        assert_eq!(inbox.fleet_room(&caps, "ann", "web", "ses_a1"), Ok(()));
+        assert_eq!(inbox.fleet_room(&caps, "bob", "web", "ses_b"), Ok(()));
+        // OpenCode says it went idle: room again. Its child busy: the tree is busy, counted once.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        status(&inbox, "ses_a", "idle");
+        assert_eq!(inbox.fleet_room(&caps, "ann", "web", "ses_b"), Ok(()));
+        status(&inbox, "ses_a1", "busy");
+        assert_eq!(inbox.fleet_room(&caps, "ann", "web", "ses_b"), Err(why.into()));
+        assert_eq!(inbox.fleet_owner("web", "ses_a1").as_deref(), Some("ann"));
+        // The project's cap counts everyone's.
+        let project = Fleet {
+            max_busy_per_project: Some(1),
+            ..Fleet::default()
+        };
+        assert_eq!(
+            inbox.fleet_room(&project, "bob", "web", "ses_b"),
+            Err("1 session of web busy (fleet.max_busy_per_project = 1)".into())
+        );
+        assert_eq!(inbox.fleet_room(&project, "bob", "api", "ses_x"), Ok(()));
+    }
+
+    #[test]
+    fn the_board_says_why_a_session_waits_until_it_no_longer_does() {
+        let inbox = super::super::detached();
+        session(&inbox, "ses_q", None);
+        let mut changes = inbox.changes();
+        inbox.fleet_queued("web", "ses_q", Some("1 session of yours is busy"));
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        let queued = |inbox: &Inbox| inbox.view(|_| true)[0].sessions[0].queued.clone();
+        assert_eq!(queued(&inbox).as_deref(), Some("queued: 1 session of yours is busy"));
+        // The same words again wake no page.
+        inbox.fleet_queued("web", "ses_q", Some("1 session of yours is busy"));
+        assert!(!changes.has_changed().unwrap());
+        inbox.fleet_admitted("ann", "web", "ses_q");
+        assert_eq!(queued(&inbox), None);
+    }
+}
