@@ -72,6 +72,14 @@ pub(crate) struct Session {
     /// Why its prompt waits for room in the fleet's caps ("queued: 1 session of yours is busy
     /// (fleet.max_busy_per_user = 1)"), while it does.
     pub queued: Option<String>,
+    /// The agent's last words in it, one line (`words.rs`).
+    pub last_words: Option<String>,
+    /// Its last assistant message (whose text parts are the agent's words).
+    #[serde(skip)]
+    pub answering: Option<String>,
+    /// When its running turn began (ms since the epoch; 0: idle since it was first seen).
+    #[serde(skip)]
+    pub busy_since_ms: u64,
 }
 
 impl Session {
@@ -92,6 +100,9 @@ impl Session {
             copied: Vec::new(),
             error: None,
             queued: None,
+            last_words: None,
+            answering: None,
+            busy_since_ms: 0,
         }
     }
 }

@@ -141,12 +141,18 @@ mod tests {
 
     fn session(inbox: &Inbox, id: &str, parent: Option<&str>) {
         let info = serde_json::json!({"id": id, "parentID": parent, "title": id, "time": {"created": 1, "updated": 1}});
-        event(inbox, serde_json::json!({"type": "session.created", "properties": {"info": info}}));
+        event(
+            inbox,
+            serde_json::json!({"type": "session.created", "properties": {"info": info}}),
+        );
     }
 
     fn status(inbox: &Inbox, id: &str, kind: &str) {
         let props = serde_json::json!({"sessionID": id, "status": {"type": kind}});
-        event(inbox, serde_json::json!({"type": "session.status", "properties": props}));
+        event(
+            inbox,
+            serde_json::json!({"type": "session.status", "properties": props}),
+        );
     }
 
     #[test]

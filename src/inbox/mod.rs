@@ -29,6 +29,7 @@ mod reply;
 mod turns;
 mod view;
 mod watch;
+mod words;
 
 use std::sync::{Arc, Mutex};
 

@@ -335,6 +335,7 @@ impl Model {
             session.error = None;
             session.streak = None;
             session.last_said_ms = now;
+            session.busy_since_ms = now;
         }
         let ended = status == SessionStatus::Idle && session.status != SessionStatus::Idle;
         let failure = match &status {
@@ -445,7 +446,14 @@ impl Model {
             "message.part.updated" => {
                 let part = &props["part"];
                 match of_session.or(part["sessionID"].as_str()) {
-                    Some(id) => self.said(project, id, now, tool_outcome(part)),
+                    Some(id) => {
+                        let worded = self.words(project, id, part);
+                        let said = self.said(project, id, now, tool_outcome(part));
+                        Effect {
+                            changed: said.changed || worded,
+                            ..said
+                        }
+                    }
                     None => Effect::default(),
                 }
             }
@@ -493,6 +501,7 @@ impl Model {
     /// A message of session `id` (`info`): the model said something, maybe at a copied cost.
     fn message_seen(&mut self, project: &str, id: &str, info: &Value, now: u64) -> Effect {
         self.said(project, id, now, None);
+        self.answering(project, id, info);
         let mut effect = Effect::changed(true);
         effect.costs.extend(self.copied_cost(project, id, info));
         effect

@@ -129,6 +129,9 @@ pub(super) fn session_from_info(info: &Value, old: Option<&Session>) -> Option<S
         copied: old.map(|o| o.copied.clone()).unwrap_or_default(),
         error: old.and_then(|o| o.error.clone()),
         queued: old.and_then(|o| o.queued.clone()),
+        last_words: old.and_then(|o| o.last_words.clone()),
+        answering: old.and_then(|o| o.answering.clone()),
+        busy_since_ms: old.map_or(0, |o| o.busy_since_ms),
         id,
     })
 }

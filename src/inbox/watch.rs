@@ -213,8 +213,17 @@ fn finished_tool_call(event: &[u8]) -> bool {
         && (has(b"\"status\":\"error\"") || has(b"\"status\":\"completed\""))
 }
 
+/// A text part's last update (`time.end` set): the agent's words, for the board's cards.
+fn finished_text(event: &[u8]) -> bool {
+    let has = |n: &[u8]| memchr::memmem::find(event, n).is_some();
+    has(b"\"message.part.updated\"") && has(b"\"type\":\"text\"") && has(b"\"end\":")
+}
+
 fn dispatch(inbox: &Inbox, targets: &[Target], event: &[u8]) {
-    if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some()) && !finished_tool_call(event) {
+    if !INTERESTING.iter().any(|n| memchr::memmem::find(event, n).is_some())
+        && !finished_tool_call(event)
+        && !finished_text(event)
+    {
         return;
     }
     let text = String::from_utf8_lossy(event);

@@ -9,7 +9,7 @@ use crate::budgets::alice;
 use crate::common::client::{Https, json};
 use crate::common::gateway::{Gateway, TestUser, base_config, users_toml};
 use crate::common::login::{LOGIN_HOST, act, browser_get, form_login};
-use crate::common::opencode::{FakeModel, OpenCode};
+use crate::common::opencode::{ANSWER, FakeModel, OpenCode};
 use crate::common::stack::ALICE_PW;
 
 fn config(oc: &OpenCode, fleet: &str) -> String {
@@ -129,6 +129,22 @@ async fn a_prompt_past_the_users_busy_cap_waits_for_the_first_to_go_idle_or_is_r
         s["queued"].is_null() && s["status"]["type"] == "idle"
     })
     .await;
+    // The card says the agent's last words (the model's answer), never the prompt.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = browser_get(&lh, "/", Some(&cookie), true).await.body;
+        let at = page.find(&format!("data-words=\"{second}\""));
+        if let Some(at) = at {
+            let words = page[at..].split("</p>").next().unwrap();
+            assert!(
+                words.contains(ANSWER) && !words.contains("hello after the queue"),
+                "{words}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no last words on the card: {page}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     refused_when_configured(&gw, &c, &model, &first, &second).await;
 }
 

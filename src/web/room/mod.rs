@@ -38,6 +38,10 @@ pub(crate) struct SessionRow {
     pub depth: usize,
     /// Why its prompt waits for room in the fleet's caps, while it does.
     pub queued: Option<String>,
+    /// The agent's last words in it, one line.
+    pub last_words: Option<String>,
+    /// While it runs: since when (ms since the epoch) and how long, for "running for 3 min".
+    pub running: Option<(u64, String)>,
 }
 
 pub(crate) struct FlagRow {

@@ -416,6 +416,9 @@ fn session_row(v: &ProjectView, s: &crate::inbox::Session, origin: &Option<Strin
         flag: s.flag.as_ref().map(flag_row),
         depth: 0,
         queued: s.queued.clone(),
+        last_words: s.last_words.clone(),
+        running: (!matches!(s.status, SessionStatus::Idle) && s.busy_since_ms > 0)
+            .then(|| (s.busy_since_ms, ago(s.busy_since_ms, now))),
     }
 }
 

@@ -56,6 +56,8 @@ fn flagged(budget: bool) -> SessionRow {
         waiting: None,
         depth: 0,
         queued: None,
+        last_words: None,
+        running: None,
         flag: Some(FlagRow {
             says: "stopped: retried the same failure twice".into(),
             detail: "exit 1: cat: x: No such file or directory".into(),
@@ -242,4 +244,31 @@ fn a_trigger_card_shows_its_runs_why_it_paused_and_steering_only_to_operators() 
     let viewer = portal_with_trigger(false, None);
     assert!(viewer.contains("GitHub webhook: push"), "viewers see the card");
     assert!(!viewer.contains("/_gw/trigger"), "but get no steering form: {viewer}");
+}
+
+/// A card says how long its session has run, the agent's last words (escaped), that it waits
+/// for you, and why its prompt is queued.
+#[test]
+fn a_card_says_its_running_time_last_words_waiting_and_queue() {
+    let mut web = project("web", None);
+    let mut s = flagged(false);
+    s.flag = None;
+    s.running = Some((1, "3 min".into()));
+    s.last_words = Some("Done: <b>all</b> tests pass".into());
+    s.waiting = Some(WaitingRow {
+        id: "per_1".into(),
+        what: "npm test".into(),
+    });
+    s.queued = Some("queued: 1 session of yours is busy (fleet.max_busy_per_user = 1)".into());
+    web.sessions = vec![s];
+    web.can_answer = true;
+    let page = PortalContent { r: &room_of(web) }.render().unwrap();
+    for says in [
+        "running for <span data-since=\"1\">3 min</span>",
+        "Done: &#60;b&#62;all&#60;/b&#62; tests pass",
+        "waiting for you",
+        "data-queued=\"ses_1\">queued: 1 session of yours is busy",
+    ] {
+        assert!(page.contains(says), "{says}: {page}");
+    }
 }
