@@ -139,11 +139,13 @@ async fn run(gw: &Gateway, git: &Checkout<'_>, end: &TurnEnd, test: &AcceptTest,
         tested,
     };
     gw.lifecycle.acceptance.set(&end.project, outcome.clone());
+    gw.inbox.changed_elsewhere();
     let started = Instant::now();
     let (result, tail) = shell(git, test).await;
     outcome.result = Some(result.clone());
     outcome.tail = tail;
     gw.lifecycle.acceptance.set(&end.project, outcome);
+    gw.inbox.changed_elsewhere();
     told(gw, end, test, &result, started.elapsed().as_secs());
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct FileDiff {
 pub(crate) struct Changes {
     /// The base branch (`None`: compared with the worktree's own `HEAD`).
     pub base: Option<String>,
+    /// The worktree's branch (`None`: a detached `HEAD`).
+    pub branch: Option<String>,
     pub files: Vec<FileDiff>,
     /// The whole diff was past [`MAX_DIFF`]: files after the cut show counts only.
     pub cut: bool,
@@ -72,8 +74,10 @@ impl Checkout<'_> {
         let read = self.staged_diff(&index, &from, with_text).await;
         let _ = std::fs::remove_file(&index);
         let (numstat, text, cut) = read?;
+        let branch = self.git(&["symbolic-ref", "--short", "-q", "HEAD"]).await.ok();
         Ok(Changes {
             base,
+            branch,
             files: files(&numstat, &text),
             cut,
         })
@@ -195,6 +199,7 @@ mod tests {
         assert!(got[1].text.contains("Binary"));
         let c = Changes {
             base: None,
+            branch: None,
             files: got,
             cut: false,
         };

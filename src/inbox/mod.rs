@@ -159,6 +159,12 @@ impl Inbox {
         self.changes.subscribe()
     }
 
+    /// Something the pages show besides the inbox's model changed (an acceptance test's outcome):
+    /// the pages' live streams fetch their content again.
+    pub(crate) fn changed_elsewhere(&self) {
+        self.changes.send_modify(|n| *n += 1);
+    }
+
     /// Upstream event streams open now: one per running OpenCode server, whatever the viewers.
     pub(crate) fn subscriptions(&self) -> usize {
         self.subscriptions.load(std::sync::atomic::Ordering::Relaxed)

@@ -34,6 +34,7 @@ mod doctor;
 mod drift;
 mod faults;
 mod faults_reload;
+mod fleet_board;
 mod fleet_caps;
 mod fleet_tree;
 mod forwarded_for;

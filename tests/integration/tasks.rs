@@ -14,7 +14,7 @@ use crate::common::gateway::{Gateway, TestUser, users_toml};
 use crate::common::opencode::{ANSWER, FakeModel};
 use crate::common::supervised::{server_config, spawned};
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args([
             "-c",
@@ -38,7 +38,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A checkout with one commit on main, an untracked `.env` and `notes/local.txt`, a folder, and
 /// the two sets' folders inside it.
-fn checkout(root: &Path) -> std::path::PathBuf {
+pub(crate) fn checkout(root: &Path) -> std::path::PathBuf {
     let repo = root.join("repo");
     for d in ["", ".worktrees", ".doomed", "adir"] {
         std::fs::create_dir_all(repo.join(d)).unwrap();
@@ -426,7 +426,7 @@ async fn review_then_remove(gw: &Gateway, lh: &Https, cookie: &str, repo: &Path)
     );
     let portal = browser_get(lh, "/", Some(cookie), true).await.body;
     assert!(
-        portal.contains("+3 \u{2212}0 in 3 files since main"),
+        portal.contains("fix-it: +3 \u{2212}0 in 3 files since main"),
         "the card counts: {portal}"
     );
     a_viewer_and_another_site_cannot_act(gw, lh).await;

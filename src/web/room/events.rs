@@ -86,5 +86,12 @@ async fn say_changes(
 fn seen_by(gw: &crate::gateway::Gateway, user: &str) -> String {
     let state = gw.state();
     let views = gw.inbox.view(|p| role_of(&state, user, p).is_some());
-    serde_json::to_string(&views).unwrap_or_default()
+    let mut seen = serde_json::to_string(&views).unwrap_or_default();
+    // The projects' acceptance tests: their outcomes are on the portal too.
+    for v in &views {
+        if let Some(o) = gw.lifecycle.acceptance.of(&v.name) {
+            seen += &format!("\n{} {} {:?}", v.name, o.at_ms, o.result);
+        }
+    }
+    seen
 }

@@ -166,7 +166,8 @@ fn resolved_what(r: &crate::inbox::Resolved) -> String {
 pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Room {
     let done = flash_key(ctx);
     let state = ctx.state;
-    let views = ctx.gw.inbox.view(|p| role_of(state, user, p).is_some());
+    // Only projects served now: one just removed (a task's worktree) leaves the inbox a moment later.
+    let views = (ctx.gw.inbox).view(|p| state.projects.contains_key(p) && role_of(state, user, p).is_some());
     let now = crate::inbox::now_ms();
     let mut projects = Vec::new();
     let mut cards = Vec::new();

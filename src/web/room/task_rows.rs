@@ -56,8 +56,9 @@ pub(crate) fn said(c: &crate::gateway::task_diff::Changes) -> String {
         1 => "1 file".to_string(),
         n => format!("{n} files"),
     };
+    let on = c.branch.as_deref().map(|b| format!("{b}: ")).unwrap_or_default();
     match &c.base {
-        Some(base) => format!("+{added} \u{2212}{removed} in {files} since {base}"),
-        None => format!("+{added} \u{2212}{removed} in {files}, not committed"),
+        Some(base) => format!("{on}+{added} \u{2212}{removed} in {files} since {base}"),
+        None => format!("{on}+{added} \u{2212}{removed} in {files}, not committed"),
     }
 }
