@@ -10,7 +10,7 @@ use askama::Template;
 use http::{Response, StatusCode};
 use hyper::body::Incoming;
 
-use super::room::{on_behalf, portal_form_fields};
+use super::room::{on_behalf, portal_form_fields, user_of};
 use super::{Ctx, page};
 use crate::config::Role;
 use crate::gateway::task_diff::FileDiff;
@@ -113,12 +113,7 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
             Ok(page::redirect(&back))
         }
         "remove" => {
-            let user = ctx
-                .state
-                .users
-                .get(&*live.user)
-                .cloned()
-                .ok_or(HttpError::Unauthenticated)?;
+            let user = user_of(ctx, &live)?;
             let confirmed = field("confirm") == "yes";
             (task_review::remove(ctx.gw, &user, ctx.client, &project, confirmed).await)
                 .map_err(|r| refusal(&project, r))?;

@@ -8,7 +8,6 @@ use http::Response;
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page};
-use crate::audit::Who;
 use crate::config::Role;
 use crate::gateway::task::{NewTask, new_task};
 use crate::http::body::ProxyBody;
@@ -29,22 +28,8 @@ pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         agent: None,
         model: None,
     };
-    let user = ctx
-        .state
-        .users
-        .get(&*live.user)
-        .cloned()
-        .ok_or(HttpError::Unauthenticated)?;
-    let via = if live.device.is_some() {
-        crate::audit::Via::Device
-    } else {
-        crate::audit::Via::Cookie
-    };
-    let who = Who {
-        via,
-        id: live.device.clone(),
-    };
-    let road = (ctx.on_behalf)(ctx.gw, user.clone(), who, ctx.client, "control_room");
+    let user = super::room::user_of(ctx, &live)?;
+    let road = super::room::on_behalf(ctx, &live)?;
     match new_task(ctx.gw, &*road, &user, ctx.client, "control_room", &t).await {
         Ok(made) => Ok(page::redirect(&format!("/?done=task_created#project-{}", made.project))),
         Err(r) => {

@@ -15,8 +15,16 @@ pub(crate) struct AcceptRow {
     pub tail: String,
 }
 
+/// Fill each project row of `room` with its last acceptance test (the portal only).
+pub(super) fn add(gw: &crate::gateway::Gateway, room: &mut super::Room) {
+    let now = crate::inbox::now_ms();
+    for p in &mut room.projects {
+        p.accept = row(gw, &p.name, now);
+    }
+}
+
 /// Project `name`'s last acceptance test, if one ran.
-pub(super) fn row(gw: &crate::gateway::Gateway, name: &str, now: u64) -> Option<AcceptRow> {
+fn row(gw: &crate::gateway::Gateway, name: &str, now: u64) -> Option<AcceptRow> {
     let o = gw.lifecycle.acceptance.of(name)?;
     let (state, class, says) = match &o.result {
         None => ("running", "busy", "test running".to_string()),

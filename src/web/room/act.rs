@@ -180,17 +180,17 @@ pub(crate) async fn portal_form_fields(
 /// The user behind a login session, as the proxy knows them, for a request made on their behalf:
 /// the road through the proxy's own phases as them.
 pub(crate) fn on_behalf<'a>(ctx: &'a Ctx<'_>, live: &Live) -> Result<Box<dyn Road + 'a>, HttpError> {
-    let user = ctx
-        .state
-        .users
-        .get(&*live.user)
-        .cloned()
-        .ok_or(HttpError::Unauthenticated)?;
+    let user = user_of(ctx, live)?;
     let who = Who {
         via: via_of(live),
         id: live.device.clone(),
     };
     Ok((ctx.on_behalf)(ctx.gw, user, who, ctx.client, "control_room"))
+}
+
+/// The user behind a login session, as the configuration now has them.
+pub(crate) fn user_of(ctx: &Ctx<'_>, live: &Live) -> Result<Arc<crate::auth::users::UserState>, HttpError> {
+    (ctx.state.users.get(&*live.user).cloned()).ok_or(HttpError::Unauthenticated)
 }
 
 fn via_of(live: &Live) -> Via {

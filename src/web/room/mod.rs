@@ -259,6 +259,7 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
     let mut r = room(ctx, &live.user, flash_of(ctx));
     trigger_rows::add(ctx, &live.user, &mut r).await;
     task_rows::add(ctx, &mut r).await;
+    accept_rows::add(ctx.gw, &mut r);
     if fragment(ctx) {
         page::html(StatusCode::OK, &PortalContent { r: &r })
     } else {
@@ -316,7 +317,7 @@ mod tests;
 mod trigger_rows;
 
 pub(crate) use act::{act, new_session, restart};
-pub(crate) use act::{on_behalf, portal_form_fields};
+pub(crate) use act::{on_behalf, portal_form_fields, user_of};
 pub(crate) use events::events;
 use rows::room;
 pub(crate) use task_rows::said as changes_said;

@@ -185,7 +185,6 @@ pub(crate) fn room(ctx: &Ctx<'_>, user: &str, flash: Option<&'static str>) -> Ro
         mark_blocked(ctx.gw, state, user, &mut row);
         row.origin = origin.clone();
         row.spend = spend_line(ctx.gw, state, &v.name);
-        row.accept = super::accept_rows::row(ctx.gw, &v.name, now);
         projects.push(row);
         for c in &v.pending {
             cards.push(card_row(v, c, &origin, on_box, can_answer, now));
