@@ -8,7 +8,6 @@ use http::Response;
 use hyper::body::Incoming;
 
 use super::{Ctx, form, page};
-use crate::config::Role;
 use crate::gateway::task::{NewTask, new_task};
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
@@ -46,21 +45,4 @@ pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
             })
         }
     }
-}
-
-/// The sets `user` may start tasks in (those with a checkout, where a task's project would give
-/// them the operator role), for the portal's form.
-pub(crate) fn sets_for(ctx: &Ctx<'_>, user: &str) -> Vec<String> {
-    let Some(u) = ctx.state.users.get(user) else {
-        return Vec::new();
-    };
-    (ctx.state.settings.project_sets.iter())
-        .filter(|s| s.tasks.repository.is_some())
-        .filter(|s| {
-            u.grants
-                .role_in(&format!("{}-{}task", s.name, s.prefix))
-                .is_some_and(|r| r >= Role::Operator)
-        })
-        .map(|s| s.name.clone())
-        .collect()
 }

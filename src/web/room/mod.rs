@@ -288,7 +288,7 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
             passkeys,
             passkeys_here,
             passkeys_at,
-            task_sets: super::task_form::sets_for(ctx, &live.user),
+            task_sets: task_rows::sets_for(ctx, &live.user),
         };
         page::html_with(StatusCode::OK, &portal, &targets)
     }

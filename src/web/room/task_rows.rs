@@ -62,3 +62,20 @@ pub(crate) fn said(c: &crate::gateway::task_diff::Changes) -> String {
         None => format!("{on}+{added} \u{2212}{removed} in {files}, not committed"),
     }
 }
+
+/// The sets `user` may start tasks in (those with a checkout, where a task's project would give
+/// them the operator role), for the portal's form.
+pub(crate) fn sets_for(ctx: &Ctx<'_>, user: &str) -> Vec<String> {
+    let Some(u) = ctx.state.users.get(user) else {
+        return Vec::new();
+    };
+    (ctx.state.settings.project_sets.iter())
+        .filter(|s| s.tasks.repository.is_some())
+        .filter(|s| {
+            u.grants
+                .role_in(&format!("{}-{}task", s.name, s.prefix))
+                .is_some_and(|r| r >= crate::config::Role::Operator)
+        })
+        .map(|s| s.name.clone())
+        .collect()
+}
