@@ -37,7 +37,12 @@ async fn forking_a_session_adds_nothing_to_todays_spend() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let portal = crate::common::login::browser_get(&lh, "/", Some(&cookie), true).await;
-        let row = portal.body.split(&fork).nth(1).unwrap_or_default();
+        // The fork's line: from its item to the item's end (its id is said more than once in it).
+        let at = portal
+            .body
+            .find(&format!("data-session=\"{fork}\""))
+            .unwrap_or(portal.body.len());
+        let row = &portal.body[at..];
         if row.split("</li>").next().unwrap_or_default().contains("$0.0210") {
             break;
         }
