@@ -24,8 +24,8 @@ pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         title: field("title").unwrap_or_default(),
         prompt: f.get("prompt").cloned().unwrap_or_default(),
         base: field("base"),
-        agent: None,
-        model: None,
+        agent: field("agent"),
+        model: field("model"),
     };
     let user = super::room::user_of(ctx, &live)?;
     let road = super::room::on_behalf(ctx, &live)?;

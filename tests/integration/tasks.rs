@@ -167,7 +167,12 @@ async fn from_the_portal(gw: &Gateway, c: &Https, repo: &Path) {
         "{}",
         page.body
     );
-    let made = portal_post(&lh, &bob, "/_gw/task", "set=app&title=From+the+phone&prompt=hello").await;
+    // The form offers the agents and models of a running server of the set (the CLI's task's).
+    for offered in ["<option>fake/fake-model</option>", "<option>plan</option>"] {
+        assert!(page.body.contains(offered), "{offered}: {}", page.body);
+    }
+    let form = "set=app&title=From+the+phone&prompt=hello&agent=plan&model=fake%2Ffake-model";
+    let made = portal_post(&lh, &bob, "/_gw/task", form).await;
     assert_eq!(made.status, 303, "{}\n{}", made.body, gw.logs());
     let to = crate::common::login::location(&made);
     assert_eq!(to, "/?done=task_created#project-app-from-the-phone");
@@ -175,6 +180,16 @@ async fn from_the_portal(gw: &Gateway, c: &Https, repo: &Path) {
     let audit = crate::common::audit::file(gw);
     let r = crate::common::audit::find(&audit, "task_created", |r| r["branch"] == "from-the-phone").await;
     assert_eq!((&r["user"], &r["from"]), (&"bob".into(), &"control_room".into()), "{r}");
+    let session = r["session"].as_str().unwrap();
+    let path = format!("/p/app-from-the-phone/session/{session}/message");
+    let (status, messages) = json(c, "GET", &path, &basic("bob", "bob-password-12"), "").await;
+    assert_eq!(status, 200, "{messages}");
+    let asked = &messages[0]["info"];
+    assert_eq!(
+        (&asked["role"], &asked["agent"]),
+        (&"user".into(), &"plan".into()),
+        "{messages:#}"
+    );
 
     let vic = form_login(c, "vic", "vic-password-12").await;
     let page = browser_get(&lh, "/", Some(&vic), true).await;

@@ -169,6 +169,8 @@ struct PortalPage<'a> {
     passkeys_at: Option<(String, String)>,
     /// The project sets the user may start a task in (`web/task_form.rs`).
     task_sets: Vec<String>,
+    /// The agents and models a new task may name (a running server's lists).
+    task_choices: task_rows::Choices,
 }
 
 #[derive(Template)]
@@ -282,13 +284,15 @@ pub(crate) async fn portal(ctx: &Ctx<'_>) -> Result<Response<ProxyBody>, HttpErr
         let passkeys = super::passkey_form::rows_of(ctx, &live.user).await?;
         let passkeys_here = super::passkey_form::offered(ctx);
         let passkeys_at = (!passkeys_here).then(|| super::passkey_form::elsewhere(ctx)).flatten();
+        let task_sets = task_rows::sets_for(ctx, &live.user);
         let portal = PortalPage {
             r: &r,
             push_key,
             passkeys,
             passkeys_here,
             passkeys_at,
-            task_sets: task_rows::sets_for(ctx, &live.user),
+            task_choices: task_rows::choices(ctx, &live, &task_sets).await,
+            task_sets,
         };
         page::html_with(StatusCode::OK, &portal, &targets)
     }

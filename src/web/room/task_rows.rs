@@ -79,3 +79,76 @@ pub(crate) fn sets_for(ctx: &Ctx<'_>, user: &str) -> Vec<String> {
         .map(|s| s.name.clone())
         .collect()
 }
+
+/// Agents and models offered for a new task.
+#[derive(Default)]
+pub(crate) struct Choices {
+    pub agents: Vec<String>,
+    /// `provider/model`.
+    pub models: Vec<String>,
+}
+
+/// What New task offers: the lists of a server running in one of `sets` (a task's worktree has
+/// the checkout's configuration), asked as the person on their road, within [`WITHIN`]; none
+/// when no server runs there (then the form takes the names as typed, checked by the task).
+pub(crate) async fn choices(ctx: &Ctx<'_>, live: &crate::auth::sessions::Live, sets: &[String]) -> Choices {
+    let state = ctx.state;
+    let in_sets =
+        |p: &str| (state.projects.get(p)).is_some_and(|p| p.config.set.as_ref().is_some_and(|s| sets.contains(s)));
+    let views = ctx.gw.inbox.view(in_sets);
+    let running = views
+        .iter()
+        .find(|v| matches!(v.server, crate::inbox::ServerState::Running));
+    let (Some(project), Ok(road)) = (running.map(|v| v.name.as_str()), super::on_behalf(ctx, live)) else {
+        return Choices::default();
+    };
+    let get = |path: &str| crate::inbox::Call {
+        method: http::Method::GET,
+        ..crate::inbox::Call::post(project, path.to_string(), None)
+    };
+    let asked = async {
+        let agents = road.call(get("/agent")).await.ok()?;
+        let providers = road.call(get("/config/providers")).await.ok()?;
+        Some((agents.1, providers.1))
+    };
+    let Ok(Some((agents, providers))) = tokio::time::timeout(WITHIN, asked).await else {
+        return Choices::default();
+    };
+    choices_from(&agents, &providers)
+}
+
+/// `GET /agent` (`[{name, mode}]`: the primary ones) and `GET /config/providers`
+/// (`{providers: [{id, models: {<id>: …}}]}`), as OpenCode 1.18.33 answers them.
+fn choices_from(agents: &[u8], providers: &[u8]) -> Choices {
+    let agents: serde_json::Value = serde_json::from_slice(agents).unwrap_or_default();
+    let providers: serde_json::Value = serde_json::from_slice(providers).unwrap_or_default();
+    let agents = (agents.as_array().into_iter().flatten())
+        .filter(|a| a["mode"] != "subagent" && a["hidden"] != true)
+        .filter_map(|a| a["name"].as_str().map(str::to_string))
+        .take(50)
+        .collect();
+    let mut models = Vec::new();
+    for p in providers["providers"].as_array().into_iter().flatten() {
+        let Some(id) = p["id"].as_str() else { continue };
+        for m in p["models"].as_object().into_iter().flat_map(|m| m.keys()) {
+            models.push(format!("{id}/{m}"));
+        }
+    }
+    models.sort();
+    models.truncate(200);
+    Choices { agents, models }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn primary_agents_and_each_providers_models_are_offered() {
+        let agents = br#"[{"name":"build","mode":"primary"},{"name":"general","mode":"subagent"},{"name":"plan","mode":"primary"},{"name":"x","mode":"primary","hidden":true}]"#;
+        let providers = br#"{"providers":[{"id":"fake","models":{"fake-model":{}}},{"id":"b","models":{"m2":{},"m1":{}}}],"default":{}}"#;
+        let c = super::choices_from(agents, providers);
+        assert_eq!(c.agents, ["build", "plan"]);
+        assert_eq!(c.models, ["b/m1", "b/m2", "fake/fake-model"]);
+        let none = super::choices_from(b"<html>", b"");
+        assert!(none.agents.is_empty() && none.models.is_empty());
+    }
+}
