@@ -17,7 +17,13 @@ use crate::common::stack::{ALICE_PW, alice, setup};
 /// An OpenCode client command (`run --attach`…) trusting `ca`, run to its end: 120 s at most,
 /// or it is killed and the test fails with what it printed.
 pub(crate) async fn run_cli(args: &[&str], ca: &Path, cwd: &Path) -> std::process::Output {
+    run_cli_env(args, ca, cwd, &[]).await
+}
+
+/// [`run_cli`] with more environment (a script's own data folder: `XDG_DATA_HOME`).
+pub(crate) async fn run_cli_env(args: &[&str], ca: &Path, cwd: &Path, env: &[(&str, &Path)]) -> std::process::Output {
     let mut cmd = std::process::Command::new(opencode_bin());
+    cmd.envs(env.iter().copied());
     cmd.args(args)
         .env("NODE_EXTRA_CA_CERTS", ca)
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1")

@@ -233,11 +233,14 @@ async fn a_revoked_token_is_refused_on_the_next_request_without_a_reload() {
 }
 
 /// A scripted fleet: 20 `opencode run --attach … -u alice -p <token>` at once against the real
-/// OpenCode server (fake model) all complete; after `token revoke` the next run fails.
+/// OpenCode server (fake model) all complete; after `token revoke` the next run fails. Each run
+/// has its own data folder, as separate jobs do: twenty clients on one folder's database at
+/// once were seen to fail in OpenCode itself ("database is locked", run 3 of 20, on a loaded
+/// machine), before any request reached the gateway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs OpenCode: run scripts/test.sh"]
 async fn a_fleet_of_opencode_runs_with_one_token_completes_and_stops_after_revoke() {
-    use crate::real_opencode::run_cli;
+    use crate::real_opencode::run_cli_env;
     let s = crate::common::stack::setup("echo unused").await;
     let token = create(&s.gw, &["alice", "--label", "fleet", "--ttl", "10m"]);
     let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
@@ -246,12 +249,14 @@ async fn a_fleet_of_opencode_runs_with_one_token_completes_and_stops_after_revok
     let runs: Vec<_> = (0..20)
         .map(|i| {
             let (url, token, ca, cwd) = (url.clone(), token.clone(), s.gw.ca(), work.path().to_path_buf());
+            let data = work.path().join(format!("data-{i}"));
             tokio::spawn(async move {
                 let prompt = format!("fleet job {i}");
-                run_cli(
+                run_cli_env(
                     &["run", "--attach", &url, "-u", "alice", "-p", &token, &prompt],
                     &ca,
                     &cwd,
+                    &[("XDG_DATA_HOME", &data)],
                 )
                 .await
             })
@@ -276,7 +281,7 @@ async fn a_fleet_of_opencode_runs_with_one_token_completes_and_stops_after_revok
         .unwrap()
         .to_string();
     assert!(cli(&s.gw, &["revoke", &id]).status.success());
-    let out = run_cli(
+    let out = crate::real_opencode::run_cli(
         &["run", "--attach", &url, "-u", "alice", "-p", &token, "after revoke"],
         &s.gw.ca(),
         work.path(),
