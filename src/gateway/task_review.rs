@@ -61,10 +61,7 @@ pub(crate) async fn changes(place: &TaskPlace, with_text: bool) -> Result<Change
 /// "Ask for changes": `text` as the next prompt of `session`, as the person on `road` (judged
 /// there like any prompt: the role, the budgets, the project pinned; audited as a prompt).
 pub(crate) async fn ask(road: &dyn Road, project: &str, session: &str, text: &str) -> Result<(), Refused> {
-    // An id is OpenCode's `ses_…`: nothing that would change the path it is put in.
-    if session.is_empty() || !session.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(refused("ask", 400, "no such session"));
-    }
+    crate::inbox::check_id(session).map_err(|e| refused("ask", 400, e.to_string()))?;
     let t = NewTask {
         title: "changes".into(),
         prompt: text.to_string(),

@@ -41,7 +41,7 @@ pub(crate) use model::{
     Session, SessionStatus,
 };
 pub(crate) use queue::Queue;
-pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip};
+pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip, check_id};
 pub(crate) use turns::TurnEnd;
 pub(crate) use view::{Card, ProjectView};
 

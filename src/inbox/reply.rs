@@ -100,7 +100,7 @@ impl InboxError {
 
 /// OpenCode's ids are `per_…`, `que_…`, `ses_…`: letters, digits and `_`. Anything else would
 /// change the upstream path.
-pub(super) fn check_id(id: &str) -> Result<(), InboxError> {
+pub(crate) fn check_id(id: &str) -> Result<(), InboxError> {
     if !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
         Ok(())
     } else {
@@ -139,6 +139,14 @@ pub(crate) struct Call<'a> {
 }
 
 impl<'a> Call<'a> {
+    /// `GET path` in `project`.
+    pub(crate) fn get(project: &'a str, path: String) -> Call<'a> {
+        Call {
+            method: http::Method::GET,
+            ..Call::post(project, path, None)
+        }
+    }
+
     /// `POST path` in `project` with an optional JSON body.
     pub(crate) fn post(project: &'a str, path: String, json: Option<serde_json::Value>) -> Call<'a> {
         Call {

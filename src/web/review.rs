@@ -124,16 +124,7 @@ pub(crate) async fn act(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<ProxyB
 }
 
 fn refusal(project: &str, r: crate::gateway::task::Refused) -> HttpError {
-    let said = format!("{}: {}", r.step, r.why);
-    match r.status {
-        403 => HttpError::Forbidden(said),
-        404 => HttpError::NotFound(said),
-        400 | 409 => HttpError::BadRequest(said),
-        _ => HttpError::UpstreamUnavailable {
-            project: project.to_string(),
-            reason: said,
-        },
-    }
+    super::task_form::as_http(project, r.status, format!("{}: {}", r.step, r.why))
 }
 
 fn file_row(f: &FileDiff) -> FileRow {

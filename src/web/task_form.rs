@@ -33,16 +33,21 @@ pub(crate) async fn create(ctx: &Ctx<'_>, body: Incoming) -> Result<Response<Pro
         Ok(made) => Ok(page::redirect(&format!("/?done=task_created#project-{}", made.project))),
         Err(r) => {
             let said = format!("the task was not made (step {}): {}", r.step, r.why);
-            Err(match r.status {
-                403 => HttpError::Forbidden(said),
-                404 => HttpError::NotFound(said),
-                400 | 409 => HttpError::BadRequest(said),
-                429 => HttpError::OverFleetCap(said),
-                _ => HttpError::UpstreamUnavailable {
-                    project: t.set.clone(),
-                    reason: said,
-                },
-            })
+            Err(as_http(&t.set, r.status, said))
         }
+    }
+}
+
+/// A task's refusal (`gateway/task.rs`'s status) as the page answers it, saying `said`.
+pub(crate) fn as_http(project: &str, status: u16, said: String) -> HttpError {
+    match status {
+        403 => HttpError::Forbidden(said),
+        404 => HttpError::NotFound(said),
+        400 | 409 => HttpError::BadRequest(said),
+        429 => HttpError::OverFleetCap(said),
+        _ => HttpError::UpstreamUnavailable {
+            project: project.to_string(),
+            reason: said,
+        },
     }
 }

@@ -27,17 +27,8 @@ fn config(oc: &OpenCode, fleet: &str) -> String {
 
 /// Project demo's session `id` as the gateway's inbox has it, once `pred` holds (bounded).
 async fn session_until(gw: &Gateway, id: &str, what: &str, pred: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, body) = tokio::task::block_in_place(|| gw.control("GET", "/inbox?project=demo"));
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        let sessions = v["projects"][0]["sessions"].as_array().cloned().unwrap_or_default();
-        if sessions.iter().any(|s| s["id"] == id && pred(s)) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what}: {sessions:#?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let has = |all: &[serde_json::Value]| all.iter().any(|s| s["id"] == id && pred(s));
+    crate::fleet_tree::sessions_until(gw, what, has).await;
 }
 
 async fn new_session(c: &Https) -> String {
@@ -186,6 +177,21 @@ async fn refused_when_configured(gw: &Gateway, c: &Https, model: &FakeModel, fir
         said["message"], "project demo: 1 session of yours is busy (fleet.max_busy_per_user = 1)",
         "{said}"
     );
+    // Other routes and spellings that ask the model: the same refusal, before OpenCode.
+    for path in [
+        format!("/p/demo/session/{second}/message"),
+        format!("/p/demo//session/{second}/prompt_async"),
+        format!("/p/demo/session/{second}/prompt_async/"),
+        format!("/p/demo/%73ession/{second}/prompt_async"),
+        format!("/p/demo/session/{second}/prompt_async?directory=/tmp"),
+    ] {
+        let (status, said) = json(c, "POST", &path, &alice(), &prompt("refused at once")).await;
+        assert_eq!(
+            (status, &said["error"]),
+            (429, &"over_fleet_cap".into()),
+            "{path}: {said}"
+        );
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!saw(model, "refused at once"), "a refused prompt reached the model");
 }

@@ -13,7 +13,7 @@ use crate::common::opencode::FakeModel;
 use crate::common::stack::ALICE_PW;
 
 /// Project demo's sessions in the gateway's inbox once `pred` holds for them (bounded).
-async fn sessions_until(
+pub(crate) async fn sessions_until(
     gw: &Gateway,
     what: &str,
     pred: impl Fn(&[serde_json::Value]) -> bool,

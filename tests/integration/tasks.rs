@@ -182,8 +182,17 @@ async fn from_the_portal(gw: &Gateway, c: &Https, repo: &Path) {
     assert_eq!((&r["user"], &r["from"]), (&"bob".into(), &"control_room".into()), "{r}");
     let session = r["session"].as_str().unwrap();
     let path = format!("/p/app-from-the-phone/session/{session}/message");
-    let (status, messages) = json(c, "GET", &path, &basic("bob", "bob-password-12"), "").await;
-    assert_eq!(status, 200, "{messages}");
+    // prompt_async answers before OpenCode has stored the message: wait for it (bounded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let messages = loop {
+        let (status, messages) = json(c, "GET", &path, &basic("bob", "bob-password-12"), "").await;
+        assert_eq!(status, 200, "{messages}");
+        if messages.as_array().is_some_and(|m| !m.is_empty()) {
+            break messages;
+        }
+        assert!(Instant::now() < deadline, "the task's prompt never reached its session");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let asked = &messages[0]["info"];
     assert_eq!(
         (&asked["role"], &asked["agent"]),

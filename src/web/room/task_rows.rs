@@ -102,10 +102,7 @@ pub(crate) async fn choices(ctx: &Ctx<'_>, live: &crate::auth::sessions::Live, s
     let (Some(project), Ok(road)) = (running.map(|v| v.name.as_str()), super::on_behalf(ctx, live)) else {
         return Choices::default();
     };
-    let get = |path: &str| crate::inbox::Call {
-        method: http::Method::GET,
-        ..crate::inbox::Call::post(project, path.to_string(), None)
-    };
+    let get = |path: &str| crate::inbox::Call::get(project, path.to_string());
     let asked = async {
         let agents = road.call(get("/agent")).await.ok()?;
         let providers = road.call(get("/config/providers")).await.ok()?;
