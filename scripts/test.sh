@@ -88,12 +88,22 @@ cargo clippy --all-targets --locked -- -D warnings
 # Bounded: a test that hangs fails the run (with cargo's output so far) instead of holding it
 # forever. Generous: the whole run (with the fuzzing below) must fit in 30 minutes on 2 cores.
 step "cargo test (all, including the real-OpenCode tests; at most 45 min)"
-status=0
-timeout --signal=TERM --kill-after=60 2700 cargo test --all-targets --locked -- --include-ignored || status=$?
+# The output is kept too: CI shows only the head and tail of a long log, where a failing test's
+# backtrace used to hide its message; the failures' own lines are printed again last.
+log=target/test-output.log
+mkdir -p target
+set +e
+timeout --signal=TERM --kill-after=60 2700 cargo test --all-targets --locked -- --include-ignored 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
   echo "scripts/test.sh: cargo test did not finish within 45 min (killed): a test hangs" >&2
 fi
-[ "$status" -eq 0 ] || exit "$status"
+if [ "$status" -ne 0 ]; then
+  echo "scripts/test.sh: what the failing tests said (in full in $log):" >&2
+  grep -a -E -A6 "panicked at|FAILED at step|^---- " "$log" | grep -a -v -E "^ +[0-9]+: |^ +at " | cut -c1-400 | head -150 >&2 || true
+  exit "$status"
+fi
 
 # Coverage-guided fuzzing of the parsers, briefly, always (building the instrumented targets from
 # cold took 5 minutes on 2 cores, while tests ran too; then 10 s per target). A finding fails the run.

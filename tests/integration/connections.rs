@@ -279,7 +279,9 @@ async fn a_70_kib_head_without_alpn_gets_431() {
 /// Issue 21: connections that never present a credential (silent ones, and ones whose requests
 /// carry none) from 128 addresses, each under its per-address cap, keep trying to fill a small
 /// global cap. They get only a share of it and are shed (the oldest idle first) to make room, so
-/// a real user's new connection gets an answer within a second, round after round.
+/// a real user's new connection gets an answer, round after round, well before the flood's own
+/// connections would time out (3 s against the 10 s TLS handshake deadline: the bound tells
+/// shedding from waiting; it is not a speed goal, and 1 s failed once on a loaded machine).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_authenticating_connections_from_many_addresses_leave_room_for_a_real_user() {
     use std::sync::Arc;
@@ -357,11 +359,11 @@ async fn never_authenticating_connections_from_many_addresses_leave_room_for_a_r
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Rounds: a new connection and one request each, answered within a second.
+    // Rounds: a new connection and one request each, answered within 3 s.
     let mut seen = Vec::new();
     for round in 0..8 {
         let started = Instant::now();
-        let attempt = tokio::time::timeout(Duration::from_secs(1), async {
+        let attempt = tokio::time::timeout(Duration::from_secs(3), async {
             let tls = user.try_tls().await.map_err(|e| format!("no connection: {e}"))?;
             let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
                 .await
@@ -379,7 +381,7 @@ async fn never_authenticating_connections_from_many_addresses_leave_room_for_a_r
             Ok(Ok(status)) if status == http::StatusCode::OK => Ok(started.elapsed()),
             Ok(Ok(status)) => Err(format!("answered {status}")),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err("nothing within 1 s".to_string()),
+            Err(_) => Err("nothing within 3 s".to_string()),
         };
         seen.push((round, outcome));
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -395,7 +397,7 @@ async fn never_authenticating_connections_from_many_addresses_leave_room_for_a_r
     );
     assert!(
         seen.iter().all(|(_, o)| o.is_ok()),
-        "a real user was not served within a second in every round: {seen:?}"
+        "a real user was not served within 3 s in every round: {seen:?}"
     );
     assert!(
         gw.metric("connections_shed_total") >= 1,

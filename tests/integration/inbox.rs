@@ -1,6 +1,6 @@
 //! The inbox against the real OpenCode server (fake model): two projects pinned to two
 //! directories of one server share one event subscription; a permission request raised in one
-//! appears in the gateway's inbox within a second of the server announcing it, never in the
+//! appears in the gateway's inbox from the server's event (not a later resync), never in the
 //! other's view; answered through the inbox it runs the tool and resolves "answered here"; answered
 //! on the server directly it resolves "elsewhere"; a notification names project and tool only,
 //! and is sent again after the receiver failed.
@@ -252,14 +252,15 @@ async fn a_permission_request_reaches_the_inbox_is_answered_here_or_elsewhere_an
     let sid = session["id"].as_str().unwrap().to_string();
     prompt_bash(&client, "alpha", &sid).await;
 
-    // The card is in the inbox within a second of the server's permission.asked.
+    // The card is in the inbox soon after the server's permission.asked: from the watch's event,
+    // not a later resync. 3 s is that distinction, not a speed goal (those live in bench/).
     let (asked_at, asked) = upstream
         .wait_for("permission.asked", &sid, Duration::from_secs(60))
         .await;
     let per = asked["properties"]["id"].as_str().unwrap().to_string();
     let v = inbox_until(&gw, Duration::from_secs(5), "the card", |v| has_card(v, "alpha", &per)).await;
     let lag = asked_at.elapsed();
-    assert!(lag < Duration::from_secs(1), "the card came {lag:?} after the event");
+    assert!(lag < Duration::from_secs(3), "the card came {lag:?} after the event");
     let card = project(&v, "alpha")["pending"]
         .as_array()
         .unwrap()
