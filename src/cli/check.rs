@@ -206,6 +206,15 @@ fn projects(s: &Settings) -> String {
         out += "\n";
     }
     for set in &s.project_sets {
+        if let Some(b) = &set.template.on_box {
+            out += &format!(
+                "  {}-<folder>  project set on box {b}: one server there per folder {}/{}* (listed there by the running gateway)\n",
+                set.name,
+                set.parent.display(),
+                set.prefix,
+            );
+            continue;
+        }
         out += &format!(
             "  {}-<folder>  project set: one spawned server per folder {}/{}* (read every {} s; now {} project(s))\n",
             set.name,

@@ -10,6 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+pub(crate) use super::discover_box::{BoxListing, BoxListings};
 use super::settings::{Project, ProjectSet, Settings};
 use super::validate::names::valid_project_name;
 
@@ -35,8 +36,10 @@ pub fn project_name(set: &str, folder: &str) -> String {
 }
 
 /// The projects every set finds now, sorted by name, and why a matching folder was refused.
-/// Settings' configured projects (`set == None`) and protected paths must already be final.
-pub(crate) fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
+/// Settings' configured projects (`set == None`) and protected paths must already be final. A
+/// set on a box finds what `listed` holds for it (the running gateway lists its folder over the
+/// box's link: `gateway/box_sets.rs`), nothing before the first listing.
+pub(crate) fn discover(settings: &Settings, listed: &BoxListings) -> (Vec<Project>, Vec<String>) {
     let mut found = Vec::new();
     let mut warnings = Vec::new();
     let mut taken: HashSet<String> = settings
@@ -46,22 +49,12 @@ pub(crate) fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
         .map(|p| p.name.clone())
         .collect();
     for set in &settings.project_sets {
-        let entries = match std::fs::read_dir(&set.parent) {
-            Ok(e) => e,
-            Err(e) => {
-                warnings.push(format!(
-                    "project set {}: cannot read {}: {e}",
-                    set.name,
-                    set.parent.display()
-                ));
-                continue;
-            }
+        let folders = match &set.template.on_box {
+            None => local_folders(set, &mut warnings),
+            Some(b) => super::discover_box::folders(set, b, listed.get(&set.name), &mut warnings),
         };
-        let mut folders: Vec<(String, std::fs::FileType)> = entries
-            .flatten()
-            .filter_map(|e| Some((e.file_name().into_string().ok()?, e.file_type().ok()?)))
-            .filter(|(n, _)| matches(&set.prefix, n))
-            .collect();
+        let Some(mut folders) = folders else { continue };
+        folders.retain(|(n, _)| matches(&set.prefix, n));
         folders.sort_by(|a, b| a.0.cmp(&b.0));
         // Two folders whose names spell one project name: neither is served, so which one a
         // name means never depends on the order the folders were made in.
@@ -81,7 +74,7 @@ pub(crate) fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
                 }
                 continue;
             }
-            if let Some(p) = one(settings, set, folder, *kind, name, &mut taken, &mut warnings) {
+            if let Some(p) = one(settings, set, folder, kind, name, &mut taken, &mut warnings) {
                 found.push(p);
             }
         }
@@ -90,11 +83,51 @@ pub(crate) fn discover(settings: &Settings) -> (Vec<Project>, Vec<String>) {
     (found, warnings)
 }
 
+/// What a folder's entry is.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Kind {
+    Dir,
+    /// A symbolic link, to what it says.
+    Link(String),
+    Other,
+}
+
+/// The entries of a set's folder on this machine (`None`: it cannot be read, said in `warnings`).
+fn local_folders(set: &ProjectSet, warnings: &mut Vec<String>) -> Option<Vec<(String, Kind)>> {
+    let entries = match std::fs::read_dir(&set.parent) {
+        Ok(e) => e,
+        Err(e) => {
+            warnings.push(format!(
+                "project set {}: cannot read {}: {e}",
+                set.name,
+                set.parent.display()
+            ));
+            return None;
+        }
+    };
+    let kind = |e: &std::fs::DirEntry| {
+        let t = e.file_type().ok()?;
+        Some(if t.is_symlink() {
+            Kind::Link(std::fs::read_link(e.path()).map_or_else(|_| "?".into(), |t| t.display().to_string()))
+        } else if t.is_dir() {
+            Kind::Dir
+        } else {
+            Kind::Other
+        })
+    };
+    Some(
+        entries
+            .flatten()
+            .filter_map(|e| Some((e.file_name().into_string().ok()?, kind(&e)?)))
+            .collect(),
+    )
+}
+
 fn one(
     settings: &Settings,
     set: &ProjectSet,
     folder: &str,
-    kind: std::fs::FileType,
+    kind: &Kind,
     name: String,
     taken: &mut HashSet<String>,
     warnings: &mut Vec<String>,
@@ -107,23 +140,27 @@ fn one(
             path.display()
         )
     };
-    if kind.is_symlink() {
-        let target = std::fs::read_link(&path).map_or_else(|_| "?".into(), |t| t.display().to_string());
-        warnings.push(refuse(format!(
-            "it is a symbolic link (to {target}); a set serves only real folders inside {}",
-            set.parent.display()
-        )));
-        return None;
-    }
-    if !kind.is_dir() {
-        return None;
-    }
-    let dir = match real_child(&set.parent, &path) {
-        Ok(dir) => dir,
-        Err(why) => {
-            warnings.push(refuse(why));
+    match kind {
+        Kind::Link(target) => {
+            warnings.push(refuse(format!(
+                "it is a symbolic link (to {target}); a set serves only real folders inside {}",
+                set.parent.display()
+            )));
             return None;
         }
+        Kind::Other => return None,
+        Kind::Dir => {}
+    }
+    // On a box the listing said so already (a real folder, in the folder `pwd -P` gave).
+    let dir = match set.template.on_box {
+        Some(_) => path.clone(),
+        None => match real_child(&set.parent, &path) {
+            Ok(dir) => dir,
+            Err(why) => {
+                warnings.push(refuse(why));
+                return None;
+            }
+        },
     };
     if !valid_project_name(&name) {
         warnings.push(refuse(format!(
@@ -135,7 +172,7 @@ fn one(
         warnings.push(refuse(format!("the name {name:?} is already a project")));
         return None;
     }
-    if let Some(why) = holds_gateway_files(settings, &dir) {
+    if let Some(why) = holds_gateway_files(settings, &dir).filter(|_| set.template.on_box.is_none()) {
         warnings.push(refuse(why));
         return None;
     }
@@ -186,8 +223,8 @@ fn holds_gateway_files(settings: &Settings, dir: &Path) -> Option<String> {
 
 /// The settings with the sets' projects found again (`None` when they are the same), and the
 /// folders refused now.
-pub(crate) fn refresh(settings: &Settings) -> (Option<Settings>, Vec<String>) {
-    let (found, warnings) = discover(settings);
+pub(crate) fn refresh(settings: &Settings, listed: &BoxListings) -> (Option<Settings>, Vec<String>) {
+    let (found, warnings) = discover(settings, listed);
     let key = |p: &Project| (p.name.clone(), p.directory.clone());
     let before: Vec<_> = settings.projects.iter().filter(|p| p.set.is_some()).map(key).collect();
     let after: Vec<_> = found.iter().map(key).collect();
@@ -264,13 +301,13 @@ mod tests {
             "{w}"
         );
         // What `check` prints of these projects: cli/check.rs's tests.
-        assert!(refresh(&s).0.is_none(), "nothing changed");
+        assert!(refresh(&s, &BoxListings::new()).0.is_none(), "nothing changed");
         std::fs::create_dir(wt.join("three")).unwrap();
-        let next = refresh(&s).0.expect("a new folder");
+        let next = refresh(&s, &BoxListings::new()).0.expect("a new folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["app-one", "app-three", "app-two"]);
         std::fs::remove_dir(wt.join("one")).unwrap();
-        let next = refresh(&next).0.expect("a removed folder");
+        let next = refresh(&next, &BoxListings::new()).0.expect("a removed folder");
         let names: Vec<_> = next.projects.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["app-three", "app-two"]);
     }

@@ -2,6 +2,7 @@
 //! ([`secret`]) and in-place edits that keep comments ([`edit`]).
 
 pub mod discover;
+pub(crate) mod discover_box;
 pub mod edit;
 pub mod file;
 pub mod limits;

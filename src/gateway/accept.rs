@@ -11,12 +11,11 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::io::AsyncReadExt;
-
 use super::Gateway;
 use super::task_git::Checkout;
 use crate::config::settings::AcceptTest;
 use crate::inbox::{Alert, AlertKind, TurnEnd};
+use crate::upstream::job::{Failed, Keep};
 
 /// Runs at once, in all projects.
 const CONCURRENT: usize = 2;
@@ -102,15 +101,18 @@ pub(crate) fn turn_ended(gw: &Arc<Gateway>, end: &TurnEnd) {
     let (Some(test), Some(dir)) = (p.config.accept.clone(), p.config.directory.clone()) else {
         return;
     };
+    let Ok(host) = state.host_of(&p.config) else {
+        return;
+    };
     let board = &gw.lifecycle.acceptance;
     if !board.begin(&end.project) {
         return;
     }
-    let (gw, end, run_as) = (gw.clone(), end.clone(), p.config.run_as.clone());
+    let (gw, end) = (gw.clone(), end.clone());
     tokio::spawn(async move {
         let git = Checkout {
             repo: &dir,
-            run_as: run_as.as_deref(),
+            host: &host,
         };
         // A turn that ends while the test runs is not lost: the folder is looked at again after
         // each run (a few times at most: a folder that keeps changing waits for the next turn).
@@ -149,59 +151,18 @@ async fn run(gw: &Gateway, git: &Checkout<'_>, end: &TurnEnd, test: &AcceptTest,
     told(gw, end, test, &result, started.elapsed().as_secs());
 }
 
-/// Run the command through `sh -c` in the folder: passed or why not, and the output's tail.
+/// Run the command through `sh -c` in the folder (here or on the box): passed or why not, and
+/// the output's tail.
 async fn shell(git: &Checkout<'_>, test: &AcceptTest) -> (Result<(), String>, String) {
-    let mut cmd = match git.command("sh") {
-        Ok(c) => c,
-        Err(e) => return (Err(e), String::new()),
-    };
-    cmd.args(["-c", &format!("exec 2>&1; {}", test.command)])
-        .stdout(std::process::Stdio::piped())
-        .process_group(0);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => return (Err(format!("cannot run sh: {e}")), String::new()),
-    };
-    let mut out = child.stdout.take();
-    let pid = child.id();
-    let reading = async {
-        let mut tail: Vec<u8> = Vec::new();
-        let mut buf = [0u8; 8192];
-        while let Some(n) = match out.as_mut() {
-            Some(o) => o.read(&mut buf).await.ok().filter(|n| *n > 0),
-            None => None,
-        } {
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 2 * TAIL {
-                tail.drain(..tail.len() - TAIL);
-            }
-        }
-        let status = child.wait().await;
-        (status, tail)
-    };
-    match tokio::time::timeout(test.timeout, reading).await {
-        Ok((status, tail)) => {
-            let from = tail.len().saturating_sub(TAIL);
-            let tail = String::from_utf8_lossy(&tail[from..]).into_owned();
-            match status {
-                Ok(s) if s.success() => (Ok(()), tail),
-                Ok(s) => (
-                    Err(s.code().map_or("killed by a signal".into(), |c| format!("exit {c}"))),
-                    tail,
-                ),
-                Err(e) => (Err(format!("cannot wait for sh: {e}")), tail),
-            }
-        }
-        Err(_) => {
-            if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
-                // SAFETY: kill(2) on the process group the test was started in.
-                unsafe { libc::kill(-pid, libc::SIGKILL) };
-            }
-            (
-                Err(format!("timed out after {} s", test.timeout.as_secs())),
-                String::new(),
-            )
-        }
+    let script = format!("exec 2>&1; {}", test.command);
+    let args: [&std::ffi::OsStr; 2] = ["-c".as_ref(), script.as_ref()];
+    match git.job("sh", &args, &[], Keep::Tail(TAIL), test.timeout).await {
+        Ok(ran) => (ran.status, String::from_utf8_lossy(&ran.out).into_owned()),
+        Err(Failed::TimedOut) => (
+            Err(format!("timed out after {} s", test.timeout.as_secs())),
+            String::new(),
+        ),
+        Err(Failed::Cannot(e)) => (Err(e), String::new()),
     }
 }
 

@@ -2,6 +2,7 @@
 //! part: cache, argon2 verifier, limiters, tokens; supervisor, metrics, shutdown tokens).
 
 pub(crate) mod accept;
+pub(crate) mod box_sets;
 pub mod certs;
 pub mod connections;
 pub mod inbox;
@@ -134,6 +135,8 @@ pub struct Lifecycle {
     pub tasks: TaskTracker,
     /// Projects' acceptance tests (issue 41): their last outcomes, and which run now.
     pub(crate) acceptance: accept::Board,
+    /// The folders of project sets on boxes, as last listed there.
+    pub(crate) box_sets: box_sets::BoxSets,
 }
 
 /// Forget cached verifications when a revocation is made through another gateway on the same
@@ -310,6 +313,7 @@ impl Gateway {
                 abort: CancellationToken::new(),
                 tasks: TaskTracker::new(),
                 acceptance: Default::default(),
+                box_sets: Default::default(),
             },
             inbox,
             meter,
@@ -358,7 +362,8 @@ impl Gateway {
         if old.settings.project_sets.is_empty() {
             return Ok(Rediscovered::default());
         }
-        let (settings, warnings) = crate::config::discover::refresh(&old.settings);
+        let listed = self.lifecycle.box_sets.snapshot();
+        let (settings, warnings) = crate::config::discover::refresh(&old.settings, &listed);
         let Some(settings) = settings else {
             return Ok(Rediscovered {
                 changed: None,

@@ -53,6 +53,7 @@ pub(crate) async fn watch_project_sets(gw: Arc<Gateway>) {
             refused.clear();
             continue;
         }
+        gw.lifecycle.box_sets.list_due(&gw.state()).await;
         let g = gw.clone();
         match tokio::task::spawn_blocking(move || g.rediscover()).await {
             Ok(Ok(found)) => {

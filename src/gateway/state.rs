@@ -183,6 +183,21 @@ fn users(settings: &Settings) -> Users {
     users
 }
 
+impl State {
+    /// Where project `p`'s commands run (a task's git, its acceptance test): on its box, else
+    /// here as its `run_as`.
+    pub(crate) fn host_of(&self, p: &Project) -> Result<crate::upstream::job::Host, String> {
+        match &p.on_box {
+            Some(b) => (self.boxes.get(b).cloned())
+                .map(crate::upstream::job::Host::Box)
+                .ok_or_else(|| format!("no box {b}")),
+            None => Ok(crate::upstream::job::Host::Here {
+                run_as: p.run_as.clone(),
+            }),
+        }
+    }
+}
+
 /// How an external server at `authority` is reached: directly, or through its box's SSH link.
 fn dial(p: &Project, authority: &str, boxes: &HashMap<String, Arc<BoxLink>>) -> anyhow::Result<Dial> {
     let Some(b) = &p.on_box else { return Ok(Dial::Tcp) };

@@ -9,12 +9,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::Gateway;
+use super::state::State;
 use super::task_git::Checkout;
 use crate::auth::users::UserState;
 use crate::config::Role;
 use crate::config::settings::ProjectSet;
 use crate::inbox::{Call, Road};
 use crate::support::task_name::{MAX_SLUG, base_refusal, slug};
+use crate::upstream::job::Host;
 
 /// How long the set may take to find the new folder, and the new server to answer.
 const DISCOVER: Duration = Duration::from_secs(15);
@@ -67,6 +69,8 @@ pub(super) fn refused(step: &'static str, status: u16, why: impl Into<String>) -
 struct Plan<'a> {
     set: &'a ProjectSet,
     repo: PathBuf,
+    /// Where its git runs: here as the set's `run_as`, or on the set's box.
+    host: Host,
     branch: String,
     base: String,
     folder: PathBuf,
@@ -77,7 +81,7 @@ impl Plan<'_> {
     fn checkout(&self) -> Checkout<'_> {
         Checkout {
             repo: &self.repo,
-            run_as: self.set.template.run_as.as_deref(),
+            host: &self.host,
         }
     }
 }
@@ -94,12 +98,13 @@ pub(crate) async fn new_task(
     t: &NewTask,
 ) -> Result<Made, Refused> {
     let state = gw.state();
-    let plan = plan(&state.settings.project_sets, user, t).await?;
+    let plan = plan(&state, user, t).await?;
     under_waiting_reviews(gw, &user.name)?;
     let git = plan.checkout();
     git.add_worktree(&plan.branch, &plan.folder, &plan.base)
         .await
         .map_err(|e| refused("worktree", 500, e))?;
+    gw.lifecycle.box_sets.want();
     let made = async {
         let missing = (git.copy_files(&plan.set.tasks.worktree_files, &plan.folder).await)
             .map_err(|e| refused("files", 500, e))?;
@@ -126,6 +131,7 @@ pub(crate) async fn new_task(
             if let Err(e) = git.remove_worktree(&plan.branch, &plan.folder).await {
                 tracing::error!(folder = %plan.folder.display(), error = %e, "a failed task's worktree could not be removed");
             }
+            gw.lifecycle.box_sets.want();
             tracing::warn!(
                 set = t.set,
                 step = r.step,
@@ -138,8 +144,8 @@ pub(crate) async fn new_task(
 }
 
 /// Check everything that can be checked before anything is made.
-async fn plan<'a>(sets: &'a [ProjectSet], user: &UserState, t: &NewTask) -> Result<Plan<'a>, Refused> {
-    let set = (sets.iter().find(|s| s.name == t.set))
+async fn plan<'a>(state: &'a State, user: &UserState, t: &NewTask) -> Result<Plan<'a>, Refused> {
+    let set = (state.settings.project_sets.iter().find(|s| s.name == t.set))
         .ok_or_else(|| refused("check", 404, format!("no project set is named {:?}", t.set)))?;
     let repo = set.tasks.repository.clone().ok_or_else(|| {
         refused(
@@ -169,9 +175,10 @@ async fn plan<'a>(sets: &'a [ProjectSet], user: &UserState, t: &NewTask) -> Resu
             ),
         ));
     }
+    let host = state.host_of(&set.template).map_err(|e| refused("check", 503, e))?;
     let git = Checkout {
         repo: &repo,
-        run_as: set.template.run_as.as_deref(),
+        host: &host,
     };
     let base = match &t.base {
         Some(b) => {
@@ -200,7 +207,7 @@ async fn plan<'a>(sets: &'a [ProjectSet], user: &UserState, t: &NewTask) -> Resu
         ));
     }
     let folder = set.parent.join(&folder_name);
-    if std::fs::symlink_metadata(&folder).is_ok() {
+    if git.exists(&folder).await.map_err(|e| refused("check", 503, e))? {
         return Err(refused(
             "check",
             409,
@@ -210,6 +217,7 @@ async fn plan<'a>(sets: &'a [ProjectSet], user: &UserState, t: &NewTask) -> Resu
     Ok(Plan {
         set,
         repo,
+        host,
         branch: slug,
         base,
         folder,

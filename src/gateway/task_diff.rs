@@ -11,9 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-
 use super::task_git::Checkout;
+use crate::upstream::job::{Failed, Keep, Ran};
 
 /// The whole diff read, at most.
 const MAX_DIFF: usize = 1024 * 1024;
@@ -72,7 +71,7 @@ impl Checkout<'_> {
             N.fetch_add(1, Ordering::Relaxed)
         ));
         let read = self.staged_diff(&index, &from, with_text).await;
-        let _ = std::fs::remove_file(&index);
+        self.remove_file(&index).await;
         let (numstat, text, cut) = read?;
         let branch = self.git(&["symbolic-ref", "--short", "-q", "HEAD"]).await.ok();
         Ok(Changes {
@@ -91,56 +90,42 @@ impl Checkout<'_> {
         from: &str,
         with_text: bool,
     ) -> Result<(String, String, bool), String> {
-        let with_index = |args: &[&str]| {
-            let mut cmd = self.command("git")?;
-            cmd.env("GIT_INDEX_FILE", index)
-                .args(["-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false"])
-                .args(args);
-            Ok::<_, String>(cmd)
-        };
-        bounded(with_index(&["read-tree", "HEAD"])?, 4096).await?;
-        bounded(with_index(&["add", "-A"])?, 4096).await?;
+        self.with_index(index, vec!["read-tree", "HEAD"], 4096).await?;
+        self.with_index(index, vec!["add", "-A"], 4096).await?;
         let diff = ["diff", "--cached", "--no-renames", "--no-ext-diff", "--no-textconv"];
-        let (numstat, _) = bounded(with_index(&[&diff[..], &["--numstat", "-z", from]].concat())?, MAX_DIFF).await?;
+        let counts = [&diff[..], &["--numstat", "-z", from]].concat();
+        let (numstat, _) = self.with_index(index, counts, MAX_DIFF).await?;
         let (text, cut) = if with_text {
-            bounded(with_index(&[&diff[..], &["--no-color", from]].concat())?, MAX_DIFF).await?
+            self.with_index(index, [&diff[..], &["--no-color", from]].concat(), MAX_DIFF)
+                .await?
         } else {
             (String::new(), false)
         };
         Ok((numstat, text, cut))
     }
+
+    /// `git args` with the private index, keeping up to `max` bytes of its output.
+    async fn with_index(&self, index: &std::path::Path, args: Vec<&str>, max: usize) -> Result<(String, bool), String> {
+        let all: Vec<&std::ffi::OsStr> = ["-c", "core.hooksPath=/dev/null", "-c", "core.quotePath=false"]
+            .into_iter()
+            .chain(args)
+            .map(std::ffi::OsStr::new)
+            .collect();
+        let env = [("GIT_INDEX_FILE", index.as_os_str())];
+        bounded(self.job("git", &all, &env, Keep::Head(max), BOUND).await)
+    }
 }
 
-/// Run `cmd`, keeping up to `max` bytes of its output (cut: true when there was more), within
-/// [`BOUND`]; its first line of complaint when it fails.
-async fn bounded(mut cmd: tokio::process::Command, max: usize) -> Result<(String, bool), String> {
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run git: {e}"))?;
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
-    let read = async {
-        if let Some(s) = stdout.as_mut() {
-            s.take(max as u64 + 1).read_to_end(&mut out).await.ok();
-        }
-        let cut = out.len() > max;
-        if cut {
-            out.truncate(max);
-            let _ = child.start_kill();
-        } else if let Some(s) = stderr.as_mut() {
-            s.take(4096).read_to_end(&mut err).await.ok();
-        }
-        (cut, child.wait().await)
-    };
-    let (cut, status) = (tokio::time::timeout(BOUND, read).await)
-        .map_err(|_| format!("git did not finish within {} s", BOUND.as_secs()))?;
-    let status = status.map_err(|e| format!("git: {e}"))?;
-    if !cut && !status.success() {
-        let text = String::from_utf8_lossy(&err);
-        return Err(format!("git: {}", text.lines().next().unwrap_or("failed")));
+/// A git command's output (cut: there was more), or its first line of complaint.
+fn bounded(ran: Result<Ran, Failed>) -> Result<(String, bool), String> {
+    let ran = ran.map_err(|e| match e {
+        Failed::TimedOut => format!("git did not finish within {} s", BOUND.as_secs()),
+        Failed::Cannot(e) => e,
+    })?;
+    if let (false, Err(_)) = (ran.cut, &ran.status) {
+        return Err(format!("git: {}", ran.complaint()));
     }
-    Ok((String::from_utf8_lossy(&out).into_owned(), cut))
+    Ok((String::from_utf8_lossy(&ran.out).into_owned(), ran.cut))
 }
 
 /// The files `--numstat -z` names, each with its part of `text` (the diff, in the same order).

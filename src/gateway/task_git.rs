@@ -1,66 +1,66 @@
 //! The git a task runs (issue 41), in a project set's checkout, as the set's OS user (`run_as`,
-//! else the gateway's own), bounded in time, with the environment emptied but for `PATH`, `HOME`
-//! and `LANG`, and no hook run (`core.hooksPath=/dev/null`: a hook is the agent's to write, the
-//! gateway's to run otherwise). Every name passed has been checked (`support/task_name.rs`) and
-//! every path is absolute, so none reads as an option.
+//! else the gateway's own) or on the set's box as its SSH user, bounded in time
+//! (`upstream::job`: an emptied environment here, arguments never parsed as shell code there),
+//! and no hook run (`core.hooksPath=/dev/null`: a hook is the agent's to write, the gateway's to
+//! run otherwise). Every name passed has been checked (`support/task_name.rs`) and every path
+//! is absolute, so none reads as an option.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::upstream::job::{self, Failed, Host, Job, Keep, Ran};
+
 /// How long one git command may take.
 const BOUND: Duration = Duration::from_secs(60);
+/// Its output read, at most.
+const MAX_OUTPUT: usize = 1024 * 1024;
 
-/// A checkout, and whom its commands run as.
+/// A checkout, and where its commands run.
 pub(crate) struct Checkout<'a> {
     pub repo: &'a Path,
-    pub run_as: Option<&'a str>,
+    pub host: &'a Host,
 }
 
 impl Checkout<'_> {
-    pub(crate) fn command(&self, program: &str) -> Result<tokio::process::Command, String> {
-        let mut cmd = tokio::process::Command::new(program);
-        cmd.current_dir(self.repo)
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("LANG", "C")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        match self.run_as {
-            Some(user) => {
-                let (uid, gid, home) = crate::upstream::supervise::launch::lookup_user(user)?;
-                cmd.uid(uid).gid(gid).env("HOME", home);
-            }
-            None => {
-                cmd.env("HOME", std::env::var_os("HOME").unwrap_or_else(|| "/".into()));
-            }
-        }
-        Ok(cmd)
+    /// Run `program args` (with `env`) in the checkout, keeping `keep` of its output, within `timeout`.
+    pub(crate) async fn job(
+        &self,
+        program: &str,
+        args: &[&OsStr],
+        env: &[(&str, &OsStr)],
+        keep: Keep,
+        timeout: Duration,
+    ) -> Result<Ran, Failed> {
+        let job = Job {
+            dir: self.repo,
+            program,
+            args,
+            env,
+            keep,
+            timeout,
+        };
+        job::run(self.host, &job).await
     }
 
     /// Run `program args` in the checkout: its output, or its first line of complaint.
-    async fn run(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
-        let mut cmd = self.command(program)?;
-        cmd.args(args);
+    async fn run(&self, program: &str, args: &[&OsStr]) -> Result<String, String> {
         let said = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_string();
-        match tokio::time::timeout(BOUND, cmd.output()).await {
-            Err(_) => Err(format!("{program} did not finish within {} s", BOUND.as_secs())),
-            Ok(Err(e)) => Err(format!("cannot run {program}: {e}")),
-            Ok(Ok(out)) if out.status.success() => Ok(said(&out.stdout)),
-            Ok(Ok(out)) => {
-                let text = said(&out.stderr);
-                let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("no message");
-                Err(format!(
-                    "{program} {}: {first}",
-                    args.first().map(|a| a.to_string_lossy()).unwrap_or_default()
-                ))
-            }
+        match self.job(program, args, &[], Keep::Head(MAX_OUTPUT), BOUND).await {
+            Err(Failed::TimedOut) => Err(format!("{program} did not finish within {} s", BOUND.as_secs())),
+            Err(Failed::Cannot(e)) => Err(e),
+            Ok(ran) if ran.status.is_ok() => Ok(said(&ran.out)),
+            Ok(ran) => Err(format!(
+                "{program} {}: {}",
+                args.first().map(|a| a.to_string_lossy()).unwrap_or_default(),
+                ran.complaint()
+            )),
         }
     }
 
     pub(super) async fn git(&self, args: &[&str]) -> Result<String, String> {
-        let mut all: Vec<&std::ffi::OsStr> = vec!["-c".as_ref(), "core.hooksPath=/dev/null".as_ref()];
-        all.extend(args.iter().map(std::ffi::OsStr::new));
+        let mut all: Vec<&OsStr> = vec!["-c".as_ref(), "core.hooksPath=/dev/null".as_ref()];
+        all.extend(args.iter().map(OsStr::new));
         self.run("git", &all).await
     }
 
@@ -113,17 +113,36 @@ impl Checkout<'_> {
         removed.and(deleted).map(drop)
     }
 
+    /// Is there anything (a link included) at `path`, where the checkout is?
+    pub(crate) async fn exists(&self, path: &Path) -> Result<bool, String> {
+        let args: [&OsStr; 4] = [
+            "-c".as_ref(),
+            "[ -e \"$1\" ] || [ -L \"$1\" ]".as_ref(),
+            "sh".as_ref(),
+            path.as_os_str(),
+        ];
+        match self.job("sh", &args, &[], Keep::Head(4096), BOUND).await {
+            Ok(ran) => Ok(ran.status.is_ok()),
+            Err(Failed::TimedOut) => Err(format!(
+                "looking for {} took over {} s",
+                path.display(),
+                BOUND.as_secs()
+            )),
+            Err(Failed::Cannot(e)) => Err(e),
+        }
+    }
+
     /// Copy `files` (relative to the checkout, checked) into `folder`, keeping their folders; a
     /// file the checkout does not have is skipped and named.
     pub(crate) async fn copy_files(&self, files: &[PathBuf], folder: &Path) -> Result<Vec<String>, String> {
         let mut missing = Vec::new();
         for f in files {
-            if std::fs::symlink_metadata(self.repo.join(f)).is_err() {
+            if !self.exists(&self.repo.join(f)).await? {
                 missing.push(f.display().to_string());
                 continue;
             }
             // Links are copied as links (`-P`), so a link cannot read through as the gateway.
-            let args: [&std::ffi::OsStr; 5] = [
+            let args: [&OsStr; 5] = [
                 "-P".as_ref(),
                 "--parents".as_ref(),
                 "--".as_ref(),
@@ -133,5 +152,13 @@ impl Checkout<'_> {
             self.run("cp", &args).await?;
         }
         Ok(missing)
+    }
+
+    /// Remove the file at `path` (a private index), where the checkout is.
+    pub(crate) async fn remove_file(&self, path: &Path) {
+        let args: [&OsStr; 3] = ["-f".as_ref(), "--".as_ref(), path.as_os_str()];
+        if let Err(e) = self.run("rm", &args).await {
+            tracing::warn!(path = %path.display(), error = %e, "a review's private index was not removed");
+        }
     }
 }

@@ -17,22 +17,24 @@ use super::task_git::Checkout;
 use crate::auth::users::UserState;
 use crate::config::Role;
 use crate::inbox::Road;
+use crate::upstream::job::Host;
 
 /// How long the set's watcher may take to see a removed worktree gone.
 const GONE: Duration = Duration::from_secs(15);
 
-/// Where a task's project lives: its folder, the set's checkout, and whom git runs as.
+/// Where a task's project lives: its folder, the set's checkout, and where git runs (here as
+/// its `run_as`, or on its box).
 pub(crate) struct TaskPlace {
     pub folder: PathBuf,
     pub repo: PathBuf,
-    pub run_as: Option<String>,
+    pub host: Host,
 }
 
 impl TaskPlace {
     fn in_folder(&self) -> Checkout<'_> {
         Checkout {
             repo: &self.folder,
-            run_as: self.run_as.as_deref(),
+            host: &self.host,
         }
     }
 }
@@ -49,7 +51,7 @@ pub(crate) fn place(gw: &Gateway, name: &str) -> Option<TaskPlace> {
     Some(TaskPlace {
         folder: project.config.directory.clone()?,
         repo: set.tasks.repository.clone()?,
-        run_as: project.config.run_as.clone(),
+        host: state.host_of(&project.config).ok()?,
     })
 }
 
@@ -101,9 +103,10 @@ pub(crate) async fn remove(
     }
     let from_checkout = Checkout {
         repo: &place.repo,
-        run_as: place.run_as.as_deref(),
+        host: &place.host,
     };
     (from_checkout.remove_only_worktree(&place.folder, dirty).await).map_err(|e| refused("remove", 409, e))?;
+    gw.lifecycle.box_sets.want();
     let deadline = Instant::now() + GONE;
     while gw.state().projects.contains_key(project) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -6,9 +6,11 @@
 
 pub mod api;
 mod backoff;
+mod box_exec;
 mod box_handler;
 pub mod box_links;
 pub mod endpoint;
+pub(crate) mod job;
 pub(crate) mod model_report;
 pub mod pool;
 mod quick_ack;

@@ -17,6 +17,7 @@ mod acme;
 mod admin;
 mod app;
 mod audit;
+mod box_tasks;
 mod boxes;
 mod boxes_by_the_docs;
 mod boxes_host_keys;

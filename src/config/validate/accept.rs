@@ -22,11 +22,11 @@ pub(super) fn accept(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<A
         );
         return None;
     }
-    if !p.spawn || p.on_box.is_some() {
+    if !p.spawn {
         c.problem(
             format!("{key}.accept"),
-            "the gateway runs an acceptance test in the folder of a server it spawns on this machine",
-            "remove accept, or spawn the project's server here (spawn = true, directory or directories)",
+            "the gateway runs an acceptance test in the folder of a server it spawns (here, or on a box)",
+            "remove accept, or let the gateway spawn the project's server (spawn = true, directory or directories; box = … for one on a box)",
         );
         return None;
     }
@@ -81,7 +81,7 @@ mod tests {
         );
         let e = refused(external);
         assert!(
-            e.contains("project[0] (web).accept") && e.contains("a server it spawns on this machine"),
+            e.contains("project[0] (web).accept") && e.contains("a server it spawns (here, or on a box)"),
             "{e}"
         );
     }

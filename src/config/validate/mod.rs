@@ -94,7 +94,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
         store_url: None,
     };
     settings.protected = settings.protected_paths();
-    let (found, warnings) = crate::config::discover::discover(&settings);
+    let (found, warnings) = crate::config::discover::discover(&settings, &crate::config::discover::BoxListings::new());
     settings.projects.extend(found);
     settings.discovery_warnings = warnings;
     settings.store_url = store::url(&mut c, raw.store.as_ref(), &settings.projects);

@@ -87,20 +87,12 @@ fn on_box_allows(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<()> {
     if p.on_box.is_none() {
         return Some(());
     }
-    let refused = [
-        (
-            p.directories.is_some(),
-            "directories",
-            "a set of directories is found by listing folders, and the gateway lists none on a box",
-            "declare one [[project]] per folder on the box, each with its directory",
-        ),
-        (
-            p.run_as.is_some(),
-            "run_as",
-            "a server on a box runs as the box's SSH user",
-            "remove run_as, and set the user in the box's ssh = \"user@host\" (a box per user)",
-        ),
-    ];
+    let refused = [(
+        p.run_as.is_some(),
+        "run_as",
+        "a server on a box runs as the box's SSH user",
+        "remove run_as, and set the user in the box's ssh = \"user@host\" (a box per user)",
+    )];
     if let Some((_, field, problem, fix)) = refused.into_iter().find(|(set, ..)| *set) {
         c.problem(format!("{key}.{field}"), problem, fix);
         return None;
@@ -286,6 +278,27 @@ pub(super) fn project_set(c: &mut Checker<'_>, key: &str, p: &RawProject, templa
         );
         return None;
     };
+    // On a box the folder is the box's: absolute, listed there by the running gateway (which
+    // says so when it cannot), never looked up here.
+    if p.on_box.is_some() {
+        let parent = std::path::Path::new(parent);
+        if !parent.is_absolute() {
+            c.problem(
+                format!("{key}.directories"),
+                format!("{pattern:?} is not an absolute path on the box"),
+                "write the folder as the box sees it, from / (\"/srv/app/.worktrees/*\")",
+            );
+            return None;
+        }
+        let parent = crate::config::validate::lexical_clean(parent);
+        return Some(ProjectSet {
+            name: p.name.clone(),
+            tasks: super::tasks::task_settings_on_box(c, &key, p, &parent),
+            parent,
+            prefix: prefix.to_string(),
+            template,
+        });
+    }
     let path = c.path(parent);
     let Ok(parent) = path.canonicalize().and_then(|d| {
         if d.is_dir() {

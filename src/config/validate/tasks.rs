@@ -41,6 +41,27 @@ pub(super) fn task_settings(c: &mut Checker<'_>, key: &str, p: &RawProject, pare
     }
 }
 
+/// A box set's task settings: `repository` an absolute path on the box (by default the folder
+/// above the set's), checked by git there when a task is made.
+pub(super) fn task_settings_on_box(c: &mut Checker<'_>, key: &str, p: &RawProject, parent: &Path) -> TaskSettings {
+    let repository = match &p.repository {
+        Some(r) if Path::new(r).is_absolute() => Some(crate::config::validate::lexical_clean(Path::new(r))),
+        Some(r) => {
+            c.problem(
+                format!("{key}.repository"),
+                format!("{r:?} is not an absolute path on the box"),
+                "write the main checkout's folder as the box sees it, from /",
+            );
+            None
+        }
+        None => parent.parent().filter(|d| d.parent().is_some()).map(Path::to_path_buf),
+    };
+    TaskSettings {
+        repository,
+        worktree_files: files(c, key, p.worktree_files.as_deref().unwrap_or_default()),
+    }
+}
+
 /// Each a relative path inside the checkout: no `..`, no root, nothing empty.
 fn files(c: &mut Checker<'_>, key: &str, listed: &[String]) -> Vec<PathBuf> {
     if listed.len() > MAX_FILES {
