@@ -91,6 +91,7 @@ async fn a_task_on_a_box_is_made_tested_reviewed_and_removed_there_as_the_boxs_u
         .next()
         .unwrap()
         .to_string();
+    refused_at_the_check_there(&gw, &repo);
 
     // The acceptance test ran on the box, as its user, and failed; asked changes make it pass.
     let audit = crate::common::audit::file(&gw);
@@ -162,4 +163,28 @@ async fn removed_there(gw: &Gateway, c: &Https, lh: &Https, cookie: &str, repo: 
         "{r}"
     );
     assert!(!gw.logs().contains("could not be listed"), "{}", gw.logs());
+}
+
+/// The check's questions are asked of git on the box: a base that is not a branch there, a
+/// branch that exists there, a folder that exists there; each refused with its reason, nothing made.
+fn refused_at_the_check_there(gw: &Gateway, repo: &Path) {
+    std::fs::create_dir(repo.join(".worktrees/taken")).unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (&["Other", "--base", "nope"], "base \"nope\" is not a branch of"),
+        (&["Fix it"], "a branch named fix-it exists"),
+        (&["Taken"], "taken exists: give the task another title"),
+    ];
+    for (args, why) in cases {
+        let mut all = vec!["task", "new", "app"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--prompt", "x", "--as", "bob"]);
+        let (ok, out) = tokio::task::block_in_place(|| gw.cli(&all));
+        assert!(
+            !ok && out.contains("(step check)") && out.contains(why),
+            "{args:?}: {out}"
+        );
+    }
+    std::fs::remove_dir(repo.join(".worktrees/taken")).unwrap();
+    let trees = git(repo, &["-c", "safe.directory=*", "worktree", "list"]);
+    assert_eq!(trees.lines().count(), 2, "the checkout and fix-it only: {trees}");
 }
