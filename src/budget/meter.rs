@@ -80,12 +80,9 @@ struct State {
     day: u64,
     project_day: HashMap<String, f64>,
     user_day: HashMap<String, f64>,
-    /// Each session's own cumulative cost, by project and session.
-    own: HashMap<(String, String), f64>,
-    /// Each session's parent, when it has one.
-    parent: HashMap<(String, String), String>,
-    /// Who last prompted each root session through the gateway: its spend is theirs.
-    prompter: HashMap<(String, String), String>,
+    /// Each session's own cumulative cost, its parent and (for a root session) who last
+    /// prompted it through the gateway (its spend is theirs); each root's total. Bounded.
+    sessions: sessions::Sessions,
     /// Spend seen since the gateway started, by project (for `/metrics`).
     project_total: HashMap<String, f64>,
     /// Root sessions already stopped for their budget (stopped once).
@@ -195,28 +192,35 @@ impl State {
             // A day's alerts and raises are that day's; a session's stay.
             self.told.retain(|(key, _)| key.starts_with("session "));
             self.raised.retain(|key, _| key.starts_with("session "));
+            self.forget();
         }
     }
 
-    /// The session a (sub)session belongs to, following parents (bounded: a loop ends it).
-    fn root<'a>(&'a self, project: &str, session: &'a str) -> &'a str {
-        let mut at = session;
-        for _ in 0..32 {
-            match self.parent.get(&(project.to_string(), at.to_string())) {
-                Some(p) => at = p,
-                None => break,
+    /// Let the sessions' bound and idle policy forget trees (`sessions.rs`), and what was
+    /// remembered of them here.
+    fn forget(&mut self) {
+        let gone = self.sessions.forget(self.day);
+        if gone.is_empty() {
+            return;
+        }
+        self.dirty = true;
+        let gone: std::collections::HashSet<(String, String)> = gone.into_iter().collect();
+        self.stopped.retain(|k| !gone.contains(k));
+        self.told.retain(|(k, _)| {
+            let mut words = k.splitn(3, ' ');
+            match (words.next(), words.next(), words.next()) {
+                (Some("session"), Some(p), Some(root)) => !gone.contains(&(p.to_string(), root.to_string())),
+                _ => true,
             }
-        }
-        at
+        });
     }
 
-    /// A root session's spend: its own and every session under it.
+    fn root<'a>(&'a self, project: &str, session: &'a str) -> &'a str {
+        self.sessions.root(project, session)
+    }
+
     fn session_total(&self, project: &str, root: &str) -> f64 {
-        self.own
-            .iter()
-            .filter(|((p, s), _)| p == project && self.root(p, s) == root)
-            .map(|(_, c)| c)
-            .sum()
+        self.sessions.total(project, root)
     }
 }
 
@@ -226,12 +230,15 @@ impl Meter {
     pub(crate) fn seen(&self, c: &CostSeen, day: u64) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
-        let key = (c.project.clone(), c.session.clone());
+        let day = st.day;
         if let Some(parent) = &c.parent {
-            st.parent.insert(key.clone(), parent.clone());
+            st.sessions.set_parent(&c.project, &c.session, parent, day);
         }
-        let known = st.own.insert(key, c.now);
+        let known = st.sessions.set_cost(&c.project, &c.session, c.now, day);
         st.dirty = true;
+        if st.sessions.len() > sessions::MAX_SESSIONS {
+            st.forget();
+        }
         if c.inherited {
             return;
         }
@@ -244,8 +251,8 @@ impl Meter {
         }
         *st.project_day.entry(c.project.clone()).or_default() += delta;
         *st.project_total.entry(c.project.clone()).or_default() += delta;
-        let root = st.root(&c.project, &c.session).to_string();
-        if let Some(user) = st.prompter.get(&(c.project.clone(), root)).cloned() {
+        let root = st.root(&c.project, &c.session);
+        if let Some(user) = st.sessions.prompter(&c.project, root).map(str::to_string) {
             *st.user_day.entry(user).or_default() += delta;
         }
     }
@@ -254,8 +261,12 @@ impl Meter {
     pub(crate) fn prompted(&self, project: &str, session: &str, user: &str) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let root = st.root(project, session).to_string();
-        let before = st.prompter.insert((project.to_string(), root), user.to_string());
+        let day = st.day;
+        let before = st.sessions.set_prompter(project, &root, user, day);
         st.dirty |= before.as_deref() != Some(user);
+        if st.sessions.len() > sessions::MAX_SESSIONS {
+            st.forget();
+        }
     }
 
     /// What the state database kept: `day`'s totals (`kind` project, user, or `raised`: an
@@ -286,22 +297,14 @@ impl Meter {
                 _ => None,
             };
         }
-        for s in sessions {
-            let key = (s.project, s.session);
-            if let Some(parent) = s.parent {
-                st.parent.insert(key.clone(), parent);
-            }
-            if let Some(user) = s.prompter {
-                st.prompter.insert(key.clone(), user);
-            }
-            st.own.insert(key, s.usd);
-        }
+        st.sessions.restore(sessions, day);
+        st.forget();
     }
 
     /// What to save, when something changed since the last call: the day, its totals (`kind`
-    /// project, user, or `raised`: operators' raises by limit key) and every session's cost.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn to_save(&self) -> Option<(u64, Vec<(String, String, f64)>, Vec<crate::store::SessionCost>)> {
+    /// project, user, or `raised`: operators' raises by limit key), the sessions that changed
+    /// and the sessions forgotten (to delete).
+    pub(crate) fn to_save(&self) -> Option<SpendToSave> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if !std::mem::take(&mut st.dirty) {
             return None;
@@ -311,18 +314,13 @@ impl Meter {
             .chain(st.raised.iter().map(|(n, v)| ("raised", n, v)))
             .map(|(k, n, v)| (k.to_string(), n.clone(), *v))
             .collect();
-        let sessions = st
-            .own
-            .iter()
-            .map(|((project, session), usd)| crate::store::SessionCost {
-                project: project.clone(),
-                session: session.clone(),
-                parent: st.parent.get(&(project.clone(), session.clone())).cloned(),
-                prompter: st.prompter.get(&(project.clone(), session.clone())).cloned(),
-                usd: *usd,
-            })
-            .collect();
-        Some((st.day, totals, sessions))
+        let (sessions, forgotten) = st.sessions.take_changes();
+        Some(SpendToSave {
+            day: st.day,
+            totals,
+            sessions,
+            forgotten,
+        })
     }
 
     /// May `user` start work in `session` of `project`? The first spent budget, if any.
@@ -451,7 +449,7 @@ impl Meter {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
         let root = st.root(project, session).to_string();
-        let user = st.prompter.get(&(project.to_string(), root.clone())).cloned();
+        let user = st.sessions.prompter(project, &root).map(str::to_string);
         Standing {
             session: st.session_total(project, &root),
             project_day: st.project_day.get(project).copied().unwrap_or(0.0),
@@ -484,6 +482,20 @@ impl Meter {
     }
 }
 
+/// What [`Meter::to_save`] gives the store.
+pub(crate) struct SpendToSave {
+    pub day: u64,
+    /// `(kind, name, usd)`: project, user, or `raised`.
+    pub totals: Vec<(String, String, f64)>,
+    /// The sessions that changed since the last save.
+    pub sessions: Vec<crate::store::SessionCost>,
+    /// `(project, session)` of the sessions forgotten since.
+    pub forgotten: Vec<(String, String)>,
+}
+
+#[doc(hidden)]
+pub mod bench;
+mod sessions;
 #[cfg(test)]
 mod tests;
 mod turns;

@@ -9,4 +9,7 @@
 
 pub(crate) mod meter;
 
+/// For `benches/meter.rs` only.
+#[doc(hidden)]
+pub use meter::bench::per_op_nanos as meter_bench;
 pub(crate) use meter::{CostSeen, Meter};

@@ -113,9 +113,12 @@ pub(crate) fn restore_spend(meter: &crate::budget::Meter, store: &dyn crate::sto
 /// Save what the meter changed since the last save (every tick, and once more at shutdown):
 /// a crash loses at most a tick of it.
 pub(crate) async fn save_spend(gw: &Gateway) {
-    let Some((day, totals, sessions)) = gw.meter.to_save() else {
+    let Some(s) = gw.meter.to_save() else {
         return;
     };
     let store = gw.browser.sessions.store().clone();
-    let _ = crate::store::blocking("saving spend", move || store.save_spend(day as i64, &totals, &sessions)).await;
+    let _ = crate::store::blocking("saving spend", move || {
+        store.save_spend(s.day as i64, &s.totals, &s.sessions, &s.forgotten)
+    })
+    .await;
 }

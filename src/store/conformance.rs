@@ -141,9 +141,9 @@ pub(super) fn spend_is_kept_by_day_and_session(store: &dyn Store) {
             ("user".into(), "ann".into(), usd),
         ]
     };
-    store.save_spend(10, &totals(1.0), &[session(1.0)]).unwrap();
-    store.save_spend(10, &totals(1.5), &[session(1.5)]).unwrap();
-    store.save_spend(11, &totals(0.25), &[]).unwrap();
+    store.save_spend(10, &totals(1.0), &[session(1.0)], &[]).unwrap();
+    store.save_spend(10, &totals(1.5), &[session(1.5)], &[]).unwrap();
+    store.save_spend(11, &totals(0.25), &[], &[]).unwrap();
     let mut day = store.spend_of_day(10).unwrap();
     day.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(day, totals(1.5));
@@ -155,7 +155,7 @@ pub(super) fn spend_is_kept_by_day_and_session(store: &dyn Store) {
         ("raised".to_string(), "project web".to_string(), 2.0),
         ("raised".to_string(), "session web ses_1".to_string(), 1.0),
     ];
-    store.save_spend(12, &raised, &[]).unwrap();
+    store.save_spend(12, &raised, &[], &[]).unwrap();
     assert_eq!(store.spend_of_day(12).unwrap(), raised[..1].to_vec());
     assert_eq!(
         store.spend_of_day(crate::store::SESSION_RAISES_DAY).unwrap(),
@@ -167,6 +167,16 @@ pub(super) fn spend_is_kept_by_day_and_session(store: &dyn Store) {
     assert_eq!(month, totals(1.75));
     assert_eq!(store.spend_between(9, 11).unwrap().len(), 2);
     assert!(store.spend_between(11, 11).unwrap().is_empty());
+    // A session the meter forgot is deleted; another stays.
+    let other = SessionCost {
+        session: "ses_2".into(),
+        ..session(0.5)
+    };
+    store.save_spend(12, &[], std::slice::from_ref(&other), &[]).unwrap();
+    store
+        .save_spend(12, &[], &[], &[("web".into(), "ses_1".into())])
+        .unwrap();
+    assert_eq!(store.session_costs().unwrap(), vec![other]);
 }
 
 pub(super) fn a_child_session_dies_with_its_parent_and_a_device_with_its_sessions(store: &dyn Store) {

@@ -56,6 +56,7 @@ impl<B: Backend> SpendStore for B {
         day: i64,
         totals: &[(String, String, f64)],
         sessions: &[SessionCost],
+        forgotten: &[(String, String)],
     ) -> Result<(), StoreError> {
         self.write_all("saving spend", |c| {
             for (kind, name, usd) in totals {
@@ -64,6 +65,9 @@ impl<B: Backend> SpendStore for B {
             }
             for s in sessions {
                 c.execute(&st::SESSION_COST_SAVE, &s.fields())?;
+            }
+            for (project, session) in forgotten {
+                c.execute(&st::SESSION_COST_FORGET, &[project, session])?;
             }
             Ok(())
         })

@@ -358,12 +358,14 @@ pub(crate) trait SpendStore: Send + Sync {
     fn session_costs(&self) -> Result<Vec<SessionCost>, StoreError>;
     /// `(kind, name, usd)` summed over the days from `from` up to, not including, `to`.
     fn spend_between(&self, from: i64, to: i64) -> Result<Vec<(String, String, f64)>, StoreError>;
-    /// Write `day`'s totals and the sessions' costs (each replacing what was there), at once.
+    /// Write `day`'s totals and the sessions' costs (each replacing what was there) and delete
+    /// the sessions the meter forgot (`(project, session)`), at once.
     fn save_spend(
         &self,
         day: i64,
         totals: &[(String, String, f64)],
         sessions: &[SessionCost],
+        forgotten: &[(String, String)],
     ) -> Result<(), StoreError>;
 }
 

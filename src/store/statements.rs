@@ -171,6 +171,7 @@ statements! {
     SESSION_COST_SAVE = "INSERT INTO session_costs (project, session, parent, prompter, usd) VALUES ($1, $2, $3, $4, $5)
         ON CONFLICT (project, session) DO UPDATE SET parent = excluded.parent, prompter = excluded.prompter,
         usd = excluded.usd";
+    SESSION_COST_FORGET = "DELETE FROM session_costs WHERE project = $1 AND session = $2";
 
     PUSH_SAVE = "INSERT INTO push_subscriptions (endpoint, {user}, session_id, device_id, p256dh, auth, created_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7)

@@ -142,9 +142,9 @@ fn raises_and_resets_move_limits() {
         "a day's raise ends with the day"
     );
     // Kept: what is saved brings the raises back (a session's under any day).
-    let (day, totals, _) = m.to_save().unwrap();
+    let saved = m.to_save().unwrap();
     let again = Meter::default();
-    again.restore(day, totals, vec![], vec![]);
+    again.restore(saved.day, saved.totals, vec![], vec![]);
     assert_eq!(again.raised(&session_key("web", "s1"), 11), 1.5);
     assert_eq!(again.raised(&project_key("web"), 11), 0.0);
     // Bounded: with MAX_RAISED limits raised, a new one is refused; a raised one may grow.
