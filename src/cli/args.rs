@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "opencode-gateway",
-    version,
+    version = crate::cli::version::LONG,
     about = "A secure remote-access gateway for OpenCode servers"
 )]
 pub struct Cli {

@@ -12,6 +12,7 @@ mod doctor_boxes;
 mod doctor_report;
 mod doctor_running;
 pub mod init;
+pub mod package_files;
 pub mod pair;
 pub mod passkeys;
 pub mod password;
@@ -20,6 +21,7 @@ pub mod task;
 pub mod token;
 pub mod trigger;
 pub mod user;
+pub mod version;
 
 use std::path::Path;
 
