@@ -15,8 +15,9 @@ t0=$(date +%s)
 WORK=target/package-test
 ROOT=$WORK/root
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-# What the checks use inside the root besides the package's own dependencies.
-INCLUDE=adduser,systemd,man-db,bash-completion,curl,ca-certificates
+# What the checks use inside the root; the package's own dependencies are not asked for: apt
+# must bring what the root lacks (procps) from the mirror when it installs the package.
+INCLUDE=systemd,man-db,bash-completion,curl,ca-certificates
 CACHE=$WORK/bookworm-$(printf %s "$INCLUDE" | sha256sum | cut -c1-12).tar.gz
 NAME=opencode-gateway
 passed=0
@@ -31,7 +32,7 @@ ok() {
 }
 step() { printf '\n==> %s\n' "$*"; }
 # A command inside the root, as root, with a clean environment.
-in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
+in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
 # "owner:group mode" of a path inside the root.
 stat_of() { in_root stat -c '%U:%G %a' "$1" 2>/dev/null || echo "missing"; }
 expect_stat() {
@@ -69,6 +70,7 @@ if [ ! -f "$CACHE" ]; then
 fi
 if mountpoint -q "$ROOT/proc" 2>/dev/null; then umount "$ROOT/proc"; fi
 rm -rf "$ROOT" && mkdir -p "$ROOT" && tar -C "$ROOT" -xzf "$CACHE"
+root_size=$(du -sh "$ROOT" | cut -f1)
 mount -t proc proc "$ROOT/proc"
 gateway_pid=
 cleanup() {
@@ -78,12 +80,16 @@ cleanup() {
 trap cleanup EXIT
 [ "$(in_root sh -c '. /etc/os-release; echo $VERSION_CODENAME')" = bookworm ] || fail "the root is not bookworm"
 in_root dpkg -s "$NAME" >/dev/null 2>&1 && fail "the fresh root already has $NAME"
-ok "a fresh bookworm root ($(du -sh "$ROOT" | cut -f1)) from $CACHE"
+ok "a fresh bookworm root ($root_size) from $CACHE"
 
 step "install revision 1"
 cp "$WORK/v1.deb" "$WORK/v2.deb" "$ROOT/tmp/"
-in_root dpkg -i /tmp/v1.deb || fail "dpkg -i refused the package"
-ok "dpkg -i installed it"
+# procps (the unit's /bin/kill) is not in a minimal root: apt must bring it (adduser already is).
+in_root dpkg -s procps >/dev/null 2>&1 && fail "the fresh root already has procps: the dependency would go untested"
+in_root apt-get update -qq || fail "apt-get update in the root failed (no network to the mirror?)"
+in_root apt-get install -y -qq /tmp/v1.deb || fail "apt-get install refused the package"
+in_root dpkg -s adduser procps >/dev/null 2>&1 || fail "the package's dependencies were not installed"
+ok "apt-get install installed it and its dependency procps"
 in_root getent passwd "$NAME" | grep -q ":/var/lib/$NAME:/usr/sbin/nologin$" || fail "no system user $NAME with home /var/lib/$NAME and no shell: $(in_root getent passwd "$NAME")"
 in_root getent group "$NAME" >/dev/null || fail "no group $NAME"
 ok "the system user and group $NAME"
@@ -102,21 +108,23 @@ ok "/etc/$NAME/gateway.toml is a conffile"
 
 step "the installed program"
 said=$(in_root $NAME --version)
-echo "$said" | grep -qE "^$NAME ${version%-*} \(commit ([0-9a-f]{7,}|unknown); route table of OpenCode [0-9.]+\)$" || fail "--version said: $said"
+grep -qE "^$NAME ${version%-*} \(commit ([0-9a-f]{7,}|unknown); route table of OpenCode [0-9.]+\)$" <<<"$said" || fail "--version said: $said"
 ok "--version: $said"
 said=$(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1) || fail "check refused the shipped config: $said"
 ok "check accepts the shipped config"
 said=$(chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml 2>&1) && fail "serve started on the shipped example: $said"
-echo "$said" | grep -q "nothing to serve" || fail "serve on the example failed otherwise: $said"
+grep -q "nothing to serve" <<<"$said" || fail "serve on the example failed otherwise: $said"
 ok "serve refuses the unedited example: nothing to serve"
 said=$(in_root systemd-analyze verify /lib/systemd/system/$NAME.service 2>&1) || fail "systemd-analyze verify: $said"
 [ -z "$said" ] || fail "systemd-analyze verify said: $said"
 ok "systemd-analyze verify passes the unit, silently"
-in_root systemctl is-enabled $NAME.service 2>/dev/null | grep -qx disabled || fail "the unit is not installed disabled: $(in_root systemctl is-enabled $NAME.service 2>&1)"
+# is-enabled exits 1 for "disabled": its word is what counts.
+said=$(in_root systemctl is-enabled $NAME.service 2>&1 || true)
+[ "$said" = disabled ] || fail "the unit is not installed disabled: $said"
 ok "the unit is installed, not enabled"
 said=$(in_root sh -c "MANPAGER=cat MANWIDTH=100 man $NAME 2>&1") || fail "man $NAME: $said"
-echo "$said" | grep -q "opencode-gateway-token" || fail "man $NAME does not list token: $said"
-ok "man $NAME renders ($(echo "$said" | wc -l) lines)"
+grep -q "opencode-gateway-token" <<<"$said" || fail "man $NAME does not list token: $said"
+ok "man $NAME renders ($(wc -l <<<"$said") lines)"
 said=$(in_root bash -c '. /usr/share/bash-completion/bash_completion
   _completion_loader opencode-gateway
   f=$(complete -p opencode-gateway | sed -E "s/.*-F ([^ ]+).*/\1/")
@@ -128,13 +136,13 @@ ok "bash completes 'opencode-gateway to' to 'token'"
 step "init --system, then the gateway as its user, reached with curl"
 in_root install -d -o $NAME -g $NAME /srv/demo
 said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) || fail "init --system: $said"
-password=$(echo "$said" | sed -n 's/^user "dev", password: //p')
+password=$(sed -n 's/^user "dev", password: //p' <<<"$said")
 [ -n "$password" ] || fail "init --system printed no password: $said"
 expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
 expect_stat /etc/$NAME/gateway.users.toml "$NAME:$NAME 600"
 expect_stat /var/lib/$NAME/certs/server.key "$NAME:$NAME 600"
 said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) && fail "a second init --system overwrote the config"
-echo "$said" | grep -q "not the packaged example" || fail "a second init --system failed otherwise: $said"
+grep -q "not the packaged example" <<<"$said" || fail "a second init --system failed otherwise: $said"
 ok "init --system replaced the example, and refuses to overwrite its own config"
 # Ephemeral ports: the root shares this machine's network.
 sed -i -E 's/^listen = "127\.0\.0\.1:[0-9]+"/listen = "127.0.0.1:0"/' "$ROOT/etc/$NAME/gateway.toml"
@@ -170,7 +178,7 @@ in_root sh -c "echo token-db-marker > /var/lib/$NAME/marker"
 
 step "upgrade to revision 2"
 edited=$(sha256sum "$ROOT/etc/$NAME/gateway.toml")
-in_root dpkg -i --force-confold /tmp/v2.deb || fail "the upgrade failed"
+in_root apt-get install -y -qq -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
 [ "$(in_root dpkg-query -W -f='${Version}' $NAME)" = "$(dpkg-deb -f "$WORK/v2.deb" Version)" ] || fail "the upgrade did not install revision 2"
 [ "$(sha256sum "$ROOT/etc/$NAME/gateway.toml")" = "$edited" ] || fail "the upgrade changed the edited config"
 expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
