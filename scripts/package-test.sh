@@ -5,7 +5,10 @@
 # root: files, owners and modes; the user; `check` on the shipped config; `systemd-analyze verify`
 # on the unit; the man page; bash completion; `init --system`; the gateway started as its user
 # and reached with curl; an upgrade keeping an edited config; remove keeping config and state;
-# purge deleting them. Any failed check stops the script with "FAIL: <what and why>".
+# purge deleting them. No systemd runs in a chroot: what the maintainer scripts ask of systemctl
+# (nothing on install, try-restart on upgrade, stop on remove) is recorded by a stand-in and
+# checked; that try-restart restarts only a running unit is systemd's documented behaviour, not
+# tested here. Any failed check stops the script with "FAIL: <what and why>".
 # Needs root (debootstrap, chroot) and Debian's mirror. Slow (minutes): not part of CI or
 # scripts/test.sh; docs/package.md records its last run.
 set -euo pipefail
@@ -33,6 +36,21 @@ ok() {
 step() { printf '\n==> %s\n' "$*"; }
 # A command inside the root, as root, with a clean environment.
 in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"; }
+# A dpkg or apt command as in a booted system: /run/systemd/system present, and a stand-in
+# systemctl that only records what the maintainer scripts ask of it (no systemd runs in a chroot).
+in_pkg() {
+  local rc=0
+  mkdir -p "$ROOT/run/systemd/system"
+  chroot "$ROOT" /usr/bin/env -i PATH=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+    DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
+  rmdir "$ROOT/run/systemd/system"
+  return $rc
+}
+# What the maintainer scripts asked systemctl about the unit since the last call.
+unit_calls() {
+  grep -h "$NAME" "$ROOT/tmp/systemctl.calls" 2>/dev/null | tr '\n' ';' || true
+  : >"$ROOT/tmp/systemctl.calls"
+}
 # "owner:group mode" of a path inside the root.
 stat_of() { in_root stat -c '%U:%G %a' "$1" 2>/dev/null || echo "missing"; }
 expect_stat() {
@@ -84,12 +102,17 @@ ok "a fresh bookworm root ($root_size) from $CACHE"
 
 step "install revision 1"
 cp "$WORK/v1.deb" "$WORK/v2.deb" "$ROOT/tmp/"
+mkdir -p "$ROOT/opt/stub"
+printf '#!/bin/sh\necho "$*" >>/tmp/systemctl.calls\n' >"$ROOT/opt/stub/systemctl"
+chmod 755 "$ROOT/opt/stub/systemctl"
 # procps (the unit's /bin/kill) is not in a minimal root: apt must bring it (adduser already is).
 in_root dpkg -s procps >/dev/null 2>&1 && fail "the fresh root already has procps: the dependency would go untested"
 in_root apt-get update -qq || fail "apt-get update in the root failed (no network to the mirror?)"
-in_root apt-get install -y -qq /tmp/v1.deb || fail "apt-get install refused the package"
+in_pkg apt-get install -y -qq /tmp/v1.deb || fail "apt-get install refused the package"
+calls=$(unit_calls)
+grep -qE "(^|;)(start|restart|try-restart|enable)[^;]*$NAME" <<<"$calls" && fail "the first install asked systemctl: $calls"
 in_root dpkg -s adduser procps >/dev/null 2>&1 || fail "the package's dependencies were not installed"
-ok "apt-get install installed it and its dependency procps"
+ok "apt-get install installed it and its dependency procps, and neither enabled nor started it"
 in_root getent passwd "$NAME" | grep -q ":/var/lib/$NAME:/usr/sbin/nologin$" || fail "no system user $NAME with home /var/lib/$NAME and no shell: $(in_root getent passwd "$NAME")"
 in_root getent group "$NAME" >/dev/null || fail "no group $NAME"
 ok "the system user and group $NAME"
@@ -125,6 +148,9 @@ ok "the unit is installed, not enabled"
 said=$(in_root sh -c "MANPAGER=cat MANWIDTH=100 man $NAME 2>&1") || fail "man $NAME: $said"
 grep -q "opencode-gateway-token" <<<"$said" || fail "man $NAME does not list token: $said"
 ok "man $NAME renders ($(wc -l <<<"$said") lines)"
+said=$(in_root sh -c "MANPAGER=cat MANWIDTH=100 man $NAME-token-create 2>&1") || fail "man $NAME-token-create: $said"
+grep -q -- "--ttl" <<<"$said" || fail "man $NAME-token-create does not describe --ttl: $said"
+ok "man $NAME-token-create renders (one page per subcommand: $(ls "$ROOT/usr/share/man/man1" | grep -c "^$NAME"))"
 said=$(in_root bash -c '. /usr/share/bash-completion/bash_completion
   _completion_loader opencode-gateway
   f=$(complete -p opencode-gateway | sed -E "s/.*-F ([^ ]+).*/\1/")
@@ -178,19 +204,24 @@ in_root sh -c "echo token-db-marker > /var/lib/$NAME/marker"
 
 step "upgrade to revision 2"
 edited=$(sha256sum "$ROOT/etc/$NAME/gateway.toml")
-in_root apt-get install -y -qq -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
+in_pkg apt-get install -y -qq -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
+calls=$(unit_calls)
+[ "$calls" = "try-restart $NAME.service;" ] || fail "the upgrade asked systemctl: $calls (want only try-restart: a restart of a running service only)"
+ok "the upgrade asked systemctl only to try-restart the unit (which starts nothing that was not running)"
 [ "$(in_root dpkg-query -W -f='${Version}' $NAME)" = "$(dpkg-deb -f "$WORK/v2.deb" Version)" ] || fail "the upgrade did not install revision 2"
 [ "$(sha256sum "$ROOT/etc/$NAME/gateway.toml")" = "$edited" ] || fail "the upgrade changed the edited config"
 expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
 ok "the upgrade kept the edited config"
 
 step "remove, then purge"
-in_root dpkg -r $NAME || fail "dpkg -r failed"
+in_pkg dpkg -r $NAME || fail "dpkg -r failed"
+calls=$(unit_calls)
+[ "$calls" = "stop $NAME.service;" ] || fail "remove asked systemctl: $calls (want: stop)"
 [ ! -e "$ROOT/usr/bin/$NAME" ] || fail "remove left the binary"
 [ -f "$ROOT/etc/$NAME/gateway.toml" ] || fail "remove deleted the config"
 [ -f "$ROOT/var/lib/$NAME/marker" ] || fail "remove deleted the state"
-ok "remove kept /etc/$NAME and /var/lib/$NAME"
-in_root dpkg -P $NAME || fail "dpkg -P failed"
+ok "remove stopped the unit and kept /etc/$NAME and /var/lib/$NAME"
+in_pkg dpkg -P $NAME || fail "dpkg -P failed"
 [ ! -e "$ROOT/etc/$NAME" ] || fail "purge left /etc/$NAME: $(ls -la "$ROOT/etc/$NAME")"
 [ ! -e "$ROOT/var/lib/$NAME" ] || fail "purge left /var/lib/$NAME"
 [ -z "$(in_root dpkg-statoverride --list | grep $NAME || true)" ] || fail "purge left dpkg-statoverride entries"

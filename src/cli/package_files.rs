@@ -26,12 +26,23 @@ pub(crate) fn files() -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
         clap_complete::generate(shell, &mut Cli::command(), NAME, &mut text);
         out.push((Path::new("completions").join(file), text));
     }
-    let mut man = Vec::new();
-    clap_mangen::Man::new(Cli::command())
-        .render(&mut man)
-        .context("rendering the man page")?;
-    out.push((PathBuf::from(format!("man/{NAME}.1")), man));
+    // A page per command, as clap_mangen::generate_to makes them (the top page refers to each
+    // subcommand's as opencode-gateway-<name>(1)), kept in memory for the test.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    man_pages(cmd, &mut out)?;
     Ok(out)
+}
+
+fn man_pages(cmd: clap::Command, out: &mut Vec<(PathBuf, Vec<u8>)>) -> anyhow::Result<()> {
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        man_pages(sub.clone(), out)?;
+    }
+    let man = clap_mangen::Man::new(cmd);
+    let mut text = Vec::new();
+    man.render(&mut text).context("rendering a man page")?;
+    out.push((Path::new("man").join(man.get_filename()), text));
+    Ok(())
 }
 
 /// The folder of `opencode-gateway package-files <dir>`, when that is the command line.
@@ -85,7 +96,7 @@ mod tests {
         let bash = text("opencode-gateway.bash");
         let zsh = text("_opencode-gateway");
         let fish = text("opencode-gateway.fish");
-        let man = text("opencode-gateway.1");
+        let man = text("man/opencode-gateway.1");
         for sub in ["token", "pair", "init", "serve", "devices"] {
             assert!(
                 bash.contains(&format!(" {sub} ")) || bash.contains(&format!(" {sub}\"")),
@@ -98,6 +109,16 @@ mod tests {
                 "the man page lacks {sub}"
             );
         }
+        // Each subcommand the top page refers to has a page of its own.
+        let pages: Vec<String> = files()
+            .unwrap()
+            .into_iter()
+            .filter_map(|(p, _)| p.strip_prefix("man").ok().map(|n| n.display().to_string()))
+            .collect();
+        for sub in ["token", "token-create", "pair", "init"] {
+            assert!(pages.contains(&format!("opencode-gateway-{sub}.1")), "{pages:?}");
+        }
+        assert!(text("opencode-gateway-token-create.1").contains("\\-\\-ttl"));
         // A nested subcommand and an option reach the completions too.
         assert!(bash.contains("revoke") && bash.contains("--label"), "{bash}");
         assert!(
