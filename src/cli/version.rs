@@ -45,11 +45,17 @@ mod tests {
         // The route table's version is the pin the tests run OpenCode at.
         let package = include_str!("../../package.json");
         assert!(
-            package.contains(&format!("\"opencode-ai\": \"{}\"", crate::policy::routes::TABLE_VERSION)),
+            package.contains(&format!(
+                "\"opencode-ai\": \"{}\"",
+                crate::policy::routes::TABLE_VERSION
+            )),
             "{package}"
         );
         assert!(
-            out.contains(&format!("route table of OpenCode {})", crate::policy::routes::TABLE_VERSION)),
+            out.contains(&format!(
+                "route table of OpenCode {})",
+                crate::policy::routes::TABLE_VERSION
+            )),
             "{out}"
         );
     }
