@@ -41,6 +41,7 @@ in_root() { chroot "$ROOT" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HO
 in_pkg() {
   local rc=0
   mkdir -p "$ROOT/run/systemd/system"
+  # apt runs dpkg with a PATH of its own (DPkg::Path): the stand-in goes first in both.
   chroot "$ROOT" /usr/bin/env -i PATH=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
     DEBIAN_FRONTEND=noninteractive "$@" || rc=$?
   rmdir "$ROOT/run/systemd/system"
@@ -108,7 +109,8 @@ chmod 755 "$ROOT/opt/stub/systemctl"
 # procps (the unit's /bin/kill) is not in a minimal root: apt must bring it (adduser already is).
 in_root dpkg -s procps >/dev/null 2>&1 && fail "the fresh root already has procps: the dependency would go untested"
 in_root apt-get update -qq || fail "apt-get update in the root failed (no network to the mirror?)"
-in_pkg apt-get install -y -qq /tmp/v1.deb || fail "apt-get install refused the package"
+in_pkg apt-get install -y -qq -o DPkg::Path=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin /tmp/v1.deb || fail "apt-get install refused the package"
+grep -qx daemon-reload "$ROOT/tmp/systemctl.calls" || fail "the stand-in systemctl heard nothing: the maintainer scripts' calls would go unchecked"
 calls=$(unit_calls)
 grep -qE "(^|;)(start|restart|try-restart|enable)[^;]*$NAME" <<<"$calls" && fail "the first install asked systemctl: $calls"
 in_root dpkg -s adduser procps >/dev/null 2>&1 || fail "the package's dependencies were not installed"
@@ -204,7 +206,7 @@ in_root sh -c "echo token-db-marker > /var/lib/$NAME/marker"
 
 step "upgrade to revision 2"
 edited=$(sha256sum "$ROOT/etc/$NAME/gateway.toml")
-in_pkg apt-get install -y -qq -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
+in_pkg apt-get install -y -qq -o DPkg::Path=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
 calls=$(unit_calls)
 [ "$calls" = "try-restart $NAME.service;" ] || fail "the upgrade asked systemctl: $calls (want only try-restart: a restart of a running service only)"
 ok "the upgrade asked systemctl only to try-restart the unit (which starts nothing that was not running)"
