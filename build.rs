@@ -37,6 +37,13 @@ fn commit() -> Option<String> {
         let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
         (out.status.success() && !text.is_empty()).then_some(text)
     };
+    // Only this crate's own checkout: a crate tarball unpacked inside some other repository
+    // must say "unknown", not that repository's commit.
+    let top = git(&["rev-parse", "--show-toplevel"])?;
+    let here = std::env::var("CARGO_MANIFEST_DIR").ok()?;
+    if Path::new(&top).canonicalize().ok()? != Path::new(&here).canonicalize().ok()? {
+        return None;
+    }
     let short = git(&["rev-parse", "--short", "HEAD"])?;
     let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"])?];
     watched.extend(git(&["rev-parse", "--git-path", "packed-refs"]));
