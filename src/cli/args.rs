@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(
     name = "opencode-gateway",
-    version,
+    version = crate::cli::version::LONG,
     about = "A secure remote-access gateway for OpenCode servers"
 )]
 pub struct Cli {
@@ -42,6 +42,11 @@ pub enum Command {
         /// port of its own (no wildcard DNS needed), the dev CA offered on plain HTTP (`/ca`).
         #[arg(long)]
         lan: bool,
+        /// For the system service (the Debian package): the config in /etc/opencode-gateway (or
+        /// --dir), state and keys in /var/lib/opencode-gateway, secrets owned by the service's
+        /// user. Replaces the packaged example, never an edited config. Run as root.
+        #[arg(long)]
+        system: bool,
     },
     /// Validate a config file and print what it would serve.
     Check {

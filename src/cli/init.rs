@@ -57,6 +57,19 @@ fn lan_template() -> String {
     t
 }
 
+/// The config template, for this machine only or (`lan`) for a phone on the same network.
+pub(super) fn template(lan: bool) -> String {
+    if lan { lan_template() } else { TEMPLATE.to_string() }
+}
+
+/// The template filled in: the project's name and folder, the state folder (TOML string text).
+pub(super) fn render(template: &str, name: &str, project_dir: &Path, state_dir: &str) -> String {
+    template
+        .replace("{name}", name)
+        .replace("{directory}", &toml_string(project_dir))
+        .replace("{state_dir}", state_dir)
+}
+
 pub(crate) fn init(
     dir: Option<&Path>,
     project: Option<String>,
@@ -74,14 +87,8 @@ pub(crate) fn init(
             project_dir.display()
         );
     }
-    let template = if lan { lan_template() } else { TEMPLATE.to_string() };
-    let text = template
-        .replace("{name}", &name)
-        .replace("{directory}", &toml_string(&project_dir))
-        .replace(
-            "{state_dir}",
-            &state_dir.as_deref().map(toml_string).unwrap_or_else(|| "state".into()),
-        );
+    let state = state_dir.as_deref().map(toml_string).unwrap_or_else(|| "state".into());
+    let text = render(&template(lan), &name, &project_dir, &state);
     crate::support::files::write_private(&config, &text)?;
     let settings = crate::config::load(&config)?;
     crate::support::files::create_private_dir(&settings.server.state_dir)?;
@@ -113,7 +120,7 @@ pub(crate) fn init(
 }
 
 /// The project's folder (the current one by default) and its name (the folder's by default).
-fn project_of(project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, String)> {
+pub(super) fn project_of(project: Option<String>, project_dir: Option<PathBuf>) -> anyhow::Result<(PathBuf, String)> {
     let project_dir = match project_dir {
         Some(d) => d,
         None => std::env::current_dir()?,
@@ -149,7 +156,13 @@ fn destination(dir: Option<&Path>, project_dir: &Path) -> anyhow::Result<(PathBu
         }
     };
     let state_abs = state_dir.clone().unwrap_or_else(|| dir.join("state"));
-    for (what, path) in [("the config and keys", &dir), ("the state", &state_abs)] {
+    outside_project(&[("the config and keys", &dir), ("the state", &state_abs)], project_dir)?;
+    Ok((dir, state_dir))
+}
+
+/// Refuse a gateway folder inside the project folder or above it, where its clients could read it.
+pub(super) fn outside_project(folders: &[(&str, &Path)], project_dir: &Path) -> anyhow::Result<()> {
+    for (what, path) in folders {
         let real = resolve(path);
         if real.starts_with(project_dir) || project_dir.starts_with(&real) {
             bail!(
@@ -164,11 +177,11 @@ fn destination(dir: Option<&Path>, project_dir: &Path) -> anyhow::Result<(PathBu
             );
         }
     }
-    Ok((dir, state_dir))
+    Ok(())
 }
 
 /// With `http_listen`: how a phone trusts the dev CA and pairs.
-fn phone_line(settings: &crate::config::Settings, reach: &crate::reach::Reach, ca_cert: &Path) -> String {
+pub(super) fn phone_line(settings: &crate::config::Settings, reach: &crate::reach::Reach, ca_cert: &Path) -> String {
     match settings.server.http_listen {
         Some(http) => {
             let fp = std::fs::read_to_string(ca_cert)
@@ -187,7 +200,7 @@ fn phone_line(settings: &crate::config::Settings, reach: &crate::reach::Reach, c
 }
 
 /// A path as the inside of a TOML basic string.
-fn toml_string(p: &Path) -> String {
+pub(super) fn toml_string(p: &Path) -> String {
     p.display().to_string().replace('\\', "\\\\").replace('"', "\\\"")
 }
 

@@ -12,6 +12,8 @@ mod doctor_boxes;
 mod doctor_report;
 mod doctor_running;
 pub mod init;
+pub mod init_system;
+pub mod package_files;
 pub mod pair;
 pub mod passkeys;
 pub mod password;
@@ -20,6 +22,7 @@ pub mod task;
 pub mod token;
 pub mod trigger;
 pub mod user;
+pub mod version;
 
 use std::path::Path;
 
@@ -53,7 +56,15 @@ pub fn dispatch(mut cli: Cli) -> anyhow::Result<()> {
             project,
             project_dir,
             lan,
+            system: false,
         } => init::init(dir.as_deref(), project, project_dir, lan),
+        Command::Init {
+            dir,
+            project,
+            project_dir,
+            lan,
+            system: true,
+        } => init_system::init_system(dir.as_deref(), project, project_dir, lan),
         Command::Check {
             config,
             known_hosts: false,

@@ -20,6 +20,9 @@ pub(crate) async fn serve(
             .unwrap_or_default(),
     );
     let mut settings = loaded?;
+    if let Some(why) = nothing_to_serve(&settings) {
+        anyhow::bail!("{why}");
+    }
     for w in super::check::permission_warnings(&settings)
         .into_iter()
         .chain(crate::config::validate::boxes::warnings(&settings))
@@ -112,6 +115,17 @@ fn ensure_dev_certs(settings: &Settings) -> anyhow::Result<()> {
         Made::Nothing => {}
     }
     Ok(())
+}
+
+/// A config with no project and no user (the Debian package's example as shipped) has nothing to
+/// serve: starting would only make a first user whose password went to the service's journal.
+pub(crate) fn nothing_to_serve(s: &Settings) -> Option<String> {
+    (s.projects.is_empty() && s.project_sets.is_empty() && s.users.is_empty()).then(|| {
+        format!(
+            "{} names no [[project]] and no user: nothing to serve. Fix: `sudo opencode-gateway init --system` writes a real one (or add a [[project]] and `opencode-gateway user add <name>`)",
+            s.path.display()
+        )
+    })
 }
 
 /// The first user of a fresh config: a random password, shown once; only its hash is written, to

@@ -80,8 +80,10 @@ pub(crate) fn remove_user(text: &str, name: &str) -> Result<String, EditError> {
 }
 
 /// Replace a file's content atomically (write a sibling, then rename). The result is 0600 whatever
-/// the old file's mode: the config holds password hashes.
+/// the old file's mode (the config holds password hashes), owned as the old file was: root editing
+/// the service's users file must not take it from the service (`init --system`).
 pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -92,6 +94,13 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
         .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     crate::support::files::write_private(&tmp, text)?;
+    if let Ok(old) = std::fs::metadata(path) {
+        let new = std::fs::metadata(&tmp)?;
+        if (old.uid(), old.gid()) != (new.uid(), new.gid()) {
+            // Only root may give a file away; anyone else keeps the file as their own, as before.
+            let _ = std::os::unix::fs::chown(&tmp, Some(old.uid()), Some(old.gid()));
+        }
+    }
     std::fs::rename(&tmp, path)
 }
 
@@ -100,6 +109,27 @@ mod tests {
     use super::*;
 
     const CONFIG: &str = "# top comment\n[server]\nlisten = \"127.0.0.1:0\" # inline\n\n# users below\n[[user]]\nname = \"alice\" # the owner\npassword_hash = \"old\"\nprojects = [\"*\"]\nrole = \"admin\"\n";
+
+    /// As root (CI, scripts/test.sh), a rewritten file stays its owner's: the service's users
+    /// file edited by `sudo opencode-gateway user add`.
+    #[test]
+    fn a_rewrite_keeps_the_owner_and_makes_the_file_owner_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users.toml");
+        std::fs::write(&path, CONFIG).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let given = std::os::unix::fs::chown(&path, Some(65534), Some(65534)).is_ok();
+        let before = std::fs::metadata(&path).unwrap();
+        write_atomically(&path, "# new\n").unwrap();
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "# new\n");
+        assert_eq!(after.mode() & 0o777, 0o600);
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+        if !given {
+            println!("not root: the owner kept was the test's own");
+        }
+    }
 
     #[test]
     fn add_keeps_comments_and_appends_a_table() {

@@ -25,14 +25,18 @@ pub use settings::*;
 /// The default config path, relative to the working directory (the repository root in dev).
 pub(crate) const DEFAULT_PATH: &str = "config/gateway.toml";
 
+/// The system service's config (the Debian package's conffile; `init --system` writes it).
+pub(crate) const SYSTEM_PATH: &str = "/etc/opencode-gateway/gateway.toml";
+
 /// The environment variable naming the config file when no `-c` is given.
 pub(crate) const CONFIG_ENV: &str = "OPENCODE_GATEWAY_CONFIG";
 
 /// The config file a command uses when it was given no `-c` (its value is the default path):
 /// `$OPENCODE_GATEWAY_CONFIG`, else `config/gateway.toml` in the current folder when it exists (the
 /// repository's dev config is never shadowed by an `init` made elsewhere), else the one `init`
-/// wrote (`$XDG_CONFIG_HOME/opencode-gateway/gateway.toml`) when it exists, else the default path
-/// (whose absence the command then reports).
+/// wrote (`$XDG_CONFIG_HOME/opencode-gateway/gateway.toml`) when it exists, else the system
+/// service's (`/etc/opencode-gateway/gateway.toml`, the Debian package's) when it exists, else the
+/// default path (whose absence the command then reports).
 pub(crate) fn find(given: &Path) -> PathBuf {
     if given != Path::new(DEFAULT_PATH) {
         return given.to_path_buf();
@@ -45,7 +49,9 @@ pub(crate) fn find(given: &Path) -> PathBuf {
     }
     config_home()
         .map(|d| d.join("gateway.toml"))
-        .filter(|p| p.exists())
+        .into_iter()
+        .chain([Path::new(SYSTEM_PATH).to_path_buf()])
+        .find(|p| p.exists())
         .unwrap_or_else(|| given.to_path_buf())
 }
 

@@ -41,8 +41,9 @@ pub(crate) const DELETE: &str = "DELETE";
 /// (method, path pattern, class).
 pub(crate) type Route = (&'static str, &'static str, Class);
 
-/// The version of OpenCode this table was read from.
-pub(crate) const TABLE_VERSION: &str = "1.18.33";
+/// The version of OpenCode this table was read from: package.json's `opencode-ai` pin (build.rs),
+/// the version the tests check the table against.
+pub(crate) const TABLE_VERSION: &str = env!("OCGW_OPENCODE_VERSION");
 
 pub const ROUTES: &[Route] = &[
     // Terminals are shells whatever the method: even reading one lets you type into it.

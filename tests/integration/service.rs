@@ -8,7 +8,7 @@ use std::process::Command;
 use crate::common::gateway::BIN;
 
 const UNIT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/contrib/systemd/opencode-gateway.service");
-const INSTALLED: &str = "/usr/local/bin/opencode-gateway";
+const INSTALLED: &str = "/usr/bin/opencode-gateway";
 
 /// `systemd-analyze verify` on `unit` (a file named `opencode-gateway.service` in `dir`): its
 /// exit status and everything it said.
