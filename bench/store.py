@@ -12,6 +12,10 @@ and builds what it needs); writes bench/out/store.md.
 PostgreSQL is a throwaway cluster (Debian's initdb/pg_ctl) on a Unix socket in a temporary
 folder, with its default durability (fsync and synchronous_commit on); SQLite runs as the
 gateway configures it (WAL, synchronous=NORMAL).
+
+BEFORE=path/to/an/older/opencode-gateway adds a third gateway, that binary on PostgreSQL (a
+database of its own on the same cluster), in the same rounds: a change's before and after are
+then measured side by side, each as a ratio to SQLite in the same run (issue 43).
 """
 
 import os, re, shutil, subprocess, sys, tempfile, time
@@ -46,7 +50,9 @@ class Cluster:
         opts = f"-k {self.dir} -c listen_addresses=''"
         self.run("pg_ctl", "-w", "-t", "60", "-l", str(self.dir / "log"), "-o", opts, "start", "-D", str(data))
         self.run("createdb", "-h", str(self.dir), "-U", "ocgw", "gateway")
+        self.run("createdb", "-h", str(self.dir), "-U", "ocgw", "gateway_before")
         self.url = f"postgresql://ocgw@localhost/gateway?host={self.dir}"
+        self.url_before = f"postgresql://ocgw@localhost/gateway_before?host={self.dir}"
 
     def run(self, program, *args):
         cmd = [str(self.bin / program), *args]
@@ -73,22 +79,27 @@ def login_wrk(url):
 
 def main():
     certs = b.setup()
-    ports = {n: b.free_port() for n in ("upstream", "gateway", "gateway_pg")}
+    before = os.environ.get("BEFORE")
+    ports = {n: b.free_port() for n in ("upstream", "gateway", "gateway_pg", "gateway_before")}
     cluster = Cluster()
     (b.OUT / "gateway.toml").write_text(b.gateway_config(ports["gateway"], ports["upstream"]))
     (b.OUT / "gateway-pg.toml").write_text(
         b.gateway_config(ports["gateway_pg"], ports["upstream"], "state-pg", f'[store]\nurl = "{cluster.url}"\n'))
+    (b.OUT / "gateway-before.toml").write_text(b.gateway_config(
+        ports["gateway_before"], ports["upstream"], "state-pg-before", f'[store]\nurl = "{cluster.url_before}"\n'))
     upstream = subprocess.Popen([str(b.TOOLS / "upstream"), str(ports["upstream"])], stdout=subprocess.DEVNULL)
     b.wait_port(ports["upstream"], upstream)
     env = dict(os.environ, RUST_LOG="warn")
 
-    def gateway(name, toml, port):
-        return b.Proxy(name, lambda: subprocess.Popen([str(b.GW), "serve", "-c", str(b.OUT / toml)], cwd=b.OUT, env=env,
+    def gateway(name, toml, port, binary=b.GW):
+        return b.Proxy(name, lambda: subprocess.Popen([str(binary), "serve", "-c", str(b.OUT / toml)], cwd=b.OUT, env=env,
                                                        stdout=subprocess.DEVNULL, stderr=open(b.OUT / f"{toml}.log", "a")),
                        f"https://127.0.0.1:{port}", port)
 
     gws = [gateway("SQLite", "gateway.toml", ports["gateway"]).start(),
            gateway("PostgreSQL", "gateway-pg.toml", ports["gateway_pg"]).start()]
+    if before:
+        gws.append(gateway("PostgreSQL (before)", "gateway-before.toml", ports["gateway_before"], before).start())
     ca = str(certs / "ca.crt")
     results = {g.name: {"rps": [], "p50": [], "p99": [], "cpu": [], "logins": [], "login_p99": []} for g in gws}
     try:
@@ -123,7 +134,8 @@ def main():
         cluster.stop()
     load = os.getloadavg()
     lines = [f"# The state database: SQLite vs PostgreSQL\n\nRun {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
-             f"{os.cpu_count()} cores (load after: {load[0]:.2f}); {b.ROUNDS} interleaved rounds of {b.DURATION} each.\n",
+             f"{os.cpu_count()} cores (load after: {load[0]:.2f}); {b.ROUNDS} interleaved rounds of {b.DURATION} each"
+             + (f"; PostgreSQL (before) is {before}" if before else "") + ".\n",
              "| store | req/s (median, min..max) | p50 ms | p99 ms (median, min..max) | CPU µs/req | form logins/s (median, min..max) | login p99 ms |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, res in results.items():
@@ -133,6 +145,10 @@ def main():
     s, p = results["SQLite"], results["PostgreSQL"]
     lines.append(f"\nPostgreSQL / SQLite: req/s {b.med(p['rps']) / b.med(s['rps']):.3f}, p99 {b.med(p['p99']) / b.med(s['p99']):.3f}, "
                  f"logins/s {b.med(p['logins']) / b.med(s['logins']):.3f}.")
+    if before:
+        o = results["PostgreSQL (before)"]
+        lines.append(f"PostgreSQL (before) / SQLite: req/s {b.med(o['rps']) / b.med(s['rps']):.3f}, "
+                     f"p99 {b.med(o['p99']) / b.med(s['p99']):.3f}, logins/s {b.med(o['logins']) / b.med(s['logins']):.3f}.")
     text = "\n".join(lines) + "\n"
     (b.OUT / "store.md").write_text(text)
     print(text)

@@ -2,7 +2,8 @@
 # The state database's cost, SQLite against PostgreSQL (issue 27): installs wrk and PostgreSQL
 # from Debian if missing, builds the gateway and the bench tools in release mode, and runs
 # bench/store.py (results in bench/out/store.md). Not part of the test suite.
-# Knobs: ROUNDS (default 5), DURATION (default 10s).
+# Knobs: ROUNDS (default 5), DURATION (default 10s), BEFORE (another build of the gateway, run
+# on PostgreSQL beside the two in the same rounds: a change measured before and after).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()

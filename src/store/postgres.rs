@@ -2,16 +2,19 @@
 //! `postgres` crate (the blocking face of `tokio-postgres`, on a runtime of its own: the store's
 //! calls are blocking already, made from `store::blocking`'s threads and from the CLI) and rustls
 //! for TLS (`sslmode=require` or `verify-full`: the system's CA bundle, or `SSL_CERT_FILE`).
-//! One connection, lent to one call at a time, as SQLite's; a broken one is opened again at the
-//! next call. Every call is bounded ([`CALL_TIMEOUT`], `conn.rs`, `slot.rs`): a database that
-//! does not answer fails it with [`StoreError::Unanswered`], which the gateway answers with 503.
+//! A pool of connections (`pool.rs`), each lent to one call at a time; a broken one is dropped and
+//! another opened at the next call. Every call is bounded ([`CALL_TIMEOUT`], `conn.rs`,
+//! `pool.rs`): a database that does not answer fails it with [`StoreError::Unanswered`], which the
+//! gateway answers with 503. What must stay on one connection has one of its own: a call's
+//! transaction (on its lent connection), the listening connection and each advisory lock's
+//! (`shared.rs`).
 //! The schema is `migrations/postgres/`, applied under an advisory lock (two gateways starting at
 //! once migrate once), counted in `ocgw_schema`.
 
 mod conn;
 mod exec;
+mod pool;
 mod shared;
-mod slot;
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +53,7 @@ const MIGRATION_LOCK: i64 = 0x6f63_6777;
 
 pub(crate) struct PostgresStore {
     url: String,
-    conn: slot::Slot,
+    pool: pool::Pool,
     writes: super::WriteNotes,
 }
 
@@ -113,7 +116,7 @@ impl PostgresStore {
     pub(crate) fn open(url: &str) -> anyhow::Result<PostgresStore> {
         let store = PostgresStore {
             url: url.to_string(),
-            conn: Default::default(),
+            pool: pool::Pool::new(url).map_err(|e| anyhow::anyhow!("the state database at {}: {e}", redacted(url)))?,
             writes: Default::default(),
         };
         store
@@ -124,52 +127,15 @@ impl PostgresStore {
         Ok(store)
     }
 
-    /// Run `f` on the connection within [`CALL_TIMEOUT`].
-    fn with<T: Send>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send) -> Result<T, StoreError> {
+    /// Run `f` on a connection of the pool within [`CALL_TIMEOUT`].
+    fn with<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
         self.bounded(CALL_TIMEOUT, f)
     }
 
-    /// Run `f` on the connection, opening it first if there is none or it broke, all within
-    /// `bound`. The connection blocks on a runtime of its own, which tokio refuses on a thread
-    /// inside another runtime (the gateway's start, `store::blocking`'s threads): there it runs
-    /// on a scoped thread, which ends by the deadline as the call does.
-    fn bounded<T: Send>(
-        &self,
-        bound: Duration,
-        f: impl FnOnce(&mut Conn) -> Result<T, StoreError> + Send,
-    ) -> Result<T, StoreError> {
-        let deadline = Instant::now() + bound;
-        if tokio::runtime::Handle::try_current().is_ok() {
-            return std::thread::scope(|s| {
-                s.spawn(|| self.on_connection(deadline, bound, f))
-                    .join()
-                    .unwrap_or_else(|_| Err(StoreError::Backend("the state database call panicked".into())))
-            });
-        }
-        self.on_connection(deadline, bound, f)
-    }
-
-    fn on_connection<T>(
-        &self,
-        deadline: Instant,
-        bound: Duration,
-        f: impl FnOnce(&mut Conn) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut lent = self.conn.lend(deadline, bound)?;
-        if lent.conn.is_none() {
-            match conn::open(&self.url, deadline, bound) {
-                Ok(c) => lent.conn = Some(c),
-                Err(e) => {
-                    if matches!(e, StoreError::Unanswered(_)) {
-                        lent.unanswered();
-                    }
-                    return Err(e);
-                }
-            }
-        }
-        let conn = lent.conn.as_mut().expect("just opened");
-        conn.arm(deadline, bound);
-        f(conn)
+    /// Run `f` on a connection of the pool, waiting for one or opening it, all within `bound`.
+    fn bounded<T>(&self, bound: Duration, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut conn = self.pool.lend(Instant::now() + bound, bound)?;
+        f(&mut conn)
     }
 }
 

@@ -1,43 +1,55 @@
-//! The store's connection to PostgreSQL, on which every round trip has a deadline. A database
-//! host that hangs (its processes stopped, its disk stuck) keeps the socket open and answers
-//! nothing, not even a `statement_timeout`: only the client can stop waiting. So the store talks
-//! through `tokio-postgres` on a runtime of the connection's own and gives each await up at the
-//! call's deadline; a connection given up on mid-query is in a state no one knows, and is never
-//! used again (dropping it closes its socket without waiting for the server).
+//! A connection the store lent from its pool (`pool.rs`) to one call, on which every round trip
+//! has the call's deadline. A database host that hangs (its processes stopped, its disk stuck)
+//! keeps the socket open and answers nothing, not even a `statement_timeout`: only the client can
+//! stop waiting. So the store talks through `tokio-postgres`, its connections' tasks on a runtime
+//! of the pool's own, and gives each await up at the call's deadline; a connection given up on
+//! mid-query is in a state no one knows, and is never used again (taken out of the pool and
+//! dropped, which ends its task and so closes its socket without waiting for the server).
 
 use std::cell::Cell;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use deadpool_postgres::GenericClient;
 use postgres::types::ToSql;
-use tokio_postgres::{GenericClient, Row};
+use tokio_postgres::Row;
 
+use super::pool::Breaker;
 use crate::store::StoreError;
 
-/// Set on each new connection, below the client's bound, so that a server that is slow but
-/// alive cancels the statement itself (its answer keeps the connection usable) before the client
-/// gives up on it: a lock wait first, any statement next.
-const SERVER_TIMEOUTS: &str = "SET lock_timeout = '1s'; SET statement_timeout = '2s'";
-
-/// A call's deadline, and the runtime its awaits run on.
+/// A call's deadline, and the runtime its connection's task runs on.
 pub(crate) struct Clock {
-    /// `None` only while dropping.
-    rt: Option<tokio::runtime::Runtime>,
+    rt: tokio::runtime::Handle,
     deadline: Cell<Instant>,
     bound: Cell<Duration>,
     timed_out: Cell<bool>,
 }
 
 impl Clock {
+    pub(super) fn new(rt: tokio::runtime::Handle, deadline: Instant, bound: Duration) -> Clock {
+        Clock {
+            rt,
+            deadline: Cell::new(deadline),
+            bound: Cell::new(bound),
+            timed_out: Cell::new(false),
+        }
+    }
+
     /// Await `fut` until the call's deadline. Past it, this connection is done with.
-    fn wait<T>(&self, fut: impl Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, StoreError> {
+    pub(super) fn wait<T, E>(&self, fut: impl Future<Output = Result<T, E>>) -> Result<T, StoreError>
+    where
+        StoreError: From<E>,
+    {
         let unanswered = StoreError::Unanswered(self.bound.get());
         if self.timed_out.get() {
             return Err(unanswered);
         }
-        let rt = self.rt.as_ref().expect("a clock has its runtime until dropped");
+        // The pool's runtime: its timer, and where a new connection's task is spawned. The future
+        // is polled on this thread (see `park_on`), which may be inside the gateway's runtime.
+        let _in = self.rt.enter();
         let deadline = tokio::time::Instant::from_std(self.deadline.get());
-        // The timer is made inside the runtime: it needs its time driver.
-        match rt.block_on(async { tokio::time::timeout_at(deadline, fut).await }) {
+        match park_on(tokio::time::timeout_at(deadline, fut)) {
             Ok(result) => result.map_err(StoreError::from),
             Err(_) => {
                 self.timed_out.set(true);
@@ -47,83 +59,82 @@ impl Clock {
     }
 }
 
-impl Drop for Clock {
-    /// Without waiting for anything: the connection's task (and so its socket) is dropped, where
-    /// a `postgres::Client` would wait for the server to close its end.
-    fn drop(&mut self) {
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_background();
+/// Poll `fut` on this thread until it is ready, parked in between. The connections' tasks run
+/// on the pool's runtime, which wakes this thread; so a call blocks only its own thread, from a
+/// blocking thread of the gateway's runtime, from the gateway's start (where tokio refuses a
+/// `block_on`) or from the CLI alike, and needs no thread of its own.
+fn park_on<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
         }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
     }
 }
 
+/// A pooled connection while one call has it; handed back to the pool when dropped, unless it
+/// is not to be used again.
 pub(crate) struct Conn {
-    client: tokio_postgres::Client,
+    /// `None` only while dropping.
+    client: Option<deadpool_postgres::Object>,
     clock: Clock,
+    breaker: Arc<Breaker>,
 }
 
 /// A transaction on a [`Conn`], under the same deadline; rolled back when dropped uncommitted.
 pub(crate) struct Tx<'a> {
     /// `None` once committed or rolled back.
-    tx: Option<tokio_postgres::Transaction<'a>>,
+    tx: Option<deadpool_postgres::Transaction<'a>>,
     clock: &'a Clock,
 }
 
-/// Open a connection to `url` by `deadline` (`bound` is how long the call had, for the error).
-pub(super) fn open(url: &str, deadline: Instant, bound: Duration) -> Result<Conn, StoreError> {
-    let config = super::config(url)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| StoreError::Backend(format!("cannot start the state database's runtime: {e}")))?;
-    let clock = Clock {
-        rt: Some(rt),
-        deadline: Cell::new(deadline),
-        bound: Cell::new(bound),
-        timed_out: Cell::new(false),
-    };
-    let rt = clock.rt.as_ref().expect("just made");
-    // The connection's task runs whenever a call awaits on this runtime.
-    let client = match config.get_ssl_mode() {
-        tokio_postgres::config::SslMode::Disable => {
-            let (client, connection) = clock.wait(config.connect(tokio_postgres::NoTls))?;
-            rt.spawn(connection);
-            client
-        }
-        _ => {
-            let tls = crate::support::tls::client_config().map_err(StoreError::Backend)?;
-            let tls = tokio_postgres_rustls::MakeRustlsConnect::new((*tls).clone());
-            let (client, connection) = clock.wait(config.connect(tls))?;
-            rt.spawn(connection);
-            client
-        }
-    };
-    let conn = Conn { client, clock };
-    conn.batch_execute(SERVER_TIMEOUTS)?;
-    Ok(conn)
-}
-
 impl Conn {
-    /// Give the next call until `deadline`.
-    pub(super) fn arm(&self, deadline: Instant, bound: Duration) {
-        self.clock.deadline.set(deadline);
-        self.clock.bound.set(bound);
+    pub(super) fn new(client: deadpool_postgres::Object, clock: Clock, breaker: Arc<Breaker>) -> Conn {
+        Conn {
+            client: Some(client),
+            clock,
+            breaker,
+        }
     }
 
-    /// A call was given up on (its connection is in an unknown state).
-    pub(super) fn timed_out(&self) -> bool {
-        self.clock.timed_out.get()
-    }
-
-    /// Not to be used again: given up on, or closed (by the server, or a broken socket).
-    pub(super) fn unusable(&self) -> bool {
-        self.timed_out() || self.client.is_closed()
+    fn client(&self) -> &deadpool_postgres::Object {
+        self.client
+            .as_ref()
+            .expect("a lent connection has its client until dropped")
     }
 
     pub(crate) fn transaction(&mut self) -> Result<Tx<'_>, StoreError> {
         let clock = &self.clock;
-        let tx = clock.wait(self.client.transaction())?;
+        let client = self
+            .client
+            .as_mut()
+            .expect("a lent connection has its client until dropped");
+        let tx = clock.wait(client.transaction())?;
         Ok(Tx { tx: Some(tx), clock })
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        let timed_out = self.clock.timed_out.get();
+        // A call that panicked may have left its connection anywhere.
+        if timed_out || client.is_closed() || std::thread::panicking() {
+            drop(deadpool_postgres::Object::take(client));
+        }
+        self.breaker.ended(timed_out);
     }
 }
 
@@ -147,12 +158,16 @@ impl Drop for Tx<'_> {
 }
 
 /// [`GenericClient`]'s calls of a statement and its parameters, each awaited until the call's
-/// deadline: `name -> what it gives`.
+/// deadline: `name -> what it gives`. The statement is prepared once per connection (its cache):
+/// unprepared, each call would be two round trips, a parse and an execute.
 macro_rules! awaited {
     ($($name:ident -> $out:ty),* $(,)?) => {$(
         fn $name(&self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<$out, StoreError> {
             let (clock, c) = self.parts();
-            clock.wait(c.$name(sql, params))
+            clock.wait(async {
+                let statement = c.prepare_cached(sql).await?;
+                c.$name(&statement, params).await
+            })
         }
     )*};
 }
@@ -177,17 +192,17 @@ pub(crate) trait Sql {
 }
 
 impl Sql for Conn {
-    type Client = tokio_postgres::Client;
+    type Client = deadpool_postgres::Object;
 
-    fn parts(&self) -> (&Clock, &tokio_postgres::Client) {
-        (&self.clock, &self.client)
+    fn parts(&self) -> (&Clock, &deadpool_postgres::Object) {
+        (&self.clock, self.client())
     }
 }
 
 impl<'a> Sql for Tx<'a> {
-    type Client = tokio_postgres::Transaction<'a>;
+    type Client = deadpool_postgres::Transaction<'a>;
 
-    fn parts(&self) -> (&Clock, &tokio_postgres::Transaction<'a>) {
+    fn parts(&self) -> (&Clock, &deadpool_postgres::Transaction<'a>) {
         (
             self.clock,
             self.tx.as_ref().expect("a transaction is open until committed"),

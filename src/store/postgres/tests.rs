@@ -55,3 +55,41 @@ fn an_uncommitted_transaction_ends_with_its_call() {
     assert_eq!(a.password_is("alice", &[1; 32], 2).unwrap(), 0);
     assert_eq!(b.password_is("alice", &[2; 32], 3).unwrap(), 0, "B waited on A's lock");
 }
+
+/// A call that keeps its connection (here until the others are done) does not keep the other
+/// calls waiting: each gets a connection of the pool (issue 43). With one connection they would
+/// wait behind it until their bound and fail.
+#[test]
+fn calls_go_on_while_a_connection_is_held() {
+    let Some(cluster) = crate::store::postgres_cluster::Cluster::start() else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::open(&cluster.database("pool")).unwrap());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.with(move |c| {
+                c.batch_execute("SELECT 1")?;
+                held_tx.send(()).unwrap();
+                // Held until the other calls are done (or gave up).
+                let _ = done_rx.recv();
+                Ok(())
+            })
+        })
+    };
+    held_rx.recv().unwrap();
+    let calls: Vec<_> = (0..(pool::POOL_SIZE - 1).max(1))
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || store.list_tokens(None))
+        })
+        .collect();
+    for call in calls {
+        let result = call.join().unwrap();
+        assert!(matches!(&result, Ok(t) if t.is_empty()), "{result:?}");
+    }
+    drop(done_tx);
+    holder.join().unwrap().unwrap();
+}
