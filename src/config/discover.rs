@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 pub(crate) use super::discover_box::{BoxListing, BoxListings};
+use super::folder_entry::Kind;
 use super::settings::{Project, ProjectSet, Settings};
 use super::validate::names::valid_project_name;
 
@@ -81,15 +82,6 @@ pub(crate) fn discover(settings: &Settings, listed: &BoxListings) -> (Vec<Projec
     }
     found.sort_by(|a, b| a.name.cmp(&b.name));
     (found, warnings)
-}
-
-/// What a folder's entry is.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Kind {
-    Dir,
-    /// A symbolic link, to what it says.
-    Link(String),
-    Other,
 }
 
 /// The entries of a set's folder on this machine (`None`: it cannot be read, said in `warnings`).

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use super::discover::Kind;
+use super::folder_entry::Kind;
 use super::settings::ProjectSet;
 
 /// What a box set's folder held when it was last listed.

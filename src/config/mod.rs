@@ -5,6 +5,7 @@ pub mod discover;
 pub(crate) mod discover_box;
 pub mod edit;
 pub mod file;
+mod folder_entry;
 pub mod limits;
 pub mod permissions;
 pub mod protected;

@@ -11,6 +11,7 @@
 //! The schema is `migrations/postgres/`, applied under an advisory lock (two gateways starting at
 //! once migrate once), counted in `ocgw_schema`.
 
+mod breaker;
 mod conn;
 mod exec;
 mod pool;

@@ -11,7 +11,7 @@
 use base64::Engine;
 use russh::ChannelMsg;
 
-use super::job::{Failed, Job, Keep, Kept, MAX_STDERR, Ran};
+use super::job_spec::{Failed, Job, Keep, Kept, MAX_STDERR, Ran};
 use super::ssh_link::BoxLink;
 
 /// The script (one single-quoted word for the user's login shell: no `'` and no `\`).

@@ -11,6 +11,7 @@ mod box_handler;
 pub mod box_links;
 pub mod endpoint;
 pub(crate) mod job;
+mod job_spec;
 pub(crate) mod model_report;
 pub mod pool;
 mod quick_ack;

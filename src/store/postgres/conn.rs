@@ -15,7 +15,7 @@ use deadpool_postgres::GenericClient;
 use postgres::types::ToSql;
 use tokio_postgres::Row;
 
-use super::pool::Breaker;
+use super::breaker::Breaker;
 use crate::store::StoreError;
 
 /// A call's deadline, and the runtime its connection's task runs on.

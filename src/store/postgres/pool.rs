@@ -7,11 +7,12 @@
 //! costs one caller the bound, not every caller once per store call (a login asks the store two
 //! or three times).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::{Connect, ManagerConfig, PoolError, RecyclingMethod};
 
+use super::breaker::Breaker;
 use super::conn::{Clock, Conn};
 use crate::store::StoreError;
 
@@ -24,31 +25,6 @@ pub(super) const POOL_SIZE: usize = 8;
 /// alive cancels the statement itself (its answer keeps the connection usable) before the client
 /// gives up on it: a lock wait first, any statement next.
 const SERVER_TIMEOUTS: &str = "SET lock_timeout = '1s'; SET statement_timeout = '2s'";
-
-/// When a call last went unanswered.
-#[derive(Default)]
-pub(super) struct Breaker {
-    unanswered_at: Mutex<Option<Instant>>,
-}
-
-impl Breaker {
-    fn at(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
-        self.unanswered_at.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// An error at once while the database recently did not answer (within `bound`).
-    fn check(&self, bound: Duration) -> Result<(), StoreError> {
-        match *self.at() {
-            Some(at) if at.elapsed() < bound => Err(StoreError::Unanswered(bound)),
-            _ => Ok(()),
-        }
-    }
-
-    /// A call ended, answered or not.
-    pub(super) fn ended(&self, unanswered: bool) {
-        *self.at() = unanswered.then(Instant::now);
-    }
-}
 
 /// The pool's runtime, shut down without waiting (its connections' sockets are dropped).
 struct Runtime(Option<tokio::runtime::Runtime>);
@@ -162,25 +138,5 @@ impl Pool {
                 Err(e)
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BOUND: Duration = Duration::from_millis(200);
-
-    #[test]
-    fn after_an_unanswered_call_the_next_fail_at_once_then_one_tries_again() {
-        let breaker = Breaker::default();
-        assert!(breaker.check(BOUND).is_ok());
-        breaker.ended(true);
-        assert!(matches!(breaker.check(BOUND), Err(StoreError::Unanswered(b)) if b == BOUND));
-        std::thread::sleep(BOUND);
-        assert!(breaker.check(BOUND).is_ok(), "one call is let through after the bound");
-        breaker.ended(true);
-        breaker.ended(false);
-        assert!(breaker.check(BOUND).is_ok(), "an answered call clears it");
     }
 }
