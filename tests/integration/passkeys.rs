@@ -173,7 +173,13 @@ async fn passkeys_ask_the_login_limiter_first_and_need_a_name_and_a_login() {
         named.body
     );
     // A gateway reached only by address (no base domain): no RP ID, so no passkey on its form.
-    let unnamed = Gateway::start(&base_config("").replace("base_domain = \"gw.localhost\"\n", ""));
+    let alice = users_toml(&[TestUser {
+        name: "alice",
+        password: "alice-password-1",
+        projects: "[\"*\"]",
+        role: "operator",
+    }]);
+    let unnamed = Gateway::start(&base_config(&alice).replace("base_domain = \"gw.localhost\"\n", ""));
     let c2 = Https::new(unnamed.https, &unnamed.ca());
     let page = get_login(c2).await;
     assert_eq!(page.status, 200, "{}", page.body);

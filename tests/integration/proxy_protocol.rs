@@ -183,7 +183,8 @@ async fn closed_unanswered(from: &str, to: std::net::SocketAddr, bytes: &[u8]) -
 /// 330 s against a 10 s deadline, each asked again every 5 ms).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn part_of_a_proxy_header_then_silence_is_closed_at_the_handshake_deadline() {
-    let config = base_config("[limits]\ntls_handshake_timeout = \"1s\"\n").replace(
+    // A user: a config with no project and no user is refused as having nothing to serve.
+    let config = base_config(&format!("[limits]\ntls_handshake_timeout = \"1s\"\n\n{}", one_user())).replace(
         "state_dir = \"state\"\n",
         "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.1\"]\n",
     );
@@ -229,7 +230,7 @@ async fn part_of_a_proxy_header_then_silence_is_closed_at_the_handshake_deadline
 /// while another client of the same balancer, and the balancer itself, go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_balancer_the_connection_cap_counts_the_client_the_header_names() {
-    let config = base_config("[limits]\nmax_connections_per_ip = 2\n").replace(
+    let config = base_config(&format!("[limits]\nmax_connections_per_ip = 2\n\n{}", one_user())).replace(
         "state_dir = \"state\"\n",
         "state_dir = \"state\"\ntrusted_proxies = [\"127.0.0.1\"]\n",
     );
@@ -265,4 +266,15 @@ async fn behind_a_balancer_the_connection_cap_counts_the_client_the_header_names
         gw.logs()
     );
     drop(held);
+}
+
+/// One user, for a gateway whose test needs none (a config naming no project and no user is
+/// refused as having nothing to serve).
+fn one_user() -> String {
+    users_toml(&[TestUser {
+        name: "alice",
+        password: "alice-password-1",
+        projects: "[\"*\"]",
+        role: "operator",
+    }])
 }
