@@ -61,12 +61,32 @@ expect_stat() {
   ok "$1 $2"
 }
 
+# The installed gateway as its user, from the installed config; sets gateway_pid and port.
+start_gateway() {
+  chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/var/lib/$NAME \
+    /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml >"$WORK/serve.log" 2>&1 &
+  gateway_pid=$!
+  port=
+  for _ in $(seq 1 100); do
+    port=$(sed -n -E 's/.*gateway ready.* https=127\.0\.0\.1:([0-9]+).*/\1/p' "$WORK/serve.log" | head -1)
+    [ -n "$port" ] && break
+    kill -0 "$gateway_pid" 2>/dev/null || fail "the gateway exited: $(cat "$WORK/serve.log")"
+    sleep 0.1
+  done
+  [ -n "$port" ] || fail "the gateway did not say ready in 10 s: $(cat "$WORK/serve.log")"
+}
+
 [ "$(id -u)" = 0 ] || fail "needs root (debootstrap and chroot)"
 mkdir -p "$WORK"
 
 step "the packages: revision 1, and a rebuild as revision 2 for the upgrade"
-scripts/deb.sh --deb-revision 1 -o "$WORK/v1.deb"
-scripts/deb.sh --deb-revision 2 -o "$WORK/v2.deb"
+# REUSE=1 takes the packages the last run built (a check of the script itself, not of a change).
+if [ "${REUSE:-0}" = 1 ] && [ -f "$WORK/v1.deb" ] && [ -f "$WORK/v2.deb" ]; then
+  echo "REUSE=1: the packages of the last run"
+else
+  scripts/deb.sh --deb-revision 1 -o "$WORK/v1.deb"
+  scripts/deb.sh --deb-revision 2 -o "$WORK/v2.deb"
+fi
 version=$(dpkg-deb -f "$WORK/v1.deb" Version)
 arch=$(dpkg-deb -f "$WORK/v1.deb" Architecture)
 [ "$arch" = "$(dpkg --print-architecture)" ] || fail "the package is for $arch, this machine is $(dpkg --print-architecture)"
@@ -176,17 +196,7 @@ ok "init --system replaced the example, and refuses to overwrite its own config"
 sed -i -E 's/^listen = "127\.0\.0\.1:[0-9]+"/listen = "127.0.0.1:0"/' "$ROOT/etc/$NAME/gateway.toml"
 echo "# edited by package-test.sh" >>"$ROOT/etc/$NAME/gateway.toml"
 in_root $NAME check -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "check refused the edited config: $(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1)"
-chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/var/lib/$NAME \
-  /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml >"$WORK/serve.log" 2>&1 &
-gateway_pid=$!
-port=
-for _ in $(seq 1 100); do
-  port=$(sed -n -E 's/.*gateway ready.* https=127\.0\.0\.1:([0-9]+).*/\1/p' "$WORK/serve.log" | head -1)
-  [ -n "$port" ] && break
-  kill -0 "$gateway_pid" 2>/dev/null || fail "the gateway exited: $(cat "$WORK/serve.log")"
-  sleep 0.1
-done
-[ -n "$port" ] || fail "the gateway did not say ready in 10 s: $(cat "$WORK/serve.log")"
+start_gateway
 [ "$(stat -c %u "/proc/$gateway_pid")" = "$(in_root id -u $NAME)" ] || fail "the gateway does not run as $NAME"
 ok "serve runs as $NAME from the installed config (https on 127.0.0.1:$port)"
 url=https://127.0.0.1:$port/p/demo/global/health
@@ -228,5 +238,37 @@ in_pkg dpkg -P $NAME || fail "dpkg -P failed"
 [ ! -e "$ROOT/var/lib/$NAME" ] || fail "purge left /var/lib/$NAME"
 [ -z "$(in_root dpkg-statoverride --list | grep $NAME || true)" ] || fail "purge left dpkg-statoverride entries"
 ok "purge deleted the config, the state and the owner overrides"
+
+step "the user's path, timed: dpkg -i to a paired phone (curl as the phone)"
+ms() { echo $(($(date +%s%N) / 1000000)); }
+t_path=$(ms)
+in_pkg dpkg -i /tmp/v2.deb >/dev/null || fail "dpkg -i of the package failed"
+t_installed=$(ms)
+said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) || fail "init --system after purge: $said"
+sed -i -E 's/^listen = "127\.0\.0\.1:[0-9]+"/listen = "127.0.0.1:0"/' "$ROOT/etc/$NAME/gateway.toml"
+start_gateway
+t_serving=$(ms)
+said=$(chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/var/lib/$NAME \
+  /usr/bin/$NAME pair dev -c /etc/$NAME/gateway.toml 2>&1) || fail "pair dev: $said"
+pair_code=$(grep -oE '^ +[A-Z2-9]{4}-[A-Z2-9]{4}-[A-Z2-9]{4} *$' <<<"$said" | tr -d ' ')
+[ -n "$pair_code" ] || fail "pair printed no code: $said"
+grep -q '[▀▄█]' <<<"$said" || fail "pair printed no QR code: $said"
+t_code=$(ms)
+# The phone opens the page pair printed (its login host, resolved to this machine), posts the
+# code as the page's form does (same origin), and keeps the cookie.
+origin=$(grep -oE 'open https://[^/ ]+' <<<"$said" | head -1 | cut -c6-)
+[ -n "$origin" ] || fail "pair printed no page to open: $said"
+authority=${origin#https://}
+resolve=(--resolve "${authority%:*}:$port:127.0.0.1")
+origin="https://${authority%:*}:$port"
+code=$(in_root curl -s "${resolve[@]}" -o /tmp/paired -w '%{http_code}' --cacert $ca -c /tmp/jar -H "Origin: $origin" \
+  -H 'Sec-Fetch-Site: same-origin' --data-urlencode "code=$pair_code" "$origin/pair")
+[ "$code" = 303 ] || fail "posting the pairing code to $origin/pair got $code: $(cat "$ROOT/tmp/paired")"
+page=$(in_root curl -s "${resolve[@]}" --cacert $ca -b /tmp/jar -H 'Accept: text/html' "$origin/?done=paired")
+grep -q "This device is paired" <<<"$page" || fail "the portal after pairing does not say the device is paired: $(head -c 300 <<<"$page")"
+t_paired=$(ms)
+ok "dpkg -i to a paired phone in $((t_paired - t_path)) ms: dpkg -i $((t_installed - t_path)), init --system and serve ready $((t_serving - t_installed)), pair $((t_code - t_serving)), the phone's post and its portal $((t_paired - t_code))"
+kill "$gateway_pid" && wait "$gateway_pid" 2>/dev/null || true
+gateway_pid=
 
 printf '\npackage-test: %d passed, 0 failed in %d s\n' "$passed" "$(($(date +%s) - t0))"
