@@ -45,7 +45,14 @@ exit $code
 "#;
 
 fn command() -> String {
-    format!("exec /bin/sh -c '{SCRIPT}'")
+    sh_word(SCRIPT)
+}
+
+/// The exec request that runs `script` through the box user's login shell: `/bin/sh` with the
+/// script as one single-quoted word, which reads the same in sh, bash, zsh and fish while the
+/// script holds no `'` and no `\` (the tests hold every script to that).
+pub(super) fn sh_word(script: &str) -> String {
+    format!("exec /bin/sh -c '{script}'")
 }
 
 /// The script's standard input: `name=base64(value)` lines, then an empty line.
@@ -124,10 +131,13 @@ pub(super) async fn run(link: &BoxLink, job: &Job<'_>) -> Result<Ran, Failed> {
 mod tests {
     use super::*;
 
+    /// This script and the server's launch script (`supervise/remote.rs`).
     #[test]
-    fn the_script_is_one_single_quoted_word() {
-        assert!(!SCRIPT.contains('\''), "a quote would end the word");
-        assert!(!SCRIPT.contains('\\'), "fish reads backslashes inside quotes");
+    fn every_box_script_is_one_single_quoted_word() {
+        for script in [SCRIPT, super::super::supervise::remote::SCRIPT] {
+            assert!(!script.contains('\''), "a quote would end the word");
+            assert!(!script.contains('\\'), "fish reads backslashes inside quotes");
+        }
     }
 
     /// The script as sshd would run it, here: arguments with quotes, `$`, spaces and a newline

@@ -83,14 +83,7 @@ async fn a_task_on_a_box_is_made_tested_reviewed_and_removed_there_as_the_boxs_u
         );
     }
     assert_eq!(std::fs::read_to_string(tree.join(".env")).unwrap(), "LOCAL_ONLY=1\n");
-    let session = out
-        .split("session ")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let session = crate::tasks::session_in(&out);
     refused_at_the_check_there(&gw, &repo);
 
     // The acceptance test ran on the box, as its user, and failed; asked changes make it pass.

@@ -36,6 +36,15 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The session `task new` printed it made.
+pub(crate) fn session_in(out: &str) -> String {
+    let after = out
+        .split("session ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no session in: {out}"));
+    after.split_whitespace().next().unwrap().to_string()
+}
+
 /// A checkout with one commit on main, an untracked `.env` and `notes/local.txt`, a folder, and
 /// the two sets' folders inside it.
 pub(crate) fn checkout(root: &Path) -> std::path::PathBuf {
@@ -112,14 +121,7 @@ async fn a_new_task_makes_its_branch_worktree_server_and_prompted_session() {
     assert_eq!(std::fs::read_to_string(tree.join(".env")).unwrap(), "LOCAL_ONLY=1\n");
     assert_eq!(std::fs::read_to_string(tree.join("notes/local.txt")).unwrap(), "mine\n");
     assert!(git(&tree, &["branch", "--show-current"]).trim() == "fix-the-login-bug");
-    let session = out
-        .split("session ")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let session = crate::tasks::session_in(&out);
 
     // The session is the task's, in the new project, and the model answered its prompt.
     let c = Https::new(gw.https, &gw.ca());
@@ -348,14 +350,7 @@ async fn a_tasks_acceptance_test_fails_then_passes_after_asked_changes_and_is_to
         ])
     });
     assert!(ok, "{out}");
-    let session = out
-        .split("session ")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_string();
+    let session = crate::tasks::session_in(&out);
     let c = Https::new(gw.https, &gw.ca());
     let lh = c.host(LOGIN_HOST);
     let cookie = form_login(&c, "bob", "bob-password-12").await;

@@ -54,7 +54,7 @@ impl std::fmt::Debug for OnBox {
 /// What the box runs, through its user's login shell: `/bin/sh` with the script, so the user's
 /// shell only has to read one single-quoted word (the script has no `'` and no `\`, so this
 /// holds in sh, bash, zsh and fish alike).
-const SCRIPT: &str = r#"set -u
+pub(in crate::upstream) const SCRIPT: &str = r#"set -u
 unset SSH_CONNECTION SSH_CLIENT SSH_TTY SSH_ORIGINAL_COMMAND SSH_AUTH_SOCK MAIL
 dir= port= project= bin= setup=user
 set --
@@ -104,7 +104,7 @@ exit $code
 
 /// The exec request's command.
 pub(super) fn command() -> String {
-    format!("exec /bin/sh -c '{SCRIPT}'")
+    crate::upstream::box_exec::sh_word(SCRIPT)
 }
 
 /// The script's standard input: `name=base64(value)` lines, then an empty line.
@@ -288,12 +288,6 @@ impl Lines {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_script_is_one_single_quoted_word() {
-        assert!(!SCRIPT.contains('\''), "a quote would end the word");
-        assert!(!SCRIPT.contains('\\'), "fish reads backslashes inside quotes");
-    }
 
     /// A stand-in `opencode` that writes what it was given, starts a child in its group, says
     /// it listens, and waits.
