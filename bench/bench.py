@@ -249,7 +249,8 @@ def stand_in(report, certs):
     gw_box = Proxy(boxhop.NAME, lambda: subprocess.Popen([str(GW), "serve", "-c", str(box_config)], cwd=OUT, env=env,
                                                          stdout=subprocess.DEVNULL, stderr=open(OUT / "gateway-box.log", "a")),
                    f"https://127.0.0.1:{ports['gateway_box']}", ports["gateway_box"])
-    started = {p.name: p.start() for p in (gw, gw_box, ngx, caddy)}
+    befores = before_gateways(ports, env, box_config)
+    started = {p.name: p.start() for p in (gw, gw_box, ngx, caddy, *befores)}
     ngx_noauth.proc = ngx.proc
     ca = str(certs / "ca.crt")
 
@@ -259,6 +260,9 @@ def stand_in(report, certs):
                ("nginx, TLS + auth_basic apr1", ngx.url, ngx.proc, True),
                ("nginx, TLS, no auth", ngx_noauth.url, ngx.proc, False),
                ("Caddy, TLS + basicauth (cached)", caddy.url, caddy.proc, True)]
+    if befores:
+        # Each older build right after its counterpart: BEFORE=path/to/older/opencode-gateway.
+        targets[2:2] = [(p.name, p.url, p.proc, True) for p in befores]
     only = os.environ.get("TARGETS")
     if only:
         targets = [t for t in targets if any(o in t[0] for o in only.split(","))]
@@ -268,10 +272,10 @@ def stand_in(report, certs):
     if "handshakes" in SECTIONS:
         handshakes(report, chosen((gw, ngx, ngx_noauth, caddy)), ca)
     if "sse" in SECTIONS:
-        sse_latency(report, ports, (gw, ngx, caddy), ca, gw_box)
+        sse_latency(report, ports, (gw, ngx, caddy), ca, gw_box, befores)
     if "streams" in SECTIONS:
         idle_streams(report, chosen((gw, ngx, caddy)), ca)
-    for p in (gw, gw_box, ngx, caddy):
+    for p in (gw, gw_box, ngx, caddy, *befores):
         p.stop()
     sshd.terminate()
     sshd.wait(10)
@@ -282,6 +286,27 @@ def stand_in(report, certs):
     except subprocess.TimeoutExpired:
         upstream.kill()
         upstream.wait()
+
+
+def before_gateways(ports, env, box_config):
+    """With BEFORE set: that build of the gateway, direct and through the box, on the same
+    configs moved to ports and state folders of their own (side by side in one run)."""
+    before = os.environ.get("BEFORE")
+    if not before:
+        return []
+    made = []
+    for name, config, key in (("opencode-gateway (before)", OUT / "gateway.toml", "gateway"),
+                              (boxhop.NAME + " (before)", box_config, "gateway_box")):
+        port = free_port()
+        text = (config.read_text().replace(f'listen = "127.0.0.1:{ports[key]}"', f'listen = "127.0.0.1:{port}"', 1)
+                .replace('state_dir = "state', 'state_dir = "before-state', 1))
+        path = OUT / f"before-{key}.toml"
+        path.write_text(text)
+        log = OUT / f"before-{key}.log"
+        made.append(Proxy(name, lambda path=path, log=log: subprocess.Popen([before, "serve", "-c", str(path)], cwd=OUT, env=env,
+                                                                        stdout=subprocess.DEVNULL, stderr=open(log, "a")),
+                          f"https://127.0.0.1:{port}", port))
+    return made
 
 
 def throughput(report, targets, ca):
@@ -340,7 +365,7 @@ def handshakes(report, proxies, ca):
 
 
 
-def sse_latency(report, ports, proxies, ca, gw_box):
+def sse_latency(report, ports, proxies, ca, gw_box, befores=()):
     """The latency an event adds crossing the proxy. All targets' streams run at the same time, so
     a hiccup of the machine lands on the direct stream and the proxied ones alike."""
     gw, ngx, caddy = proxies
@@ -349,7 +374,8 @@ def sse_latency(report, ports, proxies, ca, gw_box):
     report.append("| target | p50 µs | p99 µs | added p50 µs | added p99 µs |")
     report.append("|---|---:|---:|---:|---:|")
     targets = (("upstream alone", f"http://127.0.0.1:{ports['upstream']}", False), (gw.name, gw.url, True),
-               (gw_box.name, gw_box.url, True), (ngx.name, ngx.url, True), (caddy.name, caddy.url, True))
+               (gw_box.name, gw_box.url, True), *((p.name, p.url, True) for p in befores),
+               (ngx.name, ngx.url, True), (caddy.name, caddy.url, True))
     clients = {name: subprocess.Popen([str(TOOLS / "client"), "latency", url + "/event?interval_ms=10", str(n), AUTH if auth else "-", ca],
                                       stdout=subprocess.PIPE, text=True) for name, url, auth in targets}
     lat = {}

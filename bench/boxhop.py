@@ -23,7 +23,7 @@ def start_sshd(out, free_port, wait_port):
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n"
         f"AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nAllowTcpForwarding local\n"
-        "PermitTTY no\nLogLevel ERROR\n")
+        "PermitTTY no\nLogLevel ERROR\n" + os.environ.get("SSHD_EXTRA", ""))
     if os.geteuid() == 0:
         os.makedirs("/run/sshd", exist_ok=True)
     sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],

@@ -4,7 +4,8 @@
 # counters, loads it with wrk -c4 for 10 s (keep-alive GET /global/health, with Basic
 # credentials) and divides. User-space instructions only: the kernel's socket work (about the
 # same for every proxy, docs/performance.md) is not counted.
-# Usage: bench/callgrind.sh [binary | nginx]
+# Usage: [UPSTREAM=nginx] bench/callgrind.sh [binary | nginx]
+#   UPSTREAM=nginx: nginx serving the same JSON is the upstream, instead of the stand-in
 #   binary: the gateway to profile (default target/release/opencode-gateway)
 #   nginx:  nginx with TLS and no auth (one worker, master off), the figure issue 14 compares with
 # The profile is left in bench/out/callgrind-{gateway,nginx}.out.* for callgrind_annotate.
@@ -15,7 +16,29 @@ OUT=bench/out
 command -v valgrind >/dev/null || apt-get install -y -qq valgrind >/dev/null
 UP=$(grep -o 'upstream = "http://127.0.0.1:[0-9]*' $OUT/gateway.toml | grep -o '[0-9]*$')
 AUTH=$(printf 'bench:bench-password-1' | base64)
-bench/tools/target/release/upstream "$UP" >/dev/null 2>&1 & up=$!
+if [ "${UPSTREAM:-}" = nginx ]; then
+  # A real HTTP server as the upstream (issue 43): nginx answering the stand-in's JSON, with its
+  # own defaults (among them keepalive_requests 1000: it closes a kept-alive connection after
+  # 1 000 requests; UPSTREAM_KEEPALIVE_REQUESTS changes that).
+  mkdir -p $OUT/nginx-upstream
+  cat >$OUT/nginx-upstream/nginx.conf <<CONF
+worker_processes 1;
+pid $PWD/$OUT/nginx-upstream/nginx.pid;
+error_log $PWD/$OUT/nginx-upstream/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    ${UPSTREAM_KEEPALIVE_REQUESTS:+keepalive_requests $UPSTREAM_KEEPALIVE_REQUESTS;}
+    server {
+        listen 127.0.0.1:$UP;
+        location = /global/health { default_type application/json; return 200 '{"healthy":true,"version":"1.18.33"}'; }
+    }
+}
+CONF
+  nginx -c "$PWD/$OUT/nginx-upstream/nginx.conf" -g "daemon off;" >/dev/null 2>&1 & up=$!
+else
+  bench/tools/target/release/upstream "$UP" >/dev/null 2>&1 & up=$!
+fi
 # Our own upstream, not one an earlier section left on the port (suspected, not proven, behind a
 # full run's count of 60 k where the script alone gave 47 k).
 sleep 0.5

@@ -28,6 +28,16 @@ HEAD_TIMEOUT = os.environ.get("HEAD_TIMEOUT", "10s")
 AFTER = float(os.environ.get("AFTER", "60"))
 # Handshakes in flight at once (the client's own bound, so it does not time itself out).
 PARALLEL = int(os.environ.get("PARALLEL", "256"))
+# A folder to keep /proc/<pid>/smaps in, before the flood and after AFTER: which mappings hold
+# the memory that stays.
+SMAPS_DIR = os.environ.get("SMAPS_DIR")
+
+
+def keep_smaps(pid, name):
+    if SMAPS_DIR:
+        os.makedirs(SMAPS_DIR, exist_ok=True)
+        with open(f"/proc/{pid}/smaps") as f, open(os.path.join(SMAPS_DIR, name), "w") as out:
+            out.write(f.read())
 
 
 def rss_kib(pid):
@@ -131,6 +141,7 @@ def main():
         try:
             time.sleep(2)
             before = rss_kib(proc.pid)
+            keep_smaps(proc.pid, "before")
             peak = [before]
             done = threading.Event()
 
@@ -152,6 +163,7 @@ def main():
             at_close = rss_kib(proc.pid)
             time.sleep(AFTER)
             after = rss_kib(proc.pid)
+            keep_smaps(proc.pid, "after")
             print(f"flood: {FLOOD} silent TLS connections from {ADDRESSES} addresses; "
                   f"{counts['connected']} completed the handshake, {counts['failed']} refused or failed; "
                   f"{closed_at - started:.1f} s until the gateway had closed them all")

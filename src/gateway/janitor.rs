@@ -22,6 +22,7 @@ pub(crate) fn start(gw: Arc<Gateway>) {
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(TICK);
         let mut ticks = 0u32;
+        let mut trim = crate::support::memory::TrimTrigger::default();
         loop {
             tokio::select! {
                 _ = tick.tick() => {
@@ -35,7 +36,11 @@ pub(crate) fn start(gw: Arc<Gateway>) {
                     }
                     save_spend(&gw).await;
                     let (peak, open) = gw.doors.conn_table.take_peak();
-                    if peak.saturating_sub(open) >= crate::support::memory::TRIM_AFTER_CLOSED {
+                    if trim.look(peak, open) {
+                        // The ended connections' leases leave the table's queue first: left
+                        // there (they leave lazily), a few thousand small blocks scattered
+                        // through the heaps kept the pages around them resident.
+                        gw.doors.conn_table.purge();
                         // Off the runtime: trimming walks every arena and may take milliseconds.
                         tokio::task::spawn_blocking(crate::support::memory::give_back_free_memory);
                     }

@@ -12,7 +12,31 @@
 
 /// Connections that must have ended since the janitor's last look (the peak then minus the
 /// number open now) before the free memory is given back.
-pub(crate) const TRIM_AFTER_CLOSED: u32 = 1024;
+const TRIM_AFTER_CLOSED: u32 = 1024;
+
+/// When to give memory back: once the connections that ended since the last trim (the most open
+/// at once since then, minus the number open now) reach [`TRIM_AFTER_CLOSED`]. Counted from the
+/// last trim, not from the last look: a flood that drains over several looks (each connection
+/// closes at its own head timeout) is trimmed when enough of it has ended, not never (a first
+/// version compared each look's peak alone, and a flood that ended a few hundred per look left
+/// 40 MiB resident; docs/performance.md, issue 43).
+#[derive(Debug, Default)]
+pub(crate) struct TrimTrigger {
+    peak_since_trim: u32,
+}
+
+impl TrimTrigger {
+    /// A look: the most connections open at once since the previous look, and how many are open
+    /// now. True when it is time to trim (the count then starts again from those open now).
+    pub(crate) fn look(&mut self, peak: u32, open: u32) -> bool {
+        self.peak_since_trim = self.peak_since_trim.max(peak);
+        if self.peak_since_trim.saturating_sub(open) < TRIM_AFTER_CLOSED {
+            return false;
+        }
+        self.peak_since_trim = open;
+        true
+    }
+}
 
 /// Return free heap pages to the system. Blocking: call it off the async runtime.
 pub(crate) fn give_back_free_memory() {
@@ -27,5 +51,31 @@ pub(crate) fn give_back_free_memory() {
             took_ms = started.elapsed().as_millis() as u64,
             "gave free heap memory back after connections ended"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flood_that_drains_over_many_looks_is_trimmed_once_enough_has_ended() {
+        let mut t = TrimTrigger::default();
+        // 3 000 open at the peak, then 400 close before each look.
+        assert!(!t.look(3000, 2600));
+        assert!(!t.look(2600, 2200));
+        assert!(t.look(2200, 1800), "1 200 ended since the peak");
+        assert!(!t.look(1800, 1400), "counted again from the trim: 400");
+        assert!(!t.look(1400, 1000));
+        assert!(t.look(1000, 600), "1 200 more");
+        assert!(!t.look(600, 600), "nothing ended");
+    }
+
+    #[test]
+    fn steady_traffic_is_never_trimmed() {
+        let mut t = TrimTrigger::default();
+        for _ in 0..100 {
+            assert!(!t.look(900, 100), "fewer than the threshold ever open");
+        }
     }
 }

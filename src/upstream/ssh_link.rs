@@ -23,6 +23,8 @@ use crate::upstream::BoxError;
 /// How often an idle connection is checked, and after how many unanswered checks it is dead.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 const KEEPALIVE_MAX: usize = 3;
+/// What one read from the box's socket may take at once: two of sshd's largest packets.
+const READ_AHEAD: usize = 64 * 1024;
 
 /// Where a box is and how the gateway proves itself to it.
 #[derive(Clone)]
@@ -303,6 +305,10 @@ impl BoxLink {
         tcp.set_nodelay(true)
             .map_err(|e| format!("box {}: cannot connect to {}: {e}", spec.name, spec.address))?;
         let (stream, heard) = super::quick_ack::QuickAck::new(tcp);
+        // russh reads each packet with two exact reads (its length, then the rest): unbuffered,
+        // that was two `recvfrom` and two `TCP_QUICKACK`s per packet. Reading ahead takes every
+        // packet that has arrived in one call (docs/performance.md, issue 43).
+        let stream = tokio::io::BufReader::with_capacity(READ_AHEAD, stream);
         match tokio::time::timeout_at(deadline, client::connect_stream(config, stream, handler)).await {
             Err(_) if !heard.load(Ordering::Relaxed) => Err(format!(
                 "box {}: {} took the connection but sent no SSH banner within {}",
