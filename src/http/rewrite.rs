@@ -24,6 +24,30 @@ static HOP_BY_HOP: [HeaderName; 8] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// The bits of [`HOP_BY_HOP`] in a mask [`present`] made from [`ANSWER_WATCH`] (its first eight).
+const HOP_BY_HOP_BITS: u32 = (1 << HOP_BY_HOP.len()) - 1;
+
+const WWW_AUTHENTICATE_BIT: u32 = 1 << 8;
+const ALLOW_CREDENTIALS_BIT: u32 = 1 << 9;
+const ALLOW_ORIGIN_BIT: u32 = 1 << 10;
+const SET_COOKIE_BIT: u32 = 1 << 11;
+
+/// What an answer's rules look for: the hop-by-hop headers first, in [`HOP_BY_HOP`]'s order.
+static ANSWER_WATCH: [HeaderName; 12] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+    header::WWW_AUTHENTICATE,
+    header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+    header::ACCESS_CONTROL_ALLOW_ORIGIN,
+    header::SET_COOKIE,
+];
+
 // Built at compile time: `from_static` at run time validates the name on every request.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -63,21 +87,42 @@ pub struct Forward<'a> {
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the few headers a request has beats a hashed removal per listed name, and
     // almost no request carries any of them (HTTP/1.1 keep-alive is the default).
-    if !headers.keys().any(|n| HOP_BY_HOP.contains(n)) {
-        return;
+    let found = present(headers, &HOP_BY_HOP);
+    if found != 0 {
+        strip_found_hop_by_hop(headers, found);
     }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
+}
+
+/// Which of `names` (at most 32) the headers hold, a bit each: one pass over the map instead of a
+/// hashed lookup per name, most of which find nothing.
+fn present(headers: &HeaderMap, names: &[HeaderName]) -> u32 {
+    let mut found = 0;
+    for name in headers.keys() {
+        if let Some(i) = names.iter().position(|n| n == name) {
+            found |= 1 << i;
+        }
     }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
+    found
+}
+
+/// The hop-by-hop headers `found` (bits of [`HOP_BY_HOP`]) says are there, and those the
+/// Connection header names, removed. A real server's answers say `Connection: keep-alive` on
+/// every answer (nginx does): its token is removed by reference, no name allocated for it.
+fn strip_found_hop_by_hop(headers: &mut HeaderMap, found: u32) {
+    if found & 1 != 0 {
+        let listed: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
+        for value in &listed {
+            let Ok(value) = value.to_str() else { continue };
+            for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                // An invalid name is in no map: `remove` finds nothing.
+                headers.remove(token);
+            }
+        }
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if found & (1 << i) != 0 {
+            headers.remove(name);
+        }
     }
 }
 
@@ -152,21 +197,32 @@ fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
 /// is the `Origin` the gateway sent upstream in the client's stead.
 pub(crate) fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
     let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
-    strip_hop_by_hop(headers);
-    headers.remove(header::WWW_AUTHENTICATE);
+    // What the rules below act on, found in one pass: an answer has none of them but, from a
+    // real server, `Connection: keep-alive` (each hashed lookup that finds nothing was about a
+    // hundred instructions; docs/performance.md, issue 43).
+    let found = present(headers, &ANSWER_WATCH);
+    if found & HOP_BY_HOP_BITS != 0 {
+        strip_found_hop_by_hop(headers, found & HOP_BY_HOP_BITS);
+    }
+    if found & WWW_AUTHENTICATE_BIT != 0 {
+        headers.remove(header::WWW_AUTHENTICATE);
+    }
     // No credentialed CORS through the gateway: the web UI is same-origin with its host and
     // needs none, and a project host must not let a sibling host's page read it with cookies.
-    headers.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    if found & ALLOW_CREDENTIALS_BIT != 0 {
+        headers.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
+    }
     // OpenCode reflects the Origin it was sent, which is the upstream's own (`http://127.0.0.1:
     // <port>`): an answer naming it tells the client the upstream's port and allows nobody.
-    if headers
-        .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
-        .is_some_and(|v| v == upstream_origin)
+    if found & ALLOW_ORIGIN_BIT != 0
+        && headers
+            .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+            .is_some_and(|v| v == upstream_origin)
     {
         headers.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
     }
     // An upstream may not set (toss) the gateway's own cookie on a project host.
-    if headers.contains_key(header::SET_COOKIE) {
+    if found & SET_COOKIE_BIT != 0 {
         crate::http::cookie::strip_set_cookie(headers);
     }
     if let Some(proto) = proto {
@@ -324,6 +380,69 @@ mod tests {
             h.get(header::ACCESS_CONTROL_ALLOW_ORIGIN).is_none(),
             "the upstream's origin never leaves"
         );
+    }
+
+    /// The rules as they read before the one-pass scan: a hashed lookup or removal per name.
+    fn answer_rules_by_name(headers: &mut HeaderMap, upstream_origin: &HeaderValue) {
+        let named: Vec<HeaderName> = headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named.iter().chain(&HOP_BY_HOP) {
+            headers.remove(name);
+        }
+        headers.remove(header::WWW_AUTHENTICATE);
+        headers.remove(header::ACCESS_CONTROL_ALLOW_CREDENTIALS);
+        if headers
+            .get(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+            .is_some_and(|v| v == upstream_origin)
+        {
+            headers.remove(header::ACCESS_CONTROL_ALLOW_ORIGIN);
+        }
+        crate::http::cookie::strip_set_cookie(headers);
+    }
+
+    #[test]
+    fn the_one_pass_scan_of_an_answer_removes_what_a_lookup_per_name_removed() {
+        assert_eq!(
+            ANSWER_WATCH[..HOP_BY_HOP.len()],
+            HOP_BY_HOP,
+            "the hop-by-hop names come first, in order"
+        );
+        let candidates: [(&str, &str); 15] = [
+            ("connection", "keep-alive"),
+            ("connection", "close, x-private , ,Bad Name"),
+            ("keep-alive", "timeout=5"),
+            ("proxy-connection", "keep-alive"),
+            ("te", "trailers"),
+            ("trailer", "x-t"),
+            ("transfer-encoding", "chunked"),
+            ("upgrade", "websocket"),
+            ("proxy-authorization", "Basic eA=="),
+            ("www-authenticate", "Basic realm=x"),
+            ("access-control-allow-credentials", "true"),
+            ("access-control-allow-origin", "http://127.0.0.1:4096"),
+            ("set-cookie", "__Host-ocgw=forged; Path=/; Secure"),
+            ("set-cookie", "theme=dark"),
+            ("x-private", "kept unless named"),
+        ];
+        let upstream = HeaderValue::from_static("http://127.0.0.1:4096");
+        for subset in 0u32..(1 << candidates.len()) {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            for (i, (name, value)) in candidates.iter().enumerate() {
+                if subset & (1 << i) != 0 {
+                    h.append(*name, HeaderValue::from_static(value));
+                }
+            }
+            let mut expected = h.clone();
+            answer_rules_by_name(&mut expected, &upstream);
+            response_headers(&mut h, false, &upstream);
+            assert_eq!(h, expected, "headers {subset:#b}");
+        }
     }
 
     #[test]
