@@ -1,11 +1,20 @@
 //! A box: another machine whose OpenCode servers the gateway reaches over SSH, with nothing to
-//! install there and no port opened on it (issue 24). One SSH connection per box (russh's
+//! install there and no port opened on it (issue 24). SSH connections to the box (russh's
 //! client), its host key pinned, the gateway's own key to log in; every upstream connection to
-//! the box is a `direct-tcpip` channel on it, which the pool (`pool.rs`) drives exactly like a
-//! TCP connection, and a project the gateway spawns there runs in an `exec` channel on the same
-//! connection (`supervise/remote.rs`). A connection that died is made again on the next channel
-//! asked for, after failures no sooner than the backoff allows (`backoff.rs`). While connected,
-//! a ping every `KEEPALIVE` measures the round trip, for `status` and `/metrics`.
+//! the box is a `direct-tcpip` channel on one, which the pool (`pool.rs`) drives exactly like a
+//! TCP connection, and a project the gateway spawns there runs in an `exec` channel
+//! (`supervise/remote.rs`). A connection that died is made again on the next channel asked for,
+//! after failures no sooner than the backoff allows (`backoff.rs`). While connected, a ping
+//! every `KEEPALIVE` measures the round trip, for `status` and `/metrics`.
+//!
+//! One connection per worker thread (up to [`MOST_CONNECTIONS`]; the main runtime's rare channels,
+//! `exec` and the API document, use the first worker's), each made when its worker first needs
+//! one. russh runs a connection's session as a task on the runtime that made it: with one per
+//! worker, a worker's channels are served on its own thread, and the box's sshd (one process per
+//! connection) works on more than one core. With the read-ahead below, requests per second
+//! through the box went from 0.52× to 0.58× of the direct path's on the bench's box section
+//! (docs/performance.md, issue 43). The bound keeps a many-core gateway from holding dozens of
+//! logins (and sshd processes) on one box.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -23,6 +32,8 @@ use crate::upstream::BoxError;
 /// How often an idle connection is checked, and after how many unanswered checks it is dead.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 const KEEPALIVE_MAX: usize = 3;
+/// The most SSH connections to one box (one per worker thread up to this many).
+const MOST_CONNECTIONS: usize = 4;
 /// What one read from the box's socket may take at once: two of sshd's largest packets.
 const READ_AHEAD: usize = 64 * 1024;
 
@@ -46,7 +57,9 @@ pub(crate) struct BoxSpec {
 pub(crate) struct BoxLink {
     spec: BoxSpec,
     connect_timeout: Duration,
-    session: Mutex<Option<Arc<Handle<Pinned>>>>,
+    /// The workers' connections (`support::workers::current`, folded onto at most
+    /// [`MOST_CONNECTIONS`]).
+    sessions: Vec<Mutex<Option<Arc<Handle<Pinned>>>>>,
     /// SSH connections made, and attempts that failed.
     connects: AtomicU64,
     failures: AtomicU64,
@@ -92,7 +105,9 @@ impl BoxLink {
         BoxLink {
             spec,
             connect_timeout,
-            session: Mutex::new(None),
+            sessions: (0..crate::support::workers::count().clamp(1, MOST_CONNECTIONS))
+                .map(|_| Mutex::new(None))
+                .collect(),
             connects: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             channels_opened: AtomicU64::new(0),
@@ -131,7 +146,7 @@ impl BoxLink {
             Ok(Err(e)) => {
                 // The connection may have died since it was last used: forget it, so the next
                 // channel makes a new one; this one fails with the reason.
-                let mut slot = self.session.lock().await;
+                let mut slot = self.slot().lock().await;
                 if slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, &session)) {
                     *slot = None;
                 }
@@ -166,8 +181,14 @@ impl BoxLink {
         }
     }
 
+    /// The connection slot of the worker this runs on (the first worker's off the workers).
+    fn slot(&self) -> &Mutex<Option<Arc<Handle<Pinned>>>> {
+        let worker = crate::support::workers::current().max(1) - 1;
+        &self.sessions[worker % self.sessions.len()]
+    }
+
     async fn session(&self) -> Result<Arc<Handle<Pinned>>, BoxError> {
-        let mut slot = self.session.lock().await;
+        let mut slot = self.slot().lock().await;
         if let Some(s) = slot.as_ref()
             && !s.is_closed()
         {
@@ -218,11 +239,18 @@ impl BoxLink {
     }
 
     pub(crate) fn report(&self) -> BoxReport {
-        let state = match self.session.try_lock() {
-            Ok(slot) if slot.as_ref().is_some_and(|s| !s.is_closed()) => "connected",
-            Ok(_) => "not connected",
-            Err(_) => "connecting",
-        };
+        // Connected if any runtime's connection is; connecting if one is being made.
+        let mut state = "not connected";
+        for slot in &self.sessions {
+            match slot.try_lock() {
+                Ok(s) if s.as_ref().is_some_and(|s| !s.is_closed()) => {
+                    state = "connected";
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => state = "connecting",
+            }
+        }
         let rtt = self.rtt_micros.load(Ordering::Relaxed);
         BoxReport {
             name: self.spec.name.clone(),

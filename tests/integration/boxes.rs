@@ -137,8 +137,13 @@ async fn a_dead_box_connection_ends_an_event_stream_cleanly(s: &crate::common::s
     assert_eq!(resp.status(), 200);
     let mut events = resp.into_body();
     crate::common::client::read_until(&mut events, Duration::from_secs(10), |t| t.contains("server.connected")).await;
+    // One connection per worker thread (at most 4): the requests so far were spread over them.
     let connects = s.gw.metric("box_connects_total{box=\"gpu1\"}");
-    assert_eq!(connects, 1, "one connection so far");
+    let most = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4) as u64;
+    assert!(
+        (1..=most).contains(&connects),
+        "{connects} connections, at most {most} expected"
+    );
     let sessions = descendants(sshd.child.id());
     assert!(!sessions.is_empty(), "no sshd process for the gateway's connection");
     for pid in sessions {
@@ -163,7 +168,10 @@ async fn a_dead_box_connection_ends_an_event_stream_cleanly(s: &crate::common::s
     );
     let r = s.client.get("/p/demo/global/health", Some(&alice())).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, s.gw.logs());
-    assert_eq!(s.gw.metric("box_connects_total{box=\"gpu1\"}"), 2, "connected again");
+    assert!(
+        s.gw.metric("box_connects_total{box=\"gpu1\"}") > connects,
+        "connected again"
+    );
 }
 
 /// The texts of the only session's messages, in order, read through the gateway.

@@ -42,9 +42,13 @@ async fn a_project_on_a_box_is_reached_through_its_ssh_server_and_only_with_the_
         "the box's sshd forwarded no channel to the upstream:\n{}",
         sshd.log.lock().unwrap()
     );
+    // Connections are kept and reused: one per worker thread of the gateway at most (here, as
+    // in CI, up to the machine's cores, bounded at 4), never one per request.
+    let logins = sshd.log.lock().unwrap().matches("Accepted publickey for root").count();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(4);
     assert!(
-        sshd.log.lock().unwrap().matches("Accepted publickey for root").count() == 1,
-        "one SSH connection for every request"
+        (1..=workers).contains(&logins),
+        "{logins} SSH logins for 3 requests, {workers} workers"
     );
     sshd.child.stop();
 
@@ -228,6 +232,8 @@ async fn a_box_key_revoked_in_known_hosts_is_refused_before_login_even_where_a_p
         gw.logs()
     );
     let from = sshd.log.lock().unwrap().len();
+    let logins_before = sshd.log.lock().unwrap().matches("Accepted publickey for").count();
+    assert!(logins_before >= 1, "the first request logged in");
     let r = c.get("/p/web/global/health", Some(&alice)).await;
     let revoked = "its host key (SHA256:";
     assert_eq!(r.status, 502, "{}", r.body);
@@ -263,8 +269,8 @@ async fn a_box_key_revoked_in_known_hosts_is_refused_before_login_even_where_a_p
     assert!(r.body.contains("is revoked"), "{}", r.body);
     assert_eq!(
         sshd.log.lock().unwrap().matches("Accepted publickey for").count(),
-        1,
-        "only the login before the revocation"
+        logins_before,
+        "only the logins before the revocation"
     );
 }
 
