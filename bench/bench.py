@@ -240,7 +240,7 @@ def stand_in(report, certs):
     names = ["upstream", "gateway", "nginx_auth", "nginx", "caddy", "gateway_box"]
     ports = {n: free_port() for n in names}
     configs(certs, ports)
-    upstream = subprocess.Popen([str(TOOLS / "upstream"), str(ports["upstream"])], stdout=subprocess.DEVNULL)
+    upstream = start_upstream(ports["upstream"])
     wait_port(ports["upstream"], upstream)
     gw, ngx, ngx_noauth, caddy = proxies(ports)
     sshd, ssh_port, host_key, client_key = boxhop.start_sshd(OUT, free_port, wait_port)
@@ -286,6 +286,32 @@ def stand_in(report, certs):
     except subprocess.TimeoutExpired:
         upstream.kill()
         upstream.wait()
+
+
+def start_upstream(port):
+    """The stand-in, or with UPSTREAM=nginx a real HTTP server answering the same JSON at
+    `/global/health` with its own headers and defaults (issue 43: the throughput section only,
+    it has no event stream)."""
+    if os.environ.get("UPSTREAM") != "nginx":
+        return subprocess.Popen([str(TOOLS / "upstream"), str(port)], stdout=subprocess.DEVNULL)
+    if set(SECTIONS) - {"throughput"}:
+        raise SystemExit("UPSTREAM=nginx serves no event stream: use it with SECTIONS=throughput")
+    (OUT / "upstream-nginx").mkdir(exist_ok=True)
+    conf = OUT / "upstream-nginx" / "nginx.conf"
+    conf.write_text(f"""
+worker_processes 1;
+pid {OUT}/upstream-nginx/nginx.pid;
+error_log {OUT}/upstream-nginx/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    server {{
+        listen 127.0.0.1:{port};
+        location = /global/health {{ default_type application/json; return 200 '{{"healthy":true,"version":"1.18.33"}}'; }}
+    }}
+}}
+""")
+    return subprocess.Popen(["nginx", "-c", str(conf), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def before_gateways(ports, env, box_config):

@@ -2,7 +2,7 @@
 # The benchmark, one command: installs nginx, Caddy, wrk, valgrind and Chromium from Debian and the pinned
 # npm packages (OpenCode, playwright-core) if missing, builds the gateway and the bench tools in
 # release mode, and runs bench/bench.py (results in bench/out/results.md). Not part of the test
-# suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES, EVENTS, SECTIONS, TARGETS, BEFORE (an older build, run beside this one), WEBUI_ROUNDS, SETTLE_MS.
+# suite. Knobs: ROUNDS, DURATION, STREAMS, HANDSHAKES, EVENTS, SECTIONS, TARGETS, BEFORE (an older build, run beside this one), UPSTREAM=nginx (throughput only), WEBUI_ROUNDS, SETTLE_MS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 need=()
