@@ -12,28 +12,10 @@ use std::net::IpAddr;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus the proxy ones.
-static HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-];
-
-/// The bits of [`HOP_BY_HOP`] in a mask [`present`] made from [`ANSWER_WATCH`] (its first eight).
-const HOP_BY_HOP_BITS: u32 = (1 << HOP_BY_HOP.len()) - 1;
-
-const WWW_AUTHENTICATE_BIT: u32 = 1 << 8;
-const ALLOW_CREDENTIALS_BIT: u32 = 1 << 9;
-const ALLOW_ORIGIN_BIT: u32 = 1 << 10;
-const SET_COOKIE_BIT: u32 = 1 << 11;
-
-/// What an answer's rules look for: the hop-by-hop headers first, in [`HOP_BY_HOP`]'s order.
-static ANSWER_WATCH: [HeaderName; 12] = [
+/// What the header rules look for, in one list so one pass finds them all ([`present`]): first
+/// the headers that describe one connection, never the message (RFC 9110 §7.6.1), plus the proxy
+/// ones ([`hop_by_hop`]); then what an answer's rules act on.
+static WATCHED: [HeaderName; 12] = [
     header::CONNECTION,
     HeaderName::from_static("keep-alive"),
     HeaderName::from_static("proxy-connection"),
@@ -47,6 +29,18 @@ static ANSWER_WATCH: [HeaderName; 12] = [
     header::ACCESS_CONTROL_ALLOW_ORIGIN,
     header::SET_COOKIE,
 ];
+
+/// The hop-by-hop headers: [`WATCHED`]'s first eight (bit `i` of a mask is `WATCHED[i]`).
+const HOP_BY_HOP_LEN: usize = 8;
+const HOP_BY_HOP_BITS: u32 = (1 << HOP_BY_HOP_LEN) - 1;
+const WWW_AUTHENTICATE_BIT: u32 = 1 << 8;
+const ALLOW_CREDENTIALS_BIT: u32 = 1 << 9;
+const ALLOW_ORIGIN_BIT: u32 = 1 << 10;
+const SET_COOKIE_BIT: u32 = 1 << 11;
+
+fn hop_by_hop() -> &'static [HeaderName] {
+    &WATCHED[..HOP_BY_HOP_LEN]
+}
 
 // Built at compile time: `from_static` at run time validates the name on every request.
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -87,7 +81,7 @@ pub struct Forward<'a> {
 pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // One pass over the few headers a request has beats a hashed removal per listed name, and
     // almost no request carries any of them (HTTP/1.1 keep-alive is the default).
-    let found = present(headers, &HOP_BY_HOP);
+    let found = present(headers, hop_by_hop());
     if found != 0 {
         strip_found_hop_by_hop(headers, found);
     }
@@ -105,13 +99,17 @@ fn present(headers: &HeaderMap, names: &[HeaderName]) -> u32 {
     found
 }
 
-/// The hop-by-hop headers `found` (bits of [`HOP_BY_HOP`]) says are there, and those the
+/// The hop-by-hop headers `found` (bits of [`WATCHED`]) says are there, and those the
 /// Connection header names, removed. A real server's answers say `Connection: keep-alive` on
 /// every answer (nginx does): its token is removed by reference, no name allocated for it.
 fn strip_found_hop_by_hop(headers: &mut HeaderMap, found: u32) {
     if found & 1 != 0 {
-        let listed: Vec<HeaderValue> = headers.get_all(header::CONNECTION).iter().cloned().collect();
-        for value in &listed {
+        // Copies of the values (a reference count each, no bytes copied), as the map changes
+        // below; a second Connection header, rare, is the only one that allocates.
+        let mut values = headers.get_all(header::CONNECTION).iter();
+        let first = values.next().cloned();
+        let more: Vec<HeaderValue> = values.cloned().collect();
+        for value in first.iter().chain(&more) {
             let Ok(value) = value.to_str() else { continue };
             for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
                 // An invalid name is in no map: `remove` finds nothing.
@@ -119,7 +117,7 @@ fn strip_found_hop_by_hop(headers: &mut HeaderMap, found: u32) {
             }
         }
     }
-    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+    for (i, name) in hop_by_hop().iter().enumerate() {
         if found & (1 << i) != 0 {
             headers.remove(name);
         }
@@ -200,7 +198,7 @@ pub(crate) fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_
     // What the rules below act on, found in one pass: an answer has none of them but, from a
     // real server, `Connection: keep-alive` (each hashed lookup that finds nothing was about a
     // hundred instructions; docs/performance.md, issue 43).
-    let found = present(headers, &ANSWER_WATCH);
+    let found = present(headers, &WATCHED);
     if found & HOP_BY_HOP_BITS != 0 {
         strip_found_hop_by_hop(headers, found & HOP_BY_HOP_BITS);
     }
@@ -391,7 +389,7 @@ mod tests {
             .flat_map(|v| v.split(','))
             .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
             .collect();
-        for name in named.iter().chain(&HOP_BY_HOP) {
+        for name in named.iter().chain(hop_by_hop()) {
             headers.remove(name);
         }
         headers.remove(header::WWW_AUTHENTICATE);
@@ -407,11 +405,12 @@ mod tests {
 
     #[test]
     fn the_one_pass_scan_of_an_answer_removes_what_a_lookup_per_name_removed() {
-        assert_eq!(
-            ANSWER_WATCH[..HOP_BY_HOP.len()],
-            HOP_BY_HOP,
-            "the hop-by-hop names come first, in order"
-        );
+        let bit = |name: &HeaderName| 1u32 << WATCHED.iter().position(|n| n == name).unwrap();
+        assert_eq!(bit(&header::WWW_AUTHENTICATE), WWW_AUTHENTICATE_BIT);
+        assert_eq!(bit(&header::ACCESS_CONTROL_ALLOW_CREDENTIALS), ALLOW_CREDENTIALS_BIT);
+        assert_eq!(bit(&header::ACCESS_CONTROL_ALLOW_ORIGIN), ALLOW_ORIGIN_BIT);
+        assert_eq!(bit(&header::SET_COOKIE), SET_COOKIE_BIT);
+        assert!(hop_by_hop().iter().all(|n| bit(n) & HOP_BY_HOP_BITS != 0));
         let candidates: [(&str, &str); 15] = [
             ("connection", "keep-alive"),
             ("connection", "close, x-private , ,Bad Name"),

@@ -121,10 +121,10 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
     if let Err(why) = seed_all(inbox, endpoint, targets, external).await {
         return why;
     }
-    // And once more a moment later: OpenCode writes its first event before the stream is joined
-    // to its bus, so an event sent in between (a session made just then) reached no stream, and
-    // the first seed may have been read before it. Seen in the suite: a session made while the
-    // inbox subscribed never showed. Whatever a re-seed repeats is a no-op.
+    // And once more a moment later. Seen once in the suite: a session made while the inbox
+    // subscribed was in neither the seed nor an event, and never showed (the suite's own
+    // comments say OpenCode joins a new stream to its bus just after its first event; not
+    // confirmed in OpenCode's source). Whatever a re-seed repeats is a no-op.
     let mut reseed_at = Some(tokio::time::Instant::now() + RESEED_AFTER);
     let mut quiet_until = tokio::time::Instant::now() + QUIET_LIMIT;
     let mut skipping = false;
