@@ -118,33 +118,28 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
     if let Err(why) = first_event(&mut body, &mut buf).await {
         return why;
     }
-    if let Err(why) = seed_all(inbox, endpoint, targets, external).await {
-        return why;
+    for t in targets {
+        let seed = match seed(inbox, endpoint, t.directory.as_deref()).await {
+            Ok(s) => s,
+            Err(why) => return format!("reading the lists: {why}"),
+        };
+        inbox.update(|m, now| {
+            let mut e = m.seed(&t.project, &seed, now);
+            if external {
+                m.set_server(&t.project, ServerState::Running, t.directory.clone());
+            }
+            e.changed = true;
+            e
+        });
     }
-    // And once more a moment later. Seen once in the suite: a session made while the inbox
-    // subscribed was in neither the seed nor an event, and never showed (the suite's own
-    // comments say OpenCode joins a new stream to its bus just after its first event; not
-    // confirmed in OpenCode's source). Whatever a re-seed repeats is a no-op.
-    let mut reseed_at = Some(tokio::time::Instant::now() + RESEED_AFTER);
-    let mut quiet_until = tokio::time::Instant::now() + QUIET_LIMIT;
     let mut skipping = false;
     loop {
-        let now = tokio::time::Instant::now();
-        if reseed_at.is_some_and(|t| now >= t) {
-            reseed_at = None;
-            if let Err(why) = seed_all(inbox, endpoint, targets, external).await {
-                return why;
-            }
-        }
-        let wait = reseed_at.map_or(quiet_until, |t| t.min(quiet_until));
-        let frame = match tokio::time::timeout_at(wait, body.frame()).await {
-            Err(_) if reseed_at.is_some() && wait < quiet_until => continue,
+        let frame = match tokio::time::timeout(QUIET_LIMIT, body.frame()).await {
             Err(_) => return "no event or heartbeat for 35 s".into(),
             Ok(None) => return "the server closed the stream".into(),
             Ok(Some(Err(e))) => return crate::upstream::describe(&e),
             Ok(Some(Ok(f))) => f,
         };
-        quiet_until = tokio::time::Instant::now() + QUIET_LIMIT;
         let Ok(data) = frame.into_data() else { continue };
         buf.extend_from_slice(&data);
         while let Some(end) = memchr::memmem::find(&buf, b"\n\n") {
@@ -167,27 +162,6 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
         }
     }
 }
-
-/// Read every target's lists and publish them as its seed.
-async fn seed_all(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], external: bool) -> Result<(), String> {
-    for t in targets {
-        let seed = seed(inbox, endpoint, t.directory.as_deref())
-            .await
-            .map_err(|why| format!("reading the lists: {why}"))?;
-        inbox.update(|m, now| {
-            let mut e = m.seed(&t.project, &seed, now);
-            if external {
-                m.set_server(&t.project, ServerState::Running, t.directory.clone());
-            }
-            e.changed = true;
-            e
-        });
-    }
-    Ok(())
-}
-
-/// When the seed is read again after the first (see `subscription`).
-const RESEED_AFTER: Duration = Duration::from_secs(2);
 
 /// How long the seed waits for the stream's first event.
 const FIRST_EVENT_WAIT: Duration = Duration::from_secs(5);
