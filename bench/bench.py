@@ -274,7 +274,9 @@ def stand_in(report, certs):
     if "sse" in SECTIONS:
         sse_latency(report, ports, (gw, ngx, caddy), ca, gw_box, befores)
     if "streams" in SECTIONS:
-        idle_streams(report, chosen((gw, ngx, caddy)), ca)
+        # An older build (BEFORE) beside this one; its box twin has no place here.
+        direct_befores = [b for b in befores if boxhop.NAME not in b.name]
+        idle_streams(report, chosen((gw, *direct_befores, ngx, caddy)), ca)
     for p in (gw, gw_box, ngx, caddy, *befores):
         p.stop()
     sshd.terminate()

@@ -112,7 +112,7 @@ pub(crate) async fn password_until(
     // A token typed as a password (the form, SSH) is never a password: charged, refused, and
     // never sent to argon2.
     if tokens::is_token(password.expose()) {
-        return Err(match auth.limiters.attempt(peer, Some(user)).await {
+        return Err(match Box::pin(auth.limiters.attempt(peer, Some(user))).await {
             Ok(()) => refuse_bad(check, peer, log_user, method),
             Err(denied) => limited(denied, "login refused: limit reached"),
         });
@@ -126,16 +126,16 @@ pub(crate) async fn password_until(
     }
     // The login limiter is asked only when this request would start an argon2 run; a request
     // that joins a run already going for the same credential was paid for by the one that started it.
-    let verdict = auth
-        .verifier
-        .verify(
-            key,
-            known.and_then(|u| u.hash.as_ref()),
-            password,
-            || auth.limiters.login_attempt(peer, user),
-            || auth.limiters.shared_attempt(peer, Some(user)),
-        )
-        .await;
+    // Boxed: a cache miss is rare, and a request's future is kept for an HTTP/1.1 connection's
+    // life, sized for its largest branch.
+    let verdict = Box::pin(auth.verifier.verify(
+        key,
+        known.and_then(|u| u.hash.as_ref()),
+        password,
+        || auth.limiters.login_attempt(peer, user),
+        || auth.limiters.shared_attempt(peer, Some(user)),
+    ))
+    .await;
     let ok = match verdict {
         Ok(ok) => ok,
         Err(denied) => return Err(limited(denied, "login refused before verification: limit reached")),

@@ -56,13 +56,15 @@ pub(crate) async fn check(
     // Small JSON, bounded in size and (unless a pinned body, which may be a long prompt) in time
     // like any client body.
     let idle = pin.is_none().then_some(here.gw.limits.body_idle_timeout);
-    let bytes = whole(body, idle).await?;
+    // Boxed: most requests pass untouched above, and hyper keeps the request's future for an
+    // HTTP/1.1 connection's life, sized for its largest branch.
+    let bytes = Box::pin(whole(body, idle)).await?;
     if answer && let Some(p) = audit {
         // Noted first: a refused answer is recorded with what it said.
         p.answer = crate::http::audit::permission_answer(&bytes);
     }
     if let Some((root, rule)) = pin {
-        pinned(here, principal.name(), endpoint, target, &bytes, rule, root).await?;
+        Box::pin(pinned(here, principal.name(), endpoint, target, &bytes, rule, root)).await?;
     }
     under_policy(here, target, principal.asker(), &bytes)?;
     Ok(Checked::Whole(bytes))

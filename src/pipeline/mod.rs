@@ -146,7 +146,10 @@ fn handle_inner<'a>(
                     on_behalf: internal::on_behalf,
                 };
                 let body = body.take().expect("the body is taken once, here or by the forward");
-                return serve_page(&ctx, body, page, record).await;
+                // Boxed: a page's future (the login's, a passkey's) is three times a proxied
+                // request's, and hyper keeps the request's future for an HTTP/1.1 connection's
+                // life and moves it into place per request (22 KiB where 6 suffice).
+                return Box::pin(serve_page(&ctx, body, page, record)).await;
             }
             Reading::Project { request, target } => (request, target),
         };
@@ -341,5 +344,29 @@ pub(crate) fn proceed<'a>(
         // Finished once the status (the upstream's, or the gateway's error) is known.
         record.audit = audit;
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The size of the future a function returns, without calling it.
+    fn returned_size<A, B, C, F>(_: fn(A, B, C) -> F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    /// hyper keeps a request's future for an HTTP/1.1 connection's life (an idle event stream
+    /// included) and moves it into place for every request: its size is memory per connection and
+    /// copying per request. Rare branches (a page, a login's argon2 run, a body read whole, a
+    /// server starting) are boxed where they are awaited; unboxed, a page alone made it 22 KiB in
+    /// a release build (docs/performance.md, "Idle streams, round three"). Test builds are not
+    /// optimized and make larger futures than release builds: the bound is for this build.
+    #[test]
+    fn a_requests_future_stays_small() {
+        let size = returned_size(super::handle);
+        eprintln!("the request's future: {size} bytes");
+        assert!(
+            size <= 8 * 1024,
+            "the request's future is {size} bytes: box the branch that grew it"
+        );
     }
 }

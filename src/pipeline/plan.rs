@@ -31,16 +31,16 @@ pub(super) async fn plan(
     let endpoint = match project.ready_endpoint() {
         Some(e) => e,
         None => {
-            project
-                .endpoint(gw.limits.spawn_ready_timeout, gw.limits.upstream_connect_timeout)
-                .await?
+            // Boxed: waiting for a server to start is rare, and hyper keeps the request's future
+            // for an HTTP/1.1 connection's life, sized for its largest branch.
+            Box::pin(project.endpoint(gw.limits.spawn_ready_timeout, gw.limits.upstream_connect_timeout)).await?
         }
     };
     judged_again(on, request, target, role, record)?;
     if project.shared_upstream
         && let Some(id) = &target.session
     {
-        super::session_scope::check(gw, &project, &endpoint, id).await?;
+        Box::pin(super::session_scope::check(gw, &project, &endpoint, id)).await?;
     }
     let audit = begin_audit(on, request, target);
     Ok(Planned { endpoint, audit })

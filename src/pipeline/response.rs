@@ -87,14 +87,19 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         created,
     };
     if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
-        return read_small(gw, user, target, endpoint, parts, body, lease, small).await;
+        // Boxed, as every branch here that most answers do not take: hyper keeps the request's
+        // future for an HTTP/1.1 connection's life, sized for its largest branch.
+        return Box::pin(read_small(gw, user, target, endpoint, parts, body, lease, small)).await;
     }
     if let Some((len, ask, _room)) = to_compress(gw, target, &mut parts, ask) {
-        let bytes = read_whole(body, len)
-            .await
-            .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
-        lease.release();
-        return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
+        return Box::pin(async move {
+            let bytes = read_whole(body, len)
+                .await
+                .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
+            lease.release();
+            Ok(compressed(gw, target, endpoint, parts, bytes, ask).await)
+        })
+        .await;
     }
     let body = streamed(treatment, pinned, &mut parts.headers, body, endpoint);
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))

@@ -290,7 +290,10 @@ impl Pool {
         loop {
             let (mut sender, pooled) = match self.checkout(worker) {
                 Some(s) => (s, true),
-                None => (self.connect(connect_timeout).await?, false),
+                // Boxed: a new connection is rare once the pool is warm, and the request's future
+                // (which hyper keeps for an HTTP/1.1 client connection's life) would otherwise be
+                // sized for the connect and the handshake.
+                None => (Box::pin(self.connect(connect_timeout)).await?, false),
             };
             // A pooled connection came back as its last body ended; its task may not have
             // marked it ready yet.
