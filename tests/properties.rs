@@ -50,6 +50,15 @@ mod proxy_reading;
 #[path = "properties/proxy_header.rs"]
 mod proxy_header;
 
+/// The chunked coding read from RFC 9112, written apart from the gateway's decoder (shared with
+/// fuzz/).
+#[path = "oracle/chunked.rs"]
+mod chunked_reference;
+
+/// The event-stream road's chunked decoder against the reference.
+#[path = "properties/chunked.rs"]
+mod chunked;
+
 /// A concrete path for a pattern, with parameter values no route name can be mistaken for.
 fn concrete(pattern: &str) -> String {
     pattern

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
+use crate::http::source::Source;
 use crate::policy::scope::EventFilter;
+use crate::upstream::BoxError;
 use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;
 
@@ -118,10 +120,10 @@ impl Drop for Meter {
 
 enum Kind {
     Full(Option<Bytes>),
-    Stream(Incoming, Option<Arc<Redactor>>),
+    Stream(Source, Option<Arc<Redactor>>),
     /// An event stream: filtered to one directory when there is a filter, and ended cleanly
     /// (not cut) when the upstream's end breaks.
-    Events(Incoming, Option<Box<EventFilter>>, Option<Arc<Redactor>>),
+    Events(Source, Option<Box<EventFilter>>, Option<Arc<Redactor>>),
     /// Made by the gateway itself (its pages' live updates), chunk by chunk.
     Channel(tokio::sync::mpsc::Receiver<Bytes>),
 }
@@ -151,9 +153,13 @@ impl ProxyBody {
     /// client's stream ends as a stream ends: an event source then reconnects, as it would after
     /// any end, and an event cut half-way is dropped by it (an incomplete event is never
     /// dispatched). A body with a length is never treated so: its cut must show.
-    pub(crate) fn events(body: Incoming, filter: Option<EventFilter>, redactor: Option<Arc<Redactor>>) -> Self {
+    pub(crate) fn events(
+        body: impl Into<Source>,
+        filter: Option<EventFilter>,
+        redactor: Option<Arc<Redactor>>,
+    ) -> Self {
         ProxyBody {
-            kind: Kind::Events(body, filter.map(Box::new), redactor),
+            kind: Kind::Events(body.into(), filter.map(Box::new), redactor),
             meter: None,
             lease: None,
             slot: None,
@@ -180,9 +186,9 @@ impl ProxyBody {
     }
 
     /// The upstream's body, frame by frame, with its credential overwritten if it ever appears.
-    pub(crate) fn stream(body: Incoming, redactor: Option<Arc<Redactor>>) -> Self {
+    pub(crate) fn stream(body: impl Into<Source>, redactor: Option<Arc<Redactor>>) -> Self {
         ProxyBody {
-            kind: Kind::Stream(body, redactor),
+            kind: Kind::Stream(body.into(), redactor),
             meter: None,
             lease: None,
             slot: None,
@@ -229,7 +235,7 @@ impl ProxyBody {
 impl ProxyBody {
     /// The upstream's event stream broke: the client's ends cleanly (its browser reconnects), the
     /// access line says why, and the broken connection never goes back to the pool.
-    fn events_broke(&mut self, e: &hyper::Error) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn events_broke(&mut self, e: &BoxError) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         tracing::debug!(error = %e, "the upstream's event stream broke: ending the client's cleanly");
         if let Some(m) = self.meter.as_mut() {
             m.outcome = "upstream_error";
@@ -241,7 +247,7 @@ impl ProxyBody {
     /// The bookkeeping after a poll: bytes counted for the access line; at the end the line
     /// written, the stream slot freed and the connection given back to its pool.
     #[inline]
-    fn settle(&mut self, polled: &Poll<Option<Result<Frame<Bytes>, hyper::Error>>>) {
+    fn settle(&mut self, polled: &Poll<Option<Result<Frame<Bytes>, BoxError>>>) {
         match polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let (Some(data), Some(m)) = (frame.data_ref(), self.meter.as_mut()) {
@@ -269,10 +275,10 @@ impl ProxyBody {
 /// The upstream's next frame, its data redacted.
 #[inline]
 fn poll_redacted(
-    body: &mut Incoming,
+    body: &mut Source,
     redactor: Option<&Redactor>,
     cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
     match Pin::new(body).poll_frame(cx) {
         Poll::Ready(Some(Ok(frame))) => match (redactor, frame.into_data()) {
             (Some(r), Ok(data)) => Poll::Ready(Some(Ok(Frame::data(r.frame(data))))),
@@ -287,11 +293,11 @@ fn poll_redacted(
 /// directory, then redacted. The upstream's error is handed back for the caller to end cleanly.
 #[inline]
 fn poll_events(
-    body: &mut Incoming,
+    body: &mut Source,
     mut filter: Option<&mut EventFilter>,
     redactor: Option<&Redactor>,
     cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
     loop {
         let data = match Pin::new(&mut *body).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
@@ -318,9 +324,9 @@ fn poll_events(
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let polled = match &mut this.kind {
             Kind::Full(data) => Poll::Ready(data.take().map(|b| Ok(Frame::data(b)))),

@@ -11,4 +11,5 @@ pub mod cookie;
 pub mod discard;
 pub mod error;
 pub mod rewrite;
+pub(crate) mod source;
 pub mod transport;

@@ -8,8 +8,6 @@ use std::sync::Arc;
 
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
 
-use hyper::body::Incoming;
-
 use super::body_check::Checked;
 use super::request::{Canonical, Target};
 use super::response::{self, Answer};
@@ -18,7 +16,7 @@ use crate::gateway::state::ProjectState;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::error::HttpError;
 use crate::http::rewrite::{self, Forward};
-use crate::policy::plan::AuditKind;
+use crate::policy::plan::{AuditKind, Treatment};
 use crate::upstream::endpoint::Endpoint;
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
@@ -61,6 +59,11 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
             upgrade,
         )?;
         let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
+        if direct_road(target, &parts, upgrading, &body) {
+            // Boxed: taken once per event stream, and it keeps its own future out of every
+            // request's (which hyper keeps per HTTP/1.1 connection).
+            return Box::pin(direct(gw, f.endpoint, target, parts, f.stream_slot)).await;
+        }
         // Streams may legitimately say nothing for a long time (the per-session event stream
         // sends no headers until its first event), so only ordinary requests are timed.
         let asked = std::time::Instant::now();
@@ -92,6 +95,36 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         })
         .await
     }
+}
+
+/// An event stream (a GET without a body on an event route) takes the event-stream road: a
+/// connection of its own, read by the gateway itself, so that an idle stream keeps no client
+/// buffers of hyper's upstream (`upstream/direct.rs`).
+fn direct_road(target: &Target, parts: &Parts, upgrading: bool, body: &UpstreamBody) -> bool {
+    use hyper::body::Body as _;
+    matches!(target.treatment(), Treatment::EventStream | Treatment::GlobalEvents)
+        && parts.method == http::Method::GET
+        && !upgrading
+        && body.is_end_stream()
+}
+
+/// The event-stream road: the same head, sent on a connection of its own; the answer's headers
+/// and body go through the same rules as a pooled answer's. Not timed, as no stream is.
+async fn direct(
+    gw: &Gateway,
+    endpoint: &Endpoint,
+    target: &Target,
+    parts: Parts,
+    stream_slot: Option<StreamHold>,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let asked = std::time::Instant::now();
+    let result = endpoint
+        .pool
+        .open_direct(&parts, gw.limits.upstream_connect_timeout)
+        .await
+        .map(|r| (r, ()));
+    let (response, ()) = received(gw, &target.project, asked, result)?;
+    response::answer_direct(endpoint, target, response, stream_slot)
 }
 
 /// The client's side of a protocol switch, taken with the request's extensions (where hyper keeps
@@ -181,12 +214,12 @@ fn timed_out(gw: &Gateway, project: &ProjectState) -> HttpError {
 
 /// What the endpoint's pool gave back: the upstream's latency observed, a client body's fault
 /// told apart from the upstream's, the upstream's 401 for the gateway's credential a 502.
-fn received(
+fn received<B, L>(
     gw: &Gateway,
     project: &ProjectState,
     asked: std::time::Instant,
-    result: Result<(Response<Incoming>, crate::upstream::pool::Lease), crate::upstream::BoxError>,
-) -> Result<(Response<Incoming>, crate::upstream::pool::Lease), HttpError> {
+    result: Result<(Response<B>, L), crate::upstream::BoxError>,
+) -> Result<(Response<B>, L), HttpError> {
     let limits = &gw.limits;
     if result.is_ok() {
         project.metrics.upstream_latency.observe(asked.elapsed());

@@ -105,6 +105,26 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
 }
 
+/// An event stream's answer read on its own connection (`upstream/direct.rs`): the same header
+/// rules and body treatment as a pooled answer's ([`answer`]); no connection goes back to a pool.
+pub(super) fn answer_direct(
+    endpoint: &Endpoint,
+    target: &Target,
+    response: Response<crate::upstream::direct::DirectBody>,
+    stream_slot: Option<StreamHold>,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let (mut parts, body) = response.into_parts();
+    clean_headers(&mut parts.headers, endpoint, target)?;
+    let pinned = target
+        .project
+        .config
+        .directory
+        .as_deref()
+        .filter(|_| target.project.shared_upstream);
+    let body = streamed(target.treatment(), pinned, &mut parts.headers, body, endpoint);
+    Ok(Response::from_parts(parts, body.holding(stream_slot)))
+}
+
 /// Whether this answer is compressed here, and with what: the web UI's own files and the few API
 /// routes whose answer echoes nothing of the request (never another API answer: BREACH), after
 /// redaction; decided on the resolved route. Every eligible answer varies on the coding, even one
@@ -135,7 +155,7 @@ fn streamed(
     treatment: Treatment,
     pinned: Option<&Path>,
     headers: &mut HeaderMap,
-    body: Incoming,
+    body: impl Into<crate::http::source::Source>,
     endpoint: &Endpoint,
 ) -> ProxyBody {
     match (treatment, pinned) {

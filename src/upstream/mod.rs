@@ -9,6 +9,8 @@ mod backoff;
 mod box_exec;
 mod box_handler;
 pub mod box_links;
+pub mod chunked;
+pub mod direct;
 pub mod endpoint;
 pub(crate) mod job;
 mod job_spec;

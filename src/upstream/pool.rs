@@ -47,13 +47,13 @@ pub(crate) enum Dial {
 /// A connection to the server, by either transport. The channel is boxed: every upstream
 /// connection's IO is as large as its largest variant, and a channel's stream is larger than a
 /// socket.
-enum Io {
+pub(crate) enum Io {
     Tcp(TcpStream),
     Channel(Box<Channel>),
 }
 
 /// A box's channel, counted open (per box) until dropped.
-struct Channel {
+pub(crate) struct Channel {
     stream: russh::ChannelStream<russh::client::Msg>,
     _open: crate::upstream::ssh_link::OpenChannel,
 }
@@ -247,9 +247,10 @@ impl Pool {
         None
     }
 
-    async fn connect(&self, timeout: Duration) -> Result<SendRequest<UpstreamBody>, BoxError> {
+    /// A new connection to the server, by the pool's transport.
+    async fn dial_io(&self, timeout: Duration) -> Result<Io, BoxError> {
         let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out");
-        let io = match &self.dial {
+        Ok(match &self.dial {
             Dial::Tcp => {
                 let tcp = tokio::time::timeout(timeout, TcpStream::connect(&self.authority))
                     .await
@@ -267,7 +268,11 @@ impl Pool {
                     .map_err(|_| format!("box {}: no channel to {host}:{port} in time", link.name()))??;
                 Io::Channel(Box::new(Channel { stream, _open: open }))
             }
-        };
+        })
+    }
+
+    async fn connect(&self, timeout: Duration) -> Result<SendRequest<UpstreamBody>, BoxError> {
+        let io = self.dial_io(timeout).await?;
         let (sender, conn) = http1::Builder::new().handshake(TokioIo::new(io)).await?;
         // The connection is driven by its own task; upgrades (terminal WebSockets) hand the
         // socket over when the response is a 101.
@@ -320,6 +325,18 @@ impl Pool {
                 },
             }
         }
+    }
+
+    /// A long-lived GET (an event stream) on a connection of its own, read by the gateway itself
+    /// (`direct.rs`): nothing of hyper's client stays for the stream's life. The connection is
+    /// closed when the answer ends.
+    pub(crate) async fn open_direct(
+        &self,
+        head: &http::request::Parts,
+        connect_timeout: Duration,
+    ) -> Result<Response<super::direct::DirectBody>, BoxError> {
+        let io = self.dial_io(connect_timeout).await?;
+        super::direct::exchange(io, head).await
     }
 
     #[cfg(test)]

@@ -1,0 +1,58 @@
+//! The upstream's answer body, by either road: a pooled connection's (hyper's `Incoming`), or an
+//! event stream read on a connection of its own (`upstream/direct.rs`). One type for the response
+//! body's redaction and event filtering, whichever road the answer took.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+
+use crate::upstream::BoxError;
+use crate::upstream::direct::DirectBody;
+
+pub(crate) enum Source {
+    Pooled(Incoming),
+    Direct(DirectBody),
+}
+
+impl From<Incoming> for Source {
+    fn from(body: Incoming) -> Self {
+        Source::Pooled(body)
+    }
+}
+
+impl From<DirectBody> for Source {
+    fn from(body: DirectBody) -> Self {
+        Source::Direct(body)
+    }
+}
+
+impl Body for Source {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            Source::Pooled(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+            Source::Direct(b) => Pin::new(b).poll_frame(cx).map_err(Into::into),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Source::Pooled(b) => b.is_end_stream(),
+            Source::Direct(b) => b.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Source::Pooled(b) => b.size_hint(),
+            Source::Direct(b) => b.size_hint(),
+        }
+    }
+}

@@ -1,0 +1,202 @@
+use super::*;
+use http::request;
+
+fn parts_of(head: &[u8]) -> http::response::Parts {
+    parse_head(head).unwrap().expect("a whole head").0
+}
+
+#[test]
+fn a_request_head_is_written_as_hyper_writes_it() {
+    let (parts, ()) = http::Request::get("/global/event?x=1")
+        .header("host", "127.0.0.1:4096")
+        .header("authorization", "Basic b3BlbmNvZGU6cHc=")
+        .body(())
+        .unwrap()
+        .into_parts();
+    let head = request_head(&parts);
+    assert_eq!(
+        head,
+        b"GET /global/event?x=1 HTTP/1.1\r\nhost: 127.0.0.1:4096\r\nauthorization: Basic b3BlbmNvZGU6cHc=\r\n\r\n"
+    );
+    let _: &request::Parts = &parts;
+}
+
+#[test]
+fn a_head_is_read_whole_or_not_at_all() {
+    let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello";
+    for cut in 0..head.len() - 10 {
+        assert!(
+            parse_head(&head[..cut]).unwrap().is_none(),
+            "{cut} bytes are not a head"
+        );
+    }
+    let (parts, len) = parse_head(head).unwrap().unwrap();
+    assert_eq!(&head[len..], b"5\r\nhello");
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(parts.headers["content-type"], "text/event-stream");
+}
+
+#[test]
+fn malformed_or_oversized_heads_are_refused() {
+    for bad in [
+        &b"HTTP/1.1 2000 OK\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nbad name: x\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nx: a\x00b\r\n\r\n",
+        b"SSH-2.0-OpenSSH\r\n\r\n",
+    ] {
+        assert!(
+            matches!(parse_head(bad), Err(DirectError::BadHead(_))),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    let mut big = b"HTTP/1.1 200 OK\r\n".to_vec();
+    while big.len() < MAX_HEAD {
+        big.extend_from_slice(format!("x-filler: {}\r\n", "0123456789".repeat(100)).as_bytes());
+    }
+    assert_eq!(parse_head(&big).err(), Some(DirectError::HeadTooLarge));
+    let mut many = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for i in 0..=MAX_HEADERS {
+        many.extend_from_slice(format!("x-{i}: 1\r\n").as_bytes());
+    }
+    many.extend_from_slice(b"\r\n");
+    assert!(matches!(parse_head(&many), Err(DirectError::BadHead(_))));
+}
+
+#[test]
+fn the_framing_follows_rfc_9112() {
+    let f = |head: &str| framing(&mut parts_of(head.as_bytes()));
+    assert!(matches!(
+        f("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n"),
+        Ok(Framing::Chunked(_))
+    ));
+    assert!(matches!(
+        f("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"),
+        Ok(Framing::Close)
+    ));
+    assert!(matches!(
+        f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+        Ok(Framing::Length(5))
+    ));
+    assert!(matches!(
+        f("HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\ncontent-length: 5\r\n\r\n"),
+        Ok(Framing::Length(5))
+    ));
+    assert!(matches!(
+        f("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"),
+        Ok(Framing::Empty)
+    ));
+    assert!(matches!(
+        f("HTTP/1.1 204 No Content\r\ncontent-length: 9\r\n\r\n"),
+        Ok(Framing::Empty)
+    ));
+    assert!(matches!(f("HTTP/1.1 200 OK\r\n\r\n"), Ok(Framing::Close)));
+    for bad in ["5, 6", "-5", "+5", "5x", "", "0x5", "99999999999999999999"] {
+        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+        assert_eq!(f(&head).err(), Some(DirectError::BadLength), "{bad:?}");
+    }
+    // A length beside a coding is not passed on.
+    let mut parts = parts_of(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n");
+    assert!(matches!(framing(&mut parts), Ok(Framing::Chunked(_))));
+    assert!(!parts.headers.contains_key(header::CONTENT_LENGTH));
+}
+
+/// A server on loopback that reads one request head, answers `answer` in pieces of `step` bytes,
+/// then closes; the head it read comes back on the channel.
+async fn answering(answer: &'static [u8], step: usize) -> (String, tokio::sync::oneshot::Receiver<Vec<u8>>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut tcp, _) = listener.accept().await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let mut seen = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tcp.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the request head never ended");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        let _ = tx.send(seen);
+        for piece in answer.chunks(step) {
+            tcp.write_all(piece).await.unwrap();
+            tcp.flush().await.unwrap();
+            tokio::task::yield_now().await;
+        }
+    });
+    (addr, rx)
+}
+
+async fn fetch(addr: &str) -> Result<(Response<()>, Result<Vec<u8>, DirectError>), BoxError> {
+    use http_body_util::BodyExt;
+    let pool = super::super::pool::Pool::new(addr.to_string());
+    let (head, ()) = http::Request::get("/event")
+        .header("host", addr)
+        .body(())
+        .unwrap()
+        .into_parts();
+    let resp = pool.open_direct(&head, std::time::Duration::from_secs(5)).await?;
+    let (parts, mut body) = resp.into_parts();
+    let mut data = Vec::new();
+    let read = loop {
+        match body.frame().await {
+            None => break Ok(data),
+            Some(Err(e)) => break Err(e),
+            Some(Ok(f)) => data.extend_from_slice(&f.into_data().unwrap()),
+        }
+    };
+    assert!(body.is_end_stream());
+    Ok((Response::from_parts(parts, ()), read))
+}
+
+#[tokio::test]
+async fn an_event_stream_is_read_from_its_own_connection_whatever_the_writes() {
+    const ANSWER: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\nf\r\ndata: {\"a\":1}\n\n\r\nf\r\ndata: {\"b\":2}\n\n\r\n0\r\n\r\n";
+    for step in [1, 3, 7, ANSWER.len()] {
+        let (addr, head) = answering(ANSWER, step).await;
+        let (resp, body) = fetch(&addr).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "writes of {step}");
+        assert_eq!(
+            body.unwrap(),
+            b"data: {\"a\":1}\n\ndata: {\"b\":2}\n\n",
+            "writes of {step}"
+        );
+        let head = head.await.unwrap();
+        assert!(head.starts_with(b"GET /event HTTP/1.1\r\nhost: 127.0.0.1:"), "{head:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_cut_answer_is_an_error_and_a_close_delimited_one_ends() {
+    let (addr, _) = answering(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhel", 4).await;
+    let (_, body) = fetch(&addr).await.unwrap();
+    assert_eq!(body.err(), Some(DirectError::Cut));
+    let (addr, _) = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello", 4).await;
+    assert_eq!(fetch(&addr).await.unwrap().1.err(), Some(DirectError::Cut));
+    let (addr, _) = answering(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello, and more", 4).await;
+    assert_eq!(fetch(&addr).await.unwrap().1.unwrap(), b"hello");
+    let (addr, _) = answering(b"HTTP/1.1 200 OK\r\n\r\nuntil the close", 4).await;
+    assert_eq!(fetch(&addr).await.unwrap().1.unwrap(), b"until the close");
+    let (addr, _) = answering(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nZ\r\n", 4).await;
+    assert_eq!(
+        fetch(&addr).await.unwrap().1.err(),
+        Some(DirectError::Chunk(crate::upstream::chunked::ChunkError::BadSize))
+    );
+}
+
+#[tokio::test]
+async fn no_answer_or_a_switch_is_an_error_that_says_so() {
+    let (addr, _) = answering(b"", 1).await;
+    let err = fetch(&addr).await.expect_err("no answer");
+    assert_eq!(
+        crate::upstream::describe(&*err),
+        "the connection closed before a response"
+    );
+    let (addr, _) = answering(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n\r\n", 8).await;
+    let err = fetch(&addr).await.expect_err("a switch");
+    assert_eq!(
+        crate::upstream::describe(&*err),
+        "the upstream switched protocols unasked"
+    );
+}
