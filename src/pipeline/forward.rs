@@ -118,9 +118,7 @@ async fn direct(
     stream_slot: Option<StreamHold>,
 ) -> Result<Response<ProxyBody>, HttpError> {
     let asked = std::time::Instant::now();
-    let result = endpoint
-        .pool
-        .open_direct(&parts, gw.limits.upstream_connect_timeout)
+    let result = crate::upstream::direct::open(&endpoint.pool, &parts, gw.limits.upstream_connect_timeout)
         .await
         .map(|r| (r, ()));
     let (response, ()) = received(gw, &target.project, asked, result)?;

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 
 use super::BoxError;
 use super::chunked::Chunked;
-use super::pool::Io;
+use super::pool::{Io, Pool};
 
 /// The largest answer head read, and the most header fields in it (hyper's client allows 100).
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -149,9 +149,20 @@ pub fn framing(parts: &mut http::response::Parts) -> Result<Framing, DirectError
     })
 }
 
+/// A long-lived GET (an event stream) on a connection of its own, made by `pool`'s dial and
+/// closed when the answer ends.
+pub(crate) async fn open(
+    pool: &Pool,
+    head: &http::request::Parts,
+    connect_timeout: std::time::Duration,
+) -> Result<Response<DirectBody>, BoxError> {
+    let io = pool.dial_io(connect_timeout).await?;
+    exchange(io, head).await
+}
+
 /// Send `req` (a GET without a body) on `io` and read the answer's head; the body is read as the
 /// client takes it. Informational answers (1xx but 101) are skipped, as hyper does.
-pub(crate) async fn exchange(mut io: Io, req: &http::request::Parts) -> Result<Response<DirectBody>, BoxError> {
+async fn exchange(mut io: Io, req: &http::request::Parts) -> Result<Response<DirectBody>, BoxError> {
     io.write_all(&request_head(req)).await?;
     io.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);

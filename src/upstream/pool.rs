@@ -248,7 +248,7 @@ impl Pool {
     }
 
     /// A new connection to the server, by the pool's transport.
-    async fn dial_io(&self, timeout: Duration) -> Result<Io, BoxError> {
+    pub(crate) async fn dial_io(&self, timeout: Duration) -> Result<Io, BoxError> {
         let timed_out = || std::io::Error::new(std::io::ErrorKind::TimedOut, "connection timed out");
         Ok(match &self.dial {
             Dial::Tcp => {
@@ -325,18 +325,6 @@ impl Pool {
                 },
             }
         }
-    }
-
-    /// A long-lived GET (an event stream) on a connection of its own, read by the gateway itself
-    /// (`direct.rs`): nothing of hyper's client stays for the stream's life. The connection is
-    /// closed when the answer ends.
-    pub(crate) async fn open_direct(
-        &self,
-        head: &http::request::Parts,
-        connect_timeout: Duration,
-    ) -> Result<Response<super::direct::DirectBody>, BoxError> {
-        let io = self.dial_io(connect_timeout).await?;
-        super::direct::exchange(io, head).await
     }
 
     #[cfg(test)]

@@ -136,7 +136,7 @@ async fn fetch(addr: &str) -> Result<(Response<()>, Result<Vec<u8>, DirectError>
         .body(())
         .unwrap()
         .into_parts();
-    let resp = pool.open_direct(&head, std::time::Duration::from_secs(5)).await?;
+    let resp = open(&pool, &head, std::time::Duration::from_secs(5)).await?;
     let (parts, mut body) = resp.into_parts();
     let mut data = Vec::new();
     let read = loop {
