@@ -25,6 +25,9 @@ use super::pool::{Io, Pool};
 /// The largest answer head read, and the most header fields in it (hyper's client allows 100).
 pub const MAX_HEAD: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 100;
+/// Informational answers (100, 102, 103) skipped before the answer; a server that sends more is
+/// refused rather than read forever.
+pub const MAX_INFORMATIONAL: usize = 8;
 /// Bytes read at a time; from a buffer on the stack, so an idle stream keeps none.
 const READ_SIZE: usize = 8 * 1024;
 
@@ -39,6 +42,8 @@ pub enum DirectError {
     BadLength,
     #[error("the upstream switched protocols unasked")]
     Switched,
+    #[error("the upstream sent more than {MAX_INFORMATIONAL} informational answers")]
+    TooManyInformational,
     #[error("the connection closed before a response")]
     ClosedBeforeAnswer,
     #[error("the upstream closed the connection in the middle of the answer")]
@@ -166,6 +171,7 @@ async fn exchange(mut io: Io, req: &http::request::Parts) -> Result<Response<Dir
     io.write_all(&request_head(req)).await?;
     io.flush().await?;
     let mut buf = BytesMut::with_capacity(1024);
+    let mut informational = 0;
     loop {
         if let Some((mut parts, len)) = parse_head(&buf)? {
             let rest = buf.split_off(len).freeze();
@@ -173,6 +179,10 @@ async fn exchange(mut io: Io, req: &http::request::Parts) -> Result<Response<Dir
                 return Err(DirectError::Switched.into());
             }
             if parts.status.is_informational() {
+                informational += 1;
+                if informational > MAX_INFORMATIONAL {
+                    return Err(DirectError::TooManyInformational.into());
+                }
                 buf = BytesMut::from(&rest[..]);
                 continue;
             }

@@ -186,7 +186,7 @@ async fn a_cut_answer_is_an_error_and_a_close_delimited_one_ends() {
 }
 
 #[tokio::test]
-async fn no_answer_or_a_switch_is_an_error_that_says_so() {
+async fn no_answer_a_switch_or_too_many_informational_answers_are_errors_that_say_so() {
     let (addr, _) = answering(b"", 1).await;
     let err = fetch(&addr).await.expect_err("no answer");
     assert_eq!(
@@ -198,5 +198,27 @@ async fn no_answer_or_a_switch_is_an_error_that_says_so() {
     assert_eq!(
         crate::upstream::describe(&*err),
         "the upstream switched protocols unasked"
+    );
+    // Informational answers are skipped, up to a bound: eight and then the answer is read; a
+    // ninth is refused.
+    let eight: &'static [u8] = format!(
+        "{}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(8)
+    )
+    .leak()
+    .as_bytes();
+    let (addr, _) = answering(eight, 64).await;
+    assert_eq!(fetch(&addr).await.unwrap().1.unwrap(), b"ok");
+    let nine: &'static [u8] = format!(
+        "{}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(9)
+    )
+    .leak()
+    .as_bytes();
+    let (addr, _) = answering(nine, 64).await;
+    let err = fetch(&addr).await.expect_err("nine informational answers");
+    assert_eq!(
+        crate::upstream::describe(&*err),
+        "the upstream sent more than 8 informational answers"
     );
 }
