@@ -76,7 +76,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
 
     let (mut parts, body) = response.into_parts();
     clean_headers(&mut parts.headers, endpoint, target)?;
-    let pinned = project.config.directory.as_deref().filter(|_| project.shared_upstream);
+    let pinned = pinned_on_shared(target);
 
     // Small bodies the gateway must read: a terminal ticket, a listing to scope, a created
     // session's id (audited creates only).
@@ -115,14 +115,16 @@ pub(super) fn answer_direct(
 ) -> Result<Response<ProxyBody>, HttpError> {
     let (mut parts, body) = response.into_parts();
     clean_headers(&mut parts.headers, endpoint, target)?;
-    let pinned = target
-        .project
-        .config
-        .directory
-        .as_deref()
-        .filter(|_| target.project.shared_upstream);
+    let pinned = pinned_on_shared(target);
     let body = streamed(target.treatment(), pinned, &mut parts.headers, body, endpoint);
     Ok(Response::from_parts(parts, body.holding(stream_slot)))
+}
+
+/// The directory a pinned project's answers are scoped to, when it shares its upstream with
+/// other directories (on a server of its own there is nothing else to hide).
+fn pinned_on_shared(target: &Target) -> Option<&Path> {
+    let project = &*target.project;
+    project.config.directory.as_deref().filter(|_| project.shared_upstream)
 }
 
 /// Whether this answer is compressed here, and with what: the web UI's own files and the few API

@@ -127,11 +127,7 @@ impl Chunked {
                     _ => return Err(ChunkError::BadSize),
                 },
             },
-            State::Extension => match b {
-                b'\r' => State::SizeLf,
-                b'\n' => return Err(ChunkError::BadLineEnd),
-                _ => self.count(State::Extension, MAX_LINE)?,
-            },
+            State::Extension => self.line_byte(b, State::SizeLf, State::Extension, MAX_LINE)?,
             State::SizeLf => match b {
                 b'\n' if self.size == 0 => {
                     self.line = 0;
@@ -151,16 +147,9 @@ impl Chunked {
                 }
                 _ => return Err(ChunkError::BadLineEnd),
             },
-            State::TrailerStart => match b {
-                b'\r' => State::EndLf,
-                b'\n' => return Err(ChunkError::BadLineEnd),
-                _ => self.count(State::Trailer, MAX_TRAILERS)?,
-            },
-            State::Trailer => match b {
-                b'\r' => State::TrailerLf,
-                b'\n' => return Err(ChunkError::BadLineEnd),
-                _ => self.count(State::Trailer, MAX_TRAILERS)?,
-            },
+            // An empty line ends the trailers (and the answer); any other is a trailer field.
+            State::TrailerStart => self.line_byte(b, State::EndLf, State::Trailer, MAX_TRAILERS)?,
+            State::Trailer => self.line_byte(b, State::TrailerLf, State::Trailer, MAX_TRAILERS)?,
             State::TrailerLf | State::EndLf => match (b, self.state) {
                 (b'\n', State::TrailerLf) => State::TrailerStart,
                 (b'\n', _) => State::Done,
@@ -169,6 +158,16 @@ impl Chunked {
             State::Data(_) | State::Done => unreachable!("handled by feed"),
         };
         Ok(())
+    }
+
+    /// A byte of a skipped line (an extension, a trailer): CR goes to `at_cr`, a bare LF is
+    /// refused, anything else is counted against `max` and reads on in `inside`.
+    fn line_byte(&mut self, b: u8, at_cr: State, inside: State, max: usize) -> Result<State, ChunkError> {
+        match b {
+            b'\r' => Ok(at_cr),
+            b'\n' => Err(ChunkError::BadLineEnd),
+            _ => self.count(inside, max),
+        }
     }
 
     /// One more byte of a bounded line: `next`, unless that passes `max`.

@@ -219,11 +219,26 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let s = setup_pinned("echo unused", true).await;
     let other = tempfile::tempdir().unwrap();
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
-    let events = EventLog::open(&s.client, "/p/demo/global/event", &alice()).await;
-    events.wait_for("server.connected", Duration::from_secs(20)).await;
-    // OpenCode joins the stream to its bus just after "connected": a probe session in the project
-    // (listed and announced like the project's own, so the checks below still hold) shows it has.
-    events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
+    // The global event stream by its plain name and by spellings OpenCode's router reads as the
+    // same route (case, percent-encoding, empty segments, `;` parameters, a directory asked in the
+    // query): each is read on the event-stream road (upstream/direct.rs) and filtered alike.
+    let mut logs = Vec::new();
+    for path in [
+        "/p/demo/global/event".to_string(),
+        "/p/demo/GLOBAL/Event".to_string(),
+        "/p/demo/%67lobal/%65vent".to_string(),
+        "/p/demo/global//event/".to_string(),
+        "/p/demo/global;x=1/event".to_string(),
+        format!("/p/demo/global/event?directory={other_dir}"),
+    ] {
+        let events = EventLog::open(&s.client, &path, &alice()).await;
+        events.wait_for("server.connected", Duration::from_secs(20)).await;
+        // OpenCode joins the stream to its bus just after "connected": a probe session in the
+        // project (listed and announced like the project's own, so the checks below still hold)
+        // shows it has.
+        events.until_subscribed(&s.client, "/p/demo/session", &alice()).await;
+        logs.push((path, events));
+    }
     // Someone with direct access creates a session in another directory of the same server.
     let foreign = session_in(s.oc.port, &s.oc.password, &other_dir).await;
     let foreign_id = foreign["id"].as_str().unwrap();
@@ -257,21 +272,23 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let (status, projects) = json(&s.client, "GET", "/p/demo/project", &alice(), "").await;
     assert_eq!(status, 200);
     assert!(!projects.to_string().contains(&other_dir), "{projects}");
-    // The global event stream carried the project's session.created, not the other one.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !events
-        .events("session.created")
-        .iter()
-        .any(|e| e.to_string().contains(mine_id))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the project's own event never arrived"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    // Every spelling's stream carried the project's session.created, not the other one.
+    for (path, events) in &logs {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !events
+            .events("session.created")
+            .iter()
+            .any(|e| e.to_string().contains(mine_id))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path}: the project's own event never arrived"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let all: Vec<String> = events.events("session.created").iter().map(|e| e.to_string()).collect();
+        assert!(all.iter().all(|e| !e.contains(foreign_id)), "{path}: {all:?}");
     }
-    let all: Vec<String> = events.events("session.created").iter().map(|e| e.to_string()).collect();
-    assert!(all.iter().all(|e| !e.contains(foreign_id)), "{all:?}");
 }
 
 /// The reference the properties and fuzz targets judge the gateway by (tests/oracle/), against the

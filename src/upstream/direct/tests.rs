@@ -150,6 +150,14 @@ async fn fetch(addr: &str) -> Result<(Response<()>, Result<Vec<u8>, DirectError>
     Ok((Response::from_parts(parts, ()), read))
 }
 
+/// `n` informational answers (103), then a 200 whose body is "ok".
+fn hints_then_ok(n: usize) -> &'static [u8] {
+    let hints = "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(n);
+    format!("{hints}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        .leak()
+        .as_bytes()
+}
+
 #[tokio::test]
 async fn an_event_stream_is_read_from_its_own_connection_whatever_the_writes() {
     const ANSWER: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\nf\r\ndata: {\"a\":1}\n\n\r\nf\r\ndata: {\"b\":2}\n\n\r\n0\r\n\r\n";
@@ -201,21 +209,9 @@ async fn no_answer_a_switch_or_too_many_informational_answers_are_errors_that_sa
     );
     // Informational answers are skipped, up to a bound: eight and then the answer is read; a
     // ninth is refused.
-    let eight: &'static [u8] = format!(
-        "{}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-        "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(8)
-    )
-    .leak()
-    .as_bytes();
-    let (addr, _) = answering(eight, 64).await;
+    let (addr, _) = answering(hints_then_ok(8), 64).await;
     assert_eq!(fetch(&addr).await.unwrap().1.unwrap(), b"ok");
-    let nine: &'static [u8] = format!(
-        "{}HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
-        "HTTP/1.1 103 Early Hints\r\n\r\n".repeat(9)
-    )
-    .leak()
-    .as_bytes();
-    let (addr, _) = answering(nine, 64).await;
+    let (addr, _) = answering(hints_then_ok(9), 64).await;
     let err = fetch(&addr).await.expect_err("nine informational answers");
     assert_eq!(
         crate::upstream::describe(&*err),
