@@ -59,6 +59,19 @@ mod chunked_reference;
 #[path = "properties/chunked.rs"]
 mod chunked;
 
+/// An answer head read the plain way, written apart from the direct road's reader (shared with
+/// fuzz/).
+#[path = "oracle/answer_head.rs"]
+mod answer_head_reference;
+
+/// The direct road's reading of an answer head, in the reference's terms (shared with fuzz/).
+#[path = "support/answer_head_reading.rs"]
+mod answer_head_reading;
+
+/// The direct road's answer-head reader against the reference.
+#[path = "properties/answer_head.rs"]
+mod answer_head;
+
 /// A concrete path for a pattern, with parameter values no route name can be mistaken for.
 fn concrete(pattern: &str) -> String {
     pattern

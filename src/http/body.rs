@@ -196,11 +196,10 @@ impl ProxyBody {
     }
 
     /// The upstream connection this body comes from: back to the pool once the body is read.
-    pub(crate) fn leased(mut self, lease: Lease) -> Self {
-        if self.is_end_stream() {
-            lease.release();
-        } else {
-            self.lease = Some(lease);
+    pub(crate) fn leased(mut self, lease: Option<Lease>) -> Self {
+        match lease {
+            Some(lease) if self.is_end_stream() => lease.release(),
+            lease => self.lease = lease,
         }
         self
     }
@@ -384,7 +383,11 @@ pub(crate) const SMALL_BODY: usize = 1024 * 1024;
 
 /// An upstream's answer read whole (at most `max` bytes), for the few routes the gateway must
 /// look into; `None` when it was cut or larger.
-pub(crate) async fn read_whole(body: Incoming, max: usize) -> Option<Bytes> {
+pub(crate) async fn read_whole<B>(body: B, max: usize) -> Option<Bytes>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     use http_body_util::BodyExt;
     Some(http_body_util::Limited::new(body, max).collect().await.ok()?.to_bytes())
 }

@@ -16,8 +16,10 @@ use crate::gateway::state::ProjectState;
 use crate::http::body::{ProxyBody, RequestBody};
 use crate::http::error::HttpError;
 use crate::http::rewrite::{self, Forward};
-use crate::policy::plan::{AuditKind, Treatment};
+use crate::http::source::Source;
+use crate::policy::plan::AuditKind;
 use crate::upstream::endpoint::Endpoint;
+use crate::upstream::pool::{Lease, Pool};
 use crate::upstream::{ClientBodyFault, UpstreamBody};
 
 pub(crate) struct Forwarding<'a> {
@@ -59,20 +61,17 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
             upgrade,
         )?;
         let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
-        if direct_road(target, &parts, upgrading, &body) {
-            // Boxed: taken once per event stream, and it keeps its own future out of every
-            // request's (which hyper keeps per HTTP/1.1 connection).
-            return Box::pin(direct(gw, f.endpoint, target, parts, f.stream_slot)).await;
-        }
         // Streams may legitimately say nothing for a long time (the per-session event stream
         // sends no headers until its first event), so only ordinary requests are timed.
         let asked = std::time::Instant::now();
         // Pinned where it is made: the time-out wraps a reference, not a copy of the future.
-        let sent = std::pin::pin!(
-            f.endpoint
-                .pool
-                .send(Request::from_parts(parts, body), gw.limits.upstream_connect_timeout)
-        );
+        let sent = std::pin::pin!(send(
+            &f.endpoint.pool,
+            parts,
+            body,
+            upgrading,
+            gw.limits.upstream_connect_timeout
+        ));
         let result = match target.treatment().long_lived() {
             true => sent.await,
             false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
@@ -97,32 +96,25 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
     }
 }
 
-/// An event stream (a GET without a body on an event route) takes the event-stream road: a
-/// connection of its own, read by the gateway itself, so that an idle stream keeps no client
-/// buffers of hyper's upstream (`upstream/direct.rs`).
-fn direct_road(target: &Target, parts: &Parts, upgrading: bool, body: &UpstreamBody) -> bool {
-    use hyper::body::Body as _;
-    matches!(target.treatment(), Treatment::EventStream | Treatment::GlobalEvents)
-        && parts.method == http::Method::GET
-        && !upgrading
-        && body.is_end_stream()
-}
-
-/// The event-stream road: the same head, sent on a connection of its own; the answer's headers
-/// and body go through the same rules as a pooled answer's. Not timed, as no stream is.
-async fn direct(
-    gw: &Gateway,
-    endpoint: &Endpoint,
-    target: &Target,
+/// The request on its road to the upstream: one without a body that is not a protocol switch (a
+/// GET or a HEAD) on the direct road (`upstream/direct.rs`), the gateway writing it and reading
+/// the answer on a kept connection; anything else through hyper's client on a pooled one, lent
+/// with its answer. The same pool and dial either way.
+async fn send(
+    pool: &Arc<Pool>,
     parts: Parts,
-    stream_slot: Option<StreamHold>,
-) -> Result<Response<ProxyBody>, HttpError> {
-    let asked = std::time::Instant::now();
-    let result = crate::upstream::direct::open(&endpoint.pool, &parts, gw.limits.upstream_connect_timeout)
-        .await
-        .map(|r| (r, ()));
-    let (response, ()) = received(gw, &target.project, asked, result)?;
-    response::answer_direct(endpoint, target, response, stream_slot)
+    body: UpstreamBody,
+    upgrading: bool,
+    connect_timeout: std::time::Duration,
+) -> Result<(Response<Source>, Option<Lease>), crate::upstream::BoxError> {
+    use hyper::body::Body as _;
+    let bodiless = matches!(parts.method, http::Method::GET | http::Method::HEAD) && body.is_end_stream();
+    if bodiless && !upgrading {
+        let response = crate::upstream::direct::send(pool, &parts, connect_timeout).await?;
+        return Ok((response.map(Source::from), None));
+    }
+    let (response, lease) = pool.send(Request::from_parts(parts, body), connect_timeout).await?;
+    Ok((response.map(Source::Pooled), Some(lease)))
 }
 
 /// The client's side of a protocol switch, taken with the request's extensions (where hyper keeps

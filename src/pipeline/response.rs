@@ -9,7 +9,6 @@ use std::path::Path;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, StatusCode, header};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use super::request::Target;
@@ -19,6 +18,7 @@ use crate::http::body::ProxyBody;
 use crate::http::body::{SMALL_BODY, read_whole};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
+use crate::http::source::Source;
 use crate::policy::plan::Treatment;
 use crate::policy::scope;
 use crate::support::compress;
@@ -32,8 +32,10 @@ pub(crate) struct Answer<'a> {
     pub user: &'a str,
     pub target: &'a Target,
     pub endpoint: &'a Endpoint,
-    pub response: Response<Incoming>,
-    pub lease: Lease,
+    pub response: Response<Source>,
+    /// The pooled connection hyper's client lent with the answer; the direct road's answers give
+    /// theirs back themselves (`upstream/direct.rs`).
+    pub lease: Option<Lease>,
     pub client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     pub stream_slot: Option<StreamHold>,
     pub terminal_close: Option<crate::http::audit::TerminalClose>,
@@ -96,7 +98,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
             let bytes = read_whole(body, len)
                 .await
                 .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
-            lease.release();
+            release(lease);
             Ok(compressed(gw, target, endpoint, parts, bytes, ask).await)
         })
         .await;
@@ -105,19 +107,11 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
 }
 
-/// An event stream's answer read on its own connection (`upstream/direct.rs`): the same header
-/// rules and body treatment as a pooled answer's ([`answer`]); no connection goes back to a pool.
-pub(super) fn answer_direct(
-    endpoint: &Endpoint,
-    target: &Target,
-    response: Response<crate::upstream::direct::DirectBody>,
-    stream_slot: Option<StreamHold>,
-) -> Result<Response<ProxyBody>, HttpError> {
-    let (mut parts, body) = response.into_parts();
-    clean_headers(&mut parts.headers, endpoint, target)?;
-    let pinned = pinned_on_shared(target);
-    let body = streamed(target.treatment(), pinned, &mut parts.headers, body, endpoint);
-    Ok(Response::from_parts(parts, body.holding(stream_slot)))
+/// A pooled connection whose answer was read whole goes back to its pool.
+fn release(lease: Option<Lease>) {
+    if let Some(lease) = lease {
+        lease.release();
+    }
 }
 
 /// The directory a pinned project's answers are scoped to, when it shares its upstream with
@@ -157,7 +151,7 @@ fn streamed(
     treatment: Treatment,
     pinned: Option<&Path>,
     headers: &mut HeaderMap,
-    body: impl Into<crate::http::source::Source>,
+    body: Source,
     endpoint: &Endpoint,
 ) -> ProxyBody {
     match (treatment, pinned) {
@@ -190,7 +184,7 @@ fn listing_filter(treatment: Treatment, pinned: Option<&Path>) -> Option<Filter>
 fn upgraded(
     gw: &Gateway,
     endpoint: &Endpoint,
-    mut response: Response<Incoming>,
+    mut response: Response<Source>,
     client_upgrade: hyper::upgrade::OnUpgrade,
     stream_slot: Option<StreamHold>,
     terminal_close: Option<crate::http::audit::TerminalClose>,
@@ -225,8 +219,8 @@ async fn read_small(
     target: &Target,
     endpoint: &Endpoint,
     mut parts: http::response::Parts,
-    body: Incoming,
-    lease: Lease,
+    body: Source,
+    lease: Option<Lease>,
     Small {
         ticket,
         listing,
@@ -239,7 +233,7 @@ async fn read_small(
     let mut bytes: Bytes = read_whole(body, max)
         .await
         .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut or too large to scope"))?;
-    lease.release();
+    release(lease);
     if let Some(slot) = created {
         *slot = crate::audit::created_session(&bytes);
     }

@@ -31,6 +31,12 @@ struct Idle {
     since: Instant,
 }
 
+/// A connection of the direct road (`direct.rs`) between requests: no task drives it.
+struct Kept {
+    io: Io,
+    since: Instant,
+}
+
 /// How a pool reaches its server: a TCP connection to its address, or a `direct-tcpip` channel
 /// on a box's SSH connection to the address as the box sees it. The connection that comes back
 /// is driven the same way either way: one road, two transports.
@@ -120,6 +126,8 @@ pub struct Pool {
     /// task runs on the runtime that opened it, so it is lent only to requests on that runtime.
     /// Most recently returned last: checkouts take the warmest connection.
     idle: Vec<Mutex<Vec<Idle>>>,
+    /// The direct road's connections between requests, by worker as `idle`.
+    kept: Vec<Mutex<Vec<Kept>>>,
 }
 
 impl fmt::Debug for Pool {
@@ -219,12 +227,12 @@ impl Pool {
 
     /// A pool whose connections are made by `dial` (a box's channels) to `authority`.
     pub(crate) fn with_dial(authority: String, dial: Dial) -> Arc<Self> {
+        let lists = crate::support::workers::count() + 1;
         Arc::new(Pool {
             authority,
             dial,
-            idle: (0..=crate::support::workers::count())
-                .map(|_| Mutex::new(Vec::new()))
-                .collect(),
+            idle: (0..lists).map(|_| Mutex::new(Vec::new())).collect(),
+            kept: (0..lists).map(|_| Mutex::new(Vec::new())).collect(),
         })
     }
 
@@ -232,8 +240,34 @@ impl Pool {
         &self.dial
     }
 
-    fn list(&self) -> usize {
+    /// The idle lists of the worker this runs on.
+    pub(crate) fn worker(&self) -> usize {
         crate::support::workers::current() % self.idle.len()
+    }
+
+    /// The direct road's most recently kept connection on `worker`, if one has not idled too
+    /// long. One the server has closed meanwhile is noticed by the road, which then takes another.
+    pub(crate) fn take_kept(&self, worker: usize) -> Option<Io> {
+        let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
+        let c = kept.pop()?;
+        if Instant::now() - c.since < IDLE_FOR {
+            return Some(c.io);
+        }
+        // The newest has idled too long: so have all the others.
+        kept.clear();
+        None
+    }
+
+    /// A direct road's connection whose answer was read to its end, kept for the next request.
+    pub(crate) fn give_back(&self, worker: usize, io: Io) {
+        let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let stale = kept.iter().take_while(|c| now - c.since >= IDLE_FOR).count();
+        kept.drain(..stale);
+        if kept.len() >= MAX_IDLE {
+            kept.remove(0);
+        }
+        kept.push(Kept { io, since: now });
     }
 
     fn checkout(&self, list: usize) -> Option<SendRequest<UpstreamBody>> {
@@ -291,7 +325,7 @@ impl Pool {
         mut req: Request<UpstreamBody>,
         connect_timeout: Duration,
     ) -> Result<(Response<Incoming>, Lease), BoxError> {
-        let worker = self.list();
+        let worker = self.worker();
         loop {
             let (mut sender, pooled) = match self.checkout(worker) {
                 Some(s) => (s, true),

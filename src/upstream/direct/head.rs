@@ -1,0 +1,170 @@
+//! Heads on the direct road: the request head written as hyper's client writes it, the answer's
+//! head read by `httparse` without copying its values, and how the answer's body is framed.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version, header};
+
+use super::DirectError;
+use crate::upstream::chunked::Chunked;
+
+/// The largest answer head read, and the most header fields in it (hyper's client allows 100).
+pub const MAX_HEAD: usize = 64 * 1024;
+pub const MAX_HEADERS: usize = 100;
+
+/// Headers the gateway may add to an answer.
+const ROOM: usize = 4;
+
+/// How an answer's body ends.
+#[derive(Debug, Clone)]
+pub enum Framing {
+    Empty,
+    Length(u64),
+    Chunked(Chunked),
+    /// Until the upstream closes the connection.
+    Close,
+}
+
+/// The request head, as hyper's client would write it: the request line and every field.
+pub fn request_head(req: &http::request::Parts) -> Vec<u8> {
+    let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
+    let fields: usize = req.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
+    let mut head = Vec::with_capacity(req.method.as_str().len() + target.len() + fields + 14);
+    head.extend_from_slice(req.method.as_str().as_bytes());
+    head.push(b' ');
+    head.extend_from_slice(target.as_bytes());
+    head.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &req.headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    head
+}
+
+/// An answer's head from the start of `buf`: its parts, and the head's length; `None` while the
+/// head is not whole.
+pub fn parse_head(buf: &[u8]) -> Result<Option<(http::response::Parts, usize)>, DirectError> {
+    let mut bytes = BytesMut::from(buf);
+    Ok(take_head(&mut bytes)?.map(|parts| (parts, buf.len() - bytes.len())))
+}
+
+/// Where a field's name and value lie in the head.
+#[derive(Clone, Copy, Default)]
+struct Field {
+    name: (u32, u32),
+    value: (u32, u32),
+}
+
+/// The answer's head taken off the front of `buf`, when it is whole. The values are slices of
+/// the head's bytes, not copies (as hyper's client keeps them).
+pub fn take_head(buf: &mut BytesMut) -> Result<Option<http::response::Parts>, DirectError> {
+    // Left uninitialized until parsed, as hyper's client does: this runs on every request.
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut parsed, buf, &mut fields)
+    {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD => return Err(DirectError::HeadTooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(DirectError::BadHead(e.to_string())),
+    };
+    if len > MAX_HEAD {
+        return Err(DirectError::HeadTooLarge);
+    }
+    let code = parsed.code.ok_or_else(|| DirectError::BadHead("no status".into()))?;
+    let status = StatusCode::from_u16(code).map_err(|e| DirectError::BadHead(e.to_string()))?;
+    let version = if parsed.version == Some(1) {
+        Version::HTTP_11
+    } else {
+        Version::HTTP_10
+    };
+    let start = buf.as_ptr() as usize;
+    let at = |s: &[u8]| {
+        let from = (s.as_ptr() as usize - start) as u32;
+        (from, from + s.len() as u32)
+    };
+    let mut places = [Field::default(); MAX_HEADERS];
+    let count = parsed.headers.len();
+    for (place, f) in places.iter_mut().zip(parsed.headers.iter()) {
+        *place = Field {
+            name: at(f.name.as_bytes()),
+            value: at(f.value),
+        };
+    }
+    let head: Bytes = buf.split_to(len).freeze();
+    let slice = |(from, to): (u32, u32)| head.slice(from as usize..to as usize);
+    // Room for the few headers the answer's rules add (`http/rewrite.rs`), so the map is not
+    // grown (and rehashed) on its way to the client.
+    let mut headers = HeaderMap::with_capacity(count + ROOM);
+    for place in &places[..count] {
+        let name = HeaderName::from_bytes(&slice(place.name)).map_err(|e| DirectError::BadHead(e.to_string()))?;
+        let value =
+            HeaderValue::from_maybe_shared(slice(place.value)).map_err(|e| DirectError::BadHead(e.to_string()))?;
+        headers.append(name, value);
+    }
+    let (mut parts, ()) = Response::new(()).into_parts();
+    parts.status = status;
+    parts.version = version;
+    parts.headers = headers;
+    Ok(Some(parts))
+}
+
+/// How the body of an answer with this head ends (RFC 9112 §6.3). A Content-Length beside a
+/// transfer coding is dropped: the coding frames the body, and the client must not be told a
+/// length the body does not have. An answer to a HEAD has no body, whatever its head says.
+pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Framing, DirectError> {
+    let status = parts.status;
+    if head_only || status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+    {
+        return Ok(Framing::Empty);
+    }
+    let codings = parts.headers.get_all(header::TRANSFER_ENCODING);
+    if codings.iter().next().is_some() {
+        let last = codings
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(|c| c.trim_ascii())
+            .rfind(|c| !c.is_empty());
+        let framing = match last {
+            Some(c) if c.eq_ignore_ascii_case(b"chunked") => Framing::Chunked(Chunked::default()),
+            _ => Framing::Close,
+        };
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Ok(framing);
+    }
+    let mut length = None;
+    for value in parts.headers.get_all(header::CONTENT_LENGTH) {
+        for item in value.as_bytes().split(|&b| b == b',') {
+            let item = item.trim_ascii();
+            if item.is_empty() || !item.iter().all(u8::is_ascii_digit) || item.len() > 19 {
+                return Err(DirectError::BadLength);
+            }
+            let n: u64 = std::str::from_utf8(item)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or(DirectError::BadLength)?;
+            if length.is_some_and(|l| l != n) {
+                return Err(DirectError::BadLength);
+            }
+            length = Some(n);
+        }
+    }
+    Ok(match length {
+        Some(0) => Framing::Empty,
+        Some(n) => Framing::Length(n),
+        None => Framing::Close,
+    })
+}
+
+/// Whether the connection may carry another request once this answer's body has ended: an
+/// HTTP/1.1 answer whose end is framed and whose server did not say `Connection: close`.
+pub fn keeps_alive(parts: &http::response::Parts, framing: &Framing) -> bool {
+    let closes = parts.headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+    });
+    parts.version == Version::HTTP_11 && !closes && !matches!(framing, Framing::Close)
+}
