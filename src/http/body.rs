@@ -52,6 +52,19 @@ pub(crate) struct AccessRecord {
     pub started: Instant,
     /// The audit record begun for an audited route, finished when the status is known.
     pub audit: Option<Box<crate::http::audit::Pending>>,
+    /// Whether the line was written (by the answer's body, at its end).
+    written: bool,
+}
+
+/// A request dropped before it had an answer (its client went away while the gateway or the
+/// upstream was still working on it) still gets its line, with status 0: an answer that never
+/// came is what an operator looks for in the log.
+impl Drop for AccessRecord {
+    fn drop(&mut self) {
+        if !self.written && self.status == 0 {
+            self.emit(0, "client_gone");
+        }
+    }
 }
 
 impl AccessRecord {
@@ -74,6 +87,7 @@ impl AccessRecord {
             reason: None,
             started: Instant::now(),
             audit: None,
+            written: false,
         }
     }
 
@@ -87,7 +101,8 @@ impl AccessRecord {
             .count(self.class, status);
     }
 
-    fn emit(&self, bytes: u64, outcome: &str) {
+    fn emit(&mut self, bytes: u64, outcome: &str) {
+        self.written = true;
         tracing::info!(
             target: "access",
             peer = %self.peer,

@@ -108,6 +108,35 @@ async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
+/// A client that leaves before its answer came (the upstream is still working on it) still
+/// leaves an access line: status 0, outcome client_gone. Without it an answer that never came is
+/// invisible in the log.
+#[tokio::test]
+async fn a_request_whose_client_leaves_before_the_answer_is_logged_as_gone() {
+    let (gw, _web, _api, c) = two_projects("").await;
+    let left = tokio::time::timeout(Duration::from_millis(1500), c.get("/p/web/slow", Some(&alice()))).await;
+    assert!(left.is_err(), "the upstream never answers /slow");
+    assert!(
+        gw.wait_log("client_gone", Duration::from_secs(10)).await,
+        "no line for the abandoned request:\n{}",
+        gw.logs()
+    );
+    let logs = gw.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("/p/web/slow") && l.contains("client_gone"))
+        .unwrap_or_else(|| panic!("no access line for /p/web/slow:\n{logs}"));
+    for field in [
+        "access:",
+        "status=0 ",
+        "user=\"alice\"",
+        "project=\"web\"",
+        "outcome=\"client_gone\"",
+    ] {
+        assert!(line.contains(field), "{field} not in {line}");
+    }
+}
+
 #[tokio::test]
 async fn client_credentials_never_reach_the_upstream_and_its_password_never_comes_back() {
     let (gw, web, _api, c) = two_projects("").await;
