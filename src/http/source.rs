@@ -1,6 +1,6 @@
-//! The upstream's answer body, by either road: a pooled connection's (hyper's `Incoming`), or an
-//! event stream read on a connection of its own (`upstream/direct.rs`). One type for the response
-//! body's redaction and event filtering, whichever road the answer took.
+//! The upstream's answer body, by either road: hyper's client's (`Incoming`, for requests with a
+//! body and upgrades), or the direct road's (`upstream/direct.rs`, for requests without one).
+//! One type for the response body's redaction and event filtering, whichever road it took.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};

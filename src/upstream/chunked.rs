@@ -1,5 +1,5 @@
 //! The chunked transfer coding of an upstream's answer (RFC 9112 §7.1), decoded as bytes arrive,
-//! for the event-stream road that reads the upstream's answer itself (`direct.rs`). Strict where
+//! for the direct road that reads the upstream's answer itself (`direct.rs`). Strict where
 //! the coding is: hex sizes only (no sign, no prefix, at most 15 digits), CRLF line ends, and
 //! bounded extension and trailer lines; a chunk extension or trailer is skipped, never passed on.
 //! Decoding does not depend on where the reads split the bytes (property test and fuzz target).

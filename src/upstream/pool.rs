@@ -6,6 +6,10 @@
 //! response body has been read to its end; a response dropped early takes its connection with it,
 //! and hyper closes it. (hyper-util's general-purpose pool did all of this too, at about a tenth of
 //! the gateway's instructions per request: see docs/performance.md.)
+//!
+//! The pool also keeps the direct road's connections between requests (`kept`; `direct.rs`
+//! writes and reads them itself, for requests without a body): one pool and one dial per server,
+//! two ways of driving a connection.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -219,6 +223,19 @@ impl Body for Leased {
     }
 }
 
+/// Whether a kept connection has nothing to read, without waiting: its last answer was read to
+/// its end, so data now is out of step and an end means the server closed it. (On a socket whose
+/// readiness is stale this is one `recv` that finds nothing.)
+fn quiet(io: &mut Io) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+    let mut buf = tokio::io::ReadBuf::uninit(&mut byte);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    matches!(
+        tokio::io::AsyncRead::poll_read(Pin::new(io), &mut cx, &mut buf),
+        Poll::Pending
+    )
+}
+
 impl Pool {
     #[cfg(test)]
     pub(crate) fn new(authority: String) -> Arc<Self> {
@@ -245,17 +262,26 @@ impl Pool {
         crate::support::workers::current() % self.idle.len()
     }
 
-    /// The direct road's most recently kept connection on `worker`, if one has not idled too
-    /// long. One the server has closed meanwhile is noticed by the road, which then takes another.
+    /// The direct road's most recently kept connection on `worker` that has not idled too long
+    /// and has nothing to read. No task watches a kept connection, so anything that arrived on it
+    /// since its answer ended (the server's close, or bytes no request asked for) is found here,
+    /// and the connection is closed rather than have those bytes read as the next answer.
     pub(crate) fn take_kept(&self, worker: usize) -> Option<Io> {
-        let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
-        let c = kept.pop()?;
-        if Instant::now() - c.since < IDLE_FOR {
-            return Some(c.io);
+        loop {
+            let mut io = {
+                let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
+                let c = kept.pop()?;
+                if Instant::now() - c.since >= IDLE_FOR {
+                    // The newest has idled too long: so have all the others.
+                    kept.clear();
+                    return None;
+                }
+                c.io
+            };
+            if quiet(&mut io) {
+                return Some(io);
+            }
         }
-        // The newest has idled too long: so have all the others.
-        kept.clear();
-        None
     }
 
     /// A direct road's connection whose answer was read to its end, kept for the next request.
