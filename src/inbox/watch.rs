@@ -118,20 +118,15 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
     if let Err(why) = first_event(&mut body, &mut buf).await {
         return why;
     }
-    for t in targets {
-        let seed = match seed(inbox, endpoint, t.directory.as_deref()).await {
-            Ok(s) => s,
-            Err(why) => return format!("reading the lists: {why}"),
-        };
-        inbox.update(|m, now| {
-            let mut e = m.seed(&t.project, &seed, now);
-            if external {
-                m.set_server(&t.project, ServerState::Running, t.directory.clone());
-            }
-            e.changed = true;
-            e
-        });
+    if let Err(why) = seed_all(inbox, endpoint, targets, external).await {
+        return why;
     }
+    // OpenCode 1.18.33 writes `server.connected` first and joins its bus only when the stream is
+    // read past it (its bundled source: the bus subscription is the stream after the first
+    // event, merged with a heartbeat every 10 s), so a session made just then is in neither the
+    // seed above nor any event. Any second event (a bus event, or the heartbeat) says the
+    // stream has joined: the lists are read once more then, and nothing made in the gap is lost.
+    let mut events = 0usize;
     let mut skipping = false;
     loop {
         let frame = match tokio::time::timeout(QUIET_LIMIT, body.frame()).await {
@@ -154,6 +149,12 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
                 None => event.freeze(),
             };
             dispatch(inbox, targets, &event);
+            events += 1;
+            if events == 2
+                && let Err(why) = seed_all(inbox, endpoint, targets, external).await
+            {
+                return why;
+            }
         }
         if buf.len() > MAX_EVENT_BYTES {
             // Drop what we have of an oversized event, and the rest of it when it ends.
@@ -161,6 +162,24 @@ async fn subscription(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], ex
             skipping = true;
         }
     }
+}
+
+/// Every target's lists read and published (the inbox then shows what they hold).
+async fn seed_all(inbox: &Inbox, endpoint: &Endpoint, targets: &[Target], external: bool) -> Result<(), String> {
+    for t in targets {
+        let seed = seed(inbox, endpoint, t.directory.as_deref())
+            .await
+            .map_err(|why| format!("reading the lists: {why}"))?;
+        inbox.update(|m, now| {
+            let mut e = m.seed(&t.project, &seed, now);
+            if external {
+                m.set_server(&t.project, ServerState::Running, t.directory.clone());
+            }
+            e.changed = true;
+            e
+        });
+    }
+    Ok(())
 }
 
 /// How long the seed waits for the stream's first event.

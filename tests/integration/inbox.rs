@@ -688,11 +688,12 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
     );
 }
 
-/// OpenCode answers `GET /global/event`'s headers before it subscribes the stream to its bus: a
-/// permission asked in between is in no event this stream will carry. The watcher seeds only
-/// after the stream's first event (`server.connected`, written once the subscription exists),
-/// so the seed sees it. (Seeding on the headers lost it for good: the phone test once waited
-/// 30 s for a session made 0.26 s after the watcher started.)
+/// A server that answers `GET /global/event`'s headers before it subscribes the stream to its
+/// bus and writes `server.connected` once subscribed: a permission asked in between is in no
+/// event this stream will carry. The watcher seeds only after the stream's first event, so the
+/// seed sees it. (Seeding on the headers lost it for good: the phone test once waited 30 s for a
+/// session made 0.26 s after the watcher started.) OpenCode 1.18.33's own order is the next
+/// test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
     let fake = InboxUpstream::start("scripted-pw").await;
@@ -708,5 +709,35 @@ async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
         targets.iter().filter(|t| t.starts_with("/global/event")).count(),
         1,
         "found by the first seed, not a reconnect: {targets:?}"
+    );
+}
+
+/// OpenCode 1.18.33 writes `server.connected` first and joins the stream to its bus only when it
+/// is read past it (its bundled source), so a permission asked (or a session made) just then is
+/// in neither the first seed nor any event: with one seed the phone test waited 30 s for a
+/// session made as the watcher started. The watcher reads the lists again on the stream's second
+/// event (any: a joined stream's first, the heartbeat at the latest), and the card shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_made_while_the_stream_joins_the_bus_is_in_the_second_seed() {
+    let fake = InboxUpstream::start("scripted-pw").await;
+    *fake.state.join_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_joining")));
+    let (dir, _keep) = folder();
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
+    inbox_until(
+        &gw,
+        Duration::from_secs(10),
+        "the card asked while the stream joined",
+        |v| has_card(v, "ext", "per_joining"),
+    )
+    .await;
+    let targets = fake.state.targets.lock().unwrap().clone();
+    assert_eq!(
+        targets.iter().filter(|t| t.starts_with("/global/event")).count(),
+        1,
+        "found by the second seed, not a reconnect: {targets:?}"
+    );
+    assert!(
+        targets.iter().filter(|t| t.starts_with("/permission")).count() >= 2,
+        "the lists were read twice: {targets:?}"
     );
 }

@@ -169,6 +169,10 @@ pub struct InboxState {
     /// subscribed (and `server.connected` sent) only after this long; halfway, this permission
     /// is asked, its event sent to no one (the gap a subscriber must not seed in).
     pub subscribe_late: Mutex<Option<(std::time::Duration, serde_json::Value)>>,
+    /// OpenCode 1.18.33's order, read in its bundled source: `server.connected` at once, the
+    /// stream joined to the bus only after this long (halfway, this permission is asked, its
+    /// event sent to no one), and then a heartbeat, the first event only a joined stream sends.
+    pub join_late: Mutex<Option<(std::time::Duration, serde_json::Value)>>,
 }
 
 impl InboxUpstream {
@@ -228,12 +232,28 @@ async fn inbox_handle(
             let (tx, rx) = tokio::sync::mpsc::channel::<String>(16);
             let connected = "data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n";
             let late = state.subscribe_late.lock().unwrap().take();
-            match late {
-                None => {
+            let join_late = state.join_late.lock().unwrap().take();
+            match (late, join_late) {
+                (None, Some((gap, asked))) => {
+                    tx.send(connected.into()).await.unwrap();
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(gap / 2).await;
+                        if let Some(list) = state.permissions.lock().unwrap().as_array_mut() {
+                            list.push(asked);
+                        }
+                        tokio::time::sleep(gap / 2).await;
+                        let heartbeat = "data: {\"payload\":{\"type\":\"server.heartbeat\",\"properties\":{}}}\n\n";
+                        if tx.send(heartbeat.into()).await.is_ok() {
+                            state.streams.lock().unwrap().push(tx);
+                        }
+                    });
+                }
+                (None, None) => {
                     tx.send(connected.into()).await.unwrap();
                     state.streams.lock().unwrap().push(tx);
                 }
-                Some((gap, asked)) => {
+                (Some((gap, asked)), _) => {
                     let state = state.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(gap / 2).await;
