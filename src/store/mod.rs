@@ -72,6 +72,13 @@ mod backends {
         assert_eq!(a.prune_allowances(t + 3 * minute).unwrap(), 1, "only the full one");
         assert_eq!(a.prune_allowances(t + 10 * minute).unwrap(), 1);
         assert_eq!(take(&b, "address:10.0.0.1", t + 10 * minute), Ok(2), "full again");
+        // Charges counted out of the order of their times (two gateways' charges queued on the
+        // row): the burst is still given whole, and not one cell more.
+        let late = t + 20 * minute;
+        assert_eq!(take(&a, "address:10.0.0.3", late + 5), Ok(2));
+        assert_eq!(take(&b, "address:10.0.0.3", late), Ok(1), "timed before the first");
+        assert_eq!(take(&a, "address:10.0.0.3", late + 3), Ok(0), "the third of the burst");
+        assert!(take(&b, "address:10.0.0.3", late + 4).is_err(), "no fourth");
     }
 }
 

@@ -15,6 +15,10 @@ use super::PostgresStore;
 use super::conn::Sql;
 use crate::store::{Changed, StoreError};
 
+/// How far behind the latest charge of an allowance another may be timed and still be counted
+/// as if at the same moment (clocks of gateways, and charges queued on the same row).
+const SKEW_MS: i64 = 1_000;
+
 /// The channel revocations are told on.
 pub(super) const CHANNEL: &str = "ocgw_changed";
 
@@ -124,6 +128,12 @@ impl crate::store::SharedStore for PostgresStore {
 
     fn take_allowance(&self, key: &str, interval: i64, burst: u32, now: i64) -> Result<Result<u32, i64>, StoreError> {
         let window = interval.saturating_mul(i64::from(burst));
+        // Charges that wait on the same row are counted in the order the database takes them,
+        // each with the time its gateway read before it asked: one read a moment later may be
+        // counted first, and the next then finds the row's time ahead of its own "now" and a
+        // cell short (two gateways racing for a burst of 3 got 2 now and then). A charge is
+        // allowed that much behind, half an interval at most, so no whole cell more is ever given.
+        let skew = SKEW_MS.min(interval / 2);
         self.with(|c| {
             // GCRA: the key's theoretical arrival time moves one interval on per cell taken; a
             // cell is there while it stays within `burst` intervals of now. The table keeps the
@@ -131,14 +141,14 @@ impl crate::store::SharedStore for PostgresStore {
             let taken = c.query_opt(
                 "INSERT INTO ocgw_budgets (key, tat) VALUES ($1::TEXT, $2::BIGINT + $3::BIGINT) \
                  ON CONFLICT (key) DO UPDATE SET tat = GREATEST(ocgw_budgets.tat, $2) + $3 \
-                 WHERE GREATEST(ocgw_budgets.tat, $2) + $3 - $2 <= $4::BIGINT \
+                 WHERE GREATEST(ocgw_budgets.tat, $2) + $3 - $2 <= $4::BIGINT + $5::BIGINT \
                  RETURNING tat",
-                &[&key, &now, &interval, &window],
+                &[&key, &now, &interval, &window, &skew],
             )?;
             Ok(match taken {
                 Some(row) => {
                     let tat: i64 = row.get(0);
-                    let left = (window - (tat - now)) / interval.max(1);
+                    let left = (window + skew - (tat - now)) / interval.max(1);
                     Ok(u32::try_from(left).unwrap_or(0))
                 }
                 None => {
