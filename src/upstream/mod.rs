@@ -22,6 +22,8 @@ pub mod ssh_link;
 pub mod supervise;
 #[cfg(test)]
 pub(crate) mod test_box;
+#[cfg(test)]
+pub(crate) mod test_server;
 
 use std::error::Error as StdError;
 use std::future::Future;

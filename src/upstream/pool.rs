@@ -397,42 +397,11 @@ impl Pool {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    /// A minimal HTTP/1.1 server that answers every request on a connection with "ok" and counts
-    /// the connections it accepted.
+    /// A server that answers every request on a connection with "ok", counting the connections.
     async fn server() -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut tcp, _)) = listener.accept().await else {
-                    return;
-                };
-                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    let mut seen = Vec::new();
-                    loop {
-                        let Ok(n) = tcp.read(&mut buf).await else { return };
-                        if n == 0 {
-                            return;
-                        }
-                        seen.extend_from_slice(&buf[..n]);
-                        while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                            seen.drain(..end + 4);
-                            let reply = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            if tcp.write_all(reply).await.is_err() {
-                                return;
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        (addr, accepted)
+        use crate::upstream::test_server::{Act, serve};
+        serve(|_| vec![Act::Write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")]).await
     }
 
     fn get(authority: &str) -> Request<UpstreamBody> {

@@ -24,7 +24,11 @@ pub enum Framing {
     Close,
 }
 
-/// The request head, as hyper's client would write it: the request line and every field.
+/// The request head, as hyper's client would write it for a request without a body: the request
+/// line and every field but the client's framing (`Content-Length`, `Transfer-Encoding`). The
+/// road carries no body, so none is announced: a length or coding the client sent with an empty
+/// body would leave the server waiting for bytes, and read the next request on the kept
+/// connection as them.
 pub fn request_head(req: &http::request::Parts) -> Vec<u8> {
     let target = req.uri.path_and_query().map_or("/", |p| p.as_str());
     let fields: usize = req.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum();
@@ -34,6 +38,9 @@ pub fn request_head(req: &http::request::Parts) -> Vec<u8> {
     head.extend_from_slice(target.as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in &req.headers {
+        if name == header::CONTENT_LENGTH || name == header::TRANSFER_ENCODING {
+            continue;
+        }
         head.extend_from_slice(name.as_str().as_bytes());
         head.extend_from_slice(b": ");
         head.extend_from_slice(value.as_bytes());

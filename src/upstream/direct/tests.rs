@@ -2,6 +2,9 @@ use super::*;
 use http::{header, request};
 use hyper::body::Body as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::Notify;
+
+use crate::upstream::test_server::{Act, serve};
 
 fn parts_of(head: &[u8]) -> http::response::Parts {
     parse_head(head).unwrap().expect("a whole head").0
@@ -21,6 +24,15 @@ fn a_request_head_is_written_as_hyper_writes_it() {
         b"GET /global/event?x=1 HTTP/1.1\r\nhost: 127.0.0.1:4096\r\nauthorization: Basic b3BlbmNvZGU6cHc=\r\n\r\n"
     );
     let _: &request::Parts = &parts;
+    // No framing of the client's: the road carries no body, and announces none.
+    let (parts, ()) = http::Request::get("/session")
+        .header("content-length", "5")
+        .header("transfer-encoding", "chunked")
+        .header("host", "h")
+        .body(())
+        .unwrap()
+        .into_parts();
+    assert_eq!(request_head(&parts), b"GET /session HTTP/1.1\r\nhost: h\r\n\r\n");
 }
 
 #[test]
@@ -233,38 +245,14 @@ async fn no_answer_a_switch_or_too_many_informational_answers_are_errors_that_sa
     );
 }
 
-/// A server on loopback that answers every request head on a connection with `answer` (closing
-/// the connection after each when `close` is set, without saying so) and counts the connections
-/// it accepted.
+/// A server on loopback that answers every request on a connection with `answer` (closing the
+/// connection after each when `close` is set, without saying so), counting the connections.
 async fn serving(answer: &'static [u8], close: bool) -> (String, Arc<AtomicUsize>) {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let count = accepted.clone();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 1024];
-                loop {
-                    let Ok(n) = tcp.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        if tcp.write_all(answer).await.is_err() || close {
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, accepted)
+    serve(move |_| match close {
+        true => vec![Act::Write(answer), Act::Close],
+        false => vec![Act::Write(answer)],
+    })
+    .await
 }
 
 /// `n` requests one after the other on `pool`, each answer read to its end; the bodies.
@@ -339,73 +327,27 @@ async fn a_connection_the_server_closes_or_one_not_read_to_its_end_is_not_reused
     assert_eq!(accepted.load(Ordering::SeqCst), 2);
 }
 
-/// A connection's script on a test server: what it does with each request on it, by its place.
-#[derive(Clone, Copy)]
-enum Script {
-    /// Answers the first request, then sends an answer no request asked for, and stays open.
-    Unasked,
-    /// Answers the first request; on the second, closes without an answer.
-    CloseOnSecond,
-}
-
-/// A server on loopback that follows `script` on every connection, counting them. An unasked
-/// answer is written when `go` is told (after the first answer was read), and `sent` told then.
-async fn scripted(
-    script: Script,
-    go: Arc<tokio::sync::Notify>,
-) -> (String, Arc<AtomicUsize>, Arc<tokio::sync::Notify>) {
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let sent = Arc::new(tokio::sync::Notify::new());
-    let (count, told) = (accepted.clone(), sent.clone());
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            count.fetch_add(1, Ordering::SeqCst);
-            let (told, go) = (told.clone(), go.clone());
-            tokio::spawn(async move {
-                let mut seen = Vec::new();
-                let mut buf = [0u8; 1024];
-                let mut requests = 0;
-                loop {
-                    let Ok(n) = tcp.read(&mut buf).await else { return };
-                    if n == 0 {
-                        return;
-                    }
-                    seen.extend_from_slice(&buf[..n]);
-                    while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
-                        seen.drain(..end + 4);
-                        requests += 1;
-                        match (script, requests) {
-                            (_, 1) => tcp
-                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-                                .await
-                                .unwrap(),
-                            (Script::CloseOnSecond, _) => return,
-                            (Script::Unasked, _) => {}
-                        }
-                        if let (Script::Unasked, 1) = (script, requests) {
-                            go.notified().await;
-                            tcp.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
-                                .await
-                                .unwrap();
-                            told.notify_one();
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (addr, accepted, sent)
-}
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
 
 /// Bytes that arrive on a kept connection after its answer ended are no answer to the next
 /// request: the connection is closed when it is taken, and the request goes on a new one.
 #[tokio::test]
 async fn an_answer_no_request_asked_for_is_never_read_as_the_next_ones() {
-    let go = Arc::new(tokio::sync::Notify::new());
-    let (addr, accepted, sent) = scripted(Script::Unasked, go.clone()).await;
+    let (go, sent) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (later, told) = (go.clone(), sent.clone());
+    // The first request answered; then, once told, an answer no request asked for.
+    let (addr, accepted) = serve(move |n| match n {
+        1 => vec![
+            Act::Write(OK),
+            Act::Later(
+                later.clone(),
+                b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale",
+                told.clone(),
+            ),
+        ],
+        _ => vec![],
+    })
+    .await;
     let pool = Pool::new(addr.clone());
     let waiting = sent.notified();
     assert_eq!(in_turn(&pool, &addr, Method::GET, 1).await, vec![b"ok".to_vec()]);
@@ -431,7 +373,8 @@ async fn an_answer_no_request_asked_for_is_never_read_as_the_next_ones() {
 /// sent again on a new connection; the caller never sees the closed one.
 #[tokio::test]
 async fn a_request_the_server_closed_its_kept_connection_on_is_sent_again() {
-    let (addr, accepted, _) = scripted(Script::CloseOnSecond, Arc::new(tokio::sync::Notify::new())).await;
+    // The first request answered; on the second, the connection closed without an answer.
+    let (addr, accepted) = serve(|n| if n == 1 { vec![Act::Write(OK)] } else { vec![Act::Close] }).await;
     let pool = Pool::new(addr.clone());
     assert_eq!(in_turn(&pool, &addr, Method::GET, 2).await, vec![b"ok".to_vec(); 2]);
     assert_eq!(accepted.load(Ordering::SeqCst), 2, "the closed one, then a new one");

@@ -196,6 +196,27 @@ impl Drop for InboxUpstream {
     }
 }
 
+/// Join `tx` to the stand-in's bus after `gap`, with `joined` as its first event then; halfway,
+/// `asked` is listed as pending, its event sent to no one.
+fn join_after(
+    state: Arc<InboxState>,
+    tx: tokio::sync::mpsc::Sender<String>,
+    gap: std::time::Duration,
+    asked: serde_json::Value,
+    joined: &'static str,
+) {
+    tokio::spawn(async move {
+        tokio::time::sleep(gap / 2).await;
+        if let Some(list) = state.permissions.lock().unwrap().as_array_mut() {
+            list.push(asked);
+        }
+        tokio::time::sleep(gap / 2).await;
+        if tx.send(joined.into()).await.is_ok() {
+            state.streams.lock().unwrap().push(tx);
+        }
+    });
+}
+
 async fn inbox_handle(
     req: Request<Incoming>,
     state: Arc<InboxState>,
@@ -233,38 +254,18 @@ async fn inbox_handle(
             let connected = "data: {\"payload\":{\"type\":\"server.connected\",\"properties\":{}}}\n\n";
             let late = state.subscribe_late.lock().unwrap().take();
             let join_late = state.join_late.lock().unwrap().take();
+            // The event that says the stream has joined the bus: `server.connected` in the older
+            // order, the heartbeat in OpenCode 1.18.33's (whose `server.connected` comes first).
+            let heartbeat = "data: {\"payload\":{\"type\":\"server.heartbeat\",\"properties\":{}}}\n\n";
             match (late, join_late) {
-                (None, Some((gap, asked))) => {
-                    tx.send(connected.into()).await.unwrap();
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(gap / 2).await;
-                        if let Some(list) = state.permissions.lock().unwrap().as_array_mut() {
-                            list.push(asked);
-                        }
-                        tokio::time::sleep(gap / 2).await;
-                        let heartbeat = "data: {\"payload\":{\"type\":\"server.heartbeat\",\"properties\":{}}}\n\n";
-                        if tx.send(heartbeat.into()).await.is_ok() {
-                            state.streams.lock().unwrap().push(tx);
-                        }
-                    });
-                }
                 (None, None) => {
                     tx.send(connected.into()).await.unwrap();
                     state.streams.lock().unwrap().push(tx);
                 }
-                (Some((gap, asked)), _) => {
-                    let state = state.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(gap / 2).await;
-                        if let Some(list) = state.permissions.lock().unwrap().as_array_mut() {
-                            list.push(asked);
-                        }
-                        tokio::time::sleep(gap / 2).await;
-                        if tx.send(connected.into()).await.is_ok() {
-                            state.streams.lock().unwrap().push(tx);
-                        }
-                    });
+                (Some((gap, asked)), _) => join_after(state.clone(), tx, gap, asked, connected),
+                (None, Some((gap, asked))) => {
+                    tx.send(connected.into()).await.unwrap();
+                    join_after(state.clone(), tx, gap, asked, heartbeat);
                 }
             }
             let stream = futures_util::stream::unfold(rx, |mut rx| async move {
