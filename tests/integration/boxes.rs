@@ -46,6 +46,7 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     .await;
     let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
     let work = tempfile::tempdir().unwrap();
+    s.model.answer_when(s.gw.events_opened_after_now());
     let out = crate::real_opencode::run_cli(
         &[
             "run",
@@ -64,9 +65,11 @@ async fn opencode_run_attach_and_a_terminal_reach_a_real_opencode_on_a_box() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stderr.contains("fake-model"),
-        "run over the box failed: {}\n{stderr}\ngateway:\n{}",
+        "run over the box failed ({}): {}\n{stderr}\ngateway:\n{}\naccess lines:\n{}",
+        out.status,
         String::from_utf8_lossy(&out.stdout),
-        s.gw.logs()
+        s.gw.logs(),
+        s.gw.stdout.lock().unwrap()
     );
     // The model's answer came back over the box. `run --attach` (1.18.33) prints none: it ends
     // when its prompt's POST answers, before the event with the text (seen straight to

@@ -59,6 +59,7 @@ async fn a_provider_only_in_the_users_global_config_answers_through_the_gateway(
     // The client as a person runs it, from a home of its own that knows no provider.
     let client_home = tempfile::tempdir().unwrap();
     let url = format!("https://127.0.0.1:{}/p/demo", gw.https.port());
+    model.answer_when(gw.events_opened_after_now());
     let mut cmd = std::process::Command::new(opencode_bin());
     cmd.args(["run", "--attach", &url, "-u", "alice", "-p", ALICE_PW, "hello"])
         .env("NODE_EXTRA_CA_CERTS", gw.ca())
@@ -75,8 +76,10 @@ async fn a_provider_only_in_the_users_global_config_answers_through_the_gateway(
     // from the run's session (the only one).
     assert!(
         out.status.success() && printed.contains("fake-model"),
-        "{printed}\n{}",
-        gw.logs()
+        "{}: {printed}\n{}\naccess lines:\n{}",
+        out.status,
+        gw.logs(),
+        gw.stdout.lock().unwrap()
     );
     let messages = crate::common::opencode::only_session_messages(&c, "demo", &alice).await;
     assert!(messages.to_string().contains(ANSWER), "{messages}");

@@ -37,6 +37,7 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     let s = setup("echo unused").await;
     let url = format!("https://127.0.0.1:{}/p/demo", s.gw.https.port());
     let work = tempfile::tempdir().unwrap();
+    s.model.answer_when(s.gw.events_opened_after_now());
     let out = run_cli(
         &[
             "run",
@@ -56,14 +57,16 @@ async fn opencode_run_attach_through_the_gateway_gets_the_fake_models_answer() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "run failed: {stdout}\n{stderr}\ngateway:\n{}",
+        "run failed ({}): {stdout}\n{stderr}\ngateway:\n{}",
+        out.status,
         s.gw.logs()
     );
     // `run` prints "> build · fake-model" (to stderr) when the assistant message's SSE event
     // reaches it through the gateway.
     assert!(
         stderr.contains("fake-model"),
-        "no event reached the client: {stdout}\n{stderr}"
+        "no event reached the client: {stdout}\n{stderr}\naccess lines:\n{}",
+        s.gw.stdout.lock().unwrap()
     );
     assert!(s.model.requests.load(std::sync::atomic::Ordering::SeqCst) >= 1);
     // The answer is in the session, read back through the gateway.

@@ -416,16 +416,18 @@ async fn through_a_tunnel(on_box: Option<&crate::common::sshd::TestBox>) -> u16 
 
     // opencode run, with no gateway password: the SSH login is the identity.
     let work = tempfile::tempdir().unwrap();
+    model.answer_when(gw.events_opened_after_now());
     let mut cmd = std::process::Command::new(opencode_bin());
     cmd.args(["run", "--attach", &url, "hello over ssh"])
         .current_dir(work.path())
         .env("OPENCODE_DISABLE_MODELS_FETCH", "1");
     let out = crate::common::process::output_within_async(cmd, Duration::from_secs(120)).await;
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}\n{}", gw.logs());
+    assert!(out.status.success(), "{}: {err}\n{}", out.status, gw.logs());
     assert!(
         err.contains("fake-model"),
-        "events reached the client through the tunnel: {err}"
+        "no event reached the client through the tunnel: {err}\naccess lines:\n{}",
+        gw.stdout.lock().unwrap()
     );
     let sessions = plain(t.local, "GET", "/session", &[], "").await;
     let id = serde_json::from_str::<serde_json::Value>(&sessions.body).unwrap()[0]["id"]

@@ -336,6 +336,23 @@ impl Gateway {
         metric_in(&body, selector).unwrap_or_else(|| panic!("metric {selector} missing:\n{body}"))
     }
 
+    /// A condition that holds once an event stream more than now is open through the gateway
+    /// (`streams_open{kind="events"}`), read from the admin listener (for
+    /// [`crate::common::opencode::FakeModel::answer_when`]).
+    pub fn events_opened_after_now(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        const OPEN: &str = "streams_open{kind=\"events\"}";
+        let before = self.metric(OPEN);
+        let admin = self.admin;
+        move || {
+            let Ok(s) = TcpStream::connect(admin) else {
+                return false;
+            };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let (_, body) = http_exchange(s, "GET", "/metrics", &admin.to_string());
+            metric_in(&body, OPEN).is_some_and(|open| open > before)
+        }
+    }
+
     pub fn signal(&self, sig: i32) {
         let pid = self.child.as_ref().unwrap().id() as i32;
         // SAFETY: signalling our own child process.

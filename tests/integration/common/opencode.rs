@@ -49,6 +49,31 @@ pub struct FakeModel {
     price: Option<(f64, f64)>,
     /// The bash tool runs without asking (see [`FakeModel::allowing_bash`]).
     bash_allowed: bool,
+    /// What must hold before the model answers (see [`FakeModel::answer_when`]).
+    gate: Gate,
+}
+
+/// A condition the model waits for (polled, bounded) before it answers; none: it answers after
+/// its moment.
+type Gate = Arc<Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>>;
+
+/// How long the model waits for its gate before it answers anyway (the test's own assertion then
+/// says what was missing).
+const GATE_WAIT: Duration = Duration::from_secs(60);
+
+/// Wait, bounded by [`GATE_WAIT`], until the gate (if any) holds.
+async fn pass(gate: &Gate) {
+    let Some(holds) = gate.lock().unwrap().clone() else {
+        return;
+    };
+    let deadline = tokio::time::Instant::now() + GATE_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        let holds = holds.clone();
+        if tokio::task::spawn_blocking(move || holds()).await.unwrap_or(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The usage the fake model reports with every answer (OpenAI's `stream_options.include_usage`
@@ -213,17 +238,19 @@ impl FakeModel {
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(AtomicUsize::new(0));
         let bodies = Arc::new(Mutex::new(Vec::new()));
-        let (r2, b2) = (requests.clone(), bodies.clone());
+        let gate: Gate = Arc::new(Mutex::new(None));
+        let (r2, b2, g2) = (requests.clone(), bodies.clone(), gate.clone());
         let cmd = bash_command.to_string();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (requests, bodies, cmd) = (r2.clone(), b2.clone(), cmd.clone());
+                let (requests, bodies, cmd, gate) = (r2.clone(), b2.clone(), cmd.clone(), g2.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
-                        let (requests, bodies, cmd) = (requests.clone(), bodies.clone(), cmd.clone());
+                        let (requests, bodies, cmd, gate) =
+                            (requests.clone(), bodies.clone(), cmd.clone(), gate.clone());
                         async move {
                             let bytes = req
                                 .into_body()
@@ -237,6 +264,7 @@ impl FakeModel {
                                 .lock()
                                 .unwrap()
                                 .push(String::from_utf8_lossy(&bytes).into_owned());
+                            pass(&gate).await;
                             // A model takes a moment; clients subscribe to events meanwhile.
                             tokio::time::sleep(Duration::from_millis(300)).await;
                             // HANGMODEL: a provider that never answers (the session stays busy).
@@ -262,7 +290,19 @@ impl FakeModel {
             task,
             price: None,
             bash_allowed: false,
+            gate,
         }
+    }
+
+    /// From now on the model answers only once `holds` says so (polled every 20 ms on a blocking
+    /// thread, a minute at most). `opencode run --attach` (1.18.33) sends its prompt while its
+    /// event stream is still being opened and exits when the prompt's answer comes, whether or
+    /// not an event arrived; OpenCode's stream joins the bus only after its first event. A test
+    /// that asserts what the client printed from events holds the model until the client's
+    /// stream is open (see [`crate::common::gateway::Gateway::events_opened_after_now`]), so
+    /// the events after the model's answer reach it however loaded the machine is.
+    pub fn answer_when(&self, holds: impl Fn() -> bool + Send + Sync + 'static) {
+        *self.gate.lock().unwrap() = Some(Arc::new(holds));
     }
 
     /// The model with a price: OpenCode 1.18.33 computes an assistant message's `cost` from the
