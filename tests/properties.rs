@@ -72,6 +72,14 @@ mod answer_head_reading;
 #[path = "properties/answer_head.rs"]
 mod answer_head;
 
+/// The two ways of writing a request's head for the upstream, side by side (shared with fuzz/).
+#[path = "support/upstream_heads.rs"]
+mod upstream_heads;
+
+/// The direct road's one-pass request head against the edited header map's.
+#[path = "properties/upstream_head.rs"]
+mod upstream_head;
+
 /// A concrete path for a pattern, with parameter values no route name can be mistaken for.
 fn concrete(pattern: &str) -> String {
     pattern

@@ -84,21 +84,28 @@ pub(crate) fn strip(headers: &mut HeaderMap) {
     if !headers.contains_key(header::COOKIE) {
         return;
     }
-    let kept: Vec<String> = headers
+    let kept = others(headers);
+    headers.remove(header::COOKIE);
+    if let Some(v) = kept {
+        headers.insert(header::COOKIE, v);
+    }
+}
+
+/// The one `Cookie` field the upstream gets in place of the client's: every pair but the
+/// gateway's, or none when nothing else is left ([`strip`], and the direct road's head).
+pub(crate) fn others(headers: &HeaderMap) -> Option<HeaderValue> {
+    let kept: Vec<&str> = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
         .filter(|pair| !pair.is_empty() && !is_ours(pair))
-        .map(String::from)
         .collect();
-    headers.remove(header::COOKIE);
-    if !kept.is_empty()
-        && let Ok(v) = HeaderValue::from_str(&kept.join("; "))
-    {
-        headers.insert(header::COOKIE, v);
+    if kept.is_empty() {
+        return None;
     }
+    HeaderValue::from_str(&kept.join("; ")).ok()
 }
 
 /// Drop any `Set-Cookie` that would set the gateway's cookie (an upstream tossing a session

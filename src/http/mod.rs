@@ -13,3 +13,4 @@ pub mod error;
 pub mod rewrite;
 pub(crate) mod source;
 pub mod transport;
+pub mod upstream_head;

@@ -164,12 +164,18 @@ pub fn request_headers(headers: &mut HeaderMap, f: &Forward<'_>) {
     }
 }
 
-/// An address as a header value. IPv4 is written digit by digit: this runs on every request, and
-/// the formatting machinery behind `to_string` was a visible share of a request's cost.
-fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
+/// An address as a header value.
+pub(crate) fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
     let IpAddr::V4(v4) = ip else {
         return HeaderValue::from_str(&ip.to_string()).ok();
     };
+    let (buf, n) = v4_digits(v4);
+    HeaderValue::from_bytes(&buf[..n]).ok()
+}
+
+/// An IPv4 address written digit by digit: this runs on every request, and the formatting
+/// machinery behind `to_string` was a visible share of a request's cost.
+pub(crate) fn v4_digits(v4: std::net::Ipv4Addr) -> ([u8; 15], usize) {
     let mut buf = [0u8; 15];
     let mut n = 0;
     for (i, octet) in v4.octets().into_iter().enumerate() {
@@ -188,7 +194,7 @@ fn ip_header_value(ip: IpAddr) -> Option<HeaderValue> {
         buf[n] = b'0' + octet % 10;
         n += 1;
     }
-    HeaderValue::from_bytes(&buf[..n]).ok()
+    (buf, n)
 }
 
 /// Response headers back to the client. For a 101, the Upgrade pair is kept. `upstream_origin`

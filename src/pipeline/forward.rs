@@ -52,26 +52,20 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let client_upgrade = client_upgrade(&mut parts, upgrading);
         // Taken before the headers are rewritten for the upstream (which asks it for identity).
         let compress = compress_ask(target, &parts, upgrading);
-        upstream_head(
-            &mut parts,
-            f.here,
-            f.request.host.as_deref(),
-            f.endpoint,
+        let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
+        let head = UpstreamHead {
+            here: f.here,
+            host: f.request.host.as_deref(),
+            endpoint: f.endpoint,
             target,
             upgrade,
-        )?;
-        let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
+        };
+        let outgoing = outgoing(parts, body, head)?;
         // Streams may legitimately say nothing for a long time (the per-session event stream
         // sends no headers until its first event), so only ordinary requests are timed.
         let asked = std::time::Instant::now();
         // Pinned where it is made: the time-out wraps a reference, not a copy of the future.
-        let sent = std::pin::pin!(send(
-            &f.endpoint.pool,
-            parts,
-            body,
-            upgrading,
-            gw.limits.upstream_connect_timeout
-        ));
+        let sent = std::pin::pin!(send(&f.endpoint.pool, outgoing, gw.limits.upstream_connect_timeout));
         let result = match target.treatment().long_lived() {
             true => sent.await,
             false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
@@ -96,25 +90,48 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
     }
 }
 
-/// The request on its road to the upstream: one without a body that is not a protocol switch (a
-/// GET or a HEAD) on the direct road (`upstream/direct.rs`), the gateway writing it and reading
-/// the answer on a kept connection; anything else through hyper's client on a pooled one, lent
-/// with its answer. The same pool and dial either way.
-async fn send(
-    pool: &Arc<Pool>,
-    parts: Parts,
-    body: UpstreamBody,
-    upgrading: bool,
-    connect_timeout: std::time::Duration,
-) -> Result<(Response<Source>, Option<Lease>), crate::upstream::BoxError> {
+/// The request as it goes to the upstream, on its road: one without a body that is not a
+/// protocol switch (a GET or a HEAD) on the direct road (`upstream/direct.rs`), its head written
+/// by the gateway (`http/upstream_head.rs`) and its answer read on a kept connection; anything
+/// else through hyper's client on a pooled one, lent with its answer. The road is chosen by
+/// method and body only, after every decision, never by path.
+enum Outgoing {
+    Direct { head: Vec<u8>, method: http::Method },
+    /// Boxed: the request's future (which hyper keeps per HTTP/1.1 connection) is sized for its
+    /// largest state, and a request with a body costs more than an allocation anyway.
+    Pooled(Box<Request<UpstreamBody>>),
+}
+
+fn outgoing(mut parts: Parts, body: UpstreamBody, head: UpstreamHead<'_>) -> Result<Outgoing, HttpError> {
     use hyper::body::Body as _;
     let bodiless = matches!(parts.method, http::Method::GET | http::Method::HEAD) && body.is_end_stream();
-    if bodiless && !upgrading {
-        let response = crate::upstream::direct::send(pool, &parts, connect_timeout).await?;
-        return Ok((response.map(Source::from), None));
+    if bodiless && head.upgrade.is_none() {
+        let bytes = head.write(&parts)?;
+        return Ok(Outgoing::Direct {
+            head: bytes,
+            method: parts.method,
+        });
     }
-    let (response, lease) = pool.send(Request::from_parts(parts, body), connect_timeout).await?;
-    Ok((response.map(Source::Pooled), Some(lease)))
+    head.rewrite(&mut parts)?;
+    Ok(Outgoing::Pooled(Box::new(Request::from_parts(parts, body))))
+}
+
+/// Send the request on its road, on the endpoint's pool; the same dial either way.
+async fn send(
+    pool: &Arc<Pool>,
+    outgoing: Outgoing,
+    connect_timeout: std::time::Duration,
+) -> Result<(Response<Source>, Option<Lease>), crate::upstream::BoxError> {
+    match outgoing {
+        Outgoing::Direct { head, method } => {
+            let response = crate::upstream::direct::send(pool, &head, &method, connect_timeout).await?;
+            Ok((response.map(Source::from), None))
+        }
+        Outgoing::Pooled(request) => {
+            let (response, lease) = pool.send(*request, connect_timeout).await?;
+            Ok((response.map(Source::Pooled), Some(lease)))
+        }
+    }
 }
 
 /// The client's side of a protocol switch, taken with the request's extensions (where hyper keeps
@@ -146,34 +163,57 @@ fn created_slot(audit: Option<&mut crate::http::audit::Pending>) -> Option<&mut 
 /// The head the upstream gets: the canonical path in origin form with the client's query (less
 /// gateway credentials and, pinned, directory selectors), HTTP/1.1, rewritten headers
 /// (`http/rewrite.rs`: the gateway's credential, forwarding headers), the project's directory pinned.
-fn upstream_head(
-    parts: &mut Parts,
-    here: super::Here<'_>,
-    host: Option<&str>,
-    endpoint: &Endpoint,
-    target: &Target,
+struct UpstreamHead<'a> {
+    here: super::Here<'a>,
+    /// The host the client asked for.
+    host: Option<&'a str>,
+    endpoint: &'a Endpoint,
+    target: &'a Target,
     upgrade: Option<HeaderValue>,
-) -> Result<(), HttpError> {
-    let project = &*target.project;
-    let pinned = project.config.directory.as_deref();
-    parts.uri = upstream_uri(&target.upstream_path, parts.uri.query(), pinned.is_some())?;
-    parts.version = Version::HTTP_11;
-    rewrite::request_headers(
-        &mut parts.headers,
-        &Forward {
-            client_ip: here.client,
-            proto: here.conn.scheme(),
-            original_host: host,
-            upstream_host: &endpoint.host_header,
-            upstream_origin: &endpoint.origin_header,
-            upstream_auth: endpoint.auth.as_ref(),
-            upgrade,
-        },
-    );
-    if let Some(dir) = &project.dir_header {
-        crate::policy::pin::pin_headers(&mut parts.headers, dir);
+}
+
+impl UpstreamHead<'_> {
+    fn forward(&self) -> Forward<'_> {
+        Forward {
+            client_ip: self.here.client,
+            proto: self.here.conn.scheme(),
+            original_host: self.host,
+            upstream_host: &self.endpoint.host_header,
+            upstream_origin: &self.endpoint.origin_header,
+            upstream_auth: self.endpoint.auth.as_ref(),
+            upgrade: self.upgrade.clone(),
+        }
     }
-    Ok(())
+
+    fn uri(&self, parts: &Parts) -> Result<Uri, HttpError> {
+        let pinned = self.target.project.config.directory.is_some();
+        upstream_uri(&self.target.upstream_path, parts.uri.query(), pinned)
+    }
+
+    /// For hyper's client: the head edited in place.
+    fn rewrite(&self, parts: &mut Parts) -> Result<(), HttpError> {
+        parts.uri = self.uri(parts)?;
+        parts.version = Version::HTTP_11;
+        rewrite::request_headers(&mut parts.headers, &self.forward());
+        if let Some(dir) = &self.target.project.dir_header {
+            crate::policy::pin::pin_headers(&mut parts.headers, dir);
+        }
+        Ok(())
+    }
+
+    /// For the direct road: the same head, written in one pass.
+    fn write(&self, parts: &Parts) -> Result<Vec<u8>, HttpError> {
+        let uri = self.uri(parts)?;
+        let target = uri.path_and_query().map_or("/", |p| p.as_str());
+        let dir = self.target.project.dir_header.as_ref();
+        Ok(crate::http::upstream_head::write(
+            &parts.method,
+            target,
+            &parts.headers,
+            &self.forward(),
+            dir,
+        ))
+    }
 }
 
 /// The body the upstream gets, as the body phase left it (`body_check.rs`): a client's stream

@@ -39,7 +39,7 @@ pub(crate) fn directory_header(dir: &Path) -> HeaderValue {
 }
 
 /// Replace the client's directory and workspace headers with the project's directory.
-pub(crate) fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
+pub fn pin_headers(headers: &mut HeaderMap, dir: &HeaderValue) {
     headers.remove(&DIRECTORY_HEADER);
     headers.remove(&WORKSPACE_HEADER);
     headers.insert(DIRECTORY_HEADER, dir.clone());

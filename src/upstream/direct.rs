@@ -64,15 +64,16 @@ enum Failure {
     Answered(BoxError),
 }
 
-/// Send `req` (a GET or a HEAD without a body) on a kept connection of `pool`'s, or a new one,
-/// and read the answer's head; the body is read as the client takes it.
+/// Send `head` (a GET's or a HEAD's, without a body: [`request_head`], or the pipeline's
+/// `http/upstream_head.rs`) on a kept connection of `pool`'s, or a new one, and read the
+/// answer's head; the body is read as the client takes it.
 pub(crate) async fn send(
     pool: &Arc<Pool>,
-    req: &http::request::Parts,
+    head: &[u8],
+    method: &Method,
     connect_timeout: Duration,
 ) -> Result<Response<DirectBody>, BoxError> {
-    let head = request_head(req);
-    let head_only = req.method == Method::HEAD;
+    let head_only = *method == Method::HEAD;
     let worker = pool.worker();
     loop {
         let (io, kept) = match pool.take_kept(worker) {
@@ -85,7 +86,7 @@ pub(crate) async fn send(
             pool: pool.clone(),
             worker,
         };
-        match exchange(io, &head, head_only, back).await {
+        match exchange(io, head, head_only, back).await {
             Ok(response) => return Ok(response),
             // The server had closed the kept connection: nothing was answered, and a request
             // without a body that changes nothing may be sent again, as hyper's client does.

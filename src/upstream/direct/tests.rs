@@ -145,6 +145,15 @@ async fn answering(answer: &'static [u8], step: usize) -> (String, tokio::sync::
     (addr, rx)
 }
 
+/// [`send`] with the head hyper's client would write for `parts`.
+async fn send_parts(
+    pool: &Arc<Pool>,
+    parts: &http::request::Parts,
+    timeout: std::time::Duration,
+) -> Result<Response<DirectBody>, BoxError> {
+    send(pool, &request_head(parts), &parts.method, timeout).await
+}
+
 fn get(addr: &str, path: &str) -> http::request::Parts {
     http::Request::get(path)
         .header("host", addr)
@@ -157,7 +166,7 @@ fn get(addr: &str, path: &str) -> http::request::Parts {
 async fn fetch(addr: &str) -> Result<(Response<()>, Result<Vec<u8>, DirectError>), BoxError> {
     use http_body_util::BodyExt;
     let pool = Pool::new(addr.to_string());
-    let resp = send(&pool, &get(addr, "/event"), std::time::Duration::from_secs(5)).await?;
+    let resp = send_parts(&pool, &get(addr, "/event"), std::time::Duration::from_secs(5)).await?;
     let (parts, mut body) = resp.into_parts();
     let mut data = Vec::new();
     let read = loop {
@@ -262,7 +271,9 @@ async fn in_turn(pool: &Arc<Pool>, addr: &str, method: Method, n: usize) -> Vec<
     for _ in 0..n {
         let mut head = get(addr, "/session");
         head.method = method.clone();
-        let resp = send(pool, &head, std::time::Duration::from_secs(5)).await.unwrap();
+        let resp = send_parts(pool, &head, std::time::Duration::from_secs(5))
+            .await
+            .unwrap();
         bodies.push(resp.into_body().collect().await.unwrap().to_bytes().to_vec());
     }
     bodies
@@ -319,7 +330,7 @@ async fn a_connection_the_server_closes_or_one_not_read_to_its_end_is_not_reused
     let (addr, accepted) = serving(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nok", false).await;
     let pool = Pool::new(addr.clone());
     for _ in 0..2 {
-        let resp = send(&pool, &get(&addr, "/session"), std::time::Duration::from_secs(5))
+        let resp = send_parts(&pool, &get(&addr, "/session"), std::time::Duration::from_secs(5))
             .await
             .unwrap();
         assert!(!resp.body().is_end_stream());
