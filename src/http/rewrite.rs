@@ -112,6 +112,12 @@ fn strip_found_hop_by_hop(headers: &mut HeaderMap, found: u32) {
         for value in first.iter().chain(&more) {
             let Ok(value) = value.to_str() else { continue };
             for token in value.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+                // `keep-alive` goes below with the other hop-by-hop names (`found` has it if it
+                // is there), and `close` names no field: neither is parsed and looked up here
+                // (nginx says `Connection: keep-alive` on every answer).
+                if token.eq_ignore_ascii_case("keep-alive") || token.eq_ignore_ascii_case("close") {
+                    continue;
+                }
                 // An invalid name is in no map: `remove` finds nothing.
                 headers.remove(token);
             }
@@ -419,7 +425,7 @@ mod tests {
         assert!(hop_by_hop().iter().all(|n| bit(n) & HOP_BY_HOP_BITS != 0));
         let candidates: [(&str, &str); 15] = [
             ("connection", "keep-alive"),
-            ("connection", "close, x-private , ,Bad Name"),
+            ("connection", "close, X-Private , ,Bad Name, Keep-Alive, UPGRADE, CLOSE"),
             ("keep-alive", "timeout=5"),
             ("proxy-connection", "keep-alive"),
             ("te", "trailers"),

@@ -201,18 +201,26 @@ impl UpstreamHead<'_> {
         Ok(())
     }
 
-    /// For the direct road: the same head, written in one pass.
+    /// For the direct road: the same head, written in one pass; the target as it is when it is
+    /// plain, or as `http::Uri` reads it (as on hyper's road).
     fn write(&self, parts: &Parts) -> Result<Vec<u8>, HttpError> {
-        let uri = self.uri(parts)?;
-        let target = uri.path_and_query().map_or("/", |p| p.as_str());
+        use crate::http::upstream_head::{self, Target};
+        let pinned = self.target.project.config.directory.is_some();
+        let query = rewrite::upstream_query(parts.uri.query(), pinned);
+        let plain = Target {
+            path: &self.target.upstream_path,
+            query: query.as_deref(),
+        };
         let dir = self.target.project.dir_header.as_ref();
-        Ok(crate::http::upstream_head::write(
-            &parts.method,
-            target,
-            &parts.headers,
-            &self.forward(),
-            dir,
-        ))
+        if plain.is_plain() {
+            return Ok(upstream_head::write(&parts.method, plain, &parts.headers, &self.forward(), dir));
+        }
+        let uri = self.uri(parts)?;
+        let read = uri.path_and_query().map_or(Target { path: "/", query: None }, |p| Target {
+            path: p.path(),
+            query: p.query(),
+        });
+        Ok(upstream_head::write(&parts.method, read, &parts.headers, &self.forward(), dir))
     }
 }
 

@@ -54,7 +54,8 @@ pub fn both(case: &Case) -> (Vec<u8>, Vec<u8>) {
         upgrade: case.upgrade.then(|| HeaderValue::from_static("websocket")),
     };
     let dir = case.pinned.then_some(&dir);
-    let written = upstream_head::write(&method, target, &headers, &forward, dir);
+    let (path, query) = target.split_once('?').map_or((target, None), |(p, q)| (p, Some(q)));
+    let written = upstream_head::write(&method, upstream_head::Target { path, query }, &headers, &forward, dir);
     let mut edited = headers;
     rewrite::request_headers(&mut edited, &forward);
     if let Some(dir) = dir {

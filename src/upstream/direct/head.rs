@@ -127,8 +127,10 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
     {
         return Ok(Framing::Empty);
     }
-    let codings = parts.headers.get_all(header::TRANSFER_ENCODING);
-    if codings.iter().next().is_some() {
+    // The few fields of an answer scanned by name (enum comparisons) rather than a hashed
+    // lookup per name: this runs on every answer (docs/performance.md, issue 43).
+    if parts.headers.keys().any(|n| n == header::TRANSFER_ENCODING) {
+        let codings = parts.headers.get_all(header::TRANSFER_ENCODING);
         let last = codings
             .iter()
             .flat_map(|v| v.as_bytes().split(|&b| b == b','))
@@ -142,7 +144,8 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
         return Ok(framing);
     }
     let mut length = None;
-    for value in parts.headers.get_all(header::CONTENT_LENGTH) {
+    let lengths = parts.headers.iter().filter(|(n, _)| *n == header::CONTENT_LENGTH);
+    for (_, value) in lengths {
         for item in value.as_bytes().split(|&b| b == b',') {
             let item = item.trim_ascii();
             if item.is_empty() || !item.iter().all(u8::is_ascii_digit) || item.len() > 19 {
@@ -168,7 +171,8 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
 /// Whether the connection may carry another request once this answer's body has ended: an
 /// HTTP/1.1 answer whose end is framed and whose server did not say `Connection: close`.
 pub fn keeps_alive(parts: &http::response::Parts, framing: &Framing) -> bool {
-    let closes = parts.headers.get_all(header::CONNECTION).iter().any(|v| {
+    let mut connection = parts.headers.iter().filter(|(n, _)| *n == header::CONNECTION);
+    let closes = connection.any(|(_, v)| {
         v.as_bytes()
             .split(|&b| b == b',')
             .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))

@@ -109,6 +109,16 @@ fn the_framing_follows_rfc_9112() {
         let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
         assert_eq!(f(&head).err(), Some(DirectError::BadLength), "{bad:?}");
     }
+    // Lengths in separate fields must agree too, wherever the fields are.
+    assert_eq!(
+        f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\nx-a: 1\r\nContent-Length: 6\r\n\r\n").err(),
+        Some(DirectError::BadLength)
+    );
+    // A close said in a second Connection field is heard.
+    let parts = parts_of(b"HTTP/1.1 200 OK\r\nconnection: keep-alive\r\nx-a: 1\r\nConnection: x, Close\r\n\r\n");
+    assert!(!keeps_alive(&parts, &Framing::Length(1)));
+    let parts = parts_of(b"HTTP/1.1 200 OK\r\nconnection: keep-alive\r\n\r\n");
+    assert!(keeps_alive(&parts, &Framing::Length(1)));
     // A length beside a coding is not passed on.
     let mut parts = parts_of(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n");
     assert!(matches!(framing(&mut parts, false), Ok(Framing::Chunked(_))));
