@@ -93,6 +93,20 @@ async fn no_directory_selector_reaches_outside_the_project_with(s: &Setup) {
     for (path, headers) in [
         ("/path?directory=/etc", vec![]),
         ("/path", vec![("x-opencode-directory", "/etc")]),
+        // The direct road writes GET heads itself (http/upstream_head.rs): a selector in
+        // capitals beside another, one that Connection names, one twice.
+        (
+            "/path",
+            vec![("X-OPENCODE-DIRECTORY", "/etc"), ("x-opencode-workspace", "/tmp")],
+        ),
+        (
+            "/path",
+            vec![("x-opencode-directory", "/etc"), ("connection", "x-opencode-directory, keep-alive")],
+        ),
+        (
+            "/path",
+            vec![("x-opencode-directory", "/etc"), ("x-opencode-directory", "/tmp")],
+        ),
         ("/api/location?location%5Bdirectory%5D=%2Fetc", vec![]),
     ] {
         let (status, body) = through(&s.client, &format!("/p/demo{path}"), &headers).await;
