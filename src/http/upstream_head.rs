@@ -79,7 +79,10 @@ impl Target<'_> {
     /// on the common target (unit test `a_plain_target_is_what_the_uri_keeps`).
     pub fn is_plain(&self) -> bool {
         const MAX: usize = 16 * 1024;
-        let plain = |s: &str| s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%?".contains(&b));
+        let plain = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/%?".contains(&b))
+        };
         self.path.starts_with('/')
             && self.path.len() + self.query.map_or(0, |q| q.len() + 1) <= MAX
             && plain(self.path)
@@ -253,7 +256,10 @@ mod tests {
         // Every allowed byte in the path and in the query, and each after a `?`.
         for &b in &allowed {
             let c = b as char;
-            for (path, query) in [(format!("/a{c}b"), None), ("/s".to_string(), Some(format!("x={c}&y?{c}")))] {
+            for (path, query) in [
+                (format!("/a{c}b"), None),
+                ("/s".to_string(), Some(format!("x={c}&y?{c}"))),
+            ] {
                 let t = Target {
                     path: &path,
                     query: query.as_deref(),
@@ -270,7 +276,9 @@ mod tests {
                 assert_eq!(uri.as_str(), whole);
             }
         }
-        for odd in ["/a#b", "/a b", "/a\u{e9}", "/a[0]", "/a\"b", "/a{b}", "/a^b", "/a|b", "/a\\b", "/a\tb"] {
+        for odd in [
+            "/a#b", "/a b", "/a\u{e9}", "/a[0]", "/a\"b", "/a{b}", "/a^b", "/a|b", "/a\\b", "/a\tb",
+        ] {
             let t = Target { path: odd, query: None };
             assert!(!t.is_plain(), "{odd:?}");
         }

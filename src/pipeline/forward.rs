@@ -96,7 +96,10 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
 /// else through hyper's client on a pooled one, lent with its answer. The road is chosen by
 /// method and body only, after every decision, never by path.
 enum Outgoing {
-    Direct { head: Vec<u8>, method: http::Method },
+    Direct {
+        head: Vec<u8>,
+        method: http::Method,
+    },
     /// Boxed: the request's future (which hyper keeps per HTTP/1.1 connection) is sized for its
     /// largest state, and a request with a body costs more than an allocation anyway.
     Pooled(Box<Request<UpstreamBody>>),
@@ -213,14 +216,28 @@ impl UpstreamHead<'_> {
         };
         let dir = self.target.project.dir_header.as_ref();
         if plain.is_plain() {
-            return Ok(upstream_head::write(&parts.method, plain, &parts.headers, &self.forward(), dir));
+            return Ok(upstream_head::write(
+                &parts.method,
+                plain,
+                &parts.headers,
+                &self.forward(),
+                dir,
+            ));
         }
         let uri = self.uri(parts)?;
-        let read = uri.path_and_query().map_or(Target { path: "/", query: None }, |p| Target {
-            path: p.path(),
-            query: p.query(),
-        });
-        Ok(upstream_head::write(&parts.method, read, &parts.headers, &self.forward(), dir))
+        let read = uri
+            .path_and_query()
+            .map_or(Target { path: "/", query: None }, |p| Target {
+                path: p.path(),
+                query: p.query(),
+            });
+        Ok(upstream_head::write(
+            &parts.method,
+            read,
+            &parts.headers,
+            &self.forward(),
+            dir,
+        ))
     }
 }
 

@@ -101,7 +101,10 @@ async fn no_directory_selector_reaches_outside_the_project_with(s: &Setup) {
         ),
         (
             "/path",
-            vec![("x-opencode-directory", "/etc"), ("connection", "x-opencode-directory, keep-alive")],
+            vec![
+                ("x-opencode-directory", "/etc"),
+                ("connection", "x-opencode-directory, keep-alive"),
+            ],
         ),
         (
             "/path",
