@@ -66,3 +66,30 @@ export const realTerminal = async (api, base, dir) => {
   if (!/^pty_/.test(id || '')) throw new Error(`POST /pty gave no terminal id: ${await r.text()}`);
   return id;
 };
+
+// Type `text` into OpenCode's prompt, send it, and wait (15 s at most) until the web UI took it:
+// it empties the input when it sends. Seen in suite runs on a loaded machine (issue 43): after
+// slow loads (its /agent and /command answered in 12 s), the web UI left the prompt typed and
+// made no request at all on Send (the gateway logged none, not even one left unanswered). Then it
+// is cleared and sent once more, saying so, with a screenshot (`send-ignored`) of the page that
+// kept it; a second refusal fails the step. Returns the attempts it took.
+export const sendPrompt = async (page, text, shot) => {
+  const prompt = page.locator('[data-component=prompt-input]');
+  const send = page.getByRole('button', { name: 'Send' });
+  for (let attempt = 1; ; attempt++) {
+    await prompt.click();
+    await page.keyboard.type(text);
+    for (let i = 0; i < 300 && !(await send.isEnabled()); i++) await page.waitForTimeout(100);
+    await send.click();
+    for (let i = 0; i < 150; i++) {
+      if (!(await prompt.innerText()).includes(text)) return attempt;
+      await page.waitForTimeout(100);
+    }
+    if (attempt === 2) throw new Error('the web UI kept the prompt after Send, twice');
+    if (shot) await shot('send-ignored').catch(() => {});
+    console.log('the web UI did not take the prompt within 15 s of Send; clearing it and sending again');
+    await prompt.click();
+    await page.keyboard.press('Control+A');
+    await page.keyboard.press('Delete');
+  }
+};

@@ -12,7 +12,7 @@
 // chain in tests/integration/newcomer_phone.rs ends at the first "Allow once"); or UNTRUSTED_URL
 // alone: before the import, the same Chromium must refuse that URL's certificate.
 // Prints `allowed once at <ms since the epoch>` when the inbox confirms "Allow once" (its timing).
-import { env, launchTrustingNss } from './chromium.mjs';
+import { env, launchTrustingNss, sendPrompt } from './chromium.mjs';
 
 if (process.env.UNTRUSTED_URL) {
   const browser = await launchTrustingNss();
@@ -149,11 +149,7 @@ try {
 
   step = 'send a prompt in the web UI';
   await page.getByRole('button', { name: 'Fake' }).first().waitFor({ timeout: 60000 });
-  await prompt.click();
-  await page.keyboard.type('please RUNBASH from the LAN phone');
-  const send = page.getByRole('button', { name: 'Send' });
-  for (let i = 0; i < 300 && !(await send.isEnabled()); i++) await page.waitForTimeout(100);
-  await send.click();
+  await sendPrompt(page, 'please RUNBASH from the LAN phone', shot);
 
   step = 'the permission waits in /inbox';
   const inbox = await phone.newPage();

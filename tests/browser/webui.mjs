@@ -5,7 +5,7 @@
 // cookies from the browser and log out, which ends the project host's cookie too.
 // Run by tests/integration/browser.rs, which starts the gateway and OpenCode; exits non-zero
 // with the failed step's name. Env: GW_URL, GW_USER, GW_PASS, PROJECT_DIR, CERT, SHOT_DIR.
-import { env, launch } from './chromium.mjs';
+import { env, launch, sendPrompt } from './chromium.mjs';
 import fs from 'node:fs';
 
 const [url, user, pass, dir, certPath, shots] = ['GW_URL', 'GW_USER', 'GW_PASS', 'PROJECT_DIR', 'CERT', 'SHOT_DIR'].map(env);
@@ -47,11 +47,7 @@ try {
   step = 'send a prompt';
   // The UI loads its providers and agents first; sending waits until the model is chosen.
   await page.getByRole('button', { name: 'Fake' }).waitFor({ timeout: 60000 });
-  await prompt.click();
-  await page.keyboard.type('please RUNBASH for the browser test');
-  const send = page.getByRole('button', { name: 'Send' });
-  for (let i = 0; i < 300 && !(await send.isEnabled()); i++) await page.waitForTimeout(100);
-  await send.click();
+  await sendPrompt(page, 'please RUNBASH for the browser test', shot);
 
   step = 'see "Permission required"';
   await page.getByText('Permission required').waitFor({ timeout: 60000 });
