@@ -38,7 +38,7 @@ const ALLOW_CREDENTIALS_BIT: u32 = 1 << 9;
 const ALLOW_ORIGIN_BIT: u32 = 1 << 10;
 const SET_COOKIE_BIT: u32 = 1 << 11;
 
-fn hop_by_hop() -> &'static [HeaderName] {
+pub(crate) fn hop_by_hop() -> &'static [HeaderName] {
     &WATCHED[..HOP_BY_HOP_LEN]
 }
 
@@ -48,7 +48,7 @@ const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Forwarding headers a client could forge; only the gateway sets them.
-static FORWARDING: [HeaderName; 5] = [
+pub(crate) static FORWARDING: [HeaderName; 5] = [
     HeaderName::from_static("forwarded"),
     X_FORWARDED_FOR,
     X_FORWARDED_PROTO,

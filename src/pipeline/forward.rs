@@ -188,9 +188,13 @@ impl UpstreamHead<'_> {
         }
     }
 
+    /// The client's query less gateway credentials and, pinned, directory selectors.
+    fn query<'p>(&self, parts: &'p Parts) -> Option<std::borrow::Cow<'p, str>> {
+        rewrite::upstream_query(parts.uri.query(), self.target.project.config.directory.is_some())
+    }
+
     fn uri(&self, parts: &Parts) -> Result<Uri, HttpError> {
-        let pinned = self.target.project.config.directory.is_some();
-        upstream_uri(&self.target.upstream_path, parts.uri.query(), pinned)
+        origin_form(&self.target.upstream_path, self.query(parts).as_deref())
     }
 
     /// For hyper's client: the head edited in place.
@@ -208,32 +212,25 @@ impl UpstreamHead<'_> {
     /// plain, or as `http::Uri` reads it (as on hyper's road).
     fn write(&self, parts: &Parts) -> Result<Vec<u8>, HttpError> {
         use crate::http::upstream_head::{self, Target};
-        let pinned = self.target.project.config.directory.is_some();
-        let query = rewrite::upstream_query(parts.uri.query(), pinned);
-        let plain = Target {
+        let query = self.query(parts);
+        let mut target = Target {
             path: &self.target.upstream_path,
             query: query.as_deref(),
         };
-        let dir = self.target.project.dir_header.as_ref();
-        if plain.is_plain() {
-            return Ok(upstream_head::write(
-                &parts.method,
-                plain,
-                &parts.headers,
-                &self.forward(),
-                dir,
-            ));
+        let uri;
+        if !target.is_plain() {
+            uri = origin_form(target.path, target.query)?;
+            target = uri
+                .path_and_query()
+                .map_or(Target { path: "/", query: None }, |p| Target {
+                    path: p.path(),
+                    query: p.query(),
+                });
         }
-        let uri = self.uri(parts)?;
-        let read = uri
-            .path_and_query()
-            .map_or(Target { path: "/", query: None }, |p| Target {
-                path: p.path(),
-                query: p.query(),
-            });
+        let dir = self.target.project.dir_header.as_ref();
         Ok(upstream_head::write(
             &parts.method,
-            read,
+            target,
             &parts.headers,
             &self.forward(),
             dir,
@@ -299,13 +296,12 @@ fn received<B, L>(
     Ok((response, lease))
 }
 
-/// The canonical path with the client's query, less gateway credentials and (pinned) directory
-/// selectors, in origin form: the connection already goes to the upstream, and Host names it.
-fn upstream_uri(path: &str, query: Option<&str>, pinned: bool) -> Result<Uri, HttpError> {
-    let query = rewrite::upstream_query(query, pinned);
-    let mut path_and_query = String::with_capacity(path.len() + query.as_ref().map_or(0, |q| q.len() + 1));
+/// The canonical path with the query the upstream gets (see `UpstreamHead::query`), in origin
+/// form: the connection already goes to the upstream, and Host names it.
+fn origin_form(path: &str, query: Option<&str>) -> Result<Uri, HttpError> {
+    let mut path_and_query = String::with_capacity(path.len() + query.map_or(0, |q| q.len() + 1));
     path_and_query.push_str(path);
-    if let Some(q) = &query {
+    if let Some(q) = query {
         path_and_query.push('?');
         path_and_query.push_str(q);
     }
