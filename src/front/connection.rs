@@ -15,6 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use crate::front::watchers::Watchers;
 use crate::gateway::Gateway;
 use crate::gateway::connections::Activity;
 use crate::pipeline::{self, ConnInfo};
@@ -218,6 +219,14 @@ where
     }
 }
 
+/// What woke a connection's task and was ready.
+enum Event<E> {
+    Ended(Result<(), E>),
+    Tick,
+    Shed,
+    Drain,
+}
+
 /// Run a served connection under the idle watcher, the drain and the deadline; a connection the
 /// connection table sheds (`shed` cancelled: it was idle and unauthenticated) is dropped at once.
 async fn drive<C, E>(
@@ -235,24 +244,49 @@ async fn drive<C, E>(
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + half, half);
     // Ticks in a row that saw no request in flight and none starting or ending.
     let mut quiet = 0u8;
-    // Made once, not per turn of the loop: the future registers with the token once.
+    // Made once, not per turn of the loop: each future registers with its token once.
     let mut shed = std::pin::pin!(async move {
         match shed {
             Some(token) => token.cancelled_owned().await,
             None => std::future::pending().await,
         }
     });
+    let mut drain = std::pin::pin!(gw.lifecycle.shutdown.cancelled());
+    // The three watchers are polled only when one of them woke the task (`front/watchers.rs`).
+    let mut watchers = Watchers::new();
     loop {
-        tokio::select! {
-            res = connection.as_mut() => {
+        let event = std::future::poll_fn(|cx| {
+            if let Poll::Ready(res) = connection.as_mut().poll(cx) {
+                return Poll::Ready(Event::Ended(res));
+            }
+            watchers.poll(cx, |cx| {
+                if tick.poll_tick(cx).is_ready() {
+                    Poll::Ready(Event::Tick)
+                } else if shed.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Event::Shed)
+                } else if drain.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(Event::Drain)
+                } else {
+                    Poll::Pending
+                }
+            })
+        })
+        .await;
+        watchers.again();
+        match event {
+            Event::Ended(res) => {
                 if let Err(e) = res {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
                 return;
             }
-            _ = tick.tick() => {
+            Event::Tick => {
                 let touched = activity.touched.swap(false, Ordering::Relaxed);
-                quiet = if activity.active.load(Ordering::Relaxed) == 0 && !touched { quiet + 1 } else { 0 };
+                quiet = if activity.active.load(Ordering::Relaxed) == 0 && !touched {
+                    quiet + 1
+                } else {
+                    0
+                };
                 // Two quiet half-periods: idle for at least `idle` (from the start, the first
                 // tick counts the connection's first half-period).
                 if quiet >= 2 {
@@ -262,7 +296,7 @@ async fn drive<C, E>(
                     return;
                 }
             }
-            _ = shed.as_mut() => {
+            Event::Shed => {
                 tracing::debug!("closing an unauthenticated idle connection to make room");
                 // The table chose it idle, but a request may have begun since: let that one
                 // finish, briefly, rather than cut it. An idle one is dropped at once.
@@ -272,7 +306,7 @@ async fn drive<C, E>(
                 }
                 return;
             }
-            _ = gw.lifecycle.shutdown.cancelled() => break,
+            Event::Drain => break,
         }
     }
     // Draining: finish requests in flight, accept no new ones on this connection.

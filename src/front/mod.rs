@@ -13,3 +13,4 @@ pub mod listen;
 pub mod proxy_header;
 pub(crate) mod schedule;
 pub mod ssh;
+mod watchers;
