@@ -205,7 +205,7 @@ pub(crate) fn v4_digits(v4: std::net::Ipv4Addr) -> ([u8; 15], usize) {
 
 /// Response headers back to the client. For a 101, the Upgrade pair is kept. `upstream_origin`
 /// is the `Origin` the gateway sent upstream in the client's stead.
-pub(crate) fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
+pub fn response_headers(headers: &mut HeaderMap, upgrade: bool, upstream_origin: &HeaderValue) {
     let proto = upgrade.then(|| headers.get(header::UPGRADE).cloned()).flatten();
     // What the rules below act on, found in one pass: an answer has none of them but, from a
     // real server, `Connection: keep-alive` (each hashed lookup that finds nothing was about a

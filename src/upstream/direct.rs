@@ -28,7 +28,9 @@ use super::BoxError;
 use super::pool::{Io, Pool};
 pub use body::DirectBody;
 use body::Return;
-pub use head::{Framing, MAX_HEAD, MAX_HEADERS, framing, keeps_alive, parse_head, request_head, take_head};
+pub use head::{
+    Framing, MAX_HEAD, MAX_HEADERS, framing, keeps_alive, parse_answer_head, parse_head, request_head, take_answer_head,
+};
 
 /// Informational answers (100, 102, 103) skipped before the answer; a server that sends more is
 /// refused rather than read forever.
@@ -106,7 +108,7 @@ async fn exchange(mut io: Io, head: &[u8], head_only: bool, back: Return) -> Res
     let mut informational = 0;
     let answered = |e: DirectError| Failure::Answered(e.into());
     loop {
-        if let Some(mut parts) = take_head(&mut buf).map_err(answered)? {
+        if let Some((mut parts, closes)) = take_answer_head(&mut buf).map_err(answered)? {
             if parts.status == StatusCode::SWITCHING_PROTOCOLS {
                 return Err(answered(DirectError::Switched));
             }
@@ -118,7 +120,7 @@ async fn exchange(mut io: Io, head: &[u8], head_only: bool, back: Return) -> Res
                 continue;
             }
             let framing = framing(&mut parts, head_only).map_err(answered)?;
-            let back = keeps_alive(&parts, &framing).then_some(back);
+            let back = (!closes && keeps_alive(&parts, &framing)).then_some(back);
             let body = DirectBody::new(io, framing, buf.freeze(), back).map_err(answered)?;
             return Ok(Response::from_parts(parts, body));
         }

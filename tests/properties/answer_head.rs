@@ -6,7 +6,7 @@
 use opencode_gateway::upstream::direct::{MAX_HEAD, MAX_HEADERS};
 use proptest::prelude::*;
 
-use crate::answer_head_reading::gateway;
+use crate::answer_head_reading::{gateway, settled_matches_full};
 use crate::answer_head_reference::read;
 
 fn reference(buf: &[u8]) -> crate::answer_head_reference::Reading {
@@ -81,4 +81,72 @@ proptest! {
             prop_assert!(!matches!(gateway(&head[..cut]), Ok(Some(_))), "a part of a head read whole at {}", cut);
         }
     }
+
+    #[test]
+    fn any_bytes_read_by_the_direct_road_agree_with_the_full_reading(
+        start in prop::sample::select(vec![&b""[..], b"HTTP/1.1 200 OK\r\n", b"HTTP/1.1 200 OK\r\nConnection: "]),
+        rest in prop::collection::vec(any::<u8>(), 0..200),
+    ) {
+        let buf = [start, &rest[..]].concat();
+        prop_assert_eq!(settled_matches_full(&buf), Ok(()));
+    }
+
+    #[test]
+    fn connection_fields_settled_by_the_direct_road_leave_what_the_answers_rules_leave(
+        status in prop::sample::select(vec![200u16, 204, 304, 404, 101, 103]),
+        minor in 0u8..=1,
+        fields in prop::collection::vec((connection_name(), connection_value()), 0..8),
+    ) {
+        let head = head_of(status, minor, &fields);
+        prop_assert_eq!(settled_matches_full(&head), Ok(()));
+    }
+}
+
+/// Names of the fields the direct road settles, others the tokens may name, and framing ones,
+/// in any case.
+fn connection_name() -> impl Strategy<Value = String> {
+    (
+        prop::sample::select(vec![
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "x-custom",
+            "content-length",
+            "transfer-encoding",
+            "set-cookie",
+        ]),
+        any::<u64>(),
+    )
+        .prop_map(|(n, caps)| {
+            n.chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if caps >> (i % 64) & 1 == 1 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect()
+        })
+}
+
+/// Values: lists of connection tokens (naming fields or not), lengths and codings, odd bytes.
+fn connection_value() -> impl Strategy<Value = Vec<u8>> {
+    let token = prop::sample::select(vec![
+        "keep-alive",
+        "Keep-Alive",
+        "close",
+        "CLOSE",
+        "x-custom",
+        "set-cookie",
+        "",
+        " ",
+        "upgrade",
+        "timeout=5",
+        "chunked",
+        "5",
+        "\u{e9}",
+    ]);
+    prop::collection::vec(token, 0..4).prop_map(|t| t.join(",").into_bytes())
 }

@@ -11,6 +11,8 @@ use crate::upstream::chunked::Chunked;
 pub const MAX_HEAD: usize = 64 * 1024;
 pub const MAX_HEADERS: usize = 100;
 
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+
 /// Headers the gateway may add to an answer.
 const ROOM: usize = 4;
 
@@ -54,7 +56,14 @@ pub fn request_head(req: &http::request::Parts) -> Vec<u8> {
 /// head is not whole.
 pub fn parse_head(buf: &[u8]) -> Result<Option<(http::response::Parts, usize)>, DirectError> {
     let mut bytes = BytesMut::from(buf);
-    Ok(take_head(&mut bytes)?.map(|parts| (parts, buf.len() - bytes.len())))
+    Ok(read_head(&mut bytes, false)?.map(|(parts, _)| (parts, buf.len() - bytes.len())))
+}
+
+/// An answer's head from the start of `buf` as the direct road reads it ([`take_answer_head`]):
+/// its parts, whether its connection fields said `close`, and the head's length.
+pub fn parse_answer_head(buf: &[u8]) -> Result<Option<(http::response::Parts, bool, usize)>, DirectError> {
+    let mut bytes = BytesMut::from(buf);
+    Ok(read_head(&mut bytes, true)?.map(|(parts, closes)| (parts, closes, buf.len() - bytes.len())))
 }
 
 /// Where a field's name and value lie in the head.
@@ -65,8 +74,31 @@ struct Field {
 }
 
 /// The answer's head taken off the front of `buf`, when it is whole. The values are slices of
-/// the head's bytes, not copies (as hyper's client keeps them).
-pub fn take_head(buf: &mut BytesMut) -> Result<Option<http::response::Parts>, DirectError> {
+/// the head's bytes, not copies (as hyper's client keeps them). Unlike [`parse_head`] (every
+/// field, as read), the fields that only speak of this connection (a `Connection` that names no
+/// field but `keep-alive` or `close`, and `Keep-Alive`) are settled here, not put in the map:
+/// whether they said `close` comes beside it. The answer's rules (`http::rewrite::
+/// response_headers`) would only remove them again; nginx and Node send `Connection: keep-alive`
+/// on every answer (docs/performance.md, issue 43).
+pub fn take_answer_head(buf: &mut BytesMut) -> Result<Option<(http::response::Parts, bool)>, DirectError> {
+    read_head(buf, true)
+}
+
+/// Whether a `Connection` value names no field but `keep-alive` and `close`, and if so whether it
+/// says `close`.
+fn settled_connection(value: &[u8]) -> Option<bool> {
+    let mut closes = false;
+    for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+        if token.eq_ignore_ascii_case(b"close") {
+            closes = true;
+        } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
+            return None;
+        }
+    }
+    Some(closes)
+}
+
+fn read_head(buf: &mut BytesMut, settle: bool) -> Result<Option<(http::response::Parts, bool)>, DirectError> {
     // Left uninitialized until parsed, as hyper's client does: this runs on every request.
     let mut fields = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut parsed = httparse::Response::new(&mut []);
@@ -105,8 +137,18 @@ pub fn take_head(buf: &mut BytesMut) -> Result<Option<http::response::Parts>, Di
     // Room for the few headers the answer's rules add (`http/rewrite.rs`), so the map is not
     // grown (and rehashed) on its way to the client.
     let mut headers = HeaderMap::with_capacity(count + ROOM);
+    let mut closes = false;
     for place in &places[..count] {
         let name = HeaderName::from_bytes(&slice(place.name)).map_err(|e| DirectError::BadHead(e.to_string()))?;
+        if settle && name == header::CONNECTION {
+            let bytes = &head[place.value.0 as usize..place.value.1 as usize];
+            if let Some(close) = settled_connection(bytes) {
+                closes |= close;
+                continue;
+            }
+        } else if settle && name == KEEP_ALIVE {
+            continue;
+        }
         let value =
             HeaderValue::from_maybe_shared(slice(place.value)).map_err(|e| DirectError::BadHead(e.to_string()))?;
         headers.append(name, value);
@@ -115,7 +157,7 @@ pub fn take_head(buf: &mut BytesMut) -> Result<Option<http::response::Parts>, Di
     parts.status = status;
     parts.version = version;
     parts.headers = headers;
-    Ok(Some(parts))
+    Ok(Some((parts, closes)))
 }
 
 /// How the body of an answer with this head ends (RFC 9112 §6.3). A Content-Length beside a
