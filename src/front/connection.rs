@@ -168,13 +168,16 @@ impl Alpn {
 /// stream's task keeps only the body (docs/performance.md, "Idle streams, round two").
 pub(crate) fn serve_connection<I>(
     gw: Arc<Gateway>,
-    conn: Arc<ConnInfo>,
+    mut conn: ConnInfo,
     io: I,
     alpn: Option<Alpn>,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // `drive` below ticks at this period whatever the requests do (`pipeline/deadline.rs`).
+    conn.tick = Some(gw.limits.request_head_timeout / 2);
+    let conn = Arc::new(conn);
     // An HTTPS connection's activity lives on its lease, where the connection table sees it.
     let (activity, shed) = match &conn.lease {
         Some(lease) => (lease.activity.clone(), Some(lease.shed.clone())),

@@ -37,6 +37,11 @@ pub struct ConnInfo {
     /// first authenticated request, shed (its token cancelled) while it is idle and still
     /// unauthenticated. SSH channels have none: their connection's place is held by the session.
     pub lease: Option<Arc<crate::gateway::connections::Lease>>,
+    /// Set when the connection is served by `front::connection::serve_connection`: its task
+    /// wakes at least this often (its idle tick) and polls its HTTP/1 requests when it does, so
+    /// their upstream deadline may wait to arm its timer (`pipeline/deadline.rs`). `None` for
+    /// the gateway's own requests, which no connection polls.
+    pub(crate) tick: Option<std::time::Duration>,
 }
 
 impl ConnInfo {
@@ -46,6 +51,7 @@ impl ConnInfo {
             front,
             auth_memo: Default::default(),
             lease: None,
+            tick: None,
         }
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, request::Parts};
 
 use super::body_check::Checked;
+use super::deadline::deadline;
 use super::request::{Canonical, Target};
 use super::response::{self, Answer};
 use crate::gateway::Gateway;
@@ -48,6 +49,8 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let (gw, target) = (f.here.gw, f.target);
         let project = &*target.project;
         let (mut parts, upgrade) = (f.request.take_head(), f.request.upgrade.take());
+        // An HTTP/1 request is polled by its connection's tick; an h2 one runs as its own task.
+        let ticked = f.here.conn.tick.filter(|_| parts.version <= Version::HTTP_11);
         let upgrading = upgrade.is_some();
         let client_upgrade = client_upgrade(&mut parts, upgrading);
         // Taken before the headers are rewritten for the upstream (which asks it for identity).
@@ -68,7 +71,7 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let sent = std::pin::pin!(send(&f.endpoint.pool, outgoing, gw.limits.upstream_connect_timeout));
         let result = match target.treatment().long_lived() {
             true => sent.await,
-            false => tokio::time::timeout(gw.limits.upstream_response_timeout, sent)
+            false => deadline(sent, asked, gw.limits.upstream_response_timeout, ticked)
                 .await
                 .map_err(|_| timed_out(gw, project))?,
         };

@@ -8,6 +8,7 @@
 
 mod admit;
 mod body_check;
+mod deadline;
 mod fleet_gate;
 pub mod forward;
 mod identify;

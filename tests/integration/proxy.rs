@@ -108,6 +108,32 @@ async fn an_upstream_that_does_not_answer_in_time_is_a_504() {
     assert!(started.elapsed() < Duration::from_secs(20));
 }
 
+/// The upstream's deadline when its timer is armed late (`pipeline/deadline.rs`): over HTTP/1.1
+/// a request's timer waits for a second poll, which the connection's idle tick (every half
+/// `request_head_timeout`, here 1 s) guarantees. Were it never armed, the request would hang
+/// and the bound below fail. (That the timer is set for the request's start plus the limit, not
+/// the tick's, is shown exactly by `pipeline::deadline::tests`.)
+#[tokio::test]
+async fn a_deadline_armed_by_the_connections_tick_still_cuts_at_the_limit() {
+    let (_gw, _web, _api, c) =
+        two_projects("[limits]\nrequest_head_timeout = \"2s\"\nupstream_response_timeout = \"3s\"\n").await;
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(30), c.get("/p/web/slow", Some(&alice())))
+        .await
+        .expect("no answer in 30 s: the deadline's timer was never armed");
+    let took = started.elapsed();
+    assert_eq!(r.status, 504, "{}", r.body);
+    assert!(
+        r.body.contains("project web") && r.body.contains("did not answer"),
+        "{}",
+        r.body
+    );
+    assert!(
+        took >= Duration::from_secs(3),
+        "cut after {took:?}, before the 3 s limit"
+    );
+}
+
 /// A client that leaves before its answer came (the upstream is still working on it) still
 /// leaves an access line: status 0, outcome client_gone. Without it an answer that never came is
 /// invisible in the log.

@@ -239,7 +239,7 @@ async fn serve_tls_connection(
         .await;
         return;
     }
-    let conn = Arc::new(ConnInfo::with_lease(peer, Front::Tls { bound }, lease));
+    let conn = ConnInfo::with_lease(peer, Front::Tls { bound }, lease);
     crate::front::connection::serve_connection(gw, conn, stream, Some(alpn)).await;
 }
 

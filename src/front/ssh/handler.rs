@@ -284,7 +284,7 @@ impl russh::server::Handler for Conn {
             return Ok(());
         };
         reply.accept().await;
-        let conn = Arc::new(ConnInfo::new(self.peer, Front::Ssh { user, project }));
+        let conn = ConnInfo::new(self.peer, Front::Ssh { user, project });
         let gw = self.gw.clone();
         self.gw.lifecycle.tasks.spawn(async move {
             let _count = count;
