@@ -230,6 +230,31 @@ enum Event<E> {
     Drain,
 }
 
+/// Which of a connection's watchers is ready, polled with the watchers' own waker: the idle
+/// tick, the connection table's shed, the drain.
+fn watched<E>(
+    cx: &mut Context<'_>,
+    tick: &mut tokio::time::Interval,
+    shed: Pin<&mut impl Future>,
+    drain: Pin<&mut impl Future>,
+) -> Poll<Event<E>> {
+    if tick.poll_tick(cx).is_ready() {
+        Poll::Ready(Event::Tick)
+    } else if shed.poll(cx).is_ready() {
+        Poll::Ready(Event::Shed)
+    } else if drain.poll(cx).is_ready() {
+        Poll::Ready(Event::Drain)
+    } else {
+        Poll::Pending
+    }
+}
+
+/// Close a connection gracefully; drop it if it has not closed within [`IDLE_CLOSE_GRACE`].
+async fn close_within_grace<C: Future>(mut connection: Pin<&mut C>, shutdown: impl Fn(Pin<&mut C>)) {
+    shutdown(connection.as_mut());
+    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection).await;
+}
+
 /// Run a served connection under the idle watcher, the drain and the deadline; a connection the
 /// connection table sheds (`shed` cancelled: it was idle and unauthenticated) is dropped at once.
 async fn drive<C, E>(
@@ -262,17 +287,7 @@ async fn drive<C, E>(
             if let Poll::Ready(res) = connection.as_mut().poll(cx) {
                 return Poll::Ready(Event::Ended(res));
             }
-            watchers.poll(cx, |cx| {
-                if tick.poll_tick(cx).is_ready() {
-                    Poll::Ready(Event::Tick)
-                } else if shed.as_mut().poll(cx).is_ready() {
-                    Poll::Ready(Event::Shed)
-                } else if drain.as_mut().poll(cx).is_ready() {
-                    Poll::Ready(Event::Drain)
-                } else {
-                    Poll::Pending
-                }
-            })
+            watchers.poll(cx, |cx| watched(cx, &mut tick, shed.as_mut(), drain.as_mut()))
         })
         .await;
         watchers.again();
@@ -294,9 +309,7 @@ async fn drive<C, E>(
                 // tick counts the connection's first half-period).
                 if quiet >= 2 {
                     tracing::debug!(idle_s = idle.as_secs_f32(), "closing an idle connection");
-                    shutdown(connection.as_mut());
-                    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
-                    return;
+                    return close_within_grace(connection.as_mut(), &shutdown).await;
                 }
             }
             Event::Shed => {
@@ -304,8 +317,7 @@ async fn drive<C, E>(
                 // The table chose it idle, but a request may have begun since: let that one
                 // finish, briefly, rather than cut it. An idle one is dropped at once.
                 if !activity.is_idle() {
-                    shutdown(connection.as_mut());
-                    let _ = tokio::time::timeout(IDLE_CLOSE_GRACE, connection.as_mut()).await;
+                    close_within_grace(connection.as_mut(), &shutdown).await;
                 }
                 return;
             }
