@@ -45,6 +45,32 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
+/// A free port for pebble, which binds it itself after the gateways started: from below the
+/// kernel's ephemeral range, so the gateways' own listeners (bound to port 0) cannot be given it
+/// meanwhile. With `free_port()` a gateway's admin listener once got the port picked for
+/// pebble's management API, and pebble exited ("address already in use"). Random, and tried
+/// before it is returned.
+fn port_for_pebble() -> u16 {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let low: u16 = range
+        .split_whitespace()
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(32768);
+    let span = u32::from(low.saturating_sub(10_000)).max(1);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    for i in 0..200u32 {
+        let port = 10_000 + (seed.wrapping_add(i.wrapping_mul(7_919)) % span) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port below {low} for pebble in 200 tries");
+}
+
 /// A CA and a certificate for 127.0.0.1 signed by it, for pebble's own HTTPS API.
 fn pebble_api_cert(dir: &Path) {
     let ca_key = rcgen::KeyPair::generate().unwrap();
@@ -143,7 +169,7 @@ async fn wait_count(gw: &Gateway, needle: &str, count: usize, within: Duration, 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs pebble: run scripts/test.sh"]
 async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
-    let (api, mgmt) = (crate::common::free_port(), crate::common::free_port());
+    let (api, mgmt) = (port_for_pebble(), port_for_pebble());
     let gw = Gateway::start_with(&config(api, &["demo"]), &[], |d| {
         pebble_api_cert(d);
         crate::common::write_secret(&d.join("pw"), "unused");

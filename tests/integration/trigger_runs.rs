@@ -23,6 +23,16 @@ pub(crate) async fn newest_run_until(
     what: &str,
     pred: impl Fn(&serde_json::Value) -> bool,
 ) -> serde_json::Value {
+    trigger_until(gw, name, what, |t| pred(&t["runs"][0])).await
+}
+
+/// Trigger `name` as the control socket lists it, once `pred` holds for it (a minute at most).
+async fn trigger_until(
+    gw: &Gateway,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (status, body) = tokio::task::block_in_place(|| gw.control("GET", "/triggers"));
@@ -32,7 +42,7 @@ pub(crate) async fn newest_run_until(
             .as_array()
             .and_then(|all| all.iter().find(|t| t["name"] == name).cloned())
             .unwrap_or_else(|| panic!("no trigger {name}: {v:#}"));
-        if pred(&t["runs"][0]) {
+        if pred(&t) {
             return t;
         }
         assert!(Instant::now() < deadline, "{what}: {t:#}\n{}", gw.logs());
@@ -184,8 +194,21 @@ async fn a_trigger_whose_runs_the_guard_stops_twice_in_a_row_pauses_itself_and_t
             t["runs"][0]["detail"], "stopped by the gateway's guard: retried the same failure twice",
             "{t:#}"
         );
-        assert_eq!(t["paused"], n == 1, "paused after the second failed run only: {t:#}");
+        if n == 0 {
+            assert_eq!(t["paused"], false, "paused after one failed run: {t:#}");
+        }
     }
+    // The second run's end is stored before the trigger is paused for it (`gateway/
+    // trigger_runs.rs::end_run`, then `after_failure`): the listing may show the run failed and
+    // the trigger not yet paused, as it once did here.
+    let t = trigger_until(
+        &gw,
+        "looper",
+        "the trigger did not pause itself after two failed runs",
+        |t| t["paused"] == true,
+    )
+    .await;
+    assert_eq!(t["runs"][0]["delivery"], "loop-2", "{t:#}");
     let (_, listed) = gw.cli_with_env(&["trigger", "list"]);
     assert!(
         listed.contains("PAUSED (paused itself: its last 2 runs failed (stopped by the gateway's guard"),
