@@ -10,7 +10,9 @@
 //! at most half the head timeout after it began. The timer is set for the same instant either
 //! way (`asked` plus the limit), so a deadline further off than that half is kept exactly.
 //! Anything else arms on the first poll, as before: an h2 request runs as its own task, which
-//! no tick polls, and a deadline nearer than the half could pass before the tick came.
+//! no tick polls, and a deadline nearer than the half could pass before the tick came. While a
+//! connection drains, `drive` no longer ticks: a request still unarmed then is bounded by the
+//! drain deadline instead, which cuts every connection.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -84,11 +84,16 @@ pub fn take_answer_head(buf: &mut BytesMut) -> Result<Option<(http::response::Pa
     read_head(buf, true)
 }
 
+/// The items of a comma-separated field value, trimmed (empty ones included).
+fn items(value: &[u8]) -> impl DoubleEndedIterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
 /// Whether a `Connection` value names no field but `keep-alive` and `close`, and if so whether it
 /// says `close`.
 fn settled_connection(value: &[u8]) -> Option<bool> {
     let mut closes = false;
-    for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+    for token in items(value) {
         if token.eq_ignore_ascii_case(b"close") {
             closes = true;
         } else if !token.is_empty() && !token.eq_ignore_ascii_case(b"keep-alive") {
@@ -175,8 +180,7 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
         let codings = parts.headers.get_all(header::TRANSFER_ENCODING);
         let last = codings
             .iter()
-            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-            .map(|c| c.trim_ascii())
+            .flat_map(|v| items(v.as_bytes()))
             .rfind(|c| !c.is_empty());
         let framing = match last {
             Some(c) if c.eq_ignore_ascii_case(b"chunked") => Framing::Chunked(Chunked::default()),
@@ -188,8 +192,7 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
     let mut length = None;
     let lengths = parts.headers.iter().filter(|(n, _)| *n == header::CONTENT_LENGTH);
     for (_, value) in lengths {
-        for item in value.as_bytes().split(|&b| b == b',') {
-            let item = item.trim_ascii();
+        for item in items(value.as_bytes()) {
             if item.is_empty() || !item.iter().all(u8::is_ascii_digit) || item.len() > 19 {
                 return Err(DirectError::BadLength);
             }
@@ -214,10 +217,6 @@ pub fn framing(parts: &mut http::response::Parts, head_only: bool) -> Result<Fra
 /// HTTP/1.1 answer whose end is framed and whose server did not say `Connection: close`.
 pub fn keeps_alive(parts: &http::response::Parts, framing: &Framing) -> bool {
     let mut connection = parts.headers.iter().filter(|(n, _)| *n == header::CONNECTION);
-    let closes = connection.any(|(_, v)| {
-        v.as_bytes()
-            .split(|&b| b == b',')
-            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
-    });
+    let closes = connection.any(|(_, v)| items(v.as_bytes()).any(|t| t.eq_ignore_ascii_case(b"close")));
     parts.version == Version::HTTP_11 && !closes && !matches!(framing, Framing::Close)
 }
