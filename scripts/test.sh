@@ -91,6 +91,9 @@ fi
 
 scripts/npm-deps.sh
 
+step "vendored hyper: the published crate and vendor/hyper.patch, nothing else"
+scripts/vendor-hyper.sh --check
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

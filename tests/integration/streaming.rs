@@ -1,15 +1,24 @@
 //! Long-lived traffic through the gateway against the fake upstream: server-sent events arrive as
 //! they are written, WebSockets are spliced both ways, and the PTY ticket flow authenticates.
 
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http_body_util::Full;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use crate::common::client::{Https, basic, read, read_until};
-use crate::common::stack::two_projects;
+use crate::common::fake_upstream::serve;
+use crate::common::gateway::{ALICE, Gateway, base_config, external_project, users_toml};
+use crate::common::stack::{UPSTREAM_PW, two_projects};
 
 fn alice() -> String {
     basic("alice", "alice-password-1")
@@ -157,4 +166,103 @@ async fn a_pty_ticket_opens_one_websocket_for_its_user_and_project() {
     );
     let upgraded = web.seen().into_iter().filter(|s| s.target.contains("ticket=")).count();
     assert_eq!(upgraded, 1);
+}
+
+/// An HTTP/1.1 connection after an event stream on it (vendor/hyper's patch lets the connection
+/// give back its read buffer and the request's future while an answer of unknown length streams,
+/// and take them again): a request sent during the stream (pipelined) is read through the small
+/// watching read, held, and answered once the stream ends, then the connection serves the next.
+#[tokio::test]
+async fn an_http1_connection_serves_requests_sent_during_and_after_an_event_stream() {
+    let end = Arc::new(tokio::sync::Notify::new());
+    let ending = end.clone();
+    let (addr, _task) = serve(move |req: Request<Incoming>| {
+        let ending = ending.clone();
+        async move { Ok::<_, Infallible>(ends_when_told(req.uri().path(), ending)) }
+    })
+    .await;
+    let config = base_config(&format!(
+        "{}{}",
+        external_project("web", &format!("http://{addr}")),
+        users_toml(&[ALICE])
+    ));
+    let gw = Gateway::start_behind(&config, UPSTREAM_PW);
+    let c = Https::new(gw.https, &gw.ca());
+    let mut tls = c.tls().await;
+    let get = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nhost: {}\r\nauthorization: {}\r\n\r\n",
+            c.authority(),
+            alice()
+        )
+    };
+    let mut seen = String::new();
+    tls.write_all(get("/p/web/global/event").as_bytes()).await.unwrap();
+    read_raw_until(&mut tls, &mut seen, |s| s.contains("server.connected")).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(seen.contains("transfer-encoding: chunked"), "{seen}");
+    // Pipelined while the stream is open: not answered before the stream's end.
+    tls.write_all(get("/p/web/global/health").as_bytes()).await.unwrap();
+    end.notify_one();
+    read_raw_until(&mut tls, &mut seen, |s| {
+        s.matches("HTTP/1.1 200").count() == 2 && s.ends_with("healthy")
+    })
+    .await;
+    let (stream, health) = seen
+        .split_once("0\r\n\r\nHTTP/1.1 200")
+        .expect("the stream's last chunk, then the answer");
+    assert!(
+        stream.contains("last-event"),
+        "the stream ended with its last event: {stream}"
+    );
+    assert!(health.contains("content-length: 7"), "{health}");
+    // And the next request on the same connection.
+    seen.clear();
+    tls.write_all(get("/p/web/global/health").as_bytes()).await.unwrap();
+    read_raw_until(&mut tls, &mut seen, |s| s.ends_with("healthy")).await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+}
+
+/// The upstream for the test above: `/global/event` sends one event, waits for `end`, sends a
+/// last one and ends; anything else is a small answer.
+fn ends_when_told(path: &str, end: Arc<tokio::sync::Notify>) -> Response<BoxBody<Bytes, Infallible>> {
+    if path != "/global/event" {
+        return Response::new(Full::new(Bytes::from_static(b"healthy")).boxed());
+    }
+    let events = futures_util::stream::unfold(0, move |step| {
+        let end = end.clone();
+        async move {
+            let event = match step {
+                0 => "data: {\"type\":\"server.connected\"}\n\n",
+                1 => {
+                    end.notified().await;
+                    "data: {\"type\":\"last-event\"}\n\n"
+                }
+                _ => return None,
+            };
+            Some((Ok::<_, Infallible>(Frame::data(Bytes::from(event))), step + 1))
+        }
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(events)));
+    r.headers_mut()
+        .insert("content-type", "text/event-stream".parse().unwrap());
+    r
+}
+
+/// Read from `tls` into `seen` until `done(seen)`, within 10 s; fails with what came.
+async fn read_raw_until(
+    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    seen: &mut String,
+    done: impl Fn(&str) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !done(seen) {
+        let n = tokio::time::timeout_at(deadline, tls.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("not within 10 s; so far: {seen:?}"))
+            .unwrap();
+        assert!(n > 0, "the connection closed; so far: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
 }
