@@ -4,8 +4,10 @@
 # counters, loads it with wrk -c4 for 10 s (keep-alive GET /global/health, with Basic
 # credentials) and divides. User-space instructions only: the kernel's socket work (about the
 # same for every proxy, docs/performance.md) is not counted.
-# Usage: [UPSTREAM=nginx] bench/callgrind.sh [binary | nginx]
+# Usage: [UPSTREAM=nginx] [BOX=1] bench/callgrind.sh [binary | nginx]
 #   UPSTREAM=nginx: nginx serving the same JSON is the upstream, instead of the stand-in
+#   BOX=1: the gateway whose project is on a box (bench/boxhop.py's config and sshd, which a
+#          bench/run.sh run with the box target left in bench/out), to set beside the direct one
 #   binary: the gateway to profile (default target/release/opencode-gateway)
 #   nginx:  nginx with TLS and no auth (one worker, master off), the figure issue 14 compares with
 # The profile is left in bench/out/callgrind-{gateway,nginx}.out.* for callgrind_annotate.
@@ -50,10 +52,17 @@ if [ "${1:-}" = nginx ]; then
     nginx -c "$PWD/$OUT/nginx.conf" -g "daemon off; master_process off;") >$OUT/callgrind.log 2>&1 & vg=$!
 else
   BIN=$(realpath "${1:-target/release/opencode-gateway}")
-  PORT=$(grep -o 'listen = "127.0.0.1:[0-9]*' $OUT/gateway.toml | grep -o '[0-9]*$')
-  (cd $OUT && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file=callgrind-gateway.out "$BIN" serve -c gateway.toml) >$OUT/callgrind.log 2>&1 & vg=$!
+  CONF=gateway.toml
+  if [ "${BOX:-}" = 1 ]; then
+    [ -f $OUT/gateway-box.toml ] && [ -f $OUT/box/sshd_config ] || { echo "BOX=1: run bench/run.sh with the box target first" >&2; exit 1; }
+    CONF=gateway-box.toml
+    mkdir -p /run/sshd 2>/dev/null || true
+    /usr/sbin/sshd -D -e -f "$PWD/$OUT/box/sshd_config" 2>>$OUT/sshd.log & sshd=$!
+  fi
+  PORT=$(grep -o 'listen = "127.0.0.1:[0-9]*' $OUT/$CONF | grep -o '[0-9]*$')
+  (cd $OUT && RUST_LOG=warn exec valgrind --tool=callgrind --callgrind-out-file=callgrind-gateway.out "$BIN" serve -c $CONF) >$OUT/callgrind.log 2>&1 & vg=$!
 fi
-trap 'kill $vg $up 2>/dev/null || true' EXIT
+trap 'kill $vg $up ${sshd:-} 2>/dev/null || true' EXIT
 for _ in $(seq 60); do curl -sk -o /dev/null "https://127.0.0.1:$PORT/" && break; sleep 1; done
 # One authenticated request answered before anything is counted: under callgrind the gateway's
 # first argon2 run takes seconds, and one still running in the measured window (a loaded machine)
