@@ -11,11 +11,11 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::common::client::{Https, basic, read, read_until};
+use crate::common::client::{Https, basic, read, read_raw_until, read_until};
 use crate::common::fake_upstream::serve;
 use crate::common::gateway::{ALICE, Gateway, base_config, external_project, users_toml};
 use crate::common::stack::{UPSTREAM_PW, two_projects};
@@ -247,22 +247,4 @@ fn ends_when_told(path: &str, end: Arc<tokio::sync::Notify>) -> Response<BoxBody
     r.headers_mut()
         .insert("content-type", "text/event-stream".parse().unwrap());
     r
-}
-
-/// Read from `tls` into `seen` until `done(seen)`, within 10 s; fails with what came.
-async fn read_raw_until(
-    tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-    seen: &mut String,
-    done: impl Fn(&str) -> bool,
-) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut buf = [0u8; 4096];
-    while !done(seen) {
-        let n = tokio::time::timeout_at(deadline, tls.read(&mut buf))
-            .await
-            .unwrap_or_else(|_| panic!("not within 10 s; so far: {seen:?}"))
-            .unwrap();
-        assert!(n > 0, "the connection closed; so far: {seen:?}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-    }
 }

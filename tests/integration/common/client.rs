@@ -204,6 +204,27 @@ pub async fn read_until(body: &mut Incoming, within: Duration, pred: impl Fn(&st
     }
 }
 
+/// [`read_until`] for a raw connection (a test writing HTTP/1.1 by hand): reads into `seen`
+/// until `done(seen)`, within 10 s; fails the test with what came when the connection closes or
+/// the time passes first.
+pub async fn read_raw_until(
+    conn: &mut (impl tokio::io::AsyncRead + Unpin),
+    seen: &mut String,
+    done: impl Fn(&str) -> bool,
+) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while !done(seen) {
+        let n = tokio::time::timeout_at(deadline, conn.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("not within 10 s; so far: {seen:?}"))
+            .unwrap();
+        assert!(n > 0, "the connection closed; so far: {seen:?}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
 /// Like [`read_until`], for retry loops: `Err` with the text so far when it never came.
 pub async fn try_read_until(
     body: &mut Incoming,

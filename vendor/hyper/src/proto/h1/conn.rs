@@ -498,11 +498,8 @@ where
             return Poll::Pending;
         }
 
-        let num_read = ready!(self.io.poll_read_watch(cx)).map_err(|e| {
-            trace!(error = %e, "mid_message_detect_eof; io error");
-            self.state.close();
-            crate::Error::new_io(e)
-        })?;
+        let num_read =
+            ready!(self.io_read(cx, Buffered::poll_read_watch)).map_err(crate::Error::new_io)?;
 
         if num_read == 0 {
             trace!("found unexpected EOF on busy connection: {:?}", self.state);
@@ -514,9 +511,18 @@ where
     }
 
     fn force_io_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.io_read(cx, Buffered::poll_read_from_io)
+    }
+
+    /// `read` on the connection's io, closing the connection on an error.
+    fn io_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        read: fn(&mut Buffered<I, EncodedBuf<B>>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
         debug_assert!(!self.state.is_read_closed());
 
-        let result = ready!(self.io.poll_read_from_io(cx));
+        let result = ready!(read(&mut self.io, cx));
         Poll::Ready(result.map_err(|e| {
             trace!(error = %e, "force_io_read; io error");
             self.state.close();
@@ -603,13 +609,16 @@ where
         self.io.has_buffered_write()
     }
 
+    /// A server's answer of unknown length (an event stream) is starting: an empty read buffer
+    /// need not be kept at full size meanwhile.
+    pub(crate) fn release_read_buf(&mut self) {
+        if T::should_read_first() {
+            self.io.release_read_buf();
+        }
+    }
+
     pub(crate) fn write_head(&mut self, head: MessageHead<T::Outgoing>, body: Option<BodyLength>) {
         if let Some(encoder) = self.encode_head(head, body) {
-            // A server's answer of unknown length (an event stream) may last for hours: its
-            // connection need not keep a full-sized read buffer meanwhile.
-            if T::should_read_first() && (encoder.is_chunked() || encoder.is_close_delimited()) {
-                self.io.release_read_buf();
-            }
             self.state.writing = if !encoder.is_eof() {
                 Writing::Body(encoder)
             } else if encoder.is_last() {

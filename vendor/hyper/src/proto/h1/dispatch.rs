@@ -379,7 +379,10 @@ where
                             .map(BodyLength::Known)
                             .or(Some(BodyLength::Unknown));
                         self.body_rx.set(Some(body));
+                        // An answer of unknown length (an event stream) may last for hours:
+                        // what is kept only for the next message's reuse can go meanwhile.
                         if matches!(btype, Some(BodyLength::Unknown)) {
+                            self.conn.release_read_buf();
                             self.dispatch.release_idle();
                         }
                         btype

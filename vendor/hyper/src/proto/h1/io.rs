@@ -232,7 +232,6 @@ where
     }
 
     pub(crate) fn poll_read_from_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        self.read_blocked = false;
         // Get the next amount to allocate, but make sure we don't go over
         // the max read buf size configured.
         let next = cmp::min(
@@ -244,7 +243,24 @@ where
         if self.read_buf_remaining_mut() < next {
             self.read_buf.reserve(next);
         }
+        let n = ready!(self.poll_read_into_spare(cx))?;
+        self.read_buf_strategy.record(n);
+        Poll::Ready(Ok(n))
+    }
 
+    /// A read that only watches for the peer's EOF (or early bytes of its next message) while
+    /// a message is in progress: into the spare room the read buffer has, or 64 bytes when it
+    /// has none, never a full-sized buffer.
+    pub(crate) fn poll_read_watch(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf_remaining_mut() == 0 {
+            self.read_buf.reserve(WATCH_READ_SIZE);
+        }
+        self.poll_read_into_spare(cx)
+    }
+
+    /// One read into the room the read buffer has.
+    fn poll_read_into_spare(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.read_blocked = false;
         // SAFETY: ReadBuf and poll_read promise not to set any uninitialized
         // bytes onto `dst`.
         let dst = unsafe { self.read_buf.chunk_mut().as_uninit_slice_mut() };
@@ -256,35 +272,6 @@ where
                 // Safety: we just read that many bytes into the
                 // uninitialized part of the buffer, so this is okay.
                 // @tokio pls give me back `poll_read_buf` thanks
-                unsafe {
-                    self.read_buf.advance_mut(n);
-                }
-                self.read_buf_strategy.record(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Pending => {
-                self.read_blocked = true;
-                Poll::Pending
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-        }
-    }
-
-    /// A read that only watches for the peer's EOF (or early bytes of its next message) while
-    /// a message is in progress: into the spare room the read buffer has, or 64 bytes when it
-    /// has none, never a full-sized buffer.
-    pub(crate) fn poll_read_watch(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        self.read_blocked = false;
-        if self.read_buf_remaining_mut() == 0 {
-            self.read_buf.reserve(WATCH_READ_SIZE);
-        }
-        // SAFETY: as in `poll_read_from_io`.
-        let dst = unsafe { self.read_buf.chunk_mut().as_uninit_slice_mut() };
-        let mut buf = ReadBuf::uninit(dst);
-        match Pin::new(&mut self.io).poll_read(cx, buf.unfilled()) {
-            Poll::Ready(Ok(())) => {
-                let n = buf.filled().len();
-                // SAFETY: as in `poll_read_from_io`.
                 unsafe {
                     self.read_buf.advance_mut(n);
                 }
