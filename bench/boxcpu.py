@@ -57,7 +57,8 @@ def main():
     direct, box = port_of("gateway.toml", r'listen = "127.0.0.1:(\d+)'), port_of("gateway-box.toml", r'listen = "127.0.0.1:(\d+)')
     env = dict(os.environ, RUST_LOG="warn")
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.makedirs("/run/sshd", exist_ok=True) if os.geteuid() == 0 else None
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd run as root wants its privilege-separation folder
     procs = {
         "stand-in": subprocess.Popen([str(TOOLS / "upstream"), up], **quiet),
         "sshd": subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(OUT / "box" / "sshd_config")], **quiet),
