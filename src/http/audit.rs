@@ -133,10 +133,8 @@ impl Pending {
 
 /// The answer a permission reply's body gives, when it is one OpenCode knows. Anything else
 /// (a message the user typed) is not recorded.
-pub(crate) fn permission_answer(body: &[u8]) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let a = v.get("response").or_else(|| v.get("reply"))?.as_str()?;
-    matches!(a, "once" | "always" | "reject").then(|| a.to_string())
+pub(crate) fn permission_answer(body: &serde_json::Value) -> Option<String> {
+    crate::policy::permission::answer(body).said.map(str::to_string)
 }
 
 pub(crate) struct TerminalClose {
@@ -209,13 +207,17 @@ mod tests {
 
     #[test]
     fn only_known_answers_are_kept() {
-        assert_eq!(permission_answer(br#"{"response":"once"}"#).as_deref(), Some("once"));
+        let said = |b: &str| permission_answer(&serde_json::from_str(b).unwrap());
+        assert_eq!(said(r#"{"response":"once"}"#).as_deref(), Some("once"));
+        assert_eq!(said(r#"{"reply":"always","message":"x"}"#).as_deref(), Some("always"));
+        assert_eq!(said(r#"{"decision":"reject"}"#).as_deref(), Some("reject"));
         assert_eq!(
-            permission_answer(br#"{"reply":"always","message":"x"}"#).as_deref(),
-            Some("always")
+            said(r#"{"reply":"reject","response":"once"}"#).as_deref(),
+            Some("once"),
+            "the most approving reading"
         );
-        assert_eq!(permission_answer(br#"{"response":"my secret reason"}"#), None);
-        assert_eq!(permission_answer(b"not json"), None);
+        assert_eq!(said(r#"{"response":"my secret reason"}"#), None);
+        assert_eq!(said("null"), None);
     }
 
     #[test]

@@ -70,6 +70,10 @@ pub enum HttpError {
     ProjectGone(String),
     #[error("the request body is malformed ({0})")]
     MalformedBody(String),
+    /// A body a decision reads that the one reading (`policy/json_body.rs`) refuses: the gateway
+    /// cannot read it the way OpenCode would.
+    #[error("{0}")]
+    UnreadableBody(String),
     #[error("the gateway is shutting down")]
     ShuttingDown,
     #[error("{0}")]
@@ -144,7 +148,7 @@ impl From<&HttpError> for StatusCode {
             PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             UriTooLong { .. } => StatusCode::URI_TOO_LONG,
-            BadRequest(_) | BadPath(_) | MalformedBody(_) => StatusCode::BAD_REQUEST,
+            BadRequest(_) | BadPath(_) | MalformedBody(_) | UnreadableBody(_) => StatusCode::BAD_REQUEST,
             ProjectGone(_) | NotFound(_) => StatusCode::NOT_FOUND,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             LoginRedirect { .. } => StatusCode::SEE_OTHER,
@@ -182,6 +186,7 @@ impl HttpError {
             BadPath(refusal) => refusal.code(),
             ProjectGone(_) => "project_gone",
             MalformedBody(_) => "malformed_body",
+            UnreadableBody(_) => "unreadable_body",
             ShuttingDown => "shutting_down",
             NotFound(_) => "not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -335,6 +340,7 @@ mod tests {
                 400,
             ),
             (HttpError::MalformedBody("bad chunk".into()), 400),
+            (HttpError::UnreadableBody("a lone surrogate".into()), 400),
             (HttpError::ProjectGone("web".into()), 404),
         ]);
     }

@@ -59,14 +59,20 @@ pub(crate) async fn check(
     // Boxed: most requests pass untouched above, and hyper keeps the request's future for an
     // HTTP/1.1 connection's life, sized for its largest branch.
     let bytes = Box::pin(whole(body, idle)).await?;
+    // The one reading every decision below makes: a body it cannot read as OpenCode would is
+    // refused here, never passed unjudged.
+    let json = crate::policy::json_body::read(&bytes).map_err(|why| {
+        tracing::warn!(target: "security", peer = %here.client, user = %principal.name(), project = %project.name, reason = "unreadable_body", "{why}");
+        HttpError::UnreadableBody(why)
+    })?;
     if answer && let Some(p) = audit {
         // Noted first: a refused answer is recorded with what it said.
-        p.answer = crate::http::audit::permission_answer(&bytes);
+        p.answer = crate::http::audit::permission_answer(json.value());
     }
     if let Some((root, rule)) = pin {
-        Box::pin(pinned(here, principal.name(), endpoint, target, &bytes, rule, root)).await?;
+        Box::pin(pinned(here, principal.name(), endpoint, target, &json, rule, root)).await?;
     }
-    under_policy(here, target, principal.asker(), &bytes)?;
+    Box::pin(under_policy(here, target, principal.asker(), json.value())).await?;
     Ok(Checked::Whole(bytes))
 }
 
@@ -82,17 +88,22 @@ fn sets_rules_under_a_policy(here: super::Here<'_>, target: &Target, asker: Aske
 
 /// A client's permission answer or session rules, judged by the session's permission policy
 /// (`policy_check.rs`). The gateway's own acts are its policy's: not judged here.
-fn under_policy(here: super::Here<'_>, target: &Target, asker: Asker<'_>, bytes: &Bytes) -> Result<(), HttpError> {
+async fn under_policy(
+    here: super::Here<'_>,
+    target: &Target,
+    asker: Asker<'_>,
+    body: &serde_json::Value,
+) -> Result<(), HttpError> {
     let (Some(route), Asker::Client(own)) = (target.route, asker) else {
         return Ok(());
     };
     let project = &target.project.name;
     if route.audit == Some(AuditKind::PermissionAnswer) {
         let id = crate::policy::plan::last_param(route.pattern, &target.upstream_path);
-        return super::policy_check::answer(here.gw, project, id, own, bytes);
+        return super::policy_check::answer(here.gw, project, id, own, body).await;
     }
     if crate::policy::permission::sets_session_rules(route) && (own.is_some() || here.gw.inbox.any_session_policy()) {
-        super::policy_check::session_rules(here.gw, project, own, target.session.as_deref(), bytes)?;
+        super::policy_check::session_rules(here.gw, project, own, target.session.as_deref(), body)?;
     }
     Ok(())
 }
@@ -104,12 +115,12 @@ async fn pinned(
     user: &str,
     endpoint: &Endpoint,
     target: &Target,
-    bytes: &Bytes,
+    body: &crate::policy::json_body::Body,
     rule: &crate::policy::plan::BodyRule,
     root: &std::path::Path,
 ) -> Result<(), HttpError> {
     let (gw, client, project) = (here.gw, here.client, &*target.project);
-    let names = crate::policy::pin::check_body(bytes, rule, root).map_err(|why| {
+    let names = crate::policy::pin::check_body(body, rule, root).map_err(|why| {
         tracing::warn!(target: "security", peer = %client, user = %user, project = %project.name, reason = "directory_outside_project", "{why}");
         HttpError::Forbidden(why)
     })?;

@@ -6,7 +6,8 @@
 //! - `route`: which project (front door, host, `/p/<name>/`, the only project).
 //! - `authz`: OpenCode's route table × roles, and what each route needs (the route plan).
 //! - `origin`: browser origin checks. `pin`: directory pinning. `scope`: shared-upstream scoping.
-//! - `query`: query strings read the way OpenCode reads them.
+//! - `query`: query strings read the way OpenCode reads them. `json_body`: the one reading of a
+//!   client's JSON body that decisions are made on.
 
 pub mod authz;
 pub mod canonical;
@@ -14,6 +15,7 @@ pub mod csrf;
 pub mod drift;
 pub mod grants;
 pub mod hook;
+pub mod json_body;
 pub mod origin;
 pub mod permission;
 pub mod pin;

@@ -14,6 +14,7 @@ use std::path::{Component, Path, PathBuf};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use super::json_body::Body;
 use super::plan::BodyRule;
 
 pub(crate) const DIRECTORY_HEADER: HeaderName = HeaderName::from_static("x-opencode-directory");
@@ -94,21 +95,20 @@ pub struct BodyNames {
     pub paths: Vec<String>,
 }
 
-/// Check a JSON body against a rule: `Err` says which field points where; `Ok` has the sessions
-/// and directories the body names.
-pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<BodyNames, String> {
+/// Check a body (the one reading, `json_body.rs`) against a rule: `Err` says which field points
+/// where; `Ok` has the sessions and directories the body names.
+pub fn check_body(body: &Body, rule: &BodyRule, root: &Path) -> Result<BodyNames, String> {
     let mut names = BodyNames::default();
-    if body.iter().all(u8::is_ascii_whitespace) {
+    let Body::Json(v) = body else {
         return Ok(names);
-    }
-    let v: serde_json::Value = serde_json::from_slice(body).map_err(|_| "the request body is not JSON".to_string())?;
+    };
     for f in rule.forbidden {
-        if field(&v, f).is_some_and(|x| !x.is_null()) {
+        if field(v, f).is_some_and(|x| !x.is_null()) {
             return Err(format!("{f} cannot be chosen through the gateway"));
         }
     }
     for f in rule.inside {
-        match field(&v, f) {
+        match field(v, f) {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::String(s)) if inside(root, s) => names.paths.push(s.clone()),
             Some(other) => {
@@ -120,7 +120,7 @@ pub fn check_body(body: &[u8], rule: &BodyRule, root: &Path) -> Result<BodyNames
         }
     }
     for f in rule.sessions {
-        match field(&v, f) {
+        match field(v, f) {
             None | Some(serde_json::Value::Null) => {}
             Some(serde_json::Value::String(s)) => names.sessions.push(s.clone()),
             Some(other) => return Err(format!("{f} = {other} is not a session ID")),
@@ -183,6 +183,7 @@ mod tests {
     fn bodies_that_choose_a_directory_are_checked() {
         let (_t, root) = root();
         use crate::policy::plan::body_rule;
+        let check_body = |b: &[u8], rule, root: &Path| check_body(&crate::policy::json_body::read(b).unwrap(), rule, root);
         let rule = body_rule("POST", "/pty").unwrap();
         assert!(check_body(br#"{"cwd":"/etc"}"#, rule, &root).is_err());
         assert!(check_body(format!(r#"{{"cwd":"{}/sub"}}"#, root.display()).as_bytes(), rule, &root).is_ok());
