@@ -147,6 +147,10 @@ pub(crate) struct Permission {
     /// What "always" would store.
     pub always: Vec<String>,
     pub asked_at_ms: u64,
+    /// `metadata.filepath`: the absolute path a file tool asks for, as the tool resolved it
+    /// (not through links), for the policy's judgement (`paths.rs`); never shown.
+    #[serde(skip)]
+    pub filepath: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

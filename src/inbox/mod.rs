@@ -22,6 +22,7 @@ mod fleet;
 mod guard;
 mod model;
 mod parse;
+mod paths;
 mod policy;
 mod queue;
 mod reconcile;
@@ -40,6 +41,7 @@ pub(crate) use model::{
     Alert, AlertKind, CardKind, Flag, FlagWhy, NewCard, Notice, QuestionItem, Resolution, Resolved, ServerState,
     Session, SessionStatus,
 };
+pub(crate) use policy::Asked;
 pub(crate) use queue::Queue;
 pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip, check_id};
 pub(crate) use turns::TurnEnd;

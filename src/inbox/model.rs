@@ -209,6 +209,13 @@ impl Model {
         }
     }
 
+    /// Request `id` of `project` was resolved lately (its card is among the resolved ones), or
+    /// the gateway's own reply to it is on its way.
+    pub(crate) fn answered_or_answering(&self, project: &str, id: &str) -> bool {
+        self.ours.contains_key(&(project.to_string(), id.to_string()))
+            || self.resolved.iter().any(|r| r.project == project && r.id == id)
+    }
+
     /// The gateway's reply did not go through: a later `*.replied` is someone else's.
     pub(crate) fn reply_failed(&mut self, project: &str, id: &str) {
         self.ours.remove(&(project.into(), id.into()));

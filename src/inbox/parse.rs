@@ -63,6 +63,7 @@ pub(super) fn permission(p: &Value, now: u64) -> Option<Permission> {
         patterns: strings(&p["patterns"]),
         always: strings(&p["always"]),
         asked_at_ms: now,
+        filepath: meta["filepath"].as_str().map(str::to_string),
     })
 }
 

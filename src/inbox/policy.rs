@@ -55,9 +55,11 @@ impl Desk {
 
 /// What a request under a policy is, as the model holds it.
 pub(crate) struct Asked {
+    pub project: String,
     pub session: String,
     pub permission: String,
     pub patterns: Vec<String>,
+    pub filepath: Option<String>,
 }
 
 /// `30m`, `2s`, `500ms`: as the config writes a duration.
@@ -102,10 +104,45 @@ impl Inbox {
         let model = self.lock();
         let p = model.projects.get(project)?.permissions.get(id)?;
         Some(Asked {
+            project: project.to_string(),
             session: p.session_id.clone(),
             permission: p.tool.clone(),
             patterns: p.patterns.clone(),
+            filepath: p.filepath.clone(),
         })
+    }
+
+    /// The patterns a policy judges for `asked`: OpenCode's own, and for a file tool's path that
+    /// crosses a symbolic link, the path it really reaches too (`paths.rs`), so that every one
+    /// must be allowed and a deny of either wins.
+    pub(crate) fn judged_patterns(&self, asked: &Asked) -> Vec<String> {
+        let root = self.parts.projects.get(&asked.project).and_then(|s| s.directory);
+        super::paths::judged(asked, root.as_deref().map(std::path::Path::new))
+    }
+
+    /// Was permission request `id` of `project` answered, or is the gateway answering it now (its
+    /// policy's reply on its way)? Kept as long as the inbox keeps resolved cards.
+    pub(crate) fn permission_answered(&self, project: &str, id: &str) -> bool {
+        self.lock().answered_or_answering(project, id)
+    }
+
+    /// The pending permission request `id` of `project`, waiting up to `within` for the inbox's
+    /// watch to see it (a client's own stream may bring it sooner than the gateway's): `None`
+    /// when it was never seen, or was answered meanwhile.
+    pub(crate) async fn await_permission_request(&self, project: &str, id: &str, within: Duration) -> Option<Asked> {
+        let mut changes = self.changes();
+        let wait = async {
+            loop {
+                if let Some(asked) = self.permission_request(project, id) {
+                    return Some(asked);
+                }
+                if self.permission_answered(project, id) {
+                    return None;
+                }
+                changes.changed().await.ok()?;
+            }
+        };
+        tokio::time::timeout(within, wait).await.ok().flatten()
     }
 
     /// A new permission request: judged by the guard's task when its session is under a policy.
@@ -144,14 +181,15 @@ impl Inbox {
                 "otherwise: ask (timed out)".to_string(),
             ),
             (Some(p), false) => {
-                let verdict = judge(p, &asked.permission, &asked.patterns);
+                let patterns = self.judged_patterns(&asked);
+                let verdict = judge(p, &asked.permission, &patterns);
                 let reply = match &verdict {
                     Verdict::Allow(_) => Ok(()),
                     Verdict::Deny(r) => Err(format!("denied by the gateway's policy {name}: {}", r.pattern)),
                     Verdict::Reject => Err(format!(
                         "rejected by the gateway's policy {name}: no rule allows {} {}",
                         asked.permission,
-                        asked.patterns.join(", ")
+                        patterns.join(", ")
                     )),
                     Verdict::Ask => {
                         self.ask_a_person(act, p.ask_timeout);

@@ -17,26 +17,16 @@
 //! The gateway's own acts (its policy's answers, its control socket's) are not judged here.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::config::permissions::PermissionPolicy;
 use crate::gateway::Gateway;
 use crate::http::error::HttpError;
 use crate::policy::permission::{Verdict, judge};
 
-/// What an answer's body says: approving (`once` or `always` under either name), and `always`.
-fn approves(body: &[u8]) -> (bool, bool) {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return (false, false);
-    };
-    let said: Vec<&str> = ["reply", "response"]
-        .iter()
-        .filter_map(|k| v.get(k).and_then(|a| a.as_str()))
-        .collect();
-    (
-        said.iter().any(|a| matches!(*a, "once" | "always")),
-        said.contains(&"always"),
-    )
-}
+/// How long an approval waits for the gateway's watch to see the request it answers, while
+/// sessions are under a policy (a client's own event stream may be quicker than the watch).
+const UNSEEN_WAIT: Duration = Duration::from_secs(3);
 
 fn refused(why: String) -> HttpError {
     tracing::warn!(target: "security", reason = "policy_refuses_answer", "{why}");
@@ -47,33 +37,35 @@ fn policy_named(gw: &Gateway, name: &str) -> Option<Arc<PermissionPolicy>> {
     gw.state().settings.policies.iter().find(|p| p.name == name).cloned()
 }
 
-/// May this answer (`body`) to the permission request `id` of `project` be sent, from a
-/// principal whose token carries `own` (a policy name)?
-pub(super) fn answer(
+/// May this answer (`body`, the one reading) to the permission request `id` of `project` be
+/// sent, from a principal whose token carries `own` (a policy name)?
+///
+/// An approval of a request the gateway has not judged is never let through while a policy
+/// could own it: a policy token's is refused at once; another principal's waits (at most
+/// [`UNSEEN_WAIT`]) for the gateway's watch to see the request, then is judged like any other,
+/// or refused when it never came; one the gateway saw answered (or is answering) is refused.
+pub(super) async fn answer(
     gw: &Gateway,
     project: &str,
     id: Option<&str>,
     own: Option<&str>,
-    body: &[u8],
+    body: &serde_json::Value,
 ) -> Result<(), HttpError> {
-    let (approving, always) = approves(body);
-    if !approving {
+    let said = crate::policy::permission::answer(body);
+    if !said.approves {
         return Ok(());
     }
-    let asked = id.and_then(|id| gw.inbox.permission_request(project, id));
-    let Some(asked) = asked else {
-        return match own {
-            // Not seen yet (or gone): a policy token approves only what its policy was shown.
-            Some(name) => Err(refused(format!(
-                "the gateway's policy {name} has not seen permission request {} of project {project}: it cannot be approved with this token",
-                id.unwrap_or("-")
-            ))),
-            None => Ok(()),
-        };
+    let id = id.unwrap_or("-");
+    let asked = match gw.inbox.permission_request(project, id) {
+        Some(asked) => asked,
+        None => match unseen(gw, project, id, own).await? {
+            Some(asked) => asked,
+            None => return Ok(()),
+        },
     };
     let session = gw.inbox.session_policy(project, &asked.session);
     for name in [session.as_deref(), own].into_iter().flatten() {
-        if always {
+        if said.always {
             return Err(refused(format!(
                 "\"always\" is not available under the gateway's policy {name}: answer once"
             )));
@@ -81,34 +73,65 @@ pub(super) fn answer(
         let Some(policy) = policy_named(gw, name) else {
             return Err(refused(format!("the gateway's policy {name} is not configured")));
         };
-        match judge(&policy, &asked.permission, &asked.patterns) {
-            Verdict::Allow(_) => {}
-            Verdict::Deny(r) => return Err(refused(format!("denied by the gateway's policy {name}: {}", r.pattern))),
-            Verdict::Reject => {
-                return Err(refused(format!(
-                    "rejected by the gateway's policy {name}: no rule allows {} {}",
-                    asked.permission,
-                    asked.patterns.join(", ")
-                )));
-            }
-            Verdict::Ask if own.is_some() => {
-                return Err(refused(format!(
-                    "the gateway's policy {name} leaves this request to a person in the inbox, not to this token"
-                )));
-            }
-            Verdict::Ask => {}
-        }
+        judged(gw, &policy, &asked, own)?;
     }
     Ok(())
 }
 
-/// Does this body set session rules that allow (anything but `deny` and `ask`)?
-fn widens(v: &serde_json::Value) -> bool {
-    v.get("permission").and_then(|p| p.as_array()).is_some_and(|rules| {
-        rules
-            .iter()
-            .any(|r| !matches!(r["action"].as_str(), Some("deny" | "ask")))
-    })
+/// A request the inbox does not hold as pending: `Some` once it has seen it (then judged),
+/// `None` when no policy can own it (passed as before), or the refusal.
+async fn unseen(
+    gw: &Gateway,
+    project: &str,
+    id: &str,
+    own: Option<&str>,
+) -> Result<Option<crate::inbox::Asked>, HttpError> {
+    if gw.inbox.permission_answered(project, id) {
+        return Err(refused(format!(
+            "permission request {id} of project {project} was answered already"
+        )));
+    }
+    if let Some(name) = own {
+        return Err(refused(format!(
+            "the gateway's policy {name} has not seen permission request {id} of project {project}: it cannot be approved with this token"
+        )));
+    }
+    if !gw.inbox.any_session_policy() {
+        return Ok(None);
+    }
+    match gw.inbox.await_permission_request(project, id, UNSEEN_WAIT).await {
+        Some(asked) => Ok(Some(asked)),
+        None if gw.inbox.permission_answered(project, id) => Err(refused(format!(
+            "permission request {id} of project {project} was answered already"
+        ))),
+        None => Err(refused(format!(
+            "the gateway has not seen permission request {id} of project {project}: while sessions are under its policies it approves only what it has judged; try again in a moment"
+        ))),
+    }
+}
+
+/// The policy's verdict on `asked`, for an approval by a person or by the policy's own token.
+fn judged(
+    gw: &Gateway,
+    policy: &PermissionPolicy,
+    asked: &crate::inbox::Asked,
+    own: Option<&str>,
+) -> Result<(), HttpError> {
+    let name = &policy.name;
+    let patterns = gw.inbox.judged_patterns(asked);
+    match judge(policy, &asked.permission, &patterns) {
+        Verdict::Allow(_) => Ok(()),
+        Verdict::Deny(r) => Err(refused(format!("denied by the gateway's policy {name}: {}", r.pattern))),
+        Verdict::Reject => Err(refused(format!(
+            "rejected by the gateway's policy {name}: no rule allows {} {}",
+            asked.permission,
+            patterns.join(", ")
+        ))),
+        Verdict::Ask if own.is_some() => Err(refused(format!(
+            "the gateway's policy {name} leaves this request to a person in the inbox, not to this token"
+        ))),
+        Verdict::Ask => Ok(()),
+    }
 }
 
 /// A session's own permission rules (`POST /session`, `PATCH /session/{id}`) may only narrow
@@ -119,12 +142,9 @@ pub(super) fn session_rules(
     project: &str,
     own: Option<&str>,
     session: Option<&str>,
-    body: &[u8],
+    v: &serde_json::Value,
 ) -> Result<(), HttpError> {
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
-        return Ok(()); // not JSON: OpenCode refuses it
-    };
-    if !widens(&v) {
+    if !crate::policy::permission::allows_of_its_own(v) {
         return Ok(());
     }
     let parent = v.get("parentID").and_then(|p| p.as_str());
@@ -156,29 +176,4 @@ pub(super) async fn keep(gw: &Gateway, project: &str, session: &str, policy: &st
     })
     .await;
     tracing::info!(project, session, policy, "a session under a permission policy");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_answer_approves_by_either_name_and_only_deny_and_ask_rules_narrow() {
-        assert_eq!(approves(br#"{"reply":"once"}"#), (true, false));
-        assert_eq!(approves(br#"{"response":"always"}"#), (true, true));
-        assert_eq!(approves(br#"{"reply":"reject","response":"once"}"#), (true, false));
-        assert_eq!(approves(br#"{"reply":"reject","message":"no"}"#), (false, false));
-        assert_eq!(approves(b"not json"), (false, false));
-        // What `opencode run` 1.18.33 sends, and an allow of its own.
-        let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
-        let run = br#"{"permission":[{"permission":"question","action":"deny","pattern":"*"},{"permission":"plan_enter","action":"ask","pattern":"*"}]}"#;
-        assert!(!widens(&json(run)));
-        assert!(!widens(&json(b"{}")));
-        assert!(widens(&json(
-            br#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#
-        )));
-        assert!(widens(&json(
-            br#"{"permission":[{"permission":"bash","pattern":"*"}]}"#
-        )));
-    }
 }

@@ -63,6 +63,43 @@ pub(crate) fn sets_session_rules(route: &ApiRoute) -> bool {
         .any(|(m, p)| *m == route.method && *p == route.pattern)
 }
 
+/// Does this object (a body that makes or changes a session, or a listed session) carry
+/// permission rules of its own that allow anything (any action but `deny` and `ask`)? OpenCode
+/// then stops asking for what they allow, past any policy.
+pub fn allows_of_its_own(v: &serde_json::Value) -> bool {
+    v.get("permission").and_then(|p| p.as_array()).is_some_and(|rules| {
+        rules
+            .iter()
+            .any(|r| !matches!(r["action"].as_str(), Some("deny" | "ask")))
+    })
+}
+
+/// What a permission answer's body says, read the way that approves most: OpenCode's reply
+/// routes name the answer `reply` (`/permission/{id}/reply`, 1.18.33's `/api/…/reply`),
+/// `response` (`/session/{id}/permissions/{id}`) or `decision` (2.x); a body naming several is
+/// judged by the most approving, so no spelling approves past the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answer<'a> {
+    /// `always`, else `once`, else `reject`: what the audit trail records.
+    pub said: Option<&'a str>,
+    pub approves: bool,
+    pub always: bool,
+}
+
+pub fn answer(v: &serde_json::Value) -> Answer<'_> {
+    let said: Vec<&str> = ["reply", "response", "decision"]
+        .iter()
+        .filter_map(|k| v.get(k).and_then(|a| a.as_str()))
+        .collect();
+    let has = |a: &str| said.contains(&a);
+    let most = ["always", "once", "reject"].into_iter().find(|a| has(a));
+    Answer {
+        said: most,
+        approves: has("once") || has("always"),
+        always: has("always"),
+    }
+}
+
 /// A policy's answer to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict<'p> {
@@ -137,6 +174,48 @@ fn first_match<'p>(rules: &'p [Rule], permission: &str, pattern: &str) -> Option
         .find(|r| wildcard(&r.permission, permission) && wildcard(&r.pattern, pattern))
 }
 
+/// The permissions whose patterns are shell commands: 1.18.33's `bash`, 2.x's `shell`.
+const SHELL_PERMISSIONS: &[&str] = &["bash", "shell"];
+
+/// Does this command write through the shell's own redirection (`>`, `>>`, `>|`, `&>`, `2>`,
+/// `<>`, `>(…)`)? Any `>` the shell would read as an operator: outside single quotes, not
+/// escaped, and inside double quotes only within a command substitution. Conservative: a `>` in
+/// a here-document's text or in `[[ a > b ]]` counts too (a rule that names it allows it).
+pub fn writes_by_redirect(command: &str) -> bool {
+    let (mut single, mut double, mut substituted, mut escaped) = (false, false, false, false);
+    for c in command.chars() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => {
+                double = !double;
+                substituted = false;
+            }
+            // A command substitution inside double quotes: its own redirects are the shell's.
+            '$' | '`' if double => substituted = true,
+            '>' if !single && (!double || substituted) => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// An allow rule's match: for a shell command that writes through a redirect, only a rule whose
+/// own pattern names a redirect (`bash: make * > build.log`) allows it. OpenCode 1.18.33 asks
+/// `bash` alone for `echo x > ../outside/f` (neither `edit` nor `external_directory`), with a
+/// pattern `echo *` matches: a rule for a command must not allow a write it does not name.
+fn first_allow<'p>(rules: &'p [Rule], permission: &str, pattern: &str) -> Option<&'p Rule> {
+    let redirects = SHELL_PERMISSIONS.contains(&permission) && writes_by_redirect(pattern);
+    rules
+        .iter()
+        .filter(|r| !redirects || r.pattern.contains('>'))
+        .find(|r| wildcard(&r.permission, permission) && wildcard(&r.pattern, pattern))
+}
+
 /// The policy's answer to a request for `permission` on `patterns`.
 pub fn judge<'p>(policy: &'p PermissionPolicy, permission: &str, patterns: &[String]) -> Verdict<'p> {
     if let Some(rule) = patterns.iter().find_map(|p| first_match(&policy.deny, permission, p)) {
@@ -144,7 +223,7 @@ pub fn judge<'p>(policy: &'p PermissionPolicy, permission: &str, patterns: &[Str
     }
     let allowed: Option<Vec<&Rule>> = patterns
         .iter()
-        .map(|p| first_match(&policy.allow, permission, p))
+        .map(|p| first_allow(&policy.allow, permission, p))
         .collect();
     match allowed.and_then(|rules| rules.first().copied()) {
         Some(rule) => Verdict::Allow(rule),
@@ -202,6 +281,43 @@ mod tests {
             let route = resolve_with(&method, path.segments(), Extra::NONE).route.unwrap();
             assert!(sets_session_rules(route), "{m} {p}");
         }
+    }
+
+    #[test]
+    fn a_redirect_is_allowed_only_by_a_rule_that_names_one() {
+        for (command, writes) in [
+            ("echo x > ../outside/f", true),
+            ("echo x >> f", true),
+            ("echo x >| f", true),
+            ("echo x &> f", true),
+            ("echo x 2>f", true),
+            ("cat <> f", true),
+            ("echo x>f", true),
+            ("echo > >(cat)", true),
+            ("echo \"$(echo x > f)\"", true),
+            ("echo \"`echo x > f`\"", true),
+            ("echo 'a > b'", false),
+            ("echo \"a > b\"", false),
+            ("echo a\\>b", false),
+            ("echo x", false),
+            ("cat < in", false),
+        ] {
+            assert_eq!(writes_by_redirect(command), writes, "{command}");
+        }
+        let p = policy(&["bash: echo *", "bash: make * > build.log"], &[], Otherwise::Reject);
+        assert_eq!(judge(&p, "bash", &pats(&["echo x"])).rule(), "allow: bash: echo *");
+        assert_eq!(judge(&p, "bash", &pats(&["echo x > ../outside/f"])), Verdict::Reject);
+        assert_eq!(judge(&p, "shell", &pats(&["echo x > f"])), Verdict::Reject, "2.x's name");
+        assert_eq!(
+            judge(&p, "bash", &pats(&["make all > build.log"])).rule(),
+            "allow: bash: make * > build.log"
+        );
+        // A deny still matches a redirecting command.
+        let d = policy(&["bash: *"], &["bash: rm *"], Otherwise::Reject);
+        assert_eq!(judge(&d, "bash", &pats(&["rm x > y"])).rule(), "deny: bash: rm *");
+        // Not a command: an edit's path with a `>` is only a name.
+        let e = policy(&["edit: *"], &[], Otherwise::Reject);
+        assert_eq!(judge(&e, "edit", &pats(&["a>b"])).rule(), "allow: edit: *");
     }
 
     #[test]
@@ -269,5 +385,31 @@ mod tests {
         // A wildcard permission name.
         let any = policy(&[], &["*: /secret*"], Otherwise::Ask);
         assert_eq!(judge(&any, "read", &pats(&["/secret/x"])).rule(), "deny: *: /secret*");
+    }
+
+    #[test]
+    fn an_answer_approves_by_any_name_and_only_deny_and_ask_rules_narrow() {
+        let approves = |b: &str| {
+            let v: serde_json::Value = serde_json::from_str(b).unwrap();
+            let a = answer(&v);
+            (a.approves, a.always)
+        };
+        assert_eq!(approves(r#"{"reply":"once"}"#), (true, false));
+        assert_eq!(approves(r#"{"response":"always"}"#), (true, true));
+        assert_eq!(approves(r#"{"decision":"always"}"#), (true, true), "2.x");
+        assert_eq!(approves(r#"{"reply":"reject","response":"once"}"#), (true, false));
+        assert_eq!(approves(r#"{"reply":"reject","message":"no"}"#), (false, false));
+        assert_eq!(approves(r#"{"reply":"ONCE"}"#), (false, false), "OpenCode refuses it");
+        // What `opencode run` 1.18.33 sends, and an allow of its own.
+        let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+        let run = br#"{"permission":[{"permission":"question","action":"deny","pattern":"*"},{"permission":"plan_enter","action":"ask","pattern":"*"}]}"#;
+        assert!(!allows_of_its_own(&json(run)));
+        assert!(!allows_of_its_own(&json(b"{}")));
+        assert!(allows_of_its_own(&json(
+            br#"{"permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#
+        )));
+        assert!(allows_of_its_own(&json(
+            br#"{"permission":[{"permission":"bash","pattern":"*"}]}"#
+        )));
     }
 }
