@@ -208,8 +208,10 @@ impl Inbox {
             detail: s.detail.clone(),
             at_ms: super::now_ms(),
         };
-        // Flagged first: the silence check does not pick it again while the abort is on its way.
-        self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(s.abort, s.says.clone()))));
+        // Flagged first (the silence check does not pick it again while the abort is on its
+        // way), as stopped only once OpenCode answered the abort: "Resume" is for a session the
+        // guard stopped, never one still running (round five, item 12).
+        self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, s.says.clone()))));
         tracing::warn!(project = %s.project, session = %s.session, why = ?s.why, stopping = s.abort, reason = %s.reason, "the guard flagged a session");
         let (grant, kind) = match s.why {
             FlagWhy::Budget => (&BUDGET_STOP, AlertKind::BudgetSpent),
@@ -219,7 +221,10 @@ impl Inbox {
         if s.abort {
             let note = vec![("reason", s.reason.clone())];
             match self.abort_as(road, &s.project, &s.session, Some(grant), note).await {
-                Ok(_) => stopped = true,
+                Ok(_) => {
+                    stopped = true;
+                    self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(true, s.says.clone()))));
+                }
                 Err(e) => {
                     tracing::error!(project = %s.project, session = %s.session, error = %e, "the guard could not stop a session");
                     let says = format!("{}; could not be stopped: {e}", s.says);
@@ -238,10 +243,12 @@ impl Inbox {
         self.alert(&s.project, &s.session, kind, s.reason, stopped);
     }
 
-    /// The guard stopped this session (its flag says so): what "Resume" is for.
+    /// The guard stopped this session (its flag says so, set once OpenCode answered the abort)
+    /// and it is not running: what "Resume" is for.
     pub(crate) fn stopped_by_guard(&self, project: &str, session: &str) -> bool {
         (self.lock().projects.get(project))
             .and_then(|p| p.sessions.get(session))
+            .filter(|s| s.status == super::model::SessionStatus::Idle)
             .and_then(|s| s.flag.as_ref())
             .is_some_and(|f| f.stopped)
     }
@@ -311,7 +318,6 @@ mod tests {
     use super::*;
     use crate::config::settings::Budget;
     use crate::inbox::{Parts, Projects, Served, Server};
-    use crate::upstream::supervise::Status;
 
     struct One(Budget);
 
@@ -323,11 +329,71 @@ mod tests {
             (name == "web").then(|| Served {
                 name: "web".into(),
                 directory: None,
-                server: Server::Spawned(Status::Stopped),
+                server: Server::External(Arc::new(crate::upstream::endpoint::Endpoint::new(
+                    "127.0.0.1:9".into(),
+                    "opencode",
+                    None,
+                ))),
                 budget: self.0,
                 user_day_usd: None,
             })
         }
+    }
+
+    /// A road whose abort is answered 200 once the test lets it go.
+    struct SlowAbort(Arc<tokio::sync::Semaphore>);
+
+    impl Road for SlowAbort {
+        fn name(&self) -> &str {
+            "guard"
+        }
+        fn call<'a>(&'a self, call: Call<'a>) -> crate::inbox::Trip<'a> {
+            assert!(call.path.ends_with("/abort"), "{}", call.path);
+            Box::pin(async move {
+                let _go = self.0.acquire().await.unwrap();
+                Ok((http::StatusCode::OK, bytes::Bytes::from_static(b"true")))
+            })
+        }
+    }
+
+    /// "Resume" is for a session the guard stopped: not while its abort is on its way, not while
+    /// it runs; once OpenCode answered the abort and the session is idle, yes (round five,
+    /// item 12: an approver's Resume reached the model while the guard was still stopping it).
+    #[tokio::test]
+    async fn a_session_is_stopped_for_resume_only_once_the_abort_is_answered_and_it_is_idle() {
+        let (inbox, _stops, _notices) = guarded(Budget::default());
+        let inbox = Arc::new(inbox);
+        let busy = json!({"type": "session.status", "properties": {"sessionID": "ses_1", "status": {"type": "busy"}}});
+        let idle = json!({"type": "session.status", "properties": {"sessionID": "ses_1", "status": {"type": "idle"}}});
+        let created = json!({"type": "session.created", "properties": {"info": {"id": "ses_1", "title": "t",
+            "time": {"created": 1, "updated": 1}}}});
+        inbox.update(|m, now| m.apply("web", &created, now));
+        inbox.update(|m, now| m.apply("web", &busy, now));
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let stop = Stop {
+            project: "web".into(),
+            session: "ses_1".into(),
+            why: FlagWhy::SameFailure,
+            abort: true,
+            says: "retried the same failure twice".into(),
+            detail: String::new(),
+            reason: "the same bash failure twice in a row".into(),
+        };
+        let acting = {
+            let (inbox, road) = (inbox.clone(), SlowAbort(gate.clone()));
+            tokio::spawn(async move { inbox.act(stop, &road).await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!inbox.stopped_by_guard("web", "ses_1"), "the abort is not answered yet");
+        inbox.update(|m, now| m.apply("web", &idle, now));
+        assert!(!inbox.stopped_by_guard("web", "ses_1"), "idle, but the abort is not answered yet");
+        inbox.update(|m, now| m.apply("web", &busy, now));
+        gate.add_permits(1);
+        acting.await.unwrap();
+        assert!(!inbox.stopped_by_guard("web", "ses_1"), "answered, but the session still runs");
+        inbox.update(|m, now| m.apply("web", &idle, now));
+        assert!(inbox.stopped_by_guard("web", "ses_1"), "stopped and idle");
+        assert!(!inbox.stopped_by_guard("web", "ses_other"));
     }
 
     fn guarded(budget: Budget) -> (Inbox, UnboundedReceiver<Stop>, tokio::sync::mpsc::Receiver<Notice>) {

@@ -35,7 +35,6 @@ pub(super) fn admit(on: &Proceeding<'_>, request: &Canonical, target: &Target) -
     within_body_limit(on, request)?;
     let protected = &on.here.state.settings.protected;
     own_files::check_request(protected, on.here.client, user, target, request.query_paths())?;
-    stopped_by_guard(on, target)?;
     stays_in_directory(request, target)?;
     let turn = match target.route.is_some_and(|r| r.asks_model) {
         true => spend_allowed(on, target)?,
@@ -161,6 +160,7 @@ pub(super) fn role_for(on: &Proceeding<'_>, method: &http::Method, target: &Targ
     };
     let class = judged_class(on, target, class);
     crate::policy::authz::check_target(role, method, class, target.label(), target.note())?;
+    stopped_by_guard(on, target)?;
     Ok(role)
 }
 
@@ -206,7 +206,9 @@ fn beyond_a_policy(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError
 }
 
 /// A grant for a stopped session only ("Resume") acts only on a session the guard stopped (its
-/// flag in the inbox): refused otherwise, whatever the role.
+/// flag in the inbox, set once OpenCode answered the guard's abort, and the session idle):
+/// refused otherwise, whatever the role. Part of the grant's judgement (`role_for`), so no path
+/// judges the grant without it.
 fn stopped_by_guard(on: &Proceeding<'_>, target: &Target) -> Result<(), HttpError> {
     let Some(grant) = on.principal.grant().filter(|g| g.only_stopped) else {
         return Ok(());
@@ -266,7 +268,7 @@ fn spend_allowed(on: &Proceeding<'_>, target: &Target) -> Result<Option<crate::b
     meter
         .begin_turn(&prompt, day, std::time::Instant::now())
         .map_err(|busy| {
-            tracing::info!(project = %project.name, user = %user, budget = busy.budget, spent = busy.spent, limit = busy.limit, "a prompt waits: a budget near its end is held by a running turn");
+            tracing::info!(project = %project.name, user = %user, budget = busy.budget, spent = busy.spent, limit = busy.limit, reserved = busy.reserved, running = busy.running, "a prompt waits: the running turns leave no room on a budget");
             HttpError::BudgetTurnRunning(format!("project {}: {busy}", project.name))
         })
 }
