@@ -88,6 +88,7 @@ pub(crate) struct RawBudget {
     pub same_failure: Option<i64>,
     pub max_busy_minutes: Option<f64>,
     pub on_runaway: Option<String>,
+    pub turn_usd: Option<f64>,
 }
 
 /// `[[box]]`: a machine reached over SSH (`ssh = "user@host:port"`), its host key pinned.

@@ -77,6 +77,9 @@ pub struct Budget {
     pub max_busy_ms: Option<u64>,
     /// What a runaway gets: stopped (`abort`) or only reported (`notify`).
     pub on_runaway: OnExceed,
+    /// What one turn is reserved at before the project's largest turn is known (USD): a prompt
+    /// reserves the larger of the two until its turn ends (`budget/meter/turns.rs`).
+    pub turn_usd: Option<f64>,
 }
 
 impl Budget {

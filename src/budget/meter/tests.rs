@@ -167,8 +167,11 @@ fn days_are_dates() {
 
 /// A limit whose rest is no more than the project's largest turn admits one prompt at a time:
 /// the next waits until the running turn ends or its request fails, or the hold runs out.
+/// Before any turn's cost is known, a limit admits one prompt at a time (round five, item 11: a
+/// fresh project let 16 racing prompts past its limit); once a turn was seen, each prompt
+/// reserves the largest, and prompts are admitted while spend and reservations leave room.
 #[test]
-fn a_budget_near_its_end_admits_one_turn_at_a_time() {
+fn every_prompt_reserves_a_turn_and_a_limit_admits_what_its_room_holds() {
     let m = Meter::default();
     let b = Budget {
         project_day_usd: Some(2.0),
@@ -184,29 +187,58 @@ fn a_budget_near_its_end_admits_one_turn_at_a_time() {
     };
     let t0 = std::time::Instant::now();
     seen(&m, "s1", None, None, 0.0, 10);
-    // $2 left of $2, no turn seen: not near; a $1 turn is seen.
-    assert!(m.begin_turn(&prompt("s1"), 10, t0).unwrap().is_none());
+    // A fresh project: no turn seen, no turn_usd: one prompt at a time, however far the end.
+    let first = m.begin_turn(&prompt("s1"), 10, t0).unwrap().expect("reserves");
+    let busy = m.begin_turn(&prompt("s2"), 10, t0).unwrap_err();
+    assert_eq!((busy.budget, busy.spent, busy.limit, busy.estimate), ("project_day_usd", 0.0, 2.0, None));
+    assert!(busy.to_string().contains("one prompt at a time"), "{busy}");
+    m.turn_answered(first, true);
     seen(&m, "s1", None, Some(0.0), 1.0, 10);
     m.turn_ended("web", "s1");
-    // $1 left, the largest turn $1: near. One prompt holds the project's day; another waits.
-    let first = m.begin_turn(&prompt("s2"), 10, t0).unwrap().expect("holds");
+    // $1 spent, the largest turn $1: one more fits ($1 + $1 reserved reaches the limit).
+    let second = m.begin_turn(&prompt("s2"), 10, t0).unwrap().expect("room for one");
     let busy = m.begin_turn(&prompt("s3"), 10, t0).unwrap_err();
-    assert_eq!((busy.budget, busy.spent, busy.limit), ("project_day_usd", 1.0, 2.0));
-    assert!(busy.to_string().contains("one prompt at a time"), "{busy}");
-    // Its request failed: no turn ran, the next may go.
-    m.turn_answered(first, false);
-    let second = m.begin_turn(&prompt("s3"), 10, t0).unwrap().expect("holds");
-    m.turn_answered(second, true);
-    assert!(
-        m.begin_turn(&prompt("s4"), 10, t0).is_err(),
-        "held until s3's turn ends"
-    );
-    m.turn_ended("web", "s3");
-    let third = m.begin_turn(&prompt("s4"), 10, t0).unwrap().expect("holds");
+    assert_eq!((busy.reserved, busy.running, busy.estimate), (1.0, 1, Some(1.0)));
+    assert!(busy.to_string().contains("no room for another turn of about $1.0000"), "{busy}");
+    // Its request failed: no turn ran, its reservation goes.
+    m.turn_answered(second, false);
+    let third = m.begin_turn(&prompt("s3"), 10, t0).unwrap().expect("room again");
     m.turn_answered(third, true);
-    // A hold whose session never goes idle runs out.
+    assert!(m.begin_turn(&prompt("s4"), 10, t0).is_err(), "reserved until s3's turn ends");
+    m.turn_ended("web", "s3");
+    assert!(m.begin_turn(&prompt("s4"), 10, t0).unwrap().is_some());
+    // A reservation whose session never goes idle lapses.
     assert!(m.begin_turn(&prompt("s5"), 10, t0).is_err());
     assert!(m.begin_turn(&prompt("s5"), 10, t0 + turns::HOLD_MAX).unwrap().is_some());
+}
+
+/// With a configured turn, a fresh project admits prompts while the reservations leave room:
+/// $1 of turns on a $3.5 limit admits four at once, not a fifth.
+#[test]
+fn a_configured_turn_lets_a_fresh_project_admit_what_fits() {
+    let m = Meter::default();
+    let b = Budget {
+        project_day_usd: Some(3.5),
+        turn_usd: Some(1.0),
+        ..Default::default()
+    };
+    let prompt = |session: &'static str| turns::Prompt {
+        budget: &b,
+        user_day_usd: None,
+        project: "web",
+        user: "ann",
+        session,
+    };
+    let t0 = std::time::Instant::now();
+    for s in ["a", "b", "c", "d"] {
+        assert!(m.begin_turn(&prompt(s), 10, t0).unwrap().is_some(), "{s}");
+    }
+    let busy = m.begin_turn(&prompt("e"), 10, t0).unwrap_err();
+    assert_eq!((busy.reserved, busy.running), (4.0, 4));
+    // A project without a limit reserves nothing.
+    let free = Budget::default();
+    let p = turns::Prompt { budget: &free, user_day_usd: None, project: "web", user: "ann", session: "z" };
+    assert!(m.begin_turn(&p, 10, t0).unwrap().is_none());
 }
 
 /// Days since 1970 read as calendar dates (the `time` crate's reading): the epoch, a leap day,

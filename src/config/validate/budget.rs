@@ -87,6 +87,7 @@ fn over(c: &mut Checker<'_>, key: &str, base: &Budget, raw: &RawBudget) -> Budge
         same_failure,
         max_busy_ms,
         on_runaway,
+        turn_usd: amount(c, &format!("{key}.turn_usd"), raw.turn_usd).or(base.turn_usd),
     }
 }
 
