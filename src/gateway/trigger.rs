@@ -90,7 +90,7 @@ fn failed(what: &str, status: u16, body: &[u8]) -> String {
 /// session's id, or why not (a failed run).
 pub(crate) async fn fire(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
     let t = f.trigger;
-    let session = match session_for(road, f).await {
+    let session = match session_for(gw, road, f).await {
         Ok(session) => session,
         Err(why) => {
             super::trigger_runs::failed(gw, t, f.delivery, None, &why).await;
@@ -117,11 +117,12 @@ pub(crate) async fn fire(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Resul
     Ok(session)
 }
 
-/// The session a firing prompts: the titled one when it is listed, else a new one.
-async fn session_for(road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
+/// The session a firing prompts: the titled one when it is listed and the trigger's own (under
+/// its policy), else a new one.
+async fn session_for(gw: &Gateway, road: &dyn Road, f: &Firing<'_>) -> Result<String, String> {
     let t = f.trigger;
     if let SessionChoice::Titled(title) = &t.session
-        && let Some(id) = titled(road, &t.project, title).await
+        && let Some(id) = titled(gw, road, t, title).await
     {
         return Ok(id);
     }
@@ -157,16 +158,13 @@ async fn prompt(road: &dyn Road, f: &Firing<'_>, session: &str) -> Result<(), St
     Ok(())
 }
 
-/// The project's session titled `title`, if one is listed.
-async fn titled(road: &dyn Road, project: &str, title: &str) -> Option<String> {
-    let call = Call {
-        method: http::Method::GET,
-        project,
-        path: "/session".into(),
-        json: None,
-        grant: None,
-        note: Vec::new(),
-    };
+/// The project's session titled `title` that the trigger may wake: one under the trigger's own
+/// policy (a session a policy token or trigger made: the state database keeps which, and no
+/// person's session is ever in it) whose own rules allow nothing. A person's session with that
+/// title, whatever its rules, is never adopted (round five, item 5: an operator's session titled
+/// so, with allow-all rules, ran a webhook comment's `rm`); a new one is made instead.
+async fn titled(gw: &Gateway, road: &dyn Road, t: &Trigger, title: &str) -> Option<String> {
+    let call = Call::get(&t.project, "/session".into());
     let (status, body) = road.call(call).await.ok()?;
     if !status.is_success() {
         return None;
@@ -174,8 +172,10 @@ async fn titled(road: &dyn Road, project: &str, title: &str) -> Option<String> {
     let list: serde_json::Value = serde_json::from_slice(&body).ok()?;
     list.as_array()?
         .iter()
-        .find(|s| s["title"] == title)
-        .and_then(|s| s["id"].as_str())
+        .filter(|s| s["title"] == title && !crate::policy::permission::allows_of_its_own(s))
+        .filter_map(|s| s["id"].as_str())
         .filter(|id| valid_id(id))
+        .find(|id| gw.inbox.session_policy(&t.project, id).as_deref() == Some(t.policy.as_str()))
         .map(str::to_string)
 }
+
