@@ -147,6 +147,12 @@ define_limits! {
     max_headers: size = 100;
     max_uri_bytes: size = 8 * 1024;
     max_body_bytes: bytes = 64 * 1024 * 1024;
+    /// Webhook deliveries' bodies held at once while they arrive, unsigned yet: in all, and per
+    /// client address (a delivery past either is refused before its body is read).
+    hook_body_bytes: bytes = 32 * 1024 * 1024;
+    hook_body_bytes_per_ip: bytes = 8 * 1024 * 1024;
+    /// A webhook delivery's whole body must arrive within this.
+    hook_body_timeout: duration = "30s";
     /// A request waiting for a spawned server to start.
     spawn_ready_timeout: duration = "30s";
     /// How long a project host's single-use login handoff ticket lasts (a browser follows it at once).

@@ -102,6 +102,8 @@ pub struct Doors {
     pub acme_wake: tokio::sync::Notify,
     /// HTTP-01 answers while an ACME order is validated (served on `server.http_listen`).
     pub http01: crate::gateway::certs::Http01,
+    /// What webhook bodies, unsigned while they arrive, may hold of memory (`web/hook.rs`).
+    pub hook_bodies: crate::support::byte_budget::ByteBudget,
 }
 
 /// The browser's part.
@@ -229,6 +231,10 @@ impl Doors {
             certs,
             acme_wake: tokio::sync::Notify::new(),
             http01: Default::default(),
+            hook_bodies: crate::support::byte_budget::ByteBudget::new(
+                limits.hook_body_bytes,
+                limits.hook_body_bytes_per_ip,
+            ),
         })
     }
 }

@@ -4,7 +4,9 @@
 //!
 //! 1. the address's login allowance is not spent (before any HMAC work);
 //! 2. the trigger exists and is a webhook;
-//! 3. the body is within the trigger's `max_body` (by its length, then as read);
+//! 3. the body is within the trigger's `max_body` (by its length, then as read), there is room
+//!    for it among the bodies arriving now (`limits.hook_body_bytes`, in all and per address),
+//!    and it arrives within `limits.hook_body_timeout`;
 //! 4. the signature matches the raw body (constant time), before anything parses it; the generic
 //!    kind's timestamp is within its replay window;
 //! 5. the payload is a JSON object and its event is one the trigger lists (GitHub's `ping` is
@@ -32,6 +34,7 @@ use crate::gateway::trigger;
 use crate::http::body::ProxyBody;
 use crate::http::error::HttpError;
 use crate::policy::hook::{self, Refusal, refusal};
+use crate::support::byte_budget::Full;
 
 /// How long a refusal's or a firing's record may hold the answer back.
 const AUDIT_WAIT: Duration = Duration::from_millis(250);
@@ -100,8 +103,9 @@ async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
     };
     tracing::warn!(target: "security", peer = %ctx.client, trigger = name, reason = r.reason, "a webhook delivery refused: {}", r.message);
     // Charged (unless the allowance is what refused it): a forger's guesses are bounded like a
-    // password guesser's. A failed firing is the gateway's or OpenCode's fault, not the sender's.
-    if !matches!(r.reason, "limited" | "firing_failed" | "trigger_paused") {
+    // password guesser's. A failed firing, or every address's bodies together filling the
+    // gateway's room, is the gateway's or OpenCode's doing, not the sender's.
+    if !matches!(r.reason, "limited" | "firing_failed" | "trigger_paused" | "bodies_in_all") {
         let _ = ctx.gw.auth.limiters.attempt(ctx.client, None).await;
     }
     let mut record = Record::new("trigger_refused")
@@ -219,6 +223,9 @@ fn signed(kind: &HookKind, headers: &HeaderMap, raw: &[u8]) -> Result<Vec<String
     })
 }
 
+/// Step 3: the body, bounded by the trigger's `max_body`, by what unsigned bodies may hold of the
+/// gateway's memory (in all and per address: its room is taken before a byte is read, for its
+/// declared length or else its bound) and by one deadline for the whole body.
 async fn read_bounded(ctx: &Ctx<'_>, body: Incoming, max: usize) -> Result<Bytes, Refusal> {
     let too_large = || {
         refusal(
@@ -235,9 +242,31 @@ async fn read_bounded(ctx: &Ctx<'_>, body: Incoming, max: usize) -> Result<Bytes
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
+    let _room = ctx
+        .gw
+        .doors
+        .hook_bodies
+        .take(ctx.client, declared.unwrap_or(max as u64))
+        .map_err(|full| match full {
+            Full::Address => refusal(
+                "bodies_per_address",
+                429,
+                "this address is sending too many webhook bodies at once; retry when one has arrived",
+            ),
+            Full::Gateway => refusal(
+                "bodies_in_all",
+                503,
+                "the gateway is receiving too many webhook bodies at once; retry later",
+            ),
+        })?;
     let limited = http_body_util::Limited::new(body, max);
-    match tokio::time::timeout(ctx.gw.limits.body_idle_timeout, limited.collect()).await {
-        Err(_) => Err(refusal("body_timeout", 408, "the delivery's body stopped arriving")),
+    let secs = ctx.gw.limits.hook_body_timeout.as_secs();
+    match tokio::time::timeout(ctx.gw.limits.hook_body_timeout, limited.collect()).await {
+        Err(_) => Err(refusal(
+            "body_timeout",
+            408,
+            format!("the delivery's body did not arrive within {secs} s"),
+        )),
         Ok(Err(_)) => Err(too_large()),
         Ok(Ok(c)) => Ok(c.to_bytes()),
     }
