@@ -68,7 +68,8 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         // sends no headers until its first event), so only ordinary requests are timed.
         let asked = std::time::Instant::now();
         // Pinned where it is made: the time-out wraps a reference, not a copy of the future.
-        let sent = std::pin::pin!(send(&f.endpoint.pool, outgoing, gw.limits.upstream_connect_timeout));
+        let owner = crate::upstream::pool::Owner::of(f.user);
+        let sent = std::pin::pin!(send(&f.endpoint.pool, outgoing, owner, gw.limits.upstream_connect_timeout));
         let result = match target.treatment().long_lived() {
             true => sent.await,
             false => deadline(sent, asked, gw.limits.upstream_response_timeout, ticked)
@@ -123,18 +124,21 @@ fn outgoing(mut parts: Parts, body: UpstreamBody, head: UpstreamHead<'_>) -> Res
 }
 
 /// Send the request on its road, on the endpoint's pool; the same dial either way.
+/// `owner`: whose request it is (a connection another principal's answer ended on lately is not
+/// lent to it: `upstream/pool.rs`'s reuse grace).
 async fn send(
     pool: &Arc<Pool>,
     outgoing: Outgoing,
+    owner: crate::upstream::pool::Owner,
     connect_timeout: std::time::Duration,
 ) -> Result<(Response<Source>, Option<Lease>), crate::upstream::BoxError> {
     match outgoing {
         Outgoing::Direct { head, method } => {
-            let response = crate::upstream::direct::send(pool, &head, &method, connect_timeout).await?;
+            let response = crate::upstream::direct::send(pool, &head, &method, owner, connect_timeout).await?;
             Ok((response.map(Source::from), None))
         }
         Outgoing::Pooled(request) => {
-            let (response, lease) = pool.send(*request, connect_timeout).await?;
+            let (response, lease) = pool.send(*request, owner, connect_timeout).await?;
             Ok((response.map(Source::Pooled), Some(lease)))
         }
     }

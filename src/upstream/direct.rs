@@ -25,7 +25,7 @@ use http::{Method, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 
 use super::BoxError;
-use super::pool::{Io, Pool};
+use super::pool::{Io, Owner, Pool};
 pub use body::DirectBody;
 use body::Return;
 pub use head::{
@@ -73,12 +73,13 @@ pub(crate) async fn send(
     pool: &Arc<Pool>,
     head: &[u8],
     method: &Method,
+    owner: Owner,
     connect_timeout: Duration,
 ) -> Result<Response<DirectBody>, BoxError> {
     let head_only = *method == Method::HEAD;
     let worker = pool.worker();
     loop {
-        let (io, kept) = match pool.take_kept(worker) {
+        let (io, kept) = match pool.take_kept(worker, owner) {
             Some(io) => (io, true),
             // Boxed: a new connection is rare once the pool is warm, and the request's future
             // (which hyper keeps for an HTTP/1.1 connection's life) would be sized for it.
@@ -87,6 +88,7 @@ pub(crate) async fn send(
         let back = Return {
             pool: pool.clone(),
             worker,
+            owner,
         };
         match exchange(io, head, head_only, back).await {
             Ok(response) => return Ok(response),

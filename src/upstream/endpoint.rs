@@ -115,7 +115,8 @@ impl Endpoint {
         req: http::Request<UpstreamBody>,
         connect_timeout: Duration,
     ) -> Result<http::Response<Leased>, BoxError> {
-        let (response, lease) = self.pool.send(req, connect_timeout).await?;
+        let owner = crate::upstream::pool::Owner::GATEWAY;
+        let (response, lease) = self.pool.send(req, owner, connect_timeout).await?;
         let (parts, body) = response.into_parts();
         Ok(http::Response::from_parts(parts, Leased::new(body, lease)))
     }

@@ -30,15 +30,50 @@ use crate::upstream::{BoxError, POOL_IDLE as IDLE_FOR, UpstreamBody};
 /// Idle connections kept per upstream; more are closed when they come back.
 const MAX_IDLE: usize = 256;
 
+/// How long a connection whose answer ended stays its last principal's: within it, only the same
+/// principal's next request may take it. HTTP/1.1 answers carry no request id, so an upstream
+/// that sends something unasked after an answer (a second answer 150 ms later, hostile round
+/// five, item 9) would have it read as the next request's answer; on a server several users
+/// share, that hands one user's answer to another. After the grace, a connection that is still
+/// quiet (checked as it is taken: `quiet`, or hyper's own connection task, which closes a
+/// connection that receives bytes while idle) may serve anyone.
+pub(crate) const REUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Whose request a connection last answered: a digest of the principal's name (a user's, or the
+/// gateway's own), compared for equality only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owner(u64);
+
+impl Owner {
+    /// The gateway's own requests (health checks, the API document, the inbox's watch).
+    pub(crate) const GATEWAY: Owner = Owner(0);
+
+    /// The principal named `name` (FNV-1a: a few nanoseconds for a user name).
+    pub(crate) fn of(name: &str) -> Owner {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in name.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        Owner(h | 1)
+    }
+
+    /// May a connection this owner gave back at `since` serve `asker` at `now`?
+    fn lends_to(self, asker: Owner, since: Instant, now: Instant) -> bool {
+        self == asker || now.duration_since(since) >= REUSE_GRACE
+    }
+}
+
 struct Idle {
     sender: SendRequest<UpstreamBody>,
     since: Instant,
+    owner: Owner,
 }
 
 /// A connection of the direct road (`direct.rs`) between requests: no task drives it.
 struct Kept {
     io: Io,
     since: Instant,
+    owner: Owner,
 }
 
 /// How a pool reaches its server: a TCP connection to its address, or a `direct-tcpip` channel
@@ -147,6 +182,7 @@ pub struct Lease {
     pool: Arc<Pool>,
     sender: SendRequest<UpstreamBody>,
     worker: usize,
+    owner: Owner,
 }
 
 impl Lease {
@@ -162,6 +198,7 @@ impl Lease {
         idle.push(Idle {
             sender: self.sender,
             since: now,
+            owner: self.owner,
         });
     }
 }
@@ -262,21 +299,23 @@ impl Pool {
         crate::support::workers::current() % self.idle.len()
     }
 
-    /// The direct road's most recently kept connection on `worker` that has not idled too long
-    /// and has nothing to read. No task watches a kept connection, so anything that arrived on it
-    /// since its answer ended (the server's close, or bytes no request asked for) is found here,
-    /// and the connection is closed rather than have those bytes read as the next answer.
-    pub(crate) fn take_kept(&self, worker: usize) -> Option<Io> {
+    /// The direct road's most recently kept connection on `worker` that `owner` may take (its
+    /// own, or one past [`REUSE_GRACE`]), that has not idled too long and has nothing to read. No
+    /// task watches a kept connection, so anything that arrived on it since its answer ended (the
+    /// server's close, or bytes no request asked for) is found here, and the connection is closed
+    /// rather than have those bytes read as the next answer.
+    pub(crate) fn take_kept(&self, worker: usize, owner: Owner) -> Option<Io> {
         loop {
             let mut io = {
                 let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
-                let c = kept.pop()?;
-                if Instant::now() - c.since >= IDLE_FOR {
+                let now = Instant::now();
+                if kept.last().is_some_and(|c| now - c.since >= IDLE_FOR) {
                     // The newest has idled too long: so have all the others.
                     kept.clear();
                     return None;
                 }
-                c.io
+                let at = kept.iter().rposition(|c| c.owner.lends_to(owner, c.since, now))?;
+                kept.remove(at).io
             };
             if quiet(&mut io) {
                 return Some(io);
@@ -284,8 +323,9 @@ impl Pool {
         }
     }
 
-    /// A direct road's connection whose answer was read to its end, kept for the next request.
-    pub(crate) fn give_back(&self, worker: usize, io: Io) {
+    /// A direct road's connection whose answer to `owner` was read to its end, kept for the next
+    /// request.
+    pub(crate) fn give_back(&self, worker: usize, io: Io, owner: Owner) {
         let mut kept = self.kept[worker].lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let stale = kept.iter().take_while(|c| now - c.since >= IDLE_FOR).count();
@@ -293,18 +333,16 @@ impl Pool {
         if kept.len() >= MAX_IDLE {
             kept.remove(0);
         }
-        kept.push(Kept { io, since: now });
+        kept.push(Kept { io, since: now, owner });
     }
 
-    fn checkout(&self, list: usize) -> Option<SendRequest<UpstreamBody>> {
+    /// The warmest idle connection `owner` may take (see [`REUSE_GRACE`]).
+    fn checkout(&self, list: usize, owner: Owner) -> Option<SendRequest<UpstreamBody>> {
         let mut idle = self.idle[list].lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        while let Some(c) = idle.pop() {
-            if !c.sender.is_closed() && now - c.since < IDLE_FOR {
-                return Some(c.sender);
-            }
-        }
-        None
+        idle.retain(|c| !c.sender.is_closed() && now - c.since < IDLE_FOR);
+        let at = idle.iter().rposition(|c| c.owner.lends_to(owner, c.since, now))?;
+        Some(idle.remove(at).sender)
     }
 
     /// A new connection to the server, by the pool's transport.
@@ -349,11 +387,12 @@ impl Pool {
     pub(crate) async fn send(
         self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
+        owner: Owner,
         connect_timeout: Duration,
     ) -> Result<(Response<Incoming>, Lease), BoxError> {
         let worker = self.worker();
         loop {
-            let (mut sender, pooled) = match self.checkout(worker) {
+            let (mut sender, pooled) = match self.checkout(worker, owner) {
                 Some(s) => (s, true),
                 // Boxed: a new connection is rare once the pool is warm, and the request's future
                 // (which hyper keeps for an HTTP/1.1 client connection's life) would otherwise be
@@ -376,6 +415,7 @@ impl Pool {
                             pool: self.clone(),
                             sender,
                             worker,
+                            owner,
                         },
                     ));
                 }
@@ -414,7 +454,7 @@ mod tests {
     /// Read the answer to its end and give the connection back.
     /// A health check through `pool`, answered within a second.
     async fn health(pool: &Arc<Pool>, addr: &str) -> (Response<Incoming>, Lease) {
-        pool.send(get(addr), Duration::from_secs(1)).await.unwrap()
+        pool.send(get(addr), Owner::GATEWAY, Duration::from_secs(1)).await.unwrap()
     }
 
     async fn finish(resp: Response<Incoming>, lease: Lease) {
@@ -460,7 +500,7 @@ mod tests {
         let gone = closed.local_addr().unwrap().to_string();
         drop(closed);
         let err = Pool::new(gone.clone())
-            .send(get(&gone), Duration::from_secs(1))
+            .send(get(&gone), Owner::GATEWAY, Duration::from_secs(1))
             .await
             .err()
             .expect("nothing listens there");

@@ -15,6 +15,8 @@ pub(crate) enum Act {
     Close,
     /// Wait until the first is told, write the bytes, then tell the second.
     Later(Arc<Notify>, &'static [u8], Arc<Notify>),
+    /// Wait this long (reading nothing meanwhile).
+    Sleep(std::time::Duration),
 }
 
 /// A server following `script`; its address and the count of connections it accepted.
@@ -47,6 +49,10 @@ pub(crate) async fn serve(script: impl Fn(usize) -> Vec<Act> + Send + Sync + 'st
                                     let w = tcp.write_all(bytes).await;
                                     told.notify_one();
                                     w
+                                }
+                                Act::Sleep(d) => {
+                                    tokio::time::sleep(d).await;
+                                    Ok(())
                                 }
                             };
                             if written.is_err() {

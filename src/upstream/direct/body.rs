@@ -22,6 +22,8 @@ const READ_SIZE: usize = 8 * 1024;
 pub(crate) struct Return {
     pub pool: Arc<Pool>,
     pub worker: usize,
+    /// Whose answer it was: the connection stays theirs for the pool's reuse grace.
+    pub owner: crate::upstream::pool::Owner,
 }
 
 pub struct DirectBody {
@@ -67,7 +69,7 @@ impl DirectBody {
             return;
         }
         if let (Some(io), Some(back)) = (self.io.take(), self.back.take()) {
-            back.pool.give_back(back.worker, io);
+            back.pool.give_back(back.worker, io, back.owner);
         }
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::upstream::pool::Owner;
 use http::{header, request};
 use hyper::body::Body as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -155,13 +156,13 @@ async fn answering(answer: &'static [u8], step: usize) -> (String, tokio::sync::
     (addr, rx)
 }
 
-/// [`send`] with the head hyper's client would write for `parts`.
+/// [`send`] with the head hyper's client would write for `parts`, as the gateway's own request.
 async fn send_parts(
     pool: &Arc<Pool>,
     parts: &http::request::Parts,
     timeout: std::time::Duration,
 ) -> Result<Response<DirectBody>, BoxError> {
-    send(pool, &request_head(parts), &parts.method, timeout).await
+    send(pool, &request_head(parts), &parts.method, Owner::GATEWAY, timeout).await
 }
 
 fn get(addr: &str, path: &str) -> http::request::Parts {
@@ -399,4 +400,66 @@ async fn a_request_the_server_closed_its_kept_connection_on_is_sent_again() {
     let pool = Pool::new(addr.clone());
     assert_eq!(in_turn(&pool, &addr, Method::GET, 2).await, vec![b"ok".to_vec(); 2]);
     assert_eq!(accepted.load(Ordering::SeqCst), 2, "the closed one, then a new one");
+}
+
+/// An upstream that answers a request, then 150 ms later sends a second answer nobody asked for
+/// (hostile round five, item 9): a request of another principal made meanwhile is not sent on
+/// that connection (its answer would be the late one), but on a new one; after the reuse grace
+/// a quiet connection serves anyone.
+#[tokio::test]
+async fn a_connection_is_lent_to_another_principal_only_after_the_reuse_grace() {
+    use http_body_util::BodyExt;
+    let (addr, accepted) = serve(|n| match n {
+        1 => vec![
+            Act::Write(OK),
+            Act::Sleep(std::time::Duration::from_millis(150)),
+            Act::Write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nalice"),
+        ],
+        _ => vec![],
+    })
+    .await;
+    let pool = Pool::new(addr.clone());
+    let as_owner = |who: &'static str| {
+        let (pool, addr) = (pool.clone(), addr.clone());
+        async move {
+            let head = request_head(&get(&addr, "/session"));
+            let resp = send(&pool, &head, &Method::GET, Owner::of(who), std::time::Duration::from_secs(5))
+                .await
+                .unwrap();
+            resp.into_body().collect().await.unwrap().to_bytes().to_vec()
+        }
+    };
+    assert_eq!(as_owner("alice").await, b"ok");
+    assert_eq!(as_owner("bob").await, b"ok", "not alice's late answer");
+    assert_eq!(accepted.load(Ordering::SeqCst), 2, "bob's request went on a connection of its own");
+    // Alice's next finds her connection out of step (the late answer arrived): closed, a new one.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(as_owner("alice").await, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+}
+
+/// The same principal's next request takes its connection at once; another's, once the reuse
+/// grace has passed (a quiet connection then serves anyone).
+#[tokio::test]
+async fn a_quiet_connection_serves_its_principal_at_once_and_anyone_after_the_grace() {
+    let (addr, accepted) = serving(OK, false).await;
+    let pool = Pool::new(addr.clone());
+    let head = request_head(&get(&addr, "/session"));
+    let fetch = |who: &'static str| {
+        let (pool, head) = (pool.clone(), head.clone());
+        async move {
+            use http_body_util::BodyExt;
+            let resp = send(&pool, &head, &Method::GET, Owner::of(who), std::time::Duration::from_secs(5))
+                .await
+                .unwrap();
+            resp.into_body().collect().await.unwrap().to_bytes().to_vec()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(fetch("alice").await, b"ok");
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "alice's requests share one connection");
+    tokio::time::sleep(crate::upstream::pool::REUSE_GRACE + std::time::Duration::from_millis(100)).await;
+    assert_eq!(fetch("bob").await, b"ok");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1, "past the grace bob takes it");
 }
