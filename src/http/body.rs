@@ -15,7 +15,7 @@ use http::Method;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use crate::http::source::Source;
-use crate::policy::scope::EventFilter;
+use crate::policy::event_scope::EventFilter;
 use crate::upstream::BoxError;
 use crate::upstream::pool::Lease;
 use crate::upstream::redact::Redactor;

@@ -20,6 +20,7 @@ use crate::http::error::HttpError;
 use crate::http::rewrite;
 use crate::http::source::Source;
 use crate::policy::plan::Treatment;
+use crate::policy::event_scope::{EventFilter, Shape};
 use crate::policy::scope;
 use crate::support::compress;
 use crate::upstream::endpoint::Endpoint;
@@ -79,6 +80,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     let (mut parts, body) = response.into_parts();
     clean_headers(&mut parts.headers, endpoint, target)?;
     let pinned = pinned_on_shared(target);
+    unscoped_stream(target, treatment, pinned, &parts.headers)?;
 
     // Small bodies the gateway must read: a terminal ticket, a listing to scope, a created
     // session's id (audited creates only).
@@ -105,6 +107,41 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     }
     let body = streamed(treatment, pinned, &mut parts.headers, body, endpoint);
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
+}
+
+/// An event stream on a route the gateway has no scope for (a route of a newer server, or one
+/// it reads as something else), answered on a pinned project of a shared server: refused, never
+/// passed whole. The streams it knows are scoped by the server itself (`/event`, to the pinned
+/// folder), by session (`/api/session/{id}/event`, the plan's session scope) or here
+/// (`/global/event`, `/api/event`: `policy/event_scope.rs`).
+fn unscoped_stream(
+    target: &Target,
+    treatment: Treatment,
+    pinned: Option<&Path>,
+    headers: &HeaderMap,
+) -> Result<(), HttpError> {
+    let scoped = matches!(
+        treatment,
+        Treatment::EventStream | Treatment::GlobalEvents | Treatment::FolderEvents
+    );
+    if pinned.is_none() || scoped || !is_event_stream(headers) {
+        return Ok(());
+    }
+    tracing::warn!(target: "security", project = %target.project.name, reason = "unscoped_event_stream", "an event stream the gateway cannot scope to the project refused: {}", target.label());
+    Err(HttpError::unavailable(
+        &target.project.name,
+        format!(
+            "{} answered an event stream the gateway cannot scope to the project's directory",
+            target.label()
+        ),
+    ))
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
 /// A pooled connection whose answer was read whole goes back to its pool.
@@ -154,14 +191,19 @@ fn streamed(
     body: Source,
     endpoint: &Endpoint,
 ) -> ProxyBody {
-    match (treatment, pinned) {
-        (Treatment::GlobalEvents, Some(root)) => {
+    let shape = match treatment {
+        Treatment::GlobalEvents => Some(Shape::Global),
+        Treatment::FolderEvents => Some(Shape::Located),
+        _ => None,
+    };
+    match (shape, pinned) {
+        (Some(shape), Some(root)) => {
             headers.remove(header::CONTENT_LENGTH);
-            let filter = scope::EventFilter::new(root.to_path_buf());
+            let filter = EventFilter::new(root.to_path_buf(), shape);
             ProxyBody::events(body, Some(filter), endpoint.redactor.clone())
         }
         // Decided on the route, not the answer's headers: nothing read on other answers.
-        (Treatment::EventStream | Treatment::GlobalEvents, _) if !headers.contains_key(header::CONTENT_LENGTH) => {
+        _ if (shape.is_some() || treatment == Treatment::EventStream) && !headers.contains_key(header::CONTENT_LENGTH) => {
             ProxyBody::events(body, None, endpoint.redactor.clone())
         }
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),

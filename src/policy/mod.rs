@@ -5,7 +5,8 @@
 //!   case, `;` parameters and repeated slashes dropped), and the spelling that is forwarded.
 //! - `route`: which project (front door, host, `/p/<name>/`, the only project).
 //! - `authz`: OpenCode's route table × roles, and what each route needs (the route plan).
-//! - `origin`: browser origin checks. `pin`: directory pinning. `scope`: shared-upstream scoping.
+//! - `origin`: browser origin checks. `pin`: directory pinning. `scope`: shared-upstream scoping (`event_scope`:
+//!   of the event streams).
 //! - `query`: query strings read the way OpenCode reads them. `json_body`: the one reading of a
 //!   client's JSON body that decisions are made on.
 
@@ -13,6 +14,7 @@ pub mod authz;
 pub mod canonical;
 pub mod csrf;
 pub mod drift;
+pub mod event_scope;
 pub mod grants;
 pub mod hook;
 pub mod json_body;

@@ -12,8 +12,11 @@ pub enum Treatment {
     Plain,
     /// A server-sent event stream: long-lived, no response timeout, counted per user.
     EventStream,
-    /// The event stream of every directory the server serves: filtered on a shared upstream.
+    /// The event stream of every directory the server serves (`/global/event`, the
+    /// `directory` envelope): filtered on a shared upstream.
     GlobalEvents,
+    /// The v2 bus of every directory (`/api/event`, `location.directory`): filtered likewise.
+    FolderEvents,
     /// `GET /project`: projects of every directory; scoped on a shared upstream.
     ProjectListing,
     /// A JSON array of sessions, each with its `directory`; scoped on a shared upstream.
@@ -31,14 +34,14 @@ impl Treatment {
     pub(crate) fn long_lived(self) -> bool {
         matches!(
             self,
-            Treatment::EventStream | Treatment::GlobalEvents | Treatment::TerminalConnect
+            Treatment::EventStream | Treatment::GlobalEvents | Treatment::FolderEvents | Treatment::TerminalConnect
         )
     }
 }
 
 const TREATMENTS: &[(&str, &str, Treatment)] = &[
     (GET, "/event", Treatment::EventStream),
-    (GET, "/api/event", Treatment::EventStream),
+    (GET, "/api/event", Treatment::FolderEvents),
     (GET, "/api/session/*/event", Treatment::EventStream),
     (GET, "/global/event", Treatment::GlobalEvents),
     (GET, "/project", Treatment::ProjectListing),
@@ -348,6 +351,7 @@ mod tests {
     fn only_terminals_and_event_streams_live_long() {
         assert!(treatment(GET, "/pty/*/connect").long_lived());
         assert!(treatment(GET, "/global/event").long_lived());
+        assert!(treatment(GET, "/api/event").long_lived());
         assert!(!treatment(POST, "/pty/*/connect-token").long_lived());
         assert!(!treatment(GET, "/session").long_lived());
     }

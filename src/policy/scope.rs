@@ -1,13 +1,12 @@
 //! Keeping a pinned project inside its directory on an OpenCode server it may share with other
 //! directories (an external upstream: one process serves every directory it is asked for).
 //! Session IDs are global, so a session is usable only if its directory is the project's; and
-//! the listings and the event stream that span directories are filtered to the project.
+//! the listings that span directories are filtered to the project (the event streams that do:
+//! `event_scope.rs`).
 //! A spawned project's server has private data folders, so none of this is needed there.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use bytes::{Bytes, BytesMut};
 
 use crate::support::ttl_map::TtlMap;
 
@@ -84,53 +83,6 @@ pub fn filter_session_page(body: &[u8], root: &Path) -> Option<Vec<u8>> {
     serde_json::to_vec(&v).ok()
 }
 
-/// Filters `GET /global/event`, whose events carry the directory they come from, to the pinned
-/// directory. Events are complete at a blank line; a partial one waits for the rest of itself
-/// (never for a buffer to fill).
-pub struct EventFilter {
-    root: PathBuf,
-    pending: BytesMut,
-}
-
-impl EventFilter {
-    pub fn new(root: PathBuf) -> Self {
-        EventFilter {
-            root,
-            pending: BytesMut::new(),
-        }
-    }
-
-    fn keep(&self, event: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(event);
-        for line in text.lines() {
-            if let Some(data) = line.strip_prefix("data:")
-                && let Ok(v) = serde_json::from_str::<serde_json::Value>(data.trim_start())
-                && let Some(dir) = v.get("directory").and_then(|d| d.as_str())
-            {
-                return dir_inside(dir, &self.root);
-            }
-        }
-        true
-    }
-
-    /// The complete, allowed events in `chunk` (plus what was pending before it).
-    pub fn push(&mut self, chunk: &[u8]) -> Bytes {
-        self.pending.extend_from_slice(chunk);
-        let mut out = BytesMut::new();
-        while let Some(end) = find_event_end(&self.pending) {
-            let event = self.pending.split_to(end);
-            if self.keep(&event) {
-                out.extend_from_slice(&event);
-            }
-        }
-        out.freeze()
-    }
-}
-
-fn find_event_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,21 +102,5 @@ mod tests {
             out.contains("s1") && !out.contains("s2") && out.contains("cursor"),
             "{out}"
         );
-    }
-
-    #[test]
-    fn events_of_other_directories_are_dropped_and_split_events_wait_for_their_end() {
-        let mut f = EventFilter::new(PathBuf::from("/home/a/web"));
-        let mine = b"data: {\"directory\":\"/home/a/web\",\"payload\":{\"type\":\"x\"}}\n\n";
-        let other = b"data: {\"directory\":\"/home/b\",\"payload\":{\"type\":\"y\"}}\n\n";
-        let plain = b"data: {\"payload\":{\"type\":\"server.connected\"}}\n\n";
-        let mut all = Vec::new();
-        all.extend_from_slice(other);
-        all.extend_from_slice(mine);
-        all.extend_from_slice(plain);
-        let out = f.push(&all);
-        assert_eq!(&out[..], [&mine[..], &plain[..]].concat().as_slice());
-        assert!(f.push(&mine[..10]).is_empty());
-        assert_eq!(&f.push(&mine[10..])[..], &mine[..]);
     }
 }
