@@ -20,6 +20,7 @@ mod policy_check;
 pub mod request;
 pub mod response;
 mod session_scope;
+mod withheld;
 
 pub(crate) use crate::http::transport::Here;
 pub use crate::http::transport::{ConnInfo, Front};

@@ -80,7 +80,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     let (mut parts, body) = response.into_parts();
     clean_headers(&mut parts.headers, endpoint, target)?;
     let pinned = pinned_on_shared(target);
-    unscoped_stream(target, treatment, pinned, &parts.headers)?;
+    super::withheld::unscoped_stream(target, treatment, pinned, &parts.headers)?;
 
     // Small bodies the gateway must read: a terminal ticket, a listing to scope, a created
     // session's id (audited creates only).
@@ -90,6 +90,10 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         pinned,
         created,
     };
+    if parts.status.is_success() && target.route.is_some_and(|r| r.carries_secrets) {
+        // Boxed, as the branches below: most answers do not take it.
+        return Box::pin(redacted(gw, target, endpoint, parts, body, lease, ask)).await;
+    }
     if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
         // Boxed, as every branch here that most answers do not take: hyper keeps the request's
         // future for an HTTP/1.1 connection's life, sized for its largest branch.
@@ -107,41 +111,6 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     }
     let body = streamed(treatment, pinned, &mut parts.headers, body, endpoint);
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
-}
-
-/// An event stream on a route the gateway has no scope for (a route of a newer server, or one
-/// it reads as something else), answered on a pinned project of a shared server: refused, never
-/// passed whole. The streams it knows are scoped by the server itself (`/event`, to the pinned
-/// folder), by session (`/api/session/{id}/event`, the plan's session scope) or here
-/// (`/global/event`, `/api/event`: `policy/event_scope.rs`).
-fn unscoped_stream(
-    target: &Target,
-    treatment: Treatment,
-    pinned: Option<&Path>,
-    headers: &HeaderMap,
-) -> Result<(), HttpError> {
-    let scoped = matches!(
-        treatment,
-        Treatment::EventStream | Treatment::GlobalEvents | Treatment::FolderEvents
-    );
-    if pinned.is_none() || scoped || !is_event_stream(headers) {
-        return Ok(());
-    }
-    tracing::warn!(target: "security", project = %target.project.name, reason = "unscoped_event_stream", "an event stream the gateway cannot scope to the project refused: {}", target.label());
-    Err(HttpError::unavailable(
-        &target.project.name,
-        format!(
-            "{} answered an event stream the gateway cannot scope to the project's directory",
-            target.label()
-        ),
-    ))
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
 }
 
 /// A pooled connection whose answer was read whole goes back to its pool.
@@ -239,6 +208,31 @@ fn upgraded(
         r.headers(&mut parts.headers);
     }
     Response::from_parts(parts, ProxyBody::empty())
+}
+
+/// A configuration answer with its secrets redacted (`withheld.rs`), compressed when it may be.
+async fn redacted(
+    gw: &Gateway,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    body: Source,
+    lease: Option<Lease>,
+    ask: Option<compress::Ask>,
+) -> Result<Response<ProxyBody>, HttpError> {
+    let compress = to_compress(gw, target, &mut parts, ask);
+    let bytes = super::withheld::redacted(target, body, lease).await?;
+    if let Some((_, ask, _room)) = compress {
+        return Ok(compressed(gw, target, endpoint, parts, bytes, ask).await);
+    }
+    let bytes = match &endpoint.redactor {
+        Some(r) => r.frame(bytes),
+        None => bytes,
+    };
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    Ok(Response::from_parts(parts, ProxyBody::full(bytes)))
 }
 
 /// What of a small answer the gateway must read before it passes it on.

@@ -12,6 +12,7 @@
 
 pub mod authz;
 pub mod canonical;
+pub mod config_secrets;
 pub mod csrf;
 pub mod drift;
 pub mod event_scope;

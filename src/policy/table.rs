@@ -24,6 +24,9 @@ pub struct ApiRoute {
     pub workspace_switch: bool,
     /// Its 200 answer may be compressed: it echoes nothing of the request (see `plan`).
     pub compressible: bool,
+    /// Its answer carries OpenCode's configuration: its secrets are redacted
+    /// (`config_secrets.rs`).
+    pub carries_secrets: bool,
     /// What the audit trail records for it, if anything.
     pub audit: Option<plan::AuditKind>,
     /// It makes OpenCode ask the model: the spending budgets judge it.
@@ -59,6 +62,7 @@ impl ApiRoute {
             body: plan::body_rule(method, pattern),
             workspace_switch: plan::is_workspace_switch(method, pattern),
             compressible: plan::compressible(method, pattern),
+            carries_secrets: super::config_secrets::carries_secrets(method, pattern),
             audit: plan::audit_kind(method, pattern),
             asks_model: asks_model(method, pattern),
             session_param: session_param(&segments),
