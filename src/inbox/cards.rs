@@ -151,6 +151,11 @@ pub(crate) struct Permission {
     /// (not through links), for the policy's judgement (`paths.rs`); never shown.
     #[serde(skip)]
     pub filepath: Option<String>,
+    /// `metadata.command`: a shell tool's whole command line, which OpenCode's patterns may not
+    /// hold whole (a redirect on a compound statement is in none), for the policy's judgement;
+    /// never shown beyond `lines`.
+    #[serde(skip)]
+    pub command: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -64,6 +64,7 @@ pub(super) fn permission(p: &Value, now: u64) -> Option<Permission> {
         always: strings(&p["always"]),
         asked_at_ms: now,
         filepath: meta["filepath"].as_str().map(str::to_string),
+        command: meta["command"].as_str().map(str::to_string),
     })
 }
 

@@ -17,6 +17,9 @@ const PATH_PERMISSIONS: &[&str] = &["edit", "write", "read", "list", "glob", "gr
 /// The patterns to judge for `asked`, whose project is pinned to `root` (if any).
 pub(crate) fn judged(asked: &Asked, root: Option<&Path>) -> Vec<String> {
     let mut out = asked.patterns.clone();
+    if let Some(command) = whole_command(asked) {
+        out.push(command.to_string());
+    }
     if !PATH_PERMISSIONS.contains(&asked.permission.as_str()) {
         return out;
     }
@@ -31,6 +34,19 @@ pub(crate) fn judged(asked: &Asked, root: Option<&Path>) -> Vec<String> {
         }
     }
     out
+}
+
+/// A shell command's whole line, when OpenCode's patterns may not say all it does: it writes
+/// through a redirect (1.18.33 and 2.1.2 put no pattern on a redirect of a compound statement or
+/// at the end of a list: `{ echo x; } > f` asks `["echo x"]`), or it nests a substitution in
+/// escaped backticks (whose inner command gets no pattern). Judged beside the patterns, it
+/// takes a rule that names it.
+fn whole_command(asked: &Asked) -> Option<&str> {
+    use crate::policy::permission::{SHELL_PERMISSIONS, hides_commands, writes_by_redirect};
+    let command = asked.command.as_deref()?.trim();
+    let shell = SHELL_PERMISSIONS.contains(&asked.permission.as_str());
+    let needed = writes_by_redirect(command) || hides_commands(command);
+    (shell && needed && !asked.patterns.iter().any(|p| p == command)).then_some(command)
 }
 
 /// The real spelling of `pattern` when resolving it crosses a link to somewhere else; `None`
@@ -119,6 +135,7 @@ mod tests {
             permission: permission.into(),
             patterns: patterns.iter().map(|s| s.to_string()).collect(),
             filepath: filepath.map(|f| f.display().to_string()),
+            command: None,
         }
     }
 
@@ -151,5 +168,30 @@ mod tests {
         assert_eq!(judged(&asked("edit", &["src/real/x"], None), root), vec!["src/real/x"]);
         assert_eq!(judged(&asked("bash", &["cat src/out/f"], None), root), vec!["cat src/out/f"]);
         assert_eq!(judged(&asked("edit", &["src/*"], None), root), vec!["src/*"]);
+    }
+
+    /// What 1.18.33 and 2.1.2 ask for commands whose patterns lose a redirect (issue 55's
+    /// captures): the whole line is judged too; a command whose patterns say it all is not.
+    #[test]
+    fn a_shell_command_whose_patterns_lose_its_redirect_is_judged_whole() {
+        let with = |command: &str, patterns: &[&str]| Asked {
+            command: Some(command.to_string()),
+            ..asked("bash", patterns, None)
+        };
+        for (command, patterns) in [
+            ("{ echo x; } > ../outside/f", &["echo x"][..]),
+            ("true && echo x > ../outside/f", &["true", "echo x"]),
+            ("echo x | cat > ../outside/f", &["echo x", "cat"]),
+            ("echo `echo \\`touch ../outside/n\\``", &["echo `echo \\`touch ../outside/n\\``", "echo \\`touch ../outside/n\\`"]),
+        ] {
+            let out = judged(&with(command, patterns), None);
+            assert!(out.iter().any(|p| p == command), "{command}: {out:?}");
+        }
+        // The redirect is in the pattern already, or there is none: the patterns alone.
+        assert_eq!(judged(&with("echo x > f", &["echo x > f"]), None), vec!["echo x > f"]);
+        assert_eq!(judged(&with("npm test && ls", &["npm test", "ls"]), None), vec!["npm test", "ls"]);
+        let mut shell = with("{ echo x; } > f", &["echo x"]);
+        shell.permission = "shell".into();
+        assert_eq!(judged(&shell, None).len(), 2, "2.x's name");
     }
 }

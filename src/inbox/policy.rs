@@ -60,6 +60,7 @@ pub(crate) struct Asked {
     pub permission: String,
     pub patterns: Vec<String>,
     pub filepath: Option<String>,
+    pub command: Option<String>,
 }
 
 /// `30m`, `2s`, `500ms`: as the config writes a duration.
@@ -109,12 +110,14 @@ impl Inbox {
             permission: p.tool.clone(),
             patterns: p.patterns.clone(),
             filepath: p.filepath.clone(),
+            command: p.command.clone(),
         })
     }
 
-    /// The patterns a policy judges for `asked`: OpenCode's own, and for a file tool's path that
-    /// crosses a symbolic link, the path it really reaches too (`paths.rs`), so that every one
-    /// must be allowed and a deny of either wins.
+    /// The patterns a policy judges for `asked`: OpenCode's own; for a file tool's path that
+    /// crosses a symbolic link, the path it really reaches too; for a shell command whose patterns
+    /// may not hold all it does, the whole command line too (`paths.rs`); so that every one must
+    /// be allowed and a deny of any wins.
     pub(crate) fn judged_patterns(&self, asked: &Asked) -> Vec<String> {
         let root = self.parts.projects.get(&asked.project).and_then(|s| s.directory);
         super::paths::judged(asked, root.as_deref().map(std::path::Path::new))

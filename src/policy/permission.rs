@@ -175,7 +175,14 @@ fn first_match<'p>(rules: &'p [Rule], permission: &str, pattern: &str) -> Option
 }
 
 /// The permissions whose patterns are shell commands: 1.18.33's `bash`, 2.x's `shell`.
-const SHELL_PERMISSIONS: &[&str] = &["bash", "shell"];
+pub const SHELL_PERMISSIONS: &[&str] = &["bash", "shell"];
+
+/// Does this command nest a substitution in escaped backticks (`` echo `echo \`cmd\`` ``)?
+/// OpenCode 1.18.33 and 2.1.2 give the inner command no pattern of its own (it ran, unasked,
+/// under an allowed `echo *`); only a rule that names the escape allows it.
+pub fn hides_commands(command: &str) -> bool {
+    command.contains("\\`")
+}
 
 /// Does this command write through the shell's own redirection (`>`, `>>`, `>|`, `&>`, `2>`,
 /// `<>`, `>(…)`)? Any `>` the shell would read as an operator: outside single quotes, not
@@ -209,10 +216,13 @@ pub fn writes_by_redirect(command: &str) -> bool {
 /// `bash` alone for `echo x > ../outside/f` (neither `edit` nor `external_directory`), with a
 /// pattern `echo *` matches: a rule for a command must not allow a write it does not name.
 fn first_allow<'p>(rules: &'p [Rule], permission: &str, pattern: &str) -> Option<&'p Rule> {
-    let redirects = SHELL_PERMISSIONS.contains(&permission) && writes_by_redirect(pattern);
+    let shell = SHELL_PERMISSIONS.contains(&permission);
+    let redirects = shell && writes_by_redirect(pattern);
+    let hides = shell && hides_commands(pattern);
     rules
         .iter()
         .filter(|r| !redirects || r.pattern.contains('>'))
+        .filter(|r| !hides || hides_commands(&r.pattern))
         .find(|r| wildcard(&r.permission, permission) && wildcard(&r.pattern, pattern))
 }
 
@@ -315,6 +325,10 @@ mod tests {
         // A deny still matches a redirecting command.
         let d = policy(&["bash: *"], &["bash: rm *"], Otherwise::Reject);
         assert_eq!(judge(&d, "bash", &pats(&["rm x > y"])).rule(), "deny: bash: rm *");
+        // Nested in escaped backticks: only a rule naming the escape.
+        let nested = "echo `echo \\`touch x\\``";
+        assert!(hides_commands(nested));
+        assert_eq!(judge(&p, "bash", &pats(&[nested])), Verdict::Reject);
         // Not a command: an edit's path with a `>` is only a name.
         let e = policy(&["edit: *"], &[], Otherwise::Reject);
         assert_eq!(judge(&e, "edit", &pats(&["a>b"])).rule(), "allow: edit: *");
