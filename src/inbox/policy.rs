@@ -54,6 +54,7 @@ impl Desk {
 }
 
 /// What a request under a policy is, as the model holds it.
+#[derive(Debug)]
 pub(crate) struct Asked {
     pub project: String,
     pub session: String,
@@ -146,6 +147,42 @@ impl Inbox {
             }
         };
         tokio::time::timeout(within, wait).await.ok().flatten()
+    }
+
+    /// The request an approval of `id` (from a principal whose token carries `own`) is judged
+    /// on: the pending one the inbox holds; one not seen yet, once the watch sees it (waiting at
+    /// most `within`) while any session is under a policy; `None` when no policy can own it
+    /// (passed as before: no session is under one and the token carries none); `Err` with the
+    /// reason when it was answered already, never came, or the token's policy never saw it.
+    pub(crate) async fn approvable(
+        &self,
+        project: &str,
+        id: &str,
+        own: Option<&str>,
+        within: Duration,
+    ) -> Result<Option<Asked>, String> {
+        if let Some(asked) = self.permission_request(project, id) {
+            return Ok(Some(asked));
+        }
+        let answered = || format!("permission request {id} of project {project} was answered already");
+        if self.permission_answered(project, id) {
+            return Err(answered());
+        }
+        if let Some(name) = own {
+            return Err(format!(
+                "the gateway's policy {name} has not seen permission request {id} of project {project}: it cannot be approved with this token"
+            ));
+        }
+        if !self.any_session_policy() {
+            return Ok(None);
+        }
+        match self.await_permission_request(project, id, within).await {
+            Some(asked) => Ok(Some(asked)),
+            None if self.permission_answered(project, id) => Err(answered()),
+            None => Err(format!(
+                "the gateway has not seen permission request {id} of project {project}: while sessions are under its policies it approves only what it has judged; try again in a moment"
+            )),
+        }
     }
 
     /// A new permission request: judged by the guard's task when its session is under a policy.
@@ -279,6 +316,39 @@ mod tests {
             (r.session.as_str(), r.permission.as_str(), r.patterns),
             ("ses_c2", "bash", vec!["ls".to_string()])
         );
+    }
+
+    /// An approval that beats the gateway's watch to a request (round five, item 10: 1 of 8
+    /// races approved a denied `rm`) waits for the watch to see it and is then judged; one the
+    /// watch never sees, or saw answered, is refused; with no session under a policy, nothing
+    /// waits.
+    #[tokio::test]
+    async fn an_approval_the_gateway_has_not_judged_waits_for_the_request_or_is_refused() {
+        let inbox = std::sync::Arc::new(crate::inbox::detached());
+        let within = Duration::from_secs(5);
+        assert_eq!(inbox.approvable("web", "per_1", None, within).await.map(|a| a.is_some()), Ok(false));
+        inbox.keep_session_policy("ses_1", "ci");
+        let waiting = {
+            let inbox = inbox.clone();
+            tokio::spawn(async move { inbox.approvable("web", "per_1", None, within).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "it waits for the watch");
+        let asked = json!({"type": "permission.asked", "properties": {"id": "per_1", "sessionID": "ses_1",
+            "permission": "bash", "patterns": ["rm -rf x"], "always": ["rm *"], "metadata": {"command": "rm -rf x"}}});
+        inbox.update(|m, now| m.apply("web", &asked, now));
+        let got = waiting.await.unwrap().unwrap().expect("judged on the request");
+        assert_eq!((got.session.as_str(), got.patterns), ("ses_1", vec!["rm -rf x".to_string()]));
+        // The policy answered it: remembered as answered.
+        let replied = json!({"type": "permission.replied", "properties": {"sessionID": "ses_1", "requestID": "per_1", "reply": "reject"}});
+        inbox.update(|m, now| m.apply("web", &replied, now));
+        let why = inbox.approvable("web", "per_1", None, within).await.unwrap_err();
+        assert!(why.contains("was answered already"), "{why}");
+        // Never seen: refused once the wait is over.
+        let why = inbox.approvable("web", "per_9", None, Duration::from_millis(50)).await.unwrap_err();
+        assert!(why.contains("has not seen permission request per_9"), "{why}");
+        let why = inbox.approvable("web", "per_8", Some("ci"), within).await.unwrap_err();
+        assert!(why.contains("cannot be approved with this token"), "{why}");
     }
 
     #[test]

@@ -56,12 +56,10 @@ pub(super) async fn answer(
         return Ok(());
     }
     let id = id.unwrap_or("-");
-    let asked = match gw.inbox.permission_request(project, id) {
-        Some(asked) => asked,
-        None => match unseen(gw, project, id, own).await? {
-            Some(asked) => asked,
-            None => return Ok(()),
-        },
+    let asked = match gw.inbox.approvable(project, id, own, UNSEEN_WAIT).await {
+        Ok(Some(asked)) => asked,
+        Ok(None) => return Ok(()),
+        Err(why) => return Err(refused(why)),
     };
     let session = gw.inbox.session_policy(project, &asked.session);
     for name in [session.as_deref(), own].into_iter().flatten() {
@@ -76,38 +74,6 @@ pub(super) async fn answer(
         judged(gw, &policy, &asked, own)?;
     }
     Ok(())
-}
-
-/// A request the inbox does not hold as pending: `Some` once it has seen it (then judged),
-/// `None` when no policy can own it (passed as before), or the refusal.
-async fn unseen(
-    gw: &Gateway,
-    project: &str,
-    id: &str,
-    own: Option<&str>,
-) -> Result<Option<crate::inbox::Asked>, HttpError> {
-    if gw.inbox.permission_answered(project, id) {
-        return Err(refused(format!(
-            "permission request {id} of project {project} was answered already"
-        )));
-    }
-    if let Some(name) = own {
-        return Err(refused(format!(
-            "the gateway's policy {name} has not seen permission request {id} of project {project}: it cannot be approved with this token"
-        )));
-    }
-    if !gw.inbox.any_session_policy() {
-        return Ok(None);
-    }
-    match gw.inbox.await_permission_request(project, id, UNSEEN_WAIT).await {
-        Some(asked) => Ok(Some(asked)),
-        None if gw.inbox.permission_answered(project, id) => Err(refused(format!(
-            "permission request {id} of project {project} was answered already"
-        ))),
-        None => Err(refused(format!(
-            "the gateway has not seen permission request {id} of project {project}: while sessions are under its policies it approves only what it has judged; try again in a moment"
-        ))),
-    }
 }
 
 /// The policy's verdict on `asked`, for an approval by a person or by the policy's own token.
