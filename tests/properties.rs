@@ -17,7 +17,7 @@ use opencode_gateway::policy::drift::{RouteRoles, UpstreamApi};
 use opencode_gateway::policy::pin;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
 use opencode_gateway::policy::routes::ROUTES;
-use opencode_gateway::policy::scope::EventFilter;
+use opencode_gateway::policy::event_scope::{EventFilter, Shape};
 use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
 
@@ -531,17 +531,28 @@ proptest! {
     }
 
     #[test]
-    fn event_filtering_does_not_depend_on_how_the_stream_is_cut(cuts in prop::collection::vec(1usize..40, 0..10)) {
-        let events = [
-            r#"data: {"directory":"/home/a/web","payload":{"type":"x"}}"#,
-            r#"data: {"directory":"/home/b","payload":{"type":"y"}}"#,
-            r#"data: {"payload":{"type":"server.heartbeat"}}"#,
-            r#"data: {"directory":"/home/a/web/sub","payload":{"type":"z"}}"#,
-        ];
+    fn event_filtering_does_not_depend_on_how_the_stream_is_cut(cuts in prop::collection::vec(1usize..40, 0..10), located in any::<bool>()) {
+        let events: &[&str] = match located {
+            false => &[
+                r#"data: {"directory":"/home/a/web","payload":{"type":"x"}}"#,
+                r#"data: {"directory":"/home/b","payload":{"type":"y"}}"#,
+                r#"data: {"payload":{"type":"server.heartbeat"}}"#,
+                r#"data: {"directory":"/home/a/web/sub","payload":{"type":"z"}}"#,
+            ],
+            true => &[
+                r#"data: {"type":"server.connected","data":{}}"#,
+                ": heartbeat",
+                r#"data: {"type":"session.created","location":{"directory":"/home/b"},"data":{"sessionID":"ses_b"}}"#,
+                r#"data: {"type":"session.created","location":{"directory":"/home/a/web"},"data":{"sessionID":"ses_a"}}"#,
+                r#"data: {"type":"session.execution.started","data":{"sessionID":"ses_b","dir":"/home/b"}}"#,
+                r#"data: {"type":"session.execution.started","data":{"sessionID":"ses_a"}}"#,
+            ],
+        };
+        let shape = if located { Shape::Located } else { Shape::Global };
         let stream: String = events.iter().map(|e| format!("{e}\n\n")).collect();
-        let mut whole = EventFilter::new("/home/a/web".into());
+        let mut whole = EventFilter::new("/home/a/web".into(), shape);
         let expected = whole.push(stream.as_bytes());
-        let mut pieces = EventFilter::new("/home/a/web".into());
+        let mut pieces = EventFilter::new("/home/a/web".into(), shape);
         let mut out = Vec::new();
         let mut at = 0;
         for c in cuts {
@@ -552,6 +563,33 @@ proptest! {
         out.extend_from_slice(&pieces.push(&stream.as_bytes()[at..]));
         prop_assert_eq!(&out[..], &expected[..]);
         prop_assert!(!String::from_utf8_lossy(&out).contains("/home/b"));
+        prop_assert!(!String::from_utf8_lossy(&out).contains("ses_b"));
+    }
+
+    /// Whatever a frame says, the filter passes none that names another folder, or another
+    /// folder's session, in the field it reads (the fields OpenCode 1.18.33 and 2.1.2 use).
+    #[test]
+    fn no_frame_of_another_folder_passes(
+        dir in prop::sample::select(vec!["/home/a/web", "/home/a/web/sub", "/home/b", "/home/a/webx", "/"]),
+        session in prop::sample::select(vec!["ses_a", "ses_b"]),
+        with_location in any::<bool>(),
+        kind in prop::sample::select(vec!["server.connected", "session.created", "session.deleted", "credential.updated"]),
+    ) {
+        let mut f = EventFilter::new("/home/a/web".into(), Shape::Located);
+        // ses_b lives in /home/b: the stream said so first.
+        f.push(b"data: {\"type\":\"session.created\",\"location\":{\"directory\":\"/home/b\"},\"data\":{\"sessionID\":\"ses_b\"}}\n\n");
+        let frame = match with_location {
+            true => serde_json::json!({"type": kind, "location": {"directory": dir}, "data": {"sessionID": session}}),
+            false => serde_json::json!({"type": kind, "data": {"sessionID": session}}),
+        };
+        let out = f.push(format!("data: {frame}\n\n").as_bytes());
+        let inside = dir == "/home/a/web" || dir == "/home/a/web/sub";
+        if with_location && !inside {
+            prop_assert!(out.is_empty(), "{frame}");
+        }
+        if !with_location {
+            prop_assert!(out.is_empty(), "a folderless frame of a session not seen inside: {frame}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! `lexical_clean`). Percent-encoded inputs are fuzzed too.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use opencode_gateway::policy::{pin, plan};
+use opencode_gateway::policy::{json_body, pin, plan};
 use std::path::Path;
 
 #[path = "../../tests/oracle/mod.rs"]
@@ -22,7 +22,8 @@ fuzz_target!(|data: &[u8]| {
     }
     for (method, pattern) in [("POST", "/pty"), ("POST", "/experimental/control-plane/move-session")] {
         if let Some(rule) = plan::body_rule(method, pattern) {
-            if let Ok(names) = pin::check_body(data, rule, root) {
+            let Ok(body) = json_body::read(data) else { continue };
+            if let Ok(names) = pin::check_body(&body, rule, root) {
                 for p in &names.paths {
                     for reading in oracle::directories(ROOT, p) {
                         assert!(oracle::is_inside(ROOT, &reading), "a body naming {p:?} passed: {reading}");

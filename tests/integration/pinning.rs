@@ -236,9 +236,10 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
     let s = setup_pinned("echo unused", true).await;
     let other = tempfile::tempdir().unwrap();
     let other_dir = other.path().canonicalize().unwrap().display().to_string();
-    // The global event stream by its plain name and by spellings OpenCode's router reads as the
-    // same route (case, percent-encoding, empty segments, `;` parameters, a directory asked in the
-    // query): each is read on the event-stream road (upstream/direct.rs) and filtered alike.
+    // Every event stream a project's client can open (the global one, the v2 bus, the project's
+    // own), by its plain name and by spellings OpenCode's router reads as the same route (case,
+    // percent-encoding, empty segments, `;` parameters, a directory asked in the query): each is
+    // read on the event-stream road (upstream/direct.rs) and scoped alike.
     let mut logs = Vec::new();
     for path in [
         "/p/demo/global/event".to_string(),
@@ -247,6 +248,13 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
         "/p/demo/global//event/".to_string(),
         "/p/demo/global;x=1/event".to_string(),
         format!("/p/demo/global/event?directory={other_dir}"),
+        // The v2 bus (1.18.33 serves it too, for every folder: round five, item 3) and the
+        // project's own stream, which the server scopes to the pinned folder.
+        "/p/demo/api/event".to_string(),
+        "/p/demo/API/EVENT".to_string(),
+        "/p/demo/api/%65vent;x".to_string(),
+        format!("/p/demo/api/event?location[directory]={other_dir}"),
+        "/p/demo/event".to_string(),
     ] {
         let events = EventLog::open(&s.client, &path, &alice()).await;
         events.wait_for("server.connected", Duration::from_secs(20)).await;
@@ -269,6 +277,7 @@ async fn sessions_listings_and_events_of_other_directories_stay_hidden_on_a_shar
         format!("/p/demo/session/{foreign_id}"),
         format!("/p/demo/session/{foreign_id}/message"),
         format!("/p/demo/api/session/{foreign_id}"),
+        format!("/p/demo/api/session/{foreign_id}/event"),
     ] {
         let (status, body) = json(&s.client, "GET", &path, &alice(), "").await;
         assert_eq!(status, 403, "{path}: {body}");

@@ -27,6 +27,9 @@ use tokio::net::TcpListener;
 use super::process::Guarded;
 
 pub const ANSWER: &str = "FAKE-ANSWER-42";
+/// The fake provider's API key in the model's config: an answer through the gateway never
+/// carries it (`provider_secrets.rs`).
+pub const FAKE_API_KEY: &str = "SECRET-fake-provider-key-0042";
 pub const AFTER_TOOL: &str = "TOOL-FINISHED-7";
 
 pub fn opencode_bin() -> PathBuf {
@@ -122,6 +125,22 @@ fn runcmd(m: &serde_json::Value) -> Option<String> {
     Some(line.strip_suffix('"').unwrap_or(line).to_string())
 }
 
+/// `RUNWRITE: <path>` or `RUNREAD: <path>` in a user's prompt: the model writes (OpenCode's
+/// `write` tool, with a fixed content) or reads (`read`) that file, then says what the tool
+/// answered (`SAW: …`).
+fn file_tool(m: &serde_json::Value) -> Option<(&'static str, serde_json::Value)> {
+    let text = text_of(m);
+    let (tool, at) = [("write", "RUNWRITE: "), ("read", "RUNREAD: ")]
+        .into_iter()
+        .find_map(|(tool, word)| text.find(word).map(|at| (tool, at + word.len())))?;
+    let line = text[at..].lines().next().unwrap_or_default().trim();
+    let path = line.strip_suffix('"').unwrap_or(line).to_string();
+    Some(match tool {
+        "write" => (tool, serde_json::json!({"filePath": path, "content": "written by the fake model\n"})),
+        _ => (tool, serde_json::json!({"filePath": path})),
+    })
+}
+
 /// [`FakeModel::start`] with this "command": the model runs the commands its prompt names in
 /// backticks, in order, one a step, then says what the last one answered (`SAW: …`), as a real
 /// model told "run the tests (`npm test`), then push (`git push origin main`)" would.
@@ -160,6 +179,15 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         let args = serde_json::json!({"command": bash_command, "description": "again"}).to_string();
         out += &chunk(
             serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": format!("call_{}", messages.len()), "type": "function", "function": {"name": "bash", "arguments": args}}]}),
+            None,
+        );
+        out += &chunk(serde_json::json!({}), Some("tool_calls"));
+    } else if has_tools
+        && last["role"] == "user"
+        && let Some((tool, args)) = file_tool(&last)
+    {
+        out += &chunk(
+            serde_json::json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_f", "type": "function", "function": {"name": tool, "arguments": args.to_string()}}]}),
             None,
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
@@ -207,8 +235,10 @@ fn answer(body: &serde_json::Value, bash_command: &str) -> String {
         );
         out += &chunk(serde_json::json!({}), Some("tool_calls"));
     } else {
-        let asked_cmd =
-            bash_command == BACKTICKED || messages.iter().any(|m| m["role"] == "user" && runcmd(m).is_some());
+        let asked_cmd = bash_command == BACKTICKED
+            || messages
+                .iter()
+                .any(|m| m["role"] == "user" && (runcmd(m).is_some() || file_tool(m).is_some()));
         let text = match last["role"] == "tool" {
             true if asked_cmd => format!("SAW: {}", text_of(&last)),
             true => AFTER_TOOL.to_string(),
@@ -340,7 +370,7 @@ impl FakeModel {
             "share": "disabled",
             "provider": {"fake": {
                 "npm": "@ai-sdk/openai-compatible", "name": "Fake",
-                "options": {"baseURL": format!("http://{}/v1", self.addr), "apiKey": "x"},
+                "options": {"baseURL": format!("http://{}/v1", self.addr), "apiKey": FAKE_API_KEY},
                 "models": {"fake-model": {"name": "Fake", "tool_call": true, "limit": {"context": 100000, "output": 4096}}}
             }},
             "model": "fake/fake-model",
@@ -362,10 +392,18 @@ pub struct OpenCode {
 
 impl OpenCode {
     pub fn start(model: &FakeModel) -> OpenCode {
+        Self::start_with(model, |_| {})
+    }
+
+    /// [`OpenCode::start`] in a project folder that `prepare` fills first (a git repository, a
+    /// link out of it), beside which `outside/` exists.
+    pub fn start_with(model: &FakeModel, prepare: impl FnOnce(&std::path::Path)) -> OpenCode {
         let dir = tempfile::tempdir().unwrap();
         let project = dir.path().join("project");
         std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir_all(dir.path().join("outside")).unwrap();
         let project = project.canonicalize().unwrap();
+        prepare(&project);
         let mut password_bytes = [0u8; 18];
         getrandom::fill(&mut password_bytes).unwrap();
         let password = base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, password_bytes);
