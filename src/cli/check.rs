@@ -14,6 +14,7 @@ pub(crate) fn check(path: &Path) -> anyhow::Result<()> {
     for w in permission_warnings(&settings)
         .into_iter()
         .chain(shared_os_user_warnings(&settings))
+        .chain(gateway_user_warnings(&settings))
         .chain(crate::config::validate::boxes::warnings(&settings))
         .chain(crate::reach::phone_warnings(&settings))
         .chain(settings.discovery_warnings.iter().cloned())
@@ -87,6 +88,34 @@ pub(crate) fn shared_os_user_warnings(s: &Settings) -> Vec<String> {
         }
     }
     out
+}
+
+/// Spawned projects that run as the gateway's own OS user, said plainly where the config allows
+/// it (one user, or `allow_projects_as_gateway_user`): what their users can then read.
+pub(crate) fn gateway_user_warnings(s: &Settings) -> Vec<String> {
+    use crate::config::validate::os_users::{gateway_os_user, runs_as_gateway};
+    let gateway = gateway_os_user();
+    let who = gateway.0.clone().unwrap_or_else(|| format!("uid {}", gateway.1));
+    let mine: Vec<&str> = s
+        .projects
+        .iter()
+        .chain(s.project_sets.iter().map(|set| &set.template))
+        .filter(|p| runs_as_gateway(p, &gateway) == Some(true))
+        .map(|p| p.name.as_str())
+        .collect();
+    if mine.is_empty() {
+        return Vec::new();
+    }
+    let why = match s.users.len() {
+        0 | 1 => "fine for one person's own machine; give each project run_as before adding a second user".to_string(),
+        n => format!("[server] allow_projects_as_gateway_user lets all {n} users do so"),
+    };
+    vec![format!(
+        "{} run{} as the gateway's own OS user ({who}): {} terminals and agent can read the gateway's keys, users file and state database, and use its control socket ({why})",
+        mine.join(", "),
+        if mine.len() == 1 { "s" } else { "" },
+        if mine.len() == 1 { "its" } else { "their" },
+    )]
 }
 
 /// The config (password hashes) and private keys must be readable by their owner only; a looser

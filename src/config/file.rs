@@ -171,6 +171,10 @@ pub(crate) struct RawServer {
     /// A second file of `[[user]]` tables (relative to the config), for users made by the gateway
     /// and the CLI, so a config kept in git stays as committed.
     pub users_file: Option<String>,
+    /// Spawned projects without `run_as` may run as the gateway's own OS user even with more
+    /// than one user (`config/validate/os_users.rs`).
+    #[serde(default)]
+    pub allow_projects_as_gateway_user: bool,
 }
 
 /// The users file: `[[user]]` tables only.

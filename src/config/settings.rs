@@ -139,6 +139,9 @@ pub struct Server {
     pub log_format: crate::support::telemetry::LogFormat,
     /// `users_file`: where users made by the gateway and the CLI are written.
     pub users_file: Option<PathBuf>,
+    /// Every user may act as the gateway's own OS user: spawned projects without `run_as` are
+    /// allowed with more than one user (said by `check`).
+    pub allow_projects_as_gateway_user: bool,
 }
 
 #[derive(Debug, Clone)]

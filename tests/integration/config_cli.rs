@@ -375,7 +375,8 @@ fn check_warns_when_projects_of_different_users_share_an_os_user() {
             user("ann", "[\"a\", \"c\", \"d\"]"),
             user("ben", "[\"b\", \"c\", \"d\", \"e\"]"),
         ])
-    ));
+    ))
+    .replace("state_dir = \"state\"\n", "state_dir = \"state\"\nallow_projects_as_gateway_user = true\n");
     let file = dir.path().join("gateway.toml");
     crate::common::write_secret(&file, &config);
     let out = cli(&["check", "-c", file.to_str().unwrap()], None, dir.path());
@@ -393,4 +394,21 @@ fn check_warns_when_projects_of_different_users_share_an_os_user() {
         "{}",
         text(&out)
     );
+    // Said plainly: what allowing the gateway's own user means (round five, item 2).
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("warning: a, b run as the gateway's own OS user (")
+            && said.contains("can read the gateway's keys, users file and state database")
+            && said.contains("allow_projects_as_gateway_user lets all 2 users do so"),
+        "{said}"
+    );
+    // Without that line, the same config is refused, naming the projects' run_as.
+    let strict = config.replace("allow_projects_as_gateway_user = true\n", "");
+    crate::common::write_secret(&file, &strict);
+    let out = cli(&["check", "-c", file.to_str().unwrap()], None, dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    for key in ["project a.run_as", "project b.run_as"] {
+        assert!(text(&out).contains(key), "{key}: {}", text(&out));
+    }
+    assert!(!text(&out).contains("project c.run_as"), "c runs as its own user: {}", text(&out));
 }

@@ -18,6 +18,7 @@ pub(crate) mod known_hosts;
 pub(crate) mod names;
 mod notify;
 pub(crate) mod oidc;
+pub(crate) mod os_users;
 mod policy;
 mod project;
 mod route_role;
@@ -57,6 +58,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     let (budget_defaults, user_day_usd) = budget::defaults(&mut c, raw.budget.as_ref());
     let (projects, project_sets) = projects(&mut c, &raw, &budget_defaults);
     let users = users(&mut c, &raw);
+    os_users::separate(&mut c, &projects, &project_sets, &users, server.allow_projects_as_gateway_user);
     oidc::identities_unique(&mut c, &users, oidc.as_ref());
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
     let policies = policy::policies(&mut c, &raw.policy);

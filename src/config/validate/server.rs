@@ -34,6 +34,7 @@ pub(super) fn server(c: &mut Checker<'_>, s: &RawServer) -> Server {
         trusted_proxies: trusted_proxies(c, &s.trusted_proxies),
         log_format,
         users_file: s.users_file.as_deref().map(|f| c.path(f)),
+        allow_projects_as_gateway_user: s.allow_projects_as_gateway_user,
         opencode_bin: s
             .opencode_bin
             .as_deref()
