@@ -3,8 +3,12 @@
 # revision, installs it into a clean Debian 12 (bookworm) root made by debootstrap (cached as a
 # tarball under target/package-test/, so a second run skips the download), and checks inside that
 # root: files, owners and modes; the user; `check` on the shipped config; `systemd-analyze verify`
-# on the unit; the man page; bash completion; `init --system`; the gateway started as its user
-# and reached with curl; an upgrade keeping an edited config; remove keeping config and state;
+# on the unit; the man page; bash completion; `init --system` for a project folder a second OS
+# user owns; the gateway started as root and reached with curl; that project's real OpenCode
+# server (this checkout's node_modules binary, copied in) running as that user, whose shell
+# through the gateway can read none of the gateway's files nor use its control socket; a second
+# gateway user refused for a project without run_as; an upgrade from the earlier layout (the
+# state the service user's) and one keeping an edited config; remove keeping config and state;
 # purge deleting them. No systemd runs in a chroot: what the maintainer scripts ask of systemctl
 # (nothing on install, try-restart on upgrade, stop on remove) is recorded by a stand-in and
 # checked; that try-restart restarts only a running unit is systemd's documented behaviour, not
@@ -61,9 +65,10 @@ expect_stat() {
   ok "$1 $2"
 }
 
-# The installed gateway as its user, from the installed config; sets gateway_pid and port.
+# The installed gateway as the unit starts it (root), from the installed config; sets gateway_pid
+# and port.
 start_gateway() {
-  chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/var/lib/$NAME \
+  chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
     /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml >"$WORK/serve.log" 2>&1 &
   gateway_pid=$!
   port=
@@ -135,15 +140,16 @@ calls=$(unit_calls)
 grep -qE "(^|;)(start|restart|try-restart|enable)[^;]*$NAME" <<<"$calls" && fail "the first install asked systemctl: $calls"
 in_root dpkg -s adduser procps >/dev/null 2>&1 || fail "the package's dependencies were not installed"
 ok "apt-get install installed it and its dependency procps, and neither enabled nor started it"
-in_root getent passwd "$NAME" | grep -q ":/var/lib/$NAME:/usr/sbin/nologin$" || fail "no system user $NAME with home /var/lib/$NAME and no shell: $(in_root getent passwd "$NAME")"
+in_root getent passwd "$NAME" | grep -q ":/var/lib/$NAME/home:/usr/sbin/nologin$" || fail "no system user $NAME with home /var/lib/$NAME/home and no shell: $(in_root getent passwd "$NAME")"
 in_root getent group "$NAME" >/dev/null || fail "no group $NAME"
 ok "the system user and group $NAME"
 expect_stat /usr/bin/$NAME "root:root 755"
 expect_stat /lib/systemd/system/$NAME.service "root:root 644"
-expect_stat /etc/$NAME "root:$NAME 750"
-expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
-expect_stat /etc/$NAME/gateway.users.toml "$NAME:$NAME 600"
-expect_stat /var/lib/$NAME "$NAME:$NAME 700"
+expect_stat /etc/$NAME "root:root 750"
+expect_stat /etc/$NAME/gateway.toml "root:root 640"
+expect_stat /etc/$NAME/gateway.users.toml "root:root 600"
+expect_stat /var/lib/$NAME "root:root 711"
+expect_stat /var/lib/$NAME/home "$NAME:$NAME 700"
 expect_stat /usr/share/bash-completion/completions/$NAME "root:root 644"
 expect_stat /usr/share/zsh/vendor-completions/_$NAME "root:root 644"
 expect_stat /usr/share/fish/vendor_completions.d/$NAME.fish "root:root 644"
@@ -157,7 +163,7 @@ grep -qE "^$NAME ${version%-*} \(commit ([0-9a-f]{7,}|unknown); route table of O
 ok "--version: $said"
 said=$(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1) || fail "check refused the shipped config: $said"
 ok "check accepts the shipped config"
-said=$(chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml 2>&1) && fail "serve started on the shipped example: $said"
+said=$(in_root /usr/bin/$NAME serve -c /etc/$NAME/gateway.toml 2>&1) && fail "serve started on the shipped example: $said"
 grep -q "nothing to serve" <<<"$said" || fail "serve on the example failed otherwise: $said"
 ok "serve refuses the unedited example: nothing to serve"
 said=$(in_root systemd-analyze verify /lib/systemd/system/$NAME.service 2>&1) || fail "systemd-analyze verify: $said"
@@ -181,40 +187,90 @@ said=$(in_root bash -c '. /usr/share/bash-completion/bash_completion
 [ "$said" = token ] || fail "bash completion of 'opencode-gateway to' gave: $said"
 ok "bash completes 'opencode-gateway to' to 'token'"
 
-step "init --system, then the gateway as its user, reached with curl"
-in_root install -d -o $NAME -g $NAME /srv/demo
+step "init --system for a folder a second OS user owns, then the gateway as root, reached with curl"
+in_root useradd --create-home --shell /bin/sh alice || fail "useradd alice in the root"
+in_root install -d -o alice -g alice /srv/demo
+# The project's real OpenCode server: this checkout's binary (npm opencode-ai, a Bun executable).
+opencode_bin=$(readlink -f node_modules/.bin/opencode 2>/dev/null || true)
+[ -x "$opencode_bin" ] || fail "no node_modules/.bin/opencode: run scripts/npm-deps.sh first"
+install -m 0755 "$opencode_bin" "$ROOT/usr/local/bin/opencode"
 said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) || fail "init --system: $said"
 password=$(sed -n 's/^user "dev", password: //p' <<<"$said")
 [ -n "$password" ] || fail "init --system printed no password: $said"
-expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
-expect_stat /etc/$NAME/gateway.users.toml "$NAME:$NAME 600"
-expect_stat /var/lib/$NAME/certs/server.key "$NAME:$NAME 600"
+grep -q 'project demo runs as the OS user alice, never as root' <<<"$said" || fail "init --system did not say who the project runs as: $said"
+grep -qx 'run_as = "alice".*' "$ROOT/etc/$NAME/gateway.toml" || fail "the config does not run the project as alice: $(cat "$ROOT/etc/$NAME/gateway.toml")"
+expect_stat /etc/$NAME/gateway.toml "root:root 640"
+expect_stat /etc/$NAME/gateway.users.toml "root:root 600"
+expect_stat /var/lib/$NAME/certs/server.key "root:root 600"
+expect_stat /var/lib/$NAME/certs/ca.key "root:root 600"
+expect_stat /var/lib/$NAME "root:root 711"
 said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) && fail "a second init --system overwrote the config"
 grep -q "not the packaged example" <<<"$said" || fail "a second init --system failed otherwise: $said"
-ok "init --system replaced the example, and refuses to overwrite its own config"
-# Ephemeral ports: the root shares this machine's network.
+ok "init --system replaced the example (the project as alice, every secret root's), and refuses to overwrite its own config"
+# Ephemeral ports: the root shares this machine's network. The SSH door is not needed here.
 sed -i -E 's/^listen = "127\.0\.0\.1:[0-9]+"/listen = "127.0.0.1:0"/' "$ROOT/etc/$NAME/gateway.toml"
 echo "# edited by package-test.sh" >>"$ROOT/etc/$NAME/gateway.toml"
 in_root $NAME check -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "check refused the edited config: $(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1)"
 start_gateway
-[ "$(stat -c %u "/proc/$gateway_pid")" = "$(in_root id -u $NAME)" ] || fail "the gateway does not run as $NAME"
-ok "serve runs as $NAME from the installed config (https on 127.0.0.1:$port)"
+[ "$(stat -c %u "/proc/$gateway_pid")" = 0 ] || fail "the gateway does not run as root"
+ok "serve runs as root from the installed config (https on 127.0.0.1:$port)"
 url=https://127.0.0.1:$port/p/demo/global/health
 ca=/var/lib/$NAME/certs/ca.crt
 code=$(in_root curl -s -o /dev/null -w '%{http_code}' --cacert $ca "$url")
 [ "$code" = 401 ] || fail "curl without a password got $code from $url, want 401"
-code=$(in_root curl -s -o /tmp/answer -w '%{http_code}' --cacert $ca -u "dev:$password" "$url")
-case "$code" in
-  401 | 403 | 000) fail "curl as dev got $code from $url: $(cat "$ROOT/tmp/answer")" ;;
-esac
-ok "curl through the dev CA: 401 without a password, $code as dev (no OpenCode in the root: $(head -c 120 "$ROOT/tmp/answer"))"
+# The project's server starts (first request waits for it) as alice.
+code=000
+for _ in $(seq 1 60); do
+  code=$(in_root curl -s -o /tmp/answer -w '%{http_code}' --cacert $ca -u "dev:$password" "$url")
+  [ "$code" = 200 ] && break
+  sleep 1
+done
+[ "$code" = 200 ] || fail "curl as dev got $code from $url, want 200 from the project's OpenCode: $(cat "$ROOT/tmp/answer"); $(tail -5 "$WORK/serve.log")"
+server_pid=$(pgrep -f '/usr/local/bin/opencode serve' | head -1)
+[ -n "$server_pid" ] || fail "no opencode serve process"
+[ "$(stat -c %U "/proc/$server_pid")" = alice ] || fail "the project's server runs as $(stat -c %U "/proc/$server_pid"), not alice"
+ok "curl through the dev CA: 401 without a password, 200 as dev from the project's OpenCode, which runs as alice"
 grep -qF "$password" "$WORK/serve.log" && fail "the gateway's log holds dev's password"
 ok "the log holds no password"
+
+step "the project's shell cannot reach the gateway's files or its control socket"
+api() { in_root curl -s --cacert $ca -u "dev:$password" -H 'content-type: application/json' -H "Origin: https://127.0.0.1:$port" "$@"; }
+session=$(api -X POST -d '{}' "https://127.0.0.1:$port/p/demo/session" | sed -n 's/.*"id":"\(ses_[A-Za-z0-9]*\)".*/\1/p')
+[ -n "$session" ] || fail "no session made through the gateway"
+probe='id -un; for f in /etc/opencode-gateway/gateway.users.toml /var/lib/opencode-gateway/certs/ca.key /var/lib/opencode-gateway/gateway.db; do cat "$f" >/dev/null 2>&1 && echo "READ $f" || echo "refused $f"; done; ls /var/lib/opencode-gateway >/dev/null 2>&1 && echo "LISTED state" || echo "refused listing"; curl -s --max-time 5 --unix-socket /var/lib/opencode-gateway/control/control.sock http://gw/status >/dev/null 2>&1 && echo "CONTROL answered" || echo "refused control"'
+body=$(python3 -c 'import json, sys; print(json.dumps({"agent": "build", "command": sys.argv[1]}))' "$probe")
+api -X POST -d "$body" "https://127.0.0.1:$port/p/demo/session/$session/shell" >"$WORK/shell.json"
+out=$(api "https://127.0.0.1:$port/p/demo/session/$session/message")
+for want in "alice" "refused /etc/opencode-gateway/gateway.users.toml" "refused /var/lib/opencode-gateway/certs/ca.key" "refused /var/lib/opencode-gateway/gateway.db" "refused listing" "refused control"; do
+  grep -qF "$want" <<<"$out" || fail "the shell's output lacks \"$want\": $(head -c 2000 <<<"$out") (shell answered: $(head -c 500 "$WORK/shell.json"))"
+done
+grep -qE "READ |LISTED|CONTROL answered" <<<"$out" && fail "the project's shell reached the gateway's files: $(head -c 2000 <<<"$out")"
+ok "an operator's shell in the project runs as alice and reads none of the users file, CA key, state database or state folder, nor talks to the control socket"
 kill "$gateway_pid" && wait "$gateway_pid" 2>/dev/null || true
 gateway_pid=
 in_root sh -c "echo token-db-marker > /var/lib/$NAME/marker"
 
-step "upgrade to revision 2"
+step "a second gateway user, a project without run_as: refused"
+cp "$ROOT/etc/$NAME/gateway.toml" "$WORK/gateway.toml.kept"
+sed -i '/^run_as = /d' "$ROOT/etc/$NAME/gateway.toml"
+printf 'bob-password-of-the-package-test\n' | in_root $NAME user add bob --projects demo --role viewer -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "user add bob"
+said=$(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1) && fail "check accepted a project as root with two users: $said"
+grep -q "project demo.run_as: it would run as the gateway's own OS user (root, uid 0)" <<<"$said" || fail "check refused it otherwise: $said"
+said=$(in_root $NAME serve -c /etc/$NAME/gateway.toml 2>&1) && fail "serve started it: $said"
+grep -q "project demo.run_as" <<<"$said" || fail "serve refused it otherwise: $said"
+ok "check and serve refuse a project without run_as once two users can reach the gateway"
+cp "$WORK/gateway.toml.kept" "$ROOT/etc/$NAME/gateway.toml"
+
+step "upgrade to revision 2, from the earlier layout (the state the service user's)"
+# What a version before hostile round five left: the state, the users file and the overrides the
+# service user's and group's, its home the state itself.
+in_root chown -R $NAME:$NAME /var/lib/$NAME /etc/$NAME/gateway.users.toml
+in_root chmod 0700 /var/lib/$NAME
+in_root usermod --home /var/lib/$NAME $NAME
+for o in "root $NAME 0750 /etc/$NAME" "root $NAME 0640 /etc/$NAME/gateway.toml"; do
+  in_root dpkg-statoverride --remove "${o##* }"
+  in_root dpkg-statoverride --update --add $o
+done
 edited=$(sha256sum "$ROOT/etc/$NAME/gateway.toml")
 in_pkg apt-get install -y -qq -o DPkg::Path=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
 calls=$(unit_calls)
@@ -222,8 +278,15 @@ calls=$(unit_calls)
 ok "the upgrade asked systemctl only to try-restart the unit (which starts nothing that was not running)"
 [ "$(in_root dpkg-query -W -f='${Version}' $NAME)" = "$(dpkg-deb -f "$WORK/v2.deb" Version)" ] || fail "the upgrade did not install revision 2"
 [ "$(sha256sum "$ROOT/etc/$NAME/gateway.toml")" = "$edited" ] || fail "the upgrade changed the edited config"
-expect_stat /etc/$NAME/gateway.toml "root:$NAME 640"
+expect_stat /etc/$NAME/gateway.toml "root:root 640"
 ok "the upgrade kept the edited config"
+expect_stat /etc/$NAME "root:root 750"
+expect_stat /etc/$NAME/gateway.users.toml "root:root 600"
+expect_stat /var/lib/$NAME "root:root 711"
+expect_stat /var/lib/$NAME/certs/ca.key "root:root 600"
+expect_stat /var/lib/$NAME/home "$NAME:$NAME 700"
+in_root getent passwd "$NAME" | grep -q ":/var/lib/$NAME/home:" || fail "the upgrade did not move $NAME's home: $(in_root getent passwd "$NAME")"
+ok "the upgrade moved the earlier layout's state, users file and overrides to root, and the projects' user's home to its own folder"
 
 step "remove, then purge"
 in_pkg dpkg -r $NAME || fail "dpkg -r failed"
@@ -248,8 +311,7 @@ said=$(in_root $NAME init --system --project-dir /srv/demo 2>&1) || fail "init -
 sed -i -E 's/^listen = "127\.0\.0\.1:[0-9]+"/listen = "127.0.0.1:0"/' "$ROOT/etc/$NAME/gateway.toml"
 start_gateway
 t_serving=$(ms)
-said=$(chroot --userspec=$NAME:$NAME "$ROOT" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/var/lib/$NAME \
-  /usr/bin/$NAME pair dev -c /etc/$NAME/gateway.toml 2>&1) || fail "pair dev: $said"
+said=$(in_root /usr/bin/$NAME pair dev -c /etc/$NAME/gateway.toml 2>&1) || fail "pair dev: $said"
 pair_code=$(grep -oE '^ +[A-Z2-9]{4}-[A-Z2-9]{4}-[A-Z2-9]{4} *$' <<<"$said" | tr -d ' ')
 [ -n "$pair_code" ] || fail "pair printed no code: $said"
 grep -q '[▀▄█]' <<<"$said" || fail "pair printed no QR code: $said"

@@ -9,7 +9,8 @@ fn layout(root: &Path) -> Layout {
     Layout {
         dir: root.join("etc/opencode-gateway"),
         state: root.join("var/lib/opencode-gateway"),
-        service: me,
+        owner: me,
+        run_as: "ocgw-project-user".into(),
     }
 }
 
@@ -30,6 +31,8 @@ fn writes_a_config_that_loads_with_owner_only_secrets_and_a_first_user() {
     assert!(s.ssh.as_ref().unwrap().host_key.starts_with(l.state.join("certs")));
     assert_eq!(s.projects.len(), 1);
     assert_eq!(s.projects[0].name, "web");
+    // The project runs as a user of its own, never as the secrets' owner.
+    assert_eq!(s.projects[0].run_as.as_deref(), Some("ocgw-project-user"));
     // The first user's hash is in the users file, which the password verifies.
     let users = std::fs::read_to_string(l.dir.join(USERS_FILE)).unwrap();
     assert!(
@@ -41,11 +44,11 @@ fn writes_a_config_that_loads_with_owner_only_secrets_and_a_first_user() {
     // The modes the package and the service rely on; check has nothing to warn about.
     assert_eq!(mode(&config), 0o640);
     assert_eq!(mode(&l.dir.join(USERS_FILE)), 0o600);
-    assert_eq!(mode(&l.state), 0o700);
+    assert_eq!(mode(&l.state), 0o711, "the project's user passes through to its folder");
     for key in ["certs/server.key", "certs/ca.key", "certs/ssh_host_ed25519_key"] {
         let p = l.state.join(key);
         assert_eq!(mode(&p), 0o600, "{key}");
-        assert_eq!(std::fs::metadata(&p).unwrap().uid(), l.service.0, "{key}");
+        assert_eq!(std::fs::metadata(&p).unwrap().uid(), l.owner.0, "{key}");
     }
     assert_eq!(crate::cli::check::permission_warnings(&s), Vec::<String>::new());
     // No temporary file is left beside the config.

@@ -25,11 +25,14 @@ pub fn spawned(name: &str, dir: &Path, model: &FakeModel, extra: &str) -> String
     )
 }
 
+/// `[server]` for spawned projects. The servers run as the test's own OS user, whoever the
+/// tests' users are: that is said in the config (`allow_projects_as_gateway_user`), as a team
+/// that accepts it would say it; the refusal without it is `config_cli.rs`'s test.
 pub fn server_config(projects: &str) -> String {
     base_config(&format!("{projects}{}", admin_user())).replace(
         "state_dir = \"state\"\n",
         &format!(
-            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\nallow_projects_as_gateway_user = true\n",
             opencode_bin().display()
         ),
     )
