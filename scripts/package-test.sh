@@ -129,7 +129,8 @@ ok "a fresh bookworm root ($root_size) from $CACHE"
 step "install revision 1"
 cp "$WORK/v1.deb" "$WORK/v2.deb" "$ROOT/tmp/"
 mkdir -p "$ROOT/opt/stub"
-printf '#!/bin/sh\necho "$*" >>/tmp/systemctl.calls\n' >"$ROOT/opt/stub/systemctl"
+# It records each call; `is-active` answers "inactive" (3), as for a unit that is not running.
+printf '#!/bin/sh\necho "$*" >>/tmp/systemctl.calls\n[ "$1" != is-active ] || exit 3\n' >"$ROOT/opt/stub/systemctl"
 chmod 755 "$ROOT/opt/stub/systemctl"
 # procps (the unit's /bin/kill) is not in a minimal root: apt must bring it (adduser already is).
 in_root dpkg -s procps >/dev/null 2>&1 && fail "the fresh root already has procps: the dependency would go untested"
@@ -228,7 +229,7 @@ done
 [ "$code" = 200 ] || fail "curl as dev got $code from $url, want 200 from the project's OpenCode: $(cat "$ROOT/tmp/answer"); $(tail -5 "$WORK/serve.log")"
 server_pid=$(pgrep -f '/usr/local/bin/opencode serve' | head -1)
 [ -n "$server_pid" ] || fail "no opencode serve process"
-[ "$(stat -c %U "/proc/$server_pid")" = alice ] || fail "the project's server runs as $(stat -c %U "/proc/$server_pid"), not alice"
+[ "$(stat -c %u "/proc/$server_pid")" = "$(in_root id -u alice)" ] || fail "the project's server runs as uid $(stat -c %u "/proc/$server_pid"), not alice's"
 ok "curl through the dev CA: 401 without a password, 200 as dev from the project's OpenCode, which runs as alice"
 grep -qF "$password" "$WORK/serve.log" && fail "the gateway's log holds dev's password"
 ok "the log holds no password"
@@ -237,14 +238,16 @@ step "the project's shell cannot reach the gateway's files or its control socket
 api() { in_root curl -s --cacert $ca -u "dev:$password" -H 'content-type: application/json' -H "Origin: https://127.0.0.1:$port" "$@"; }
 session=$(api -X POST -d '{}' "https://127.0.0.1:$port/p/demo/session" | sed -n 's/.*"id":"\(ses_[A-Za-z0-9]*\)".*/\1/p')
 [ -n "$session" ] || fail "no session made through the gateway"
-probe='id -un; for f in /etc/opencode-gateway/gateway.users.toml /var/lib/opencode-gateway/certs/ca.key /var/lib/opencode-gateway/gateway.db; do cat "$f" >/dev/null 2>&1 && echo "READ $f" || echo "refused $f"; done; ls /var/lib/opencode-gateway >/dev/null 2>&1 && echo "LISTED state" || echo "refused listing"; curl -s --max-time 5 --unix-socket /var/lib/opencode-gateway/control/control.sock http://gw/status >/dev/null 2>&1 && echo "CONTROL answered" || echo "refused control"'
+probe='id -un; cat /etc/opencode-gateway/gateway.users.toml >/dev/null 2>&1 && echo READ-users || echo refused-users; cat /var/lib/opencode-gateway/certs/ca.key >/dev/null 2>&1 && echo READ-ca-key || echo refused-ca-key; cat /var/lib/opencode-gateway/gateway.db >/dev/null 2>&1 && echo READ-database || echo refused-database; ls /var/lib/opencode-gateway >/dev/null 2>&1 && echo LISTED-state || echo refused-listing; curl -s --max-time 5 --unix-socket /var/lib/opencode-gateway/control/gateway.sock http://gw/status >/dev/null 2>&1 && echo CONTROL-answered || echo refused-control'
 body=$(python3 -c 'import json, sys; print(json.dumps({"agent": "build", "command": sys.argv[1]}))' "$probe")
 api -X POST -d "$body" "https://127.0.0.1:$port/p/demo/session/$session/shell" >"$WORK/shell.json"
-out=$(api "https://127.0.0.1:$port/p/demo/session/$session/message")
-for want in "alice" "refused /etc/opencode-gateway/gateway.users.toml" "refused /var/lib/opencode-gateway/certs/ca.key" "refused /var/lib/opencode-gateway/gateway.db" "refused listing" "refused control"; do
+messages=$(api "https://127.0.0.1:$port/p/demo/session/$session/message")
+# The shell's output only (the command itself, echoed in the tool's input, names the words too).
+out=$(python3 -c 'import json, sys; print("\n".join(p["state"].get("output", "") for m in json.load(sys.stdin) for p in m["parts"] if p.get("type") == "tool"))' <<<"$messages") || fail "the session's messages are not JSON: $(head -c 500 <<<"$messages")"
+for want in "alice" refused-users refused-ca-key refused-database refused-listing refused-control; do
   grep -qF "$want" <<<"$out" || fail "the shell's output lacks \"$want\": $(head -c 2000 <<<"$out") (shell answered: $(head -c 500 "$WORK/shell.json"))"
 done
-grep -qE "READ |LISTED|CONTROL answered" <<<"$out" && fail "the project's shell reached the gateway's files: $(head -c 2000 <<<"$out")"
+grep -qE "READ-|LISTED-|CONTROL-answered" <<<"$out" && fail "the project's shell reached the gateway's files: $(head -c 2000 <<<"$out")"
 ok "an operator's shell in the project runs as alice and reads none of the users file, CA key, state database or state folder, nor talks to the control socket"
 kill "$gateway_pid" && wait "$gateway_pid" 2>/dev/null || true
 gateway_pid=
@@ -253,13 +256,19 @@ in_root sh -c "echo token-db-marker > /var/lib/$NAME/marker"
 step "a second gateway user, a project without run_as: refused"
 cp "$ROOT/etc/$NAME/gateway.toml" "$WORK/gateway.toml.kept"
 sed -i '/^run_as = /d' "$ROOT/etc/$NAME/gateway.toml"
-printf 'bob-password-of-the-package-test\n' | in_root $NAME user add bob --projects demo --role viewer -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "user add bob"
+said=$(printf 'bob-password-of-the-package-test\n' | in_root $NAME user add bob --projects demo --role viewer -c /etc/$NAME/gateway.toml 2>&1) && fail "user add bob let a second user in beside a project as root: $said"
+grep -q "project demo.run_as" <<<"$said" || fail "user add bob refused otherwise: $said"
+ok "user add refuses a second user while a project would run as root"
+cp "$WORK/gateway.toml.kept" "$ROOT/etc/$NAME/gateway.toml"
+printf 'bob-password-of-the-package-test\n' | in_root $NAME user add bob --projects demo --role viewer -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "user add bob beside a project with run_as: $(printf 'x\n' | in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1)"
+sed -i '/^run_as = /d' "$ROOT/etc/$NAME/gateway.toml"
 said=$(in_root $NAME check -c /etc/$NAME/gateway.toml 2>&1) && fail "check accepted a project as root with two users: $said"
 grep -q "project demo.run_as: it would run as the gateway's own OS user (root, uid 0)" <<<"$said" || fail "check refused it otherwise: $said"
 said=$(in_root $NAME serve -c /etc/$NAME/gateway.toml 2>&1) && fail "serve started it: $said"
 grep -q "project demo.run_as" <<<"$said" || fail "serve refused it otherwise: $said"
 ok "check and serve refuse a project without run_as once two users can reach the gateway"
 cp "$WORK/gateway.toml.kept" "$ROOT/etc/$NAME/gateway.toml"
+printf 'y\n' | in_root $NAME user remove bob -c /etc/$NAME/gateway.toml >/dev/null 2>&1 || fail "user remove bob"
 
 step "upgrade to revision 2, from the earlier layout (the state the service user's)"
 # What a version before hostile round five left: the state, the users file and the overrides the
@@ -274,7 +283,8 @@ done
 edited=$(sha256sum "$ROOT/etc/$NAME/gateway.toml")
 in_pkg apt-get install -y -qq -o DPkg::Path=/opt/stub:/usr/sbin:/usr/bin:/sbin:/bin -o Dpkg::Options::=--force-confold /tmp/v2.deb || fail "the upgrade failed"
 calls=$(unit_calls)
-[ "$calls" = "try-restart $NAME.service;" ] || fail "the upgrade asked systemctl: $calls (want only try-restart: a restart of a running service only)"
+# Moving the earlier layout's home asks whether the unit runs (it does not): then try-restart.
+[ "$calls" = "is-active --quiet $NAME.service;try-restart $NAME.service;" ] || fail "the upgrade asked systemctl: $calls (want is-active, then only try-restart: a restart of a running service only)"
 ok "the upgrade asked systemctl only to try-restart the unit (which starts nothing that was not running)"
 [ "$(in_root dpkg-query -W -f='${Version}' $NAME)" = "$(dpkg-deb -f "$WORK/v2.deb" Version)" ] || fail "the upgrade did not install revision 2"
 [ "$(sha256sum "$ROOT/etc/$NAME/gateway.toml")" = "$edited" ] || fail "the upgrade changed the edited config"

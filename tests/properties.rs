@@ -14,10 +14,10 @@ use opencode_gateway::http::rewrite::{self, Forward};
 use opencode_gateway::policy::authz;
 use opencode_gateway::policy::canonical::CanonicalPath;
 use opencode_gateway::policy::drift::{RouteRoles, UpstreamApi};
+use opencode_gateway::policy::event_scope::{EventFilter, Shape};
 use opencode_gateway::policy::pin;
 use opencode_gateway::policy::route::{self, Route, RouteInput};
 use opencode_gateway::policy::routes::ROUTES;
-use opencode_gateway::policy::event_scope::{EventFilter, Shape};
 use opencode_gateway::upstream::redact::Redactor;
 use proptest::prelude::*;
 

@@ -251,10 +251,13 @@ impl Meter {
         }
         *st.project_day.entry(c.project.clone()).or_default() += delta;
         *st.project_total.entry(c.project.clone()).or_default() += delta;
-        let root = st.root(&c.project, &c.session);
-        if let Some(user) = st.sessions.prompter(&c.project, root).map(str::to_string) {
+        let root = st.root(&c.project, &c.session).to_string();
+        if let Some(user) = st.sessions.prompter(&c.project, &root).map(str::to_string) {
             *st.user_day.entry(user).or_default() += delta;
         }
+        // OpenCode reports a turn's cost after the session's idle event: its size is learned here.
+        let total = st.session_total(&c.project, &root);
+        st.turns.cost_after_end(&c.project, &c.session, total);
     }
 
     /// `user` prompted `session` through the gateway: its spend from now on is theirs.

@@ -132,14 +132,16 @@ pub(crate) fn permission_warnings(s: &Settings) -> Vec<String> {
         };
         let mode = meta.permissions().mode() & 0o777;
         // A config that keeps no secret of its own may be readable like any source file.
-        if e.key == "config file" && !s.file_holds_secrets {
+        if e.key == "config file" && s.file_secrets.is_empty() {
             continue;
         }
         if mode & 0o077 != 0 {
-            let holds = if e.key == "config file" || e.key == "server.users_file" {
-                "it holds password hashes"
-            } else {
-                "it is a secret"
+            // Said as it is: the config's own secrets, by kind (round five: the package's config,
+            // whose hashes are in the users file, was said to hold them).
+            let holds = match e.key.as_str() {
+                "config file" => format!("it holds {}", s.file_secrets.join(" and ")),
+                "server.users_file" => "it holds password hashes".to_string(),
+                _ => "it is a secret".to_string(),
             };
             out.push(format!(
                 "{} ({}) is readable by group or others (mode {mode:03o}); {holds}. Fix: chmod 600 {}",

@@ -15,10 +15,11 @@ use super::protected::ProtectedPaths;
 pub struct Settings {
     /// The file these settings came from (paths in it are relative to its folder).
     pub path: PathBuf,
-    /// That file itself holds a secret (a `[[user]]` password hash, a project's inline `env`),
-    /// so it must be readable by its owner only; a file with none (users in `users_file`, as the
-    /// committed dev configs) may be readable like any source file.
-    pub file_holds_secrets: bool,
+    /// The secrets that file itself holds (`[[user]]` password hashes, a project's inline `env`,
+    /// the store's URL), so it must be readable by its owner only; a file with none (users in
+    /// `users_file`, as the committed dev configs and the package's) may be readable like any
+    /// source file.
+    pub file_secrets: Vec<&'static str>,
     pub server: Server,
     pub tls: Tls,
     pub ssh: Option<Ssh>,

@@ -178,4 +178,3 @@ async fn titled(gw: &Gateway, road: &dyn Road, t: &Trigger, title: &str) -> Opti
         .find(|id| gw.inbox.session_policy(&t.project, id).as_deref() == Some(t.policy.as_str()))
         .map(str::to_string)
 }
-

@@ -386,11 +386,17 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!inbox.stopped_by_guard("web", "ses_1"), "the abort is not answered yet");
         inbox.update(|m, now| m.apply("web", &idle, now));
-        assert!(!inbox.stopped_by_guard("web", "ses_1"), "idle, but the abort is not answered yet");
+        assert!(
+            !inbox.stopped_by_guard("web", "ses_1"),
+            "idle, but the abort is not answered yet"
+        );
         inbox.update(|m, now| m.apply("web", &busy, now));
         gate.add_permits(1);
         acting.await.unwrap();
-        assert!(!inbox.stopped_by_guard("web", "ses_1"), "answered, but the session still runs");
+        assert!(
+            !inbox.stopped_by_guard("web", "ses_1"),
+            "answered, but the session still runs"
+        );
         inbox.update(|m, now| m.apply("web", &idle, now));
         assert!(inbox.stopped_by_guard("web", "ses_1"), "stopped and idle");
         assert!(!inbox.stopped_by_guard("web", "ses_other"));

@@ -151,7 +151,10 @@ mod tests {
         let root = Some(proj.as_path());
         // Out through the link: the real, absolute path is judged too.
         let out = judged(&asked("edit", &["src/out/f"], Some(&proj.join("src/out/f"))), root);
-        assert_eq!(out, vec!["src/out/f".to_string(), outside.join("f").display().to_string()]);
+        assert_eq!(
+            out,
+            vec!["src/out/f".to_string(), outside.join("f").display().to_string()]
+        );
         // Without the tool's filepath, relative to the project's folder.
         let out = judged(&asked("read", &["src/out/f"], None), root);
         assert_eq!(out[1], outside.join("f").display().to_string());
@@ -166,7 +169,10 @@ mod tests {
         assert_eq!(out[1], format!("{}/*", outside.display()));
         // No link crossed, a command, a wildcard: OpenCode's patterns alone.
         assert_eq!(judged(&asked("edit", &["src/real/x"], None), root), vec!["src/real/x"]);
-        assert_eq!(judged(&asked("bash", &["cat src/out/f"], None), root), vec!["cat src/out/f"]);
+        assert_eq!(
+            judged(&asked("bash", &["cat src/out/f"], None), root),
+            vec!["cat src/out/f"]
+        );
         assert_eq!(judged(&asked("edit", &["src/*"], None), root), vec!["src/*"]);
     }
 
@@ -182,14 +188,20 @@ mod tests {
             ("{ echo x; } > ../outside/f", &["echo x"][..]),
             ("true && echo x > ../outside/f", &["true", "echo x"]),
             ("echo x | cat > ../outside/f", &["echo x", "cat"]),
-            ("echo `echo \\`touch ../outside/n\\``", &["echo `echo \\`touch ../outside/n\\``", "echo \\`touch ../outside/n\\`"]),
+            (
+                "echo `echo \\`touch ../outside/n\\``",
+                &["echo `echo \\`touch ../outside/n\\``", "echo \\`touch ../outside/n\\`"],
+            ),
         ] {
             let out = judged(&with(command, patterns), None);
             assert!(out.iter().any(|p| p == command), "{command}: {out:?}");
         }
         // The redirect is in the pattern already, or there is none: the patterns alone.
         assert_eq!(judged(&with("echo x > f", &["echo x > f"]), None), vec!["echo x > f"]);
-        assert_eq!(judged(&with("npm test && ls", &["npm test", "ls"]), None), vec!["npm test", "ls"]);
+        assert_eq!(
+            judged(&with("npm test && ls", &["npm test", "ls"]), None),
+            vec!["npm test", "ls"]
+        );
         let mut shell = with("{ echo x; } > f", &["echo x"]);
         shell.permission = "shell".into();
         assert_eq!(judged(&shell, None).len(), 2, "2.x's name");

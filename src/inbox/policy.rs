@@ -326,7 +326,13 @@ mod tests {
     async fn an_approval_the_gateway_has_not_judged_waits_for_the_request_or_is_refused() {
         let inbox = std::sync::Arc::new(crate::inbox::detached());
         let within = Duration::from_secs(5);
-        assert_eq!(inbox.approvable("web", "per_1", None, within).await.map(|a| a.is_some()), Ok(false));
+        assert_eq!(
+            inbox
+                .approvable("web", "per_1", None, within)
+                .await
+                .map(|a| a.is_some()),
+            Ok(false)
+        );
         inbox.keep_session_policy("ses_1", "ci");
         let waiting = {
             let inbox = inbox.clone();
@@ -338,14 +344,20 @@ mod tests {
             "permission": "bash", "patterns": ["rm -rf x"], "always": ["rm *"], "metadata": {"command": "rm -rf x"}}});
         inbox.update(|m, now| m.apply("web", &asked, now));
         let got = waiting.await.unwrap().unwrap().expect("judged on the request");
-        assert_eq!((got.session.as_str(), got.patterns), ("ses_1", vec!["rm -rf x".to_string()]));
+        assert_eq!(
+            (got.session.as_str(), got.patterns),
+            ("ses_1", vec!["rm -rf x".to_string()])
+        );
         // The policy answered it: remembered as answered.
         let replied = json!({"type": "permission.replied", "properties": {"sessionID": "ses_1", "requestID": "per_1", "reply": "reject"}});
         inbox.update(|m, now| m.apply("web", &replied, now));
         let why = inbox.approvable("web", "per_1", None, within).await.unwrap_err();
         assert!(why.contains("was answered already"), "{why}");
         // Never seen: refused once the wait is over.
-        let why = inbox.approvable("web", "per_9", None, Duration::from_millis(50)).await.unwrap_err();
+        let why = inbox
+            .approvable("web", "per_9", None, Duration::from_millis(50))
+            .await
+            .unwrap_err();
         assert!(why.contains("has not seen permission request per_9"), "{why}");
         let why = inbox.approvable("web", "per_8", Some("ci"), within).await.unwrap_err();
         assert!(why.contains("cannot be approved with this token"), "{why}");

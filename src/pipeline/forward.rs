@@ -69,7 +69,12 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let asked = std::time::Instant::now();
         // Pinned where it is made: the time-out wraps a reference, not a copy of the future.
         let owner = crate::upstream::pool::Owner::of(f.user);
-        let sent = std::pin::pin!(send(&f.endpoint.pool, outgoing, owner, gw.limits.upstream_connect_timeout));
+        let sent = std::pin::pin!(send(
+            &f.endpoint.pool,
+            outgoing,
+            owner,
+            gw.limits.upstream_connect_timeout
+        ));
         let result = match target.treatment().long_lived() {
             true => sent.await,
             false => deadline(sent, asked, gw.limits.upstream_response_timeout, ticked)

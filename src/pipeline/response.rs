@@ -19,8 +19,8 @@ use crate::http::body::{SMALL_BODY, read_whole};
 use crate::http::error::HttpError;
 use crate::http::rewrite;
 use crate::http::source::Source;
-use crate::policy::plan::Treatment;
 use crate::policy::event_scope::{EventFilter, Shape};
+use crate::policy::plan::Treatment;
 use crate::policy::scope;
 use crate::support::compress;
 use crate::upstream::endpoint::Endpoint;
@@ -172,7 +172,9 @@ fn streamed(
             ProxyBody::events(body, Some(filter), endpoint.redactor.clone())
         }
         // Decided on the route, not the answer's headers: nothing read on other answers.
-        _ if (shape.is_some() || treatment == Treatment::EventStream) && !headers.contains_key(header::CONTENT_LENGTH) => {
+        _ if (shape.is_some() || treatment == Treatment::EventStream)
+            && !headers.contains_key(header::CONTENT_LENGTH) =>
+        {
             ProxyBody::events(body, None, endpoint.redactor.clone())
         }
         _ => ProxyBody::stream(body, endpoint.redactor.clone()),

@@ -57,13 +57,18 @@ const CONFIG_BODY: usize = 16 * 1024 * 1024;
 /// whole; so is one too large to read.
 pub(super) async fn redacted(target: &Target, body: Source, lease: Option<Lease>) -> Result<Bytes, HttpError> {
     let project = &*target.project;
-    let bytes = read_whole(body, CONFIG_BODY)
-        .await
-        .ok_or_else(|| HttpError::unavailable(&project.name, "the configuration answer was cut or too large to redact"))?;
+    let bytes = read_whole(body, CONFIG_BODY).await.ok_or_else(|| {
+        HttpError::unavailable(&project.name, "the configuration answer was cut or too large to redact")
+    })?;
     if let Some(lease) = lease {
         lease.release();
     }
     crate::policy::config_secrets::redacted(&bytes)
         .map(Bytes::from)
-        .ok_or_else(|| HttpError::unavailable(&project.name, "the configuration answer is not JSON the gateway can redact"))
+        .ok_or_else(|| {
+            HttpError::unavailable(
+                &project.name,
+                "the configuration answer is not JSON the gateway can redact",
+            )
+        })
 }

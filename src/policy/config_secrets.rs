@@ -128,7 +128,9 @@ mod tests {
         assert_eq!(redact(&mut v1), 4);
         let text = v1.to_string();
         assert!(!text.contains("SECRET"), "{text}");
-        assert!(text.contains("FAKE_API_KEY") && text.contains("http://127.0.0.1:9/v1") && text.contains("fake/fake-model"));
+        assert!(
+            text.contains("FAKE_API_KEY") && text.contains("http://127.0.0.1:9/v1") && text.contains("fake/fake-model")
+        );
         let mut providers = json!({"providers": [{"id": "openai", "key": "SECRET-000", "name": "OpenAI", "models": {}}],
             "default": {"openai": "gpt"}});
         assert_eq!(redact(&mut providers), 1);

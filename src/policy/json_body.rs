@@ -55,7 +55,12 @@ pub fn read(bytes: &[u8]) -> Result<Body, String> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = Unique::deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v.0))
-        .map_err(|e| format!("the request body cannot be read as JSON the way OpenCode reads it: {}", words(&e)))?;
+        .map_err(|e| {
+            format!(
+                "the request body cannot be read as JSON the way OpenCode reads it: {}",
+                words(&e)
+            )
+        })?;
     Ok(Body::Json(value))
 }
 
@@ -207,7 +212,10 @@ mod tests {
         assert!(refused(br#"{"n":1e400}"#).contains("out of range"));
         assert!(refused(br#"{"n":9007199254740993}"#).contains("2^53"));
         assert!(refused(br#"{"n":-9007199254740993}"#).contains("2^53"));
-        assert_eq!(read(br#"{"n":9007199254740992}"#).unwrap().value()["n"], 9007199254740992u64);
+        assert_eq!(
+            read(br#"{"n":9007199254740992}"#).unwrap().value()["n"],
+            9007199254740992u64
+        );
         assert!(refused(br#"{"n":-1e400}"#).contains("out of range"));
         let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
         assert!(refused(deep.as_bytes()).contains("128 levels"));

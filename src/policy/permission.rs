@@ -317,7 +317,11 @@ mod tests {
         let p = policy(&["bash: echo *", "bash: make * > build.log"], &[], Otherwise::Reject);
         assert_eq!(judge(&p, "bash", &pats(&["echo x"])).rule(), "allow: bash: echo *");
         assert_eq!(judge(&p, "bash", &pats(&["echo x > ../outside/f"])), Verdict::Reject);
-        assert_eq!(judge(&p, "shell", &pats(&["echo x > f"])), Verdict::Reject, "2.x's name");
+        assert_eq!(
+            judge(&p, "shell", &pats(&["echo x > f"])),
+            Verdict::Reject,
+            "2.x's name"
+        );
         assert_eq!(
             judge(&p, "bash", &pats(&["make all > build.log"])).rule(),
             "allow: bash: make * > build.log"

@@ -183,7 +183,8 @@ mod tests {
     fn bodies_that_choose_a_directory_are_checked() {
         let (_t, root) = root();
         use crate::policy::plan::body_rule;
-        let check_body = |b: &[u8], rule, root: &Path| check_body(&crate::policy::json_body::read(b).unwrap(), rule, root);
+        let check_body =
+            |b: &[u8], rule, root: &Path| check_body(&crate::policy::json_body::read(b).unwrap(), rule, root);
         let rule = body_rule("POST", "/pty").unwrap();
         assert!(check_body(br#"{"cwd":"/etc"}"#, rule, &root).is_err());
         assert!(check_body(format!(r#"{{"cwd":"{}/sub"}}"#, root.display()).as_bytes(), rule, &root).is_ok());

@@ -110,6 +110,9 @@ mod tests {
         let e = b.take(one, 3).unwrap();
         drop((c, d, e));
         assert_eq!(b.in_use(), 0);
-        assert!(b.held().by_address.is_empty(), "no address is kept once it holds nothing");
+        assert!(
+            b.held().by_address.is_empty(),
+            "no address is kept once it holds nothing"
+        );
     }
 }

@@ -454,7 +454,9 @@ mod tests {
     /// Read the answer to its end and give the connection back.
     /// A health check through `pool`, answered within a second.
     async fn health(pool: &Arc<Pool>, addr: &str) -> (Response<Incoming>, Lease) {
-        pool.send(get(addr), Owner::GATEWAY, Duration::from_secs(1)).await.unwrap()
+        pool.send(get(addr), Owner::GATEWAY, Duration::from_secs(1))
+            .await
+            .unwrap()
     }
 
     async fn finish(resp: Response<Incoming>, lease: Lease) {

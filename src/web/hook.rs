@@ -105,7 +105,10 @@ async fn refused(ctx: &Ctx<'_>, name: &str, r: Refusal) -> Response<ProxyBody> {
     // Charged (unless the allowance is what refused it): a forger's guesses are bounded like a
     // password guesser's. A failed firing, or every address's bodies together filling the
     // gateway's room, is the gateway's or OpenCode's doing, not the sender's.
-    if !matches!(r.reason, "limited" | "firing_failed" | "trigger_paused" | "bodies_in_all") {
+    if !matches!(
+        r.reason,
+        "limited" | "firing_failed" | "trigger_paused" | "bodies_in_all"
+    ) {
         let _ = ctx.gw.auth.limiters.attempt(ctx.client, None).await;
     }
     let mut record = Record::new("trigger_refused")

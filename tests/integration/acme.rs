@@ -172,7 +172,7 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
     let (api, mgmt) = (port_for_pebble(), port_for_pebble());
     let gw = Gateway::start_with(&config(api, &["demo"]), &[], |d| {
         pebble_api_cert(d);
-        crate::common::write_secret(&d.join("pw"), "unused");
+        crate::common::write_secret(&d.join("pw"), "unused-password-1");
     });
     let dir = gw.dir.path().to_path_buf();
     // A second gateway validated by HTTP-01 on its plain-HTTP listener (pebble's httpPort).
@@ -180,7 +180,7 @@ async fn acme_issues_renews_and_survives_a_failing_ca_against_pebble() {
         |port| config_with(api, &["demo"], &format!("http_listen = \"127.0.0.1:{port}\"\n")),
         |d| {
             std::fs::copy(dir.join("pebble-api-ca.pem"), d.join("pebble-api-ca.pem")).unwrap();
-            crate::common::write_secret(&d.join("pw"), "unused");
+            crate::common::write_secret(&d.join("pw"), "unused-password-1");
         },
     );
 

@@ -107,7 +107,9 @@ async fn prompts_racing_a_budget_near_its_end_overshoot_it_by_one_turn_at_most()
         assert_eq!(waited.status, 429, "{}", waited.body);
         assert!(waited.headers.contains_key("retry-after"), "{:?}", waited.headers);
         assert!(
-            waited.body.contains("budget.project_day_usd: $0.0105 of $0.02 spent and $0.0105 reserved")
+            waited
+                .body
+                .contains("budget.project_day_usd: $0.0105 of $0.02 spent and $0.0105 reserved")
                 && waited.body.contains("no room for another turn"),
             "{}",
             waited.body

@@ -376,7 +376,10 @@ fn check_warns_when_projects_of_different_users_share_an_os_user() {
             user("ben", "[\"b\", \"c\", \"d\", \"e\"]"),
         ])
     ))
-    .replace("state_dir = \"state\"\n", "state_dir = \"state\"\nallow_projects_as_gateway_user = true\n");
+    .replace(
+        "state_dir = \"state\"\n",
+        "state_dir = \"state\"\nallow_projects_as_gateway_user = true\n",
+    );
     let file = dir.path().join("gateway.toml");
     crate::common::write_secret(&file, &config);
     let out = cli(&["check", "-c", file.to_str().unwrap()], None, dir.path());
@@ -410,5 +413,9 @@ fn check_warns_when_projects_of_different_users_share_an_os_user() {
     for key in ["project a.run_as", "project b.run_as"] {
         assert!(text(&out).contains(key), "{key}: {}", text(&out));
     }
-    assert!(!text(&out).contains("project c.run_as"), "c runs as its own user: {}", text(&out));
+    assert!(
+        !text(&out).contains("project c.run_as"),
+        "c runs as its own user: {}",
+        text(&out)
+    );
 }

@@ -47,7 +47,10 @@ max_body = {BIG}
 }
 
 fn start(limits: &str) -> Gateway {
-    let env = [("HOOK_SECRET", crate::triggers::SECRET), ("UNUSED_PW", "unused-password-1")];
+    let env = [
+        ("HOOK_SECRET", crate::triggers::SECRET),
+        ("UNUSED_PW", "unused-password-1"),
+    ];
     Gateway::start_with(&config(limits), &env, |_| {})
 }
 
@@ -108,7 +111,8 @@ fn rss_kib(pid: u32) -> u64 {
 /// deadline (408) and give their room back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_bodies_take_room_in_all_and_per_address_before_they_are_read() {
-    let gw = start("[limits]\nhook_body_bytes = 600000\nhook_body_bytes_per_ip = 400000\nhook_body_timeout = \"3s\"\n\n");
+    let gw =
+        start("[limits]\nhook_body_bytes = 600000\nhook_body_bytes_per_ip = 400000\nhook_body_timeout = \"3s\"\n\n");
     let c = Https::new(gw.https, &gw.ca());
     let (one, two, three) = (c.from("127.0.0.1"), c.from("127.0.0.2"), c.from("127.0.0.3"));
     let mut held = vec![
@@ -118,19 +122,31 @@ async fn webhook_bodies_take_room_in_all_and_per_address_before_they_are_read() 
     ];
     let mut third = stalled(&one, 200_000, 0).await;
     let said = answer(&mut third, Duration::from_secs(10)).await.unwrap_or_default();
-    assert!(said.starts_with("HTTP/1.1 429") && said.contains("bodies_per_address"), "{said}");
+    assert!(
+        said.starts_with("HTTP/1.1 429") && said.contains("bodies_per_address"),
+        "{said}"
+    );
     let mut past = stalled(&three, 200_000, 0).await;
     let said = answer(&mut past, Duration::from_secs(10)).await.unwrap_or_default();
-    assert!(said.starts_with("HTTP/1.1 503") && said.contains("bodies_in_all"), "{said}");
+    assert!(
+        said.starts_with("HTTP/1.1 503") && said.contains("bodies_in_all"),
+        "{said}"
+    );
     // The stalled bodies end at the deadline and give their room back.
     for tls in &mut held {
         let said = answer(tls, Duration::from_secs(20)).await.unwrap_or_default();
-        assert!(said.starts_with("HTTP/1.1 408") && said.contains("within 3 s"), "{said}");
+        assert!(
+            said.starts_with("HTTP/1.1 408") && said.contains("within 3 s"),
+            "{said}"
+        );
     }
     let mut after = stalled(&three, 200_000, 0).await;
     drop(after.shutdown().await);
     let said = answer(&mut after, Duration::from_secs(10)).await.unwrap_or_default();
-    assert!(!said.contains("bodies_in_all") && !said.contains("bodies_per_address"), "{said}");
+    assert!(
+        !said.contains("bodies_in_all") && !said.contains("bodies_per_address"),
+        "{said}"
+    );
 }
 
 /// The round-five flood, with the default bounds (32 MiB in all, 8 MiB per address): 60
@@ -149,7 +165,10 @@ async fn a_flood_of_unsigned_bodies_is_refused_before_it_fills_memory() {
         let mut tls = stalled(&from, BIG, 0).await;
         match answer(&mut tls, Duration::from_millis(300)).await {
             Some(said) => {
-                assert!(said.starts_with("HTTP/1.1 503") && said.contains("bodies_in_all"), "{said}");
+                assert!(
+                    said.starts_with("HTTP/1.1 503") && said.contains("bodies_in_all"),
+                    "{said}"
+                );
                 refused += 1;
             }
             None => open.push(tls),
@@ -170,6 +189,10 @@ async fn a_flood_of_unsigned_bodies_is_refused_before_it_fills_memory() {
     }
     let peak = rss_kib(gw.pid());
     let grew = peak.saturating_sub(before) / 1024;
-    eprintln!("gateway RSS {} MiB before, {} MiB after four 8 MiB bodies were read", before / 1024, peak / 1024);
+    eprintln!(
+        "gateway RSS {} MiB before, {} MiB after four 8 MiB bodies were read",
+        before / 1024,
+        peak / 1024
+    );
     assert!(grew < 120, "the gateway grew by {grew} MiB under the flood");
 }

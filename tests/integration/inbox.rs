@@ -623,14 +623,14 @@ fn folder() -> (std::path::PathBuf, tempfile::TempDir) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_gap_resolves_elsewhere() {
-    let fake = InboxUpstream::start("scripted-pw").await;
+    let fake = InboxUpstream::start("scripted-upstream-pw").await;
     *fake.state.permissions.lock().unwrap() = serde_json::json!([permission_json("per_1")]);
     // A session that had spent $0.01 before the gateway saw it (not today's spend to the meter).
     let session =
         |usd: f64| serde_json::json!({"id": "ses_1", "title": "t", "cost": usd, "time": {"created": 1, "updated": 2}});
     *fake.state.sessions.lock().unwrap() = Some(serde_json::json!([session(0.01)]));
     let (dir, _keep) = folder();
-    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-upstream-pw");
     inbox_until(&gw, Duration::from_secs(10), "the seeded card", |v| {
         has_card(v, "ext", "per_1")
     })
@@ -696,10 +696,10 @@ async fn after_a_reconnect_the_inbox_is_reseeded_and_what_was_answered_in_the_ga
 /// test's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
-    let fake = InboxUpstream::start("scripted-pw").await;
+    let fake = InboxUpstream::start("scripted-upstream-pw").await;
     *fake.state.subscribe_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_gap")));
     let (dir, _keep) = folder();
-    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-upstream-pw");
     inbox_until(&gw, Duration::from_secs(10), "the card asked in the gap", |v| {
         has_card(v, "ext", "per_gap")
     })
@@ -719,10 +719,10 @@ async fn a_request_made_before_the_stream_is_subscribed_is_in_the_seed() {
 /// event (any: a joined stream's first, the heartbeat at the latest), and the card shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_made_while_the_stream_joins_the_bus_is_in_the_second_seed() {
-    let fake = InboxUpstream::start("scripted-pw").await;
+    let fake = InboxUpstream::start("scripted-upstream-pw").await;
     *fake.state.join_late.lock().unwrap() = Some((Duration::from_secs(2), permission_json("per_joining")));
     let (dir, _keep) = folder();
-    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-pw");
+    let gw = Gateway::start_behind(&ext_config(&fake, &dir, ALICE), "scripted-upstream-pw");
     inbox_until(
         &gw,
         Duration::from_secs(10),

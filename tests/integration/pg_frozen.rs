@@ -69,9 +69,9 @@ async fn a_frozen_database_is_refused_in_seconds_with_the_reason_and_cached_pass
     let Some((cluster, _url, config)) = on_postgres().await else {
         return;
     };
-    let web = FakeUpstream::start("pw-web").await;
+    let web = FakeUpstream::start("pw-web-upstream").await;
     let config = config.replace("[store]", &format!("{}[store]", external_project("web", &web.url())));
-    let gw = Gateway::start_behind(&config, "pw-web");
+    let gw = Gateway::start_behind(&config, "pw-web-upstream");
     let c = Https::new(gw.https, &gw.ca());
     let login = c.host(LOGIN_HOST);
     let cookie = form_login(&c, "alice", ALICE).await;

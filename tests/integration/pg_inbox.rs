@@ -15,7 +15,7 @@ use crate::common::login::{LOGIN_HOST, browser_get, form_login, portal_post};
 use crate::common::pg_config::{ALICE, on_postgres};
 use crate::common::postgres::Cluster;
 
-const STAND_IN_PW: &str = "scripted-pw";
+const STAND_IN_PW: &str = "scripted-upstream-pw";
 
 /// A throwaway database and the stand-in, whose project ext (pinned to `dir`) the config names,
 /// with `[store]` and `extra` before it and `in_project` inside it.

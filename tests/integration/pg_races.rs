@@ -29,7 +29,7 @@ use crate::pg_store::two_gateways;
 const TRIES: usize = 20;
 /// Records raced per kind.
 const ROUNDS: usize = 3;
-const UPSTREAM_PW: &str = "pw-web";
+const UPSTREAM_PW: &str = "pw-web-upstream";
 
 /// Rows of the store locked by a transaction of the test's own until [`Held::release`].
 struct Held {

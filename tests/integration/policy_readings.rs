@@ -82,7 +82,10 @@ async fn a_body_only_opencode_can_read_is_refused_before_any_decision() {
     let id = pending(&gw, &session).await;
     let reply = format!("/p/demo/permission/{id}/reply");
     for (body, reason) in [
-        (&br#"{"reply":"once","message":"\ud800"}"#[..], "unpaired UTF-16 surrogate"),
+        (
+            &br#"{"reply":"once","message":"\ud800"}"#[..],
+            "unpaired UTF-16 surrogate",
+        ),
         (br#"{"reply":"once","message":"\udc00"}"#, "unpaired UTF-16 surrogate"),
         (b"{\"reply\":\"once\",\"message\":\"\xff\"}", "not valid UTF-8"),
         (br#"{"reply":"reject","reply":"once"}"#, "appears twice"),
@@ -99,14 +102,25 @@ async fn a_body_only_opencode_can_read_is_refused_before_any_decision() {
     // OpenCode takes what the gateway refused: a lone surrogate in a title, sent to it directly.
     let plain = json(&c, "POST", "/p/demo/session", &alice(), "{}").await.1;
     let other = plain["id"].as_str().unwrap();
-    let said = direct_call(oc.port, &oc.password, "PATCH", &format!("/session/{other}"), &[], r#"{"title":"x\ud800"}"#).await;
+    let said = direct_call(
+        oc.port,
+        &oc.password,
+        "PATCH",
+        &format!("/session/{other}"),
+        &[],
+        r#"{"title":"x\ud800"}"#,
+    )
+    .await;
     assert!(said.contains(other), "OpenCode refused the spelling itself: {said}");
     // Allow rules for the policy's session under a body only OpenCode reads: refused.
     let wide = br#"{"title":"\ud800","permission":[{"permission":"bash","action":"allow","pattern":"*"}]}"#;
     let (status, said) = raw(&c, "PATCH", &format!("/p/demo/session/{session}"), &alice(), wide).await;
     assert_eq!(status, 400, "{said}");
     let stored = direct_call(oc.port, &oc.password, "GET", &format!("/session/{session}"), &[], "").await;
-    assert!(!stored.contains("\"allow\""), "the session got rules of its own: {stored}");
+    assert!(
+        !stored.contains("\"allow\""),
+        "the session got rules of its own: {stored}"
+    );
     // The same approval read alike by both: a person may give it.
     let (status, said) = json(&c, "POST", &reply, &alice(), r#"{"reply":"once"}"#).await;
     assert_eq!(status, 200, "{said}");
@@ -132,7 +146,10 @@ async fn a_redirect_under_an_allowed_command_is_not_allowed() {
     ] {
         let session = prompted(&c, &files, &format!("RUNCMD: {command}")).await;
         let said = saw(&c, &session).await;
-        assert!(said.contains("rejected by the gateway's policy files"), "{command}: {said}");
+        assert!(
+            said.contains("rejected by the gateway's policy files"),
+            "{command}: {said}"
+        );
         assert!(!outside.join(marker).exists(), "{command} wrote outside the project");
     }
     // The same command without a redirect is still allowed.
@@ -151,7 +168,10 @@ async fn a_path_through_a_link_out_of_the_project_is_judged_where_it_goes() {
     let model = FakeModel::start("true").await;
     let oc = tokio::task::block_in_place(|| {
         OpenCode::start_with(&model, |project| {
-            let git = std::process::Command::new("git").args(["init", "-q"]).current_dir(project).status();
+            let git = std::process::Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(project)
+                .status();
             assert!(git.unwrap().success());
             std::fs::create_dir_all(project.join("src")).unwrap();
             std::os::unix::fs::symlink("../../outside", project.join("src/out")).unwrap();
@@ -199,7 +219,14 @@ async fn a_persons_instant_approval_never_beats_the_policys_rejection() {
             assert!(Instant::now() < deadline, "round {round}: never asked");
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
-        let (status, said) = json(&c, "POST", &format!("/p/demo/permission/{id}/reply"), &alice(), r#"{"reply":"once"}"#).await;
+        let (status, said) = json(
+            &c,
+            "POST",
+            &format!("/p/demo/permission/{id}/reply"),
+            &alice(),
+            r#"{"reply":"once"}"#,
+        )
+        .await;
         assert_eq!(status, 403, "round {round}: {said}");
         let said = said.to_string();
         assert!(
@@ -208,6 +235,9 @@ async fn a_persons_instant_approval_never_beats_the_policys_rejection() {
         );
         let told = saw(&c, &session).await;
         assert!(told.contains("denied by the gateway's policy ci"), "{told}");
-        assert!(!oc.project.join(&marker).exists(), "round {round}: the denied command ran");
+        assert!(
+            !oc.project.join(&marker).exists(),
+            "round {round}: the denied command ran"
+        );
     }
 }

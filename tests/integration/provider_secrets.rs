@@ -76,7 +76,10 @@ async fn provider_keys_and_credentials_are_redacted_in_every_answer_for_every_ro
     let c = Https::new(gw.https, &gw.ca());
     // What OpenCode itself answers carries them: the test sees the secrets it must not see later.
     let direct = crate::common::client::direct_call(oc.port, &oc.password, "GET", "/config", &[], "").await;
-    assert!(direct.contains("SECRET-in-project-config-123") && direct.contains(FAKE_API_KEY), "{direct}");
+    assert!(
+        direct.contains("SECRET-in-project-config-123") && direct.contains(FAKE_API_KEY),
+        "{direct}"
+    );
     let routes = [
         "/config",
         "/global/config",
@@ -97,7 +100,10 @@ async fn provider_keys_and_credentials_are_redacted_in_every_answer_for_every_ro
                 let resp = c.send(req).await;
                 let status = resp.status();
                 let headers = resp.headers().clone();
-                let raw = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+                let raw = http_body_util::BodyExt::collect(resp.into_body())
+                    .await
+                    .unwrap()
+                    .to_bytes();
                 let r = crate::common::client::Reply {
                     status,
                     headers,
@@ -106,15 +112,26 @@ async fn provider_keys_and_credentials_are_redacted_in_every_answer_for_every_ro
                 let body = decoded(&r, &raw);
                 assert_eq!(status, 200, "{who} {route} {coding}: {body}");
                 for secret in ["SECRET-", FAKE_API_KEY] {
-                    assert!(!body.contains(secret), "{who} {route} {coding} carries {secret}: {body:.2000}");
+                    assert!(
+                        !body.contains(secret),
+                        "{who} {route} {coding} carries {secret}: {body:.2000}"
+                    );
                 }
                 redacted += body.matches("[redacted by opencode-gateway]").count();
             }
         }
     }
-    assert!(redacted > 0, "nothing was redacted: the routes carried no secret to hide");
+    assert!(
+        redacted > 0,
+        "nothing was redacted: the routes carried no secret to hide"
+    );
     // The web UI still gets a usable answer: the providers and their models are listed.
     let r = c.get("/p/demo/config/providers", Some(&basic("vic", VIC_PW))).await;
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
-    assert!(v["providers"].as_array().is_some_and(|p| p.iter().any(|p| p["id"] == "extra")), "{v:.500}");
+    assert!(
+        v["providers"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["id"] == "extra")),
+        "{v:.500}"
+    );
 }

@@ -65,7 +65,13 @@ fn the_systemd_unit_passes_systemd_analyze_verify_and_keeps_its_hardening() {
         assert!(settings.contains(&want), "{want} missing from the unit");
     }
     // Root, but never with the capabilities that reach past its own sandbox.
-    for never in ["CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_NET_ADMIN", "CAP_SYS_MODULE", "AmbientCapabilities"] {
+    for never in [
+        "CAP_SYS_ADMIN",
+        "CAP_SYS_PTRACE",
+        "CAP_NET_ADMIN",
+        "CAP_SYS_MODULE",
+        "AmbientCapabilities",
+    ] {
         assert!(!settings.iter().any(|l| l.contains(never)), "{never} in the unit");
     }
 }

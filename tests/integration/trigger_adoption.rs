@@ -27,16 +27,35 @@ async fn a_titled_trigger_never_wakes_a_persons_session_of_that_title() {
     assert!(stored.contains("\"allow\""), "the session's own rules: {stored}");
     // A push to gh-push ("titled: nightly-fixes", its prompt runs a command the policy denies).
     let payload = push_payload("mona");
-    let r = deliver(&c, "gh-push", "push", "d-adopt-1", &payload, Some(signature(SECRET, payload.as_bytes()))).await;
+    let r = deliver(
+        &c,
+        "gh-push",
+        "push",
+        "d-adopt-1",
+        &payload,
+        Some(signature(SECRET, payload.as_bytes())),
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     let woken = session_of(&r);
     assert_ne!(woken, mine, "the trigger adopted alice's session");
     let said = saw(&c, &woken).await;
-    assert!(said.contains("denied by the gateway's policy ci: echo denied*"), "{said}");
+    assert!(
+        said.contains("denied by the gateway's policy ci: echo denied*"),
+        "{said}"
+    );
     assert!(!oc.project.join("hook-denied").exists(), "the denied command ran");
     // The trigger's own titled session is the one woken next time.
     let again = push_payload("octo");
-    let r = deliver(&c, "gh-push", "push", "d-adopt-2", &again, Some(signature(SECRET, again.as_bytes()))).await;
+    let r = deliver(
+        &c,
+        "gh-push",
+        "push",
+        "d-adopt-2",
+        &again,
+        Some(signature(SECRET, again.as_bytes())),
+    )
+    .await;
     assert_eq!(r.status, 202, "{}", r.body);
     assert_eq!(session_of(&r), woken);
 }

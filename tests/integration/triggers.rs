@@ -310,7 +310,7 @@ async fn a_signed_push_starts_a_session_under_the_triggers_policy_and_forgeries_
 /// delivery gets that far.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_deliveries_spend_the_addresss_allowance() {
-    let gw = demo("http://127.0.0.1:9", "unused", "");
+    let gw = demo("http://127.0.0.1:9", "unused-password-1", "");
     let c = Https::new(gw.https, &gw.ca());
     let body = push_payload("mona");
     // The address allowance's burst (`auth_failure_burst`, 10 by default).

@@ -190,7 +190,10 @@ fn every_prompt_reserves_a_turn_and_a_limit_admits_what_its_room_holds() {
     // A fresh project: no turn seen, no turn_usd: one prompt at a time, however far the end.
     let first = m.begin_turn(&prompt("s1"), 10, t0).unwrap().expect("reserves");
     let busy = m.begin_turn(&prompt("s2"), 10, t0).unwrap_err();
-    assert_eq!((busy.budget, busy.spent, busy.limit, busy.estimate), ("project_day_usd", 0.0, 2.0, None));
+    assert_eq!(
+        (busy.budget, busy.spent, busy.limit, busy.estimate),
+        ("project_day_usd", 0.0, 2.0, None)
+    );
     assert!(busy.to_string().contains("one prompt at a time"), "{busy}");
     m.turn_answered(first, true);
     seen(&m, "s1", None, Some(0.0), 1.0, 10);
@@ -199,13 +202,25 @@ fn every_prompt_reserves_a_turn_and_a_limit_admits_what_its_room_holds() {
     let second = m.begin_turn(&prompt("s2"), 10, t0).unwrap().expect("room for one");
     let busy = m.begin_turn(&prompt("s3"), 10, t0).unwrap_err();
     assert_eq!((busy.reserved, busy.running, busy.estimate), (1.0, 1, Some(1.0)));
-    assert!(busy.to_string().contains("no room for another turn of about $1.0000"), "{busy}");
+    assert!(
+        busy.to_string().contains("no room for another turn of about $1.0000"),
+        "{busy}"
+    );
     // Its request failed: no turn ran, its reservation goes.
     m.turn_answered(second, false);
     let third = m.begin_turn(&prompt("s3"), 10, t0).unwrap().expect("room again");
     m.turn_answered(third, true);
-    assert!(m.begin_turn(&prompt("s4"), 10, t0).is_err(), "reserved until s3's turn ends");
+    assert!(
+        m.begin_turn(&prompt("s4"), 10, t0).is_err(),
+        "reserved until s3's turn ends"
+    );
     m.turn_ended("web", "s3");
+    assert!(
+        m.begin_turn(&prompt("s4"), 10, t0).is_err(),
+        "ended, its cost not reported yet"
+    );
+    // OpenCode reports the cost after the idle event: then the reservation goes.
+    seen(&m, "s3", None, Some(0.0), 0.5, 10);
     assert!(m.begin_turn(&prompt("s4"), 10, t0).unwrap().is_some());
     // A reservation whose session never goes idle lapses.
     assert!(m.begin_turn(&prompt("s5"), 10, t0).is_err());
@@ -237,7 +252,13 @@ fn a_configured_turn_lets_a_fresh_project_admit_what_fits() {
     assert_eq!((busy.reserved, busy.running), (4.0, 4));
     // A project without a limit reserves nothing.
     let free = Budget::default();
-    let p = turns::Prompt { budget: &free, user_day_usd: None, project: "web", user: "ann", session: "z" };
+    let p = turns::Prompt {
+        budget: &free,
+        user_day_usd: None,
+        project: "web",
+        user: "ann",
+        session: "z",
+    };
     assert!(m.begin_turn(&p, 10, t0).unwrap().is_none());
 }
 

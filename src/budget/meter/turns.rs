@@ -8,8 +8,9 @@
 //! project's largest turn so far and the budget's `turn_usd`. A prompt is admitted while what is
 //! spent and reserved leaves room (is below the limit); otherwise it gets 429 until a running
 //! turn ends. Before any estimate exists (no turn seen, no `turn_usd`), a limit admits one
-//! prompt at a time. A reservation lasts until its session goes idle (the turn's cost is then
-//! in), its request fails, or [`HOLD_MAX`] passes. So a limit is overshot by about one turn
+//! prompt at a time. A reservation lasts until its session went idle and the turn's cost was
+//! reported (OpenCode reports it after the idle event; [`COST_WAIT`] at most), its request fails,
+//! or [`HOLD_MAX`] passes. So a limit is overshot by about one turn
 //! (the estimate; a turn larger than every one before can exceed it), however many prompts race,
 //! from the first prompt on.
 
@@ -32,7 +33,34 @@ pub(super) struct Turns {
     started: HashMap<(String, String), f64>,
     /// The largest turn seen per project (USD).
     largest: HashMap<String, f64>,
+    /// Turns that ended lately: their spend when admitted, to measure them by the cost OpenCode
+    /// reports after the idle event (1.18.33 sends `session.updated` with the cost after it).
+    ended: HashMap<(String, String), (f64, Instant)>,
     next: u64,
+}
+
+/// How long an ended turn waits for its cost to be reported.
+const ENDED_FOR: Duration = Duration::from_secs(120);
+
+impl Turns {
+    /// `session` of `project` reported its root's total `total`: a turn of it that ended lately
+    /// is measured (the largest turn grows to its size).
+    pub(super) fn cost_after_end(&mut self, project: &str, session: &str, total: f64) {
+        if self.ended.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        self.ended.retain(|_, (_, at)| now.duration_since(*at) < ENDED_FOR);
+        if let Some((start, _)) = self.ended.get(&(project.to_string(), session.to_string())) {
+            let size = total - start;
+            let largest = self.largest.entry(project.to_string()).or_default();
+            *largest = largest.max(size);
+            // The cost is in the spend now: the turn's reservations go.
+            for held in self.held.values_mut() {
+                held.retain(|h| h.ended.is_none() || h.project != project || h.session != session);
+            }
+        }
+    }
 }
 
 /// Turns remembered at most (sessions prompted and not yet idle); past it the oldest are
@@ -47,7 +75,13 @@ struct Held {
     /// The turn's estimated cost; `None` before any estimate existed (the limit then admits one
     /// prompt at a time).
     usd: Option<f64>,
+    /// When its session went idle: the reservation stays until the turn's cost is reported (or
+    /// [`COST_WAIT`] passes), since OpenCode sends the cost after the idle event.
+    ended: Option<Instant>,
 }
+
+/// How long an ended turn's reservation waits for its cost to be reported.
+const COST_WAIT: Duration = Duration::from_secs(10);
 
 /// A prompt admitted on a limit: hand it back with [`Meter::turn_answered`].
 #[derive(Debug)]
@@ -123,7 +157,9 @@ impl Meter {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.roll(day);
         for held in st.turns.held.values_mut() {
-            held.retain(|h| now.duration_since(h.since) < HOLD_MAX);
+            held.retain(|h| {
+                now.duration_since(h.since) < HOLD_MAX && h.ended.is_none_or(|e| now.duration_since(e) < COST_WAIT)
+            });
         }
         st.turns.held.retain(|_, held| !held.is_empty());
         let root = st.root(p.project, p.session).to_string();
@@ -180,6 +216,7 @@ impl Meter {
                 session: p.session.to_string(),
                 since: now,
                 usd: estimate,
+                ended: None,
             };
             st.turns.held.entry(key).or_default().push(held);
         }
@@ -198,8 +235,9 @@ impl Meter {
         }
     }
 
-    /// `session` went idle: its turn's cost is in. Its prompts' reservations go, and the turn's
-    /// size is remembered as the project's estimate.
+    /// `session` went idle: its turn is over. Its prompts' reservations stay until its cost is
+    /// reported ([`Turns::cost_after_end`], at most [`COST_WAIT`]), which measures the turn as the
+    /// project's estimate.
     pub(crate) fn turn_ended(&self, project: &str, session: &str) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let Some(start) = st.turns.started.remove(&(project.to_string(), session.to_string())) else {
@@ -207,10 +245,24 @@ impl Meter {
         };
         let root = st.root(project, session).to_string();
         let cost = st.session_total(project, &root) - start;
+        let now = Instant::now();
         for held in st.turns.held.values_mut() {
-            held.retain(|h| h.project != project || h.session != session);
+            // A cost reported before the idle event is in already: the reservations go now.
+            if cost > 0.0 {
+                held.retain(|h| h.project != project || h.session != session);
+                continue;
+            }
+            for h in held.iter_mut().filter(|h| h.project == project && h.session == session) {
+                h.ended.get_or_insert(now);
+            }
         }
         let largest = st.turns.largest.entry(project.to_string()).or_default();
         *largest = largest.max(cost);
+        if st.turns.ended.len() >= MAX_STARTED {
+            st.turns.ended.clear();
+        }
+        st.turns
+            .ended
+            .insert((project.to_string(), session.to_string()), (start, now));
     }
 }

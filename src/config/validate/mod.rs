@@ -58,7 +58,13 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     let (budget_defaults, user_day_usd) = budget::defaults(&mut c, raw.budget.as_ref());
     let (projects, project_sets) = projects(&mut c, &raw, &budget_defaults);
     let users = users(&mut c, &raw);
-    os_users::separate(&mut c, &projects, &project_sets, &users, server.allow_projects_as_gateway_user);
+    os_users::separate(
+        &mut c,
+        &projects,
+        &project_sets,
+        &users,
+        server.allow_projects_as_gateway_user,
+    );
     oidc::identities_unique(&mut c, &users, oidc.as_ref());
     let route_roles = route_role::route_roles(&mut c, &raw.route_role);
     let policies = policy::policies(&mut c, &raw.policy);
@@ -67,7 +73,7 @@ pub(crate) fn validate(raw: RawConfig, path: &Path) -> Result<Settings, ConfigEr
     boxes::projects_name_known_boxes(&mut c, &raw.project, &raw.boxes);
     c.done(path)?;
     let mut settings = Settings {
-        file_holds_secrets: holds_secrets(&raw),
+        file_secrets: holds_secrets(&raw),
         path: path.to_path_buf(),
         server,
         tls,
@@ -178,12 +184,21 @@ fn users(c: &mut Checker<'_>, raw: &RawConfig) -> Vec<User> {
 
 /// Whether the file itself holds secrets (its mode is then checked). This file's own users only:
 /// hashes in `users_file` are that file's (its mode is checked apart).
-fn holds_secrets(raw: &RawConfig) -> bool {
-    raw.user[..raw.own_users.min(raw.user.len())]
+fn holds_secrets(raw: &RawConfig) -> Vec<&'static str> {
+    let hashes = raw.user[..raw.own_users.min(raw.user.len())]
         .iter()
-        .any(|u| u.password_hash.is_some())
-        || raw.project.iter().any(|p| !p.env.is_empty())
-        || raw.store.as_ref().is_some_and(|s| s.url.is_some())
+        .any(|u| u.password_hash.is_some());
+    [
+        (hashes, "password hashes"),
+        (raw.project.iter().any(|p| !p.env.is_empty()), "a project's env values"),
+        (
+            raw.store.as_ref().is_some_and(|s| s.url.is_some()),
+            "the state database's URL",
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(holds, what)| holds.then_some(what))
+    .collect()
 }
 
 fn move_out(key: &str) -> String {
@@ -260,13 +275,14 @@ mod tests {
         let tls = "[tls]\ncert = \"c.crt\"\nkey = \"c.key\"\ndev_ca = true\n";
         let elsewhere = format!("{base}users_file = \"users.toml\"\n{tls}");
         let s = crate::config::parse_with_users(&elsewhere, &path, Some(&users)).unwrap();
-        assert!(!s.file_holds_secrets);
+        assert!(s.file_secrets.is_empty());
         assert_eq!(s.users.len(), 1, "the users file's user is read");
         let here = format!("{base}{tls}{users}");
-        assert!(
+        assert_eq!(
             crate::config::parse_with_users(&here, &path, None)
                 .unwrap()
-                .file_holds_secrets
+                .file_secrets,
+            ["password hashes"]
         );
     }
 

@@ -18,7 +18,9 @@ pub(crate) fn gateway_os_user() -> (Option<String>, u32) {
     let pw = unsafe { libc::getpwuid(uid) };
     let name = (!pw.is_null()).then(|| {
         // SAFETY: pw is non-null and points to a valid passwd record.
-        unsafe { std::ffi::CStr::from_ptr((*pw).pw_name) }.to_string_lossy().into_owned()
+        unsafe { std::ffi::CStr::from_ptr((*pw).pw_name) }
+            .to_string_lossy()
+            .into_owned()
     });
     (name, uid)
 }
@@ -44,7 +46,10 @@ pub(super) fn separate(c: &mut Checker<'_>, projects: &[Project], sets: &[Projec
         Some(name) => format!("{name}, uid {}", gateway.1),
         None => format!("uid {}", gateway.1),
     };
-    let all = projects.iter().map(|p| (p, "project")).chain(sets.iter().map(|s| (&s.template, "project set")));
+    let all = projects
+        .iter()
+        .map(|p| (p, "project"))
+        .chain(sets.iter().map(|s| (&s.template, "project set")));
     for (p, kind) in all {
         if runs_as_gateway(p, &gateway) != Some(true) {
             continue;

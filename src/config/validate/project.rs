@@ -360,7 +360,34 @@ fn loopback_authority(c: &mut Checker<'_>, key: &str, url: &str) -> Option<Strin
     Some(authority.to_string())
 }
 
+/// The shortest upstream password accepted. The gateway overwrites the password wherever an
+/// answer repeats it (`upstream/redact.rs`); a short one also matches ordinary text (one
+/// character overwrote every occurrence of it in the web UI's HTML: hostile round five).
+const MIN_UPSTREAM_PASSWORD: usize = 12;
+
 fn upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Secret> {
+    let secret = read_upstream_password(c, key, p)?;
+    let len = secret.expose().chars().count();
+    if len < MIN_UPSTREAM_PASSWORD {
+        let which = if p.upstream_password_env.is_some() {
+            "upstream_password_env"
+        } else {
+            "upstream_password_file"
+        };
+        c.problem(
+            format!("{key}.{which}"),
+            format!(
+                "the OpenCode server's password is only {len} character{}: the gateway overwrites it wherever an answer repeats it, and one this short would also match ordinary text",
+                if len == 1 { "" } else { "s" }
+            ),
+            format!("give the server a password of at least {MIN_UPSTREAM_PASSWORD} random characters (openssl rand -base64 18)"),
+        );
+        return None;
+    }
+    Some(secret)
+}
+
+fn read_upstream_password(c: &mut Checker<'_>, key: &str, p: &RawProject) -> Option<Secret> {
     match (&p.upstream_password_env, &p.upstream_password_file) {
         (Some(_), Some(_)) => {
             c.problem(

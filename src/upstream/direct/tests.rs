@@ -423,15 +423,25 @@ async fn a_connection_is_lent_to_another_principal_only_after_the_reuse_grace() 
         let (pool, addr) = (pool.clone(), addr.clone());
         async move {
             let head = request_head(&get(&addr, "/session"));
-            let resp = send(&pool, &head, &Method::GET, Owner::of(who), std::time::Duration::from_secs(5))
-                .await
-                .unwrap();
+            let resp = send(
+                &pool,
+                &head,
+                &Method::GET,
+                Owner::of(who),
+                std::time::Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
             resp.into_body().collect().await.unwrap().to_bytes().to_vec()
         }
     };
     assert_eq!(as_owner("alice").await, b"ok");
     assert_eq!(as_owner("bob").await, b"ok", "not alice's late answer");
-    assert_eq!(accepted.load(Ordering::SeqCst), 2, "bob's request went on a connection of its own");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        2,
+        "bob's request went on a connection of its own"
+    );
     // Alice's next finds her connection out of step (the late answer arrived): closed, a new one.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert_eq!(as_owner("alice").await, b"ok");
@@ -449,16 +459,26 @@ async fn a_quiet_connection_serves_its_principal_at_once_and_anyone_after_the_gr
         let (pool, head) = (pool.clone(), head.clone());
         async move {
             use http_body_util::BodyExt;
-            let resp = send(&pool, &head, &Method::GET, Owner::of(who), std::time::Duration::from_secs(5))
-                .await
-                .unwrap();
+            let resp = send(
+                &pool,
+                &head,
+                &Method::GET,
+                Owner::of(who),
+                std::time::Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
             resp.into_body().collect().await.unwrap().to_bytes().to_vec()
         }
     };
     for _ in 0..3 {
         assert_eq!(fetch("alice").await, b"ok");
     }
-    assert_eq!(accepted.load(Ordering::SeqCst), 1, "alice's requests share one connection");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "alice's requests share one connection"
+    );
     tokio::time::sleep(crate::upstream::pool::REUSE_GRACE + std::time::Duration::from_millis(100)).await;
     assert_eq!(fetch("bob").await, b"ok");
     assert_eq!(accepted.load(Ordering::SeqCst), 1, "past the grace bob takes it");

@@ -136,7 +136,10 @@ fn file_tool(m: &serde_json::Value) -> Option<(&'static str, serde_json::Value)>
     let line = text[at..].lines().next().unwrap_or_default().trim();
     let path = line.strip_suffix('"').unwrap_or(line).to_string();
     Some(match tool {
-        "write" => (tool, serde_json::json!({"filePath": path, "content": "written by the fake model\n"})),
+        "write" => (
+            tool,
+            serde_json::json!({"filePath": path, "content": "written by the fake model\n"}),
+        ),
         _ => (tool, serde_json::json!({"filePath": path})),
     })
 }
