@@ -123,8 +123,11 @@ pub(crate) enum FlagWhy {
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub(crate) struct Flag {
     pub why: FlagWhy,
-    /// The guard stopped it (`false`: only reported, with `notify`).
+    /// The guard stopped it (`false`: only reported, with `notify`, or its abort not answered).
     pub stopped: bool,
+    /// The guard asked OpenCode to stop it: a turn that ends now ended by the guard's abort,
+    /// even before the abort's answer arrives (which may come after the session's idle event).
+    pub stopping: bool,
     /// What happened, in words ("retried the same failure twice").
     pub says: String,
     /// The failure's first line, or the budget's figures; shown to the project's users, never

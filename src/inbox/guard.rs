@@ -201,9 +201,10 @@ impl Inbox {
     /// Flag the session, stop it if asked (through `road`, under the guard's grant, which audits
     /// the stop), audit a flag without a stop, and alert.
     async fn act(&self, s: Stop, road: &dyn Road) {
-        let flag = |stopped: bool, says: String| Flag {
+        let flag = |stopped: bool, stopping: bool, says: String| Flag {
             why: s.why,
             stopped,
+            stopping,
             says,
             detail: s.detail.clone(),
             at_ms: super::now_ms(),
@@ -211,7 +212,7 @@ impl Inbox {
         // Flagged first (the silence check does not pick it again while the abort is on its
         // way), as stopped only once OpenCode answered the abort: "Resume" is for a session the
         // guard stopped, never one still running (round five, item 12).
-        self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, s.says.clone()))));
+        self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, s.abort, s.says.clone()))));
         tracing::warn!(project = %s.project, session = %s.session, why = ?s.why, stopping = s.abort, reason = %s.reason, "the guard flagged a session");
         let (grant, kind) = match s.why {
             FlagWhy::Budget => (&BUDGET_STOP, AlertKind::BudgetSpent),
@@ -223,12 +224,14 @@ impl Inbox {
             match self.abort_as(road, &s.project, &s.session, Some(grant), note).await {
                 Ok(_) => {
                     stopped = true;
-                    self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(true, s.says.clone()))));
+                    self.update(|m, _| {
+                        Effect::changed(m.flag(&s.project, &s.session, flag(true, true, s.says.clone())))
+                    });
                 }
                 Err(e) => {
                     tracing::error!(project = %s.project, session = %s.session, error = %e, "the guard could not stop a session");
                     let says = format!("{}; could not be stopped: {e}", s.says);
-                    self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, says))));
+                    self.update(|m, _| Effect::changed(m.flag(&s.project, &s.session, flag(false, false, says))));
                 }
             }
         } else {

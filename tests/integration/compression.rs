@@ -189,7 +189,10 @@ async fn catalog_api_answers_come_compressed_and_others_do_not() {
     if let Ok(p) = std::env::var("DUMP_PROVIDER") {
         std::fs::write(p, &direct).unwrap();
     }
-    let direct = json(direct.as_bytes());
+    // The gateway redacts the catalog's secrets (config_secrets), so the same JSON is
+    // OpenCode's answer with those fields redacted.
+    let mut direct = json(direct.as_bytes());
+    opencode_gateway::policy::config_secrets::redact(&mut direct);
     let password = s.oc.password.as_bytes();
     let secretless = |b: &[u8]| !b.windows(password.len()).any(|w| w == password);
 
@@ -269,11 +272,12 @@ async fn catalog_api_answers_come_compressed_and_others_do_not() {
 
     // The other catalog routes.
     for path in ["/agent", "/command", "/config/providers", "/experimental/tool/ids"] {
-        let direct = json(
+        let mut direct = json(
             direct_call(s.oc.port, &s.oc.password, "GET", path, &[], "")
                 .await
                 .as_bytes(),
         );
+        opencode_gateway::policy::config_secrets::redact(&mut direct);
         let (r, body) = fetch(&ui, path, &[("accept-encoding", "br")]).await;
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.headers["content-encoding"], "br", "{path}: {:?}", r.headers);

@@ -50,7 +50,7 @@ async fn a_paired_phone_sees_every_session_and_answers_what_waits_in_chromium() 
         .replace(
             "state_dir = \"state\"\n",
             &format!(
-                "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+                "state_dir = \"state\"\nopencode_bin = \"{}\"\nallow_projects_as_gateway_user = true\n",
                 opencode_bin().display()
             ),
         );
@@ -209,7 +209,7 @@ async fn a_project_on_its_own_port_opens_without_a_second_login_and_a_sibling_po
     .replace(
         "state_dir = \"state\"\n",
         &format!(
-            "state_dir = \"state\"\nopencode_bin = \"{}\"\n",
+            "state_dir = \"state\"\nopencode_bin = \"{}\"\nallow_projects_as_gateway_user = true\n",
             opencode_bin().display()
         ),
     );

@@ -15,7 +15,7 @@ use crate::common::stack::ALICE_PW;
 
 const POLICY: &str = r#"[[policy]]
 name = "ci"
-allow = ["bash: echo allowed*", "read: **"]
+allow = ["bash: echo allowed > *", "bash: echo allowed*", "read: **"]
 deny = ["bash: echo denied*", "external_directory: **"]
 otherwise = "ask"
 ask_timeout = "3s"
@@ -141,7 +141,7 @@ async fn a_policy_tokens_sessions_are_answered_by_the_gateway_and_its_own_approv
     // Both audited once, with their rules, as the gateway's own act.
     let audit = crate::common::audit::file(&gw);
     for (session, rule, answer) in [
-        (&allowed, "allow: bash: echo allowed*", "once"),
+        (&allowed, "allow: bash: echo allowed > *", "once"),
         (&denied, "deny: bash: echo denied*", "reject"),
     ] {
         let r = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == session.as_str()).await;
@@ -429,7 +429,7 @@ async fn a_policy_is_reloaded_with_the_file() {
     let ci = format!("Bearer {}", out.lines().find(|l| l.starts_with("ocgw_")).unwrap());
     let config = std::fs::read_to_string(&gw.config).unwrap();
     let changed = config.replacen(
-        "allow = [\"bash: echo allowed*\", \"read: **\"]\ndeny = [\"bash: echo denied*\"",
+        "allow = [\"bash: echo allowed > *\", \"bash: echo allowed*\", \"read: **\"]\ndeny = [\"bash: echo denied*\"",
         "allow = [\"read: **\"]\ndeny = [\"bash: echo allowed*\"",
         1,
     );

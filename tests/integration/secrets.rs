@@ -240,6 +240,27 @@ fn init_in_a_project_folder_writes_config_keys_and_state_outside_it_owner_only()
         text(&refused)
     );
 
+    // A second user is refused while the project runs as the gateway's own OS user (it could
+    // read the gateway's keys through the project), naming the fix; the config is untouched.
+    let before = std::fs::read_to_string(&cfg).unwrap();
+    let second = output_within(
+        Command::new(BIN).args(["user", "add", "bob", "-c", cfg.to_str().unwrap()]),
+        Some(b"bob-password-1\n"),
+        Duration::from_secs(60),
+    );
+    assert!(!second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("project webapp.run_as") && text(&second).contains("allow_projects_as_gateway_user"),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), before);
+    std::fs::write(
+        &cfg,
+        before.replacen("[server]\n", "[server]\nallow_projects_as_gateway_user = true\n", 1),
+    )
+    .unwrap();
+
     // Edits by `user` leave the config owner-only, even one an editor made 0644.
     chmod(&cfg, 0o644);
     let added = output_within(
@@ -385,7 +406,8 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
     init_in(&root, &project);
     let gw = root.join("xdg-config/opencode-gateway");
     let cfg = gw.join("gateway.toml");
-    // The config init wrote, on ephemeral ports, with the pinned OpenCode and a viewer.
+    // The config init wrote, on ephemeral ports, with the pinned OpenCode and a viewer (who, with
+    // the project run as the gateway's own OS user, needs the flag that says every user may).
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
         .replace("listen = \"127.0.0.1:8443\"", "listen = \"127.0.0.1:0\"")
@@ -394,7 +416,7 @@ async fn a_viewer_cannot_read_any_gateway_secret_through_opencodes_file_api_afte
         .replace(
             "[tls]",
             &format!(
-                "opencode_bin = \"{}\"\n\n[tls]",
+                "opencode_bin = \"{}\"\nallow_projects_as_gateway_user = true\n\n[tls]",
                 crate::common::opencode::opencode_bin().display()
             ),
         )

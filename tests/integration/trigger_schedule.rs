@@ -92,7 +92,7 @@ async fn a_schedule_due_within_seconds_fires_once_under_its_policy() {
     // Its policy answered the request (no person), and the run is not repeated.
     let audit = crate::common::audit::file(&gw);
     let a = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == session.as_str()).await;
-    assert_eq!(a["rule"], "allow: bash: echo allowed*", "{a}");
+    assert_eq!(a["rule"], "allow: bash: echo allowed > *", "{a}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(fired(&gw, "soon").len(), 1, "{:#?}", fired(&gw, "soon"));
 }

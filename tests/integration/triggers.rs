@@ -20,7 +20,7 @@ pub(crate) const SECRET: &str = "a-webhook-secret-of-the-test-0123";
 
 const POLICY: &str = r#"[[policy]]
 name = "ci"
-allow = ["bash: echo allowed*", "read: **"]
+allow = ["bash: echo allowed > *", "bash: echo allowed*", "read: **"]
 deny = ["bash: echo denied*", "external_directory: **"]
 otherwise = "reject"
 "#;
@@ -280,7 +280,7 @@ async fn a_signed_push_starts_a_session_under_the_triggers_policy_and_forgeries_
         assert_eq!(fired, 1, "audited once");
     }
     for (session, rule, answer) in [
-        (&allowed, "allow: bash: echo allowed*", "once"),
+        (&allowed, "allow: bash: echo allowed > *", "once"),
         (&denied, "deny: bash: echo denied*", "reject"),
     ] {
         let r = crate::common::audit::find(&audit, "policy_answer", |r| r["session"] == session.as_str()).await;

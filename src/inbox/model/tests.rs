@@ -493,6 +493,7 @@ fn a_flag_lasts_until_the_next_turn_and_silence_counts_from_the_last_word() {
     let flag = Flag {
         why: FlagWhy::Silent,
         stopped: true,
+        stopping: true,
         says: "busy".into(),
         detail: String::new(),
         at_ms: 15_000,

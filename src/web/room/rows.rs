@@ -8,9 +8,18 @@ use crate::inbox::{Card, ProjectView};
 use crate::inbox::{CardKind, Resolution, ServerState, SessionStatus};
 use crate::policy::authz::Class;
 
+/// Stopped once OpenCode answered the guard's abort; stopping while it is on its way.
+fn flag_word(f: &crate::inbox::Flag) -> &'static str {
+    match (f.stopped, f.stopping) {
+        (true, _) => "stopped",
+        (false, true) => "stopping",
+        (false, false) => "flagged",
+    }
+}
+
 fn flag_row(f: &crate::inbox::Flag) -> FlagRow {
     FlagRow {
-        says: format!("{}: {}", if f.stopped { "stopped" } else { "flagged" }, f.says),
+        says: format!("{}: {}", flag_word(f), f.says),
         detail: f.detail.clone(),
         resumable: f.stopped,
         budget: f.why == crate::inbox::FlagWhy::Budget,
