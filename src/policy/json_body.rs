@@ -195,6 +195,20 @@ mod tests {
         assert!(read(b"123456789012345678901234567890").unwrap().value().is_f64());
     }
 
+    /// A number is read correctly rounded, as `JSON.parse` reads it: serde_json's default fast
+    /// path read `92E91` one ulp off, so the value written back read as another (the fuzz
+    /// target `json_body` found it). `float_roundtrip` is the feature that reads it exactly.
+    #[test]
+    fn numbers_are_read_correctly_rounded() {
+        for text in ["92E91", "9.2e92", "1.7976931348623157e308", "5e-324", "0.1", "2.5e-7"] {
+            let exact: f64 = text.parse().unwrap();
+            let read_as = read(text.as_bytes()).unwrap().value().as_f64().unwrap();
+            assert_eq!(read_as.to_bits(), exact.to_bits(), "{text}");
+            let again = serde_json::to_vec(read(text.as_bytes()).unwrap().value()).unwrap();
+            assert_eq!(read(&again).unwrap().value().as_f64(), Some(exact), "{text} written back");
+        }
+    }
+
     #[test]
     fn what_only_opencode_reads_is_refused_with_the_reason() {
         assert!(refused(br#"{"reply":"once","message":"\ud800"}"#).contains("surrogate"));
