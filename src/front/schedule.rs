@@ -99,7 +99,7 @@ async fn run(gw: Arc<Gateway>, t: Arc<Trigger>, due: i64) {
         );
         return;
     }
-    match trigger::use_once(&gw, &t.name, &delivery).await {
+    match trigger::use_once(&gw, trigger::Once::ScheduleRun, &t.name, &delivery).await {
         Ok(crate::store::PutOnce::Kept) => {}
         Ok(crate::store::PutOnce::Full) => {
             tracing::warn!(

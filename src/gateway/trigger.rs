@@ -16,10 +16,26 @@ use crate::config::Grants;
 use crate::config::triggers::{SessionChoice, Trigger};
 use crate::inbox::{Call, Road};
 
-/// Delivery ids and schedule runs are remembered this long (GitHub redelivers by hand, days
-/// later); at most `MAX_ONCE` at once, past which deliveries are refused, never forgotten.
+/// Delivery ids are remembered this long (GitHub redelivers by hand, days later); at most
+/// `MAX_ONCE` at once, past which deliveries are refused, never forgotten.
 const ONCE_TTL: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 const MAX_ONCE: usize = 100_000;
+
+/// A schedule's due time is fired only near it (one missed while down is skipped, never run
+/// later), so its record need outlive only the gateways on the database waking for it, clocks
+/// apart. Kept apart from deliveries: kept with them for a week, a schedule with a seconds field
+/// (`* * * * * *`) would fill the shared 100 000 records in 28 hours, and every webhook after
+/// them would be refused.
+const RUN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Which single-use record a firing takes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Once {
+    /// A webhook's delivery id.
+    Delivery,
+    /// A schedule's due time.
+    ScheduleRun,
+}
 
 /// How long a firing's record may hold its caller back.
 const AUDIT_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
@@ -62,17 +78,17 @@ pub(crate) fn who(t: &Trigger) -> Who {
 /// database: `Kept` the first time on any gateway sharing it, `KeyInUse` after.
 pub(crate) async fn use_once(
     gw: &Gateway,
+    of: Once,
     name: &str,
     id: &str,
 ) -> Result<crate::store::PutOnce, crate::store::StoreError> {
     use blake2::{Blake2b256, Digest};
     let store = gw.browser.sessions.store().clone();
-    let once = Arc::new(crate::auth::once::OnceKind::<String>::new(
-        store,
-        "hook-delivery",
-        ONCE_TTL,
-        MAX_ONCE,
-    ));
+    let (kind, ttl) = match of {
+        Once::Delivery => ("hook-delivery", ONCE_TTL),
+        Once::ScheduleRun => ("schedule-run", RUN_TTL),
+    };
+    let once = Arc::new(crate::auth::once::OnceKind::<String>::new(store, kind, ttl, MAX_ONCE));
     let key: [u8; 32] = Blake2b256::digest(format!("{name}\0{id}")).into();
     once.put(key, name.to_string()).await
 }

@@ -205,7 +205,11 @@ mod tests {
             let read_as = read(text.as_bytes()).unwrap().value().as_f64().unwrap();
             assert_eq!(read_as.to_bits(), exact.to_bits(), "{text}");
             let again = serde_json::to_vec(read(text.as_bytes()).unwrap().value()).unwrap();
-            assert_eq!(read(&again).unwrap().value().as_f64(), Some(exact), "{text} written back");
+            assert_eq!(
+                read(&again).unwrap().value().as_f64(),
+                Some(exact),
+                "{text} written back"
+            );
         }
     }
 

@@ -299,7 +299,7 @@ fn hex_digest(bytes: &[u8]) -> String {
 /// The delivery is used once, in the state database: a second one with its id (on this gateway
 /// or another on the same database) is refused.
 async fn claim(ctx: &Ctx<'_>, t: &Trigger, delivery: &str) -> Result<(), Refusal> {
-    match trigger::use_once(ctx.gw, &t.name, delivery).await {
+    match trigger::use_once(ctx.gw, trigger::Once::Delivery, &t.name, delivery).await {
         Ok(crate::store::PutOnce::Kept) => Ok(()),
         Ok(crate::store::PutOnce::KeyInUse) => {
             Err(refusal("delivery_replayed", 409, "this delivery was received before"))

@@ -95,6 +95,24 @@ async fn a_schedule_due_within_seconds_fires_once_under_its_policy() {
     assert_eq!(a["rule"], "allow: bash: echo allowed > *", "{a}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(fired(&gw, "soon").len(), 1, "{:#?}", fired(&gw, "soon"));
+    // Its due time is kept apart from webhook deliveries and for an hour, not their week: a
+    // schedule with a seconds field cannot fill the records every webhook needs.
+    let db = rusqlite::Connection::open(gw.dir.path().join("state/gateway.db")).unwrap();
+    let kept: Vec<(String, i64)> = db
+        .prepare("SELECT kind, expires_at FROM once_records WHERE kind IN ('hook-delivery', 'schedule-run')")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    assert!(
+        kept.len() == 1 && kept[0].0 == "schedule-run" && kept[0].1 - now <= 3_600_000,
+        "{kept:?} (now {now})"
+    );
 }
 
 /// Two gateways on one PostgreSQL database in front of one server: the schedule fires once in
