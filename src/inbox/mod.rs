@@ -27,6 +27,7 @@ mod policy;
 mod queue;
 mod reconcile;
 mod reply;
+mod streak;
 mod turns;
 mod view;
 mod watch;
@@ -41,7 +42,7 @@ pub(crate) use model::{
     Alert, AlertKind, CardKind, Flag, FlagWhy, NewCard, Notice, QuestionItem, Resolution, Resolved, ServerState,
     Session, SessionStatus,
 };
-pub(crate) use policy::Asked;
+pub(crate) use paths::Asked;
 pub(crate) use queue::Queue;
 pub(crate) use reply::{Call, InboxError, Outcome, Refusal, Reply, Road, Trip, check_id};
 pub(crate) use turns::TurnEnd;

@@ -18,6 +18,8 @@ pub(crate) use super::parse::Failure;
 #[cfg(test)]
 use super::parse::first_lines;
 use super::parse::{permission, question, session_error, session_from_info, status, tool_outcome};
+pub(crate) use super::streak::Repeat;
+use super::streak::streak;
 
 /// Sessions kept per project (the most recently active).
 pub(crate) const MAX_SESSIONS: usize = 200;
@@ -38,15 +40,6 @@ pub(crate) struct Effect {
     pub repeats: Vec<Repeat>,
     /// Sessions whose turn ended (busy, then idle): (project, session), for the budgets.
     pub ended: Vec<(String, String)>,
-}
-
-/// A session that failed as it did the time before: `count` times in a row now.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Repeat {
-    pub project: String,
-    pub session: String,
-    pub failure: Failure,
-    pub count: u32,
 }
 
 impl Effect {
@@ -121,29 +114,6 @@ pub(crate) struct Model {
     /// Requests the gateway is replying to, for whom and with what answer: their `*.replied`
     /// event then says "answered here".
     ours: HashMap<(String, String), (String, String)>,
-}
-
-/// A finished call (or retry) of `session`: a success ends its failure streak; the failure of
-/// the last time again continues it (and is announced), any other starts a new one.
-fn streak(project: &str, session: &mut Session, outcome: Result<(), Failure>) -> Option<Repeat> {
-    let failure = match outcome {
-        Ok(()) => {
-            session.streak = None;
-            return None;
-        }
-        Err(f) => f,
-    };
-    let count = match &session.streak {
-        Some((key, n)) if *key == failure.key => n + 1,
-        _ => 1,
-    };
-    session.streak = Some((failure.key.clone(), count));
-    (count > 1).then(|| Repeat {
-        project: project.to_string(),
-        session: session.id.clone(),
-        failure,
-        count,
-    })
 }
 
 /// Keep at most [`MAX_SESSIONS`]: drop the least recently active that is not busy.

@@ -9,10 +9,19 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::policy::Asked;
-
 /// OpenCode's permissions whose patterns are paths (1.18.33 and 2.x).
 const PATH_PERMISSIONS: &[&str] = &["edit", "write", "read", "list", "glob", "grep", "external_directory"];
+
+/// What a request under a policy is, as the model holds it.
+#[derive(Debug)]
+pub(crate) struct Asked {
+    pub project: String,
+    pub session: String,
+    pub permission: String,
+    pub patterns: Vec<String>,
+    pub filepath: Option<String>,
+    pub command: Option<String>,
+}
 
 /// The patterns to judge for `asked`, whose project is pinned to `root` (if any).
 pub(crate) fn judged(asked: &Asked, root: Option<&Path>) -> Vec<String> {

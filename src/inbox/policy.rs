@@ -8,6 +8,7 @@
 //! rejected. Every answer goes the one road as the gateway under `POLICY_ANSWER`, which audits it
 //! once (`policy_answer`, with the policy and the rule).
 
+use super::paths::Asked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,17 +52,6 @@ impl Desk {
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<str>>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// What a request under a policy is, as the model holds it.
-#[derive(Debug)]
-pub(crate) struct Asked {
-    pub project: String,
-    pub session: String,
-    pub permission: String,
-    pub patterns: Vec<String>,
-    pub filepath: Option<String>,
-    pub command: Option<String>,
 }
 
 /// `30m`, `2s`, `500ms`: as the config writes a duration.
