@@ -26,5 +26,6 @@ pub mod plan;
 pub mod query;
 pub mod route;
 pub mod routes;
+pub mod routes_v2;
 pub mod scope;
 pub mod table;
