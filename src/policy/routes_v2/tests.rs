@@ -23,14 +23,12 @@ fn word(c: Class) -> &'static str {
     }
 }
 
-/// Does `pattern` match the concrete `path` (`*` one segment, a last `**` one or more)?
+/// Does `pattern` match the concrete `path`, as the gateway's own matcher reads it
+/// (`authz::match_pattern`: `*` one segment, a last `**` the rest)?
 fn matches(pattern: &str, path: &str) -> bool {
     let p: Vec<&str> = pattern.split('/').skip(1).collect();
-    let s: Vec<&str> = path.split('/').skip(1).collect();
-    if p.last() == Some(&"**") {
-        return s.len() >= p.len() && p[..p.len() - 1].iter().zip(&s).all(|(a, b)| *a == "*" || a == b);
-    }
-    p.len() == s.len() && p.iter().zip(&s).all(|(a, b)| *a == "*" || a == b)
+    let s: Vec<std::borrow::Cow<'_, str>> = path.split('/').skip(1).map(Into::into).collect();
+    crate::policy::authz::match_pattern(&p, &s).is_some()
 }
 
 /// A path the pattern names, its parameters filled (`**` with two segments).
