@@ -2,6 +2,7 @@
 //! - `OCGW_OPENCODE_VERSION`: the OpenCode version the route table was read from. Its one source
 //!   is package.json's `opencode-ai` pin, the version the tests run (tests/integration/drift.rs
 //!   checks that this OpenCode's API document equals the table), so a new pin is a new claim.
+//! - `OCGW_OPENCODE2_VERSION`: the same for OpenCode 2's table, from the `@opencode/cli` pin.
 //! - `OCGW_GIT_COMMIT`: `git rev-parse --short HEAD`, or "unknown" where there is no git checkout
 //!   (a crate tarball, a copied tree).
 
@@ -13,6 +14,8 @@ fn main() {
     let package = std::fs::read_to_string("package.json").expect("package.json (it pins opencode-ai)");
     let opencode = pinned(&package, "opencode-ai").expect("package.json pins opencode-ai to one version");
     println!("cargo:rustc-env=OCGW_OPENCODE_VERSION={opencode}");
+    let opencode2 = pinned(&package, "@opencode/cli").expect("package.json pins @opencode/cli to one version");
+    println!("cargo:rustc-env=OCGW_OPENCODE2_VERSION={opencode2}");
     println!(
         "cargo:rustc-env=OCGW_GIT_COMMIT={}",
         commit().unwrap_or_else(|| "unknown".into())

@@ -170,7 +170,7 @@ fn newer_api() -> &'static (UpstreamApi, RouteRoles) {
         }
         let doc = serde_json::json!({ "paths": paths });
         (
-            UpstreamApi::from_doc(Some("1.99.0".into()), &doc).unwrap(),
+            UpstreamApi::from_doc(&opencode_gateway::policy::dialect::V1, Some("1.99.0".into()), &doc).unwrap(),
             RouteRoles::new(CONFIGURED.iter().copied()),
         )
     })
@@ -340,7 +340,7 @@ proptest! {
         coins in prop::collection::vec(any::<u8>(), 64..65),
     ) {
         let (method, pattern) = match NEWER_DOC.get(row) {
-            Some((m, p)) => (*m, opencode_gateway::policy::drift::pattern_from_doc(m, p).unwrap()),
+            Some((m, p)) => (*m, opencode_gateway::policy::drift::pattern_from_doc(m, p, &opencode_gateway::policy::table::V1).unwrap()),
             None => { let (m, p, _) = CONFIGURED[row - NEWER_DOC.len()]; (m, p.to_string()) }
         };
         let method: Method = method.parse().unwrap();

@@ -160,16 +160,29 @@ impl Banner {
             }
             None => {}
         }
-        let (at, Client { ca, opencode, user, pw }) = (reach.project(&p.name), client);
-        out += &format!("  {ca}{opencode} attach {at} -u {user} -p '{pw}'\n");
-        out += &format!("  {ca}{opencode} run --attach {at} -u {user} -p '{pw}' \"hello\"\n");
+        let at = reach.project(&p.name);
+        let dialect = crate::upstream::supervise::local_dialect(&self.settings, p);
+        let token_command = self.again(&format!("token create {} --projects {}", client.user, p.name));
+        let c = crate::policy::dialect::Client {
+            ca: &client.ca,
+            opencode: &client.opencode,
+            user: client.user,
+            password: client.pw,
+            token_command: &token_command,
+        };
+        for line in dialect.login_lines(&c) {
+            out += &format!("  {line}\n");
+        }
+        out += &format!("  {}\n", dialect.attach(&at, &c));
+        out += &format!("  {}\n", dialect.run(&at, &c, "hello"));
         if let Some(web) = reach.web_ui(&p.name) {
             out += &format!("  web UI: {web}   (trust the CA in your browser)\n");
         }
         if let Some(ssh) = self.ssh {
             out += &format!(
-                "  over SSH, the first forwards while the second attaches through it:\n  {}\n  {opencode} attach http://127.0.0.1:4096\n",
-                crate::reach::ssh_forward(&p.name, user, ssh, Some(reach.host()))
+                "  over SSH, the first forwards while the second attaches through it:\n  {}\n  {}\n",
+                crate::reach::ssh_forward(&p.name, client.user, ssh, Some(reach.host())),
+                dialect.attach("http://127.0.0.1:4096", &c)
             );
         }
         out

@@ -441,8 +441,17 @@ impl Gateway {
                 endpoint
                     .ensure_api(connect, &name, crate::upstream::api::FETCH_TIMEOUT * 2)
                     .await;
-                let open = crate::upstream::supervise::health(&endpoint.without_credential(), connect).await;
-                if open.is_ok() {
+                // Its own dialect's health endpoint, or each one's while its version is unknown.
+                let dialects = match endpoint.api.load().as_ref() {
+                    Some(api) => vec![api.dialect],
+                    None => crate::policy::dialect::ALL.to_vec(),
+                };
+                let open_door = endpoint.without_credential();
+                let mut open = false;
+                for d in dialects {
+                    open |= crate::upstream::supervise::health(&open_door, d, connect).await.is_ok();
+                }
+                if open {
                     tracing::warn!(target: "security", project = %name, upstream = %authority, reason = "upstream_without_password",
                         "the project's OpenCode server answers without a password: any local user can use it directly; start it with OPENCODE_SERVER_PASSWORD and set upstream_password_env");
                 }

@@ -82,7 +82,11 @@ pub(super) async fn identify(a: &Asking<'_>) -> Result<Identified, HttpError> {
     match creds {
         // A token never goes to argon2, whichever way it comes.
         Some(Credentials::Basic { user, password }) if tokens::is_token(password.expose()) => {
-            let found = tokens::authenticate(&check, client, Some(&user), &password).await?;
+            // The user name counts only when it is a gateway user's (the token must then be
+            // theirs): OpenCode 2's clients always send `opencode`, and a name nobody has must
+            // not become a lockout key every such client shares.
+            let named = check.users.contains_key(user.as_str()).then_some(user.as_str());
+            let found = tokens::authenticate(&check, client, named, &password).await?;
             Ok(by_token(found))
         }
         Some(Credentials::Basic { user, password }) => {

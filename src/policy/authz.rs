@@ -15,7 +15,7 @@ use http::Method;
 use super::canonical::{CanonicalPath, PathRefusal, push_segment};
 use super::drift::{RouteRoles, UpstreamApi};
 pub use super::routes::Class;
-use super::table::index;
+use super::table::V1;
 pub use super::table::{ApiRoute, Origin};
 use crate::config::Role;
 
@@ -140,9 +140,10 @@ fn web_ui_file(segs: &[Cow<'_, str>]) -> bool {
     }
 }
 
-/// The table's routes under a root (given in lower case).
-fn root_routes(root: &str) -> Option<&'static Vec<ApiRoute>> {
-    index().get(root)
+/// The table's routes under a root (given in lower case): the upstream's version's table, or
+/// 1.x's until its version is known.
+fn root_routes(root: &str, extra: &Extra<'_>) -> Option<&'static Vec<ApiRoute>> {
+    extra.upstream.map_or(&V1, |u| u.table()).index().get(root)
 }
 
 /// Match the path (the segments an upstream sees, after any `/p/<name>` prefix) against the
@@ -177,7 +178,7 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
     let root = lower.get();
     // Where the document adds routes to a root, its merged list replaces the table's.
     let doc = extra.upstream.and_then(|u| u.routes(root));
-    let table = if doc.is_some() { None } else { root_routes(root) };
+    let table = if doc.is_some() { None } else { root_routes(root, &extra) };
     let api_root = table.is_some()
         || doc.is_some()
         || extra.upstream.is_some_and(|u| u.is_root(root))
@@ -202,7 +203,7 @@ pub fn resolve_with<'p>(method: &Method, segs: &'p [Cow<'p, str>], extra: Extra<
         return Resolved {
             route: Some(r),
             api: true,
-            class: Some(r.class),
+            class: r.refused.is_none().then_some(r.class),
             session: r.session_param.map(|i| segs[found.params[i]].as_ref()),
             upstream_path: render(&r.segments, segs, &found),
             file: found.tail.map(|t| segs[t..].join("/")),
@@ -280,7 +281,7 @@ pub(crate) fn check_target(
             role.as_str()
         ))),
         None => Err(Refused::Forbidden(format!(
-            "{method} {label} is not a route the gateway allows"
+            "{method} {label} is not a route the gateway allows{note}"
         ))),
     }
 }
@@ -386,7 +387,12 @@ mod tests {
         // read, an operator's before (a newer server's new root must not be a viewer's).
         let spa = "/L3RtcC9vY3dvcms/session/ses_1";
         assert_eq!(resolved(Method::GET, spa).0, Some(Class::Operate));
-        let read = crate::policy::drift::UpstreamApi::from_doc(None, &serde_json::json!({ "paths": {} })).unwrap();
+        let read = crate::policy::drift::UpstreamApi::from_doc(
+            &crate::policy::dialect::V1,
+            None,
+            &serde_json::json!({ "paths": {} }),
+        )
+        .unwrap();
         let path = CanonicalPath::parse(spa).unwrap();
         let extra = Extra {
             upstream: Some(&read),

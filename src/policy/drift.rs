@@ -18,9 +18,9 @@ use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock};
 
+use super::dialect::Dialect;
 use super::routes::Class;
-use super::routes::{ROUTES, TABLE_VERSION};
-use super::table::{ApiRoute, Origin, index};
+use super::table::{ApiRoute, Origin, Table};
 use crate::config::Role;
 
 use crate::config::{ROUTE_METHODS as METHODS, RouteRoleEntry};
@@ -28,14 +28,14 @@ use crate::config::{ROUTE_METHODS as METHODS, RouteRoleEntry};
 /// Requests carry `&'static ApiRoute`, so routes made at run time live as long as the process.
 /// They are interned by what they are: a server restarted or a config reloaded any number of times
 /// adds nothing; only routes never seen before do (a few per OpenCode release).
-fn intern(method: &str, pattern: &str, class: Class, origin: Origin) -> &'static ApiRoute {
-    type Key = (String, String, Class, Origin);
+fn intern(method: &str, pattern: &str, class: Class, origin: Origin, table: &'static Table) -> &'static ApiRoute {
+    type Key = (String, String, Class, Origin, &'static str);
     static SEEN: OnceLock<Mutex<HashMap<Key, &'static ApiRoute>>> = OnceLock::new();
     let mut seen = SEEN
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let key = (method.to_string(), pattern.to_string(), class, origin);
+    let key = (method.to_string(), pattern.to_string(), class, origin, table.version);
     if let Some(r) = seen.get(&key) {
         return r;
     }
@@ -45,7 +45,7 @@ fn intern(method: &str, pattern: &str, class: Class, origin: Origin) -> &'static
         .copied()
         .unwrap_or_else(|| Box::leak(method.into()));
     let pattern: &'static str = Box::leak(pattern.into());
-    let route: &'static ApiRoute = Box::leak(Box::new(ApiRoute::new(method, pattern, class, origin)));
+    let route: &'static ApiRoute = Box::leak(Box::new(ApiRoute::new(method, pattern, class, origin, table)));
     seen.insert(key, route);
     route
 }
@@ -63,7 +63,7 @@ pub(crate) fn class_for(role: Role) -> Class {
 /// An OpenAPI path (`/session/{sessionID}/x`) as a table pattern (`/session/*/x`), names in lower
 /// case; `None` for a path with no literal first segment. The document writes the file-path
 /// wildcard as a last `*`: it is the table's `**` when the table has that route.
-pub fn pattern_from_doc(method: &str, path: &str) -> Option<String> {
+pub fn pattern_from_doc(method: &str, path: &str, table: &Table) -> Option<String> {
     let rest = path.strip_prefix('/')?;
     let mut out = String::with_capacity(path.len());
     for (i, seg) in rest.split('/').enumerate() {
@@ -79,15 +79,11 @@ pub fn pattern_from_doc(method: &str, path: &str) -> Option<String> {
     }
     if out.ends_with("/*") {
         let tail = format!("{out}*");
-        if in_table(method, &tail) {
+        if table.has(method, &tail) {
             return Some(tail);
         }
     }
     Some(out)
-}
-
-fn in_table(method: &str, pattern: &str) -> bool {
-    ROUTES.iter().any(|(m, p, _)| *m == method && *p == pattern)
 }
 
 /// The order routes of one root are tried in: at the first segment where two patterns differ, a
@@ -106,17 +102,19 @@ fn specificity(a: &ApiRoute, b: &ApiRoute) -> Ordering {
 }
 
 /// The safe default for a route the table does not know: never viewer or approver.
-fn default_class(root: &str) -> Class {
-    match index().get(root) {
+fn default_class(root: &str, table: &'static Table) -> Class {
+    match table.index().get(root) {
         Some(routes) if routes.iter().all(|r| r.class == Class::Configure) => Class::Configure,
         _ => Class::Operate,
     }
 }
 
-/// What one upstream's API document adds to the table.
-#[derive(Debug, Default)]
+/// What one upstream's API document adds to its version's table.
+#[derive(Debug)]
 pub struct UpstreamApi {
-    /// What `GET /global/health` said.
+    /// Which OpenCode it is: the part that knows its table, endpoints and commands.
+    pub dialect: &'static dyn Dialect,
+    /// What its health endpoint said.
     pub version: Option<String>,
     /// Every root the document lists (lower case).
     roots: HashSet<String>,
@@ -130,39 +128,48 @@ pub struct UpstreamApi {
 }
 
 impl UpstreamApi {
-    /// Read an OpenAPI document's `paths`.
-    pub fn from_doc(version: Option<String>, doc: &serde_json::Value) -> Result<UpstreamApi, String> {
+    /// Read an OpenAPI document's `paths`, against the dialect's table.
+    pub fn from_doc(
+        dialect: &'static dyn Dialect,
+        version: Option<String>,
+        doc: &serde_json::Value,
+    ) -> Result<UpstreamApi, String> {
         let paths = doc
             .get("paths")
             .and_then(|p| p.as_object())
             .ok_or("the API document has no `paths` object")?;
+        let table = dialect.table();
         let mut api = UpstreamApi {
+            dialect,
             version,
-            ..UpstreamApi::default()
+            roots: HashSet::new(),
+            merged: HashMap::new(),
+            defaulted: Vec::new(),
+            listed: 0,
         };
         for (path, ops) in paths {
             for method in METHODS {
                 if ops.get(method.to_ascii_lowercase()).is_none() {
                     continue;
                 }
-                let Some(pattern) = pattern_from_doc(method, path) else {
+                let Some(pattern) = pattern_from_doc(method, path, table) else {
                     continue;
                 };
                 api.listed += 1;
                 let root = pattern[1..].split('/').next().unwrap_or_default().to_string();
                 api.roots.insert(root.clone());
-                if in_table(method, &pattern)
+                if table.has(method, &pattern)
                     || api.defaulted.iter().any(|r| r.method == method && r.pattern == pattern)
                 {
                     continue;
                 }
-                let route = intern(method, &pattern, default_class(&root), Origin::Defaulted);
+                let route = intern(method, &pattern, default_class(&root, table), Origin::Defaulted, table);
                 api.defaulted.push(route);
                 api.merged.entry(root).or_default().push(route);
             }
         }
         for (root, routes) in &mut api.merged {
-            let mut all: Vec<&'static ApiRoute> = index().get(root.as_str()).into_iter().flatten().collect();
+            let mut all: Vec<&'static ApiRoute> = table.index().get(root.as_str()).into_iter().flatten().collect();
             all.append(routes);
             all.sort_by(|a, b| specificity(a, b));
             *routes = all;
@@ -186,13 +193,19 @@ impl UpstreamApi {
 
     /// The same version with the same defaulted routes (routes are interned: compared by address).
     pub(crate) fn same_as(&self, other: &UpstreamApi) -> bool {
-        self.version == other.version
+        std::ptr::addr_eq(self.dialect, other.dialect)
+            && self.version == other.version
             && self.defaulted.len() == other.defaulted.len()
             && self
                 .defaulted
                 .iter()
                 .zip(&other.defaulted)
                 .all(|(a, b)| std::ptr::eq(*a, *b))
+    }
+
+    /// The table this upstream's requests are judged by.
+    pub(crate) fn table(&self) -> &'static Table {
+        self.dialect.table()
     }
 
     /// The version, or `unknown`.
@@ -202,7 +215,7 @@ impl UpstreamApi {
 
     /// Another version than the table's, or routes the table does not know.
     pub(crate) fn drifted(&self) -> bool {
-        self.version() != TABLE_VERSION || !self.defaulted.is_empty()
+        self.version() != self.table().version || !self.defaulted.is_empty()
     }
 
     /// One line per defaulted route: `GET /x/* operator (default)` or `… viewer ([[route_role]])`.
@@ -225,7 +238,8 @@ impl UpstreamApi {
     pub(crate) fn report(&self, configured: &RouteRoles) -> serde_json::Value {
         serde_json::json!({
             "version": self.version(),
-            "table_version": TABLE_VERSION,
+            "family": self.dialect.family(),
+            "table_version": self.table().version,
             "routes_listed": self.listed,
             "defaulted_routes": self.defaulted_lines(configured),
         })
@@ -250,7 +264,7 @@ impl RouteRoles {
     pub fn new<'a>(entries: impl IntoIterator<Item = (&'a str, &'a str, Role)>) -> RouteRoles {
         let mut routes: Vec<&'static ApiRoute> = entries
             .into_iter()
-            .map(|(m, p, role)| intern(m, p, class_for(role), Origin::Configured))
+            .map(|(m, p, role)| intern(m, p, class_for(role), Origin::Configured, &super::table::V1))
             .collect();
         routes.sort_by(|a, b| specificity(a, b));
         RouteRoles { routes }
@@ -285,24 +299,27 @@ impl RouteRoles {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::dialect;
+    use crate::policy::routes::{ROUTES, TABLE_VERSION};
+    use crate::policy::table::{V1, index};
 
     #[test]
     fn document_paths_become_table_patterns() {
         assert_eq!(
-            pattern_from_doc("GET", "/session/{sessionID}/message").as_deref(),
+            pattern_from_doc("GET", "/session/{sessionID}/message", &V1).as_deref(),
             Some("/session/*/message")
         );
         assert_eq!(
-            pattern_from_doc("GET", "/api/fs/read/*").as_deref(),
+            pattern_from_doc("GET", "/api/fs/read/*", &V1).as_deref(),
             Some("/api/fs/read/**")
         );
         assert_eq!(
-            pattern_from_doc("POST", "/api/fs/read/*").as_deref(),
+            pattern_from_doc("POST", "/api/fs/read/*", &V1).as_deref(),
             Some("/api/fs/read/*")
         );
-        assert_eq!(pattern_from_doc("GET", "/New/{x}").as_deref(), Some("/new/*"));
-        assert_eq!(pattern_from_doc("GET", "/{x}"), None);
-        assert_eq!(pattern_from_doc("GET", "/"), None);
+        assert_eq!(pattern_from_doc("GET", "/New/{x}", &V1).as_deref(), Some("/new/*"));
+        assert_eq!(pattern_from_doc("GET", "/{x}", &V1), None);
+        assert_eq!(pattern_from_doc("GET", "/", &V1), None);
     }
 
     fn doc(paths: &[(&str, &str)]) -> serde_json::Value {
@@ -321,7 +338,7 @@ mod tests {
             .map(|(m, p, _)| (*m, p.replace("**", "*").replace('*', "{id}")))
             .collect();
         let paths: Vec<(&str, &str)> = all.iter().map(|(m, p)| (*m, p.as_str())).collect();
-        let api = UpstreamApi::from_doc(Some(TABLE_VERSION.into()), &doc(&paths)).unwrap();
+        let api = UpstreamApi::from_doc(&dialect::V1, Some(TABLE_VERSION.into()), &doc(&paths)).unwrap();
         assert!(api.defaulted.is_empty(), "{:?}", api.defaulted);
         assert!(!api.drifted());
         assert_eq!(api.listed, ROUTES.len());
@@ -330,6 +347,7 @@ mod tests {
     #[test]
     fn new_routes_default_to_operator_or_admin() {
         let api = UpstreamApi::from_doc(
+            &dialect::V1,
             Some("1.99.0".into()),
             &doc(&[
                 ("GET", "/newroot/things"),
@@ -358,6 +376,7 @@ mod tests {
     #[test]
     fn a_new_write_is_judged_by_the_budgets_and_the_table_says_for_its_own() {
         let api = UpstreamApi::from_doc(
+            &dialect::V1,
             Some("1.99.0".into()),
             &doc(&[("GET", "/session/{id}/digest"), ("POST", "/session/{id}/digest")]),
         )
@@ -379,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_new_literal_route_is_tried_before_a_table_parameter() {
-        let api = UpstreamApi::from_doc(None, &doc(&[("GET", "/session/newlist")])).unwrap();
+        let api = UpstreamApi::from_doc(&dialect::V1, None, &doc(&[("GET", "/session/newlist")])).unwrap();
         let order: Vec<&str> = api.routes("session").unwrap().iter().map(|r| r.pattern).collect();
         let new = order.iter().position(|p| *p == "/session/newlist").unwrap();
         let param = order.iter().position(|p| *p == "/session/*").unwrap();
@@ -393,6 +412,7 @@ mod tests {
         use crate::policy::canonical::CanonicalPath;
         use http::Method;
         let api = UpstreamApi::from_doc(
+            &dialect::V1,
             Some("1.99.0".into()),
             &doc(&[
                 ("GET", "/newroot/things"),

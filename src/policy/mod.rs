@@ -4,6 +4,8 @@
 //! - `canonical`: the one reading of a request path (decoded, case-folded where OpenCode ignores
 //!   case, `;` parameters and repeated slashes dropped), and the spelling that is forwarded.
 //! - `route`: which project (front door, host, `/p/<name>/`, the only project).
+//! - `dialect`: what differs between OpenCode's major versions (route table, endpoints, spawn
+//!   command, client commands).
 //! - `authz`: OpenCode's route table × roles, and what each route needs (the route plan).
 //! - `origin`: browser origin checks. `pin`: directory pinning. `scope`: shared-upstream scoping (`event_scope`:
 //!   of the event streams).
@@ -14,6 +16,7 @@ pub mod authz;
 pub mod canonical;
 pub mod config_secrets;
 pub mod csrf;
+pub mod dialect;
 pub mod drift;
 pub mod event_scope;
 pub mod grants;

@@ -102,6 +102,8 @@ const PROMPTS: &[(&str, &str)] = &[
     (POST, "/session/*/command"),
     (POST, "/session/*/shell"),
     (POST, "/api/session/*/prompt"),
+    (POST, "/api/session/*/command"),
+    (POST, "/api/session/*/shell"),
 ];
 
 pub(crate) fn route_class(method: &str, pattern: &str, treatment: Treatment) -> RouteClass {
@@ -153,6 +155,16 @@ const AUDITS: &[(&str, &str, AuditKind)] = &[
     (POST, "/vcs/apply", AuditKind::FileWrite),
     (GET, "/pty/*/connect", AuditKind::Terminal),
     (GET, "/api/pty/*/connect", AuditKind::Terminal),
+    // OpenCode 2.x's own: a session deleted or interrupted, a command or shell turn, an answered
+    // or cancelled form (its questions), a command run in the folder, a file written.
+    (DELETE, "/api/session/*", AuditKind::SessionDelete),
+    (POST, "/api/session/*/interrupt", AuditKind::SessionAbort),
+    (POST, "/api/session/*/command", AuditKind::Prompt),
+    (POST, "/api/session/*/shell", AuditKind::Shell),
+    (POST, "/api/session/*/form/*/reply", AuditKind::QuestionAnswer("reply")),
+    (DELETE, "/api/session/*/form/*", AuditKind::QuestionAnswer("reject")),
+    (POST, "/api/shell", AuditKind::Shell),
+    (POST, "/api/experimental/fs/write", AuditKind::FileWrite),
 ];
 
 pub(crate) fn audit_kind(method: &str, pattern: &str) -> Option<AuditKind> {
@@ -212,6 +224,26 @@ const BODY_RULES: &[(&str, &str, BodyRule)] = &[
     (POST, "/experimental/worktree/reset", rule(&["directory"], &[])),
     (POST, "/sync/replay", rule(&["directory"], &[])),
     (POST, "/mcp", rule(&["config.cwd"], &[])),
+    // OpenCode 2.x: a shell, a terminal, a session moved or imported, a worktree: each names
+    // its folder in the body.
+    (POST, "/api/shell", rule(&["cwd"], &[])),
+    (POST, "/api/experimental/session/*/terminal", rule(&["cwd"], &[])),
+    (POST, "/api/session/*/move", rule(&["directory"], &[])),
+    (
+        POST,
+        "/api/experimental/session/import",
+        rule(
+            &["location.directory", "info.location.directory"],
+            &[
+                "location.workspaceID",
+                "location.workspace",
+                "info.location.workspaceID",
+                "info.location.workspace",
+            ],
+        ),
+    ),
+    (POST, "/api/worktree", rule(&["directory"], &[])),
+    (DELETE, "/api/worktree", rule(&["directory"], &[])),
 ];
 
 /// Routes that create or switch workspaces and worktrees: not available in a pinned project.
@@ -264,12 +296,12 @@ pub(crate) fn is_workspace_switch(method: &str, pattern: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::routes::ROUTES;
+    use crate::policy::table::{V1, V2};
 
-    /// A treatment, rule or switch for a route the table does not have would never apply.
+    /// A treatment, rule or switch for a route neither version's table has would never apply.
     #[test]
     fn every_special_route_is_a_route_of_the_table() {
-        let known = |m: &str, p: &str| ROUTES.iter().any(|(rm, rp, _)| *rm == m && *rp == p);
+        let known = |m: &str, p: &str| V1.has(m, p) || V2.has(m, p);
         for (m, p, _) in TREATMENTS {
             assert!(known(m, p), "treatment for unknown {m} {p}");
         }
@@ -294,7 +326,7 @@ mod tests {
         }
         for (m, p) in PROMPTS {
             assert!(
-                ASKS_MODEL.contains(&(m, p)),
+                ASKS_MODEL.contains(&(m, p)) || crate::policy::routes_v2::ASKS_MODEL.contains(&(m, p)),
                 "a prompt the budgets do not judge: {m} {p}"
             );
         }

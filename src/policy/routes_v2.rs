@@ -21,6 +21,10 @@
 
 use super::routes::{Class::*, DELETE, GET, PATCH, POST, PUT, Route};
 
+/// The version of OpenCode 2 this table was read from: package.json's `@opencode/cli` pin
+/// (build.rs), the version the tests check the table against.
+pub(crate) const TABLE_VERSION: &str = env!("OCGW_OPENCODE2_VERSION");
+
 pub const ROUTES: &[Route] = &[
     (GET, "/api/agent/*", Read),
     (GET, "/api/agent", Read),
@@ -179,12 +183,12 @@ pub const REFUSED: &[(&str, &str, &str)] = &[
     (
         POST,
         "/api/pair",
-        "OpenCode's own pairing code is refused: pair a device with the gateway (`opencode-gateway pair`)",
+        ": OpenCode's own pairing code is refused: pair a device with the gateway (`opencode-gateway pair`)",
     ),
     (
         GET,
         "/auth/connect/*",
-        "OpenCode's own pairing code is refused: pair a device with the gateway (`opencode-gateway pair`)",
+        ": OpenCode's own pairing code is refused: pair a device with the gateway (`opencode-gateway pair`)",
     ),
 ];
 
@@ -210,6 +214,10 @@ pub const ASKS_MODEL: &[(&str, &str)] = &[
 
 /// Rows of [`ROUTES`] that are not operations of the API document.
 pub const NOT_IN_DOCUMENT: &[&str] = &["/", "/_assets/**", "/assets/**", "/icons/**", "/openapi.json"];
+
+/// Rows of [`ROUTES`] that are the web UI's own files: served as those (every role may load
+/// them), not matched as API routes.
+pub const WEB_UI: &[&str] = &["/", "/_assets/**", "/assets/**", "/icons/**"];
 
 #[cfg(test)]
 mod tests;

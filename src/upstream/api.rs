@@ -1,10 +1,12 @@
-//! Which OpenCode an upstream is: its version (`GET /global/health`) and its API document
-//! (`GET /doc`), read with the gateway's credential whenever the upstream becomes ready (a spawned
+//! Which OpenCode an upstream is: its dialect and version (each dialect's health endpoint,
+//! `GET /global/health` for 1.x, `GET /api/info` for 2.x) and its API document (`GET /doc`,
+//! `GET /openapi.json`), read with the gateway's credential whenever the upstream becomes ready (a spawned
 //! server after every start, an external one at start and on reload). What the document adds to
 //! the table is decided in [`crate::policy::drift`]; here its answers are read (`Endpoint::read_api` asks), logged and reported.
 
 use std::time::Duration;
 
+use crate::policy::dialect::Dialect;
 use crate::policy::drift::{RouteRoles, UpstreamApi};
 use crate::policy::routes::TABLE_VERSION;
 
@@ -15,16 +17,13 @@ pub const HEALTH_AGENT: &str = "opencode-gateway-health";
 pub(crate) const DOC_MAX: usize = 16 << 20;
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The upstream's version and API document from its answers to `GET /global/health` and
-/// `GET /doc` (read by `Endpoint::read_api`). An answer that is not JSON (OpenCode answers
-/// unknown paths with its web UI's `index.html`) is an error, never a route.
-pub(crate) fn from_answers(health: &[u8], doc: &[u8]) -> Result<UpstreamApi, String> {
-    let version = serde_json::from_slice::<serde_json::Value>(health)
-        .ok()
-        .and_then(|v| v.get("version")?.as_str().map(str::to_string));
-    let doc: serde_json::Value =
-        serde_json::from_slice(doc).map_err(|e| format!("GET /doc is not an OpenAPI document: {e}"))?;
-    UpstreamApi::from_doc(version, &doc)
+/// The upstream's API document, read against its dialect's table (read by `Endpoint::read_api`,
+/// once the dialect's health endpoint named the version). An answer that is not JSON (OpenCode
+/// answers unknown paths with its web UI's `index.html`) is an error, never a route.
+pub(crate) fn from_answers(dialect: &'static dyn Dialect, version: String, doc: &[u8]) -> Result<UpstreamApi, String> {
+    let doc: serde_json::Value = serde_json::from_slice(doc)
+        .map_err(|e| format!("GET {} is not an OpenAPI document: {e}", dialect.doc_path()))?;
+    UpstreamApi::from_doc(dialect, Some(version), &doc)
 }
 
 /// The warning for a server whose version and document could not be read.
@@ -38,6 +37,7 @@ pub(crate) fn log(project: &str, api: &UpstreamApi) {
     if !api.drifted() {
         tracing::info!(
             project,
+            family = api.dialect.family(),
             version = api.version(),
             routes = api.listed,
             "upstream OpenCode matches the gateway's route table"
@@ -48,10 +48,11 @@ pub(crate) fn log(project: &str, api: &UpstreamApi) {
     tracing::warn!(
         project,
         version = api.version(),
-        table_version = TABLE_VERSION,
+        table_version = api.table().version,
         defaulted = %if defaulted.is_empty() { "none".to_string() } else { defaulted },
-        "upstream OpenCode {} is not the version the gateway's route table was read from ({TABLE_VERSION}); routes the table does not know get a safe default role (operator, admin under admin-only roots), never viewer or approver; grant one otherwise with [[route_role]]",
-        api.version()
+        "upstream OpenCode {} is not the version the gateway's route table was read from ({}); routes the table does not know get a safe default role (operator, admin under admin-only roots), never viewer or approver; grant one otherwise with [[route_role]]",
+        api.version(),
+        api.table().version
     );
 }
 

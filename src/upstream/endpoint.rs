@@ -121,12 +121,28 @@ impl Endpoint {
         Ok(http::Response::from_parts(parts, Leased::new(body, lease)))
     }
 
-    /// This server's version and API document (`GET /global/health`, `GET /doc`), read with the
-    /// gateway's credential; what they mean is `api`'s to say.
+    /// This server's dialect, version and API document, read with the gateway's credential: the
+    /// first dialect whose health endpoint names a version of its own is the server's, and its
+    /// document is read from where that dialect keeps it; what they mean is `api`'s to say.
     pub(crate) async fn read_api(&self, connect_timeout: Duration) -> Result<UpstreamApi, String> {
-        let health = self.read_whole("/global/health", connect_timeout).await?;
-        let doc = self.read_whole("/doc", connect_timeout).await?;
-        crate::upstream::api::from_answers(&health, &doc)
+        let mut tried = Vec::new();
+        for dialect in crate::policy::dialect::ALL {
+            let path = dialect.health_path();
+            let version = match self.read_whole(path, connect_timeout).await {
+                Ok(answer) => dialect.version_in_health(&answer),
+                Err(why) => {
+                    tried.push(why);
+                    continue;
+                }
+            };
+            let Some(version) = version else {
+                tried.push(format!("GET {path} named no OpenCode {} version", dialect.family()));
+                continue;
+            };
+            let doc = self.read_whole(dialect.doc_path(), connect_timeout).await?;
+            return crate::upstream::api::from_answers(*dialect, version, &doc);
+        }
+        Err(tried.join("; "))
     }
 
     /// `GET path` answered 200, its body read whole (at most `api::DOC_MAX`), within

@@ -52,6 +52,7 @@ mod named_host;
 mod newcomer;
 mod newcomer_phone;
 mod one_road;
+mod opencode_v2;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]
 mod oracle;

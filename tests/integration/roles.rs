@@ -123,7 +123,7 @@ async fn the_table_matches_the_real_servers_openapi_document() {
             let (m, path) = l.split_once(' ')?;
             Some(format!(
                 "{m} {}",
-                opencode_gateway::policy::drift::pattern_from_doc(m, path)?
+                opencode_gateway::policy::drift::pattern_from_doc(m, path, &opencode_gateway::policy::table::V1)?
             ))
         })
         .collect();
@@ -162,7 +162,12 @@ fn routes_naming_a_model(doc: &serde_json::Value) -> Vec<(String, String)> {
             let body = &ops[m]["requestBody"]["content"]["application/json"]["schema"];
             if !body.is_null() && names(doc, body, 0) {
                 let method = m.to_uppercase();
-                let pattern = opencode_gateway::policy::drift::pattern_from_doc(&method, path).unwrap();
+                let pattern = opencode_gateway::policy::drift::pattern_from_doc(
+                    &method,
+                    path,
+                    &opencode_gateway::policy::table::V1,
+                )
+                .unwrap();
                 out.push((method, pattern));
             }
         }

@@ -354,7 +354,7 @@ proptest! {
             want.insert((method.to_string(), path));
         }
         let doc = serde_json::json!({"openapi": "3.1.0", "paths": paths});
-        let api = UpstreamApi::from_doc(Some("9.9.9".into()), &doc).unwrap();
+        let api = UpstreamApi::from_doc(&opencode_gateway::policy::dialect::V1, Some("9.9.9".into()), &doc).unwrap();
         prop_assert_eq!(api.listed, want.len());
         let configured = opencode_gateway::policy::drift::RouteRoles::new(std::iter::empty());
         for (method, path) in &want {
@@ -369,7 +369,7 @@ proptest! {
             prop_assert_eq!(with.class, Some(Class::Operate), "{} {}", method, concrete);
         }
         let no_paths = serde_json::json!({"openapi": "3.1.0"});
-        prop_assert!(UpstreamApi::from_doc(None, &no_paths).is_err(), "a document without paths");
+        prop_assert!(UpstreamApi::from_doc(&opencode_gateway::policy::dialect::V1, None, &no_paths).is_err(), "a document without paths");
     }
 
     /// The config boundary: project names are DNS labels, each used once; anything else is

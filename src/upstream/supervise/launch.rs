@@ -8,7 +8,6 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::StatusCode;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
@@ -16,14 +15,19 @@ use tokio_util::sync::CancellationToken;
 use super::{INHERITED_ENV, STDERR_TAIL, STOP_GRACE, SpawnSpec, USER_SETUP_ENV};
 use crate::config::Secret;
 use crate::config::settings::OpencodeConfig;
-use crate::upstream::api::HEALTH_AGENT;
+use crate::policy::dialect::Dialect;
 use crate::upstream::endpoint::Endpoint;
 
 pub(super) struct Running {
     pub(super) process: Process,
     pub(super) port: u16,
     pub(super) endpoint: Arc<Endpoint>,
+    /// Which OpenCode it is (its health endpoint, its ready line).
+    pub(super) dialect: &'static dyn Dialect,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// The input of a server that stops when it closes (2.x's `--stdio`), held here: tokio's
+    /// `Child::wait` closes a child's stdin first, which would stop it at once.
+    _stdin: Option<tokio::process::ChildStdin>,
 }
 
 /// A server's process: a child of the gateway, or a process on a box in an SSH channel.
@@ -73,7 +77,10 @@ impl Running {
             process: Process::Remote(process),
             port,
             endpoint,
+            // A box's OpenCode is started with 1.x's command line (remote.rs).
+            dialect: &crate::policy::dialect::V1,
             stderr,
+            _stdin: None,
         }
     }
 
@@ -100,6 +107,7 @@ pub(super) async fn launch(
     stop: &CancellationToken,
 ) -> Result<Running, String> {
     let bin = find_opencode(spec)?;
+    let dialect = dialect_of(&bin).await?;
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let password = random_password();
     let owner = match &spec.run_as {
@@ -107,41 +115,92 @@ pub(super) async fn launch(
         None => None,
     };
     let dirs = prepare_dirs(spec, owner.as_ref().map(|(uid, gid, _)| (*uid, *gid)))?;
-    let mut cmd = command(spec, &bin, port, &password, owner, &dirs);
+    let mut cmd = command(spec, (&bin, dialect), port, &password, owner, &dirs);
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    let (tail, ready_rx) = read_output(spec, &mut child, port);
+    let stdin = child.stdin.take();
+    let (tail, ready_rx) = read_output(spec, &mut child, port, dialect);
     let endpoint = Arc::new(Endpoint::new(format!("127.0.0.1:{port}"), "opencode", Some(&password)));
     let server = Running {
         process: Process::Local(child),
         port,
         endpoint,
+        dialect,
         stderr: tail,
+        _stdin: stdin,
     };
     wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
 }
 
+/// Which OpenCode the executable is, from its `--version` (1.18.33 prints `1.18.33`, 2.1.2
+/// `opencode v2.1.2`): its dialect decides the command line, the ready line and the health check.
+pub(crate) async fn dialect_of(bin: &Path) -> Result<&'static dyn Dialect, String> {
+    let out = Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(20), out)
+        .await
+        .map_err(|_| format!("{} --version did not answer within 20 s", bin.display()))?
+        .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    crate::policy::dialect::from_version_output(&printed)
+        .map(|(d, _)| d)
+        .ok_or_else(|| {
+            format!(
+                "{} --version printed {:?}, not a version of OpenCode 1.x or 2.x the gateway knows",
+                bin.display(),
+                printed.trim()
+            )
+        })
+}
+
+/// [`dialect_of`] for the printed commands, without a runtime: asked once per executable.
+pub(crate) fn dialect_of_blocking(bin: &Path) -> Option<&'static dyn Dialect> {
+    type Seen = Mutex<BTreeMap<PathBuf, Option<&'static dyn Dialect>>>;
+    static SEEN: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(d) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(bin) {
+        return *d;
+    }
+    let out = std::process::Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let d = crate::policy::dialect::from_version_output(&String::from_utf8_lossy(&out.stdout)).map(|(d, _)| d);
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(bin.to_path_buf(), d);
+    d
+}
+
 /// `opencode serve` on `port` with the password, a minimal environment (`INHERITED_ENV`, the
-/// spec's, its private folders) and, with `run_as`, that user's ids.
+/// spec's, its private folders) and, with `run_as`, that user's ids. A server that stops when
+/// its input closes (2.x's `--stdio`) gets a pipe the gateway holds until it stops it.
 fn command(
     spec: &SpawnSpec,
-    bin: &Path,
+    (bin, dialect): (&Path, &'static dyn Dialect),
     port: u16,
     password: &Secret,
     owner: Option<(u32, u32, PathBuf)>,
     dirs: &BTreeMap<&'static str, PathBuf>,
 ) -> Command {
     let mut cmd = Command::new(bin);
-    cmd.arg("serve")
-        .arg("--hostname")
-        .arg("127.0.0.1")
-        .arg("--port")
-        .arg(port.to_string());
+    cmd.args(dialect.serve_args(port));
     for origin in &spec.cors {
         cmd.arg("--cors").arg(origin);
     }
+    let stdin = if dialect.stops_with_stdin() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    };
     cmd.current_dir(&spec.directory)
         .env_clear()
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -190,6 +249,7 @@ fn read_output(
     spec: &SpawnSpec,
     child: &mut Child,
     port: u16,
+    dialect: &'static dyn Dialect,
 ) -> (Arc<Mutex<VecDeque<String>>>, tokio::sync::oneshot::Receiver<()>) {
     let stdout = child.stdout.take().expect("stdout is piped");
     let stderr = child.stderr.take().expect("stderr is piped");
@@ -203,13 +263,12 @@ fn read_output(
         }
     });
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let expect = format!("listening on http://127.0.0.1:{port}");
     tokio::spawn(async move {
         let mut lines = BufReader::new(stdout).lines();
         let mut ready_tx = Some(ready_tx);
         // Keep reading after the ready line so the pipe never fills and blocks the server.
         while let Ok(Some(line)) = lines.next_line().await {
-            if line.contains(&expect)
+            if dialect.ready_line(&line, port)
                 && let Some(tx) = ready_tx.take()
             {
                 let _ = tx.send(());
@@ -236,7 +295,7 @@ pub(super) async fn wait_ready(
         // The line comes before the server answers everything; poll health briefly.
         let mut last = String::new();
         for _ in 0..50 {
-            match health(&server.endpoint, connect_timeout).await {
+            match health(&server.endpoint, server.dialect, connect_timeout).await {
                 Ok(()) => return Ok(()),
                 Err(e) => last = e,
             }
@@ -265,15 +324,18 @@ pub(super) async fn wait_ready(
     }
 }
 
-/// An authenticated `GET /global/health` answered 200.
-pub(crate) async fn health(endpoint: &Endpoint, connect_timeout: Duration) -> Result<(), String> {
-    let mut req = endpoint.get("/global/health")?;
-    req.headers_mut()
-        .insert(http::header::USER_AGENT, http::HeaderValue::from_static(HEALTH_AGENT));
-    match tokio::time::timeout(Duration::from_secs(5), endpoint.send(req, connect_timeout)).await {
-        Ok(Ok(resp)) if resp.status() == StatusCode::OK => Ok(()),
-        Ok(Ok(resp)) => Err(format!("status {}", resp.status())),
-        Ok(Err(e)) => Err(crate::upstream::describe(&*e)),
+/// The dialect's authenticated health endpoint answered 200 with a version of its own (2.x answers
+/// any path it does not route, 1.x's health included, with a 200 `index.html` and no auth).
+pub(crate) async fn health(
+    endpoint: &Endpoint,
+    dialect: &'static dyn Dialect,
+    connect_timeout: Duration,
+) -> Result<(), String> {
+    let path = dialect.health_path();
+    match tokio::time::timeout(Duration::from_secs(5), endpoint.read_whole(path, connect_timeout)).await {
+        Ok(Ok(answer)) if dialect.version_in_health(&answer).is_some() => Ok(()),
+        Ok(Ok(_)) => Err(format!("GET {path} named no OpenCode {} version", dialect.family())),
+        Ok(Err(e)) => Err(e),
         Err(_) => Err("no answer within 5 s".into()),
     }
 }

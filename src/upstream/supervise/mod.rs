@@ -146,6 +146,14 @@ pub(crate) fn local_opencode(settings: &Settings, project: &Project) -> Option<P
     launch::find_opencode(&SpawnSpec::new(settings, project, &HashMap::new())?).ok()
 }
 
+/// Which OpenCode a project's clients talk to, for printed commands: a local spawned server's
+/// executable says (its `--version`, asked once per executable); otherwise 1.x's commands.
+pub(crate) fn local_dialect(settings: &Settings, project: &Project) -> &'static dyn crate::policy::dialect::Dialect {
+    local_opencode(settings, project)
+        .and_then(|bin| launch::dialect_of_blocking(&bin))
+        .unwrap_or(&crate::policy::dialect::V1)
+}
+
 pub struct Supervised {
     pub spec: SpawnSpec,
     status: watch::Sender<Status>,
@@ -499,7 +507,7 @@ async fn watch_server(s: &Supervised, server: &mut Running, connect_timeout: Dur
                 return format!("the server exited ({code}); stderr: {}", if tail.is_empty() { "(empty)".into() } else { tail });
             }
             _ = tick.tick() => {
-                if health(&server.endpoint, connect_timeout).await.is_ok() {
+                if health(&server.endpoint, server.dialect, connect_timeout).await.is_ok() {
                     failures = 0;
                 } else {
                     failures += 1;

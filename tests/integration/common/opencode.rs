@@ -32,11 +32,23 @@ pub const ANSWER: &str = "FAKE-ANSWER-42";
 pub const FAKE_API_KEY: &str = "SECRET-fake-provider-key-0042";
 pub const AFTER_TOOL: &str = "TOOL-FINISHED-7";
 
+/// OpenCode 1.x (npm `opencode-ai`, pinned): scripts/npm-deps.sh links it as `opencode`.
 pub fn opencode_bin() -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin/opencode");
     assert!(
         bin.exists(),
         "{} is missing: run scripts/test.sh, which installs opencode-ai@1.18.33",
+        bin.display()
+    );
+    bin
+}
+
+/// OpenCode 2.x (npm `@opencode/cli`, pinned): its server and its clients, as `opencode2`.
+pub fn opencode2_bin() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("node_modules/.bin/opencode2");
+    assert!(
+        bin.exists(),
+        "{} is missing: run scripts/test.sh, which installs @opencode/cli@2.1.2",
         bin.display()
     );
     bin
