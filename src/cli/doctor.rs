@@ -208,8 +208,17 @@ fn opencode(s: &Settings, r: &mut Report) {
         .output();
     match out {
         Ok(o) if o.status.success() => {
-            let v = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            r.ok(format!("opencode: {} (version {v})", bin.display()));
+            let printed = String::from_utf8_lossy(&o.stdout);
+            match crate::policy::dialect::from_version_output(&printed) {
+                Some((d, v)) => r.ok(format!("opencode: {} (OpenCode {}, version {v})", bin.display(), d.family())),
+                None => r.fail(format!(
+                    "opencode: {} printed {:?} for --version, not an OpenCode 1.x or 2.x the gateway knows. Fix: install opencode-ai@{} or @opencode/cli@{}, or set server.opencode_bin",
+                    bin.display(),
+                    printed.trim(),
+                    crate::policy::table::V1.version,
+                    crate::policy::table::V2.version
+                )),
+            }
         }
         Ok(o) => r.fail(format!(
             "opencode: `{} --version` failed ({}). Fix: reinstall it (npm install opencode-ai) or set server.opencode_bin",

@@ -64,7 +64,7 @@ fn doctor_names_uncovered_hosts_loose_secrets_and_busy_listeners() {
     let l = line("fail listener: admin.listen");
     assert!(l.contains("is in use"), "{l}");
     line("ok   listener: server.listen 127.0.0.1:0");
-    assert!(line("ok   opencode:").contains("(version 1.18.33)"));
+    assert!(line("ok   opencode:").contains("(OpenCode 1.x, version 1.18.33)"));
     // No gateway runs on this config: its model is known once its server starts.
     line("ok   project demo: model: known once its server starts");
     assert!(!stdout.contains("gateway: running"), "{stdout}");
