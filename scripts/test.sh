@@ -48,7 +48,8 @@ say_skipped() {
 # (1.18.33; about 150 per run of this suite). Removed at the end, only those made during the run.
 started_marker=$(mktemp)
 tidy_up() {
-  find "${TMPDIR:-/tmp}" -maxdepth 1 -name '.bc*-00000000.so' -newer "$started_marker" -delete 2>/dev/null || true
+  # OpenCode 2's clients leave .bun-0-<hash>.so (5.3 MB) the same way.
+  find "${TMPDIR:-/tmp}" -maxdepth 1 \( -name '.bc*-00000000.so' -o -name '.bun-*.so' \) -newer "$started_marker" -delete 2>/dev/null || true
   rm -f "$started_marker"
   say_skipped
 }
