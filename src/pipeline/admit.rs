@@ -125,12 +125,21 @@ fn within_body_limit(on: &Proceeding<'_>, request: &Canonical) -> Result<(), Htt
     Ok(())
 }
 
-/// A project pinned to a directory: a workspace switch would take OpenCode out of it.
+/// A project pinned to a directory: a workspace switch would take OpenCode out of it; on a server
+/// it shares, a route that answers for every folder would show the others'.
 fn stays_in_directory(request: &Canonical, target: &Target) -> Result<(), HttpError> {
     let project = &target.project;
     if project.config.directory.is_some() && target.route.is_some_and(|r| r.workspace_switch) {
         return Err(HttpError::Forbidden(format!(
             "{} {} would leave project {}'s directory; workspaces are not available through the gateway",
+            request.method(),
+            target.label(),
+            project.name
+        )));
+    }
+    if project.shared_upstream && target.route.is_some_and(|r| r.server_wide) {
+        return Err(HttpError::Forbidden(format!(
+            "{} {} answers for every folder of the server project {} shares; the gateway cannot scope it to the project's directory",
             request.method(),
             target.label(),
             project.name

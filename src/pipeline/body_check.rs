@@ -69,8 +69,14 @@ pub(crate) async fn check(
         // Noted first: a refused answer is recorded with what it said.
         p.answer = crate::http::audit::permission_answer(json.value());
     }
+    let mut bytes = bytes;
     if let Some((root, rule)) = pin {
         Box::pin(pinned(here, principal.name(), endpoint, target, &json, rule, root)).await?;
+        // The folder a route reads only from its body, placed when the client left it out: the
+        // upstream then reads the gateway's own serialization of what was judged.
+        if let Some(v) = crate::policy::pin::placed(&json, rule, root).map_err(HttpError::Forbidden)? {
+            bytes = Bytes::from(serde_json::to_vec(&v).map_err(|e| HttpError::BadRequest(e.to_string()))?);
+        }
     }
     Box::pin(under_policy(here, target, principal.asker(), json.value())).await?;
     Ok(Checked::Whole(bytes))

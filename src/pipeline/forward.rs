@@ -55,6 +55,12 @@ pub(crate) fn forward(f: Forwarding<'_>) -> impl Future<Output = Result<Response
         let client_upgrade = client_upgrade(&mut parts, upgrading);
         // Taken before the headers are rewritten for the upstream (which asks it for identity).
         let compress = compress_ask(target, &parts, upgrading);
+        if let Checked::Whole(bytes) = &f.body {
+            // The bytes the body phase holds, which may be its own serialization (a placed folder).
+            parts
+                .headers
+                .insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(bytes.len()));
+        }
         let body = upstream_body(&gw.limits, f.body, f.audit.as_deref());
         let head = UpstreamHead {
             here: f.here,

@@ -87,6 +87,7 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
     let small = Small {
         ticket: treatment == Treatment::TicketIssue,
         listing: listing_filter(treatment, pinned),
+        active: treatment == Treatment::ActiveSessions && pinned.is_some(),
         pinned,
         created,
     };
@@ -94,7 +95,8 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         // Boxed, as the branches below: most answers do not take it.
         return Box::pin(redacted(gw, target, endpoint, parts, body, lease, ask)).await;
     }
-    if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.created.is_some()) {
+    if parts.status.is_success() && (small.ticket || small.listing.is_some() || small.active || small.created.is_some())
+    {
         // Boxed, as every branch here that most answers do not take: hyper keeps the request's
         // future for an HTTP/1.1 connection's life, sized for its largest branch.
         return Box::pin(read_small(gw, user, target, endpoint, parts, body, lease, small)).await;
@@ -243,6 +245,8 @@ struct Small<'a> {
     ticket: bool,
     /// A listing to scope to the pinned directory.
     listing: Option<Filter>,
+    /// 2.x's running sessions, to scope by each session's folder.
+    active: bool,
     pinned: Option<&'a Path>,
     /// Where a session create's new id goes, for the audit trail.
     created: Option<&'a mut Option<String>>,
@@ -262,6 +266,7 @@ async fn read_small(
     Small {
         ticket,
         listing,
+        active,
         pinned,
         created,
     }: Small<'_>,
@@ -281,6 +286,15 @@ async fn read_small(
     if let (Some(filter), Some(root)) = (listing, pinned) {
         bytes = filter(&bytes, root).map(Bytes::from).ok_or_else(|| {
             HttpError::unavailable(&project.name, "the listing is not the JSON the gateway can scope")
+        })?;
+    }
+    if let (true, Some(root)) = (active, pinned) {
+        let scoped = super::session_scope::scope_active(gw, project, endpoint, &bytes, root).await;
+        bytes = scoped.map(Bytes::from).ok_or_else(|| {
+            HttpError::unavailable(
+                &project.name,
+                "the active sessions are not the JSON the gateway can scope",
+            )
         })?;
     }
     if let Some(r) = &endpoint.redactor {

@@ -86,6 +86,40 @@ fn field<'v>(v: &'v serde_json::Value, dotted: &str) -> Option<&'v serde_json::V
     dotted.split('.').try_fold(v, |v, k| v.get(k))
 }
 
+/// The body with the rule's `placed` field set to the project's directory, when the rule has one
+/// and the body leaves it out (absent or null): `Ok(None)` when nothing is to be placed. Read
+/// after [`check_body`] passed, so a present field is already inside the project. A body whose
+/// path to the field is not made of objects is refused: the gateway cannot place the folder.
+pub fn placed(body: &Body, rule: &BodyRule, root: &Path) -> Result<Option<serde_json::Value>, String> {
+    let (Some(dotted), Body::Json(v)) = (rule.placed, body) else {
+        return Ok(None);
+    };
+    if field(v, dotted).is_some_and(|x| !x.is_null()) {
+        return Ok(None);
+    }
+    let mut out = v.clone();
+    let mut at = &mut out;
+    let keys: Vec<&str> = dotted.split('.').collect();
+    for (i, key) in keys.iter().enumerate() {
+        let serde_json::Value::Object(map) = at else {
+            return Err(format!(
+                "{dotted}: the body is not an object there, so the project's folder cannot be set"
+            ));
+        };
+        let next = if i + 1 == keys.len() {
+            serde_json::Value::String(root.to_string_lossy().into_owned())
+        } else {
+            serde_json::Value::Object(Default::default())
+        };
+        let slot = map.entry(key.to_string()).or_insert(serde_json::Value::Null);
+        if slot.is_null() {
+            *slot = next;
+        }
+        at = slot;
+    }
+    Ok(Some(out))
+}
+
 /// What a checked body names, for the checks the caller makes with state of its own.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct BodyNames {
@@ -139,6 +173,41 @@ mod tests {
         std::fs::create_dir_all(root.join("sub")).unwrap();
         let root = root.canonicalize().unwrap();
         (t, root)
+    }
+
+    #[test]
+    fn a_folder_read_only_from_the_body_is_placed_when_left_out() {
+        let (_t, root) = root();
+        let rule = crate::policy::plan::body_rule("POST", "/api/session").unwrap();
+        let r = root.to_str().unwrap();
+        let read = |s: &str| crate::policy::json_body::read(s.as_bytes()).unwrap();
+        for body in [
+            r#"{}"#,
+            r#"{"location":null}"#,
+            r#"{"location":{}}"#,
+            r#"{"location":{"directory":null}}"#,
+            r#"{"title":"x"}"#,
+        ] {
+            let v = placed(&read(body), rule, &root)
+                .unwrap()
+                .unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(v["location"]["directory"], r, "{body}");
+        }
+        let kept = format!(r#"{{"location":{{"directory":"{r}/sub"}}}}"#);
+        assert_eq!(
+            placed(&read(&kept), rule, &root).unwrap(),
+            None,
+            "a folder given is kept"
+        );
+        assert!(placed(&read(r#"{"location":"x"}"#), rule, &root).is_err());
+        assert!(placed(&read("[]"), rule, &root).is_err());
+        assert_eq!(
+            placed(&read(""), rule, &root).unwrap(),
+            None,
+            "no body: the upstream refuses it"
+        );
+        let other = crate::policy::plan::body_rule("POST", "/api/shell").unwrap();
+        assert_eq!(placed(&read("{}"), other, &root).unwrap(), None);
     }
 
     #[test]

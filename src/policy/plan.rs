@@ -2,7 +2,7 @@
 //! and attached to each route once when the table is built. The pipeline never matches a path
 //! string again: it reads these from the resolved route.
 
-use super::routes::{DELETE, GET, POST};
+use super::routes::{DELETE, GET, POST, PUT};
 
 /// How a route's request and response are handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,6 +23,9 @@ pub enum Treatment {
     SessionList,
     /// A v2 page of sessions (`{"data":[{…,"location":{"directory"}}]}`); scoped likewise.
     SessionPage,
+    /// 2.x's running sessions of every folder (`{"data":{"<session id>":{…}}}`); scoped by each
+    /// session's folder on a shared upstream.
+    ActiveSessions,
     /// `POST …/connect-token`: the ticket in the answer is remembered for the asking user.
     TicketIssue,
     /// `GET …/connect`: the only routes that upgrade (a terminal WebSocket), and the only ones
@@ -48,6 +51,8 @@ const TREATMENTS: &[(&str, &str, Treatment)] = &[
     (GET, "/session", Treatment::SessionList),
     (GET, "/experimental/session", Treatment::SessionList),
     (GET, "/api/session", Treatment::SessionPage),
+    (GET, "/api/session/active", Treatment::ActiveSessions),
+    (GET, "/api/project", Treatment::ProjectListing),
     (POST, "/pty/*/connect-token", Treatment::TicketIssue),
     (POST, "/api/pty/*/connect-token", Treatment::TicketIssue),
     (GET, "/pty/*/connect", Treatment::TerminalConnect),
@@ -190,6 +195,10 @@ pub struct BodyRule {
     pub forbidden: &'static [&'static str],
     /// Fields that name a session, which must belong to the project (shared upstreams).
     pub sessions: &'static [&'static str],
+    /// A field the gateway sets to the project's directory when the body leaves it out: the
+    /// route reads its folder only from the body (2.x's `POST /api/session` ignores the query and
+    /// the header, and makes the session in the server's own folder).
+    pub placed: Option<&'static str>,
 }
 
 const fn rule(inside: &'static [&'static str], forbidden: &'static [&'static str]) -> BodyRule {
@@ -197,6 +206,7 @@ const fn rule(inside: &'static [&'static str], forbidden: &'static [&'static str
         inside,
         forbidden,
         sessions: &[],
+        placed: None,
     }
 }
 
@@ -206,16 +216,18 @@ const BODY_RULES: &[(&str, &str, BodyRule)] = &[
     (
         POST,
         "/api/session",
-        rule(&["location.directory"], &["location.workspaceID", "location.workspace"]),
+        BodyRule {
+            placed: Some("location.directory"),
+            ..rule(&["location.directory"], &["location.workspaceID", "location.workspace"])
+        },
     ),
     (POST, "/session", rule(&["directory"], &["workspaceID"])),
     (
         POST,
         "/experimental/control-plane/move-session",
         BodyRule {
-            inside: &["destination.directory"],
-            forbidden: &[],
             sessions: &["sessionID"],
+            ..rule(&["destination.directory"], &[])
         },
     ),
     (POST, "/experimental/project/*/copy", rule(&["directory"], &[])),
@@ -257,6 +269,32 @@ const WORKSPACE_SWITCHES: &[(&str, &str)] = &[
     (POST, "/sync/start"),
     (POST, "/sync/steal"),
 ];
+
+/// OpenCode 2.x routes that answer for every folder of the server and name no folder the gateway
+/// could pin or filter by: statistics over every project, saved rules and worktrees of any project
+/// id, the persistent terminals of the whole server, the folders it has loaded. On a server
+/// several projects share they are refused (`pipeline/admit.rs`); on a project's own server they
+/// are what the project has.
+const SERVER_WIDE: &[(&str, &str)] = &[
+    (GET, "/api/experimental/session/stats"),
+    (GET, "/api/permission/saved"),
+    (GET, "/api/worktree"),
+    (POST, "/api/worktree/refresh"),
+    (GET, "/api/debug/location"),
+    (DELETE, "/api/debug/location"),
+    (POST, "/api/experimental/persistent-pty/handoff"),
+    (POST, "/api/experimental/persistent-pty/shutdown"),
+    (GET, "/api/experimental/persistent-pty/*"),
+    (PUT, "/api/experimental/persistent-pty/*"),
+    (DELETE, "/api/experimental/persistent-pty/*"),
+    (GET, "/api/experimental/persistent-pty/*/connect"),
+    (POST, "/api/experimental/persistent-pty/*/connect-token"),
+    (GET, "/api/experimental/persistent-pty/*/snapshot"),
+];
+
+pub(crate) fn is_server_wide(method: &str, pattern: &str) -> bool {
+    SERVER_WIDE.contains(&(method, pattern))
+}
 
 /// API answers that may be compressed (issue 14): catalog and configuration data whose 200
 /// answer echoes nothing of the request (no query value, path parameter or body; the handlers in
@@ -313,6 +351,9 @@ mod tests {
         }
         for (m, p) in WORKSPACE_SWITCHES {
             assert!(known(m, p), "workspace switch for unknown {m} {p}");
+        }
+        for (m, p) in SERVER_WIDE {
+            assert!(known(m, p), "server-wide route unknown {m} {p}");
         }
         for (m, p) in PROMPTS {
             assert!(known(m, p), "prompt class for unknown {m} {p}");

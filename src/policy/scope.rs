@@ -49,8 +49,10 @@ pub fn filter_projects(body: &[u8], root: &Path) -> Option<Vec<u8>> {
         .as_array()?
         .iter()
         .filter(|p| {
+            // 1.x names a project's folder `worktree`, 2.x `canonical`.
             p["worktree"]
                 .as_str()
+                .or_else(|| p["canonical"].as_str())
                 .is_some_and(|w| root.starts_with(w) || dir_inside(w, root))
         })
         .cloned()

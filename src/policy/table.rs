@@ -23,6 +23,9 @@ pub struct ApiRoute {
     pub metric: plan::RouteClass,
     pub body: Option<&'static BodyRule>,
     pub workspace_switch: bool,
+    /// It answers for every folder of the server, and the gateway cannot scope it: refused on a
+    /// server several projects share.
+    pub server_wide: bool,
     /// Its 200 answer may be compressed: it echoes nothing of the request (see `plan`).
     pub compressible: bool,
     /// Its answer carries OpenCode's configuration: its secrets are redacted
@@ -70,6 +73,7 @@ impl ApiRoute {
             metric: plan::route_class(method, pattern, plan::treatment(method, pattern)),
             body: plan::body_rule(method, pattern),
             workspace_switch: plan::is_workspace_switch(method, pattern),
+            server_wide: plan::is_server_wide(method, pattern),
             compressible: plan::compressible(method, pattern),
             carries_secrets: super::config_secrets::carries_secrets(method, pattern),
             audit: plan::audit_kind(method, pattern),

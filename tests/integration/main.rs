@@ -53,6 +53,7 @@ mod newcomer;
 mod newcomer_phone;
 mod one_road;
 mod opencode_v2;
+mod opencode_v2_shared;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]
 mod oracle;

@@ -29,6 +29,10 @@ pub trait Dialect: Sync + Send + std::fmt::Debug {
     fn version_in_health(&self, answer: &[u8]) -> Option<String>;
     /// The version `opencode --version` printed, when it is this major version's.
     fn version_in_output(&self, output: &str) -> Option<String>;
+    /// Where one session is read (its id as the forwarded request spells it), to learn its folder.
+    fn session_path(&self, id: &str) -> String;
+    /// The folder a session lives in, from the answer to [`Self::session_path`].
+    fn session_directory<'v>(&self, answer: &'v serde_json::Value) -> Option<&'v str>;
     /// The arguments of `opencode …` that serve on `127.0.0.1:port`.
     fn serve_args(&self, port: u16) -> Vec<String>;
     /// Does this line of the server's standard output say it listens on `port`?
@@ -64,6 +68,24 @@ pub static ALL: &[&'static dyn Dialect] = &[&V1, &V2];
 /// The dialect whose executable printed `output` for `--version`.
 pub fn from_version_output(output: &str) -> Option<(&'static dyn Dialect, String)> {
     ALL.iter().find_map(|d| d.version_in_output(output).map(|v| (*d, v)))
+}
+
+/// The dialect an npm package's `package.json` names (`opencode-ai`, `@opencode/cli`, or one of
+/// their platform packages, whose `bin/` holds the executable), by its version's major.
+pub fn from_package_json(json: &str) -> Option<(&'static dyn Dialect, String)> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let name = v.get("name")?.as_str()?;
+    let version = v.get("version")?.as_str()?;
+    if !(name.starts_with("opencode") || name.starts_with("@opencode/")) {
+        return None;
+    }
+    let major = version.split('.').next()?;
+    let dialect: &'static dyn Dialect = match major {
+        "1" => &V1,
+        "2" => &V2,
+        _ => return None,
+    };
+    Some((dialect, version.to_string()))
 }
 
 /// The `version` string field of a JSON object answer.

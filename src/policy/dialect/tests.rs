@@ -33,3 +33,37 @@ fn the_ready_line_names_the_port_asked_for() {
     assert!(!V2.ready_line("server listening on http://127.0.0.1:4100", 4100));
     assert!(V2.serve_args(4100).contains(&"--stdio".to_string()));
 }
+
+#[test]
+fn a_sessions_folder_is_read_where_each_version_keeps_it() {
+    let v1 = serde_json::json!({"id": "ses_1", "directory": "/home/a/web"});
+    let v2 = serde_json::json!({"data": {"id": "ses_1", "location": {"directory": "/home/a/web"}}});
+    assert_eq!(V1.session_directory(&v1), Some("/home/a/web"));
+    assert_eq!(V1.session_directory(&v2), None);
+    assert_eq!(V2.session_directory(&v2), Some("/home/a/web"));
+    assert_eq!(V2.session_directory(&v1), None);
+    assert_eq!(V1.session_path("ses_1"), "/session/ses_1");
+    assert_eq!(V2.session_path("ses_1"), "/api/session/ses_1");
+    // An id is one segment, however it is written.
+    assert_eq!(V2.session_path("a/b"), "/api/session/a%2Fb");
+}
+
+#[test]
+fn an_npm_package_says_which_version_it_holds() {
+    let d = |json: &str| from_package_json(json).map(|(d, v)| (d.family(), v));
+    assert_eq!(
+        d(r#"{"name":"opencode-ai","version":"1.18.33"}"#),
+        Some(("1.x", "1.18.33".into()))
+    );
+    assert_eq!(
+        d(r#"{"name":"@opencode/cli","version":"2.1.2"}"#),
+        Some(("2.x", "2.1.2".into()))
+    );
+    assert_eq!(
+        d(r#"{"name":"opencode-linux-x64","version":"1.18.33"}"#),
+        Some(("1.x", "1.18.33".into()))
+    );
+    assert_eq!(d(r#"{"name":"left-pad","version":"1.3.0"}"#), None);
+    assert_eq!(d(r#"{"name":"@opencode/cli","version":"3.0.0"}"#), None);
+    assert_eq!(d("not json"), None);
+}

@@ -34,6 +34,17 @@ impl Dialect for V1 {
         (v.starts_with("1.") && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| v.to_string())
     }
 
+    fn session_path(&self, id: &str) -> String {
+        let mut path = String::from("/session");
+        crate::policy::canonical::push_segment(&mut path, id);
+        path
+    }
+
+    /// `{"id", "directory", …}`.
+    fn session_directory<'v>(&self, answer: &'v serde_json::Value) -> Option<&'v str> {
+        answer.get("directory")?.as_str()
+    }
+
     fn serve_args(&self, port: u16) -> Vec<String> {
         ["serve", "--hostname", "127.0.0.1", "--port", &port.to_string()]
             .map(String::from)

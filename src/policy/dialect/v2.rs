@@ -37,6 +37,17 @@ impl Dialect for V2 {
         (v.starts_with("2.") && v.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| v.to_string())
     }
 
+    fn session_path(&self, id: &str) -> String {
+        let mut path = String::from("/api/session");
+        crate::policy::canonical::push_segment(&mut path, id);
+        path
+    }
+
+    /// `{"data":{"id", "location":{"directory"}, …}}`.
+    fn session_directory<'v>(&self, answer: &'v serde_json::Value) -> Option<&'v str> {
+        answer.get("data")?.get("location")?.get("directory")?.as_str()
+    }
+
     fn serve_args(&self, port: u16) -> Vec<String> {
         [
             "serve",

@@ -107,7 +107,6 @@ pub(super) async fn launch(
     stop: &CancellationToken,
 ) -> Result<Running, String> {
     let bin = find_opencode(spec)?;
-    let dialect = dialect_of(&bin).await?;
     let port = free_port().map_err(|e| format!("no free port: {e}"))?;
     let password = random_password();
     let owner = match &spec.run_as {
@@ -115,6 +114,7 @@ pub(super) async fn launch(
         None => None,
     };
     let dirs = prepare_dirs(spec, owner.as_ref().map(|(uid, gid, _)| (*uid, *gid)))?;
+    let dialect = dialect_of(&bin, dirs.get("TMPDIR").map(PathBuf::as_path)).await;
     let mut cmd = command(spec, (&bin, dialect), port, &password, owner, &dirs);
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
     let stdin = child.stdin.take();
@@ -131,50 +131,47 @@ pub(super) async fn launch(
     wait_ready(server, ready_rx, (spec.ready_timeout, connect_timeout), stop).await
 }
 
-/// Which OpenCode the executable is, from its `--version` (1.18.33 prints `1.18.33`, 2.1.2
-/// `opencode v2.1.2`): its dialect decides the command line, the ready line and the health check.
-pub(crate) async fn dialect_of(bin: &Path) -> Result<&'static dyn Dialect, String> {
-    let out = Command::new(bin)
-        .arg("--version")
+/// Which OpenCode the executable is: its npm package says (`bin/..`'s `package.json`, no process
+/// run), else its `--version` (1.18.33 prints `1.18.33`, 2.1.2 `opencode v2.1.2`), run with the
+/// server's own temporary folder (Bun unpacks a library there). A version neither names is
+/// started as 1.x, with a warning: its own failure, if any, then says why.
+pub(crate) async fn dialect_of(bin: &Path, tmp: Option<&Path>) -> &'static dyn Dialect {
+    if let Some(d) = dialect_of_package(bin) {
+        return d;
+    }
+    let mut cmd = Command::new(bin);
+    cmd.arg("--version")
+        .env_clear()
+        .envs(
+            INHERITED_ENV
+                .iter()
+                .filter_map(|n| std::env::var_os(n).map(|v| (*n, v))),
+        )
         .stdin(Stdio::null())
         .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), out)
-        .await
-        .map_err(|_| format!("{} --version did not answer within 20 s", bin.display()))?
-        .map_err(|e| format!("cannot run {} --version: {e}", bin.display()))?;
-    let printed = String::from_utf8_lossy(&out.stdout);
-    crate::policy::dialect::from_version_output(&printed)
-        .map(|(d, _)| d)
-        .ok_or_else(|| {
-            format!(
-                "{} --version printed {:?}, not a version of OpenCode 1.x or 2.x the gateway knows",
-                bin.display(),
-                printed.trim()
-            )
-        })
+        .kill_on_drop(true);
+    if let Some(tmp) = tmp {
+        cmd.env("TMPDIR", tmp);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(20), cmd.output()).await;
+    let printed = match &out {
+        Ok(Ok(o)) => String::from_utf8_lossy(&o.stdout).into_owned(),
+        _ => String::new(),
+    };
+    match crate::policy::dialect::from_version_output(&printed) {
+        Some((d, _)) => d,
+        None => {
+            tracing::warn!(bin = %bin.display(), printed = %printed.trim(), "the OpenCode executable names no 1.x or 2.x version the gateway knows; starting it as 1.x");
+            &crate::policy::dialect::V1
+        }
+    }
 }
 
-/// [`dialect_of`] for the printed commands, without a runtime: asked once per executable.
-pub(crate) fn dialect_of_blocking(bin: &Path) -> Option<&'static dyn Dialect> {
-    type Seen = Mutex<BTreeMap<PathBuf, Option<&'static dyn Dialect>>>;
-    static SEEN: std::sync::OnceLock<Seen> = std::sync::OnceLock::new();
-    let seen = SEEN.get_or_init(Default::default);
-    if let Some(d) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(bin) {
-        return *d;
-    }
-    let out = std::process::Command::new(bin)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let d = crate::policy::dialect::from_version_output(&String::from_utf8_lossy(&out.stdout)).map(|(d, _)| d);
-    seen.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(bin.to_path_buf(), d);
-    d
+/// The dialect the executable's npm package names (`<package>/bin/<exe>`), without running it.
+pub(crate) fn dialect_of_package(bin: &Path) -> Option<&'static dyn Dialect> {
+    let real = bin.canonicalize().ok()?;
+    let json = std::fs::read_to_string(real.parent()?.parent()?.join("package.json")).ok()?;
+    crate::policy::dialect::from_package_json(&json).map(|(d, _)| d)
 }
 
 /// `opencode serve` on `port` with the password, a minimal environment (`INHERITED_ENV`, the

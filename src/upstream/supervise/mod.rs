@@ -147,10 +147,10 @@ pub(crate) fn local_opencode(settings: &Settings, project: &Project) -> Option<P
 }
 
 /// Which OpenCode a project's clients talk to, for printed commands: a local spawned server's
-/// executable says (its `--version`, asked once per executable); otherwise 1.x's commands.
+/// npm package says (nothing is run); otherwise 1.x's commands.
 pub(crate) fn local_dialect(settings: &Settings, project: &Project) -> &'static dyn crate::policy::dialect::Dialect {
     local_opencode(settings, project)
-        .and_then(|bin| launch::dialect_of_blocking(&bin))
+        .and_then(|bin| launch::dialect_of_package(&bin))
         .unwrap_or(&crate::policy::dialect::V1)
 }
 

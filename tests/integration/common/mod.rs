@@ -18,6 +18,7 @@ pub mod login;
 pub mod netns;
 pub mod newcomer;
 pub mod opencode;
+pub mod opencode2;
 pub mod os_users;
 pub mod pg_config;
 #[path = "../../support/postgres_cluster.rs"]
