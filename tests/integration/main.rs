@@ -54,6 +54,7 @@ mod newcomer_phone;
 mod one_road;
 mod opencode_v2;
 mod opencode_v2_shared;
+mod opencode_v2_web;
 /// Reference readings of what OpenCode does (shared with tests/properties.rs and fuzz/).
 #[path = "../oracle/mod.rs"]
 mod oracle;

@@ -13,19 +13,21 @@ use crate::common::process::output_within_async;
 use crate::common::supervised::{server_config, spawned};
 
 const ALICE: &str = "alice-password-1";
-const VERA: &str = "vera-password-1";
+pub(crate) const VERA: &str = "vera-password-1";
+pub(crate) const OTTO: &str = "otto-password-1";
 
-struct V2Stack {
-    gw: Gateway,
-    model: FakeModel,
-    client: Https,
+pub(crate) struct V2Stack {
+    pub(crate) gw: Gateway,
+    pub(crate) model: FakeModel,
+    pub(crate) client: Https,
     project: PathBuf,
     outside: PathBuf,
     _dirs: tempfile::TempDir,
 }
 
-/// One spawned project "v2" on OpenCode 2.1.2 with the fake model; alice is admin, vera a viewer.
-async fn v2_stack() -> V2Stack {
+/// One spawned project "v2" on OpenCode 2.1.2 with the fake model; alice is admin, otto an
+/// operator, vera a viewer.
+pub(crate) async fn v2_stack() -> V2Stack {
     let model = FakeModel::start("echo unused").await;
     let dirs = tempfile::tempdir().unwrap();
     let project = dirs.path().join("project");
@@ -33,12 +35,20 @@ async fn v2_stack() -> V2Stack {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     let (project, outside) = (project.canonicalize().unwrap(), outside.canonicalize().unwrap());
-    let vera = users_toml(&[TestUser {
-        name: "vera",
-        password: VERA,
-        projects: "[\"v2\"]",
-        role: "viewer",
-    }]);
+    let vera = users_toml(&[
+        TestUser {
+            name: "vera",
+            password: VERA,
+            projects: "[\"v2\"]",
+            role: "viewer",
+        },
+        TestUser {
+            name: "otto",
+            password: OTTO,
+            projects: "[\"v2\"]",
+            role: "operator",
+        },
+    ]);
     let config = server_config(&spawned("v2", &project, &model, ""))
         .replace(
             &format!(
@@ -300,4 +310,83 @@ async fn the_2x_route_table_is_the_real_servers_document_and_roles_hold() {
         refused.to_string().contains("OpenCode's own pairing code is refused"),
         "{refused}"
     );
+}
+
+/// A gateway token for `user`, limited to project v2, as `token create` prints it.
+fn token_for(s: &V2Stack, user: &str) -> String {
+    let (made, out) = s.gw.cli(&["token", "create", user, "--projects", "v2"]);
+    assert!(made, "{out}");
+    out.lines()
+        .find(|l| l.starts_with("ocgw_"))
+        .unwrap_or_else(|| panic!("no token printed: {out}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs OpenCode and tmux: run scripts/test.sh"]
+async fn opencode_2s_tui_works_through_the_gateway_for_an_operator_and_shows_a_viewer_her_refusal() {
+    let s = v2_stack().await;
+    let url = format!("https://127.0.0.1:{}/p/v2", s.gw.https.port());
+    let ca = s.gw.ca();
+    for (user, tag) in [("otto", "op"), ("vera", "view")] {
+        let token = token_for(&s, user);
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        let tmux = crate::common::tmux::Tmux::new(&format!("v2tui-{tag}"));
+        let (config, data, state) = (h.join("config"), h.join("data"), h.join("state"));
+        tmux.start(
+            &format!("{} --server {url}; sleep 30", opencode2_bin().display()),
+            h,
+            &[
+                ("OPENCODE_SERVER_PASSWORD", token.as_str()),
+                ("NODE_EXTRA_CA_CERTS", ca.to_str().unwrap()),
+                ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+                ("HOME", h.to_str().unwrap()),
+                ("XDG_CONFIG_HOME", config.to_str().unwrap()),
+                ("XDG_DATA_HOME", data.to_str().unwrap()),
+                ("XDG_STATE_HOME", state.to_str().unwrap()),
+            ],
+        );
+        let screen = tmux.wait_screen("Ask anything", Duration::from_secs(60)).await;
+        assert!(
+            screen.contains("Ask anything"),
+            "{user}: the TUI did not open:\n{screen}\n{}",
+            s.gw.logs()
+        );
+        // The folder it shows is the project's, wherever the client runs.
+        assert!(screen.contains(&s.project.display().to_string()), "{user}:\n{screen}");
+        tmux.run(&["send-keys", "-t", "tui", "-l", &format!("hello from {user}")]);
+        tmux.run(&["send-keys", "-t", "tui", "Enter"]);
+        if user == "otto" {
+            let screen = tmux.wait_screen(ANSWER, Duration::from_secs(60)).await;
+            assert!(
+                screen.contains(ANSWER),
+                "the answer never showed:\n{screen}\n{}",
+                s.gw.logs()
+            );
+        } else {
+            let refused = "user=\"vera\" project=\"v2\" method=POST path=/p/v2/api/session".to_string();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !s
+                .gw
+                .logs()
+                .lines()
+                .any(|l| l.contains(&refused) && l.contains("status=403"))
+            {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no refusal for vera:\n{}",
+                    s.gw.logs()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let logs = s.gw.logs();
+            assert!(
+                !logs
+                    .lines()
+                    .any(|l| l.contains(&refused) && l.contains("/prompt status=200")),
+                "{logs}"
+            );
+        }
+    }
 }
