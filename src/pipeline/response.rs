@@ -63,7 +63,6 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         created,
         compress: ask,
     } = a;
-    let project = &*target.project;
     let treatment = target.treatment();
 
     if let (Some(client_upgrade), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
@@ -101,19 +100,64 @@ pub(crate) async fn answer(a: Answer<'_>) -> Result<Response<ProxyBody>, HttpErr
         // future for an HTTP/1.1 connection's life, sized for its largest branch.
         return Box::pin(read_small(gw, user, target, endpoint, parts, body, lease, small)).await;
     }
-    if let Some((len, ask, _room)) = to_compress(gw, target, &mut parts, ask) {
-        return Box::pin(async move {
-            let bytes = read_whole(body, len)
-                .await
-                .ok_or_else(|| HttpError::unavailable(&project.name, "the response was cut"))?;
-            release(lease);
-            Ok(compressed(gw, target, endpoint, parts, bytes, ask).await)
-        })
+    if let Some((len, ask, room)) = to_compress(gw, target, &mut parts, ask) {
+        let held = Held { lease, stream_slot };
+        return Box::pin(compress_or_stream(
+            gw,
+            target,
+            endpoint,
+            parts,
+            body,
+            held,
+            (len, ask, room),
+        ))
         .await;
     }
     let body = streamed(treatment, pinned, &mut parts.headers, body, endpoint);
     Ok(Response::from_parts(parts, body.leased(lease).holding(stream_slot)))
 }
+
+/// What an answer's body holds until it ends: its pooled connection, its stream slot.
+struct Held {
+    lease: Option<Lease>,
+    stream_slot: Option<StreamHold>,
+}
+
+/// An answer to compress, read whole: its declared length, or (a web UI file without one) at
+/// most [`UNKNOWN_LENGTH_MAX`]; one longer than that streams as it comes, uncompressed.
+async fn compress_or_stream(
+    gw: &Gateway,
+    target: &Target,
+    endpoint: &Endpoint,
+    mut parts: http::response::Parts,
+    body: Source,
+    held: Held,
+    (len, ask, room): (Option<usize>, compress::Ask, tokio::sync::SemaphorePermit<'_>),
+) -> Result<Response<ProxyBody>, HttpError> {
+    let cut = || HttpError::unavailable(&target.project.name, "the response was cut");
+    let bytes = match len {
+        Some(len) => read_whole(body, len).await.ok_or_else(cut)?,
+        None => match body.read_up_to(UNKNOWN_LENGTH_MAX).await.ok_or_else(cut)? {
+            Ok(bytes) => bytes,
+            Err(body) => {
+                drop(room);
+                let body = streamed(target.treatment(), None, &mut parts.headers, body, endpoint);
+                return Ok(Response::from_parts(
+                    parts,
+                    body.leased(held.lease).holding(held.stream_slot),
+                ));
+            }
+        },
+    };
+    release(held.lease);
+    let out = compressed(gw, target, endpoint, parts, bytes, ask).await;
+    drop(room);
+    Ok(out)
+}
+
+/// The most of a web UI file without a declared length that is read to be compressed (OpenCode
+/// 2.1.2's largest is about 1 MB); its room in the compression budget is held while it is read.
+const UNKNOWN_LENGTH_MAX: usize = 4 * 1024 * 1024;
 
 /// A pooled connection whose answer was read whole goes back to its pool.
 fn release(lease: Option<Lease>) {
@@ -139,7 +183,7 @@ fn to_compress<'g>(
     target: &Target,
     parts: &mut http::response::Parts,
     ask: Option<compress::Ask>,
-) -> Option<(usize, compress::Ask, tokio::sync::SemaphorePermit<'g>)> {
+) -> Option<(Option<usize>, compress::Ask, tokio::sync::SemaphorePermit<'g>)> {
     if !(target.may_compress() && compress::eligible(false, parts.status, &parts.headers)) {
         return None;
     }
@@ -147,9 +191,14 @@ fn to_compress<'g>(
         .headers
         .append(header::VARY, HeaderValue::from_static("accept-encoding"));
     let ask = ask?;
-    let len = content_length(&parts.headers).filter(|&len| len <= compress::MAX_BODY)?;
-    let room = gw.browser.compressed.room_for(len)?;
-    Some((len, ask, room))
+    match content_length(&parts.headers) {
+        Some(len) if len <= compress::MAX_BODY => Some((Some(len), ask, gw.browser.compressed.room_for(len)?)),
+        Some(_) => None,
+        // Only the web UI's own files are read without a declared length (2.x sends them
+        // chunked); an API answer that may be compressed has one or streams.
+        None if target.route.is_none() => Some((None, ask, gw.browser.compressed.room_for(UNKNOWN_LENGTH_MAX)?)),
+        None => None,
+    }
 }
 
 /// The body passed on as it comes: the global event stream of a pinned project on a shared
@@ -331,7 +380,7 @@ fn clean_headers(headers: &mut HeaderMap, endpoint: &Endpoint, target: &Target) 
     Ok(())
 }
 
-/// The declared length of a body (the web UI's files have one; others are not buffered).
+/// The declared length of a body (1.x's web UI files have one, 2.x's do not).
 fn content_length(headers: &HeaderMap) -> Option<usize> {
     headers.get(header::CONTENT_LENGTH)?.to_str().ok()?.parse().ok()
 }

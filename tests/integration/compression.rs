@@ -293,3 +293,32 @@ async fn catalog_api_answers_come_compressed_and_others_do_not() {
         json(&body);
     }
 }
+
+/// A web UI file without a declared length (OpenCode 2 sends its files chunked): read and
+/// compressed when it is small; past the bound it streams as it came, whole. Against the fake
+/// upstream, which sends any length asked for that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_ui_files_without_a_length_come_compressed_or_stream_whole() {
+    use crate::common::gateway::ALICE;
+    let (gw, _web) = crate::common::stack::one_project("upstream-pw-7", "", &[ALICE]).await;
+    let c = Https::new(gw.https, &gw.ca());
+    let small = 300 * 1024;
+    let (br, body) = fetch(&c, &format!("/p/web/_chunked/{small}.js"), &[("accept-encoding", "br")]).await;
+    assert_eq!(br.status, 200);
+    assert_eq!(
+        br.headers.get("content-encoding").map(|v| v.to_str().unwrap()),
+        Some("br"),
+        "{:?}",
+        br.headers
+    );
+    let plain = unbrotli(&body);
+    assert_eq!(plain.len(), small);
+    assert!(plain.starts_with(b"x=1;x=1;"));
+    let large = 5 * 1024 * 1024 + 7;
+    let (big, body) = fetch(&c, &format!("/p/web/_chunked/{large}.js"), &[("accept-encoding", "br")]).await;
+    assert_eq!(big.status, 200);
+    assert!(big.headers.get("content-encoding").is_none(), "{:?}", big.headers);
+    assert!(varies(&big.headers), "{:?}", big.headers);
+    assert_eq!(body.len(), large, "the whole file, as it came");
+    assert!(body.iter().all(|b| b"x=1;".contains(b)));
+}

@@ -330,6 +330,19 @@ async fn handle(
     let path = req.uri().path().to_string();
     let resp = match (req.method().as_str(), path.as_str()) {
         ("GET", "/global/health") => Response::new(full(format!(r#"{{"healthy":true,"version":"{}"}}"#, api.version))),
+        // A web UI file sent as OpenCode 2 sends its files: chunked, no Content-Length, `n`
+        // bytes of JavaScript in 64 KiB chunks (`/_chunked/<n>.js`).
+        ("GET", p) if p.starts_with("/_chunked/") => {
+            let n: usize = p["/_chunked/".len()..].trim_end_matches(".js").parse().unwrap_or(0);
+            let chunks = (0..n.div_ceil(65536)).map(move |i| {
+                let len = 65536.min(n - i * 65536);
+                Ok::<_, Infallible>(Frame::data(Bytes::from("x=1;".repeat(len / 4 + 1)[..len].to_string())))
+            });
+            let mut r = Response::new(BodyExt::boxed(StreamBody::new(futures_util::stream::iter(chunks))));
+            r.headers_mut()
+                .insert("content-type", "text/javascript".parse().unwrap());
+            r
+        }
         ("GET", "/doc") if api.doc.is_some() => {
             tokio::time::sleep(api.doc_delay).await;
             Response::new(full(api.doc.clone().unwrap_or_default()))
