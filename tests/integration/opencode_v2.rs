@@ -115,13 +115,7 @@ async fn opencode_2_clients_reach_a_spawned_2x_server_as_the_tokens_user() {
         report.contains("\"family\":\"2.x\"") && report.contains("\"version\":\"2.1.2\""),
         "status names the project's OpenCode: {report}"
     );
-    let (made, token) = s.gw.cli(&["token", "create", "alice", "--projects", "v2"]);
-    assert!(made, "{token}");
-    let token = token
-        .lines()
-        .find(|l| l.starts_with("ocgw_"))
-        .unwrap_or_else(|| panic!("no token printed: {token}"))
-        .to_string();
+    let token = token_for(&s, "alice");
     let home = tempfile::tempdir().unwrap();
     let url = format!("https://127.0.0.1:{}/p/v2", s.gw.https.port());
 

@@ -88,6 +88,13 @@ pub fn from_package_json(json: &str) -> Option<(&'static dyn Dialect, String)> {
     Some((dialect, version.to_string()))
 }
 
+/// `prefix/<id>`, the id one segment spelt the way the forwarded request spells it.
+pub(super) fn segment_under(prefix: &str, id: &str) -> String {
+    let mut path = String::from(prefix);
+    super::canonical::push_segment(&mut path, id);
+    path
+}
+
 /// The `version` string field of a JSON object answer.
 pub(super) fn version_field(answer: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(answer).ok()?;

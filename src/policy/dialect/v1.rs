@@ -35,9 +35,7 @@ impl Dialect for V1 {
     }
 
     fn session_path(&self, id: &str) -> String {
-        let mut path = String::from("/session");
-        crate::policy::canonical::push_segment(&mut path, id);
-        path
+        super::segment_under("/session", id)
     }
 
     /// `{"id", "directory", …}`.

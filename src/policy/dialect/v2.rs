@@ -38,9 +38,7 @@ impl Dialect for V2 {
     }
 
     fn session_path(&self, id: &str) -> String {
-        let mut path = String::from("/api/session");
-        crate::policy::canonical::push_segment(&mut path, id);
-        path
+        super::segment_under("/api/session", id)
     }
 
     /// `{"data":{"id", "location":{"directory"}, …}}`.
